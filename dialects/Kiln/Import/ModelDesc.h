@@ -1,0 +1,141 @@
+//===- ModelDesc.h - Checkpoint-neutral model description -------*- C++ -*-===//
+//
+// What every checkpoint importer (llama2.c, GGUF, Hugging Face, synthetic)
+// produces: the Llama hyper-parameters, one WeightDesc per canonical weight
+// (where its bytes live plus the pending transforms that turn them into the
+// float32 [out, in] row-major tensor the graph expects), and the tokenizer.
+// No weight data is held here: weights are read one tensor at a time by
+// materializeWeight() when the artifact is written.
+//
+// The IR builder (LlamaBuilder) turns a ModelDesc into kiln graph IR; the
+// same model from different formats yields the same ModelDesc apart from the
+// `source` of each weight, hence the same graph.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_DIALECTS_KILN_IMPORT_MODELDESC_H
+#define KILN_DIALECTS_KILN_IMPORT_MODELDESC_H
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mlir::kiln {
+
+/// Storage dtype of a tensor inside its source file.
+enum class StorageType {
+  F32,  ///< IEEE binary32
+  F16,  ///< IEEE binary16
+  BF16, ///< bfloat16 (upper half of binary32)
+  Q8_0, ///< GGML Q8_0: blocks of 32 weights, f16 scale d then 32 x int8 q;
+        ///< w = d * q (ggml-quants.c dequantize_row_q8_0)
+  Synthetic, ///< no file: deterministic pseudo-random values (see seed)
+};
+
+/// Name used in IR and manifests: "f32", "f16", "bf16", "q8_0", "synthetic".
+llvm::StringRef stringifyStorageType(StorageType t);
+
+/// Where the bytes of one tensor live.
+struct TensorSource {
+  std::string file;             ///< absolute path; "" for synthetic
+  std::string tensor;           ///< tensor name inside the checkpoint
+  StorageType storage = StorageType::F32;
+  llvm::SmallVector<int64_t, 2> shape; ///< logical shape, row-major, e.g. [out, in]
+  uint64_t offset = 0;          ///< byte offset of the first element in `file`
+  uint64_t bytes = 0;           ///< stored byte count (0 for synthetic)
+  uint64_t seed = 0;            ///< synthetic only: stream seed
+  float scale = 0.02f;          ///< synthetic only: values in [-scale, scale]
+};
+
+/// One pending transform, applied in order after decoding the source to f32.
+struct WeightTransform {
+  enum class Kind {
+    /// Hugging Face q_proj/k_proj rows are in "rotate-half" order per head;
+    /// reorder them into the adjacent-pair order the kiln.rope op uses
+    /// (inverse of the permutation in HF's convert_llama_weights_to_hf.py).
+    /// Param: heads (the number of heads of this projection).
+    RopeHalfToAdjacent,
+  };
+  Kind kind;
+  int64_t heads = 0;
+};
+
+/// A weight of the model under its canonical name.
+struct WeightDesc {
+  /// Canonical names: "tok_embeddings" [vocab, dim]; per layer i:
+  /// "layers.i.attention_norm" [dim], "layers.i.wq" [heads*hd, dim],
+  /// "layers.i.wk" / "layers.i.wv" [kv_heads*hd, dim], "layers.i.wo"
+  /// [dim, heads*hd], "layers.i.ffn_norm" [dim], "layers.i.w1" (gate)
+  /// [hidden, dim], "layers.i.w2" (down) [dim, hidden], "layers.i.w3" (up)
+  /// [hidden, dim]; "norm" [dim]; "output" [vocab, dim] (for tied
+  /// embeddings its source is the embedding tensor).
+  std::string name;
+  TensorSource source;
+  std::vector<WeightTransform> transforms;
+};
+
+/// Llama hyper-parameters (Touvron et al. 2023, Llama 2, table 1 / config).
+struct LlamaConfig {
+  std::string name;          ///< human-readable model name
+  std::string sourceFormat;  ///< "llama2c", "gguf", "hf", "synthetic"
+  std::string sourcePath;    ///< what the user passed
+  int64_t dim = 0;           ///< hidden size
+  int64_t hiddenDim = 0;     ///< FFN intermediate size
+  int64_t nLayers = 0;
+  int64_t nHeads = 0;
+  int64_t nKvHeads = 0;      ///< == nHeads unless GQA/MQA
+  int64_t headDim = 0;       ///< dim / nHeads
+  int64_t vocabSize = 0;
+  int64_t maxSeqLen = 0;     ///< context length the model was trained for
+  float rmsNormEps = 1e-5f;
+  float ropeTheta = 10000.0f;
+  bool tiedEmbeddings = false;
+};
+
+/// Tokenizer data, normalised to SentencePiece conventions (docs/artifact.md,
+/// "tokenizer.json"): "▁" for space, "<0xXX>" byte pieces, "<s>"/"</s>".
+struct TokenizerDesc {
+  std::string model = "spm"; ///< "spm" (merge by score) or "bpe" (by rank)
+  std::vector<std::string> pieces;
+  std::vector<float> scores;
+  std::vector<int32_t> types; ///< 1 normal, 2 unknown, 3 control, 4 user, 6 byte
+  std::vector<std::string> merges; ///< bpe only: "left right", rank = index
+  int32_t bosId = 1, eosId = 2, unkId = 0;
+  bool addBos = true;
+  bool addDummyPrefix = true;
+  bool byteFallback = true;
+};
+
+struct ModelDesc {
+  LlamaConfig config;
+  std::vector<WeightDesc> weights; ///< in canonical order (see WeightDesc)
+  TokenizerDesc tokenizer;         ///< empty pieces for synthetic models
+
+  /// Returns the weight with canonical name `name`, or nullptr.
+  const WeightDesc *lookup(llvm::StringRef name) const;
+};
+
+/// Imports a model from `spec`:
+///   * a llama2.c checkpoint `*.bin` (tokenizer: `tokenizer` if given, else a
+///     `tok*.bin` / `tokenizer.bin` beside it);
+///   * a GGUF v3 file `*.gguf` (architecture `llama`);
+///   * a Hugging Face directory with `config.json` and `*.safetensors`;
+///   * `synthetic:<shape>` with shape one of llama-2-7b, llama-2-13b,
+///     llama-110m, stories260k.
+/// Errors name the file, the byte offset or field and what was expected.
+llvm::Expected<ModelDesc> importModel(llvm::StringRef spec,
+                                      llvm::StringRef tokenizer = "");
+
+/// Decodes `w` from its source, applies its transforms and writes the f32
+/// result (product of source.shape elements) to `out`. Reads only this
+/// tensor's bytes. Errors name the file and offset.
+llvm::Error materializeWeight(const WeightDesc &w, llvm::MutableArrayRef<float> out);
+
+} // namespace mlir::kiln
+
+#endif // KILN_DIALECTS_KILN_IMPORT_MODELDESC_H

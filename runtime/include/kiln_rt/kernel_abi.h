@@ -1,0 +1,94 @@
+/*===- kernel_abi.h - Contract between emitted code and the runtime -*- C -*-===*
+ *
+ * The C ABI that code emitted by Kiln's CPU codegen calls into. Emitted code
+ * (model.cpp, compiled into model.so inside an artifact) contains one entry
+ * point per plan function:
+ *
+ *   extern "C" void kiln_prefill(kiln_exec_ctx *ctx, int64_t n, int64_t pos);
+ *   extern "C" void kiln_decode(kiln_exec_ctx *ctx, int64_t n, int64_t pos);
+ *
+ * `n` is the number of tokens in `ctx->tokens` (1 for decode, 1..max_tokens
+ * of the plan for prefill) and `pos` the position of the first of them in the
+ * sequence. Each entry point reads `ctx->tokens[0..n)`, appends their keys and
+ * values to the KV cache at positions [pos, pos + n), and writes the logits
+ * of the last token, float32[vocab], to `ctx->logits`.
+ *
+ * The kernels below are exported by libkiln_runtime.so; model.so leaves them
+ * undefined and the dynamic loader binds them when the runtime dlopen()s it.
+ * Kernels never fail: the plan was verified by the compiler and the runtime
+ * validates sizes from manifest.json before calling an entry point.
+ *
+ * All tensors are dense, row-major, float32 unless stated. Bump
+ * KILN_ABI_VERSION whenever a signature or the context layout changes; the
+ * manifest records it and the runtime refuses a mismatch.
+ *===----------------------------------------------------------------------===*/
+#ifndef KILN_RT_KERNEL_ABI_H
+#define KILN_RT_KERNEL_ABI_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_ABI_VERSION 1
+
+/// Execution context handed to an entry point. Owned by the runtime.
+typedef struct kiln_exec_ctx {
+  uint8_t *arena;          ///< activation arena, manifest runtime.arena_bytes, 64-byte aligned
+  const uint8_t *weights;  ///< base of weights.bin (mmap), tensors at manifest offsets
+  float *kv;               ///< KV cache, manifest runtime.kv_cache.bytes, zeroed at start
+  const int32_t *tokens;   ///< input token ids [n]
+  float *logits;           ///< output: logits of the last input token [vocab]
+  void *runtime;           ///< opaque, runtime-private (thread pool, profiler)
+} kiln_exec_ctx;
+
+/// out[i, :] = table[tokens[i], :]; table [vocab, dim]; out [n, dim].
+/// Token ids are validated by the runtime against vocab before the call.
+void kiln_k_embedding(const int32_t *tokens, int64_t n, const float *table,
+                      int64_t vocab, int64_t dim, float *out);
+
+/// RMSNorm (Zhang & Sennrich 2019): y[i, j] = x[i, j] * w[j] /
+/// sqrt(mean_j(x[i, :]^2) + eps). x, y [n, dim]; w [dim].
+void kiln_k_rms_norm(const float *x, const float *w, float *y, int64_t n,
+                     int64_t dim, float eps);
+
+/// Linear layer without bias: y[n, out] = x[n, in] * w[out, in]^T.
+void kiln_k_linear(const float *x, const float *w, float *y, int64_t n,
+                   int64_t in, int64_t out);
+
+/// Rotary position embedding (Su et al. 2021, RoFormer eq. 34), "adjacent
+/// pair" layout of Meta's Llama / llama2.c / GGUF: within each head, the pair
+/// (x[2i], x[2i+1]) for i < rot_dim/2 is rotated by angle
+/// p * theta^(-2i/head_dim) where p = pos + row. Dimensions >= rot_dim pass
+/// through. x, y [n, heads * head_dim].
+void kiln_k_rope(const float *x, float *y, int64_t n, int64_t heads,
+                 int64_t head_dim, int64_t rot_dim, int64_t pos, float theta);
+
+/// Causal grouped-query attention with a KV cache (Ainslie et al. 2023).
+/// q [n, heads * head_dim]; k, v [n, kv_heads * head_dim] for the new tokens.
+/// First stores k, v at rows [pos, pos + n) of k_cache, v_cache (each
+/// [max_seq, kv_heads * head_dim]), then for each new token i (absolute
+/// position pos + i) and head h with kv head h / (heads / kv_heads):
+///   out[i, h] = softmax_j(q[i,h] . k_cache[j,kvh] * scale) v_cache[j,kvh],
+///   j in [0, pos + i]. out [n, heads * head_dim].
+void kiln_k_attention(const float *q, const float *k, const float *v,
+                      float *k_cache, float *v_cache, float *out, int64_t n,
+                      int64_t pos, int64_t heads, int64_t kv_heads,
+                      int64_t head_dim, int64_t max_seq, float scale);
+
+/// SwiGLU (Shazeer 2020): y = silu(gate) * up elementwise, count elements.
+void kiln_k_swiglu(const float *gate, const float *up, float *y,
+                   int64_t count);
+/// y = x * sigmoid(x), count elements.
+void kiln_k_silu(const float *x, float *y, int64_t count);
+/// y = a + b, count elements.
+void kiln_k_add(const float *a, const float *b, float *y, int64_t count);
+/// y = a * b, count elements.
+void kiln_k_mul(const float *a, const float *b, float *y, int64_t count);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_RT_KERNEL_ABI_H */
