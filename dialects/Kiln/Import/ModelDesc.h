@@ -50,6 +50,9 @@ struct TensorSource {
   uint64_t bytes = 0;           ///< stored byte count (0 for synthetic)
   uint64_t seed = 0;            ///< synthetic only: stream seed
   float scale = 0.02f;          ///< synthetic only: values in [-scale, scale]
+  float center = 0.0f;          ///< synthetic only: added to every value, so
+                                ///< values lie in [center - scale,
+                                ///< center + scale] (norm weights: 1 and 0)
 };
 
 /// One pending transform, applied in order after decoding the source to f32.

@@ -1,0 +1,263 @@
+//===- ArtifactWriter.cpp - write a compiled artifact directory -----------===//
+
+#include "codegen/Artifact/ArtifactWriter.h"
+#include "codegen/Artifact/TokenizerWriter.h"
+#include "codegen/Artifact/WeightWriter.h"
+#include "codegen/CPU/Passes.h"
+#include "dialects/Kiln/IR/KilnOps.h"
+#include "dialects/Plan/IR/PlanOps.h"
+#include "kiln_rt/kernel_abi.h"
+
+#include "llvm/ADT/ScopeExit.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace mlir::kiln;
+
+/// The kernel ABI header, embedded at build time so emitted code compiles
+/// wherever kiln-compile runs.
+static constexpr const char *kKernelAbiHeader =
+#include "codegen/Artifact/KernelAbiHeader.inc"
+    ;
+
+static FailureOr<StorageType> parseStorage(WeightOp op, StringRef s) {
+  if (s == "f32")
+    return StorageType::F32;
+  if (s == "f16")
+    return StorageType::F16;
+  if (s == "bf16")
+    return StorageType::BF16;
+  if (s == "q8_0")
+    return StorageType::Q8_0;
+  if (s == "synthetic")
+    return StorageType::Synthetic;
+  return op.emitOpError() << "unknown storage type '" << s << "'";
+}
+
+FailureOr<std::vector<WeightDesc>> mlir::kiln::collectWeightRecipes(ModuleOp graph) {
+  std::vector<WeightDesc> out;
+  for (WeightOp op : graph.getOps<WeightOp>()) {
+    WeightDesc w;
+    w.name = op.getSymName().str();
+    WeightSourceAttr src = op.getSource();
+    w.source.file = src.getFile().str();
+    w.source.tensor = src.getTensor().str();
+    FailureOr<StorageType> storage = parseStorage(op, src.getStorage());
+    if (failed(storage))
+      return failure();
+    w.source.storage = *storage;
+    w.source.offset = src.getOffset();
+    w.source.bytes = src.getBytes();
+    w.source.seed = src.getSeed();
+    if (src.getScale())
+      w.source.scale = src.getScale().getValueAsDouble();
+    if (src.getCenter())
+      w.source.center = src.getCenter().getValueAsDouble();
+    for (int64_t d : op.getTensorType().getShape())
+      w.source.shape.push_back(d);
+    for (Attribute a : op.getTransforms()) {
+      auto t = cast<WeightTransformAttr>(a);
+      if (t.getKind() == "dequantize")
+        continue; // implied by the storage type
+      if (t.getKind() == "rope_half_to_adjacent") {
+        WeightTransform wt{WeightTransform::Kind::RopeHalfToAdjacent};
+        wt.heads = t.getParams().getAs<IntegerAttr>("heads").getInt();
+        w.transforms.push_back(wt);
+        continue;
+      }
+      return op.emitOpError() << "transform '" << t.getKind()
+                              << "' cannot be materialized yet";
+    }
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+static llvm::Error writeFile(StringRef path, StringRef contents) {
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec);
+  if (ec)
+    return llvm::createStringError(ec, "cannot write " + path + ": " +
+                                           ec.message());
+  os << contents;
+  os.close();
+  if (os.has_error())
+    return llvm::createStringError(os.error(), "cannot write " + path + ": " +
+                                                   os.error().message());
+  return llvm::Error::success();
+}
+
+static llvm::json::Object modelJson(const LlamaConfig &c, ModuleOp plan) {
+  int64_t maxSeq = c.maxSeqLen;
+  if (auto model = plan->getAttrOfType<DictionaryAttr>("kiln.model"))
+    if (auto s = model.getAs<IntegerAttr>("max_seq_len"))
+      maxSeq = s.getInt();
+  return llvm::json::Object{
+      {"name", c.name},
+      {"architecture", "llama"},
+      {"source", c.sourcePath},
+      {"source_format", c.sourceFormat},
+      {"dim", c.dim},
+      {"hidden_dim", c.hiddenDim},
+      {"n_layers", c.nLayers},
+      {"n_heads", c.nHeads},
+      {"n_kv_heads", c.nKvHeads},
+      {"head_dim", c.headDim},
+      {"vocab_size", c.vocabSize},
+      {"max_seq_len", maxSeq},
+      {"rms_norm_eps", c.rmsNormEps},
+      {"rope_theta", c.ropeTheta},
+      {"tied_embeddings", c.tiedEmbeddings},
+  };
+}
+
+llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in) {
+  namespace fs = llvm::sys::fs;
+  ModuleOp planModule = in.plan;
+  const LlamaConfig &cfg = in.model->config;
+
+  // Refuse to clobber something that is not an artifact.
+  if (fs::exists(outDir)) {
+    if (!fs::is_directory(outDir))
+      return llvm::createStringError(outDir + " exists and is not a directory");
+    SmallString<256> manifest(outDir);
+    llvm::sys::path::append(manifest, "manifest.json");
+    std::error_code ec;
+    bool empty = fs::directory_iterator(outDir, ec) == fs::directory_iterator();
+    if (!empty && !fs::exists(manifest))
+      return llvm::createStringError(
+          outDir + " is a non-empty directory without manifest.json; refusing "
+                   "to replace something that is not a Kiln artifact");
+  }
+
+  SmallString<256> tmp(outDir);
+  tmp += ".kiln-tmp-" + std::to_string(llvm::sys::Process::getProcessId());
+  fs::remove_directories(tmp);
+  if (std::error_code ec = fs::create_directories(tmp))
+    return llvm::createStringError(ec, "cannot create " + tmp + ": " +
+                                           ec.message());
+  auto cleanup = llvm::make_scope_exit([&] { fs::remove_directories(tmp); });
+  auto pathIn = [&](StringRef name) {
+    SmallString<256> p(tmp);
+    llvm::sys::path::append(p, name);
+    return std::string(p);
+  };
+
+  // Weights, streamed one tensor at a time, at the offsets the plan chose.
+  auto written = writeWeightsFile(pathIn("weights.bin"), in.weights);
+  if (!written)
+    return written.takeError();
+  llvm::StringMap<int64_t> planOffsets;
+  for (auto w : planModule.getOps<plan::WeightOp>())
+    planOffsets[w.getSymName()] = w.getOffset();
+  llvm::json::Array tensors;
+  for (const WrittenTensor &t : *written) {
+    auto it = planOffsets.find(t.name);
+    if (it == planOffsets.end() || static_cast<uint64_t>(it->second) != t.offset)
+      return llvm::createStringError(
+          "internal error: weight '" + t.name + "' written at offset " +
+          std::to_string(t.offset) + " but the plan expects it at " +
+          (it == planOffsets.end() ? std::string("no offset")
+                                   : std::to_string(it->second)));
+    tensors.push_back(llvm::json::Object{
+        {"name", t.name},
+        {"offset", static_cast<int64_t>(t.offset)},
+        {"bytes", static_cast<int64_t>(t.bytes)},
+        {"dtype", "f32"},
+        {"shape", llvm::json::Array(t.shape)}});
+  }
+
+  if (auto err = writeTokenizerJson(pathIn("tokenizer.json"), in.model->tokenizer))
+    return err;
+  if (auto err = writeFile(pathIn("model.cpp"), in.cpp))
+    return err;
+
+  // Compile the emitted code against the embedded kernel ABI header.
+  SmallString<256> includeDir;
+  if (std::error_code ec = fs::createUniqueDirectory("kiln-include", includeDir))
+    return llvm::createStringError(ec, "cannot create a temporary directory");
+  auto cleanupInclude =
+      llvm::make_scope_exit([&] { fs::remove_directories(includeDir); });
+  SmallString<256> headerDir(includeDir);
+  llvm::sys::path::append(headerDir, "kiln_rt");
+  fs::create_directories(headerDir);
+  SmallString<256> header(headerDir);
+  llvm::sys::path::append(header, "kernel_abi.h");
+  if (auto err = writeFile(header, kKernelAbiHeader))
+    return err;
+  if (auto err = compileSharedObject(pathIn("model.cpp"), pathIn("model.so"),
+                                     includeDir))
+    return err;
+
+  // Checksums of every file, then the manifest.
+  llvm::json::Object files;
+  for (StringRef name : {"model.so", "model.cpp", "weights.bin", "tokenizer.json"}) {
+    std::string p = pathIn(name);
+    uint64_t size = 0;
+    if (std::error_code ec = fs::file_size(p, size))
+      return llvm::createStringError(ec, "cannot stat " + p);
+    auto hash = hashFileXXH3(p);
+    if (!hash)
+      return hash.takeError();
+    files[name] = llvm::json::Object{{"bytes", static_cast<int64_t>(size)},
+                                     {"xxh3_64", *hash}};
+  }
+  auto getI64 = [&](Operation *op, StringRef name) -> int64_t {
+    auto a = op->getAttrOfType<IntegerAttr>(name);
+    return a ? a.getInt() : 0;
+  };
+  int64_t maxTokens = 0;
+  for (auto f : planModule.getOps<func::FuncOp>())
+    if (f.getSymName() == "prefill")
+      maxTokens = getI64(f, "plan.max_tokens");
+  llvm::json::Object model = modelJson(cfg, planModule);
+  int64_t maxSeq = *model.getInteger("max_seq_len");
+  int64_t kvBytes = cfg.nLayers * 2 * maxSeq * cfg.nKvHeads * cfg.headDim * 4;
+  llvm::json::Object manifest{
+      {"format", "kiln-artifact"},
+      {"version", 1},
+      {"abi_version", KILN_ABI_VERSION},
+      {"target", in.target},
+      {"model", std::move(model)},
+      {"recipe", llvm::json::Object{{"dtype", "f32"},
+                                    {"quant", "none"},
+                                    {"pipeline", in.pipeline}}},
+      {"runtime",
+       llvm::json::Object{
+           {"arena_bytes", getI64(planModule, "plan.arena_bytes")},
+           {"max_prefill_tokens", maxTokens},
+           {"entry_points", llvm::json::Object{{"prefill", "kiln_prefill"},
+                                               {"decode", "kiln_decode"}}},
+           {"kv_cache", llvm::json::Object{{"layers", cfg.nLayers},
+                                           {"kv_heads", cfg.nKvHeads},
+                                           {"head_dim", cfg.headDim},
+                                           {"max_seq", maxSeq},
+                                           {"dtype", "f32"},
+                                           {"bytes", kvBytes}}}}},
+      {"weights", llvm::json::Object{{"file", "weights.bin"},
+                                     {"tensors", std::move(tensors)}}},
+      {"tokenizer", llvm::json::Object{{"file", "tokenizer.json"}}},
+      {"files", std::move(files)},
+  };
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest))) << "\n";
+  if (auto err = writeFile(pathIn("manifest.json"), text))
+    return err;
+
+  // Swap into place.
+  if (fs::exists(outDir))
+    if (std::error_code ec = fs::remove_directories(outDir))
+      return llvm::createStringError(ec, "cannot replace " + outDir + ": " +
+                                            ec.message());
+  if (std::error_code ec = fs::rename(tmp, outDir))
+    return llvm::createStringError(ec, "cannot move the artifact into " +
+                                           outDir + ": " + ec.message());
+  cleanup.release();
+  return llvm::Error::success();
+}

@@ -1,0 +1,38 @@
+//===- ArtifactWriter.h - write a compiled artifact directory ---*- C++ -*-===//
+
+#ifndef KILN_CODEGEN_ARTIFACT_ARTIFACTWRITER_H
+#define KILN_CODEGEN_ARTIFACT_ARTIFACTWRITER_H
+
+#include "dialects/Kiln/Import/ModelDesc.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/Error.h"
+
+#include <vector>
+
+namespace mlir::kiln {
+
+/// Reads the recipe of every kiln.weight of `graph` back into WeightDescs, in
+/// declaration order (the order kiln-lower-to-plan lays them out in).
+FailureOr<std::vector<WeightDesc>> collectWeightRecipes(ModuleOp graph);
+
+struct ArtifactInputs {
+  const ModelDesc *model;              ///< config and tokenizer
+  std::vector<WeightDesc> weights;     ///< from collectWeightRecipes
+  ModuleOp plan;                       ///< after kiln-lower-to-plan
+  std::string cpp;                     ///< emitted C++ of the plan
+  std::string target = "cpu";
+  std::string pipeline;                ///< pass pipeline, for the manifest
+};
+
+/// Writes the artifact directory `outDir` (docs/artifact.md): weights.bin
+/// streamed one tensor at a time at the plan's offsets, tokenizer.json,
+/// model.cpp compiled into model.so, and manifest.json with the checksums.
+/// Everything is written into a sibling temporary directory first and
+/// renamed into place at the end, so a failure leaves any previous artifact
+/// untouched. Refuses to replace a non-empty directory that is not a Kiln
+/// artifact. Errors name the file and the step that failed.
+llvm::Error writeArtifact(llvm::StringRef outDir, const ArtifactInputs &in);
+
+} // namespace mlir::kiln
+
+#endif // KILN_CODEGEN_ARTIFACT_ARTIFACTWRITER_H

@@ -1,0 +1,29 @@
+//===- TokenizerWriter.h - Kiln tokenizer.json writer -----------*- C++ -*-===//
+//
+// Writes the artifact's tokenizer.json in the "kiln-tokenizer" format of
+// docs/artifact.md.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_CODEGEN_ARTIFACT_TOKENIZERWRITER_H
+#define KILN_CODEGEN_ARTIFACT_TOKENIZERWRITER_H
+
+#include "dialects/Kiln/Import/ModelDesc.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
+
+namespace mlir::kiln {
+
+/// The kiln-tokenizer JSON document for `tok` (pieces hex-encoded).
+/// Fails if pieces, scores and types disagree in length or a special id is
+/// out of range.
+llvm::Expected<llvm::json::Value> tokenizerToJson(const TokenizerDesc &tok);
+
+/// Writes tokenizerToJson(tok) to `path`.
+llvm::Error writeTokenizerJson(llvm::StringRef path, const TokenizerDesc &tok);
+
+} // namespace mlir::kiln
+
+#endif // KILN_CODEGEN_ARTIFACT_TOKENIZERWRITER_H

@@ -1,0 +1,155 @@
+//===- WeightWriter.cpp - weights.bin writer and file hashing -------------===//
+
+#include "codegen/Artifact/WeightWriter.h"
+
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/Endian.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/MathExtras.h"
+#include "llvm/ADT/bit.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstring>
+#include <xxhash.h>
+
+using namespace llvm;
+
+namespace mlir::kiln {
+
+static Error writerError(StringRef path, const Twine &msg) {
+  return createStringError(inconvertibleErrorCode(), path + ": " + msg);
+}
+
+/// Identity of the data a weight materializes to.
+static std::string sourceKey(const WeightDesc &w) {
+  const TensorSource &s = w.source;
+  std::string key;
+  raw_string_ostream os(key);
+  os << stringifyStorageType(s.storage) << '|' << s.file.size() << ':'
+     << s.file << '|' << s.offset << '|' << s.bytes << '|';
+  for (int64_t d : s.shape)
+    os << d << ',';
+  if (s.storage == StorageType::Synthetic) {
+    uint32_t scale, center;
+    std::memcpy(&scale, &s.scale, 4);
+    std::memcpy(&center, &s.center, 4);
+    os << '|' << s.seed << '|' << scale << '|' << center;
+  }
+  for (const WeightTransform &t : w.transforms)
+    os << "|t" << static_cast<int>(t.kind) << ':' << t.heads;
+  return key;
+}
+
+Expected<std::vector<WrittenTensor>>
+writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights) {
+  std::error_code ec;
+  raw_fd_ostream os(path, ec, sys::fs::OF_None);
+  if (ec)
+    return writerError(path, "cannot open for writing: " + ec.message());
+  auto fail = [&](Error err) -> Expected<std::vector<WrittenTensor>> {
+    os.close();
+    os.clear_error();
+    sys::fs::remove(path);
+    return std::move(err);
+  };
+
+  std::vector<WrittenTensor> written;
+  written.reserve(weights.size());
+  StringMap<size_t> firstBySource; // source key -> index into `written`
+  std::vector<float> buffer;
+  static const char zeros[kWeightAlignment] = {};
+  uint64_t offset = 0;
+  for (const WeightDesc &w : weights) {
+    WrittenTensor t;
+    t.name = w.name;
+    t.shape = w.source.shape;
+    uint64_t numel = 1;
+    for (int64_t d : w.source.shape) {
+      if (d < 0 || __builtin_mul_overflow(numel, static_cast<uint64_t>(d),
+                                            &numel))
+        return fail(writerError(path, "weight '" + w.name +
+                                          "' has an invalid shape"));
+    }
+    if (numel > (uint64_t(1) << 36))
+      return fail(writerError(path, "weight '" + w.name + "' has " +
+                                        Twine(numel) +
+                                        " elements, more than 2^36"));
+    t.bytes = numel * sizeof(float);
+
+    std::string key = sourceKey(w);
+    auto [it, inserted] = firstBySource.try_emplace(key, written.size());
+    if (!inserted) {
+      t.offset = written[it->second].offset;
+      written.push_back(std::move(t));
+      continue;
+    }
+
+    buffer.resize(numel);
+    if (Error e = materializeWeight(w, buffer))
+      return fail(std::move(e));
+    if constexpr (!sys::IsLittleEndianHost)
+      for (float &f : buffer) {
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        u = llvm::byteswap(u);
+        std::memcpy(&f, &u, 4);
+      }
+    t.offset = offset;
+    os.write(reinterpret_cast<const char *>(buffer.data()), t.bytes);
+    uint64_t end = offset + t.bytes;
+    uint64_t padded = alignTo(end, kWeightAlignment);
+    os.write(zeros, padded - end);
+    offset = padded;
+    if (os.has_error())
+      return fail(writerError(path, "write error at offset " + Twine(end) +
+                                        ": " + os.error().message()));
+    written.push_back(std::move(t));
+  }
+  // Give the memory of the largest tensor back before flushing.
+  std::vector<float>().swap(buffer);
+  os.close();
+  if (os.has_error()) {
+    std::string msg = os.error().message();
+    os.clear_error();
+    sys::fs::remove(path);
+    return writerError(path, "write error: " + msg);
+  }
+  return written;
+}
+
+Expected<std::string> hashFileXXH3(StringRef path) {
+  Expected<sys::fs::file_t> fd = sys::fs::openNativeFileForRead(path);
+  if (!fd)
+    return writerError(path, "cannot open for hashing: " +
+                                 toString(fd.takeError()));
+  XXH3_state_t *state = XXH3_createState();
+  if (!state) {
+    sys::fs::closeFile(*fd);
+    return writerError(path, "cannot allocate an XXH3 state");
+  }
+  XXH3_64bits_reset(state);
+  std::vector<char> chunk(size_t(1) << 20);
+  Error err = Error::success();
+  while (true) {
+    Expected<size_t> n = sys::fs::readNativeFile(*fd, chunk);
+    if (!n) {
+      err = writerError(path, "read error while hashing: " +
+                                  toString(n.takeError()));
+      break;
+    }
+    if (*n == 0)
+      break;
+    XXH3_64bits_update(state, chunk.data(), *n);
+  }
+  uint64_t hash = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  sys::fs::closeFile(*fd);
+  if (err)
+    return std::move(err);
+  std::string hex;
+  raw_string_ostream(hex) << format_hex_no_prefix(hash, 16, /*Upper=*/false);
+  return hex;
+}
+
+} // namespace mlir::kiln

@@ -1,0 +1,30 @@
+//===- Passes.h - CPU codegen -----------------------------------*- C++ -*-===//
+
+#ifndef KILN_CODEGEN_CPU_PASSES_H
+#define KILN_CODEGEN_CPU_PASSES_H
+
+#include "mlir/Dialect/EmitC/IR/EmitC.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+#include "llvm/Support/Error.h"
+
+namespace mlir::kiln {
+
+#define GEN_PASS_DECL
+#include "codegen/CPU/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "codegen/CPU/Passes.h.inc"
+
+/// Prints an EmitC module (the output of kiln-plan-to-emitc) as C++.
+LogicalResult emitCpp(ModuleOp module, llvm::raw_ostream &os);
+
+/// Compiles `cppPath` into the shared object `soPath` with the host C++
+/// compiler ($KILN_HOST_CXX, else c++), adding `includeDir` to the include
+/// path. Errors carry the compiler's exit status and diagnostics.
+llvm::Error compileSharedObject(llvm::StringRef cppPath, llvm::StringRef soPath,
+                                llvm::StringRef includeDir);
+
+} // namespace mlir::kiln
+
+#endif // KILN_CODEGEN_CPU_PASSES_H

@@ -1,0 +1,219 @@
+//===- LlamaBuilder.cpp - ModelDesc to kiln graph IR ----------------------===//
+
+#include "dialects/Kiln/Builder/LlamaBuilder.h"
+#include "dialects/Kiln/IR/KilnOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/ADT/StringExtras.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::kiln;
+
+namespace {
+class LlamaGraphBuilder {
+public:
+  LlamaGraphBuilder(MLIRContext *ctx, const ModelDesc &desc, ModuleOp module,
+                    int64_t maxSeq)
+      : ctx(ctx), desc(desc), cfg(desc.config), module(module),
+        builder(ctx), loc(UnknownLoc::get(ctx)), f32(Float32Type::get(ctx)) {
+    cacheType = KVCacheType::get(ctx, cfg.nLayers, maxSeq, cfg.nKvHeads,
+                                 cfg.headDim, f32);
+  }
+
+  LogicalResult declareWeights();
+  void buildEntryPoint(StringRef name, int64_t tokens, int64_t maxTokens);
+
+private:
+  RankedTensorType act(int64_t width) {
+    return RankedTensorType::get({tokens, width}, f32);
+  }
+  Value weight(StringRef name) {
+    WeightOp w = weights.lookup(name);
+    return WeightRefOp::create(builder, loc, w.getType(), name);
+  }
+
+  MLIRContext *ctx;
+  const ModelDesc &desc;
+  const LlamaConfig &cfg;
+  ModuleOp module;
+  OpBuilder builder;
+  Location loc;
+  Type f32;
+  KVCacheType cacheType;
+  llvm::StringMap<WeightOp> weights;
+  int64_t tokens = ShapedType::kDynamic;
+};
+} // namespace
+
+LogicalResult LlamaGraphBuilder::declareWeights() {
+  int64_t qDim = cfg.nHeads * cfg.headDim, kvDim = cfg.nKvHeads * cfg.headDim;
+  SmallVector<std::pair<std::string, SmallVector<int64_t, 2>>> expected = {
+      {"tok_embeddings", {cfg.vocabSize, cfg.dim}}};
+  for (int64_t i = 0; i < cfg.nLayers; ++i) {
+    std::string p = "layers." + std::to_string(i) + ".";
+    expected.push_back({p + "attention_norm", {cfg.dim}});
+    expected.push_back({p + "wq", {qDim, cfg.dim}});
+    expected.push_back({p + "wk", {kvDim, cfg.dim}});
+    expected.push_back({p + "wv", {kvDim, cfg.dim}});
+    expected.push_back({p + "wo", {cfg.dim, qDim}});
+    expected.push_back({p + "ffn_norm", {cfg.dim}});
+    expected.push_back({p + "w1", {cfg.hiddenDim, cfg.dim}});
+    expected.push_back({p + "w2", {cfg.dim, cfg.hiddenDim}});
+    expected.push_back({p + "w3", {cfg.hiddenDim, cfg.dim}});
+  }
+  expected.push_back({"norm", {cfg.dim}});
+  expected.push_back({"output", {cfg.vocabSize, cfg.dim}});
+
+  builder.setInsertionPointToEnd(module.getBody());
+  for (auto &[name, shape] : expected) {
+    const WeightDesc *w = desc.lookup(name);
+    if (!w)
+      return emitError(loc) << "model '" << cfg.name << "' has no weight '"
+                            << name << "'";
+    if (ArrayRef<int64_t>(w->source.shape) != ArrayRef<int64_t>(shape))
+      return emitError(loc)
+             << "weight '" << name << "' (" << w->source.tensor << " in "
+             << w->source.file << ") has shape ["
+             << llvm::join(llvm::map_range(w->source.shape,
+                                           [](int64_t d) { return std::to_string(d); }),
+                           ", ")
+             << "] but the model configuration implies ["
+             << llvm::join(llvm::map_range(shape,
+                                           [](int64_t d) { return std::to_string(d); }),
+                           ", ")
+             << "]";
+    bool synthetic = w->source.storage == StorageType::Synthetic;
+    auto source = WeightSourceAttr::get(
+        ctx, w->source.file, w->source.tensor,
+        stringifyStorageType(w->source.storage), w->source.offset,
+        w->source.bytes, w->source.seed,
+        synthetic ? builder.getF32FloatAttr(w->source.scale) : FloatAttr(),
+        synthetic ? builder.getF32FloatAttr(w->source.center) : FloatAttr());
+    SmallVector<Attribute> transforms;
+    if (w->source.storage != StorageType::F32 &&
+        w->source.storage != StorageType::Synthetic)
+      transforms.push_back(WeightTransformAttr::get(
+          ctx, "dequantize", DictionaryAttr::get(ctx, {})));
+    for (const WeightTransform &t : w->transforms) {
+      switch (t.kind) {
+      case WeightTransform::Kind::RopeHalfToAdjacent:
+        transforms.push_back(WeightTransformAttr::get(
+            ctx, "rope_half_to_adjacent",
+            DictionaryAttr::get(ctx, {builder.getNamedAttr(
+                                         "heads", builder.getI64IntegerAttr(
+                                                      t.heads))})));
+        break;
+      }
+    }
+    auto op = WeightOp::create(builder, loc, name,
+                               RankedTensorType::get(shape, f32), source,
+                               builder.getArrayAttr(transforms));
+    weights[name] = op;
+  }
+  return success();
+}
+
+void LlamaGraphBuilder::buildEntryPoint(StringRef name, int64_t numTokens,
+                                        int64_t maxTokens) {
+  tokens = numTokens;
+  auto tokensType = RankedTensorType::get({tokens}, builder.getI32Type());
+  auto logitsType = RankedTensorType::get({1, cfg.vocabSize}, f32);
+  builder.setInsertionPointToEnd(module.getBody());
+  auto func = func::FuncOp::create(
+      builder, loc, name,
+      builder.getFunctionType({tokensType, builder.getIndexType(), cacheType},
+                              {logitsType}));
+  func->setAttr("kiln.max_tokens", builder.getI64IntegerAttr(maxTokens));
+  Block *entry = func.addEntryBlock();
+  builder.setInsertionPointToStart(entry);
+  Value tokenIds = entry->getArgument(0), pos = entry->getArgument(1),
+        cache = entry->getArgument(2);
+
+  int64_t qDim = cfg.nHeads * cfg.headDim, kvDim = cfg.nKvHeads * cfg.headDim;
+  auto eps = builder.getF32FloatAttr(cfg.rmsNormEps);
+  auto theta = builder.getF32FloatAttr(cfg.ropeTheta);
+  auto scale = builder.getF32FloatAttr(1.0f / std::sqrt(float(cfg.headDim)));
+  auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
+
+  Value h = EmbeddingOp::create(builder, loc, act(cfg.dim), tokenIds,
+                                weight("tok_embeddings"));
+  for (int64_t i = 0; i < cfg.nLayers; ++i) {
+    std::string p = "layers." + std::to_string(i) + ".";
+    // Attention block: h += wo(attention(rope(wq x), rope(wk x), wv x)).
+    Value x = RmsNormOp::create(builder, loc, act(cfg.dim), h,
+                                weight(p + "attention_norm"), eps);
+    Value q = LinearOp::create(builder, loc, act(qDim), x, weight(p + "wq"));
+    Value k = LinearOp::create(builder, loc, act(kvDim), x, weight(p + "wk"));
+    Value v = LinearOp::create(builder, loc, act(kvDim), x, weight(p + "wv"));
+    q = RopeOp::create(builder, loc, act(qDim), q, pos, i64(cfg.nHeads),
+                       i64(cfg.headDim), i64(cfg.headDim), theta,
+                       builder.getF32FloatAttr(1.0f));
+    k = RopeOp::create(builder, loc, act(kvDim), k, pos, i64(cfg.nKvHeads),
+                       i64(cfg.headDim), i64(cfg.headDim), theta,
+                       builder.getF32FloatAttr(1.0f));
+    Value a = AttentionOp::create(builder, loc, act(qDim), q, k, v, cache, pos,
+                                  i64(i), i64(cfg.nHeads), i64(cfg.nKvHeads),
+                                  i64(cfg.headDim), scale,
+                                  builder.getBoolAttr(true));
+    Value o = LinearOp::create(builder, loc, act(cfg.dim), a, weight(p + "wo"));
+    h = AddOp::create(builder, loc, h, o);
+    // FFN block: h += w2(silu(w1 x) * w3 x).
+    x = RmsNormOp::create(builder, loc, act(cfg.dim), h,
+                          weight(p + "ffn_norm"), eps);
+    Value gate = LinearOp::create(builder, loc, act(cfg.hiddenDim), x,
+                                  weight(p + "w1"));
+    Value up = LinearOp::create(builder, loc, act(cfg.hiddenDim), x,
+                                weight(p + "w3"));
+    Value act1 = SiluOp::create(builder, loc, gate);
+    Value prod = MulOp::create(builder, loc, act1, up);
+    Value down = LinearOp::create(builder, loc, act(cfg.dim), prod,
+                                  weight(p + "w2"));
+    h = AddOp::create(builder, loc, h, down);
+  }
+  h = RmsNormOp::create(builder, loc, act(cfg.dim), h, weight("norm"), eps);
+  Value logits = LogitsOp::create(builder, loc, logitsType, h, weight("output"));
+  func::ReturnOp::create(builder, loc, logits);
+}
+
+FailureOr<OwningOpRef<ModuleOp>>
+mlir::kiln::buildLlamaModule(MLIRContext *context, const ModelDesc &desc,
+                             const LlamaBuildOptions &options) {
+  context->loadDialect<KilnDialect, func::FuncDialect>();
+  const LlamaConfig &cfg = desc.config;
+  OwningOpRef<ModuleOp> module = ModuleOp::create(UnknownLoc::get(context));
+  int64_t maxSeq = options.maxSeqLen > 0 ? std::min(options.maxSeqLen, cfg.maxSeqLen)
+                                         : cfg.maxSeqLen;
+  int64_t maxTokens = options.maxPrefillTokens > 0 ? options.maxPrefillTokens
+                                                   : std::min<int64_t>(maxSeq, 512);
+  maxTokens = std::min(maxTokens, maxSeq);
+
+  Builder b(context);
+  NamedAttrList model;
+  model.append("name", b.getStringAttr(cfg.name));
+  model.append("architecture", b.getStringAttr("llama"));
+  model.append("source_format", b.getStringAttr(cfg.sourceFormat));
+  model.append("dim", b.getI64IntegerAttr(cfg.dim));
+  model.append("hidden_dim", b.getI64IntegerAttr(cfg.hiddenDim));
+  model.append("n_layers", b.getI64IntegerAttr(cfg.nLayers));
+  model.append("n_heads", b.getI64IntegerAttr(cfg.nHeads));
+  model.append("n_kv_heads", b.getI64IntegerAttr(cfg.nKvHeads));
+  model.append("head_dim", b.getI64IntegerAttr(cfg.headDim));
+  model.append("vocab_size", b.getI64IntegerAttr(cfg.vocabSize));
+  model.append("max_seq_len", b.getI64IntegerAttr(maxSeq));
+  model.append("rms_norm_eps", b.getF32FloatAttr(cfg.rmsNormEps));
+  model.append("rope_theta", b.getF32FloatAttr(cfg.ropeTheta));
+  model.append("tied_embeddings", b.getBoolAttr(cfg.tiedEmbeddings));
+  (*module)->setAttr("kiln.model", model.getDictionary(context));
+
+  LlamaGraphBuilder graph(context, desc, *module, maxSeq);
+  if (failed(graph.declareWeights()))
+    return failure();
+  graph.buildEntryPoint("prefill", ShapedType::kDynamic, maxTokens);
+  graph.buildEntryPoint("decode", 1, 1);
+  if (failed(mlir::verify(*module)))
+    return failure();
+  return module;
+}

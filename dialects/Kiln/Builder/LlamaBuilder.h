@@ -1,0 +1,36 @@
+//===- LlamaBuilder.h - ModelDesc to kiln graph IR --------------*- C++ -*-===//
+
+#ifndef KILN_DIALECTS_KILN_BUILDER_LLAMABUILDER_H
+#define KILN_DIALECTS_KILN_BUILDER_LLAMABUILDER_H
+
+#include "dialects/Kiln/Import/ModelDesc.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+namespace mlir::kiln {
+
+struct LlamaBuildOptions {
+  /// Tokens one prefill call may take (plans size activations for it);
+  /// 0 means min(context, 512).
+  int64_t maxPrefillTokens = 0;
+  /// Context length (KV-cache rows); 0 means the model's trained context.
+  int64_t maxSeqLen = 0;
+};
+
+/// Builds the kiln graph of a Llama decoder (Touvron et al. 2023, fig. /
+/// eq. of Llama 2: pre-norm RMSNorm, RoPE, GQA attention with a KV cache,
+/// SwiGLU FFN, residual adds, final RMSNorm, classifier) from `desc`:
+/// one kiln.weight per weight and two entry points,
+///   func.func @prefill(tensor<?xi32>, index, !kiln.kv_cache<...>) -> tensor<1xVxf32>
+///   func.func @decode(tensor<1xi32>, index, !kiln.kv_cache<...>) -> tensor<1xVxf32>
+/// Model hyper-parameters are recorded in the module attribute `kiln.model`.
+/// The FFN is built as mul(silu(gate), up); canonicalization fuses it into
+/// kiln.swiglu. Fails (with a diagnostic) if a weight is missing or its
+/// shape disagrees with the configuration.
+FailureOr<OwningOpRef<ModuleOp>> buildLlamaModule(MLIRContext *context,
+                                                  const ModelDesc &desc,
+                                                  const LlamaBuildOptions &options);
+
+} // namespace mlir::kiln
+
+#endif // KILN_DIALECTS_KILN_BUILDER_LLAMABUILDER_H

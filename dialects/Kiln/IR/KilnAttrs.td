@@ -1,0 +1,58 @@
+//===- KilnAttrs.td - kiln dialect attributes --------------*- tablegen -*-===//
+
+#ifndef KILN_DIALECTS_KILN_IR_KILNATTRS_TD
+#define KILN_DIALECTS_KILN_IR_KILNATTRS_TD
+
+include "dialects/Kiln/IR/KilnBase.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+
+def Kiln_WeightSourceAttr : AttrDef<Kiln_Dialect, "WeightSource"> {
+  let mnemonic = "source";
+  let summary = "Where the stored bytes of a weight live";
+  let description = [{
+    Names the checkpoint file, the tensor inside it, the storage type
+    (`f32`, `f16`, `bf16`, `q8_0`, `synthetic`), the byte offset of its
+    first element and its stored byte count. For `synthetic` weights the
+    file is empty, `seed` selects the deterministic pseudo-random stream and
+    values lie in `[center - scale, center + scale]`.
+
+    ```mlir
+    #kiln.source<file = "/m/stories260K.bin", tensor = "wq[0]",
+                 storage = "f32", offset = 133148, bytes = 16384>
+    #kiln.source<file = "", tensor = "synthetic", storage = "synthetic",
+                 offset = 0, bytes = 0, seed = 7, scale = 2.0e-02 : f32,
+                 center = 0.0 : f32>
+    ```
+  }];
+  let parameters = (ins StringRefParameter<>:$file,
+                        StringRefParameter<>:$tensor,
+                        StringRefParameter<>:$storage,
+                        "uint64_t":$offset, "uint64_t":$bytes,
+                        DefaultValuedParameter<"uint64_t", "0">:$seed,
+                        OptionalParameter<"::mlir::FloatAttr">:$scale,
+                        OptionalParameter<"::mlir::FloatAttr">:$center);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def Kiln_WeightTransformAttr : AttrDef<Kiln_Dialect, "WeightTransform"> {
+  let mnemonic = "transform";
+  let summary = "A pending transform of a weight, applied when materialized";
+  let description = [{
+    One step of a weight's recipe, applied in order after decoding the
+    stored bytes to the compute type. `kind` is one of:
+    * `"dequantize"` — decode the storage type (params: none);
+    * `"rope_half_to_adjacent"` — reorder the rows of each of `heads` heads
+      from Hugging Face's rotate-half order to the adjacent-pair order of
+      `kiln.rope` (params: `heads`).
+
+    ```mlir
+    #kiln.transform<"rope_half_to_adjacent", {heads = 8 : i64}>
+    ```
+  }];
+  let parameters = (ins StringRefParameter<>:$kind, "::mlir::DictionaryAttr":$params);
+  let assemblyFormat = "`<` $kind `,` $params `>`";
+  let genVerifyDecl = 1;
+}
+
+#endif // KILN_DIALECTS_KILN_IR_KILNATTRS_TD

@@ -1,0 +1,94 @@
+//===- KilnDialect.cpp - kiln dialect registration and types --------------===//
+
+#include "dialects/Kiln/IR/KilnDialect.h"
+#include "dialects/Kiln/IR/KilnOps.h"
+#include "dialects/Kiln/IR/KilnTypes.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace mlir::kiln;
+
+#include "dialects/Kiln/IR/KilnDialect.cpp.inc"
+
+#define GET_TYPEDEF_CLASSES
+#include "dialects/Kiln/IR/KilnTypes.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "dialects/Kiln/IR/KilnAttrs.cpp.inc"
+
+void KilnDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "dialects/Kiln/IR/KilnOps.cpp.inc"
+      >();
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "dialects/Kiln/IR/KilnTypes.cpp.inc"
+      >();
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "dialects/Kiln/IR/KilnAttrs.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// KVCacheType
+//===----------------------------------------------------------------------===//
+
+LogicalResult KVCacheType::verify(function_ref<InFlightDiagnostic()> emitError,
+                                  int64_t numLayers, int64_t maxSeq,
+                                  int64_t numKvHeads, int64_t headDim,
+                                  Type elementType) {
+  if (numLayers <= 0 || maxSeq <= 0 || numKvHeads <= 0 || headDim <= 0)
+    return emitError() << "kv_cache dimensions must be positive, got <"
+                       << numLayers << ", " << maxSeq << ", " << numKvHeads
+                       << ", " << headDim << ">";
+  if (!isa<FloatType>(elementType))
+    return emitError() << "kv_cache element type must be a float type, got "
+                       << elementType;
+  return success();
+}
+
+int64_t KVCacheType::getSizeInBytes() const {
+  int64_t elemBytes = getElementType().getIntOrFloatBitWidth() / 8;
+  return getNumLayers() * 2 * getMaxSeq() * getNumKvHeads() * getHeadDim() *
+         elemBytes;
+}
+
+//===----------------------------------------------------------------------===//
+// Attributes
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+WeightSourceAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                         StringRef file, StringRef tensor, StringRef storage,
+                         uint64_t offset, uint64_t bytes, uint64_t seed,
+                         FloatAttr scale, FloatAttr center) {
+  if (!llvm::is_contained(
+          ArrayRef<StringRef>{"f32", "f16", "bf16", "q8_0", "synthetic"},
+          storage))
+    return emitError() << "unknown weight storage type '" << storage
+                       << "' (expected f32, f16, bf16, q8_0 or synthetic)";
+  if (storage != "synthetic" && file.empty())
+    return emitError() << "weight source of '" << tensor
+                       << "' names no file";
+  return success();
+}
+
+LogicalResult
+WeightTransformAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                            StringRef kind, DictionaryAttr params) {
+  if (kind == "dequantize")
+    return success();
+  if (kind == "rope_half_to_adjacent") {
+    auto heads = params ? params.getAs<IntegerAttr>("heads") : IntegerAttr();
+    if (!heads || heads.getInt() <= 0)
+      return emitError()
+             << "'rope_half_to_adjacent' transform needs a positive 'heads'";
+    return success();
+  }
+  return emitError() << "unknown weight transform '" << kind << "'";
+}

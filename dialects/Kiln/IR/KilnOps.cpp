@@ -1,0 +1,220 @@
+//===- KilnOps.cpp - kiln dialect operation verifiers ---------------------===//
+//
+// Verifiers check what ODS constraints cannot: shape agreement between
+// operands, attributes and the KV cache. Messages follow MLIR style:
+// lowercase, no trailing period, values quoted.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/Kiln/IR/KilnOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+
+using namespace mlir;
+using namespace mlir::kiln;
+
+/// True when two dimensions may be equal (either is dynamic or both match).
+static bool compatibleDim(int64_t a, int64_t b) {
+  return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
+}
+
+static std::string dimStr(int64_t d) {
+  return ShapedType::isDynamic(d) ? std::string("?") : std::to_string(d);
+}
+
+static LogicalResult verifySameElementType(Operation *op, Type a, Type b,
+                                           StringRef aName, StringRef bName) {
+  Type ea = cast<ShapedType>(a).getElementType();
+  Type eb = cast<ShapedType>(b).getElementType();
+  if (ea != eb)
+    return op->emitOpError() << "expects " << aName << " and " << bName
+                             << " to have the same element type, got " << ea
+                             << " and " << eb;
+  return success();
+}
+
+/// Checks that `result` has the same number of tokens (dim 0) as `input`.
+static LogicalResult verifyTokenDim(Operation *op, RankedTensorType input,
+                                    RankedTensorType result) {
+  if (!compatibleDim(input.getDimSize(0), result.getDimSize(0)))
+    return op->emitOpError()
+           << "expects the result to have as many tokens as the input ("
+           << dimStr(input.getDimSize(0)) << "), got "
+           << dimStr(result.getDimSize(0));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// WeightOp / WeightRefOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult WeightOp::verify() {
+  RankedTensorType type = getTensorType();
+  if (!type.hasStaticShape())
+    return emitOpError() << "expects a static weight shape, got " << type;
+  for (Attribute a : getTransforms()) {
+    auto t = cast<WeightTransformAttr>(a);
+    if (t.getKind() != "rope_half_to_adjacent")
+      continue;
+    int64_t heads = t.getParams().getAs<IntegerAttr>("heads").getInt();
+    int64_t rows = type.getDimSize(0);
+    if (type.getRank() != 2 || rows % heads != 0 || (rows / heads) % 2 != 0)
+      return emitOpError() << "'rope_half_to_adjacent' with " << heads
+                           << " heads needs a rank-2 weight whose rows split "
+                              "into heads of even size, got "
+                           << type;
+  }
+  return success();
+}
+
+LogicalResult WeightRefOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  auto weight = symbols.lookupNearestSymbolFrom<WeightOp>(*this, getNameAttr());
+  if (!weight)
+    return emitOpError() << "'" << getName()
+                         << "' does not reference a kiln.weight";
+  if (weight.getType() != getType())
+    return emitOpError() << "result type " << getType()
+                         << " does not match the type " << weight.getType()
+                         << " of weight '" << getName() << "'";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Compute ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::verify() {
+  auto tokens = cast<RankedTensorType>(getTokens().getType());
+  auto table = cast<RankedTensorType>(getTable().getType());
+  auto result = cast<RankedTensorType>(getResult().getType());
+  if (!compatibleDim(tokens.getDimSize(0), result.getDimSize(0)))
+    return emitOpError() << "expects one result row per token ("
+                         << dimStr(tokens.getDimSize(0)) << "), got "
+                         << dimStr(result.getDimSize(0));
+  if (!compatibleDim(table.getDimSize(1), result.getDimSize(1)))
+    return emitOpError() << "expects the result width "
+                         << dimStr(result.getDimSize(1))
+                         << " to equal the embedding width "
+                         << dimStr(table.getDimSize(1));
+  return verifySameElementType(*this, table, result, "table", "result");
+}
+
+LogicalResult RmsNormOp::verify() {
+  auto input = cast<RankedTensorType>(getInput().getType());
+  auto weight = cast<RankedTensorType>(getWeight().getType());
+  if (!compatibleDim(input.getDimSize(1), weight.getDimSize(0)))
+    return emitOpError() << "expects the weight length "
+                         << dimStr(weight.getDimSize(0))
+                         << " to equal the innermost input dimension "
+                         << dimStr(input.getDimSize(1));
+  if (!(getEpsilon().convertToFloat() > 0.0f))
+    return emitOpError() << "expects a positive epsilon, got "
+                         << getEpsilon().convertToFloat();
+  return verifySameElementType(*this, input, weight, "input", "weight");
+}
+
+LogicalResult LinearOp::verify() {
+  auto input = cast<RankedTensorType>(getInput().getType());
+  auto weight = cast<RankedTensorType>(getWeight().getType());
+  auto result = cast<RankedTensorType>(getResult().getType());
+  if (!compatibleDim(input.getDimSize(1), weight.getDimSize(1)))
+    return emitOpError() << "expects the input width "
+                         << dimStr(input.getDimSize(1))
+                         << " to equal the weight's in_features "
+                         << dimStr(weight.getDimSize(1));
+  if (!compatibleDim(result.getDimSize(1), weight.getDimSize(0)))
+    return emitOpError() << "expects the result width "
+                         << dimStr(result.getDimSize(1))
+                         << " to equal the weight's out_features "
+                         << dimStr(weight.getDimSize(0));
+  if (failed(verifyTokenDim(*this, input, result)))
+    return failure();
+  if (failed(verifySameElementType(*this, input, result, "input", "result")))
+    return failure();
+  return verifySameElementType(*this, input, weight, "input", "weight");
+}
+
+LogicalResult RopeOp::verify() {
+  auto input = cast<RankedTensorType>(getInput().getType());
+  int64_t heads = getNumHeads(), headDim = getHeadDim();
+  if (!compatibleDim(input.getDimSize(1), heads * headDim))
+    return emitOpError() << "expects the input width "
+                         << dimStr(input.getDimSize(1)) << " to equal num_heads ("
+                         << heads << ") * head_dim (" << headDim << ")";
+  if (getRotaryDim() > headDim || getRotaryDim() % 2 != 0)
+    return emitOpError() << "expects an even rotary_dim <= head_dim ("
+                         << headDim << "), got " << getRotaryDim();
+  if (!(getTheta().convertToFloat() > 0.0f))
+    return emitOpError() << "expects a positive theta, got "
+                         << getTheta().convertToFloat();
+  if (!(getScalingFactor().convertToFloat() > 0.0f))
+    return emitOpError() << "expects a positive scaling_factor, got "
+                         << getScalingFactor().convertToFloat();
+  return success();
+}
+
+LogicalResult AttentionOp::verify() {
+  auto query = cast<RankedTensorType>(getQuery().getType());
+  auto key = cast<RankedTensorType>(getKey().getType());
+  auto value = cast<RankedTensorType>(getValue().getType());
+  auto result = cast<RankedTensorType>(getResult().getType());
+  auto cache = cast<KVCacheType>(getKvCache().getType());
+  int64_t heads = getNumHeads(), kvHeads = getNumKvHeads(),
+          headDim = getHeadDim();
+  if (heads % kvHeads != 0)
+    return emitOpError() << "expects num_heads (" << heads
+                         << ") to be a multiple of num_kv_heads (" << kvHeads
+                         << ")";
+  if (!compatibleDim(query.getDimSize(1), heads * headDim))
+    return emitOpError() << "expects the query width "
+                         << dimStr(query.getDimSize(1))
+                         << " to equal num_heads * head_dim ("
+                         << heads * headDim << ")";
+  for (auto [name, type] : {std::pair<StringRef, RankedTensorType>("key", key),
+                            std::pair<StringRef, RankedTensorType>("value", value)}) {
+    if (!compatibleDim(type.getDimSize(1), kvHeads * headDim))
+      return emitOpError() << "expects the " << name << " width "
+                           << dimStr(type.getDimSize(1))
+                           << " to equal num_kv_heads * head_dim ("
+                           << kvHeads * headDim << ")";
+    if (!compatibleDim(type.getDimSize(0), query.getDimSize(0)))
+      return emitOpError() << "expects the " << name
+                           << " to have as many tokens as the query";
+  }
+  if (cache.getNumKvHeads() != kvHeads || cache.getHeadDim() != headDim)
+    return emitOpError() << "kv_cache has " << cache.getNumKvHeads()
+                         << " heads of " << cache.getHeadDim()
+                         << " but the op expects " << kvHeads << " heads of "
+                         << headDim;
+  if (getLayer() >= cache.getNumLayers())
+    return emitOpError() << "layer " << getLayer()
+                         << " is out of range for a kv_cache of "
+                         << cache.getNumLayers() << " layers";
+  if (query != result)
+    return emitOpError() << "expects the result type " << result
+                         << " to equal the query type " << query;
+  if (!getCausal())
+    return emitOpError() << "supports only causal attention";
+  return success();
+}
+
+LogicalResult LogitsOp::verify() {
+  auto hidden = cast<RankedTensorType>(getHidden().getType());
+  auto weight = cast<RankedTensorType>(getWeight().getType());
+  auto result = cast<RankedTensorType>(getResult().getType());
+  if (!compatibleDim(hidden.getDimSize(1), weight.getDimSize(1)))
+    return emitOpError() << "expects the hidden width "
+                         << dimStr(hidden.getDimSize(1))
+                         << " to equal the classifier's in_features "
+                         << dimStr(weight.getDimSize(1));
+  if (result.getDimSize(0) != 1 ||
+      !compatibleDim(result.getDimSize(1), weight.getDimSize(0)))
+    return emitOpError() << "expects a result of shape [1, "
+                         << dimStr(weight.getDimSize(0)) << "], got "
+                         << result;
+  return verifySameElementType(*this, hidden, result, "hidden", "result");
+}
+
+#define GET_OP_CLASSES
+#include "dialects/Kiln/IR/KilnOps.cpp.inc"

@@ -1,0 +1,25 @@
+//===- KilnOps.h - kiln dialect operations ----------------------*- C++ -*-===//
+
+#ifndef KILN_DIALECTS_KILN_IR_KILNOPS_H
+#define KILN_DIALECTS_KILN_IR_KILNOPS_H
+
+#include "dialects/Kiln/IR/KilnDialect.h"
+#include "dialects/Kiln/IR/KilnTypes.h"
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+namespace mlir::kiln {
+/// Side-effect resource standing for the contents of a KV cache.
+struct KVCacheResource : public SideEffects::Resource::Base<KVCacheResource> {
+  llvm::StringRef getName() final { return "KVCache"; }
+};
+} // namespace mlir::kiln
+
+#define GET_OP_CLASSES
+#include "dialects/Kiln/IR/KilnOps.h.inc"
+
+#endif // KILN_DIALECTS_KILN_IR_KILNOPS_H

@@ -1,0 +1,264 @@
+//===- KilnOps.td - kiln dialect operations ----------------*- tablegen -*-===//
+//
+// Shapes: activations are rank-2 tensors [tokens, features] whose token
+// dimension may be dynamic (prefill) or 1 (decode); weights are
+// [out_features, in_features] (PyTorch nn.Linear layout).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_DIALECTS_KILN_IR_KILNOPS_TD
+#define KILN_DIALECTS_KILN_IR_KILNOPS_TD
+
+include "dialects/Kiln/IR/KilnBase.td"
+include "dialects/Kiln/IR/KilnTypes.td"
+include "dialects/Kiln/IR/KilnAttrs.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+
+def Kiln_FloatTensor : RankedTensorOf<[F16, BF16, F32]>;
+def Kiln_Activation : 2DTensorOf<[F16, BF16, F32]>;
+def Kiln_TokenTensor : 1DTensorOf<[I32]>;
+
+// Resource for the KV cache: attention reads and writes it.
+def Kiln_KVCacheResource : Resource<"::mlir::kiln::KVCacheResource">;
+
+//===----------------------------------------------------------------------===//
+// Weights
+//===----------------------------------------------------------------------===//
+
+def Kiln_WeightOp : Kiln_Op<"weight", [Symbol, IsolatedFromAbove]> {
+  let summary = "A model weight: a symbol naming its source and recipe";
+  let description = [{
+    Declares a weight at module level. `source` names where its stored bytes
+    live; `transforms` is the ordered list of pending transforms (permute,
+    dequantize, later slice/concat/quantize) that produce the tensor of
+    `type` from them. Passes edit the recipe; the artifact writer
+    materializes it one tensor at a time. The IR never holds weight data.
+
+    ```mlir
+    kiln.weight @layers.0.wq : tensor<64x64xf32>
+        {source = #kiln.source<file = "m.bin", tensor = "wq[0]", storage = "f32",
+                               offset = 4124, bytes = 16384, seed = 0>,
+         transforms = []}
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypeAttrOf<Kiln_FloatTensor>:$type,
+                       Kiln_WeightSourceAttr:$source,
+                       TypedArrayAttrBase<Kiln_WeightTransformAttr,
+                                          "weight transforms">:$transforms);
+  let assemblyFormat = "$sym_name `:` $type attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::RankedTensorType getTensorType() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getType());
+    }
+  }];
+}
+
+def Kiln_WeightRefOp : Kiln_Op<"weight_ref",
+    [Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "The value of a module-level kiln.weight";
+  let description = [{
+    ```mlir
+    %wq = kiln.weight_ref @layers.0.wq : tensor<64x64xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$name);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = "$name attr-dict `:` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Compute
+//===----------------------------------------------------------------------===//
+
+def Kiln_EmbeddingOp : Kiln_Op<"embedding", [Pure]> {
+  let summary = "Token embedding lookup";
+  let description = [{
+    `result[i, :] = table[tokens[i], :]`; tokens `[n] i32`, table
+    `[vocab, dim]`, result `[n, dim]`.
+
+    ```mlir
+    %h = kiln.embedding %tokens, %table : tensor<?xi32>, tensor<512x64xf32> -> tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_TokenTensor:$tokens, 2DTensorOf<[F16, BF16, F32]>:$table);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat =
+      "$tokens `,` $table attr-dict `:` type($tokens) `,` type($table) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Kiln_RmsNormOp : Kiln_Op<"rms_norm", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "RMS normalization over the innermost dimension";
+  let description = [{
+    Zhang & Sennrich 2019, eq. 4:
+    `y = x / sqrt(mean(x^2) + epsilon) * weight`, per row of `[n, dim]`.
+
+    ```mlir
+    %y = kiln.rms_norm %x, %w {epsilon = 1.0e-05 : f32} : tensor<?x64xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$input, 1DTensorOf<[F16, BF16, F32]>:$weight,
+                       DefaultValuedAttr<F32Attr, "1.0e-6">:$epsilon);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = "$input `,` $weight attr-dict `:` type($input) `,` type($weight)";
+  let hasVerifier = 1;
+}
+
+def Kiln_LinearOp : Kiln_Op<"linear", [Pure]> {
+  let summary = "Linear layer without bias: x * W^T";
+  let description = [{
+    `result[n, out] = input[n, in] * weight[out, in]^T`.
+
+    ```mlir
+    %q = kiln.linear %x, %wq : tensor<?x64xf32>, tensor<64x64xf32> -> tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$input, 2DTensorOf<[F16, BF16, F32]>:$weight);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat =
+      "$input `,` $weight attr-dict `:` type($input) `,` type($weight) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Kiln_RopeOp : Kiln_Op<"rope", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "Rotary position embedding (adjacent-pair layout)";
+  let description = [{
+    RoFormer (Su et al. 2021), eq. 34, in the layout of Meta's Llama code:
+    within each of `num_heads` heads of `head_dim`, the pair `(2i, 2i+1)`,
+    `i < rotary_dim / 2`, of token `t` is rotated by angle
+    `(position + t) / scaling_factor * theta^(-2i / head_dim)`.
+    `scaling_factor` is linear position interpolation (Chen et al. 2023);
+    1.0 means none.
+
+    ```mlir
+    %qr = kiln.rope %q, %pos {num_heads = 8 : i64, head_dim = 8 : i64,
+                              rotary_dim = 8 : i64, theta = 1.0e+04 : f32}
+        : tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$input, Index:$position,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$head_dim,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$rotary_dim,
+                       F32Attr:$theta,
+                       DefaultValuedAttr<F32Attr, "1.0">:$scaling_factor);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = "$input `,` $position attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Kiln_AttentionOp : Kiln_Op<"attention", [
+    MemoryEffects<[MemRead<Kiln_KVCacheResource>, MemWrite<Kiln_KVCacheResource>]>]> {
+  let summary = "Causal grouped-query attention through a KV cache";
+  let description = [{
+    Appends `key`/`value` (`[n, num_kv_heads * head_dim]`) of the new tokens
+    to layer `layer` of `kv_cache` at rows `[position, position + n)`, then
+    computes for each new token `i` and head `h` (GQA, Ainslie et al. 2023:
+    KV head `h / (num_heads / num_kv_heads)`)
+    `softmax(q_i,h . K^T * scale) V` over cached rows `[0, position + i]`.
+    `query` and `result` are `[n, num_heads * head_dim]`.
+
+    ```mlir
+    %o = kiln.attention %q, %k, %v, %cache, %pos
+        {layer = 0 : i64, num_heads = 8 : i64, num_kv_heads = 4 : i64,
+         head_dim = 8 : i64, scale = 0.353553385 : f32}
+        : tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>,
+          !kiln.kv_cache<5, 512, 4, 8, f32> -> tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$query, Kiln_Activation:$key,
+                       Kiln_Activation:$value, Kiln_KVCacheType:$kv_cache,
+                       Index:$position,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$layer,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_kv_heads,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$head_dim,
+                       F32Attr:$scale,
+                       DefaultValuedAttr<BoolAttr, "true">:$causal);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $kv_cache `,` $position attr-dict `:`
+    type($query) `,` type($key) `,` type($value) `,` qualified(type($kv_cache))
+    `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+class Kiln_ElementwiseUnaryOp<string mnemonic, string summaryText>
+    : Kiln_Op<mnemonic, [Pure, SameOperandsAndResultType]> {
+  let summary = summaryText;
+  let arguments = (ins Kiln_Activation:$input);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+class Kiln_ElementwiseBinaryOp<string mnemonic, string summaryText>
+    : Kiln_Op<mnemonic, [Pure, SameOperandsAndResultType]> {
+  let summary = summaryText;
+  let arguments = (ins Kiln_Activation:$lhs, Kiln_Activation:$rhs);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+}
+
+def Kiln_SiluOp : Kiln_ElementwiseUnaryOp<"silu", "SiLU: x * sigmoid(x)"> {
+  let description = [{
+    Elfwing et al. 2017 / Hendrycks & Gimpel 2016 (sigmoid-weighted linear unit).
+
+    ```mlir
+    %s = kiln.silu %gate : tensor<?x172xf32>
+    ```
+  }];
+}
+
+def Kiln_SwigluOp : Kiln_ElementwiseBinaryOp<"swiglu", "SwiGLU gate: silu(gate) * up"> {
+  let description = [{
+    Shazeer 2020, "GLU Variants Improve Transformer", eq. 6 (the gating part;
+    the projections are separate `kiln.linear` ops). `lhs` is the gate.
+
+    ```mlir
+    %a = kiln.swiglu %gate, %up : tensor<?x172xf32>
+    ```
+  }];
+}
+
+def Kiln_MulOp : Kiln_ElementwiseBinaryOp<"mul", "Elementwise product"> {
+  let description = [{
+    ```mlir
+    %p = kiln.mul %a, %b : tensor<?x172xf32>
+    ```
+  }];
+  let hasCanonicalizer = 1;
+}
+
+def Kiln_AddOp : Kiln_ElementwiseBinaryOp<"add", "Elementwise sum (residual)"> {
+  let description = [{
+    ```mlir
+    %h2 = kiln.add %h, %attn_out : tensor<?x64xf32>
+    ```
+  }];
+}
+
+def Kiln_LogitsOp : Kiln_Op<"logits", [Pure]> {
+  let summary = "Classifier logits of the last token";
+  let description = [{
+    `result[0, v] = hidden[n - 1, :] . weight[v, :]`: the language-model head
+    applied to the last token only (what sampling needs after prefill or a
+    decode step). hidden `[n, dim]`, weight `[vocab, dim]`, result
+    `[1, vocab]`.
+
+    ```mlir
+    %l = kiln.logits %h, %wcls : tensor<?x64xf32>, tensor<512x64xf32> -> tensor<1x512xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$hidden, 2DTensorOf<[F16, BF16, F32]>:$weight);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat =
+      "$hidden `,` $weight attr-dict `:` type($hidden) `,` type($weight) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+#endif // KILN_DIALECTS_KILN_IR_KILNOPS_TD

@@ -1,0 +1,33 @@
+//===- KilnTypes.td - kiln dialect types -------------------*- tablegen -*-===//
+
+#ifndef KILN_DIALECTS_KILN_IR_KILNTYPES_TD
+#define KILN_DIALECTS_KILN_IR_KILNTYPES_TD
+
+include "dialects/Kiln/IR/KilnBase.td"
+
+def Kiln_KVCacheType : TypeDef<Kiln_Dialect, "KVCache"> {
+  let mnemonic = "kv_cache";
+  let summary = "Key/value cache of all layers of a decoder";
+  let description = [{
+    `!kiln.kv_cache<layers, max_seq, kv_heads, head_dim, element_type>`:
+    per layer, a key and a value tensor of shape
+    `[max_seq, kv_heads * head_dim]`. Attention ops read and write it; it
+    carries state across prefill and decode calls.
+
+    ```mlir
+    !kiln.kv_cache<5, 512, 4, 8, f32>
+    ```
+  }];
+  let parameters = (ins "int64_t":$numLayers, "int64_t":$maxSeq,
+                        "int64_t":$numKvHeads, "int64_t":$headDim,
+                        "::mlir::Type":$elementType);
+  let assemblyFormat =
+      "`<` $numLayers `,` $maxSeq `,` $numKvHeads `,` $headDim `,` $elementType `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// Bytes of the whole cache (keys and values of every layer).
+    int64_t getSizeInBytes() const;
+  }];
+}
+
+#endif // KILN_DIALECTS_KILN_IR_KILNTYPES_TD

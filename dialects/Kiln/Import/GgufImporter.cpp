@@ -1,0 +1,775 @@
+//===- GgufImporter.cpp - GGUF (llama.cpp) importer -----------------------===//
+//
+// GGUF v2/v3 (llama.cpp docs/gguf.md): "GGUF", uint32 version, uint64
+// tensor_count, uint64 kv_count, the KV pairs, the tensor infos (name, n_dims,
+// ne[n_dims] with ne0 the fastest-varying dim, ggml type, offset relative to
+// the data section), then the data section at the next multiple of
+// `general.alignment` (default 32). All little-endian.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/Kiln/Import/ImportUtils.h"
+#include "dialects/Kiln/Import/Importers.h"
+
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/MathExtras.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <cstring>
+
+using namespace llvm;
+using namespace mlir::kiln::detail;
+
+namespace mlir::kiln {
+
+namespace {
+enum GgufValueType : uint32_t {
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
+};
+
+struct GgufValue {
+  uint32_t type = 0;
+  uint64_t offset = 0; ///< file offset of the value
+  int64_t i = 0;       ///< integer and bool scalars (uint64 above 2^63 wrap)
+  double f = 0.0;      ///< float scalars
+  std::string s;       ///< string scalars
+  uint32_t elemType = 0;
+  uint64_t count = 0;
+  std::vector<std::string> strs; ///< string arrays
+  std::vector<double> nums;      ///< numeric / bool arrays
+
+  bool isInteger() const {
+    return type <= kI32 || type == kBool || type == kU64 || type == kI64;
+  }
+  bool isFloat() const { return type == kF32 || type == kF64; }
+};
+
+struct GgufTensor {
+  std::string name;
+  SmallVector<uint64_t, 4> ne;
+  uint32_t type = 0;
+  uint64_t offset = 0;     ///< relative to the data section
+  uint64_t infoOffset = 0; ///< where the tensor info starts
+};
+
+struct GgufFile {
+  std::string path;
+  uint64_t fileSize = 0;
+  uint32_t version = 0;
+  StringMap<GgufValue> kvs;
+  std::vector<GgufTensor> tensors;
+  StringMap<size_t> tensorIndex;
+  uint64_t dataOffset = 0;
+  std::unique_ptr<MemoryBuffer> buffer;
+};
+} // namespace
+
+static StringRef valueTypeName(uint32_t t) {
+  static const char *const names[] = {"uint8",  "int8",   "uint16", "int16",
+                                      "uint32", "int32",  "float32", "bool",
+                                      "string", "array",  "uint64", "int64",
+                                      "float64"};
+  return t <= kF64 ? names[t] : "unknown";
+}
+
+static StringRef ggmlTypeName(uint32_t t) {
+  switch (t) {
+  case 0: return "F32";
+  case 1: return "F16";
+  case 2: return "Q4_0";
+  case 3: return "Q4_1";
+  case 6: return "Q5_0";
+  case 7: return "Q5_1";
+  case 8: return "Q8_0";
+  case 9: return "Q8_1";
+  case 10: return "Q2_K";
+  case 11: return "Q3_K";
+  case 12: return "Q4_K";
+  case 13: return "Q5_K";
+  case 14: return "Q6_K";
+  case 15: return "Q8_K";
+  case 16: return "IQ2_XXS";
+  case 17: return "IQ2_XS";
+  case 18: return "IQ3_XXS";
+  case 19: return "IQ1_S";
+  case 20: return "IQ4_NL";
+  case 21: return "IQ3_S";
+  case 22: return "IQ2_S";
+  case 23: return "IQ4_XS";
+  case 24: return "I8";
+  case 25: return "I16";
+  case 26: return "I32";
+  case 27: return "I64";
+  case 28: return "F64";
+  case 29: return "IQ1_M";
+  case 30: return "BF16";
+  case 34: return "TQ1_0";
+  case 35: return "TQ2_0";
+  case 39: return "MXFP4";
+  default: return "unknown";
+  }
+}
+
+/// Smallest encoding of one value of `type`, to bound counts read from the
+/// file by the bytes that remain.
+static uint64_t minValueBytes(uint32_t type) {
+  switch (type) {
+  case kU8: case kI8: case kBool: return 1;
+  case kU16: case kI16: return 2;
+  case kU32: case kI32: case kF32: return 4;
+  case kU64: case kI64: case kF64: return 8;
+  case kString: return 8;
+  case kArray: return 12;
+  default: return 1;
+  }
+}
+
+static Error readString(ByteReader &r, std::string &out, const Twine &what) {
+  uint64_t len;
+  uint64_t at = r.offset();
+  if (Error e = r.readU64(len, what + " length"))
+    return e;
+  if (len > r.remaining())
+    return fileError(r.fileName(), what + " at offset " + Twine(at) +
+                                       " has length " + Twine(len) +
+                                       " but only " + Twine(r.remaining()) +
+                                       " bytes remain in the file");
+  StringRef bytes;
+  if (Error e = r.readBytes(len, bytes, what))
+    return e;
+  out = bytes.str();
+  return Error::success();
+}
+
+/// Reads one scalar of `type` into v.i / v.f / v.s.
+static Error readScalar(ByteReader &r, uint32_t type, GgufValue &v,
+                        const Twine &what) {
+  switch (type) {
+  case kU8: case kBool: {
+    uint8_t x;
+    if (Error e = r.readU8(x, what))
+      return e;
+    v.i = x;
+    return Error::success();
+  }
+  case kI8: {
+    uint8_t x;
+    if (Error e = r.readU8(x, what))
+      return e;
+    v.i = static_cast<int8_t>(x);
+    return Error::success();
+  }
+  case kU16: case kI16: {
+    uint16_t x;
+    if (Error e = r.readU16(x, what))
+      return e;
+    v.i = type == kU16 ? int64_t(x) : int64_t(static_cast<int16_t>(x));
+    return Error::success();
+  }
+  case kU32: case kI32: {
+    uint32_t x;
+    if (Error e = r.readU32(x, what))
+      return e;
+    v.i = type == kU32 ? int64_t(x) : int64_t(static_cast<int32_t>(x));
+    return Error::success();
+  }
+  case kU64: case kI64: {
+    uint64_t x;
+    if (Error e = r.readU64(x, what))
+      return e;
+    v.i = static_cast<int64_t>(x);
+    return Error::success();
+  }
+  case kF32: {
+    float x;
+    if (Error e = r.readF32(x, what))
+      return e;
+    v.f = x;
+    return Error::success();
+  }
+  case kF64:
+    return r.readF64(v.f, what);
+  case kString:
+    return readString(r, v.s, what);
+  default:
+    return r.error(what + ": unknown value type " + Twine(type));
+  }
+}
+
+static Error readValue(ByteReader &r, uint32_t type, GgufValue &v,
+                       const Twine &what, int depth) {
+  v.type = type;
+  v.offset = r.offset();
+  if (type != kArray)
+    return readScalar(r, type, v, what);
+  if (depth > 2)
+    return r.error(what + ": arrays nested too deeply");
+  if (Error e = r.readU32(v.elemType, what + " element type"))
+    return e;
+  if (v.elemType > kF64)
+    return r.error(what + ": unknown array element type " +
+                   Twine(v.elemType));
+  uint64_t countAt = r.offset();
+  if (Error e = r.readU64(v.count, what + " element count"))
+    return e;
+  if (v.count > r.remaining() / minValueBytes(v.elemType))
+    return fileError(r.fileName(),
+                     what + ": array of " + Twine(v.count) + " " +
+                         valueTypeName(v.elemType) + " at offset " +
+                         Twine(countAt) + " cannot fit in the " +
+                         Twine(r.remaining()) + " bytes that remain");
+  if (v.elemType == kString)
+    v.strs.reserve(v.count);
+  else if (v.elemType != kArray)
+    v.nums.reserve(v.count);
+  for (uint64_t k = 0; k < v.count; ++k) {
+    GgufValue elem;
+    if (v.elemType == kArray) {
+      if (Error e = readValue(r, kArray, elem, what + "[" + Twine(k) + "]",
+                              depth + 1))
+        return e;
+      continue; // Nested arrays are validated but not kept.
+    }
+    if (Error e = readScalar(r, v.elemType, elem, what + "[" + Twine(k) + "]"))
+      return e;
+    if (v.elemType == kString)
+      v.strs.push_back(std::move(elem.s));
+    else if (v.elemType == kF32 || v.elemType == kF64)
+      v.nums.push_back(elem.f);
+    else
+      v.nums.push_back(static_cast<double>(elem.i));
+  }
+  return Error::success();
+}
+
+static Expected<GgufFile> parseGguf(StringRef path) {
+  GgufFile g;
+  g.path = path.str();
+  Expected<uint64_t> size = getFileSize(path);
+  if (!size)
+    return size.takeError();
+  g.fileSize = *size;
+  ErrorOr<std::unique_ptr<MemoryBuffer>> buf = MemoryBuffer::getFile(
+      path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
+  if (!buf)
+    return fileError(path, "cannot open: " + buf.getError().message());
+  g.buffer = std::move(*buf);
+  g.fileSize = g.buffer->getBufferSize();
+  ByteReader r(path, g.buffer->getBuffer());
+
+  StringRef magic;
+  if (g.fileSize < 4)
+    return fileError(path, "file is " + Twine(g.fileSize) +
+                               " bytes, too small for a GGUF header");
+  if (Error e = r.readBytes(4, magic, "magic"))
+    return std::move(e);
+  if (magic != "GGUF")
+    return fileError(path, "bad magic '" + magic.str() +
+                               "' at offset 0, expected 'GGUF'");
+  if (Error e = r.readU32(g.version, "version"))
+    return std::move(e);
+  if (g.version == 0x03000000u || g.version == 0x02000000u)
+    return fileError(path, "big-endian GGUF files are not supported");
+  if (g.version != 2 && g.version != 3)
+    return fileError(path, "unsupported GGUF version " + Twine(g.version) +
+                               " at offset 4, expected 2 or 3");
+  uint64_t tensorCount, kvCount;
+  if (Error e = r.readU64(tensorCount, "tensor_count"))
+    return std::move(e);
+  if (Error e = r.readU64(kvCount, "kv_count"))
+    return std::move(e);
+  // Each KV takes at least 8 (key length) + 4 (type) + 1 bytes, each tensor
+  // info at least 8 + 4 + 8 + 4 + 8.
+  if (kvCount > r.remaining() / 13)
+    return fileError(path, "kv_count " + Twine(kvCount) +
+                               " at offset 16 cannot fit in the " +
+                               Twine(r.remaining()) + " bytes that remain");
+  if (tensorCount > r.remaining() / 32)
+    return fileError(path, "tensor_count " + Twine(tensorCount) +
+                               " at offset 8 cannot fit in the " +
+                               Twine(r.remaining()) + " bytes that remain");
+
+  for (uint64_t k = 0; k < kvCount; ++k) {
+    std::string key;
+    if (Error e = readString(r, key, "key of KV pair " + Twine(k)))
+      return std::move(e);
+    uint32_t type;
+    if (Error e = r.readU32(type, "type of key '" + key + "'"))
+      return std::move(e);
+    if (type > kF64)
+      return fileError(path, "key '" + key + "' has unknown value type " +
+                                 Twine(type) + " at offset " +
+                                 Twine(r.offset() - 4));
+    GgufValue v;
+    if (Error e = readValue(r, type, v, "value of key '" + key + "'", 0))
+      return std::move(e);
+    g.kvs[key] = std::move(v);
+  }
+
+  g.tensors.reserve(tensorCount);
+  for (uint64_t k = 0; k < tensorCount; ++k) {
+    GgufTensor t;
+    t.infoOffset = r.offset();
+    if (Error e = readString(r, t.name, "name of tensor " + Twine(k)))
+      return std::move(e);
+    uint32_t nDims;
+    if (Error e = r.readU32(nDims, "n_dims of tensor '" + t.name + "'"))
+      return std::move(e);
+    if (nDims == 0 || nDims > 4)
+      return fileError(path, "tensor '" + t.name + "' has n_dims " +
+                                 Twine(nDims) + " at offset " +
+                                 Twine(r.offset() - 4) +
+                                 ", expected 1 to 4");
+    for (uint32_t d = 0; d < nDims; ++d) {
+      uint64_t n;
+      if (Error e = r.readU64(n, "ne[" + Twine(d) + "] of tensor '" +
+                                     t.name + "'"))
+        return std::move(e);
+      if (n == 0 || n > (uint64_t(1) << 40))
+        return fileError(path, "tensor '" + t.name + "' has ne[" + Twine(d) +
+                                   "] = " + Twine(n) + " at offset " +
+                                   Twine(r.offset() - 8) +
+                                   ", expected 1 to 2^40");
+      t.ne.push_back(n);
+    }
+    if (Error e = r.readU32(t.type, "type of tensor '" + t.name + "'"))
+      return std::move(e);
+    if (Error e = r.readU64(t.offset, "offset of tensor '" + t.name + "'"))
+      return std::move(e);
+    if (!g.tensorIndex.try_emplace(t.name, g.tensors.size()).second)
+      return fileError(path, "duplicate tensor name '" + t.name +
+                                 "' at offset " + Twine(t.infoOffset));
+    g.tensors.push_back(std::move(t));
+  }
+
+  uint64_t alignment = 32;
+  auto it = g.kvs.find("general.alignment");
+  if (it != g.kvs.end()) {
+    if (!it->second.isInteger() || it->second.i <= 0 ||
+        !isPowerOf2_64(it->second.i) || it->second.i > (1 << 20))
+      return fileError(path, "general.alignment at offset " +
+                                 Twine(it->second.offset) +
+                                 " must be a power of two integer <= 2^20");
+    alignment = it->second.i;
+  }
+  g.dataOffset = alignTo(r.offset(), alignment);
+  if (g.dataOffset > g.fileSize)
+    return fileError(path, "data section at offset " + Twine(g.dataOffset) +
+                               " is past the end of the file (" +
+                               Twine(g.fileSize) + " bytes)");
+  return g;
+}
+
+//===----------------------------------------------------------------------===//
+// Typed key access
+//===----------------------------------------------------------------------===//
+
+static const GgufValue *findKey(const GgufFile &g, StringRef key) {
+  auto it = g.kvs.find(key);
+  return it == g.kvs.end() ? nullptr : &it->second;
+}
+
+static Error wrongType(const GgufFile &g, StringRef key, const GgufValue &v,
+                       StringRef expected) {
+  return fileError(g.path, "key '" + key + "' at offset " + Twine(v.offset) +
+                               " has type " + valueTypeName(v.type) +
+                               ", expected " + expected);
+}
+
+static Expected<std::optional<int64_t>> getInt(const GgufFile &g,
+                                               StringRef key) {
+  const GgufValue *v = findKey(g, key);
+  if (!v)
+    return std::nullopt;
+  if (!v->isInteger())
+    return wrongType(g, key, *v, "an integer");
+  return v->i;
+}
+
+static Expected<std::optional<double>> getFloat(const GgufFile &g,
+                                                StringRef key) {
+  const GgufValue *v = findKey(g, key);
+  if (!v)
+    return std::nullopt;
+  if (v->isFloat())
+    return v->f;
+  if (v->isInteger())
+    return static_cast<double>(v->i);
+  return wrongType(g, key, *v, "a number");
+}
+
+static Expected<std::optional<std::string>> getString(const GgufFile &g,
+                                                      StringRef key) {
+  const GgufValue *v = findKey(g, key);
+  if (!v)
+    return std::nullopt;
+  if (v->type != kString)
+    return wrongType(g, key, *v, "a string");
+  return v->s;
+}
+
+static Expected<int64_t> getRequiredInt(const GgufFile &g, StringRef key) {
+  Expected<std::optional<int64_t>> v = getInt(g, key);
+  if (!v)
+    return v.takeError();
+  if (!*v)
+    return fileError(g.path, "missing key '" + key + "'");
+  return **v;
+}
+
+//===----------------------------------------------------------------------===//
+// Tokenizer
+//===----------------------------------------------------------------------===//
+
+static Expected<TokenizerDesc> tokenizerFromGguf(const GgufFile &g) {
+  TokenizerDesc tok;
+  const GgufValue *tokens = findKey(g, "tokenizer.ggml.tokens");
+  Expected<std::optional<std::string>> model =
+      getString(g, "tokenizer.ggml.model");
+  if (!model)
+    return model.takeError();
+  if (!tokens)
+    return tok; // No vocabulary in this file.
+  StringRef modelName = model->value_or("llama");
+  if (modelName != "llama")
+    return fileError(g.path, "unsupported tokenizer.ggml.model '" + modelName +
+                                 "' (expected 'llama', SentencePiece)");
+  if (tokens->type != kArray || tokens->elemType != kString)
+    return fileError(g.path, "key 'tokenizer.ggml.tokens' at offset " +
+                                 Twine(tokens->offset) +
+                                 " is not an array of strings");
+  size_t n = tokens->strs.size();
+  tok.model = "spm";
+  tok.pieces = tokens->strs;
+  tok.scores.assign(n, 0.0f);
+  tok.types.assign(n, 1);
+  if (const GgufValue *scores = findKey(g, "tokenizer.ggml.scores")) {
+    if (scores->type != kArray || scores->nums.size() != n)
+      return fileError(g.path, "key 'tokenizer.ggml.scores' at offset " +
+                                   Twine(scores->offset) + " must be an array "
+                                   "of " + Twine(n) + " numbers (one per "
+                                   "token)");
+    for (size_t i = 0; i < n; ++i)
+      tok.scores[i] = static_cast<float>(scores->nums[i]);
+  }
+  if (const GgufValue *types = findKey(g, "tokenizer.ggml.token_type")) {
+    if (types->type != kArray || types->nums.size() != n)
+      return fileError(g.path, "key 'tokenizer.ggml.token_type' at offset " +
+                                   Twine(types->offset) + " must be an array "
+                                   "of " + Twine(n) + " integers (one per "
+                                   "token)");
+    for (size_t i = 0; i < n; ++i)
+      tok.types[i] = static_cast<int32_t>(types->nums[i]);
+  } else {
+    for (size_t i = 0; i < n; ++i)
+      if (isBytePiece(tok.pieces[i]))
+        tok.types[i] = 6;
+  }
+  auto intKey = [&](StringRef key, int64_t dflt) -> Expected<int64_t> {
+    Expected<std::optional<int64_t>> v = getInt(g, key);
+    if (!v)
+      return v.takeError();
+    return v->value_or(dflt);
+  };
+  Expected<int64_t> bos = intKey("tokenizer.ggml.bos_token_id", 1);
+  Expected<int64_t> eos = intKey("tokenizer.ggml.eos_token_id", 2);
+  Expected<int64_t> unk = intKey("tokenizer.ggml.unknown_token_id", 0);
+  Expected<int64_t> addBos = intKey("tokenizer.ggml.add_bos_token", 1);
+  Expected<int64_t> addSpace = intKey("tokenizer.ggml.add_space_prefix", 1);
+  for (Expected<int64_t> *v : {&bos, &eos, &unk, &addBos, &addSpace})
+    if (!*v)
+      return v->takeError();
+  auto clampId = [](int64_t id) {
+    return id < 0 || id > INT32_MAX ? int32_t(-1) : static_cast<int32_t>(id);
+  };
+  tok.bosId = clampId(*bos);
+  tok.eosId = clampId(*eos);
+  tok.unkId = clampId(*unk);
+  tok.addBos = *addBos != 0;
+  tok.addDummyPrefix = *addSpace != 0;
+  tok.byteFallback = true;
+  if (Error e = checkTokenizer(tok, g.path))
+    return std::move(e);
+  return tok;
+}
+
+Expected<TokenizerDesc> readGgufTokenizer(StringRef path) {
+  Expected<GgufFile> g = parseGguf(path);
+  if (!g)
+    return g.takeError();
+  Expected<TokenizerDesc> tok = tokenizerFromGguf(*g);
+  if (!tok)
+    return tok.takeError();
+  if (tok->pieces.empty())
+    return fileError(path, "no tokenizer.ggml.tokens key: the file has no "
+                           "vocabulary");
+  return tok;
+}
+
+//===----------------------------------------------------------------------===//
+// Model
+//===----------------------------------------------------------------------===//
+
+namespace {
+struct ResolvedTensor {
+  const GgufTensor *info = nullptr;
+  TensorSource source;
+};
+} // namespace
+
+/// Maps a GGUF tensor to a TensorSource, checking type, shape and bounds.
+static Expected<ResolvedTensor> resolveTensor(const GgufFile &g,
+                                              StringRef name,
+                                              ArrayRef<int64_t> expected) {
+  auto it = g.tensorIndex.find(name);
+  if (it == g.tensorIndex.end())
+    return fileError(g.path, "missing tensor '" + name + "'");
+  const GgufTensor &t = g.tensors[it->second];
+  ResolvedTensor res;
+  res.info = &t;
+  TensorSource &s = res.source;
+  s.file = g.path;
+  s.tensor = t.name;
+  switch (t.type) {
+  case 0:
+    s.storage = StorageType::F32;
+    break;
+  case 1:
+    s.storage = StorageType::F16;
+    break;
+  case 8:
+    s.storage = StorageType::Q8_0;
+    break;
+  case 30:
+    s.storage = StorageType::BF16;
+    break;
+  default:
+    return fileError(g.path, "tensor '" + name + "' (info at offset " +
+                                 Twine(t.infoOffset) +
+                                 ") has unsupported type " +
+                                 ggmlTypeName(t.type) + " (" + Twine(t.type) +
+                                 "); supported: F32, F16, BF16, Q8_0");
+  }
+  for (uint64_t d : llvm::reverse(t.ne))
+    s.shape.push_back(static_cast<int64_t>(d));
+  if (Error e = checkShape(g.path, name, s.shape, expected))
+    return std::move(e);
+  if (s.storage == StorageType::Q8_0 && t.ne[0] % 32 != 0)
+    return fileError(g.path, "tensor '" + name + "' is Q8_0 but its row "
+                                 "length ne[0] = " + Twine(t.ne[0]) +
+                                 " is not a multiple of 32");
+  std::optional<uint64_t> numel = numElements(s.shape);
+  std::optional<uint64_t> bytes =
+      numel ? storageBytes(s.storage, *numel) : std::nullopt;
+  uint64_t start, end;
+  if (!bytes || addOverflow(g.dataOffset, t.offset, start) ||
+      addOverflow(start, *bytes, end) || end > g.fileSize)
+    return fileError(g.path, "tensor '" + name + "' at offset " +
+                                 Twine(g.dataOffset) + " + " +
+                                 Twine(t.offset) + " with " +
+                                 Twine(bytes.value_or(0)) +
+                                 " bytes extends past the end of the file (" +
+                                 Twine(g.fileSize) + " bytes)");
+  s.offset = start;
+  s.bytes = *bytes;
+  return res;
+}
+
+/// Canonical name -> GGUF tensor name.
+static std::string ggufName(StringRef canonical) {
+  if (canonical == "tok_embeddings")
+    return "token_embd.weight";
+  if (canonical == "norm")
+    return "output_norm.weight";
+  if (canonical == "output")
+    return "output.weight";
+  // layers.<i>.<what>
+  auto [layersPrefix, rest] = canonical.split('.');
+  auto [index, what] = rest.split('.');
+  (void)layersPrefix;
+  static const std::pair<StringRef, StringRef> map[] = {
+      {"attention_norm", "attn_norm"}, {"wq", "attn_q"},
+      {"wk", "attn_k"},                {"wv", "attn_v"},
+      {"wo", "attn_output"},           {"ffn_norm", "ffn_norm"},
+      {"w1", "ffn_gate"},              {"w2", "ffn_down"},
+      {"w3", "ffn_up"}};
+  for (const auto &[from, to] : map)
+    if (what == from)
+      return ("blk." + index + "." + to + ".weight").str();
+  return canonical.str();
+}
+
+Expected<ModelDesc> importGguf(StringRef path, StringRef tokenizer) {
+  Expected<GgufFile> parsed = parseGguf(path);
+  if (!parsed)
+    return parsed.takeError();
+  const GgufFile &g = *parsed;
+
+  Expected<std::optional<std::string>> arch =
+      getString(g, "general.architecture");
+  if (!arch)
+    return arch.takeError();
+  if (!*arch)
+    return fileError(path, "missing key 'general.architecture'");
+  if (**arch != "llama")
+    return fileError(path, "unsupported architecture '" + **arch +
+                               "' (expected 'llama')");
+
+  ModelDesc model;
+  LlamaConfig &c = model.config;
+  c.sourceFormat = "gguf";
+  c.sourcePath = path.str();
+  Expected<std::optional<std::string>> name = getString(g, "general.name");
+  if (!name)
+    return name.takeError();
+  c.name = name->value_or(sys::path::stem(path).str());
+
+  Expected<std::optional<int64_t>> experts = getInt(g, "llama.expert_count");
+  if (!experts)
+    return experts.takeError();
+  if (experts->value_or(0) > 0)
+    return fileError(path, "mixture-of-experts model (llama.expert_count = " +
+                               Twine(**experts) + ") is not supported");
+  Expected<std::optional<std::string>> scaling =
+      getString(g, "llama.rope.scaling.type");
+  if (!scaling)
+    return scaling.takeError();
+  if (*scaling && **scaling != "none")
+    return fileError(path, "unsupported llama.rope.scaling.type '" +
+                               **scaling + "'");
+
+  struct IntField {
+    int64_t *dst;
+    StringRef key;
+  } required[] = {{&c.dim, "llama.embedding_length"},
+                  {&c.hiddenDim, "llama.feed_forward_length"},
+                  {&c.nLayers, "llama.block_count"},
+                  {&c.nHeads, "llama.attention.head_count"},
+                  {&c.maxSeqLen, "llama.context_length"}};
+  for (IntField &f : required) {
+    Expected<int64_t> v = getRequiredInt(g, f.key);
+    if (!v)
+      return v.takeError();
+    *f.dst = *v;
+  }
+  Expected<std::optional<int64_t>> kv = getInt(g, "llama.attention.head_count_kv");
+  Expected<std::optional<double>> eps =
+      getFloat(g, "llama.attention.layer_norm_rms_epsilon");
+  Expected<std::optional<double>> theta = getFloat(g, "llama.rope.freq_base");
+  Expected<std::optional<int64_t>> vocab = getInt(g, "llama.vocab_size");
+  Expected<std::optional<int64_t>> keyLen = getInt(g, "llama.attention.key_length");
+  Expected<std::optional<int64_t>> valLen =
+      getInt(g, "llama.attention.value_length");
+  Expected<std::optional<int64_t>> ropeDims =
+      getInt(g, "llama.rope.dimension_count");
+  if (!kv)
+    return kv.takeError();
+  if (!eps)
+    return eps.takeError();
+  if (!theta)
+    return theta.takeError();
+  if (!vocab)
+    return vocab.takeError();
+  if (!keyLen)
+    return keyLen.takeError();
+  if (!valLen)
+    return valLen.takeError();
+  if (!ropeDims)
+    return ropeDims.takeError();
+  c.nKvHeads = kv->value_or(c.nHeads);
+  c.rmsNormEps = static_cast<float>(eps->value_or(1e-5));
+  c.ropeTheta = static_cast<float>(theta->value_or(10000.0));
+  if (*vocab) {
+    c.vocabSize = **vocab;
+  } else if (const GgufValue *tokens = findKey(g, "tokenizer.ggml.tokens");
+             tokens && tokens->type == kArray) {
+    c.vocabSize = static_cast<int64_t>(tokens->count);
+  } else if (auto emb = g.tensorIndex.find("token_embd.weight");
+             emb != g.tensorIndex.end() &&
+             g.tensors[emb->second].ne.size() == 2) {
+    c.vocabSize = static_cast<int64_t>(g.tensors[emb->second].ne[1]);
+  } else {
+    return fileError(path, "cannot determine the vocabulary size: no "
+                           "'llama.vocab_size' or 'tokenizer.ggml.tokens' "
+                           "key and no 2-D 'token_embd.weight'");
+  }
+  if (c.nHeads > 0 && !*keyLen && c.dim % c.nHeads != 0)
+    return fileError(path, "llama.embedding_length " + Twine(c.dim) +
+                               " is not a multiple of "
+                               "llama.attention.head_count " +
+                               Twine(c.nHeads));
+  c.headDim = keyLen->value_or(c.nHeads > 0 ? c.dim / c.nHeads : 0);
+  if (*valLen && **valLen != c.headDim)
+    return fileError(path, "llama.attention.value_length " + Twine(**valLen) +
+                               " differs from the key length " +
+                               Twine(c.headDim) + " (not supported)");
+  if (*ropeDims && **ropeDims != c.headDim)
+    return fileError(path, "llama.rope.dimension_count " + Twine(**ropeDims) +
+                               " differs from the head dimension " +
+                               Twine(c.headDim) +
+                               " (partial rotary embeddings are not "
+                               "supported)");
+  if (Error e = checkConfig(c, path))
+    return std::move(e);
+
+  // Tied embeddings: no output.weight, or one byte-identical to token_embd.
+  const GgufTensor *embInfo = nullptr;
+  for (const CanonicalWeight &cw : canonicalWeights(c)) {
+    std::string tensorName = ggufName(cw.name);
+    if (cw.name == "output") {
+      const WeightDesc &emb = model.weights.front();
+      bool tied = !g.tensorIndex.count(tensorName);
+      if (!tied) {
+        Expected<ResolvedTensor> out = resolveTensor(g, tensorName, cw.shape);
+        if (!out)
+          return out.takeError();
+        tied = out->info->type == embInfo->type &&
+               out->source.bytes == emb.source.bytes &&
+               std::memcmp(g.buffer->getBufferStart() + out->source.offset,
+                           g.buffer->getBufferStart() + emb.source.offset,
+                           emb.source.bytes) == 0;
+        if (!tied) {
+          model.weights.push_back({cw.name, std::move(out->source), {}});
+          continue;
+        }
+      }
+      c.tiedEmbeddings = true;
+      model.weights.push_back({cw.name, emb.source, {}});
+      continue;
+    }
+    Expected<ResolvedTensor> t = resolveTensor(g, tensorName, cw.shape);
+    if (!t)
+      return t.takeError();
+    if (cw.name == "tok_embeddings")
+      embInfo = t->info;
+    // GGUF Q/K rows are already in adjacent-pair order: no transform.
+    model.weights.push_back({cw.name, std::move(t->source), {}});
+  }
+
+  Expected<TokenizerDesc> tok =
+      tokenizer.empty() ? tokenizerFromGguf(g) : readTokenizer(tokenizer);
+  if (!tok)
+    return tok.takeError();
+  if (static_cast<int64_t>(tok->pieces.size()) > c.vocabSize)
+    return fileError(tokenizer.empty() ? path : tokenizer,
+                     "tokenizer has " + Twine(tok->pieces.size()) +
+                         " pieces but the model's vocab_size is " +
+                         Twine(c.vocabSize));
+  model.tokenizer = std::move(*tok);
+  return model;
+}
+
+} // namespace mlir::kiln

@@ -1,0 +1,460 @@
+//===- HfImporter.cpp - Hugging Face (safetensors) importer ---------------===//
+//
+// A Hugging Face Llama directory: config.json (LlamaForCausalLM) and one or
+// more *.safetensors files (listed by model.safetensors.index.json when
+// sharded). safetensors: uint64 LE header length N, N bytes of JSON
+// {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {..}},
+// then the data; offsets are relative to byte 8 + N.
+//
+// HF stores q_proj/k_proj rows per head in "rotate-half" order; the
+// importer attaches a RopeHalfToAdjacent transform so the materialized
+// weights use the adjacent-pair order of kiln.rope (and llama2.c / GGUF).
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/Kiln/Import/ImportUtils.h"
+#include "dialects/Kiln/Import/Importers.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+using namespace llvm;
+using namespace mlir::kiln::detail;
+
+namespace mlir::kiln {
+
+namespace {
+struct SafeTensor {
+  std::string file;
+  std::string dtype;
+  SmallVector<int64_t, 2> shape;
+  uint64_t offset = 0; ///< absolute file offset
+  uint64_t bytes = 0;
+};
+
+struct SafetensorsIndex {
+  StringMap<SafeTensor> tensors;
+  /// "__metadata__" entries naming another tensor (tied-weight aliases).
+  StringMap<std::string> aliases;
+};
+} // namespace
+
+static std::optional<uint64_t> dtypeSize(StringRef dtype) {
+  return StringSwitch<std::optional<uint64_t>>(dtype)
+      .Cases({"F64", "I64", "U64"}, 8)
+      .Cases({"F32", "I32", "U32"}, 4)
+      .Cases({"F16", "BF16", "I16", "U16"}, 2)
+      .Cases({"I8", "U8", "BOOL", "F8_E4M3", "F8_E5M2"}, 1)
+      .Default(std::nullopt);
+}
+
+static Error parseSafetensors(StringRef file, SafetensorsIndex &index) {
+  Expected<uint64_t> size = getFileSize(file);
+  if (!size)
+    return size.takeError();
+  if (*size < 8)
+    return fileError(file, "file is " + Twine(*size) +
+                               " bytes, too small for the 8-byte safetensors "
+                               "header length");
+  char lenBytes[8];
+  if (Error e = readFileRange(file, 0, lenBytes, "header length"))
+    return e;
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i)
+    n |= uint64_t(static_cast<uint8_t>(lenBytes[i])) << (8 * i);
+  if (n > *size - 8)
+    return fileError(file, "header length " + Twine(n) +
+                               " at offset 0 exceeds the file (" +
+                               Twine(*size) + " bytes)");
+  if (n > (uint64_t(1) << 28))
+    return fileError(file, "header length " + Twine(n) +
+                               " at offset 0 is implausibly large (> 256 MiB)");
+  std::string header(n, '\0');
+  if (Error e = readFileRange(file, 8, header, "JSON header"))
+    return e;
+  Expected<json::Value> root = json::parse(header);
+  if (!root)
+    return fileError(file, "invalid JSON header at offset 8: " +
+                               toString(root.takeError()));
+  const json::Object *top = root->getAsObject();
+  if (!top)
+    return fileError(file, "JSON header at offset 8 is not an object");
+  uint64_t dataStart = 8 + n;
+  for (const auto &kv : *top) {
+    StringRef name = kv.first;
+    if (name == "__metadata__") {
+      if (const json::Object *meta = kv.second.getAsObject())
+        for (const auto &m : *meta)
+          if (std::optional<StringRef> target = m.second.getAsString())
+            if (StringRef(m.first) != "format")
+              index.aliases[StringRef(m.first)] = target->str();
+      continue;
+    }
+    const json::Object *t = kv.second.getAsObject();
+    if (!t)
+      return fileError(file, "header entry '" + name + "' is not an object");
+    SafeTensor st;
+    st.file = file.str();
+    std::optional<StringRef> dtype = t->getString("dtype");
+    const json::Array *shape = t->getArray("shape");
+    const json::Array *offsets = t->getArray("data_offsets");
+    if (!dtype || !shape || !offsets || offsets->size() != 2)
+      return fileError(file, "header entry '" + name +
+                                 "' needs 'dtype' (string), 'shape' (array) "
+                                 "and 'data_offsets' ([begin, end])");
+    st.dtype = dtype->str();
+    for (const json::Value &d : *shape) {
+      std::optional<int64_t> v = d.getAsInteger();
+      if (!v || *v < 0)
+        return fileError(file, "header entry '" + name +
+                                   "': shape must hold non-negative integers");
+      st.shape.push_back(*v);
+    }
+    std::optional<int64_t> begin = (*offsets)[0].getAsInteger();
+    std::optional<int64_t> end = (*offsets)[1].getAsInteger();
+    if (!begin || !end || *begin < 0 || *end < *begin)
+      return fileError(file, "header entry '" + name +
+                                 "': data_offsets must be [begin, end] with "
+                                 "0 <= begin <= end");
+    st.offset = dataStart + static_cast<uint64_t>(*begin);
+    st.bytes = static_cast<uint64_t>(*end - *begin);
+    if (static_cast<uint64_t>(*end) > *size - dataStart)
+      return fileError(file, "tensor '" + name + "': data_offsets [" +
+                                 Twine(*begin) + ", " + Twine(*end) +
+                                 "] (file offsets " + Twine(st.offset) +
+                                 " to " + Twine(dataStart + *end) +
+                                 ") extend past the end of the file (" +
+                                 Twine(*size) + " bytes)");
+    std::optional<uint64_t> numel = numElements(st.shape);
+    std::optional<uint64_t> esize = dtypeSize(st.dtype);
+    if (numel && esize && *numel * *esize != st.bytes)
+      return fileError(file, "tensor '" + name + "': " + st.dtype + " " +
+                                 formatShape(st.shape) + " needs " +
+                                 Twine(*numel * *esize) +
+                                 " bytes but data_offsets span " +
+                                 Twine(st.bytes));
+    if (index.tensors.count(name))
+      return fileError(file, "tensor '" + name +
+                                 "' is also defined in " +
+                                 index.tensors[name].file);
+    index.tensors[name] = std::move(st);
+  }
+  return Error::success();
+}
+
+/// Lists the safetensors files of `dir`.
+static Expected<std::vector<std::string>> listShards(StringRef dir) {
+  std::vector<std::string> files;
+  std::string indexPath = joinPath(dir, "model.safetensors.index.json");
+  if (sys::fs::exists(indexPath)) {
+    ErrorOr<std::unique_ptr<MemoryBuffer>> buf = MemoryBuffer::getFile(
+        indexPath, /*IsText=*/false, /*RequiresNullTerminator=*/false);
+    if (!buf)
+      return fileError(indexPath, "cannot open: " + buf.getError().message());
+    Expected<json::Value> root = json::parse((*buf)->getBuffer());
+    if (!root)
+      return fileError(indexPath,
+                       "invalid JSON: " + toString(root.takeError()));
+    const json::Object *top = root->getAsObject();
+    const json::Object *map = top ? top->getObject("weight_map") : nullptr;
+    if (!map)
+      return fileError(indexPath, "missing object field 'weight_map'");
+    StringMap<bool> seen;
+    for (const auto &kv : *map) {
+      std::optional<StringRef> f = kv.second.getAsString();
+      if (!f)
+        return fileError(indexPath, "weight_map['" + StringRef(kv.first) +
+                                        "'] is not a file name");
+      if (seen.insert({*f, true}).second)
+        files.push_back(joinPath(dir, *f));
+    }
+    llvm::sort(files);
+    return files;
+  }
+  std::error_code ec;
+  for (sys::fs::directory_iterator it(dir, ec), end; it != end && !ec;
+       it.increment(ec))
+    if (StringRef(it->path()).ends_with(".safetensors"))
+      files.push_back(it->path());
+  if (ec)
+    return fileError(dir, "cannot list directory: " + ec.message());
+  llvm::sort(files);
+  if (files.empty())
+    return fileError(dir, "no *.safetensors file (expected a Hugging Face "
+                          "model directory)");
+  return files;
+}
+
+/// Canonical name -> HF tensor name.
+static std::string hfName(StringRef canonical) {
+  if (canonical == "tok_embeddings")
+    return "model.embed_tokens.weight";
+  if (canonical == "norm")
+    return "model.norm.weight";
+  if (canonical == "output")
+    return "lm_head.weight";
+  auto [layersPrefix, rest] = canonical.split('.');
+  auto [index, what] = rest.split('.');
+  (void)layersPrefix;
+  static const std::pair<StringRef, StringRef> map[] = {
+      {"attention_norm", "input_layernorm"},
+      {"wq", "self_attn.q_proj"},
+      {"wk", "self_attn.k_proj"},
+      {"wv", "self_attn.v_proj"},
+      {"wo", "self_attn.o_proj"},
+      {"ffn_norm", "post_attention_layernorm"},
+      {"w1", "mlp.gate_proj"},
+      {"w2", "mlp.down_proj"},
+      {"w3", "mlp.up_proj"}};
+  for (const auto &[from, to] : map)
+    if (what == from)
+      return ("model.layers." + index + "." + to + ".weight").str();
+  return canonical.str();
+}
+
+static Expected<TensorSource> makeSource(const SafeTensor &st, StringRef name,
+                                         ArrayRef<int64_t> expected) {
+  TensorSource s;
+  s.file = st.file;
+  s.tensor = name.str();
+  if (st.dtype == "F32")
+    s.storage = StorageType::F32;
+  else if (st.dtype == "F16")
+    s.storage = StorageType::F16;
+  else if (st.dtype == "BF16")
+    s.storage = StorageType::BF16;
+  else
+    return fileError(st.file, "tensor '" + name + "' has unsupported dtype '" +
+                                  st.dtype + "' (expected F32, F16 or BF16)");
+  s.shape = st.shape;
+  if (Error e = checkShape(st.file, name, s.shape, expected))
+    return std::move(e);
+  s.offset = st.offset;
+  s.bytes = st.bytes;
+  return s;
+}
+
+Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
+  std::string cfgPath = joinPath(dir, "config.json");
+  if (!sys::fs::exists(cfgPath))
+    return fileError(dir, "no config.json (expected a Hugging Face model "
+                          "directory)");
+  ErrorOr<std::unique_ptr<MemoryBuffer>> cfgBuf = MemoryBuffer::getFile(
+      cfgPath, /*IsText=*/false, /*RequiresNullTerminator=*/false);
+  if (!cfgBuf)
+    return fileError(cfgPath, "cannot open: " + cfgBuf.getError().message());
+  Expected<json::Value> cfgJson = json::parse((*cfgBuf)->getBuffer());
+  if (!cfgJson)
+    return fileError(cfgPath,
+                     "invalid JSON: " + toString(cfgJson.takeError()));
+  const json::Object *cfg = cfgJson->getAsObject();
+  if (!cfg)
+    return fileError(cfgPath, "expected a JSON object at the top level");
+
+  // Architecture.
+  const json::Array *archs = cfg->getArray("architectures");
+  bool isLlama = false;
+  std::string archList;
+  if (archs) {
+    for (const json::Value &a : *archs) {
+      std::optional<StringRef> s = a.getAsString();
+      if (!s)
+        continue;
+      archList += (archList.empty() ? "'" : ", '") + s->str() + "'";
+      isLlama |= *s == "LlamaForCausalLM";
+    }
+  } else {
+    isLlama = cfg->getString("model_type") == std::optional<StringRef>("llama");
+    archList = "none";
+  }
+  if (!isLlama)
+    return fileError(cfgPath, "unsupported architectures [" + archList +
+                                  "] (expected 'LlamaForCausalLM')");
+
+  ModelDesc model;
+  LlamaConfig &c = model.config;
+  c.name = sys::path::filename(sys::path::remove_leading_dotslash(dir)).str();
+  if (c.name.empty() || c.name == ".")
+    c.name = "hf-model";
+  c.sourceFormat = "hf";
+  c.sourcePath = dir.str();
+
+  auto intField = [&](StringRef key, std::optional<int64_t> dflt,
+                      int64_t &dst) -> Error {
+    const json::Value *v = cfg->get(key);
+    if (!v || v->kind() == json::Value::Null) {
+      if (dflt) {
+        dst = *dflt;
+        return Error::success();
+      }
+      return fileError(cfgPath, "missing integer field '" + key + "'");
+    }
+    std::optional<int64_t> i = v->getAsInteger();
+    if (!i)
+      return fileError(cfgPath, "field '" + key + "' is not an integer");
+    dst = *i;
+    return Error::success();
+  };
+  if (Error e = intField("hidden_size", std::nullopt, c.dim))
+    return std::move(e);
+  if (Error e = intField("intermediate_size", std::nullopt, c.hiddenDim))
+    return std::move(e);
+  if (Error e = intField("num_hidden_layers", std::nullopt, c.nLayers))
+    return std::move(e);
+  if (Error e = intField("num_attention_heads", std::nullopt, c.nHeads))
+    return std::move(e);
+  if (Error e = intField("num_key_value_heads", c.nHeads, c.nKvHeads))
+    return std::move(e);
+  if (Error e = intField("vocab_size", std::nullopt, c.vocabSize))
+    return std::move(e);
+  if (Error e = intField("max_position_embeddings", 2048, c.maxSeqLen))
+    return std::move(e);
+  if (c.nHeads > 0 && !cfg->get("head_dim") && c.dim % c.nHeads != 0)
+    return fileError(cfgPath, "hidden_size " + Twine(c.dim) +
+                                  " is not a multiple of num_attention_heads " +
+                                  Twine(c.nHeads));
+  if (Error e =
+          intField("head_dim", c.nHeads > 0 ? c.dim / c.nHeads : 0, c.headDim))
+    return std::move(e);
+
+  auto numField = [&](StringRef key, double dflt, float &dst) -> Error {
+    const json::Value *v = cfg->get(key);
+    if (!v || v->kind() == json::Value::Null) {
+      dst = static_cast<float>(dflt);
+      return Error::success();
+    }
+    std::optional<double> d = v->getAsNumber();
+    if (!d)
+      return fileError(cfgPath, "field '" + key + "' is not a number");
+    dst = static_cast<float>(*d);
+    return Error::success();
+  };
+  if (Error e = numField("rms_norm_eps", 1e-6, c.rmsNormEps))
+    return std::move(e);
+  if (Error e = numField("rope_theta", 10000.0, c.ropeTheta))
+    return std::move(e);
+  if (const json::Value *v = cfg->get("rope_scaling");
+      v && v->kind() != json::Value::Null)
+    return fileError(cfgPath, "field 'rope_scaling' is set; RoPE scaling is "
+                              "not supported");
+  for (StringRef key : {"attention_bias", "mlp_bias"})
+    if (cfg->getBoolean(key).value_or(false))
+      return fileError(cfgPath, "field '" + key +
+                                    "' is true; biases are not supported");
+  if (std::optional<StringRef> act = cfg->getString("hidden_act");
+      act && *act != "silu")
+    return fileError(cfgPath, "hidden_act '" + *act +
+                                  "' is not supported (expected 'silu')");
+  bool tieFlag = cfg->getBoolean("tie_word_embeddings").value_or(false);
+  if (Error e = checkConfig(c, cfgPath))
+    return std::move(e);
+
+  // Tensors.
+  Expected<std::vector<std::string>> shards = listShards(dir);
+  if (!shards)
+    return shards.takeError();
+  SafetensorsIndex index;
+  for (const std::string &f : *shards)
+    if (Error e = parseSafetensors(f, index))
+      return std::move(e);
+
+  auto find = [&](StringRef name) -> const SafeTensor * {
+    auto it = index.tensors.find(name);
+    if (it != index.tensors.end())
+      return &it->second;
+    auto alias = index.aliases.find(name);
+    if (alias == index.aliases.end())
+      return nullptr;
+    it = index.tensors.find(alias->second);
+    return it == index.tensors.end() ? nullptr : &it->second;
+  };
+  auto missing = [&](StringRef name) {
+    return fileError(dir, "missing tensor '" + name + "' in " +
+                              Twine(shards->size()) + " safetensors file(s)");
+  };
+
+  std::vector<CanonicalWeight> canon = canonicalWeights(c);
+  // Embedding and classifier, handling every way ties are stored.
+  const SafeTensor *embed = find("model.embed_tokens.weight");
+  const SafeTensor *head = index.tensors.count("lm_head.weight")
+                               ? &index.tensors["lm_head.weight"]
+                               : nullptr;
+  bool aliased = index.aliases.count("model.embed_tokens.weight") ||
+                 index.aliases.count("lm_head.weight");
+  if (!embed && head && (tieFlag || aliased))
+    embed = head; // TinyStories-656K: only lm_head, embed is an alias.
+  if (!embed)
+    return missing("model.embed_tokens.weight");
+  // No lm_head (or only the one standing in for the embedding) means tied;
+  // with both present, tie_word_embeddings decides, as in transformers.
+  bool tied = !head || head == embed || tieFlag;
+  c.tiedEmbeddings = tied;
+
+  for (const CanonicalWeight &cw : canon) {
+    std::string name = hfName(cw.name);
+    WeightDesc w;
+    w.name = cw.name;
+    if (cw.name == "output") {
+      w.source = model.weights.front().source;
+      if (!tied) {
+        Expected<TensorSource> s = makeSource(*head, name, cw.shape);
+        if (!s)
+          return s.takeError();
+        w.source = std::move(*s);
+      }
+      model.weights.push_back(std::move(w));
+      continue;
+    }
+    const SafeTensor *st =
+        cw.name == "tok_embeddings" ? embed : find(name);
+    if (!st)
+      return missing(name);
+    Expected<TensorSource> s =
+        makeSource(*st, cw.name == "tok_embeddings" && st == head
+                            ? StringRef("lm_head.weight")
+                            : StringRef(name),
+                   cw.shape);
+    if (!s)
+      return s.takeError();
+    w.source = std::move(*s);
+    StringRef what = StringRef(cw.name).rsplit('.').second;
+    if (what == "wq")
+      w.transforms.push_back(
+          {WeightTransform::Kind::RopeHalfToAdjacent, c.nHeads});
+    else if (what == "wk")
+      w.transforms.push_back(
+          {WeightTransform::Kind::RopeHalfToAdjacent, c.nKvHeads});
+    model.weights.push_back(std::move(w));
+  }
+
+  // Tokenizer: explicit, else tokenizer.json / tokenizer.model beside.
+  TokenizerDesc tok;
+  std::string tokPath = tokenizer.str();
+  if (tokPath.empty()) {
+    for (StringRef f : {"tokenizer.json", "tokenizer.model"}) {
+      std::string p = joinPath(dir, f);
+      if (sys::fs::exists(p)) {
+        tokPath = p;
+        break;
+      }
+    }
+  }
+  if (!tokPath.empty()) {
+    Expected<TokenizerDesc> t = readTokenizer(tokPath);
+    if (!t)
+      return t.takeError();
+    if (static_cast<int64_t>(t->pieces.size()) > c.vocabSize)
+      return fileError(tokPath, "tokenizer has " + Twine(t->pieces.size()) +
+                                    " pieces but the model's vocab_size is " +
+                                    Twine(c.vocabSize));
+    tok = std::move(*t);
+  }
+  model.tokenizer = std::move(tok);
+  return model;
+}
+
+} // namespace mlir::kiln

@@ -1,0 +1,374 @@
+//===- ImportUtils.cpp - Helpers shared by the importers ------------------===//
+
+#include "dialects/Kiln/Import/ImportUtils.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Endian.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/MathExtras.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <cstring>
+
+using namespace llvm;
+
+namespace mlir::kiln::detail {
+
+Error makeError(const Twine &msg) {
+  return createStringError(inconvertibleErrorCode(), msg);
+}
+
+Error fileError(StringRef file, const Twine &msg) {
+  return makeError(file + ": " + msg);
+}
+
+Error prefixError(StringRef file, Error err) {
+  if (!err)
+    return Error::success();
+  return fileError(file, toString(std::move(err)));
+}
+
+Expected<uint64_t> getFileSize(StringRef path) {
+  sys::fs::file_status status;
+  if (std::error_code ec = sys::fs::status(path, status))
+    return fileError(path, "cannot open: " + ec.message());
+  if (status.type() == sys::fs::file_type::directory_file)
+    return fileError(path, "is a directory, expected a file");
+  return status.getSize();
+}
+
+Error readFileRange(StringRef path, uint64_t offset, MutableArrayRef<char> out,
+                    StringRef what) {
+  Expected<sys::fs::file_t> fd = sys::fs::openNativeFileForRead(path);
+  if (!fd)
+    return fileError(path, "cannot open: " + toString(fd.takeError()));
+  uint64_t done = 0;
+  Error err = Error::success();
+  while (done < out.size()) {
+    Expected<size_t> n = sys::fs::readNativeFileSlice(
+        *fd, out.slice(done), offset + done);
+    if (!n) {
+      err = fileError(path, "cannot read " + what + " at offset " +
+                                Twine(offset + done) + ": " +
+                                toString(n.takeError()));
+      break;
+    }
+    if (*n == 0) {
+      err = fileError(path, "unexpected end of file reading " + what +
+                                " at offset " + Twine(offset + done) +
+                                " (needed " + Twine(out.size()) +
+                                " bytes from offset " + Twine(offset) + ")");
+      break;
+    }
+    done += *n;
+  }
+  sys::fs::closeFile(*fd);
+  return err;
+}
+
+//===----------------------------------------------------------------------===//
+// ByteReader
+//===----------------------------------------------------------------------===//
+
+Error ByteReader::error(const Twine &msg) const {
+  return fileError(file, msg + " at offset " + Twine(offset()));
+}
+
+Error ByteReader::need(uint64_t n, const Twine &what) {
+  if (n <= remaining())
+    return Error::success();
+  return fileError(file, "truncated: " + what + " at offset " +
+                             Twine(offset()) + " needs " + Twine(n) +
+                             " bytes but only " + Twine(remaining()) +
+                             " remain");
+}
+
+template <typename T>
+static T readLE(const char *p) {
+  return support::endian::read<T, llvm::endianness::little>(p);
+}
+
+Error ByteReader::readU8(uint8_t &v, const Twine &what) {
+  if (Error e = need(1, what))
+    return e;
+  v = static_cast<uint8_t>(data[pos]);
+  pos += 1;
+  return Error::success();
+}
+
+Error ByteReader::readU16(uint16_t &v, const Twine &what) {
+  if (Error e = need(2, what))
+    return e;
+  v = readLE<uint16_t>(data.data() + pos);
+  pos += 2;
+  return Error::success();
+}
+
+Error ByteReader::readU32(uint32_t &v, const Twine &what) {
+  if (Error e = need(4, what))
+    return e;
+  v = readLE<uint32_t>(data.data() + pos);
+  pos += 4;
+  return Error::success();
+}
+
+Error ByteReader::readU64(uint64_t &v, const Twine &what) {
+  if (Error e = need(8, what))
+    return e;
+  v = readLE<uint64_t>(data.data() + pos);
+  pos += 8;
+  return Error::success();
+}
+
+Error ByteReader::readI32(int32_t &v, const Twine &what) {
+  uint32_t u;
+  if (Error e = readU32(u, what))
+    return e;
+  v = static_cast<int32_t>(u);
+  return Error::success();
+}
+
+Error ByteReader::readF32(float &v, const Twine &what) {
+  uint32_t u;
+  if (Error e = readU32(u, what))
+    return e;
+  std::memcpy(&v, &u, 4);
+  return Error::success();
+}
+
+Error ByteReader::readF64(double &v, const Twine &what) {
+  uint64_t u;
+  if (Error e = readU64(u, what))
+    return e;
+  std::memcpy(&v, &u, 8);
+  return Error::success();
+}
+
+Error ByteReader::readBytes(uint64_t n, StringRef &out, const Twine &what) {
+  if (Error e = need(n, what))
+    return e;
+  out = data.substr(pos, n);
+  pos += n;
+  return Error::success();
+}
+
+Error ByteReader::skip(uint64_t n, const Twine &what) {
+  if (Error e = need(n, what))
+    return e;
+  pos += n;
+  return Error::success();
+}
+
+//===----------------------------------------------------------------------===//
+// Shapes, config, canonical weights
+//===----------------------------------------------------------------------===//
+
+std::string formatShape(ArrayRef<int64_t> shape) {
+  std::string s;
+  raw_string_ostream os(s);
+  os << '[';
+  interleave(shape, os, ", ");
+  os << ']';
+  return s;
+}
+
+std::optional<uint64_t> numElements(ArrayRef<int64_t> shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0)
+      return std::nullopt;
+    uint64_t r;
+    if (mulOverflow(n, static_cast<uint64_t>(d), r))
+      return std::nullopt;
+    n = r;
+  }
+  return n;
+}
+
+std::optional<uint64_t> storageBytes(StorageType storage, uint64_t numel) {
+  uint64_t r;
+  switch (storage) {
+  case StorageType::F32:
+    if (mulOverflow(numel, 4, r))
+      return std::nullopt;
+    return r;
+  case StorageType::F16:
+  case StorageType::BF16:
+    if (mulOverflow(numel, 2, r))
+      return std::nullopt;
+    return r;
+  case StorageType::Q8_0:
+    if (numel % 32 != 0)
+      return std::nullopt;
+    return numel / 32 * 34;
+  case StorageType::Synthetic:
+    return 0;
+  }
+  return std::nullopt;
+}
+
+static std::string formatFloat(float v) {
+  std::string s;
+  raw_string_ostream(s) << format("%g", static_cast<double>(v));
+  return s;
+}
+
+Error checkConfig(const LlamaConfig &c, StringRef file) {
+  auto positive = [&](int64_t v, StringRef what) -> Error {
+    if (v > 0)
+      return Error::success();
+    return fileError(file, Twine(what) + " is " + Twine(v) +
+                               ", expected a positive value");
+  };
+  if (Error e = positive(c.dim, "dim"))
+    return e;
+  if (Error e = positive(c.hiddenDim, "hidden_dim"))
+    return e;
+  if (Error e = positive(c.nLayers, "n_layers"))
+    return e;
+  if (Error e = positive(c.nHeads, "n_heads"))
+    return e;
+  if (Error e = positive(c.nKvHeads, "n_kv_heads"))
+    return e;
+  if (Error e = positive(c.headDim, "head_dim"))
+    return e;
+  if (Error e = positive(c.vocabSize, "vocab_size"))
+    return e;
+  if (Error e = positive(c.maxSeqLen, "max_seq_len"))
+    return e;
+  // Sizes beyond these bounds are corrupted headers, not models; they would
+  // overflow the shape arithmetic below.
+  constexpr int64_t kMax = int64_t(1) << 24;
+  if (c.dim > kMax || c.hiddenDim > kMax || c.nLayers > 4096 ||
+      c.nHeads > 65536 || c.vocabSize > (int64_t(1) << 26) ||
+      c.maxSeqLen > (int64_t(1) << 26) || c.headDim > 65536)
+    return fileError(file, "implausible hyper-parameters (dim=" + Twine(c.dim) +
+                               ", hidden_dim=" + Twine(c.hiddenDim) +
+                               ", n_layers=" + Twine(c.nLayers) +
+                               ", n_heads=" + Twine(c.nHeads) +
+                               ", vocab_size=" + Twine(c.vocabSize) +
+                               ", seq_len=" + Twine(c.maxSeqLen) + ")");
+  if (c.nHeads % c.nKvHeads != 0)
+    return fileError(file, "n_heads (" + Twine(c.nHeads) +
+                               ") is not a multiple of n_kv_heads (" +
+                               Twine(c.nKvHeads) + ")");
+  if (c.headDim % 2 != 0)
+    return fileError(file, "head_dim " + Twine(c.headDim) +
+                               " is odd; rotary embeddings need an even "
+                               "head dimension");
+  if (!(c.rmsNormEps > 0.0f) || !(c.rmsNormEps < 1.0f))
+    return fileError(file, "rms_norm_eps " + formatFloat(c.rmsNormEps) +
+                               " is outside (0, 1)");
+  if (!(c.ropeTheta > 1.0f) || !std::isfinite(c.ropeTheta))
+    return fileError(file, "rope_theta " + formatFloat(c.ropeTheta) +
+                               " is not a finite value > 1");
+  return Error::success();
+}
+
+std::vector<CanonicalWeight> canonicalWeights(const LlamaConfig &c) {
+  std::vector<CanonicalWeight> ws;
+  int64_t qDim = c.nHeads * c.headDim;
+  int64_t kvDim = c.nKvHeads * c.headDim;
+  ws.push_back({"tok_embeddings", {c.vocabSize, c.dim}});
+  for (int64_t i = 0; i < c.nLayers; ++i) {
+    std::string p = "layers." + std::to_string(i) + ".";
+    ws.push_back({p + "attention_norm", {c.dim}});
+    ws.push_back({p + "wq", {qDim, c.dim}});
+    ws.push_back({p + "wk", {kvDim, c.dim}});
+    ws.push_back({p + "wv", {kvDim, c.dim}});
+    ws.push_back({p + "wo", {c.dim, qDim}});
+    ws.push_back({p + "ffn_norm", {c.dim}});
+    ws.push_back({p + "w1", {c.hiddenDim, c.dim}});
+    ws.push_back({p + "w2", {c.dim, c.hiddenDim}});
+    ws.push_back({p + "w3", {c.hiddenDim, c.dim}});
+  }
+  ws.push_back({"norm", {c.dim}});
+  ws.push_back({"output", {c.vocabSize, c.dim}});
+  return ws;
+}
+
+Error checkShape(StringRef file, StringRef tensor, ArrayRef<int64_t> actual,
+                 ArrayRef<int64_t> expected) {
+  if (actual == expected)
+    return Error::success();
+  return fileError(file, tensor + ": shape " + formatShape(actual) +
+                             " but the config implies " +
+                             formatShape(expected));
+}
+
+//===----------------------------------------------------------------------===//
+// Number formats
+//===----------------------------------------------------------------------===//
+
+float halfToFloat(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {
+      // Subnormal: normalise.
+      int e = -1;
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400) == 0);
+      mant &= 0x3ff;
+      bits = sign | (uint32_t(127 - 15 - e) << 23) | (mant << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+float bf16ToFloat(uint16_t h) {
+  uint32_t bits = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+bool isBytePiece(StringRef piece) {
+  return piece.size() == 6 && piece.starts_with("<0x") &&
+         piece.ends_with(">") && isHexDigit(piece[3]) && isHexDigit(piece[4]);
+}
+
+Error checkTokenizer(const TokenizerDesc &tok, StringRef file) {
+  size_t n = tok.pieces.size();
+  if (tok.scores.size() != n || tok.types.size() != n)
+    return fileError(file, "tokenizer has " + Twine(n) + " pieces but " +
+                               Twine(tok.scores.size()) + " scores and " +
+                               Twine(tok.types.size()) + " types");
+  if (n == 0)
+    return Error::success();
+  auto checkId = [&](int32_t id, StringRef what) -> Error {
+    if (id >= 0 && static_cast<size_t>(id) < n)
+      return Error::success();
+    return fileError(file, Twine(what) + " " + Twine(id) +
+                               " is out of range for a vocabulary of " +
+                               Twine(n) + " pieces");
+  };
+  if (Error e = checkId(tok.bosId, "bos id"))
+    return e;
+  if (Error e = checkId(tok.eosId, "eos id"))
+    return e;
+  return checkId(tok.unkId, "unk id");
+}
+
+std::string joinPath(StringRef dir, StringRef name) {
+  SmallString<256> p(dir);
+  sys::path::append(p, name);
+  return std::string(p);
+}
+
+} // namespace mlir::kiln::detail

@@ -1,0 +1,121 @@
+//===- ImportUtils.h - Helpers shared by the importers ----------*- C++ -*-===//
+//
+// Internal to KilnImport: bounds-checked byte reading, error construction,
+// the canonical weight list and config validation.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_DIALECTS_KILN_IMPORT_IMPORTUTILS_H
+#define KILN_DIALECTS_KILN_IMPORT_IMPORTUTILS_H
+
+#include "dialects/Kiln/Import/ModelDesc.h"
+
+#include "llvm/ADT/STLFunctionalExtras.h"
+#include "llvm/ADT/Twine.h"
+
+#include <optional>
+
+namespace mlir::kiln::detail {
+
+/// An error whose message is `msg`.
+llvm::Error makeError(const llvm::Twine &msg);
+
+/// An error whose message is "<file>: <msg>".
+llvm::Error fileError(llvm::StringRef file, const llvm::Twine &msg);
+
+/// Prefixes the message of `err` (if any) with "<file>: ".
+llvm::Error prefixError(llvm::StringRef file, llvm::Error err);
+
+/// Size of the file at `path`, or an error naming it.
+llvm::Expected<uint64_t> getFileSize(llvm::StringRef path);
+
+/// Reads `size` bytes at `offset` of `path` into `out` (pread-like).
+llvm::Error readFileRange(llvm::StringRef path, uint64_t offset,
+                          llvm::MutableArrayRef<char> out,
+                          llvm::StringRef what);
+
+/// Little-endian reader over an in-memory byte range that never reads past
+/// the end. Offsets in messages are absolute file offsets.
+class ByteReader {
+public:
+  ByteReader(llvm::StringRef file, llvm::StringRef data, uint64_t base = 0)
+      : file(file), data(data), base(base) {}
+
+  uint64_t offset() const { return base + pos; }
+  uint64_t remaining() const { return data.size() - pos; }
+  llvm::StringRef fileName() const { return file; }
+
+  llvm::Error readU8(uint8_t &v, const llvm::Twine &what);
+  llvm::Error readU16(uint16_t &v, const llvm::Twine &what);
+  llvm::Error readU32(uint32_t &v, const llvm::Twine &what);
+  llvm::Error readU64(uint64_t &v, const llvm::Twine &what);
+  llvm::Error readI32(int32_t &v, const llvm::Twine &what);
+  llvm::Error readF32(float &v, const llvm::Twine &what);
+  llvm::Error readF64(double &v, const llvm::Twine &what);
+  llvm::Error readBytes(uint64_t n, llvm::StringRef &out,
+                        const llvm::Twine &what);
+  llvm::Error skip(uint64_t n, const llvm::Twine &what);
+
+  /// Error "<file>: <msg> at offset N".
+  llvm::Error error(const llvm::Twine &msg) const;
+
+private:
+  llvm::Error need(uint64_t n, const llvm::Twine &what);
+
+  std::string file;
+  llvm::StringRef data;
+  uint64_t base;
+  uint64_t pos = 0;
+};
+
+/// Unsigned arithmetic that reports overflow (returns true on overflow).
+inline bool mulOverflow(uint64_t a, uint64_t b, uint64_t &r) {
+  return __builtin_mul_overflow(a, b, &r);
+}
+inline bool addOverflow(uint64_t a, uint64_t b, uint64_t &r) {
+  return __builtin_add_overflow(a, b, &r);
+}
+
+/// "[a, b]".
+std::string formatShape(llvm::ArrayRef<int64_t> shape);
+
+/// Product of `shape`, or std::nullopt on a negative dim or overflow.
+std::optional<uint64_t> numElements(llvm::ArrayRef<int64_t> shape);
+
+/// Bytes taken by `numel` elements of `storage` (Q8_0: numel % 32 == 0).
+std::optional<uint64_t> storageBytes(StorageType storage, uint64_t numel);
+
+/// Checks the hyper-parameters are sane; errors name `file`.
+llvm::Error checkConfig(const LlamaConfig &config, llvm::StringRef file);
+
+/// A canonical weight name with the shape the config implies for it.
+struct CanonicalWeight {
+  std::string name;
+  llvm::SmallVector<int64_t, 2> shape;
+};
+
+/// All canonical weights of `config`, in canonical order (see WeightDesc).
+std::vector<CanonicalWeight> canonicalWeights(const LlamaConfig &config);
+
+/// Error "<file>: <tensor>: shape [..] but the config implies [..]" when the
+/// shapes differ.
+llvm::Error checkShape(llvm::StringRef file, llvm::StringRef tensor,
+                       llvm::ArrayRef<int64_t> actual,
+                       llvm::ArrayRef<int64_t> expected);
+
+/// IEEE binary16 / bfloat16 to binary32.
+float halfToFloat(uint16_t h);
+float bf16ToFloat(uint16_t h);
+
+/// Returns true if `piece` is spelled "<0xXX>" (two hex digits).
+bool isBytePiece(llvm::StringRef piece);
+
+/// Checks pieces/scores/types agree and special ids are in range.
+llvm::Error checkTokenizer(const TokenizerDesc &tok, llvm::StringRef file);
+
+/// Returns the path of `name` in `dir`.
+std::string joinPath(llvm::StringRef dir, llvm::StringRef name);
+
+} // namespace mlir::kiln::detail
+
+#endif // KILN_DIALECTS_KILN_IMPORT_IMPORTUTILS_H

@@ -1,0 +1,230 @@
+//===- Llama2cImporter.cpp - llama2.c checkpoint importer -----------------===//
+//
+// llama2.c legacy (version 0) checkpoints, as written by export.py
+// `legacy_export` and read by run.c: a header of 7 little-endian int32
+// (dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len; a
+// negative vocab_size means the classifier is not shared), then float32
+// weights, each matrix row-major [out][in]:
+//   token_embedding [vocab][dim], rms_att [L][dim], wq [L][dim][dim],
+//   wk [L][kv_dim][dim], wv [L][kv_dim][dim], wo [L][dim][dim],
+//   rms_ffn [L][dim], w1 [L][hidden][dim], w2 [L][dim][hidden],
+//   w3 [L][hidden][dim], rms_final [dim], freq_cis_real [seq][hs/2],
+//   freq_cis_imag [seq][hs/2], then wcls [vocab][dim] when not shared.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/Kiln/Import/ImportUtils.h"
+#include "dialects/Kiln/Import/Importers.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MathExtras.h"
+#include "llvm/Support/Path.h"
+
+using namespace llvm;
+using namespace mlir::kiln::detail;
+
+namespace mlir::kiln {
+
+namespace {
+/// Lays out consecutive float32 tensors, checking for overflow.
+class Layout {
+public:
+  explicit Layout(uint64_t start) : cursor(start) {}
+
+  /// Reserves `count` tensors of `shape`; returns the offset of the first.
+  uint64_t add(ArrayRef<int64_t> shape, uint64_t count = 1) {
+    uint64_t numel = numElements(shape).value_or(0);
+    uint64_t bytes;
+    uint64_t start = cursor;
+    if (mulOverflow(numel, 4, bytes) ||
+        mulOverflow(bytes, count, bytes) ||
+        addOverflow(cursor, bytes, cursor))
+      overflow = true;
+    return start;
+  }
+
+  uint64_t cursor;
+  bool overflow = false;
+};
+} // namespace
+
+/// Finds the tokenizer beside a llama2.c checkpoint: tok<vocab>.bin, then
+/// tokenizer.bin, then any other tok*.bin with `vocabSize` pieces.
+static Expected<TokenizerDesc> findLlama2cTokenizer(StringRef modelPath,
+                                                    int64_t vocabSize) {
+  SmallString<256> dir = sys::path::parent_path(modelPath);
+  if (dir.empty())
+    dir = ".";
+  std::vector<std::string> candidates;
+  candidates.push_back(joinPath(dir, "tok" + std::to_string(vocabSize) + ".bin"));
+  candidates.push_back(joinPath(dir, "tokenizer.bin"));
+  std::vector<std::string> others;
+  std::error_code ec;
+  for (sys::fs::directory_iterator it(dir, ec), end; it != end && !ec;
+       it.increment(ec)) {
+    StringRef name = sys::path::filename(it->path());
+    if (name.starts_with("tok") && name.ends_with(".bin"))
+      others.push_back(it->path());
+  }
+  llvm::sort(others);
+  candidates.insert(candidates.end(), others.begin(), others.end());
+
+  std::string mismatches;
+  StringMap<bool> seen;
+  for (const std::string &path : candidates) {
+    if (!seen.insert({path, true}).second || !sys::fs::is_regular_file(path))
+      continue;
+    if (sys::fs::equivalent(path, modelPath))
+      continue;
+    Expected<TokenizerDesc> tok = readLlama2cTokenizer(path);
+    if (!tok) {
+      // A candidate that is not a tokenizer at all is only a problem if no
+      // other one fits.
+      mismatches += "; " + toString(tok.takeError());
+      continue;
+    }
+    if (static_cast<int64_t>(tok->pieces.size()) == vocabSize)
+      return tok;
+    mismatches += "; " + path + " has " + std::to_string(tok->pieces.size()) +
+                  " pieces";
+  }
+  if (mismatches.empty())
+    return TokenizerDesc{}; // No tokenizer beside the model: leave it empty.
+  return fileError(modelPath, "no tokenizer beside the checkpoint has " +
+                                  Twine(vocabSize) + " pieces (vocab_size)" +
+                                  mismatches +
+                                  "; pass the tokenizer explicitly");
+}
+
+Expected<ModelDesc> importLlama2c(StringRef path, StringRef tokenizer) {
+  Expected<uint64_t> fileSize = getFileSize(path);
+  if (!fileSize)
+    return fileSize.takeError();
+  if (*fileSize < 28)
+    return fileError(path, "file is " + Twine(*fileSize) +
+                               " bytes, too small for the 28-byte llama2.c "
+                               "header");
+  char header[28];
+  if (Error e = readFileRange(path, 0, header, "llama2.c header"))
+    return std::move(e);
+  ByteReader r(path, StringRef(header, 28));
+  int32_t h[7];
+  static const char *const names[7] = {"dim",        "hidden_dim", "n_layers",
+                                       "n_heads",    "n_kv_heads", "vocab_size",
+                                       "seq_len"};
+  for (int i = 0; i < 7; ++i)
+    if (Error e = r.readI32(h[i], names[i]))
+      return std::move(e);
+
+  ModelDesc model;
+  LlamaConfig &c = model.config;
+  c.name = sys::path::stem(path).str();
+  c.sourceFormat = "llama2c";
+  c.sourcePath = path.str();
+  c.dim = h[0];
+  c.hiddenDim = h[1];
+  c.nLayers = h[2];
+  c.nHeads = h[3];
+  c.nKvHeads = h[4];
+  c.tiedEmbeddings = h[5] > 0;
+  c.vocabSize = h[5] == INT32_MIN ? 0 : std::abs(h[5]);
+  c.maxSeqLen = h[6];
+  c.headDim = c.nHeads > 0 ? c.dim / c.nHeads : 0;
+  c.rmsNormEps = 1e-5f;
+  c.ropeTheta = 10000.0f;
+
+  std::string headerText;
+  {
+    raw_string_ostream os(headerText);
+    os << "dim=" << h[0] << ", hidden_dim=" << h[1] << ", n_layers=" << h[2]
+       << ", n_heads=" << h[3] << ", n_kv_heads=" << h[4]
+       << ", vocab_size=" << h[5] << ", seq_len=" << h[6];
+  }
+  if (h[5] == 0 || h[5] == INT32_MIN)
+    return fileError(path, "header (" + headerText +
+                               ") has vocab_size " + Twine(h[5]) +
+                               ", expected a non-zero value");
+  if (c.nHeads > 0 && c.dim % c.nHeads != 0)
+    return fileError(path, "header (" + headerText + "): dim " +
+                               Twine(c.dim) +
+                               " is not a multiple of n_heads " +
+                               Twine(c.nHeads));
+  if (Error e = checkConfig(c, path))
+    return fileError(path, "bad llama2.c header (" + headerText +
+                               "): " + toString(std::move(e)));
+
+  // Lay out the tensors.
+  int64_t dim = c.dim, hidden = c.hiddenDim, layers = c.nLayers;
+  int64_t kvDim = c.nKvHeads * c.headDim;
+  Layout l(28);
+  uint64_t tokEmb = l.add({c.vocabSize, dim});
+  uint64_t rmsAtt = l.add({dim}, layers);
+  uint64_t wq = l.add({dim, dim}, layers);
+  uint64_t wk = l.add({kvDim, dim}, layers);
+  uint64_t wv = l.add({kvDim, dim}, layers);
+  uint64_t wo = l.add({dim, dim}, layers);
+  uint64_t rmsFfn = l.add({dim}, layers);
+  uint64_t w1 = l.add({hidden, dim}, layers);
+  uint64_t w2 = l.add({dim, hidden}, layers);
+  uint64_t w3 = l.add({hidden, dim}, layers);
+  uint64_t rmsFinal = l.add({dim});
+  l.add({c.maxSeqLen, c.headDim / 2}, 2); // freq_cis_real, freq_cis_imag
+  uint64_t wcls = c.tiedEmbeddings ? tokEmb : l.add({c.vocabSize, dim});
+  if (l.overflow)
+    return fileError(path, "header (" + headerText +
+                               ") implies a size that overflows 64 bits");
+  if (l.cursor != *fileSize)
+    return fileError(path, "file is " + Twine(*fileSize) +
+                               " bytes but the header (" + headerText +
+                               ") implies " + Twine(l.cursor));
+
+  auto make = [&](StringRef canonical, StringRef tensor, uint64_t base,
+                  ArrayRef<int64_t> shape, int64_t layer) {
+    WeightDesc w;
+    w.name = canonical.str();
+    w.source.file = path.str();
+    w.source.tensor = layer < 0 ? tensor.str()
+                                : (tensor + "[" + Twine(layer) + "]").str();
+    w.source.storage = StorageType::F32;
+    w.source.shape.assign(shape.begin(), shape.end());
+    w.source.bytes = *numElements(shape) * 4;
+    w.source.offset = base + (layer < 0 ? 0 : uint64_t(layer) * w.source.bytes);
+    model.weights.push_back(std::move(w));
+  };
+
+  make("tok_embeddings", "token_embedding_table", tokEmb, {c.vocabSize, dim},
+       -1);
+  for (int64_t i = 0; i < layers; ++i) {
+    std::string p = "layers." + std::to_string(i) + ".";
+    make(p + "attention_norm", "rms_att_weight", rmsAtt, {dim}, i);
+    make(p + "wq", "wq", wq, {dim, dim}, i);
+    make(p + "wk", "wk", wk, {kvDim, dim}, i);
+    make(p + "wv", "wv", wv, {kvDim, dim}, i);
+    make(p + "wo", "wo", wo, {dim, dim}, i);
+    make(p + "ffn_norm", "rms_ffn_weight", rmsFfn, {dim}, i);
+    make(p + "w1", "w1", w1, {hidden, dim}, i);
+    make(p + "w2", "w2", w2, {dim, hidden}, i);
+    make(p + "w3", "w3", w3, {hidden, dim}, i);
+  }
+  make("norm", "rms_final_weight", rmsFinal, {dim}, -1);
+  make("output", c.tiedEmbeddings ? "token_embedding_table" : "wcls", wcls,
+       {c.vocabSize, dim}, -1);
+
+  // Tokenizer.
+  Expected<TokenizerDesc> tok = tokenizer.empty()
+                                    ? findLlama2cTokenizer(path, c.vocabSize)
+                                    : readTokenizer(tokenizer);
+  if (!tok)
+    return tok.takeError();
+  if (static_cast<int64_t>(tok->pieces.size()) > c.vocabSize)
+    return fileError(tokenizer.empty() ? path : tokenizer,
+                     "tokenizer has " + Twine(tok->pieces.size()) +
+                         " pieces but the model's vocab_size is " +
+                         Twine(c.vocabSize));
+  model.tokenizer = std::move(*tok);
+  return model;
+}
+
+} // namespace mlir::kiln

@@ -1,0 +1,212 @@
+//===- Materialize.cpp - Decode one weight to float32 ---------------------===//
+//
+// materializeWeight() reads only the bytes of one tensor (in bounded chunks,
+// so memory stays at the output buffer plus a few MiB), decodes F32 / F16 /
+// BF16 / Q8_0 to float32, or generates synthetic values, then applies the
+// pending transforms in place.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/Kiln/Import/ImportUtils.h"
+#include "dialects/Kiln/Import/ModelDesc.h"
+
+#include "llvm/ADT/ScopeExit.h"
+#include "llvm/Support/Endian.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/ADT/bit.h"
+
+#include <cstring>
+
+using namespace llvm;
+using namespace mlir::kiln::detail;
+
+namespace mlir::kiln {
+
+/// splitmix64 (Steele et al. 2014): a counter-based generator, so element i
+/// of a tensor is a pure function of (seed, i).
+static uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static void generateSynthetic(const TensorSource &s, MutableArrayRef<float> out) {
+  if (s.scale == 0.0f) {
+    std::fill(out.begin(), out.end(), s.center);
+    return;
+  }
+  uint64_t base = splitmix64(s.seed);
+  for (size_t i = 0, e = out.size(); i < e; ++i) {
+    // 24 random bits -> an exact float in [-1, 1).
+    int32_t r = static_cast<int32_t>(splitmix64(base + i) >> 40) - (1 << 23);
+    float u = static_cast<float>(r) * 0x1p-23f;
+    float scaled = u * s.scale;
+    out[i] = scaled + s.center;
+  }
+}
+
+namespace {
+/// Reads a file range in chunks.
+class ChunkedReader {
+public:
+  ChunkedReader(StringRef file, sys::fs::file_t fd, uint64_t offset)
+      : file(file), fd(fd), offset(offset) {}
+
+  Error read(MutableArrayRef<char> buf, StringRef tensor) {
+    uint64_t done = 0;
+    while (done < buf.size()) {
+      Expected<size_t> n =
+          sys::fs::readNativeFileSlice(fd, buf.slice(done), offset + done);
+      if (!n)
+        return fileError(file, "tensor '" + tensor + "': read error at offset " +
+                                   Twine(offset + done) + ": " +
+                                   toString(n.takeError()));
+      if (*n == 0)
+        return fileError(file, "tensor '" + tensor +
+                                   "': unexpected end of file at offset " +
+                                   Twine(offset + done) +
+                                   " (the file changed or is truncated)");
+      done += *n;
+    }
+    offset += buf.size();
+    return Error::success();
+  }
+
+private:
+  StringRef file;
+  sys::fs::file_t fd;
+  uint64_t offset;
+};
+} // namespace
+
+static Error decodeFromFile(const TensorSource &s, MutableArrayRef<float> out) {
+  std::optional<uint64_t> bytes = storageBytes(s.storage, out.size());
+  if (!bytes || *bytes != s.bytes)
+    return fileError(s.file, "tensor '" + s.tensor + "' at offset " +
+                                 Twine(s.offset) + ": " + Twine(s.bytes) +
+                                 " stored bytes do not hold " +
+                                 Twine(out.size()) + " " +
+                                 stringifyStorageType(s.storage) +
+                                 " elements");
+  Expected<sys::fs::file_t> fd = sys::fs::openNativeFileForRead(s.file);
+  if (!fd)
+    return fileError(s.file, "cannot open to read tensor '" + s.tensor +
+                                 "': " + toString(fd.takeError()));
+  scope_exit closeOnExit([&] { sys::fs::closeFile(*fd); });
+  ChunkedReader reader(s.file, *fd, s.offset);
+
+  if (s.storage == StorageType::F32) {
+    MutableArrayRef<char> raw(reinterpret_cast<char *>(out.data()),
+                              out.size() * sizeof(float));
+    if (Error e = reader.read(raw, s.tensor))
+      return e;
+    if constexpr (!sys::IsLittleEndianHost)
+      for (float &f : out) {
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        u = llvm::byteswap(u);
+        std::memcpy(&f, &u, 4);
+      }
+    return Error::success();
+  }
+
+  // Chunked decode: F16/BF16 in 1M-element chunks, Q8_0 in 32K blocks.
+  constexpr size_t kChunkBytes = size_t(2) << 20;
+  std::vector<char> buf;
+  size_t produced = 0;
+  if (s.storage == StorageType::F16 || s.storage == StorageType::BF16) {
+    bool half = s.storage == StorageType::F16;
+    while (produced < out.size()) {
+      size_t n = std::min(out.size() - produced, kChunkBytes / 2);
+      buf.resize(n * 2);
+      if (Error e = reader.read(buf, s.tensor))
+        return e;
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t v = support::endian::read16le(buf.data() + 2 * i);
+        out[produced + i] = half ? halfToFloat(v) : bf16ToFloat(v);
+      }
+      produced += n;
+    }
+    return Error::success();
+  }
+  if (s.storage == StorageType::Q8_0) {
+    constexpr size_t kBlock = 34;
+    size_t blocksPerChunk = kChunkBytes / kBlock;
+    size_t totalBlocks = out.size() / 32;
+    size_t block = 0;
+    while (block < totalBlocks) {
+      size_t nb = std::min(totalBlocks - block, blocksPerChunk);
+      buf.resize(nb * kBlock);
+      if (Error e = reader.read(buf, s.tensor))
+        return e;
+      for (size_t b = 0; b < nb; ++b) {
+        const char *p = buf.data() + b * kBlock;
+        float d = halfToFloat(support::endian::read16le(p));
+        float *dst = out.data() + (block + b) * 32;
+        for (int j = 0; j < 32; ++j)
+          dst[j] = d * static_cast<float>(static_cast<int8_t>(p[2 + j]));
+      }
+      block += nb;
+    }
+    return Error::success();
+  }
+  return fileError(s.file, "tensor '" + s.tensor + "': storage " +
+                               stringifyStorageType(s.storage) +
+                               " cannot be read from a file");
+}
+
+/// Per head of `rows / heads` rows: adjacent-pair row 2i <- rotate-half row
+/// i, row 2i+1 <- row i + hd/2 (inverse of HF's convert_llama_weights_to_hf
+/// permute, same as llama.cpp's convert_hf_to_gguf permute).
+static Error ropeHalfToAdjacent(const WeightDesc &w, int64_t heads,
+                                MutableArrayRef<float> data) {
+  ArrayRef<int64_t> shape = w.source.shape;
+  if (shape.size() != 2 || heads <= 0 || shape[0] % heads != 0 ||
+      (shape[0] / heads) % 2 != 0)
+    return makeError("weight '" + w.name + "' (" + w.source.file + ", tensor '" +
+                     w.source.tensor + "'): RopeHalfToAdjacent with " +
+                     Twine(heads) + " heads does not fit shape " +
+                     formatShape(shape));
+  size_t headDim = shape[0] / heads;
+  size_t cols = shape[1];
+  size_t half = headDim / 2;
+  std::vector<float> tmp(headDim * cols);
+  for (int64_t h = 0; h < heads; ++h) {
+    float *head = data.data() + h * headDim * cols;
+    std::memcpy(tmp.data(), head, tmp.size() * sizeof(float));
+    for (size_t i = 0; i < half; ++i) {
+      std::memcpy(head + (2 * i) * cols, tmp.data() + i * cols,
+                  cols * sizeof(float));
+      std::memcpy(head + (2 * i + 1) * cols, tmp.data() + (i + half) * cols,
+                  cols * sizeof(float));
+    }
+  }
+  return Error::success();
+}
+
+Error materializeWeight(const WeightDesc &w, MutableArrayRef<float> out) {
+  const TensorSource &s = w.source;
+  std::optional<uint64_t> numel = numElements(s.shape);
+  if (!numel || *numel != out.size())
+    return makeError("weight '" + w.name + "': output buffer holds " +
+                     Twine(out.size()) + " floats but the shape " +
+                     formatShape(s.shape) + " needs " +
+                     Twine(numel.value_or(0)));
+  if (s.storage == StorageType::Synthetic) {
+    generateSynthetic(s, out);
+  } else if (Error e = decodeFromFile(s, out)) {
+    return e;
+  }
+  for (const WeightTransform &t : w.transforms) {
+    switch (t.kind) {
+    case WeightTransform::Kind::RopeHalfToAdjacent:
+      if (Error e = ropeHalfToAdjacent(w, t.heads, out))
+        return e;
+      break;
+    }
+  }
+  return Error::success();
+}
+
+} // namespace mlir::kiln

@@ -1,0 +1,132 @@
+//===- PlanOps.td - plan dialect ---------------------------*- tablegen -*-===//
+//
+// The executable plan: static buffers carved out of one activation arena,
+// weights at fixed offsets of the weights file, KV-cache views, and kernel
+// calls. One func.func per entry point (prefill, decode) taking the token
+// count `n` and the start position `pos`.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_DIALECTS_PLAN_IR_PLANOPS_TD
+#define KILN_DIALECTS_PLAN_IR_PLANOPS_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+def Plan_Dialect : Dialect {
+  let name = "plan";
+  let cppNamespace = "::mlir::kiln::plan";
+  let summary = "Executable plans: static buffers and kernel calls";
+  let dependentDialects = ["::mlir::func::FuncDialect", "::mlir::arith::ArithDialect"];
+}
+
+class Plan_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Plan_Dialect, mnemonic, traits>;
+
+def Plan_Buffer : MemRefOf<[F16, BF16, F32, I32]>;
+
+def Plan_WeightOp : Plan_Op<"weight", [Symbol, IsolatedFromAbove]> {
+  let summary = "A weight at a fixed byte offset of the artifact's weights file";
+  let description = [{
+    `offset` is the byte offset (a multiple of 64) of the weight in
+    `weights.bin`; weights with identical recipes share one offset.
+
+    ```mlir
+    plan.weight @layers.0.wq : memref<64x64xf32> {offset = 4096 : i64}
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypeAttrOf<Plan_Buffer>:$type,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$offset);
+  let assemblyFormat = "$sym_name `:` $type attr-dict";
+  let hasVerifier = 1;
+}
+
+def Plan_WeightRefOp : Plan_Op<"weight_ref",
+    [Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "The buffer of a plan.weight";
+  let arguments = (ins FlatSymbolRefAttr:$name);
+  let results = (outs Plan_Buffer:$result);
+  let assemblyFormat = "$name attr-dict `:` type($result)";
+}
+
+def Plan_ArenaViewOp : Plan_Op<"arena_view", [Pure]> {
+  let summary = "A buffer at a static byte offset of the activation arena";
+  let description = [{
+    The memory plan fixed `offset` (bytes, 64-aligned) for the largest
+    size of this buffer; `dynamic_sizes` give the `?` dimensions at run time.
+
+    ```mlir
+    %x = plan.arena_view [1024] (%n) : memref<?x64xf32>
+    ```
+  }];
+  let arguments = (ins ConfinedAttr<I64Attr, [IntNonNegative]>:$offset,
+                       Variadic<Index>:$dynamic_sizes);
+  let results = (outs Plan_Buffer:$result);
+  let assemblyFormat = "`[` $offset `]` (`(` $dynamic_sizes^ `)`)? attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Plan_KVCacheViewOp : Plan_Op<"kv_cache_view", [Pure]> {
+  let summary = "Keys or values of one layer of the KV cache";
+  let description = [{
+    `memref<max_seq x (kv_heads * head_dim)>` at float offset
+    `(layer * 2 + part) * max_seq * kv_dim` of the runtime's KV cache;
+    `part` 0 is keys, 1 is values.
+
+    ```mlir
+    %k = plan.kv_cache_view layer 0 part 0 : memref<512x32xf32>
+    ```
+  }];
+  let arguments = (ins ConfinedAttr<I64Attr, [IntNonNegative]>:$layer,
+                       ConfinedAttr<I64Attr, [IntMinValue<0>, IntMaxValue<1>]>:$part);
+  let results = (outs Plan_Buffer:$result);
+  let assemblyFormat = "`layer` $layer `part` $part attr-dict `:` type($result)";
+}
+
+def Plan_TokensOp : Plan_Op<"tokens", [Pure]> {
+  let summary = "The entry point's input token ids";
+  let arguments = (ins Index:$count);
+  let results = (outs MemRefRankOf<[I32], [1]>:$result);
+  let assemblyFormat = "`(` $count `)` attr-dict `:` type($result)";
+}
+
+def Plan_LogitsOp : Plan_Op<"logits", [Pure]> {
+  let summary = "The entry point's output logits buffer";
+  let results = (outs Plan_Buffer:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+}
+
+def Plan_RowOp : Plan_Op<"row", [Pure]> {
+  let summary = "One row of a rank-2 buffer, as a [1, width] buffer";
+  let description = [{
+    ```mlir
+    %last = plan.row %hidden[%n_minus_1] : memref<?x64xf32> -> memref<1x64xf32>
+    ```
+  }];
+  let arguments = (ins MemRefRankOf<[F16, BF16, F32], [2]>:$source, Index:$row);
+  let results = (outs MemRefRankOf<[F16, BF16, F32], [2]>:$result);
+  let assemblyFormat = "$source `[` $row `]` attr-dict `:` type($source) `->` type($result)";
+}
+
+def Plan_CallKernelOp : Plan_Op<"call_kernel", [
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "Call a runtime kernel from kernel_abi.h";
+  let description = [{
+    Calls `callee`, a function of the runtime's kernel ABI
+    (runtime/include/kiln_rt/kernel_abi.h), with the operands in order:
+    buffers pass their base pointer, `index` values an int64_t, `f32`
+    values a float.
+
+    ```mlir
+    plan.call_kernel "kiln_k_rms_norm"(%x, %w, %y, %n, %c64, %eps)
+        : memref<?x64xf32>, memref<64xf32>, memref<?x64xf32>, index, index, f32
+    ```
+  }];
+  let arguments = (ins StrAttr:$callee, Variadic<AnyType>:$args);
+  let assemblyFormat = "$callee `(` $args `)` attr-dict `:` type($args)";
+  let hasVerifier = 1;
+}
+
+#endif // KILN_DIALECTS_PLAN_IR_PLANOPS_TD

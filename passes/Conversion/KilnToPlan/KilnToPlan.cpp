@@ -1,0 +1,293 @@
+//===- KilnToPlan.cpp - kiln graph IR to the plan dialect -----------------===//
+//
+// After memory planning every activation has an arena offset; this lowering
+// turns tensors into buffers at those offsets and each kiln op into one call
+// of the runtime kernel ABI (runtime/include/kiln_rt/kernel_abi.h). The
+// entry points change signature (tensors -> token count and position), so
+// the lowering rebuilds each function rather than converting it in place.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Conversion/Passes.h"
+
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/MathExtras.h"
+
+namespace mlir::kiln {
+#define GEN_PASS_DEF_LOWERTOPLANPASS
+#include "passes/Conversion/Passes.h.inc"
+
+namespace {
+struct LowerToPlanPass final : impl::LowerToPlanPassBase<LowerToPlanPass> {
+  using Base::Base;
+  void runOnOperation() override;
+};
+
+/// Lowers the body of one entry point.
+class FunctionLowering {
+public:
+  FunctionLowering(func::FuncOp source, func::FuncOp target)
+      : source(source), builder(target.getBody()) {
+    Block &entry = target.getBody().front();
+    tokenCount = entry.getArgument(0);
+    position = entry.getArgument(1);
+    builder.setInsertionPointToStart(&entry);
+  }
+
+  LogicalResult run();
+
+private:
+  Value indexConst(int64_t v) {
+    return arith::ConstantIndexOp::create(builder, loc(), v);
+  }
+  Value f32Const(APFloat v) {
+    return arith::ConstantFloatOp::create(builder, loc(), builder.getF32Type(),
+                                          v);
+  }
+  /// Rows (tokens) of a rank-2 activation: a constant or the entry's `n`.
+  Value rows(Value tensor) {
+    int64_t d = cast<RankedTensorType>(tensor.getType()).getDimSize(0);
+    return ShapedType::isDynamic(d) ? tokenCount : indexConst(d);
+  }
+  Value elements(Value tensor) {
+    int64_t width = cast<RankedTensorType>(tensor.getType()).getDimSize(1);
+    return arith::MulIOp::create(builder, loc(), rows(tensor),
+                                 indexConst(width));
+  }
+  Location loc() { return current ? current->getLoc() : source.getLoc(); }
+
+  LogicalResult lowerOp(Operation *op);
+  FailureOr<Value> bufferFor(Operation *op);
+  void call(StringRef callee, ArrayRef<Value> args) {
+    plan::CallKernelOp::create(builder, loc(), builder.getStringAttr(callee),
+                               args);
+  }
+
+  func::FuncOp source;
+  OpBuilder builder;
+  Value tokenCount, position;
+  Operation *current = nullptr;
+  IRMapping buffers;
+};
+} // namespace
+
+static MemRefType toMemRef(Type t) {
+  auto tensor = cast<RankedTensorType>(t);
+  return MemRefType::get(tensor.getShape(), tensor.getElementType());
+}
+
+FailureOr<Value> FunctionLowering::bufferFor(Operation *op) {
+  Value result = op->getResult(0);
+  MemRefType type = toMemRef(result.getType());
+  if (isa<LogitsOp>(op))
+    return plan::LogitsOp::create(builder, loc(), type).getResult();
+  auto offset = op->getAttrOfType<IntegerAttr>("kiln.buffer_offset");
+  if (!offset)
+    return op->emitOpError()
+           << "has no kiln.buffer_offset; run --kiln-memory-plan first";
+  SmallVector<Value> dynamicSizes;
+  if (type.getNumDynamicDims() > 0)
+    dynamicSizes.push_back(tokenCount);
+  return plan::ArenaViewOp::create(builder, loc(), type, offset.getInt(),
+                                   dynamicSizes)
+      .getResult();
+}
+
+LogicalResult FunctionLowering::lowerOp(Operation *op) {
+  current = op;
+  if (auto ref = dyn_cast<WeightRefOp>(op)) {
+    Value w = plan::WeightRefOp::create(builder, loc(), toMemRef(ref.getType()),
+                                        ref.getName());
+    buffers.map(ref.getResult(), w);
+    return success();
+  }
+  if (isa<func::ReturnOp>(op)) {
+    for (Value v : op->getOperands())
+      if (!v.getDefiningOp<LogitsOp>())
+        return op->emitOpError()
+               << "entry points must return the result of kiln.logits";
+    func::ReturnOp::create(builder, loc());
+    return success();
+  }
+  if (op->getNumResults() != 1)
+    return op->emitOpError() << "cannot be lowered to the plan dialect";
+
+  FailureOr<Value> out = bufferFor(op);
+  if (failed(out))
+    return failure();
+  auto in = [&](Value v) { return buffers.lookup(v); };
+  auto width = [&](Value v) {
+    return indexConst(cast<RankedTensorType>(v.getType()).getDimSize(1));
+  };
+
+  LogicalResult status =
+      llvm::TypeSwitch<Operation *, LogicalResult>(op)
+          .Case([&](EmbeddingOp e) {
+            auto table = cast<RankedTensorType>(e.getTable().getType());
+            call("kiln_k_embedding",
+                 {in(e.getTokens()), rows(e.getResult()), in(e.getTable()),
+                  indexConst(table.getDimSize(0)),
+                  indexConst(table.getDimSize(1)), *out});
+            return success();
+          })
+          .Case([&](RmsNormOp r) {
+            call("kiln_k_rms_norm",
+                 {in(r.getInput()), in(r.getWeight()), *out, rows(r.getInput()),
+                  width(r.getInput()), f32Const(r.getEpsilon())});
+            return success();
+          })
+          .Case([&](LinearOp l) {
+            call("kiln_k_linear",
+                 {in(l.getInput()), in(l.getWeight()), *out, rows(l.getInput()),
+                  width(l.getInput()), width(l.getResult())});
+            return success();
+          })
+          .Case([&](RopeOp r) -> LogicalResult {
+            if (!r.getScalingFactor().isExactlyValue(1.0))
+              return r.emitOpError()
+                     << "scaling_factor "
+                     << r.getScalingFactor().convertToFloat()
+                     << " is not supported by the cpu kernels yet";
+            call("kiln_k_rope",
+                 {in(r.getInput()), *out, rows(r.getInput()),
+                  indexConst(r.getNumHeads()), indexConst(r.getHeadDim()),
+                  indexConst(r.getRotaryDim()), position,
+                  f32Const(r.getTheta())});
+            return success();
+          })
+          .Case([&](AttentionOp a) {
+            auto cache = cast<KVCacheType>(a.getKvCache().getType());
+            auto viewType = MemRefType::get(
+                {cache.getMaxSeq(), cache.getNumKvHeads() * cache.getHeadDim()},
+                cache.getElementType());
+            Value keys = plan::KVCacheViewOp::create(builder, loc(), viewType,
+                                                     a.getLayer(), 0);
+            Value values = plan::KVCacheViewOp::create(builder, loc(), viewType,
+                                                       a.getLayer(), 1);
+            call("kiln_k_attention",
+                 {in(a.getQuery()), in(a.getKey()), in(a.getValue()), keys,
+                  values, *out, rows(a.getQuery()), position,
+                  indexConst(a.getNumHeads()), indexConst(a.getNumKvHeads()),
+                  indexConst(a.getHeadDim()), indexConst(cache.getMaxSeq()),
+                  f32Const(a.getScale())});
+            return success();
+          })
+          .Case([&](SwigluOp s) {
+            call("kiln_k_swiglu",
+                 {in(s.getLhs()), in(s.getRhs()), *out, elements(s.getResult())});
+            return success();
+          })
+          .Case([&](SiluOp s) {
+            call("kiln_k_silu", {in(s.getInput()), *out, elements(s.getResult())});
+            return success();
+          })
+          .Case([&](AddOp s) {
+            call("kiln_k_add",
+                 {in(s.getLhs()), in(s.getRhs()), *out, elements(s.getResult())});
+            return success();
+          })
+          .Case([&](MulOp s) {
+            call("kiln_k_mul",
+                 {in(s.getLhs()), in(s.getRhs()), *out, elements(s.getResult())});
+            return success();
+          })
+          .Case([&](LogitsOp l) {
+            auto hidden = cast<RankedTensorType>(l.getHidden().getType());
+            auto weight = cast<RankedTensorType>(l.getWeight().getType());
+            Value last = arith::SubIOp::create(builder, loc(),
+                                               rows(l.getHidden()),
+                                               indexConst(1));
+            auto rowType = MemRefType::get({1, hidden.getDimSize(1)},
+                                           hidden.getElementType());
+            Value row = plan::RowOp::create(builder, loc(), rowType,
+                                            in(l.getHidden()), last);
+            call("kiln_k_linear",
+                 {row, in(l.getWeight()), *out, indexConst(1),
+                  indexConst(hidden.getDimSize(1)),
+                  indexConst(weight.getDimSize(0))});
+            return success();
+          })
+          .Default([&](Operation *other) {
+            return other->emitOpError()
+                   << "has no lowering to the plan dialect";
+          });
+  if (failed(status))
+    return failure();
+  buffers.map(op->getResult(0), *out);
+  return success();
+}
+
+LogicalResult FunctionLowering::run() {
+  Block &body = source.getBody().front();
+  Value tokens = body.getArgument(0);
+  auto tokensType = cast<RankedTensorType>(tokens.getType());
+  current = nullptr;
+  buffers.map(tokens,
+              plan::TokensOp::create(builder, loc(),
+                                     MemRefType::get(tokensType.getShape(),
+                                                     tokensType.getElementType()),
+                                     tokenCount)
+                  .getResult());
+  for (Operation &op : body)
+    if (failed(lowerOp(&op)))
+      return failure();
+  return success();
+}
+
+void LowerToPlanPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  MLIRContext *ctx = &getContext();
+  OpBuilder builder(ctx);
+  auto i64 = builder.getI64Type();
+
+  // Weights: fixed offsets in declaration order; identical recipes share.
+  llvm::MapVector<std::tuple<Attribute, Attribute, Type>, int64_t> layout;
+  int64_t weightBytes = 0;
+  SmallVector<WeightOp> weights(module.getOps<WeightOp>());
+  for (WeightOp w : weights) {
+    RankedTensorType type = w.getTensorType();
+    auto key = std::make_tuple(Attribute(w.getSource()),
+                               Attribute(w.getTransforms()), Type(type));
+    auto [it, inserted] = layout.try_emplace(key, weightBytes);
+    if (inserted)
+      weightBytes += llvm::alignTo(
+          type.getNumElements() *
+              llvm::divideCeil(type.getElementTypeBitWidth(), 8),
+          64);
+    builder.setInsertionPoint(w);
+    plan::WeightOp::create(builder, w.getLoc(), w.getSymNameAttr(),
+                           TypeAttr::get(toMemRef(type)),
+                           builder.getIntegerAttr(i64, it->second));
+  }
+
+  int64_t arenaBytes = 0;
+  SmallVector<func::FuncOp> funcs(module.getOps<func::FuncOp>());
+  for (func::FuncOp func : funcs) {
+    if (func.isExternal())
+      continue;
+    builder.setInsertionPoint(func);
+    auto indexType = builder.getIndexType();
+    auto planned = func::FuncOp::create(
+        builder, func.getLoc(), func.getSymName(),
+        builder.getFunctionType({indexType, indexType}, {}));
+    planned.addEntryBlock();
+    if (auto arena = func->getAttrOfType<IntegerAttr>("kiln.arena_bytes")) {
+      arenaBytes = std::max(arenaBytes, arena.getInt());
+      planned->setAttr("plan.arena_bytes", arena);
+    }
+    if (auto maxTokens = func->getAttrOfType<IntegerAttr>("kiln.max_tokens"))
+      planned->setAttr("plan.max_tokens", maxTokens);
+    FunctionLowering lowering(func, planned);
+    if (failed(lowering.run()))
+      return signalPassFailure();
+    func.erase();
+  }
+  for (WeightOp w : weights)
+    w.erase();
+  module->setAttr("plan.arena_bytes", builder.getIntegerAttr(i64, arenaBytes));
+  module->setAttr("plan.weights_bytes", builder.getIntegerAttr(i64, weightBytes));
+}
+
+} // namespace mlir::kiln

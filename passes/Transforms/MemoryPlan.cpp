@@ -1,0 +1,130 @@
+//===- MemoryPlan.cpp - liveness-based activation memory plan -------------===//
+//
+// Classic offline buffer assignment: live ranges from program order, then
+// first-fit packing into one arena (as TFLite's "greedy by order" planner and
+// XLA's heap simulator do in their simplest form).
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Transforms/Passes.h"
+
+#include "llvm/Support/MathExtras.h"
+
+namespace mlir::kiln {
+#define GEN_PASS_DEF_MEMORYPLANPASS
+#include "passes/Transforms/Passes.h.inc"
+
+namespace {
+struct MemoryPlanPass final : impl::MemoryPlanPassBase<MemoryPlanPass> {
+  using Base::Base;
+  void runOnOperation() override;
+};
+
+/// A planned buffer: [offset, offset + bytes) of the arena, live until the
+/// op at index `lastUse` (inclusive).
+struct LiveBuffer {
+  int64_t offset;
+  int64_t bytes;
+  int64_t lastUse;
+};
+} // namespace
+
+static constexpr int64_t kAlignment = 64;
+
+/// Lowest 64-aligned offset where `bytes` fit between the live blocks.
+static int64_t firstFit(ArrayRef<LiveBuffer> live, int64_t bytes) {
+  SmallVector<LiveBuffer> sorted(live.begin(), live.end());
+  llvm::sort(sorted, [](const LiveBuffer &a, const LiveBuffer &b) {
+    return a.offset < b.offset;
+  });
+  int64_t candidate = 0;
+  for (const LiveBuffer &b : sorted) {
+    if (candidate + bytes <= b.offset)
+      return candidate;
+    candidate = std::max<int64_t>(candidate, llvm::alignTo(b.offset + b.bytes, kAlignment));
+  }
+  return candidate;
+}
+
+void MemoryPlanPass::runOnOperation() {
+  func::FuncOp func = getOperation();
+  if (func.isExternal())
+    return;
+  MLIRContext *ctx = &getContext();
+  int64_t tokens = maxTokens;
+  if (tokens <= 0) {
+    if (auto attr = func->getAttrOfType<IntegerAttr>("kiln.max_tokens"))
+      tokens = attr.getInt();
+  }
+
+  mlir::Block &body = func.getBody().front();
+  DenseMap<Operation *, int64_t> index;
+  for (auto [i, op] : llvm::enumerate(body))
+    index[&op] = i;
+
+  DenseSet<Value> returned;
+  for (Value v : body.getTerminator()->getOperands())
+    returned.insert(v);
+
+  SmallVector<LiveBuffer> live;
+  int64_t arenaBytes = 0, peakBytes = 0, liveBytes = 0, numBuffers = 0;
+  for (auto [i, op] : llvm::enumerate(body)) {
+    int64_t now = i;
+    // Release buffers whose last use came before this op, so an op never
+    // writes over its own inputs.
+    for (LiveBuffer &b : live)
+      if (b.lastUse < now)
+        liveBytes -= b.bytes;
+    llvm::erase_if(live, [&](const LiveBuffer &b) { return b.lastUse < now; });
+
+    if (op.getNumResults() != 1 || isa<WeightRefOp>(op) ||
+        op.getDialect() != ctx->getLoadedDialect<KilnDialect>())
+      continue;
+    Value result = op.getResult(0);
+    if (returned.contains(result))
+      continue;
+    auto type = dyn_cast<RankedTensorType>(result.getType());
+    if (!type)
+      continue;
+    int64_t elements = 1;
+    for (int64_t d : type.getShape()) {
+      if (ShapedType::isDynamic(d)) {
+        if (tokens <= 0) {
+          op.emitOpError() << "has a dynamic dimension but neither the "
+                              "max-tokens option nor kiln.max_tokens on the "
+                              "function bounds it";
+          return signalPassFailure();
+        }
+        d = tokens;
+      }
+      elements *= d;
+    }
+    int64_t bytes = llvm::alignTo(
+        elements * llvm::divideCeil(type.getElementTypeBitWidth(), 8),
+        kAlignment);
+    int64_t lastUse = now;
+    for (Operation *user : result.getUsers()) {
+      Operation *top = body.findAncestorOpInBlock(*user);
+      lastUse = std::max(lastUse, index.lookup(top));
+    }
+    int64_t offset = firstFit(live, bytes);
+    live.push_back({offset, bytes, lastUse});
+    liveBytes += bytes;
+    peakBytes = std::max(peakBytes, liveBytes);
+    arenaBytes = std::max(arenaBytes, offset + bytes);
+    ++numBuffers;
+    op.setAttr("kiln.buffer_offset",
+               IntegerAttr::get(IntegerType::get(ctx, 64), offset));
+  }
+
+  auto i64 = IntegerType::get(ctx, 64);
+  func->setAttr("kiln.arena_bytes", IntegerAttr::get(i64, arenaBytes));
+  func->setAttr("kiln.peak_activation_bytes", IntegerAttr::get(i64, peakBytes));
+  if (report)
+    func.emitRemark() << "memory plan for '" << func.getSymName() << "': "
+                      << numBuffers << " buffers, peak activation bytes "
+                      << peakBytes << ", arena bytes " << arenaBytes
+                      << " (max tokens " << tokens << ")";
+}
+
+} // namespace mlir::kiln

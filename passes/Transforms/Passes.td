@@ -1,0 +1,42 @@
+//===- Passes.td - kiln graph transformations --------------*- tablegen -*-===//
+
+#ifndef KILN_PASSES_TRANSFORMS_PASSES_TD
+#define KILN_PASSES_TRANSFORMS_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def VerifyModelPass : Pass<"kiln-verify", "::mlir::ModuleOp"> {
+  let summary = "Check model-level invariants the op verifiers cannot see";
+  let description = [{
+    Beyond per-op verification: every entry point (`prefill`, `decode`)
+    exists with the signature `(tensor<?xi32> | tensor<1xi32>, index,
+    !kiln.kv_cache<...>) -> tensor<1xVxf32>`, all functions share one
+    KV-cache type, each layer of the cache is written by exactly one
+    `kiln.attention` per function, and every weight is referenced.
+  }];
+  let dependentDialects = ["::mlir::kiln::KilnDialect"];
+}
+
+def MemoryPlanPass : Pass<"kiln-memory-plan", "::mlir::func::FuncOp"> {
+  let summary = "Assign activation buffers static arena offsets by liveness";
+  let description = [{
+    Computes each activation's live range (definition to last use in program
+    order) and packs the buffers into one arena, first-fit with 64-byte
+    alignment, reusing the space of dead buffers. Dynamic token dimensions are
+    sized for `max-tokens` (or the function's `kiln.max_tokens`). Annotates
+    every planned op with `kiln.buffer_offset` and the function with
+    `kiln.arena_bytes` and `kiln.peak_activation_bytes` (the largest sum of
+    simultaneously live buffers; the arena can only be larger). The value
+    returned and the function arguments live outside the arena.
+  }];
+  let options = [
+    Option<"maxTokens", "max-tokens", "int64_t", /*default=*/"0",
+           "Tokens per call to size dynamic dimensions for (0: use the "
+           "function's kiln.max_tokens attribute)">,
+    Option<"report", "report", "bool", /*default=*/"false",
+           "Emit a remark with the peak activation and arena bytes">,
+  ];
+  let dependentDialects = ["::mlir::kiln::KilnDialect"];
+}
+
+#endif // KILN_PASSES_TRANSFORMS_PASSES_TD

@@ -1,0 +1,154 @@
+/*===- api.h - Kiln runtime public C API ---------------------------*- C -*-===*
+ *
+ * The only public header of the Kiln runtime (STYLE.md section 6). It loads an
+ * artifact directory written by kiln-compile (docs/artifact.md), validates it,
+ * and runs its prefill/decode entry points. The runtime knows nothing about the
+ * model's architecture: it feeds token ids and reads float32 logits.
+ *
+ * Conventions (IREE-style):
+ *  - Every fallible call returns a kiln_rt_status_t. NULL means success; a
+ *    non-NULL status owns a code and a message and must be released with
+ *    kiln_rt_status_free(). No C++ exception crosses this API.
+ *  - Objects are opaque handles made by the _create and _open calls and destroyed by the
+ *    matching _release (NULL is accepted and ignored). Results come back via
+ *    out parameters, written only on success.
+ *  - A session borrows its artifact: release sessions before the artifact.
+ *  - Not thread-safe per object; kernels use OpenMP threads internally.
+ *===----------------------------------------------------------------------===*/
+#ifndef KILN_RT_API_H
+#define KILN_RT_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*===--------------------------- status ----------------------------------===*/
+
+typedef enum kiln_rt_status_code_e {
+  KILN_RT_OK = 0,
+  KILN_RT_INVALID_ARGUMENT = 1, /* bad caller input (token id, length) */
+  KILN_RT_NOT_FOUND = 2,        /* missing file or symbol */
+  KILN_RT_DATA_LOSS = 3,        /* size/checksum mismatch, malformed file */
+  KILN_RT_UNIMPLEMENTED = 4,    /* unsupported version, ABI, target, dtype */
+  KILN_RT_OUT_OF_RANGE = 5,     /* sequence does not fit the context */
+  KILN_RT_RESOURCE_EXHAUSTED = 6, /* allocation failed */
+  KILN_RT_INTERNAL = 7,
+} kiln_rt_status_code_t;
+
+typedef struct kiln_rt_status_s *kiln_rt_status_t; /* NULL == OK */
+
+/// Code of `status` (KILN_RT_OK for NULL).
+kiln_rt_status_code_t kiln_rt_status_code(kiln_rt_status_t status);
+/// Message of `status`, NUL-terminated, valid until kiln_rt_status_free; ""
+/// for NULL. Errors about a file name it as ARTIFACT/<file>.
+const char *kiln_rt_status_message(kiln_rt_status_t status);
+void kiln_rt_status_free(kiln_rt_status_t status);
+
+/*===--------------------------- artifact --------------------------------===*/
+
+typedef struct kiln_rt_artifact_s kiln_rt_artifact_t;
+
+enum {
+  /// Skip XXH3-64 checksums (sizes are still checked). For multi-GB weights.
+  KILN_RT_OPEN_SKIP_CHECKSUMS = 1u << 0,
+};
+
+/// Opens and validates the artifact directory `dir` (manifest format, version,
+/// ABI, target; every listed file's size and XXH3-64, weight offsets, KV-cache
+/// size, arena size), mmaps weights.bin read-only, loads tokenizer.json and
+/// dlopen()s model.so (RTLD_NOW | RTLD_LOCAL). `flags`: KILN_RT_OPEN_*.
+kiln_rt_status_t kiln_rt_artifact_open(const char *dir, uint32_t flags,
+                                       kiln_rt_artifact_t **out_artifact);
+void kiln_rt_artifact_release(kiln_rt_artifact_t *artifact);
+
+/// Facts about an opened artifact the caller needs to drive generation.
+typedef struct kiln_rt_model_info_t {
+  int64_t vocab_size;         /* logits row length */
+  int64_t max_seq_len;        /* context: positions [0, max_seq_len) */
+  int64_t max_prefill_tokens; /* per prefill call (sessions split longer) */
+  int32_t bos_id, eos_id;     /* from tokenizer.json */
+  uint64_t weights_bytes;     /* size of weights.bin (bytes read per token) */
+  uint64_t arena_bytes, kv_cache_bytes;
+  const char *name;           /* model.name, valid while the artifact lives */
+} kiln_rt_model_info_t;
+
+void kiln_rt_artifact_info(const kiln_rt_artifact_t *artifact,
+                           kiln_rt_model_info_t *out_info);
+
+/*===--------------------------- tokenizer -------------------------------===*/
+
+/// Encodes UTF-8 `text` (length `text_len` bytes) with the artifact's
+/// tokenizer, prepending BOS when `add_bos`. Writes up to `capacity` ids to
+/// `out_tokens` and the full count to `*out_count`; if the count exceeds
+/// `capacity` returns KILN_RT_OUT_OF_RANGE (call again with a larger buffer).
+kiln_rt_status_t kiln_rt_tokenize(const kiln_rt_artifact_t *artifact,
+                                  const char *text, size_t text_len,
+                                  int add_bos, int32_t *out_tokens,
+                                  size_t capacity, size_t *out_count);
+
+/// The text of token `id` following token `prev_id` (the first space after
+/// BOS is stripped; control tokens print nothing; "<0x0A>" gives a byte).
+/// Returns a pointer valid until the next call on this artifact, and its byte
+/// length in `*out_len` (may contain no NUL terminator semantics: use length).
+kiln_rt_status_t kiln_rt_detokenize(kiln_rt_artifact_t *artifact,
+                                    int32_t prev_id, int32_t id,
+                                    const char **out_piece, size_t *out_len);
+
+/*===--------------------------- session ---------------------------------===*/
+
+typedef struct kiln_rt_session_s kiln_rt_session_t;
+
+/// Creates a session: a zeroed KV cache (runtime.kv_cache.bytes), a 64-byte
+/// aligned arena (runtime.arena_bytes) and a logits buffer float32[vocab].
+kiln_rt_status_t kiln_rt_session_create(kiln_rt_artifact_t *artifact,
+                                        kiln_rt_session_t **out_session);
+void kiln_rt_session_release(kiln_rt_session_t *session);
+
+/// Forgets the sequence: position 0, KV cache zeroed.
+void kiln_rt_session_reset(kiln_rt_session_t *session);
+
+/// Number of tokens consumed so far (position of the next token).
+int64_t kiln_rt_session_position(const kiln_rt_session_t *session);
+
+/// Appends `n` >= 1 tokens at the current position with the prefill entry
+/// point, in chunks of at most max_prefill_tokens. Errors (nothing run): an
+/// id outside [0, vocab) (the message names it), or position + n beyond the
+/// context (KILN_RT_OUT_OF_RANGE).
+kiln_rt_status_t kiln_rt_session_prefill(kiln_rt_session_t *session,
+                                         const int32_t *tokens, int64_t n);
+
+/// Appends one token with the decode entry point (n = 1); same errors.
+kiln_rt_status_t kiln_rt_session_decode(kiln_rt_session_t *session,
+                                        int32_t token);
+
+/// Logits of the last consumed token: float32[vocab_size], owned by the
+/// session, overwritten by the next prefill/decode. NULL before any.
+const float *kiln_rt_session_logits(const kiln_rt_session_t *session);
+
+/*===--------------------------- sampler ---------------------------------===*/
+
+typedef struct kiln_rt_sampler_s kiln_rt_sampler_t;
+
+typedef struct kiln_rt_sampler_params_t {
+  float temperature; /* 0 = greedy (argmax) */
+  int32_t top_k;     /* 0 = off */
+  float top_p;       /* nucleus; >= 1 or <= 0 = off */
+  uint64_t seed;
+} kiln_rt_sampler_params_t;
+
+kiln_rt_status_t kiln_rt_sampler_create(const kiln_rt_sampler_params_t *params,
+                                        int64_t vocab_size,
+                                        kiln_rt_sampler_t **out_sampler);
+void kiln_rt_sampler_release(kiln_rt_sampler_t *sampler);
+/// Picks the next token from float32 `logits[vocab_size]` (not modified).
+int32_t kiln_rt_sampler_sample(kiln_rt_sampler_t *sampler,
+                               const float *logits);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_RT_API_H */

@@ -1,0 +1,103 @@
+//===- Artifact.h - Loading and validating a Kiln artifact --------*- C++ -*-===//
+//
+// An artifact directory (docs/artifact.md) as the runtime sees it after
+// validation: the parsed manifest, weights.bin mapped read-only, the
+// tokenizer, and model.so loaded with its two entry points resolved.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_RUNTIME_ARTIFACT_ARTIFACT_H
+#define KILN_RUNTIME_ARTIFACT_ARTIFACT_H
+
+#include "base/Status.h"
+#include "kiln_rt/kernel_abi.h"
+#include "tokenizer/Tokenizer.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kiln::rt {
+
+/// One entry of manifest weights.tensors (bytes of weights.bin).
+struct WeightTensor {
+  std::string name;
+  uint64_t offset = 0; ///< bytes from the start of weights.bin, % 64 == 0
+  uint64_t bytes = 0;
+};
+
+/// One entry of manifest files: expected size and XXH3-64 (16 hex digits).
+struct ArtifactFile {
+  std::string name;
+  uint64_t bytes = 0;
+  std::string xxh3;
+};
+
+/// What the runtime reads from manifest.json (docs/artifact.md, version 1).
+struct Manifest {
+  std::string modelName;
+  int64_t vocabSize = 0;
+  int64_t maxSeqLen = 0; ///< model.max_seq_len
+  uint64_t arenaBytes = 0;
+  int64_t maxPrefillTokens = 0;
+  std::string prefillEntry, decodeEntry;
+  int64_t kvLayers = 0, kvHeads = 0, kvHeadDim = 0, kvMaxSeq = 0;
+  uint64_t kvBytes = 0;
+  std::string weightsFile, tokenizerFile;
+  std::vector<WeightTensor> tensors;
+  std::vector<ArtifactFile> files;
+};
+
+using EntryPoint = void (*)(kiln_exec_ctx *ctx, int64_t n, int64_t pos);
+
+/// Parses and validates manifest text (no file system access beyond none).
+/// `dir` prefixes messages: "DIR/manifest.json: ...".
+Status parseManifest(const std::string &text, const std::string &dir,
+                     Manifest &out);
+
+/// XXH3-64 of a file's contents as 16 lowercase hex digits.
+Status hashFile(const std::string &path, std::string &outHex);
+
+/// A loaded, validated artifact. Immutable after open() except the scratch
+/// string used by detokenization.
+class Artifact {
+public:
+  ~Artifact();
+  Artifact(const Artifact &) = delete;
+  Artifact &operator=(const Artifact &) = delete;
+
+  /// Validates and loads the artifact in directory `dir` (see api.h
+  /// kiln_rt_artifact_open). `verifyChecksums` = false skips XXH3 hashing.
+  static Status open(const std::string &dir, bool verifyChecksums,
+                     std::unique_ptr<Artifact> &out);
+
+  const Manifest &manifest() const { return manifest_; }
+  const std::string &dir() const { return dir_; }
+  const uint8_t *weights() const { return weights_; }
+  uint64_t weightsBytes() const { return weightsBytes_; }
+  const Tokenizer &tokenizer() const { return tokenizer_; }
+  EntryPoint prefill() const { return prefill_; }
+  EntryPoint decode() const { return decode_; }
+  /// Context length: min(model.max_seq_len, runtime.kv_cache.max_seq).
+  int64_t contextLength() const;
+
+  std::string pieceScratch; ///< backing store for kiln_rt_detokenize
+
+private:
+  Artifact() = default;
+  Status load(bool verifyChecksums);
+
+  std::string dir_;
+  Manifest manifest_;
+  Tokenizer tokenizer_;
+  const uint8_t *weights_ = nullptr;
+  uint64_t weightsBytes_ = 0;
+  void *mapping_ = nullptr;
+  uint64_t mappingBytes_ = 0;
+  void *library_ = nullptr;
+  EntryPoint prefill_ = nullptr, decode_ = nullptr;
+};
+
+} // namespace kiln::rt
+
+#endif // KILN_RUNTIME_ARTIFACT_ARTIFACT_H

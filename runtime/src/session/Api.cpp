@@ -1,0 +1,190 @@
+//===- Api.cpp - The public C API (kiln_rt/api.h) -----------------*- C++ -*-===//
+//
+// Thin wrappers: handles are the C++ objects; every entry catches exceptions
+// (allocation failures, JSON) so none crosses the C boundary.
+//
+//===----------------------------------------------------------------------===//
+#include "kiln_rt/api.h"
+
+#include "artifact/Artifact.h"
+#include "session/Session.h"
+#include "tokenizer/Sampler.h"
+
+#include <cstring>
+#include <exception>
+#include <new>
+
+using namespace kiln::rt;
+
+struct kiln_rt_artifact_s {
+  std::unique_ptr<Artifact> impl;
+};
+struct kiln_rt_session_s {
+  std::unique_ptr<Session> impl;
+};
+struct kiln_rt_sampler_s {
+  Sampler impl;
+  std::vector<float> scratch;
+};
+
+/// Runs `body` (returning Status) and converts the outcome to a C status.
+template <typename Fn> static kiln_rt_status_t guarded(Fn &&body) {
+  try {
+    return body().release();
+  } catch (const std::bad_alloc &) {
+    return Status(KILN_RT_RESOURCE_EXHAUSTED, "out of memory").release();
+  } catch (const std::exception &e) {
+    return internalError(std::string("internal error: ") + e.what()).release();
+  } catch (...) {
+    return internalError("internal error: unknown exception").release();
+  }
+}
+
+extern "C" {
+
+kiln_rt_status_t kiln_rt_artifact_open(const char *dir, uint32_t flags,
+                                       kiln_rt_artifact_t **out_artifact) {
+  return guarded([&]() -> Status {
+    if (!dir || !out_artifact)
+      return invalidArgument("kiln_rt_artifact_open: null argument");
+    std::unique_ptr<Artifact> a;
+    KILN_RT_RETURN_IF_ERROR(
+        Artifact::open(dir, !(flags & KILN_RT_OPEN_SKIP_CHECKSUMS), a));
+    *out_artifact = new kiln_rt_artifact_s{std::move(a)};
+    return Status::ok();
+  });
+}
+
+void kiln_rt_artifact_release(kiln_rt_artifact_t *artifact) { delete artifact; }
+
+void kiln_rt_artifact_info(const kiln_rt_artifact_t *artifact,
+                           kiln_rt_model_info_t *out_info) {
+  const Artifact &a = *artifact->impl;
+  const Manifest &m = a.manifest();
+  kiln_rt_model_info_t info;
+  info.vocab_size = m.vocabSize;
+  info.max_seq_len = a.contextLength();
+  info.max_prefill_tokens = m.maxPrefillTokens;
+  info.bos_id = a.tokenizer().bosId();
+  info.eos_id = a.tokenizer().eosId();
+  info.weights_bytes = a.weightsBytes();
+  info.arena_bytes = m.arenaBytes;
+  info.kv_cache_bytes = m.kvBytes;
+  info.name = m.modelName.c_str();
+  *out_info = info;
+}
+
+kiln_rt_status_t kiln_rt_tokenize(const kiln_rt_artifact_t *artifact,
+                                  const char *text, size_t text_len,
+                                  int add_bos, int32_t *out_tokens,
+                                  size_t capacity, size_t *out_count) {
+  return guarded([&]() -> Status {
+    if (!artifact || (!text && text_len) || !out_count)
+      return invalidArgument("kiln_rt_tokenize: null argument");
+    std::vector<int32_t> ids = artifact->impl->tokenizer().encode(
+        std::string_view(text ? text : "", text_len), add_bos != 0);
+    *out_count = ids.size();
+    if (ids.size() > capacity)
+      return outOfRange("text encodes to " + std::to_string(ids.size()) +
+                        " tokens, buffer holds " + std::to_string(capacity));
+    if (!ids.empty())
+      std::memcpy(out_tokens, ids.data(), ids.size() * sizeof(int32_t));
+    return Status::ok();
+  });
+}
+
+kiln_rt_status_t kiln_rt_detokenize(kiln_rt_artifact_t *artifact,
+                                    int32_t prev_id, int32_t id,
+                                    const char **out_piece, size_t *out_len) {
+  return guarded([&]() -> Status {
+    if (!artifact || !out_piece || !out_len)
+      return invalidArgument("kiln_rt_detokenize: null argument");
+    Artifact &a = *artifact->impl;
+    if (!a.tokenizer().isValid(id))
+      return invalidArgument("token id " + std::to_string(id) +
+                             " is outside the tokenizer's vocabulary [0, " +
+                             std::to_string(a.tokenizer().vocabSize()) + ")");
+    a.pieceScratch = a.tokenizer().decodePiece(prev_id, id);
+    *out_piece = a.pieceScratch.data();
+    *out_len = a.pieceScratch.size();
+    return Status::ok();
+  });
+}
+
+kiln_rt_status_t kiln_rt_session_create(kiln_rt_artifact_t *artifact,
+                                        kiln_rt_session_t **out_session) {
+  return guarded([&]() -> Status {
+    if (!artifact || !out_session)
+      return invalidArgument("kiln_rt_session_create: null argument");
+    std::unique_ptr<Session> s;
+    KILN_RT_RETURN_IF_ERROR(Session::create(*artifact->impl, s));
+    *out_session = new kiln_rt_session_s{std::move(s)};
+    return Status::ok();
+  });
+}
+
+void kiln_rt_session_release(kiln_rt_session_t *session) { delete session; }
+
+void kiln_rt_session_reset(kiln_rt_session_t *session) { session->impl->reset(); }
+
+int64_t kiln_rt_session_position(const kiln_rt_session_t *session) {
+  return session->impl->position();
+}
+
+kiln_rt_status_t kiln_rt_session_prefill(kiln_rt_session_t *session,
+                                         const int32_t *tokens, int64_t n) {
+  return guarded([&]() -> Status {
+    if (!session)
+      return invalidArgument("kiln_rt_session_prefill: null session");
+    return session->impl->prefill(tokens, n);
+  });
+}
+
+kiln_rt_status_t kiln_rt_session_decode(kiln_rt_session_t *session,
+                                        int32_t token) {
+  return guarded([&]() -> Status {
+    if (!session)
+      return invalidArgument("kiln_rt_session_decode: null session");
+    return session->impl->decode(token);
+  });
+}
+
+const float *kiln_rt_session_logits(const kiln_rt_session_t *session) {
+  return session->impl->logits();
+}
+
+kiln_rt_status_t kiln_rt_sampler_create(const kiln_rt_sampler_params_t *params,
+                                        int64_t vocab_size,
+                                        kiln_rt_sampler_t **out_sampler) {
+  return guarded([&]() -> Status {
+    if (!params || !out_sampler)
+      return invalidArgument("kiln_rt_sampler_create: null argument");
+    if (vocab_size < 1 || vocab_size > INT32_MAX)
+      return invalidArgument("sampler vocabulary size " +
+                             std::to_string(vocab_size) + " is out of range");
+    if (!(params->temperature >= 0.0f))
+      return invalidArgument("temperature must be >= 0, got " +
+                             std::to_string(params->temperature));
+    if (params->top_k < 0)
+      return invalidArgument("top-k must be >= 0, got " +
+                             std::to_string(params->top_k));
+    // xorshift has a fixed point at 0.
+    uint64_t seed = params->seed ? params->seed : 0x9E3779B97F4A7C15ull;
+    *out_sampler = new kiln_rt_sampler_s{
+        Sampler(int32_t(vocab_size), params->temperature, params->top_k,
+                params->top_p, seed),
+        std::vector<float>(size_t(vocab_size))};
+    return Status::ok();
+  });
+}
+
+void kiln_rt_sampler_release(kiln_rt_sampler_t *sampler) { delete sampler; }
+
+int32_t kiln_rt_sampler_sample(kiln_rt_sampler_t *sampler,
+                               const float *logits) {
+  std::memcpy(sampler->scratch.data(), logits,
+              sampler->scratch.size() * sizeof(float));
+  return sampler->impl.sample(sampler->scratch.data());
+}
+
+} // extern "C"

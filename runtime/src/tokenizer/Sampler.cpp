@@ -1,0 +1,135 @@
+//===- Sampler.cpp - Next-token sampling (llama2.c compatible) ------------===//
+
+#include "Sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kiln::rt {
+
+Sampler::Sampler(int32_t vocabSize, float temperature, int32_t topK, float topP,
+                 uint64_t seed)
+    : vocabSize_(vocabSize > 0 ? vocabSize : 0), temperature_(temperature),
+      topK_(topK), topP_(topP), rng_(seed) {
+  scratch_.reserve(static_cast<size_t>(vocabSize_));
+}
+
+/// First index of the maximum (run.c sample_argmax).
+static int32_t argmax(const float *values, int32_t n) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < n; ++i)
+    if (values[i] > values[best])
+      best = i;
+  return best;
+}
+
+/// In-place softmax with run.c's float arithmetic.
+static void softmax(float *x, int32_t n) {
+  float maxVal = x[0];
+  for (int32_t i = 1; i < n; ++i)
+    maxVal = std::max(maxVal, x[i]);
+  float sum = 0.0f;
+  for (int32_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - maxVal);
+    sum += x[i];
+  }
+  for (int32_t i = 0; i < n; ++i)
+    x[i] /= sum;
+}
+
+int32_t Sampler::sample(float *logits) {
+  int32_t n = vocabSize_;
+  if (n <= 0)
+    return 0;
+  if (temperature_ == 0.0f)
+    return argmax(logits, n);
+  for (int32_t i = 0; i < n; ++i)
+    logits[i] /= temperature_;
+  softmax(logits, n);
+  float coin = rng_.nextF32();
+  if (topK_ > 0 && topK_ < n)
+    return sampleTopK(logits, coin);
+  if (topP_ > 0.0f && topP_ < 1.0f)
+    return sampleTopP(logits, coin);
+  // run.c sample_mult.
+  float cdf = 0.0f;
+  for (int32_t i = 0; i < n; ++i) {
+    cdf += logits[i];
+    if (coin < cdf)
+      return i;
+  }
+  return n - 1;
+}
+
+/// run.c sample_topp: keep the smallest prefix of tokens sorted by descending
+/// probability whose cumulative probability exceeds topP, sample within it.
+int32_t Sampler::sampleTopP(const float *probs, float coin) {
+  int32_t n = vocabSize_;
+  // Values below the cutoff cannot be in the nucleus (run.c's prefilter).
+  const float cutoff = (1.0f - topP_) / static_cast<float>(n - 1);
+  scratch_.clear();
+  for (int32_t i = 0; i < n; ++i)
+    if (probs[i] >= cutoff)
+      scratch_.push_back({probs[i], i});
+  // Stable: equal probabilities keep index order (run.c uses qsort, whose
+  // order for ties is unspecified; glibc's merge sort is stable too).
+  std::stable_sort(
+      scratch_.begin(), scratch_.end(),
+      [](const ProbIndex &a, const ProbIndex &b) { return a.prob > b.prob; });
+  auto n0 = static_cast<int32_t>(scratch_.size());
+  float cumulative = 0.0f;
+  int32_t last = n0 - 1;
+  for (int32_t i = 0; i < n0; ++i) {
+    cumulative += scratch_[i].prob;
+    if (cumulative > topP_) {
+      last = i;
+      break;
+    }
+  }
+  float r = coin * cumulative;
+  float cdf = 0.0f;
+  for (int32_t i = 0; i <= last; ++i) {
+    cdf += scratch_[i].prob;
+    if (r < cdf)
+      return scratch_[i].index;
+  }
+  return scratch_[last].index;
+}
+
+int32_t Sampler::sampleTopK(const float *probs, float coin) {
+  int32_t n = vocabSize_;
+  scratch_.resize(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i)
+    scratch_[i] = {probs[i], i};
+  auto order = [](const ProbIndex &a, const ProbIndex &b) {
+    return a.prob > b.prob || (a.prob == b.prob && a.index < b.index);
+  };
+  std::partial_sort(scratch_.begin(), scratch_.begin() + topK_, scratch_.end(),
+                    order);
+  int32_t last = topK_ - 1;
+  float total = 0.0f;
+  for (int32_t i = 0; i < topK_; ++i)
+    total += scratch_[i].prob;
+  if (topP_ > 0.0f && topP_ < 1.0f) {
+    // Nucleus over the renormalised top-k distribution.
+    float cumulative = 0.0f;
+    for (int32_t i = 0; i < topK_; ++i) {
+      cumulative += scratch_[i].prob;
+      if (cumulative > topP_ * total) {
+        last = i;
+        total = cumulative;
+        break;
+      }
+    }
+  }
+  float r = coin * total;
+  float cdf = 0.0f;
+  for (int32_t i = 0; i <= last; ++i) {
+    cdf += scratch_[i].prob;
+    if (r < cdf)
+      return scratch_[i].index;
+  }
+  return scratch_[last].index;
+}
+
+} // namespace kiln::rt

@@ -1,0 +1,584 @@
+//===- Tokenizer.cpp - Kiln tokenizer (SentencePiece / HF BPE) ------------===//
+//
+// Encoding follows llama2.c run.c encode() (SPM) and Hugging Face tokenizers'
+// BPE model; both use a priority queue of adjacent-symbol candidates over a
+// linked list of symbols (as llama.cpp's llm_tokenizer_spm does), which picks
+// the same pair at every step as run.c's quadratic scan: best score (SPM) or
+// lowest rank (BPE), leftmost on ties.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <queue>
+#include <sstream>
+
+namespace kiln::rt {
+
+namespace {
+/// "▁" (U+2581), SentencePiece's stand-in for a space.
+constexpr std::string_view kSpaceMarker = "\xe2\x96\x81";
+
+/// An empty piece returned by piece() for invalid ids.
+const std::string &emptyPiece() {
+  static const std::string empty;
+  return empty;
+}
+} // namespace
+
+/// Escapes `bytes` for an error message: printable ASCII as is, the rest \xNN.
+static std::string quote(std::string_view bytes) {
+  std::string out = "'";
+  for (unsigned char c : bytes) {
+    if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\') {
+      out.push_back(static_cast<char>(c));
+      continue;
+    }
+    char buf[8];
+    std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+    out += buf;
+  }
+  out += "'";
+  return out;
+}
+
+static int hexValue(char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
+/// If `piece` is exactly "<0xXX>" (two hex digits), returns the byte, else -1.
+static int parseBytePiece(std::string_view piece) {
+  if (piece.size() != 6 || piece.substr(0, 3) != "<0x" || piece[5] != '>')
+    return -1;
+  int hi = hexValue(piece[3]), lo = hexValue(piece[4]);
+  if (hi < 0 || lo < 0)
+    return -1;
+  return hi * 16 + lo;
+}
+
+/// Byte length of the UTF-8 code point starting at text[pos]; 1 for a byte
+/// that does not start a well-formed sequence (it then takes byte fallback).
+static size_t codePointLength(std::string_view text, size_t pos) {
+  unsigned char lead = static_cast<unsigned char>(text[pos]);
+  size_t len = lead < 0x80           ? 1
+               : (lead >> 5) == 0x6  ? 2
+               : (lead >> 4) == 0xe  ? 3
+               : (lead >> 3) == 0x1e ? 4
+                                     : 0;
+  if (len <= 1 || pos + len > text.size())
+    return 1;
+  for (size_t i = 1; i < len; ++i)
+    if ((static_cast<unsigned char>(text[pos + i]) & 0xc0) != 0x80)
+      return 1;
+  return len;
+}
+
+//===----------------------------------------------------------------------===//
+// Construction and validation
+//===----------------------------------------------------------------------===//
+
+TokenizerStatus Tokenizer::create(TokenizerConfig config, Tokenizer &out,
+                                  const std::string &sourceName) {
+  auto fail = [&](const std::string &what) {
+    return TokenizerStatus::error(sourceName + ": " + what);
+  };
+  size_t n = config.pieces.size();
+  if (n == 0)
+    return fail("field 'pieces_hex' is empty");
+  if (n > static_cast<size_t>(INT32_MAX))
+    return fail("field 'pieces_hex' has too many entries");
+  if (config.scores.size() != n)
+    return fail("field 'scores' has " + std::to_string(config.scores.size()) +
+                " entries but 'pieces_hex' has " + std::to_string(n));
+  if (config.types.size() != n)
+    return fail("field 'types' has " + std::to_string(config.types.size()) +
+                " entries but 'pieces_hex' has " + std::to_string(n));
+  for (size_t i = 0; i < n; ++i) {
+    if (std::isnan(config.scores[i]))
+      return fail("scores[" + std::to_string(i) + "] is NaN");
+    int32_t t = config.types[i];
+    if (t < static_cast<int32_t>(PieceType::Normal) ||
+        t > static_cast<int32_t>(PieceType::Byte))
+      return fail("types[" + std::to_string(i) + "] is " + std::to_string(t) +
+                  ", expected 1 (normal), 2 (unknown), 3 (control), "
+                  "4 (user-defined), 5 (unused) or 6 (byte)");
+  }
+  auto checkId = [&](int32_t id, const char *field,
+                     bool allowNone) -> TokenizerStatus {
+    if ((allowNone && id == -1) || (id >= 0 && static_cast<size_t>(id) < n))
+      return TokenizerStatus::success();
+    return fail(std::string("field '") + field + "' is " + std::to_string(id) +
+                ", out of range [0, " + std::to_string(n) + ")" +
+                (allowNone ? " and not -1" : ""));
+  };
+  if (TokenizerStatus s = checkId(config.bosId, "bos_id", false); !s)
+    return s;
+  if (TokenizerStatus s = checkId(config.eosId, "eos_id", false); !s)
+    return s;
+  if (TokenizerStatus s = checkId(config.unkId, "unk_id", true); !s)
+    return s;
+
+  Tokenizer tok;
+  tok.model_ = config.model;
+  tok.bosId_ = config.bosId;
+  tok.eosId_ = config.eosId;
+  tok.unkId_ = config.unkId;
+  tok.addBos_ = config.addBos;
+  tok.addDummyPrefix_ = config.addDummyPrefix;
+  tok.byteFallback_ = config.byteFallback;
+  tok.byteIds_.assign(256, -1);
+  tok.decoded_.resize(n);
+
+  std::unordered_map<std::string, int32_t> allPieces;
+  allPieces.reserve(n);
+  tok.textPieces_.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string &p = config.pieces[i];
+    auto id = static_cast<int32_t>(i);
+    auto type = static_cast<PieceType>(config.types[i]);
+    allPieces.emplace(p, id);
+    int byte = parseBytePiece(p);
+    bool isText = type == PieceType::Normal || type == PieceType::UserDefined;
+    if (byte >= 0 && type != PieceType::Control && type != PieceType::Unknown) {
+      if (tok.byteIds_[byte] < 0)
+        tok.byteIds_[byte] = id;
+      tok.decoded_[i] = std::string(1, static_cast<char>(byte));
+      continue;
+    }
+    if (isText && !p.empty())
+      tok.textPieces_.emplace(p, id);
+    if (type == PieceType::Control)
+      continue; // decodes to ""
+    std::string &text = tok.decoded_[i];
+    text.reserve(p.size());
+    for (size_t pos = 0; pos < p.size();) {
+      if (p.compare(pos, kSpaceMarker.size(), kSpaceMarker) == 0) {
+        text.push_back(' ');
+        pos += kSpaceMarker.size();
+        continue;
+      }
+      text.push_back(p[pos++]);
+    }
+  }
+
+  if (config.model == TokenizerModel::Bpe) {
+    tok.merges_.reserve(config.merges.size());
+    for (size_t r = 0; r < config.merges.size(); ++r) {
+      const std::string &m = config.merges[r];
+      std::string where = "merges[" + std::to_string(r) + "] " + quote(m);
+      size_t sp = m.find(' ');
+      if (sp == std::string::npos || sp == 0 || sp + 1 == m.size() ||
+          m.find(' ', sp + 1) != std::string::npos)
+        return fail(where + " is not two pieces separated by one space");
+      std::string left = m.substr(0, sp), right = m.substr(sp + 1);
+      auto l = allPieces.find(left), rt = allPieces.find(right),
+           merged = allPieces.find(left + right);
+      if (l == allPieces.end())
+        return fail(where + ": piece " + quote(left) +
+                    " is not in the vocabulary");
+      if (rt == allPieces.end())
+        return fail(where + ": piece " + quote(right) +
+                    " is not in the vocabulary");
+      if (merged == allPieces.end())
+        return fail(where + ": merged piece " + quote(left + right) +
+                    " is not in the vocabulary");
+      uint64_t key =
+          (static_cast<uint64_t>(static_cast<uint32_t>(l->second)) << 32) |
+          static_cast<uint32_t>(rt->second);
+      // A repeated merge keeps its first (lowest) rank.
+      tok.merges_.emplace(
+          key, std::make_pair(static_cast<int32_t>(r), merged->second));
+    }
+  }
+
+  tok.pieces_ = std::move(config.pieces);
+  tok.scores_ = std::move(config.scores);
+  tok.types_ = std::move(config.types);
+  out = std::move(tok);
+  return TokenizerStatus::success();
+}
+
+//===----------------------------------------------------------------------===//
+// tokenizer.json
+//===----------------------------------------------------------------------===//
+
+using Json = nlohmann::json;
+
+static TokenizerStatus parseFields(const Json &root,
+                                   const std::string &sourceName,
+                                   TokenizerConfig &config) {
+  auto fail = [&](const std::string &what) {
+    return TokenizerStatus::error(sourceName + ": " + what);
+  };
+  if (!root.is_object())
+    return fail("top level is not a JSON object");
+  auto field = [&](const char *name, const Json *&value) -> TokenizerStatus {
+    auto it = root.find(name);
+    if (it == root.end())
+      return fail(std::string("missing field '") + name + "'");
+    value = &*it;
+    return TokenizerStatus::success();
+  };
+  auto typeError = [&](const std::string &name, const char *expected) {
+    return fail("field '" + name + "' must be " + expected);
+  };
+  const Json *v = nullptr;
+
+  if (TokenizerStatus s = field("format", v); !s)
+    return s;
+  if (!v->is_string() || v->get<std::string>() != "kiln-tokenizer")
+    return fail("field 'format' must be \"kiln-tokenizer\", got " + v->dump());
+  if (TokenizerStatus s = field("version", v); !s)
+    return s;
+  if (!v->is_number_integer() || v->get<int64_t>() != 1)
+    return fail("field 'version' is " + v->dump() +
+                ", this runtime reads version 1");
+
+  if (TokenizerStatus s = field("model", v); !s)
+    return s;
+  std::string model = v->is_string() ? v->get<std::string>() : "";
+  if (model == "spm")
+    config.model = TokenizerModel::Spm;
+  else if (model == "bpe")
+    config.model = TokenizerModel::Bpe;
+  else
+    return fail("field 'model' is " + v->dump() +
+                ", expected \"spm\" or \"bpe\"");
+
+  if (TokenizerStatus s = field("pieces_hex", v); !s)
+    return s;
+  if (!v->is_array())
+    return typeError("pieces_hex", "an array of hex strings");
+  config.pieces.reserve(v->size());
+  for (size_t i = 0; i < v->size(); ++i) {
+    const Json &e = (*v)[i];
+    std::string where = "pieces_hex[" + std::to_string(i) + "]";
+    if (!e.is_string())
+      return fail(where + " is not a string");
+    const std::string &hex = e.get_ref<const std::string &>();
+    if (hex.size() % 2 != 0)
+      return fail(where + " has an odd number of hex digits (" +
+                  std::to_string(hex.size()) + ")");
+    std::string bytes(hex.size() / 2, '\0');
+    for (size_t k = 0; k < hex.size(); k += 2) {
+      int hi = hexValue(hex[k]), lo = hexValue(hex[k + 1]);
+      if (hi < 0 || lo < 0)
+        return fail(where + " has an invalid hex digit " +
+                    quote(std::string(1, hex[hi < 0 ? k : k + 1])) +
+                    " at offset " + std::to_string(hi < 0 ? k : k + 1));
+      bytes[k / 2] = static_cast<char>(hi * 16 + lo);
+    }
+    config.pieces.push_back(std::move(bytes));
+  }
+
+  if (TokenizerStatus s = field("scores", v); !s)
+    return s;
+  if (!v->is_array())
+    return typeError("scores", "an array of numbers");
+  config.scores.reserve(v->size());
+  for (size_t i = 0; i < v->size(); ++i) {
+    const Json &e = (*v)[i];
+    if (!e.is_number())
+      return fail("scores[" + std::to_string(i) + "] is not a number");
+    config.scores.push_back(e.get<float>());
+  }
+
+  if (TokenizerStatus s = field("types", v); !s)
+    return s;
+  if (!v->is_array())
+    return typeError("types", "an array of integers");
+  config.types.reserve(v->size());
+  for (size_t i = 0; i < v->size(); ++i) {
+    const Json &e = (*v)[i];
+    if (!e.is_number_integer() || e.get<int64_t>() < INT32_MIN ||
+        e.get<int64_t>() > INT32_MAX)
+      return fail("types[" + std::to_string(i) + "] is not an integer");
+    config.types.push_back(static_cast<int32_t>(e.get<int64_t>()));
+  }
+
+  if (TokenizerStatus s = field("merges", v); !s)
+    return s;
+  if (!v->is_array())
+    return typeError("merges", "an array of \"left right\" strings");
+  config.merges.reserve(v->size());
+  for (size_t i = 0; i < v->size(); ++i) {
+    const Json &e = (*v)[i];
+    if (e.is_string()) {
+      config.merges.push_back(e.get<std::string>());
+      continue;
+    }
+    // Also accept the newer Hugging Face form ["left", "right"].
+    if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
+      config.merges.push_back(e[0].get<std::string>() + " " +
+                              e[1].get<std::string>());
+      continue;
+    }
+    return fail("merges[" + std::to_string(i) +
+                "] is not a \"left right\" string");
+  }
+
+  for (auto [name, out] :
+       {std::pair<const char *, int32_t *>{"bos_id", &config.bosId},
+        {"eos_id", &config.eosId},
+        {"unk_id", &config.unkId}}) {
+    if (TokenizerStatus s = field(name, v); !s)
+      return s;
+    if (!v->is_number_integer() || v->get<int64_t>() < INT32_MIN ||
+        v->get<int64_t>() > INT32_MAX)
+      return typeError(name, "an integer");
+    *out = static_cast<int32_t>(v->get<int64_t>());
+  }
+  for (auto [name, out] :
+       {std::pair<const char *, bool *>{"add_bos", &config.addBos},
+        {"add_dummy_prefix", &config.addDummyPrefix},
+        {"byte_fallback", &config.byteFallback}}) {
+    if (TokenizerStatus s = field(name, v); !s)
+      return s;
+    if (!v->is_boolean())
+      return typeError(name, "true or false");
+    *out = v->get<bool>();
+  }
+  return TokenizerStatus::success();
+}
+
+TokenizerStatus Tokenizer::parse(std::string_view jsonText,
+                                 const std::string &sourceName,
+                                 Tokenizer &out) {
+  TokenizerConfig config;
+#if defined(__cpp_exceptions)
+  try {
+#endif
+    Json root = Json::parse(jsonText.begin(), jsonText.end(), nullptr,
+                            /*allow_exceptions=*/false);
+    if (root.is_discarded())
+      return TokenizerStatus::error(sourceName + ": invalid JSON");
+    if (TokenizerStatus s = parseFields(root, sourceName, config); !s)
+      return s;
+#if defined(__cpp_exceptions)
+  } catch (const std::exception &e) {
+    // parseFields checks every type before reading it; this is a backstop
+    // so that nothing thrown by nlohmann escapes.
+    return TokenizerStatus::error(sourceName + ": " + e.what());
+  }
+#endif
+  return create(std::move(config), out, sourceName);
+}
+
+TokenizerStatus Tokenizer::load(const std::string &path, Tokenizer &out) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file)
+    return TokenizerStatus::error(path + ": cannot open tokenizer file");
+  std::ostringstream contents;
+  contents << file.rdbuf();
+  if (file.bad())
+    return TokenizerStatus::error(path + ": read error");
+  return parse(contents.str(), path, out);
+}
+
+const std::string &Tokenizer::piece(int32_t id) const {
+  return isValid(id) ? pieces_[id] : emptyPiece();
+}
+
+//===----------------------------------------------------------------------===//
+// Encoding
+//===----------------------------------------------------------------------===//
+
+/// One node of the doubly linked list of symbols being merged. A symbol
+/// covers text[start, start + len) of the normalised text.
+struct Tokenizer::Symbol {
+  int32_t id;
+  int32_t prev;
+  int32_t next;
+  uint32_t start;
+  uint32_t len;   // 0 once merged into its left neighbour
+  bool mergeable; // false for byte-fallback and unknown symbols (as run.c)
+};
+
+int32_t Tokenizer::lookupText(std::string_view piece) const {
+  auto it = textPieces_.find(std::string(piece));
+  return it == textPieces_.end() ? -1 : it->second;
+}
+
+void Tokenizer::initialSymbols(std::string_view text,
+                               std::vector<Symbol> &symbols) const {
+  for (size_t pos = 0; pos < text.size();) {
+    size_t len = codePointLength(text, pos);
+    auto push = [&](int32_t id, size_t start, size_t n, bool mergeable) {
+      auto index = static_cast<int32_t>(symbols.size());
+      symbols.push_back({id, index - 1, index + 1, static_cast<uint32_t>(start),
+                         static_cast<uint32_t>(n), mergeable});
+    };
+    int32_t id = lookupText(text.substr(pos, len));
+    if (id >= 0) {
+      push(id, pos, len, true);
+    } else if (byteFallback_) {
+      for (size_t k = 0; k < len; ++k) {
+        int32_t byteId = byteIds_[static_cast<unsigned char>(text[pos + k])];
+        if (byteId < 0)
+          byteId = unkId_;
+        if (byteId >= 0)
+          push(byteId, pos + k, 1, false);
+      }
+    } else if (unkId_ >= 0) {
+      push(unkId_, pos, len, false);
+    }
+    pos += len;
+  }
+  if (!symbols.empty())
+    symbols.back().next = -1;
+}
+
+namespace {
+/// A candidate merge of symbols[left] and its right neighbour symbols[right].
+struct Bigram {
+  int32_t left;
+  int32_t right;
+  uint32_t len; // combined byte length when queued (detects stale entries)
+  float score;  // SPM: higher first
+  int32_t rank; // BPE: lower first
+  int32_t id;   // the merged piece
+};
+struct SpmOrder {
+  bool operator()(const Bigram &a, const Bigram &b) const {
+    // priority_queue pops the "largest": best score, then leftmost.
+    return a.score < b.score || (a.score == b.score && a.left > b.left);
+  }
+};
+struct BpeOrder {
+  bool operator()(const Bigram &a, const Bigram &b) const {
+    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
+  }
+};
+} // namespace
+
+/// Queues every adjacent pair through `makeBigram`, then repeatedly applies
+/// the best queued merge that is still current, queueing the new neighbours.
+template <typename SymbolT, typename Queue, typename Make>
+static void runMerges(std::vector<SymbolT> &symbols, Queue &queue,
+                      Make makeBigram) {
+  for (size_t i = 0; i + 1 < symbols.size(); ++i)
+    makeBigram(static_cast<int32_t>(i), static_cast<int32_t>(i + 1));
+  while (!queue.empty()) {
+    Bigram top = queue.top();
+    queue.pop();
+    auto &left = symbols[top.left];
+    auto &right = symbols[top.right];
+    if (left.len == 0 || right.len == 0 || left.next != top.right ||
+        left.len + right.len != top.len)
+      continue; // stale: one side has changed since it was queued
+    left.id = top.id;
+    left.len += right.len;
+    left.next = right.next;
+    right.len = 0;
+    if (right.next >= 0)
+      symbols[right.next].prev = top.left;
+    if (left.prev >= 0)
+      makeBigram(left.prev, top.left);
+    if (left.next >= 0)
+      makeBigram(top.left, left.next);
+  }
+}
+
+void Tokenizer::mergeSymbols(std::string_view normalised,
+                             std::vector<Symbol> &symbols) const {
+  switch (model_) {
+  case TokenizerModel::Spm: {
+    std::priority_queue<Bigram, std::vector<Bigram>, SpmOrder> queue;
+    runMerges(symbols, queue, [&](int32_t l, int32_t r) {
+      const Symbol &a = symbols[l], &b = symbols[r];
+      if (!a.mergeable || !b.mergeable)
+        return;
+      int32_t id = lookupText(normalised.substr(a.start, a.len + b.len));
+      if (id < 0)
+        return;
+      queue.push({l, r, a.len + b.len, scores_[id], 0, id});
+    });
+    return;
+  }
+  case TokenizerModel::Bpe: {
+    std::priority_queue<Bigram, std::vector<Bigram>, BpeOrder> queue;
+    runMerges(symbols, queue, [&](int32_t l, int32_t r) {
+      const Symbol &a = symbols[l], &b = symbols[r];
+      if (!a.mergeable || !b.mergeable)
+        return;
+      uint64_t key =
+          (static_cast<uint64_t>(static_cast<uint32_t>(a.id)) << 32) |
+          static_cast<uint32_t>(b.id);
+      auto it = merges_.find(key);
+      if (it == merges_.end())
+        return;
+      queue.push(
+          {l, r, a.len + b.len, 0.0f, it->second.first, it->second.second});
+    });
+    return;
+  }
+  }
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text,
+                                       bool addBos) const {
+  std::vector<int32_t> ids;
+  if (addBos && isValid(bosId_))
+    ids.push_back(bosId_);
+  if (text.empty() || pieces_.empty())
+    return ids;
+
+  std::string normalised;
+  normalised.reserve(text.size() * 3 + 3);
+  if (addDummyPrefix_)
+    normalised += kSpaceMarker;
+  for (char c : text) {
+    if (c == ' ')
+      normalised += kSpaceMarker;
+    else
+      normalised.push_back(c);
+  }
+
+  std::vector<Symbol> symbols;
+  symbols.reserve(normalised.size());
+  initialSymbols(normalised, symbols);
+
+  mergeSymbols(normalised, symbols);
+
+  for (int32_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next)
+    ids.push_back(symbols[i].id);
+  return ids;
+}
+
+//===----------------------------------------------------------------------===//
+// Decoding
+//===----------------------------------------------------------------------===//
+
+std::string Tokenizer::decodePiece(int32_t prevId, int32_t id) const {
+  if (!isValid(id))
+    return {};
+  const std::string &text = decoded_[id];
+  // run.c strips the space only from text pieces, never from a <0x20> piece.
+  if (prevId == bosId_ && !text.empty() && text[0] == ' ' &&
+      parseBytePiece(pieces_[id]) < 0)
+    return text.substr(1);
+  return text;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t> &ids,
+                              int32_t prevId) const {
+  std::string out;
+  for (int32_t id : ids) {
+    out += decodePiece(prevId, id);
+    prevId = id;
+  }
+  return out;
+}
+
+} // namespace kiln::rt

@@ -1,0 +1,155 @@
+//===- Tokenizer.h - Kiln tokenizer (SentencePiece / HF BPE) ----*- C++ -*-===//
+//
+// Encodes prompts and stream-decodes generated ids for the Kiln runtime. The
+// vocabulary comes from an artifact's tokenizer.json (docs/artifact.md,
+// "tokenizer.json (Kiln tokenizer format)") or from in-memory fields.
+//
+// No exception escapes this library: every fallible entry point returns a
+// TokenizerStatus whose message names the file, the field and the index.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_RUNTIME_SRC_TOKENIZER_TOKENIZER_H
+#define KILN_RUNTIME_SRC_TOKENIZER_TOKENIZER_H
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace kiln::rt {
+
+/// Outcome of a fallible tokenizer operation. `message` is empty on success;
+/// on failure it is lowercase, has no trailing period and names the source
+/// (file path or "<memory>"), the field and, where relevant, the index.
+struct TokenizerStatus {
+  bool ok = true;
+  std::string message;
+
+  explicit operator bool() const { return ok; }
+  static TokenizerStatus success() { return {}; }
+  static TokenizerStatus error(std::string message) {
+    return {false, std::move(message)};
+  }
+};
+
+/// How pairs of adjacent symbols are chosen for merging.
+enum class TokenizerModel {
+  /// SentencePiece BPE by score: highest-scoring merged piece, leftmost on
+  /// ties.
+  Spm,
+  /// Hugging Face BPE: lowest merge rank, leftmost on ties.
+  Bpe,
+};
+
+/// SentencePiece piece types, as stored in `types`.
+enum class PieceType : int32_t {
+  Normal = 1,
+  Unknown = 2,
+  Control = 3,
+  UserDefined = 4,
+  Unused = 5,
+  Byte = 6,
+};
+
+/// The in-memory form of tokenizer.json; field meanings as in docs/artifact.md.
+/// `pieces` hold raw bytes (already hex-decoded), SentencePiece conventions
+/// ("▁" for space, "<0xXX>" byte pieces). `merges` ("a b", rank = index) are
+/// used only by the BPE model. `unkId` may be -1 (no unknown piece: code
+/// points with neither a piece nor byte pieces are dropped).
+struct TokenizerConfig {
+  TokenizerModel model = TokenizerModel::Spm;
+  std::vector<std::string> pieces;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  std::vector<std::string> merges;
+  int32_t bosId = 1;
+  int32_t eosId = 2;
+  int32_t unkId = 0;
+  bool addBos = true;
+  bool addDummyPrefix = true;
+  bool byteFallback = true;
+};
+
+/// A validated, immutable vocabulary with encode/decode. Copyable and movable;
+/// all const methods are thread-safe.
+class Tokenizer {
+public:
+  /// An empty tokenizer (vocabSize() == 0); assign one from load()/create().
+  Tokenizer() = default;
+
+  /// Reads and validates a Kiln tokenizer.json file into `out`.
+  static TokenizerStatus load(const std::string &path, Tokenizer &out);
+  /// Parses and validates tokenizer.json text; `sourceName` prefixes errors.
+  static TokenizerStatus parse(std::string_view jsonText,
+                               const std::string &sourceName, Tokenizer &out);
+  /// Validates in-memory fields into `out`; `sourceName` prefixes errors.
+  static TokenizerStatus create(TokenizerConfig config, Tokenizer &out,
+                                const std::string &sourceName = "<memory>");
+
+  /// Encodes `text` (UTF-8; invalid bytes go through byte fallback / unk),
+  /// prepending bosId() when `addBos`. Control pieces are never matched
+  /// inside text.
+  std::vector<int32_t> encode(std::string_view text, bool addBos) const;
+
+  /// The bytes to print for `id` when it follows `prevId` (pass -1 for none),
+  /// as llama2.c run.c decode(): the leading space of a piece following BOS is
+  /// stripped, "<0xXX>" pieces give the raw byte, control pieces give "",
+  /// "▁" gives " ". Invalid ids give "".
+  std::string decodePiece(int32_t prevId, int32_t id) const;
+  /// decodePiece over `ids` in order, the first one following `prevId`.
+  std::string decode(const std::vector<int32_t> &ids,
+                     int32_t prevId = -1) const;
+
+  bool isValid(int32_t id) const {
+    return id >= 0 && static_cast<size_t>(id) < pieces_.size();
+  }
+  int32_t vocabSize() const { return static_cast<int32_t>(pieces_.size()); }
+  int32_t bosId() const { return bosId_; }
+  int32_t eosId() const { return eosId_; }
+  int32_t unkId() const { return unkId_; }
+  /// Whether the source asks for BOS to be prepended (pass to encode()).
+  bool addBos() const { return addBos_; }
+  TokenizerModel model() const { return model_; }
+
+  /// The raw bytes of piece `id` ("" if invalid).
+  const std::string &piece(int32_t id) const;
+  float score(int32_t id) const { return isValid(id) ? scores_[id] : 0.0f; }
+  PieceType type(int32_t id) const {
+    return isValid(id) ? static_cast<PieceType>(types_[id]) : PieceType::Unused;
+  }
+
+private:
+  struct Symbol;
+  void initialSymbols(std::string_view text,
+                      std::vector<Symbol> &symbols) const;
+  void mergeSymbols(std::string_view normalised,
+                    std::vector<Symbol> &symbols) const;
+  int32_t lookupText(std::string_view piece) const;
+
+  TokenizerModel model_ = TokenizerModel::Spm;
+  std::vector<std::string> pieces_;
+  std::vector<float> scores_;
+  std::vector<int32_t> types_;
+  int32_t bosId_ = -1;
+  int32_t eosId_ = -1;
+  int32_t unkId_ = -1;
+  bool addBos_ = true;
+  bool addDummyPrefix_ = true;
+  bool byteFallback_ = true;
+
+  /// Pieces that text may be split into (normal / user-defined, not byte
+  /// pieces); the first id wins for duplicate pieces.
+  std::unordered_map<std::string, int32_t> textPieces_;
+  /// Id of piece "<0xXX>" for each byte, or -1.
+  std::vector<int32_t> byteIds_;
+  /// What each id prints (before the after-BOS space strip).
+  std::vector<std::string> decoded_;
+  /// BPE: (leftId << 32 | rightId) -> (rank, mergedId).
+  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;
+};
+
+} // namespace kiln::rt
+
+#endif // KILN_RUNTIME_SRC_TOKENIZER_TOKENIZER_H

@@ -1,0 +1,400 @@
+//===- ArtifactTest.cpp - Artifact validation and sessions ----------------===//
+//
+// Builds small artifacts in a temporary directory (manifest.json, weights.bin,
+// tokenizer.json, model.so = the fake model) and checks that each kind of
+// damage is refused with a message naming the file and the field, and that a
+// valid artifact runs through the C API (chunked prefill, decode, sampling).
+//
+//===----------------------------------------------------------------------===//
+#include "artifact/Artifact.h"
+#include "kiln_rt/api.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <xxhash.h>
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr int64_t kVocab = 16;
+
+std::string readFile(const fs::path &p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void writeFile(const fs::path &p, const std::string &bytes) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+std::string xxh3Hex(const std::string &bytes) {
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx",
+                (unsigned long long)XXH3_64bits(bytes.data(), bytes.size()));
+  return hex;
+}
+
+std::string hexOf(const std::string &s) {
+  std::string out;
+  char b[3];
+  for (unsigned char c : s) {
+    std::snprintf(b, sizeof(b), "%02x", c);
+    out += b;
+  }
+  return out;
+}
+
+/// A valid artifact in a fresh temporary directory; tests damage it.
+class FakeArtifact {
+public:
+  FakeArtifact() {
+    char tmpl[] = "/tmp/kiln_rt_test_XXXXXX";
+    dir = mkdtemp(tmpl);
+    // weights.bin: 256 bytes, weights[0] = vocab (read by the fake model).
+    std::string weights(256, '\0');
+    float v = float(kVocab);
+    std::memcpy(&weights[0], &v, sizeof(v));
+    files["weights.bin"] = weights;
+    files["model.so"] = readFile(KILN_RT_FAKE_MODEL);
+    files["model.cpp"] = "// fake\n";
+    json tok;
+    std::vector<std::string> pieces = {"<unk>", "<s>", "</s>"};
+    std::vector<int> types = {2, 3, 3};
+    for (int i = 3; i < kVocab; ++i) {
+      pieces.push_back(i % 2 ? "\xe2\x96\x81" + std::string(1, char('a' + i))
+                             : std::string(1, char('a' + i)));
+      types.push_back(1);
+    }
+    std::vector<std::string> hex;
+    std::vector<float> scores;
+    for (auto &p : pieces) {
+      hex.push_back(hexOf(p));
+      scores.push_back(0.0f);
+    }
+    tok = {{"format", "kiln-tokenizer"}, {"version", 1}, {"model", "spm"},
+           {"pieces_hex", hex}, {"scores", scores}, {"types", types},
+           {"merges", json::array()}, {"bos_id", 1}, {"eos_id", 2},
+           {"unk_id", 0}, {"add_bos", true}, {"add_dummy_prefix", true},
+           {"byte_fallback", false}};
+    files["tokenizer.json"] = tok.dump();
+    manifest = {
+        {"format", "kiln-artifact"},
+        {"version", 1},
+        {"abi_version", KILN_ABI_VERSION},
+        {"target", "cpu"},
+        {"model",
+         {{"name", "fake"}, {"vocab_size", kVocab}, {"max_seq_len", 32}}},
+        {"runtime",
+         {{"arena_bytes", 1024},
+          {"max_prefill_tokens", 3},
+          {"entry_points", {{"prefill", "kiln_prefill"}, {"decode", "kiln_decode"}}},
+          {"kv_cache",
+           {{"layers", 1}, {"kv_heads", 1}, {"head_dim", 2}, {"max_seq", 32},
+            {"dtype", "f32"}, {"bytes", 1 * 2 * 32 * 1 * 2 * 4}}}}},
+        {"weights",
+         {{"file", "weights.bin"},
+          {"tensors",
+           {{{"name", "a"}, {"offset", 0}, {"bytes", 64}, {"dtype", "f32"},
+             {"shape", {16}}},
+            {{"name", "b"}, {"offset", 64}, {"bytes", 192}}}}}},
+        {"tokenizer", {{"file", "tokenizer.json"}}},
+    };
+  }
+  ~FakeArtifact() { fs::remove_all(dir); }
+
+  /// Writes every file and a manifest whose `files` matches them.
+  void write() {
+    json listed = json::object();
+    for (auto &[name, bytes] : files) {
+      writeFile(fs::path(dir) / name, bytes);
+      listed[name] = {{"bytes", bytes.size()}, {"xxh3_64", xxh3Hex(bytes)}};
+    }
+    manifest["files"] = listed;
+    writeFile(fs::path(dir) / "manifest.json", manifest.dump(2));
+  }
+
+  /// Opens; returns "" on success, else the error message.
+  std::string open(uint32_t flags = 0) {
+    kiln_rt_artifact_t *a = nullptr;
+    kiln_rt_status_t st = kiln_rt_artifact_open(dir.c_str(), flags, &a);
+    std::string msg = kiln_rt_status_message(st);
+    kiln_rt_status_free(st);
+    kiln_rt_artifact_release(a);
+    return msg;
+  }
+
+  std::string dir;
+  std::map<std::string, std::string> files;
+  json manifest;
+};
+
+TEST(Artifact, ValidOpens) {
+  FakeArtifact f;
+  f.write();
+  EXPECT_EQ(f.open(), "");
+}
+
+TEST(Artifact, MissingDirectory) {
+  EXPECT_NE(FakeArtifact().open(), ""); // empty dir: no manifest
+  kiln_rt_artifact_t *a = nullptr;
+  kiln_rt_status_t st = kiln_rt_artifact_open("/nonexistent/kiln", 0, &a);
+  EXPECT_EQ(kiln_rt_status_code(st), KILN_RT_NOT_FOUND);
+  EXPECT_NE(std::string(kiln_rt_status_message(st)).find("/nonexistent/kiln"),
+            std::string::npos);
+  kiln_rt_status_free(st);
+}
+
+TEST(Artifact, MissingManifest) {
+  FakeArtifact f;
+  EXPECT_NE(f.open().find(f.dir + "/manifest.json: cannot open"), std::string::npos);
+}
+
+TEST(Artifact, InvalidJson) {
+  FakeArtifact f;
+  f.write();
+  writeFile(fs::path(f.dir) / "manifest.json", "{\"format\": \"kiln-artifact\",\n x");
+  EXPECT_NE(f.open().find(f.dir + "/manifest.json: invalid JSON at byte 30: "),
+            std::string::npos)
+      << f.open();
+}
+
+TEST(Artifact, WrongFormatVersionAbiTarget) {
+  {
+    FakeArtifact f;
+    f.manifest["format"] = "gguf";
+    f.write();
+    EXPECT_NE(f.open().find("format is \"gguf\""), std::string::npos) << f.open();
+  }
+  {
+    FakeArtifact f;
+    f.manifest["version"] = 2;
+    f.write();
+    EXPECT_EQ(f.open(), f.dir + "/manifest.json: unsupported artifact version 2 "
+                                "(this runtime reads version 1)");
+  }
+  {
+    FakeArtifact f;
+    f.manifest["abi_version"] = 99;
+    f.write();
+    EXPECT_NE(f.open().find("manifest.json: abi_version 99 does not match"),
+              std::string::npos)
+        << f.open();
+  }
+  {
+    FakeArtifact f;
+    f.manifest["target"] = "cuda";
+    f.write();
+    EXPECT_NE(f.open().find("target \"cuda\" is not supported"), std::string::npos);
+  }
+}
+
+TEST(Artifact, MissingAndMistypedFields) {
+  {
+    FakeArtifact f;
+    f.manifest["runtime"].erase("arena_bytes");
+    f.write();
+    EXPECT_EQ(f.open(),
+              f.dir + "/manifest.json: missing field 'runtime.arena_bytes'");
+  }
+  {
+    FakeArtifact f;
+    f.manifest["model"]["vocab_size"] = "big";
+    f.write();
+    EXPECT_NE(f.open().find("field 'model.vocab_size' must be an integer"),
+              std::string::npos);
+  }
+  {
+    FakeArtifact f;
+    f.manifest["runtime"]["arena_bytes"] = uint64_t(1) << 50;
+    f.write();
+    EXPECT_NE(f.open().find("implausibly large"), std::string::npos);
+  }
+}
+
+TEST(Artifact, KvCacheBytes) {
+  FakeArtifact f;
+  f.manifest["runtime"]["kv_cache"]["bytes"] = 100;
+  f.write();
+  EXPECT_NE(f.open().find("runtime.kv_cache.bytes is 100 but layers * 2 * "
+                          "max_seq * kv_heads * head_dim * 4 = 512"),
+            std::string::npos)
+      << f.open();
+}
+
+TEST(Artifact, TruncatedFile) {
+  FakeArtifact f;
+  f.write();
+  writeFile(fs::path(f.dir) / "weights.bin", std::string(100, '\0'));
+  EXPECT_EQ(f.open(), f.dir + "/weights.bin: size 100 bytes, manifest says 256 "
+                              "(truncated or corrupted artifact)");
+}
+
+TEST(Artifact, ChecksumMismatch) {
+  FakeArtifact f;
+  f.write();
+  std::string w = f.files["weights.bin"];
+  w[200] = 1;
+  writeFile(fs::path(f.dir) / "weights.bin", w);
+  std::string msg = f.open();
+  EXPECT_EQ(msg.rfind(f.dir + "/weights.bin: XXH3-64 is " + xxh3Hex(w) +
+                          ", manifest says " + xxh3Hex(f.files["weights.bin"]),
+                      0),
+            0u)
+      << msg;
+  EXPECT_EQ(f.open(KILN_RT_OPEN_SKIP_CHECKSUMS), "");
+}
+
+TEST(Artifact, MissingFile) {
+  FakeArtifact f;
+  f.write();
+  fs::remove(fs::path(f.dir) / "tokenizer.json");
+  EXPECT_EQ(f.open().rfind(f.dir + "/tokenizer.json: missing", 0), 0u) << f.open();
+}
+
+TEST(Artifact, FilesMustListRequired) {
+  FakeArtifact f;
+  f.files.erase("model.so");
+  f.write();
+  EXPECT_NE(f.open().find("'files' does not list \"model.so\""), std::string::npos);
+}
+
+TEST(Artifact, WeightOffsets) {
+  {
+    FakeArtifact f;
+    f.manifest["weights"]["tensors"][1]["offset"] = 68;
+    f.manifest["weights"]["tensors"][1]["bytes"] = 4;
+    f.write();
+    EXPECT_NE(f.open().find("weights.tensors[1] (\"b\"): offset 68 is not a "
+                            "multiple of 64"),
+              std::string::npos)
+        << f.open();
+  }
+  {
+    FakeArtifact f;
+    f.manifest["weights"]["tensors"][1]["bytes"] = 200;
+    f.write();
+    EXPECT_NE(f.open().find("weights.tensors[1] (\"b\"): bytes [64, 264) exceed "
+                            "weights.bin size 256"),
+              std::string::npos)
+        << f.open();
+  }
+  {
+    FakeArtifact f;
+    f.manifest["weights"]["tensors"][0]["shape"] = {17};
+    f.write();
+    EXPECT_NE(f.open().find("do not match shape [17]"), std::string::npos);
+  }
+}
+
+TEST(Artifact, BadModelSo) {
+  {
+    FakeArtifact f;
+    f.files["model.so"] = "not an ELF file";
+    f.write();
+    EXPECT_EQ(f.open().rfind(f.dir + "/model.so: cannot load: ", 0), 0u) << f.open();
+  }
+  {
+    FakeArtifact f;
+    f.manifest["runtime"]["entry_points"]["decode"] = "kiln_nope";
+    f.write();
+    EXPECT_NE(f.open().find("model.so: entry point 'kiln_nope' (manifest.json "
+                            "runtime.entry_points.decode) not found"),
+              std::string::npos)
+        << f.open();
+  }
+}
+
+/// Counters exported by the fake model (same handle as the runtime's dlopen).
+int64_t fakeCounter(const std::string &dir, const char *name) {
+  void *h = dlopen((dir + "/model.so").c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (!h)
+    return -1;
+  int64_t v = *static_cast<int64_t *>(dlsym(h, name));
+  dlclose(h);
+  return v;
+}
+
+TEST(Session, PrefillDecodeSample) {
+  FakeArtifact f;
+  f.write();
+  kiln_rt_artifact_t *a = nullptr;
+  ASSERT_EQ(kiln_rt_artifact_open(f.dir.c_str(), 0, &a), nullptr);
+  kiln_rt_model_info_t info;
+  kiln_rt_artifact_info(a, &info);
+  EXPECT_EQ(info.vocab_size, kVocab);
+  EXPECT_EQ(info.max_seq_len, 32);
+  EXPECT_EQ(info.bos_id, 1);
+  EXPECT_EQ(info.eos_id, 2);
+  EXPECT_EQ(info.weights_bytes, 256u);
+
+  kiln_rt_session_t *s = nullptr;
+  ASSERT_EQ(kiln_rt_session_create(a, &s), nullptr);
+  EXPECT_EQ(kiln_rt_session_logits(s), nullptr);
+  std::vector<int32_t> prompt = {1, 3, 4, 5, 6, 7, 8}; // 7 tokens, chunks of 3
+  ASSERT_EQ(kiln_rt_session_prefill(s, prompt.data(), 7), nullptr);
+  EXPECT_EQ(kiln_rt_session_position(s), 7);
+  EXPECT_EQ(fakeCounter(f.dir, "fake_prefill_calls"), 3);
+  EXPECT_EQ(fakeCounter(f.dir, "fake_max_n"), 3);
+
+  kiln_rt_sampler_params_t params = {0.0f, 0, 0.9f, 42};
+  kiln_rt_sampler_t *sampler = nullptr;
+  ASSERT_EQ(kiln_rt_sampler_create(&params, kVocab, &sampler), nullptr);
+  int32_t next = kiln_rt_sampler_sample(sampler, kiln_rt_session_logits(s));
+  EXPECT_EQ(next, 9); // the fake model predicts last + 1
+  ASSERT_EQ(kiln_rt_session_decode(s, next), nullptr);
+  EXPECT_EQ(kiln_rt_sampler_sample(sampler, kiln_rt_session_logits(s)), 10);
+  EXPECT_EQ(fakeCounter(f.dir, "fake_decode_calls"), 1);
+
+  // Bad token ids are refused before running anything.
+  kiln_rt_status_t st = kiln_rt_session_decode(s, int32_t(kVocab));
+  EXPECT_EQ(kiln_rt_status_code(st), KILN_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(kiln_rt_status_message(st)),
+            "token id 16 (index 0) is outside the vocabulary [0, 16)");
+  kiln_rt_status_free(st);
+  EXPECT_EQ(kiln_rt_session_position(s), 8);
+
+  // The context ends at 32.
+  std::vector<int32_t> many(25, 3);
+  st = kiln_rt_session_prefill(s, many.data(), 25);
+  EXPECT_EQ(kiln_rt_status_code(st), KILN_RT_OUT_OF_RANGE);
+  EXPECT_EQ(std::string(kiln_rt_status_message(st)),
+            "25 tokens at position 8 exceed the model's context of 32 tokens");
+  kiln_rt_status_free(st);
+  ASSERT_EQ(kiln_rt_session_prefill(s, many.data(), 24), nullptr);
+  EXPECT_EQ(kiln_rt_session_position(s), 32);
+
+  kiln_rt_session_reset(s);
+  EXPECT_EQ(kiln_rt_session_position(s), 0);
+  EXPECT_EQ(kiln_rt_session_logits(s), nullptr);
+
+  // Tokenizer round trip through the C API.
+  int32_t ids[16];
+  size_t count = 0;
+  ASSERT_EQ(kiln_rt_tokenize(a, "d", 1, 1, ids, 16, &count), nullptr);
+  ASSERT_GE(count, 1u);
+  EXPECT_EQ(ids[0], 1);
+  const char *piece = nullptr;
+  size_t len = 0;
+  ASSERT_EQ(kiln_rt_detokenize(a, 1, 4, &piece, &len), nullptr);
+  EXPECT_EQ(std::string(piece, len), "e");
+
+  kiln_rt_sampler_release(sampler);
+  kiln_rt_session_release(s);
+  kiln_rt_artifact_release(a);
+}
+
+} // namespace

@@ -1,0 +1,44 @@
+//===- FakeModel.cpp - A stand-in model.so for runtime tests --------------===//
+//
+// Built like an emitted model: entry points with the kernel-ABI signature and
+// kiln_k_* left undefined (bound to libkiln_runtime.so at dlopen time).
+// weights[0] (float) holds the vocabulary size. Each call records its tokens
+// in the KV cache (kv[pos + i] = token) and predicts "last token + 1".
+//
+//===----------------------------------------------------------------------===//
+#include "kiln_rt/kernel_abi.h"
+
+#include <cstring>
+
+extern "C" {
+
+int64_t fake_prefill_calls = 0;
+int64_t fake_decode_calls = 0;
+int64_t fake_max_n = 0;
+
+static void step(kiln_exec_ctx *ctx, int64_t n, int64_t pos) {
+  if (n > fake_max_n)
+    fake_max_n = n;
+  int64_t vocab = int64_t(reinterpret_cast<const float *>(ctx->weights)[0]);
+  for (int64_t i = 0; i < n; ++i)
+    ctx->kv[pos + i] = float(ctx->tokens[i]);
+  // Exercise a runtime kernel through the dynamic loader: a[2] = 1 + 2.
+  float *a = reinterpret_cast<float *>(ctx->arena);
+  a[0] = 1.0f;
+  a[1] = 2.0f;
+  kiln_k_add(a, a + 1, a + 2, 1);
+  std::memset(ctx->logits, 0, sizeof(float) * size_t(vocab));
+  ctx->logits[(ctx->tokens[n - 1] + 1) % vocab] = a[2];
+}
+
+void kiln_prefill(kiln_exec_ctx *ctx, int64_t n, int64_t pos) {
+  ++fake_prefill_calls;
+  step(ctx, n, pos);
+}
+
+void kiln_decode(kiln_exec_ctx *ctx, int64_t n, int64_t pos) {
+  ++fake_decode_calls;
+  step(ctx, n, pos);
+}
+
+} // extern "C"

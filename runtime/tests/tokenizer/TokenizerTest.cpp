@@ -1,0 +1,406 @@
+//===- TokenizerTest.cpp - kiln::rt::Tokenizer against published data -----===//
+
+#include "tokenizer/Tokenizer.h"
+#include "TestHelpers.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+using namespace kiln::rt;
+using namespace kiln::rt::test;
+using Ids = std::vector<int32_t>;
+
+namespace {
+
+/// Builds a Tokenizer from `config`, failing the test on error.
+Tokenizer build(TokenizerConfig config) {
+  Tokenizer tok;
+  TokenizerStatus status = Tokenizer::create(std::move(config), tok);
+  EXPECT_TRUE(status.ok) << status.message;
+  return tok;
+}
+
+const Tokenizer &llama2() {
+  static const Tokenizer tok =
+      build(readLlama2cTokenizer(modelPath("llama2-tokenizer/tokenizer.bin")));
+  return tok;
+}
+
+const Tokenizer &tok512() {
+  static const Tokenizer tok =
+      build(readLlama2cTokenizer(modelPath("stories260K/tok512.bin")));
+  return tok;
+}
+
+TokenizerConfig tinyStoriesConfig() {
+  return readHfBpeTokenizer(modelPath("tinystories-656k/hf/tokenizer.json"),
+                            /*bosId=*/1, /*eosId=*/2);
+}
+
+const Tokenizer &tinyStories() {
+  static const Tokenizer tok = build(tinyStoriesConfig());
+  return tok;
+}
+
+Ids toIds(const nlohmann::json &array) { return array.get<Ids>(); }
+
+/// A scratch file under the test's working directory, removed on scope exit.
+struct TempFile {
+  std::string path;
+  TempFile(const std::string &name, const std::string &contents)
+      : path(::testing::TempDir() + name) {
+    std::ofstream(path, std::ios::binary) << contents;
+  }
+  ~TempFile() { std::remove(path.c_str()); }
+};
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Encoding against published references
+//===----------------------------------------------------------------------===//
+
+// llama2.c test.c's five cases plus llama.cpp #167 (emoji via byte fallback).
+TEST(TokenizerEncode, Llama2ReferenceEncodings) {
+  nlohmann::json ref =
+      readJson(modelPath("llama2-tokenizer/reference_encodings.json"));
+  ASSERT_EQ(ref.at("cases").size(), 6u);
+  ASSERT_EQ(llama2().vocabSize(), 32000);
+  for (const auto &c : ref.at("cases")) {
+    std::string text = c.at("text").get<std::string>();
+    EXPECT_EQ(llama2().encode(text, /*addBos=*/true), toIds(c.at("ids")))
+        << "text: " << text;
+  }
+}
+
+TEST(TokenizerEncode, Tok512OnceUponATime) {
+  nlohmann::json ref =
+      readJson(modelPath("stories260K/reference_outputs.json"));
+  Ids expected = {1, 403, 407, 261, 378};
+  EXPECT_EQ(toIds(ref.at("published")
+                      .at("prompted_variant")
+                      .at("prompt_ids_runc_encoder")),
+            expected);
+  EXPECT_EQ(tok512().encode("Once upon a time", true), expected);
+  EXPECT_EQ(tok512().encode("Once upon a time", false),
+            Ids(expected.begin() + 1, expected.end()));
+}
+
+TEST(TokenizerEncode, EmptyText) {
+  EXPECT_EQ(tok512().encode("", true), Ids{1});
+  EXPECT_EQ(tok512().encode("", false), Ids{});
+  EXPECT_EQ(tinyStories().encode("", true), Ids{1});
+}
+
+// HF BPE merges: "▁", "On", "ce▁", "upon▁a▁tim", "e".
+TEST(TokenizerEncode, TinyStoriesBpe) {
+  EXPECT_EQ(tinyStories().model(), TokenizerModel::Bpe);
+  EXPECT_EQ(tinyStories().encode("Once upon a time", true),
+            (Ids{1, 80, 147, 201, 282, 57}));
+  nlohmann::json ref =
+      readJson(modelPath("tinystories-656k/reference_outputs.json"));
+  for (const auto &c : ref.at("derived_independently_hf_f32").at("cases"))
+    EXPECT_EQ(tinyStories().encode(c.at("prompt").get<std::string>(), true),
+              toIds(c.at("prompt_ids")));
+}
+
+// The GGUF stores the same vocabulary as SentencePiece with all scores -1000:
+// leftmost-first merging gives the same ids for this prompt.
+TEST(TokenizerEncode, TinyStoriesSpmEqualScores) {
+  TokenizerConfig config = tinyStoriesConfig();
+  config.model = TokenizerModel::Spm;
+  config.merges.clear();
+  config.scores.assign(config.pieces.size(), -1000.0f);
+  TokenizerConfig naiveConfig = config;
+  Tokenizer tok = build(std::move(config));
+  EXPECT_EQ(tok.encode("Once upon a time", true),
+            (Ids{1, 80, 147, 201, 282, 57}));
+  EXPECT_EQ(naiveSpmEncode(naiveConfig, "Once upon a time", true),
+            (Ids{1, 80, 147, 201, 282, 57}));
+}
+
+// Control pieces are never matched inside text.
+TEST(TokenizerEncode, SpecialPiecesNotMatchedInText) {
+  Ids ids = tinyStories().encode("<|end_story|>", false);
+  for (int32_t id : ids)
+    EXPECT_NE(tinyStories().type(id), PieceType::Control);
+  EXPECT_EQ(tinyStories().decode(ids, 1), "<|end_story|>");
+  Ids llamaIds = llama2().encode("<s>hi</s>", false);
+  for (int32_t id : llamaIds)
+    EXPECT_GT(id, 2);
+}
+
+// Code points with no piece and no byte pieces become unk (TinyStories has
+// byte_fallback but no <0xXX> pieces).
+TEST(TokenizerEncode, UnknownCodePointWithoutBytePieces) {
+  Ids ids = tinyStories().encode("a\xe2\x82\xac", false); // "a€"
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids.back(), tinyStories().unkId());
+}
+
+// The priority-queue encoder agrees with a literal transcription of run.c on
+// long inputs (ties, bytes, newlines) and is not quadratic-slow.
+TEST(TokenizerEncode, MatchesNaiveRunCEncoderOnLongText) {
+  nlohmann::json ref =
+      readJson(modelPath("stories260K/reference_outputs.json"));
+  std::string story =
+      ref.at("published").at("expected_text").get<std::string>();
+  std::string text = story + " caf\xc3\xa9 \xf0\x9f\xa6\x99 \t\x01 ok\xff!";
+  TokenizerConfig llamaConfig =
+      readLlama2cTokenizer(modelPath("llama2-tokenizer/tokenizer.bin"));
+  TokenizerConfig tokConfig =
+      readLlama2cTokenizer(modelPath("stories260K/tok512.bin"));
+  EXPECT_EQ(llama2().encode(text, true),
+            naiveSpmEncode(llamaConfig, text, true));
+  EXPECT_EQ(tok512().encode(text, true), naiveSpmEncode(tokConfig, text, true));
+
+  std::string longText;
+  while (longText.size() < 16000)
+    longText += story + "\n";
+  auto start = std::chrono::steady_clock::now();
+  Ids ids = llama2().encode(longText, true);
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  EXPECT_GT(ids.size(), 3000u);
+  EXPECT_LT(seconds, 1.0) << ids.size() << " tokens";
+  ASSERT_EQ(ids[0], 1);
+  Ids body(ids.begin() + 1, ids.end());
+  // EXPECT_TRUE: a mismatch would print 16 kB twice.
+  EXPECT_TRUE(llama2().decode(body, -1) == " " + longText)
+      << "decoding without BOS keeps the dummy-prefix space";
+  EXPECT_TRUE(llama2().decode(body, 1) == longText);
+}
+
+//===----------------------------------------------------------------------===//
+// Decoding
+//===----------------------------------------------------------------------===//
+
+// run.c -t 0.0 -n 200 on stories260K: the published text, from the 200 ids.
+TEST(TokenizerDecode, Stories260KGreedyText) {
+  nlohmann::json ref =
+      readJson(modelPath("stories260K/reference_outputs.json"));
+  Ids ids = toIds(ref.at("derived_independently").at("greedy_ids_200"));
+  ASSERT_EQ(ids.size(), 200u);
+  std::string text;
+  int32_t prev = tok512().bosId();
+  for (int32_t id : ids) {
+    text += tok512().decodePiece(prev, id);
+    prev = id;
+  }
+  EXPECT_EQ(text, ref.at("published").at("expected_text").get<std::string>());
+  EXPECT_EQ(tok512().decode(ids, tok512().bosId()), text);
+}
+
+TEST(TokenizerDecode, TinyStoriesReferenceTexts) {
+  nlohmann::json ref =
+      readJson(modelPath("tinystories-656k/reference_outputs.json"));
+  int checked = 0;
+  for (const auto &c : ref.at("derived_independently_hf_f32").at("cases")) {
+    Ids prompt = toIds(c.at("prompt_ids"));
+    EXPECT_EQ(tinyStories().decode(toIds(c.at("generated_ids")), prompt.back()),
+              c.at("generated_text").get<std::string>());
+    ++checked;
+  }
+  // Published llama.cpp Q8_0 text; ids derived independently.
+  const auto &published = ref.at("published_q8_0_gguf").at("cases").at(0);
+  const auto &derived =
+      ref.at("derived_independently_q8_0_gguf").at("cases").at(0);
+  ASSERT_EQ(published.at("prompt"), derived.at("prompt"));
+  Ids prompt = toIds(derived.at("prompt_ids"));
+  EXPECT_EQ(
+      tinyStories().decode(toIds(derived.at("generated_ids")), prompt.back()),
+      published.at("expected_generated_text").get<std::string>());
+  EXPECT_EQ(checked, 2);
+}
+
+TEST(TokenizerDecode, PieceRules) {
+  const Tokenizer &tok = llama2();
+  EXPECT_EQ(tok.decodePiece(-1, 1), "");        // control <s>
+  EXPECT_EQ(tok.decodePiece(5, 2), "");         // control </s>
+  EXPECT_EQ(tok.decodePiece(5, 13), "\n");      // <0x0A>
+  EXPECT_EQ(tok.decodePiece(1, 3 + 0x20), " "); // <0x20> is not stripped
+  EXPECT_EQ(tok.decodePiece(5, 29871), " ");    // "▁"
+  EXPECT_EQ(tok.decodePiece(1, 29871), "");     // "▁" right after BOS
+  EXPECT_EQ(tok.decodePiece(1, 306), "I");      // "▁I" after BOS
+  EXPECT_EQ(tok.decodePiece(5, 306), " I");
+  EXPECT_EQ(tok.decodePiece(5, -1), "");
+  EXPECT_EQ(tok.decodePiece(5, 32000), "");
+  EXPECT_TRUE(tok.isValid(31999));
+  EXPECT_FALSE(tok.isValid(32000));
+  EXPECT_FALSE(tok.isValid(-1));
+  EXPECT_EQ(tok.bosId(), 1);
+  EXPECT_EQ(tok.eosId(), 2);
+  // The emoji's four byte pieces decode back to its UTF-8.
+  EXPECT_EQ(tok.decode({243, 162, 169, 156}, 5), "\xf0\x9f\xa6\x99");
+}
+
+TEST(TokenizerDecode, RoundTripsReferenceTexts) {
+  nlohmann::json ref =
+      readJson(modelPath("llama2-tokenizer/reference_encodings.json"));
+  for (const auto &c : ref.at("cases")) {
+    std::string text = c.at("text").get<std::string>();
+    Ids ids = llama2().encode(text, true);
+    EXPECT_EQ(llama2().decode(Ids(ids.begin() + 1, ids.end()), ids[0]), text);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// tokenizer.json loading
+//===----------------------------------------------------------------------===//
+
+TEST(TokenizerLoad, RoundTripsKilnJson) {
+  for (const char *source :
+       {"stories260K/tok512.bin", "llama2-tokenizer/tokenizer.bin"}) {
+    TokenizerConfig config = readLlama2cTokenizer(modelPath(source));
+    TempFile file("tok.json", toKilnJson(config).dump());
+    Tokenizer tok;
+    TokenizerStatus status = Tokenizer::load(file.path, tok);
+    ASSERT_TRUE(status.ok) << status.message;
+    EXPECT_EQ(tok.vocabSize(), static_cast<int32_t>(config.pieces.size()));
+    EXPECT_EQ(tok.model(), TokenizerModel::Spm);
+    EXPECT_TRUE(tok.addBos());
+    EXPECT_EQ(tok.piece(1), "<s>");
+    EXPECT_EQ(tok.type(1), PieceType::Control);
+    EXPECT_EQ(tok.score(300), config.scores[300]);
+    std::string text =
+        "Once upon a time, Lily's \xf0\x9f\xa6\x99 said \"hi\".\n";
+    EXPECT_EQ(tok.encode(text, true), naiveSpmEncode(config, text, true));
+  }
+  TokenizerConfig config = tinyStoriesConfig();
+  TempFile file("tok.json", toKilnJson(config).dump());
+  Tokenizer tok;
+  TokenizerStatus status = Tokenizer::load(file.path, tok);
+  ASSERT_TRUE(status.ok) << status.message;
+  EXPECT_EQ(tok.model(), TokenizerModel::Bpe);
+  EXPECT_EQ(tok.encode("Once upon a time", true),
+            (Ids{1, 80, 147, 201, 282, 57}));
+}
+
+// The documented example shape, with merges in both string and pair form.
+TEST(TokenizerLoad, ParsesMinimalBpe) {
+  const char *json = R"({
+    "format": "kiln-tokenizer", "version": 1, "model": "bpe",
+    "pieces_hex": ["3c756e6b3e", "3c733e", "3c2f733e", "e29681", "61", "62",
+                   "e2968161", "e296816162"],
+    "scores": [0, 0, 0, 0, 0, 0, 0, 0],
+    "types": [2, 3, 3, 1, 1, 1, 1, 1],
+    "merges": ["\u2581 a", ["\u2581a", "b"]],
+    "bos_id": 1, "eos_id": 2, "unk_id": 0,
+    "add_bos": false, "add_dummy_prefix": true, "byte_fallback": false,
+    "future_field": {"ignored": true}
+  })";
+  Tokenizer tok;
+  TokenizerStatus status = Tokenizer::parse(json, "inline.json", tok);
+  ASSERT_TRUE(status.ok) << status.message;
+  EXPECT_FALSE(tok.addBos());
+  EXPECT_EQ(tok.encode("ab", tok.addBos()), Ids{7});
+  EXPECT_EQ(tok.encode("ab a", true), (Ids{1, 7, 6}));
+  EXPECT_EQ(tok.encode("c", false), (Ids{3, 0})); // unk without byte pieces
+}
+
+namespace {
+/// Parses `json` and expects failure with a message containing each of
+/// `fragments`.
+void expectParseError(const std::string &json,
+                      std::initializer_list<const char *> fragments) {
+  Tokenizer tok;
+  TokenizerStatus status = Tokenizer::parse(json, "bad.json", tok);
+  ASSERT_FALSE(status.ok) << json;
+  EXPECT_EQ(status.message.rfind("bad.json: ", 0), 0u) << status.message;
+  for (const char *f : fragments)
+    EXPECT_NE(status.message.find(f), std::string::npos)
+        << "'" << status.message << "' lacks '" << f << "'";
+  EXPECT_EQ(tok.vocabSize(), 0) << "out is untouched on failure";
+}
+
+std::string validJsonWith(const std::string &key, const nlohmann::json &value) {
+  TokenizerConfig config;
+  config.pieces = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a"};
+  config.scores = {0, 0, 0, -1, -2};
+  config.types = {2, 3, 3, 1, 1};
+  nlohmann::json j = toKilnJson(config);
+  if (value.is_discarded())
+    j.erase(key);
+  else
+    j[key] = value;
+  return j.dump();
+}
+} // namespace
+
+TEST(TokenizerLoad, Errors) {
+  Tokenizer tok;
+  TokenizerStatus missing = Tokenizer::load("/nonexistent/tokenizer.json", tok);
+  EXPECT_FALSE(missing.ok);
+  EXPECT_EQ(missing.message,
+            "/nonexistent/tokenizer.json: cannot open tokenizer file");
+
+  expectParseError("{\"format\": ", {"invalid JSON"});
+  expectParseError("[1, 2]", {"not a JSON object"});
+  nlohmann::json discard = nlohmann::json::value_t::discarded;
+  expectParseError(validJsonWith("scores", discard),
+                   {"missing field 'scores'"});
+  expectParseError(validJsonWith("format", "gguf"),
+                   {"'format'", "kiln-tokenizer"});
+  expectParseError(validJsonWith("version", 2), {"'version'", "2"});
+  expectParseError(validJsonWith("model", "wordpiece"),
+                   {"'model'", "wordpiece"});
+  expectParseError(validJsonWith("scores", {0, 0, 0, 0}),
+                   {"'scores' has 4 entries but 'pieces_hex' has 5"});
+  expectParseError(validJsonWith("types", {2, 3, 3, 1}),
+                   {"'types' has 4 entries but 'pieces_hex' has 5"});
+  expectParseError(validJsonWith("types", {2, 3, 3, 1, 9}), {"types[4] is 9"});
+  expectParseError(validJsonWith("types", {2, 3, 3, 1, "x"}),
+                   {"types[4] is not an integer"});
+  expectParseError(validJsonWith("scores", {0, 0, "x", 0, 0}),
+                   {"scores[2] is not a number"});
+  expectParseError(validJsonWith("pieces_hex", {"3c756e6b3e", "3c733e",
+                                                "3c2f733g", "e29681", "61"}),
+                   {"pieces_hex[2]", "invalid hex digit 'g' at offset 7"});
+  expectParseError(validJsonWith("pieces_hex", {"3c756e6b3e", "3c733e",
+                                                "3c2f733e", "e2968", "61"}),
+                   {"pieces_hex[3]", "odd number of hex digits"});
+  expectParseError(validJsonWith("pieces_hex", {"3c756e6b3e", 7, "", "", ""}),
+                   {"pieces_hex[1] is not a string"});
+  expectParseError(validJsonWith("pieces_hex", nlohmann::json::array()),
+                   {"'pieces_hex' is empty"});
+  expectParseError(validJsonWith("bos_id", 5), {"'bos_id' is 5", "[0, 5)"});
+  expectParseError(validJsonWith("eos_id", -1), {"'eos_id' is -1"});
+  expectParseError(validJsonWith("unk_id", 7), {"'unk_id' is 7"});
+  expectParseError(validJsonWith("bos_id", "1"),
+                   {"'bos_id' must be an integer"});
+  expectParseError(validJsonWith("add_bos", 1),
+                   {"'add_bos' must be true or false"});
+  expectParseError(validJsonWith("merges", {1}), {"merges[0]"});
+
+  std::string bpe = validJsonWith("model", "bpe");
+  nlohmann::json j = nlohmann::json::parse(bpe);
+  j["merges"] = {"\xe2\x96\x81 a"};
+  expectParseError(j.dump(),
+                   {"merges[0]", "merged piece", "not in the vocabulary"});
+  j["merges"] = {"a b"};
+  expectParseError(j.dump(),
+                   {"merges[0]", "piece 'b' is not in the vocabulary"});
+  j["merges"] = {"ab"};
+  expectParseError(j.dump(), {"merges[0] 'ab' is not two pieces"});
+}
+
+TEST(TokenizerLoad, CreateValidatesInMemoryFields) {
+  TokenizerConfig config;
+  config.pieces = {"<unk>", "<s>", "</s>"};
+  config.scores = {0, 0};
+  config.types = {2, 3, 3};
+  Tokenizer tok;
+  TokenizerStatus status = Tokenizer::create(config, tok);
+  EXPECT_FALSE(status.ok);
+  EXPECT_EQ(status.message,
+            "<memory>: field 'scores' has 2 entries but 'pieces_hex' has 3");
+  config.scores.push_back(0);
+  config.unkId = -1; // allowed: no unknown piece
+  status = Tokenizer::create(config, tok);
+  EXPECT_TRUE(status.ok) << status.message;
+  EXPECT_EQ(tok.encode("xyz", true), Ids{1}); // nothing encodable, all dropped
+}

@@ -1,0 +1,175 @@
+//===- ArtifactWriterTest.cpp - weights.bin / tokenizer.json writers ------===//
+
+#include "ImportTestUtils.h"
+
+#include "codegen/Artifact/TokenizerWriter.h"
+#include "codegen/Artifact/WeightWriter.h"
+#include "dialects/Kiln/Import/Importers.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+
+#include "gtest/gtest.h"
+
+#include <cstring>
+#include <xxhash.h>
+
+using namespace mlir::kiln;
+using namespace kiln::test;
+
+namespace {
+
+void checkWeightsFile(const ModelDesc &m, const std::string &path,
+                      const std::vector<WrittenTensor> &written) {
+  ASSERT_EQ(written.size(), m.weights.size());
+  std::string bytes = readFileBytes(path);
+  uint64_t end = 0;
+  for (size_t i = 0; i < written.size(); ++i) {
+    const WrittenTensor &t = written[i];
+    EXPECT_EQ(t.name, m.weights[i].name);
+    EXPECT_EQ(t.offset % kWeightAlignment, 0u) << t.name;
+    EXPECT_EQ(t.shape, m.weights[i].source.shape);
+    ASSERT_LE(t.offset + t.bytes, bytes.size()) << t.name;
+    std::vector<float> expected = materialize(m.weights[i]);
+    ASSERT_EQ(expected.size() * 4, t.bytes);
+    EXPECT_EQ(std::memcmp(bytes.data() + t.offset, expected.data(), t.bytes),
+              0)
+        << t.name;
+    end = std::max(end, t.offset + t.bytes);
+  }
+  EXPECT_EQ(bytes.size(), (end + 63) / 64 * 64);
+}
+
+TEST(WeightWriter, Stories260KDeduplicatesTiedOutput) {
+  KILN_REQUIRE_MODELS();
+  llvm::Expected<ModelDesc> m =
+      importModel(modelPath("stories260K/stories260K.gguf"));
+  ASSERT_TRUE(bool(m)) << errorMessage(m);
+  TempDir dir;
+  std::string path = dir.path("weights.bin");
+  llvm::Expected<std::vector<WrittenTensor>> written =
+      writeWeightsFile(path, m->weights);
+  ASSERT_TRUE(bool(written)) << errorMessage(written);
+  checkWeightsFile(*m, path, *written);
+  EXPECT_EQ(written->back().name, "output");
+  EXPECT_EQ(written->back().offset, written->front().offset);
+  EXPECT_EQ(written->front().offset, 0u);
+}
+
+TEST(WeightWriter, HfTransformsAndSynthetic) {
+  KILN_REQUIRE_MODELS();
+  llvm::Expected<ModelDesc> hf = importModel(modelPath("tinystories-656k/hf"));
+  ASSERT_TRUE(bool(hf)) << errorMessage(hf);
+  TempDir dir;
+  std::string path = dir.path("weights.bin");
+  llvm::Expected<std::vector<WrittenTensor>> written =
+      writeWeightsFile(path, hf->weights);
+  ASSERT_TRUE(bool(written)) << errorMessage(written);
+  checkWeightsFile(*hf, path, *written);
+
+  llvm::Expected<ModelDesc> syn = importModel("synthetic:stories260k");
+  ASSERT_TRUE(bool(syn)) << errorMessage(syn);
+  written = writeWeightsFile(path, syn->weights);
+  ASSERT_TRUE(bool(written)) << errorMessage(written);
+  checkWeightsFile(*syn, path, *written);
+  EXPECT_EQ(written->back().offset, written->front().offset);
+}
+
+TEST(WeightWriter, Errors) {
+  llvm::Expected<ModelDesc> syn = importModel("synthetic:stories260k");
+  ASSERT_TRUE(bool(syn)) << errorMessage(syn);
+  llvm::Expected<std::vector<WrittenTensor>> written =
+      writeWeightsFile("/nonexistent-dir/weights.bin", syn->weights);
+  std::string msg = errorMessage(written);
+  EXPECT_NE(msg.find("/nonexistent-dir/weights.bin"), std::string::npos)
+      << msg;
+
+  // A source that vanished: the error names the file and the partial
+  // output is removed.
+  TempDir dir;
+  WeightDesc w;
+  w.name = "norm";
+  w.source.file = dir.path("gone.bin");
+  w.source.tensor = "rms_final_weight";
+  w.source.shape = {64};
+  w.source.bytes = 256;
+  w.source.offset = 28;
+  std::string out = dir.path("weights.bin");
+  written = writeWeightsFile(out, {w});
+  msg = errorMessage(written);
+  EXPECT_NE(msg.find("gone.bin"), std::string::npos) << msg;
+  EXPECT_FALSE(llvm::sys::fs::exists(out));
+}
+
+TEST(WeightWriter, HashFileXXH3) {
+  TempDir dir;
+  std::string empty = dir.path("empty");
+  writeFileBytes(empty, "");
+  llvm::Expected<std::string> h = hashFileXXH3(empty);
+  ASSERT_TRUE(bool(h)) << errorMessage(h);
+  EXPECT_EQ(*h, "2d06800538d394c2"); // XXH3_64bits("")
+
+  // Several 1 MiB chunks plus a tail agree with the one-shot hash.
+  std::string data(3 * (1 << 20) + 12345, '\0');
+  for (size_t i = 0; i < data.size(); ++i)
+    data[i] = static_cast<char>((i * 2654435761u) >> 13);
+  std::string big = dir.path("big");
+  writeFileBytes(big, data);
+  h = hashFileXXH3(big);
+  ASSERT_TRUE(bool(h)) << errorMessage(h);
+  uint64_t expected = XXH3_64bits(data.data(), data.size());
+  std::string hex = llvm::utohexstr(expected, /*LowerCase=*/true, 16);
+  EXPECT_EQ(*h, hex);
+  EXPECT_EQ(h->size(), 16u);
+
+  llvm::Expected<std::string> missing = hashFileXXH3(dir.path("nope"));
+  EXPECT_NE(errorMessage(missing).find("nope"), std::string::npos);
+}
+
+TEST(TokenizerWriter, Tok512RoundTrip) {
+  KILN_REQUIRE_MODELS();
+  llvm::Expected<TokenizerDesc> tok =
+      readTokenizer(modelPath("stories260K/tok512.bin"));
+  ASSERT_TRUE(bool(tok)) << errorMessage(tok);
+  TempDir dir;
+  std::string path = dir.path("tokenizer.json");
+  llvm::Error e = writeTokenizerJson(path, *tok);
+  ASSERT_FALSE(bool(e)) << errorMessage(std::move(e));
+  llvm::Expected<llvm::json::Value> v = llvm::json::parse(readFileBytes(path));
+  ASSERT_TRUE(bool(v)) << errorMessage(v);
+  const llvm::json::Object *o = v->getAsObject();
+  ASSERT_NE(o, nullptr);
+  EXPECT_EQ(o->getString("format"), std::optional<llvm::StringRef>(
+                                        "kiln-tokenizer"));
+  EXPECT_EQ(o->getInteger("version"), std::optional<int64_t>(1));
+  EXPECT_EQ(o->getString("model"), std::optional<llvm::StringRef>("spm"));
+  const llvm::json::Array *pieces = o->getArray("pieces_hex");
+  ASSERT_NE(pieces, nullptr);
+  ASSERT_EQ(pieces->size(), 512u);
+  EXPECT_EQ((*pieces)[0].getAsString(),
+            std::optional<llvm::StringRef>("3c756e6b3e")); // <unk>
+  EXPECT_EQ((*pieces)[1].getAsString(),
+            std::optional<llvm::StringRef>("3c733e")); // <s>
+  for (size_t i = 0; i < 512; ++i)
+    EXPECT_EQ(llvm::fromHex(*(*pieces)[i].getAsString()), tok->pieces[i]);
+  EXPECT_EQ(o->getArray("scores")->size(), 512u);
+  EXPECT_EQ((*o->getArray("types"))[0].getAsInteger(),
+            std::optional<int64_t>(2));
+  EXPECT_EQ(o->getArray("merges")->size(), 0u);
+  EXPECT_EQ(o->getInteger("bos_id"), std::optional<int64_t>(1));
+  EXPECT_EQ(o->getInteger("eos_id"), std::optional<int64_t>(2));
+  EXPECT_EQ(o->getInteger("unk_id"), std::optional<int64_t>(0));
+  EXPECT_EQ(o->getBoolean("add_bos"), std::optional<bool>(true));
+  EXPECT_EQ(o->getBoolean("add_dummy_prefix"), std::optional<bool>(true));
+  EXPECT_EQ(o->getBoolean("byte_fallback"), std::optional<bool>(true));
+
+  TokenizerDesc broken = *tok;
+  broken.scores.pop_back();
+  e = writeTokenizerJson(path, broken);
+  std::string msg = errorMessage(std::move(e));
+  EXPECT_NE(msg.find("tokenizer.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("511 scores"), std::string::npos) << msg;
+}
+
+} // namespace

@@ -1,0 +1,406 @@
+//===- BadInputTest.cpp - Corrupted checkpoints give clear errors ---------===//
+//
+// Writes corrupted copies of the real model files into a temp directory and
+// checks that each import fails with a message naming the file and the key
+// fact (never a crash).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ImportTestUtils.h"
+
+#include "dialects/Kiln/Import/Importers.h"
+#include "dialects/Kiln/Import/ModelDesc.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include "gtest/gtest.h"
+
+#include <cstring>
+#include <functional>
+
+using namespace mlir::kiln;
+using namespace kiln::test;
+
+namespace {
+
+#define EXPECT_CONTAINS(haystack, needle)                                      \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos)             \
+      << "message: " << (haystack) << "\nexpected to contain: " << (needle)
+
+void putU32(std::string &s, size_t at, uint32_t v) {
+  ASSERT_LE(at + 4, s.size());
+  std::memcpy(&s[at], &v, 4);
+}
+void putU64(std::string &s, size_t at, uint64_t v) {
+  ASSERT_LE(at + 8, s.size());
+  std::memcpy(&s[at], &v, 8);
+}
+
+/// Imports `bytes` written as `name` in a temp dir; returns the error text.
+std::string importBytes(const TempDir &dir, const std::string &name,
+                        const std::string &bytes) {
+  std::string path = dir.path(name);
+  writeFileBytes(path, bytes);
+  llvm::Expected<ModelDesc> m = importModel(path);
+  EXPECT_FALSE(bool(m)) << "import of corrupted " << name << " succeeded";
+  return errorMessage(m);
+}
+
+//===----------------------------------------------------------------------===//
+// llama2.c
+//===----------------------------------------------------------------------===//
+
+TEST(BadInput, Llama2cTruncated) {
+  KILN_REQUIRE_MODELS();
+  TempDir dir;
+  std::string bin = readFileBytes(modelPath("stories260K/stories260K.bin"));
+  std::string msg = importBytes(dir, "stories260K.bin", bin.substr(0, 1000));
+  EXPECT_CONTAINS(msg, "stories260K.bin: file is 1000 bytes but the header "
+                       "(dim=64, hidden_dim=172, n_layers=5, n_heads=8, "
+                       "n_kv_heads=4, vocab_size=512, seq_len=512) implies "
+                       "1056540");
+  msg = importBytes(dir, "tiny.bin", bin.substr(0, 20));
+  EXPECT_CONTAINS(msg, "tiny.bin");
+  EXPECT_CONTAINS(msg, "28-byte llama2.c header");
+  // An untied header (negative vocab) needs a wcls the file lacks.
+  std::string untied = bin;
+  putU32(untied, 20, static_cast<uint32_t>(-512));
+  msg = importBytes(dir, "untied.bin", untied);
+  EXPECT_CONTAINS(msg, "untied.bin: file is 1056540 bytes");
+  EXPECT_CONTAINS(msg, "implies 1187612");
+}
+
+TEST(BadInput, Llama2cNonsensicalHeader) {
+  KILN_REQUIRE_MODELS();
+  TempDir dir;
+  std::string bin = readFileBytes(modelPath("stories260K/stories260K.bin"));
+  std::string h = bin;
+  putU32(h, 0, 0); // dim = 0
+  EXPECT_CONTAINS(importBytes(dir, "a.bin", h), "dim is 0");
+  h = bin;
+  putU32(h, 12, 7); // n_heads = 7
+  EXPECT_CONTAINS(importBytes(dir, "b.bin", h),
+                  "dim 64 is not a multiple of n_heads 7");
+  h = bin;
+  putU32(h, 16, 3); // n_kv_heads = 3
+  EXPECT_CONTAINS(importBytes(dir, "c.bin", h),
+                  "n_heads (8) is not a multiple of n_kv_heads (3)");
+  h = bin;
+  putU32(h, 8, static_cast<uint32_t>(-5)); // n_layers = -5
+  EXPECT_CONTAINS(importBytes(dir, "d.bin", h), "n_layers is -5");
+  h = bin;
+  putU32(h, 4, 0x7fffffff); // hidden_dim huge: no overflow, clear error
+  EXPECT_CONTAINS(importBytes(dir, "e.bin", h), "e.bin");
+}
+
+TEST(BadInput, MissingFile) {
+  llvm::Expected<ModelDesc> m = importModel("/nonexistent/model.bin");
+  std::string msg = errorMessage(m);
+  EXPECT_CONTAINS(msg, "/nonexistent/model.bin");
+  EXPECT_CONTAINS(msg, "no such file");
+}
+
+//===----------------------------------------------------------------------===//
+// GGUF
+//===----------------------------------------------------------------------===//
+
+/// Offset just after the GGUF string `s` (u64 length + bytes) in `file`.
+size_t afterString(const std::string &file, const std::string &s) {
+  size_t at = file.find(s);
+  EXPECT_NE(at, std::string::npos) << s;
+  return at + s.size();
+}
+
+class GgufBadInput : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (!haveModels())
+      GTEST_SKIP() << "shared models not found";
+    gguf = readFileBytes(modelPath("stories260K/stories260K.gguf"));
+    q8 = readFileBytes(
+        modelPath("tinystories-656k/gguf/TinyStories-656K-Q8_0.gguf"));
+  }
+  TempDir dir;
+  std::string gguf, q8;
+};
+
+TEST_F(GgufBadInput, WrongMagic) {
+  std::string g = gguf;
+  g[0] = 'X';
+  std::string msg = importBytes(dir, "model.gguf", g);
+  EXPECT_CONTAINS(msg, "model.gguf");
+  EXPECT_CONTAINS(msg, "bad magic 'XGUF' at offset 0, expected 'GGUF'");
+}
+
+TEST_F(GgufBadInput, UnsupportedVersion) {
+  std::string g = gguf;
+  putU32(g, 4, 7);
+  EXPECT_CONTAINS(importBytes(dir, "v7.gguf", g),
+                  "unsupported GGUF version 7 at offset 4");
+}
+
+TEST_F(GgufBadInput, TruncatedHeader) {
+  std::string msg = importBytes(dir, "cut.gguf", gguf.substr(0, 5000));
+  EXPECT_CONTAINS(msg, "cut.gguf");
+  EXPECT_CONTAINS(msg, "offset");
+  EXPECT_TRUE(msg.find("truncated") != std::string::npos ||
+              msg.find("remain") != std::string::npos)
+      << msg;
+}
+
+TEST_F(GgufBadInput, HugeCounts) {
+  std::string g = gguf;
+  putU64(g, 16, uint64_t(1) << 60); // kv_count
+  EXPECT_CONTAINS(importBytes(dir, "kv.gguf", g), "kv_count 1152921504606846976");
+  g = gguf;
+  putU64(g, 8, uint64_t(1) << 60); // tensor_count
+  EXPECT_CONTAINS(importBytes(dir, "tc.gguf", g), "tensor_count");
+  g = gguf;
+  putU64(g, 24, uint64_t(1) << 62); // length of the first key
+  std::string msg = importBytes(dir, "len.gguf", g);
+  EXPECT_CONTAINS(msg, "len.gguf");
+  EXPECT_CONTAINS(msg, "has length 4611686018427387904");
+  // Array count of tokenizer.ggml.tokens.
+  g = gguf;
+  size_t at = afterString(g, "tokenizer.ggml.tokens");
+  putU64(g, at + 8, uint64_t(1) << 40);
+  msg = importBytes(dir, "arr.gguf", g);
+  EXPECT_CONTAINS(msg, "array of 1099511627776 string");
+}
+
+TEST_F(GgufBadInput, TensorPastEndOfFile) {
+  std::string msg = importBytes(dir, "short.gguf", gguf.substr(0, 1000000));
+  EXPECT_CONTAINS(msg, "short.gguf");
+  EXPECT_CONTAINS(msg, "extends past the end of the file (1000000 bytes)");
+  // A corrupted tensor offset.
+  std::string g = gguf;
+  size_t at = afterString(g, "blk.2.ffn_up.weight");
+  putU64(g, at + 4 + 16 + 4, uint64_t(1) << 50);
+  msg = importBytes(dir, "off.gguf", g);
+  EXPECT_CONTAINS(msg, "tensor 'blk.2.ffn_up.weight' at offset 14176 + "
+                       "1125899906842624");
+  EXPECT_CONTAINS(msg, "past the end of the file");
+}
+
+TEST_F(GgufBadInput, MissingTensor) {
+  std::string g = gguf;
+  size_t at = g.find("blk.3.ffn_up.weight");
+  ASSERT_NE(at, std::string::npos);
+  g.replace(at, 12, "blk.3.ffn_xx");
+  std::string msg = importBytes(dir, "missing.gguf", g);
+  EXPECT_CONTAINS(msg, "missing.gguf: missing tensor 'blk.3.ffn_up.weight'");
+}
+
+TEST_F(GgufBadInput, WrongShape) {
+  std::string g = gguf;
+  size_t at = afterString(g, "blk.0.attn_k.weight");
+  putU64(g, at + 4 + 8, 64); // ne1: 32 -> 64
+  std::string msg = importBytes(dir, "shape.gguf", g);
+  EXPECT_CONTAINS(msg, "shape.gguf: blk.0.attn_k.weight: shape [64, 64] but "
+                       "the config implies [32, 64]");
+}
+
+TEST_F(GgufBadInput, UnsupportedType) {
+  std::string g = gguf;
+  size_t at = afterString(g, "blk.0.attn_q.weight");
+  putU32(g, at + 4 + 16, 12); // Q4_K
+  std::string msg = importBytes(dir, "q4k.gguf", g);
+  EXPECT_CONTAINS(msg, "q4k.gguf");
+  EXPECT_CONTAINS(msg, "tensor 'blk.0.attn_q.weight'");
+  EXPECT_CONTAINS(msg, "unsupported type Q4_K (12)");
+}
+
+TEST_F(GgufBadInput, WrongArchitecture) {
+  std::string g = gguf;
+  size_t at = afterString(g, "general.architecture");
+  ASSERT_EQ(g.substr(at + 12, 5), "llama");
+  g.replace(at + 12, 5, "qwen2");
+  std::string msg = importBytes(dir, "qwen.gguf", g);
+  EXPECT_CONTAINS(msg, "qwen.gguf: unsupported architecture 'qwen2' "
+                       "(expected 'llama')");
+}
+
+TEST_F(GgufBadInput, WrongKeyType) {
+  std::string g = gguf;
+  size_t at = afterString(g, "llama.block_count");
+  putU32(g, at, 6); // uint32 -> float32 (same size)
+  std::string msg = importBytes(dir, "kt.gguf", g);
+  EXPECT_CONTAINS(msg, "key 'llama.block_count'");
+  EXPECT_CONTAINS(msg, "has type float32, expected an integer");
+}
+
+TEST_F(GgufBadInput, Q8_0MaterializeAfterTruncation) {
+  // Import succeeds, then the file shrinks: materialization names the file,
+  // tensor and offset.
+  std::string path = dir.path("q8.gguf");
+  writeFileBytes(path, q8);
+  llvm::Expected<ModelDesc> m = importModel(path);
+  ASSERT_TRUE(bool(m)) << errorMessage(m);
+  writeFileBytes(path, q8.substr(0, 300000));
+  const WeightDesc *w = m->lookup("layers.0.wq");
+  std::vector<float> out(128 * 128);
+  std::string msg = errorMessage(materializeWeight(*w, out));
+  EXPECT_CONTAINS(msg, "q8.gguf");
+  EXPECT_CONTAINS(msg, "blk.0.attn_q.weight");
+  EXPECT_CONTAINS(msg, "unexpected end of file at offset 300000");
+  // A wrongly sized output buffer is an error, not a crash.
+  std::vector<float> small(10);
+  msg = errorMessage(materializeWeight(*w, small));
+  EXPECT_CONTAINS(msg, "output buffer holds 10 floats");
+}
+
+//===----------------------------------------------------------------------===//
+// Hugging Face
+//===----------------------------------------------------------------------===//
+
+class HfBadInput : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (!haveModels())
+      GTEST_SKIP() << "shared models not found";
+    config = readFileBytes(modelPath("tinystories-656k/hf/config.json"));
+    st = readFileBytes(modelPath("tinystories-656k/hf/model.safetensors"));
+  }
+
+  /// Writes the HF dir with config/safetensors optionally edited; returns
+  /// the import error.
+  std::string importEdited(
+      std::function<void(llvm::json::Object &)> editConfig,
+      std::function<void(llvm::json::Object &)> editHeader,
+      const std::string *rawSafetensors = nullptr) {
+    llvm::Expected<llvm::json::Value> cfg = llvm::json::parse(config);
+    EXPECT_TRUE(bool(cfg));
+    if (editConfig)
+      editConfig(*cfg->getAsObject());
+    std::string cfgText;
+    llvm::raw_string_ostream(cfgText) << *cfg;
+    writeFileBytes(dir.path("config.json"), cfgText);
+
+    std::string out;
+    if (rawSafetensors) {
+      out = *rawSafetensors;
+    } else {
+      uint64_t n;
+      std::memcpy(&n, st.data(), 8);
+      llvm::Expected<llvm::json::Value> header =
+          llvm::json::parse(st.substr(8, n));
+      EXPECT_TRUE(bool(header));
+      if (editHeader)
+        editHeader(*header->getAsObject());
+      std::string text;
+      llvm::raw_string_ostream(text) << *header;
+      uint64_t len = text.size();
+      out.assign(reinterpret_cast<const char *>(&len), 8);
+      out += text;
+      out += st.substr(8 + n);
+    }
+    writeFileBytes(dir.path("model.safetensors"), out);
+    llvm::Expected<ModelDesc> m = importModel(dir.root());
+    EXPECT_FALSE(bool(m)) << "import of corrupted HF dir succeeded";
+    return errorMessage(m);
+  }
+
+  TempDir dir;
+  std::string config, st;
+};
+
+TEST_F(HfBadInput, Unmodified) {
+  writeFileBytes(dir.path("config.json"), config);
+  writeFileBytes(dir.path("model.safetensors"), st);
+  llvm::Expected<ModelDesc> m = importModel(dir.root());
+  ASSERT_TRUE(bool(m)) << errorMessage(m);
+}
+
+TEST_F(HfBadInput, WrongArchitecture) {
+  std::string msg = importEdited(
+      [](llvm::json::Object &o) {
+        o["architectures"] = llvm::json::Array{"GPT2LMHeadModel"};
+      },
+      nullptr);
+  EXPECT_CONTAINS(msg, "config.json: unsupported architectures "
+                       "['GPT2LMHeadModel'] (expected 'LlamaForCausalLM')");
+}
+
+TEST_F(HfBadInput, BadConfigJson) {
+  writeFileBytes(dir.path("config.json"), "{\"hidden_size\": 12,");
+  writeFileBytes(dir.path("model.safetensors"), st);
+  llvm::Expected<ModelDesc> m = importModel(dir.root());
+  std::string msg = errorMessage(m);
+  EXPECT_CONTAINS(msg, "config.json: invalid JSON");
+}
+
+TEST_F(HfBadInput, MissingField) {
+  std::string msg = importEdited(
+      [](llvm::json::Object &o) { o.erase("hidden_size"); }, nullptr);
+  EXPECT_CONTAINS(msg, "config.json: missing integer field 'hidden_size'");
+}
+
+TEST_F(HfBadInput, ShapeMismatch) {
+  std::string msg = importEdited(
+      [](llvm::json::Object &o) { o["num_key_value_heads"] = 8; }, nullptr);
+  EXPECT_CONTAINS(msg, "model.safetensors: model.layers.0.self_attn.k_proj."
+                       "weight: shape [64, 128] but the config implies "
+                       "[128, 128]");
+}
+
+TEST_F(HfBadInput, MissingTensor) {
+  std::string msg = importEdited(nullptr, [](llvm::json::Object &o) {
+    llvm::json::Value v = *o.get("model.layers.1.mlp.up_proj.weight");
+    o.erase("model.layers.1.mlp.up_proj.weight");
+    o["renamed"] = std::move(v);
+  });
+  EXPECT_CONTAINS(msg, "missing tensor 'model.layers.1.mlp.up_proj.weight'");
+}
+
+TEST_F(HfBadInput, UnsupportedDtype) {
+  std::string msg = importEdited(nullptr, [](llvm::json::Object &o) {
+    (*o.getObject("model.layers.0.mlp.down_proj.weight"))["dtype"] = "I32";
+  });
+  EXPECT_CONTAINS(msg, "model.safetensors: tensor "
+                       "'model.layers.0.mlp.down_proj.weight' has unsupported "
+                       "dtype 'I32'");
+}
+
+TEST_F(HfBadInput, OffsetsPastEnd) {
+  std::string msg = importEdited(nullptr, [](llvm::json::Object &o) {
+    (*o.getObject("model.norm.weight"))["data_offsets"] =
+        llvm::json::Array{int64_t(1) << 40, (int64_t(1) << 40) + 512};
+  });
+  EXPECT_CONTAINS(msg, "model.safetensors: tensor 'model.norm.weight'");
+  EXPECT_CONTAINS(msg, "extend past the end of the file");
+}
+
+TEST_F(HfBadInput, HeaderLengthAndJson) {
+  std::string raw = st;
+  putU64(raw, 0, uint64_t(1) << 40);
+  std::string msg = importEdited(nullptr, nullptr, &raw);
+  EXPECT_CONTAINS(msg, "model.safetensors: header length 1099511627776 at "
+                       "offset 0 exceeds the file");
+  raw = st;
+  raw[8] = '[';
+  raw[9] = '!';
+  msg = importEdited(nullptr, nullptr, &raw);
+  EXPECT_CONTAINS(msg, "model.safetensors: invalid JSON header");
+  raw = st.substr(0, 5);
+  msg = importEdited(nullptr, nullptr, &raw);
+  EXPECT_CONTAINS(msg, "too small");
+}
+
+TEST_F(HfBadInput, NoSafetensors) {
+  writeFileBytes(dir.path("config.json"), config);
+  llvm::Expected<ModelDesc> m = importModel(dir.root());
+  EXPECT_CONTAINS(errorMessage(m), "no *.safetensors file");
+}
+
+TEST_F(HfBadInput, BadTokenizerJson) {
+  writeFileBytes(dir.path("config.json"), config);
+  writeFileBytes(dir.path("model.safetensors"), st);
+  writeFileBytes(dir.path("tokenizer.json"), "{ nope");
+  llvm::Expected<ModelDesc> m = importModel(dir.root());
+  std::string msg = errorMessage(m);
+  EXPECT_CONTAINS(msg, "tokenizer.json: invalid JSON");
+}
+
+} // namespace

@@ -1,0 +1,167 @@
+//===- kiln-compile.cpp - checkpoint to artifact --------------------------===//
+//
+//   kiln-compile MODEL -o ARTIFACT [--target=cpu] [--emit=kiln|plan|cpp]
+//
+// Imports MODEL (llama2.c .bin, GGUF, Hugging Face directory or
+// synthetic:<shape>) into kiln graph IR and runs the pipeline
+//   kiln-verify, canonicalize, kiln-memory-plan, kiln-lower-to-plan,
+//   kiln-plan-to-emitc
+// then writes the artifact. --emit stops early and prints that stage.
+//
+//===----------------------------------------------------------------------===//
+
+#include "codegen/Artifact/ArtifactWriter.h"
+#include "codegen/CPU/Passes.h"
+#include "dialects/Kiln/Builder/LlamaBuilder.h"
+#include "dialects/Kiln/IR/KilnOps.h"
+#include "dialects/Kiln/Import/ModelDesc.h"
+#include "dialects/Plan/IR/PlanOps.h"
+#include "passes/Conversion/Passes.h"
+#include "passes/Transforms/Passes.h"
+
+#include "mlir/Dialect/EmitC/IR/EmitC.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/WithColor.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace mlir::kiln;
+namespace cl = llvm::cl;
+
+static cl::OptionCategory category("kiln-compile options");
+static cl::opt<std::string> modelPath(cl::Positional, cl::Required,
+                                      cl::desc("MODEL"), cl::cat(category));
+static cl::opt<std::string> outputDir("o", cl::desc("Artifact directory to write"),
+                                      cl::value_desc("ARTIFACT"), cl::cat(category));
+static cl::opt<std::string> target("target", cl::desc("Code generation target"),
+                                   cl::init("cpu"), cl::value_desc("cpu"),
+                                   cl::cat(category));
+enum class Emit { Artifact, Kiln, Plan, Cpp };
+static cl::opt<Emit> emit(
+    "emit", cl::desc("Print an intermediate stage to stdout instead of "
+                     "writing an artifact"),
+    cl::values(clEnumValN(Emit::Kiln, "kiln", "kiln graph IR after import"),
+               clEnumValN(Emit::Plan, "plan", "plan IR (buffers and kernel calls)"),
+               clEnumValN(Emit::Cpp, "cpp", "the emitted C++")),
+    cl::init(Emit::Artifact), cl::cat(category));
+static cl::opt<std::string> tokenizerPath(
+    "tokenizer", cl::desc("Tokenizer file for llama2.c checkpoints (default: "
+                          "a tok*.bin beside the model)"),
+    cl::cat(category));
+static cl::opt<int64_t> maxSeqLen(
+    "max-seq-len", cl::desc("Context length to plan the KV cache for "
+                            "(default: the model's; never more)"),
+    cl::init(0), cl::cat(category));
+static cl::opt<int64_t> maxPrefillTokens(
+    "max-prefill-tokens", cl::desc("Tokens per prefill call the activation "
+                                   "plan is sized for (default: min(context, 512))"),
+    cl::init(0), cl::cat(category));
+
+static constexpr const char *kPipeline =
+    "kiln-verify,canonicalize,kiln-memory-plan,kiln-lower-to-plan,kiln-plan-to-emitc";
+
+static int fail(const llvm::Twine &message) {
+  llvm::WithColor::error(llvm::errs(), "kiln-compile") << message << "\n";
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::HideUnrelatedOptions(category);
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "Kiln ahead-of-time compiler: checkpoint -> artifact\n\n"
+      "  kiln-compile MODEL -o ARTIFACT [--target=cpu] [--emit=kiln|plan|cpp]\n\n"
+      "MODEL is a llama2.c checkpoint (.bin), a GGUF file, a Hugging Face\n"
+      "directory (config.json + *.safetensors) or synthetic:<shape>\n"
+      "(llama-2-7b, llama-2-13b, llama-110m, stories260k).\n");
+
+  if (target != "cpu")
+    return fail("unsupported --target='" + target + "' (expected cpu)");
+  if (emit == Emit::Artifact && outputDir.empty())
+    return fail("no output: pass -o ARTIFACT or --emit=kiln|plan|cpp");
+  if (maxSeqLen < 0 || maxPrefillTokens < 0)
+    return fail("--max-seq-len and --max-prefill-tokens must be positive");
+
+  auto desc = importModel(modelPath, tokenizerPath);
+  if (!desc)
+    return fail(llvm::toString(desc.takeError()));
+
+  MLIRContext context;
+  context.loadDialect<KilnDialect, plan::PlanDialect, func::FuncDialect,
+                      arith::ArithDialect, emitc::EmitCDialect>();
+  // Diagnostics go to stderr with the tool's prefix.
+  ScopedDiagnosticHandler handler(&context, [](Diagnostic &diag) {
+    llvm::raw_ostream &os = llvm::errs();
+    if (diag.getSeverity() == DiagnosticSeverity::Error)
+      llvm::WithColor::error(os, "kiln-compile");
+    else
+      os << "kiln-compile: ";
+    os << diag << "\n";
+    return success();
+  });
+
+  LlamaBuildOptions options;
+  options.maxSeqLen = maxSeqLen;
+  options.maxPrefillTokens = maxPrefillTokens;
+  auto module = buildLlamaModule(&context, *desc, options);
+  if (failed(module))
+    return 1;
+  ModuleOp graph = **module;
+
+  PassManager graphPm(&context);
+  graphPm.addPass(createVerifyModelPass());
+  graphPm.addPass(createCanonicalizerPass());
+  if (failed(graphPm.run(graph)))
+    return 1;
+  if (emit == Emit::Kiln) {
+    graph.print(llvm::outs());
+    llvm::outs() << "\n";
+    return 0;
+  }
+  auto recipes = collectWeightRecipes(graph);
+  if (failed(recipes))
+    return 1;
+
+  PassManager planPm(&context);
+  planPm.addNestedPass<func::FuncOp>(createMemoryPlanPass());
+  planPm.addPass(createLowerToPlanPass());
+  if (failed(planPm.run(graph)))
+    return 1;
+  if (emit == Emit::Plan) {
+    graph.print(llvm::outs());
+    llvm::outs() << "\n";
+    return 0;
+  }
+  OwningOpRef<ModuleOp> plan = graph.clone();
+
+  PassManager emitPm(&context);
+  emitPm.addPass(createPlanToEmitCPass());
+  if (failed(emitPm.run(graph)))
+    return 1;
+  std::string cpp;
+  llvm::raw_string_ostream cppStream(cpp);
+  if (failed(emitCpp(graph, cppStream)))
+    return 1;
+  if (emit == Emit::Cpp) {
+    llvm::outs() << cpp;
+    return 0;
+  }
+
+  ArtifactInputs inputs;
+  inputs.model = &*desc;
+  inputs.weights = std::move(*recipes);
+  inputs.plan = *plan;
+  inputs.cpp = std::move(cpp);
+  inputs.target = target;
+  inputs.pipeline = kPipeline;
+  if (auto err = writeArtifact(outputDir, inputs))
+    return fail(llvm::toString(std::move(err)));
+  llvm::errs() << "kiln-compile: wrote " << outputDir << "\n";
+  return 0;
+}

@@ -1,0 +1,281 @@
+//===- KilnRun.cpp - Run a Kiln artifact --------------------------*- C++ -*-===//
+//
+// kiln-run ARTIFACT [--prompt TEXT] [--max-tokens N] [--temperature T]
+//          [--top-k K] [--top-p P] [--seed S]
+//
+// Prints the prompt followed by the generated text on stdout the way llama2.c
+// run.c does (each piece decoded after its predecessor and flushed, a final
+// newline), and TTFT / decode throughput on stderr. Test hooks: --tokens,
+// --dump-logits, --print-tokens (see --help). Errors: "kiln-run: error: ..."
+// on stderr and exit status 1.
+//
+//===----------------------------------------------------------------------===//
+#include "kiln_rt/api.h"
+
+#include "llvm/Support/CommandLine.h"
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <string>
+#include <vector>
+
+namespace cl = llvm::cl;
+
+static cl::OptionCategory runCategory("kiln-run options");
+
+static cl::opt<std::string> artifactDir(cl::Positional, cl::Required,
+                                        cl::desc("<artifact directory>"),
+                                        cl::cat(runCategory));
+static cl::opt<std::string> prompt("prompt", cl::desc("Prompt text (default: BOS only)"),
+                                   cl::value_desc("text"), cl::init(""),
+                                   cl::cat(runCategory));
+static cl::opt<int64_t> maxTokens("max-tokens",
+                                  cl::desc("Most tokens to generate (default 256); "
+                                           "generation also stops at EOS/BOS and at "
+                                           "the end of the model's context"),
+                                  cl::value_desc("N"), cl::init(256),
+                                  cl::cat(runCategory));
+static cl::opt<float> temperature("temperature",
+                                  cl::desc("Sampling temperature, 0 = greedy (default 1.0)"),
+                                  cl::value_desc("T"), cl::init(1.0f),
+                                  cl::cat(runCategory));
+static cl::opt<int> topK("top-k", cl::desc("Top-k sampling, 0 = off (default 0)"),
+                         cl::value_desc("K"), cl::init(0), cl::cat(runCategory));
+static cl::opt<float> topP("top-p",
+                           cl::desc("Top-p (nucleus) sampling, 1 = off (default 0.9)"),
+                           cl::value_desc("P"), cl::init(0.9f), cl::cat(runCategory));
+static cl::opt<uint64_t> seed("seed", cl::desc("Random seed (default: current time)"),
+                              cl::value_desc("S"), cl::cat(runCategory));
+static cl::opt<bool> noVerify("no-verify",
+                              cl::desc("Skip XXH3 checksums of artifact files "
+                                       "(sizes are still checked)"),
+                              cl::cat(runCategory));
+static cl::opt<std::string> tokenList(
+    "tokens",
+    cl::desc("Test hook: comma-separated token ids used instead of --prompt "
+             "(e.g. --tokens=1,403,407); with --dump-logits nothing is generated"),
+    cl::value_desc("ids"), cl::init(""), cl::cat(runCategory));
+static cl::opt<std::string> dumpLogits(
+    "dump-logits",
+    cl::desc("Test hook: prefill the first k = (n+1)/2 prompt tokens, decode the "
+             "rest one by one, and write the logits after each step (positions "
+             "k-1 .. n-1, n-k+1 rows of vocab_size little-endian float32) to PATH"),
+    cl::value_desc("PATH"), cl::init(""), cl::cat(runCategory));
+static cl::opt<bool> printTokens(
+    "print-tokens",
+    cl::desc("Test hook: print the generated token ids on stderr (one line)"),
+    cl::cat(runCategory));
+
+namespace {
+
+[[noreturn]] void fail(const std::string &message) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "kiln-run: error: %s\n", message.c_str());
+  std::exit(1);
+}
+
+/// Exits with the status's message if it is an error.
+void check(kiln_rt_status_t status) {
+  if (!status)
+    return;
+  std::string msg = kiln_rt_status_message(status);
+  kiln_rt_status_free(status);
+  fail(msg);
+}
+
+double nowMs() {
+  using namespace std::chrono;
+  return duration<double, std::milli>(steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::vector<int32_t> parseTokenList(const std::string &text) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t end = text.find(',', i);
+    if (end == std::string::npos)
+      end = text.size();
+    std::string item = text.substr(i, end - i);
+    char *stop = nullptr;
+    errno = 0;
+    long long v = std::strtoll(item.c_str(), &stop, 10);
+    if (item.empty() || *stop != '\0' || errno || v < INT32_MIN || v > INT32_MAX)
+      fail("--tokens: '" + item + "' is not a token id");
+    ids.push_back(int32_t(v));
+    i = end + 1;
+  }
+  if (ids.empty())
+    fail("--tokens: no token ids given");
+  return ids;
+}
+
+/// run.c safe_printf: print a piece unless it is a lone control byte.
+void printPiece(const char *piece, size_t len) {
+  if (len == 0)
+    return;
+  if (len == 1) {
+    unsigned char b = static_cast<unsigned char>(piece[0]);
+    if (b < 0x80 && !(std::isprint(b) || std::isspace(b)))
+      return;
+  }
+  std::fwrite(piece, 1, len, stdout);
+  std::fflush(stdout);
+}
+
+struct Runtime {
+  kiln_rt_artifact_t *artifact = nullptr;
+  kiln_rt_session_t *session = nullptr;
+  kiln_rt_sampler_t *sampler = nullptr;
+  ~Runtime() {
+    kiln_rt_sampler_release(sampler);
+    kiln_rt_session_release(session);
+    kiln_rt_artifact_release(artifact);
+  }
+};
+
+void writeLogits(Runtime &rt, const std::vector<int32_t> &tokens,
+                 int64_t vocab) {
+  int64_t n = int64_t(tokens.size());
+  int64_t k = (n + 1) / 2;
+  std::FILE *out = std::fopen(dumpLogits.c_str(), "wb");
+  if (!out)
+    fail(dumpLogits + ": cannot open for writing: " + std::strerror(errno));
+  auto writeRow = [&] {
+    const float *row = kiln_rt_session_logits(rt.session);
+    if (std::fwrite(row, sizeof(float), size_t(vocab), out) != size_t(vocab))
+      fail(dumpLogits + ": write failed");
+  };
+  check(kiln_rt_session_prefill(rt.session, tokens.data(), k));
+  writeRow();
+  for (int64_t i = k; i < n; ++i) {
+    check(kiln_rt_session_decode(rt.session, tokens[size_t(i)]));
+    writeRow();
+  }
+  if (std::fclose(out) != 0)
+    fail(dumpLogits + ": write failed");
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  cl::HideUnrelatedOptions(runCategory);
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "Kiln artifact runner: generates text from a compiled model\n\n"
+      "  Prints the prompt and the generated text on stdout; TTFT and decode\n"
+      "  throughput on stderr.\n");
+
+  if (maxTokens < 0)
+    fail("--max-tokens must be >= 0, got " + std::to_string(maxTokens));
+  if (!(temperature >= 0.0f))
+    fail("--temperature must be >= 0, got " + std::to_string(temperature));
+  if (topK < 0)
+    fail("--top-k must be >= 0, got " + std::to_string(topK));
+  if (!(topP >= 0.0f && topP <= 1.0f))
+    fail("--top-p must be in [0, 1], got " + std::to_string(topP));
+  if (!tokenList.empty() && !prompt.empty())
+    fail("--tokens and --prompt are mutually exclusive");
+
+  Runtime rt;
+  check(kiln_rt_artifact_open(artifactDir.c_str(),
+                              noVerify ? KILN_RT_OPEN_SKIP_CHECKSUMS : 0,
+                              &rt.artifact));
+  kiln_rt_model_info_t info;
+  kiln_rt_artifact_info(rt.artifact, &info);
+  check(kiln_rt_session_create(rt.artifact, &rt.session));
+
+  double start = nowMs();
+  std::vector<int32_t> tokens;
+  if (!tokenList.empty()) {
+    tokens = parseTokenList(tokenList);
+    for (int32_t id : tokens)
+      if (id < 0 || id >= info.vocab_size)
+        fail("--tokens: token id " + std::to_string(id) +
+             " is outside the vocabulary [0, " + std::to_string(info.vocab_size) +
+             ")");
+  } else {
+    tokens.resize(prompt.size() + 3);
+    size_t count = 0;
+    check(kiln_rt_tokenize(rt.artifact, prompt.data(), prompt.size(), 1,
+                           tokens.data(), tokens.size(), &count));
+    tokens.resize(count);
+    if (tokens.empty())
+      tokens.push_back(info.bos_id);
+  }
+  int64_t promptLen = int64_t(tokens.size());
+  if (promptLen > info.max_seq_len)
+    fail("prompt is " + std::to_string(promptLen) +
+         " tokens but the model's context is " + std::to_string(info.max_seq_len) +
+         " tokens");
+
+  if (!dumpLogits.empty()) {
+    writeLogits(rt, tokens, info.vocab_size);
+    return 0;
+  }
+
+  kiln_rt_sampler_params_t params;
+  params.temperature = temperature;
+  params.top_k = topK;
+  params.top_p = topP;
+  params.seed = seed.getNumOccurrences() ? uint64_t(seed)
+                                         : uint64_t(std::time(nullptr));
+  check(kiln_rt_sampler_create(&params, info.vocab_size, &rt.sampler));
+
+  // Echo the prompt as run.c does: each token decoded after its predecessor.
+  const char *piece = nullptr;
+  size_t len = 0;
+  for (int64_t i = 1; i < promptLen; ++i) {
+    check(kiln_rt_detokenize(rt.artifact, tokens[size_t(i - 1)],
+                             tokens[size_t(i)], &piece, &len));
+    printPiece(piece, len);
+  }
+
+  std::vector<int32_t> generated;
+  double ttft = 0, decodeStart = 0, decodeEnd = 0;
+  if (maxTokens > 0) {
+    check(kiln_rt_session_prefill(rt.session, tokens.data(), promptLen));
+    int32_t prev = tokens.back();
+    for (;;) {
+      int32_t next = kiln_rt_sampler_sample(rt.sampler,
+                                            kiln_rt_session_logits(rt.session));
+      if (generated.empty()) {
+        ttft = nowMs() - start;
+        decodeStart = decodeEnd = nowMs();
+      }
+      if (next == info.bos_id || next == info.eos_id)
+        break;
+      generated.push_back(next);
+      check(kiln_rt_detokenize(rt.artifact, prev, next, &piece, &len));
+      printPiece(piece, len);
+      decodeEnd = nowMs();
+      prev = next;
+      // Stop at the token budget or, silently, at the end of the context.
+      if (int64_t(generated.size()) >= maxTokens ||
+          kiln_rt_session_position(rt.session) >= info.max_seq_len)
+        break;
+      check(kiln_rt_session_decode(rt.session, next));
+    }
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+
+  if (printTokens) {
+    std::string line;
+    for (size_t i = 0; i < generated.size(); ++i)
+      line += (i ? " " : "") + std::to_string(generated[i]);
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+  int64_t decoded = generated.empty() ? 0 : int64_t(generated.size()) - 1;
+  double decodeMs = decodeEnd - decodeStart;
+  std::fprintf(stderr, "TTFT: %.2f ms\n", ttft);
+  std::fprintf(stderr, "decode: %.1f tokens/s (%lld tokens)\n",
+               decodeMs > 0 ? double(decoded) * 1000.0 / decodeMs : 0.0,
+               (long long)decoded);
+  return 0;
+}
