@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ostream>
 #include <random>
 #include <vector>
 
@@ -81,6 +82,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormTest,
 struct LinearShape {
   int64_t n, in, out;
 };
+std::ostream &operator<<(std::ostream &os, const LinearShape &s) {
+  return os << "n" << s.n << "_in" << s.in << "_out" << s.out;
+}
 class LinearTest : public ::testing::TestWithParam<LinearShape> {};
 
 TEST_P(LinearTest, MatchesReference) {
@@ -111,6 +115,10 @@ INSTANTIATE_TEST_SUITE_P(
 struct RopeShape {
   int64_t n, heads, headDim, rotDim, pos;
 };
+std::ostream &operator<<(std::ostream &os, const RopeShape &s) {
+  return os << "n" << s.n << "_h" << s.heads << "_hd" << s.headDim << "_rot"
+            << s.rotDim << "_pos" << s.pos;
+}
 class RopeTest : public ::testing::TestWithParam<RopeShape> {};
 
 TEST_P(RopeTest, MatchesReference) {
@@ -156,6 +164,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RopeTest,
 struct AttnShape {
   int64_t n, pos, heads, kvHeads, headDim, maxSeq;
 };
+std::ostream &operator<<(std::ostream &os, const AttnShape &s) {
+  return os << "n" << s.n << "_pos" << s.pos << "_h" << s.heads << "_kvh"
+            << s.kvHeads << "_hd" << s.headDim << "_max" << s.maxSeq;
+}
 class AttentionTest : public ::testing::TestWithParam<AttnShape> {};
 
 TEST_P(AttentionTest, MatchesReference) {

@@ -5,7 +5,7 @@
 // Imports MODEL (llama2.c .bin, GGUF, Hugging Face directory or
 // synthetic:<shape>) into kiln graph IR and runs the pipeline
 //   kiln-verify, canonicalize, kiln-memory-plan, kiln-lower-to-plan,
-//   kiln-plan-to-emitc
+//   canonicalize, kiln-plan-to-emitc
 // then writes the artifact. --emit stops early and prints that stage.
 //
 //===----------------------------------------------------------------------===//
@@ -63,7 +63,8 @@ static cl::opt<int64_t> maxPrefillTokens(
     cl::init(0), cl::cat(category));
 
 static constexpr const char *kPipeline =
-    "kiln-verify,canonicalize,kiln-memory-plan,kiln-lower-to-plan,kiln-plan-to-emitc";
+    "kiln-verify,canonicalize,kiln-memory-plan,kiln-lower-to-plan,canonicalize,"
+    "kiln-plan-to-emitc";
 
 static int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "kiln-compile") << message << "\n";
@@ -131,6 +132,7 @@ int main(int argc, char **argv) {
   PassManager planPm(&context);
   planPm.addNestedPass<func::FuncOp>(createMemoryPlanPass());
   planPm.addPass(createLowerToPlanPass());
+  planPm.addPass(createCanonicalizerPass());
   if (failed(planPm.run(graph)))
     return 1;
   if (emit == Emit::Plan) {

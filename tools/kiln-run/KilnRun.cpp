@@ -13,6 +13,7 @@
 #include "kiln_rt/api.h"
 
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <cctype>
 #include <cerrno>
@@ -165,11 +166,19 @@ void writeLogits(Runtime &rt, const std::vector<int32_t> &tokens,
 
 int main(int argc, char **argv) {
   cl::HideUnrelatedOptions(runCategory);
-  cl::ParseCommandLineOptions(
+  std::string parseErrors;
+  llvm::raw_string_ostream errs(parseErrors);
+  if (!cl::ParseCommandLineOptions(
       argc, argv,
       "Kiln artifact runner: generates text from a compiled model\n\n"
       "  Prints the prompt and the generated text on stdout; TTFT and decode\n"
-      "  throughput on stderr.\n");
+      "  throughput on stderr.\n", &errs)) {
+    errs.flush();
+    // LLVM prefixes "kiln-run: "; report as "kiln-run: error: ...".
+    llvm::StringRef text = llvm::StringRef(parseErrors).trim();
+    text.consume_front("kiln-run: ");
+    fail(text.empty() ? "invalid command line (see --help)" : text.str());
+  }
 
   if (maxTokens < 0)
     fail("--max-tokens must be >= 0, got " + std::to_string(maxTokens));

@@ -277,7 +277,10 @@ Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
 
   ModelDesc model;
   LlamaConfig &c = model.config;
-  c.name = sys::path::filename(sys::path::remove_leading_dotslash(dir)).str();
+  StringRef trimmed = dir;
+  while (trimmed.size() > 1 && sys::path::is_separator(trimmed.back()))
+    trimmed = trimmed.drop_back();
+  c.name = sys::path::filename(trimmed).str();
   if (c.name.empty() || c.name == ".")
     c.name = "hf-model";
   c.sourceFormat = "hf";

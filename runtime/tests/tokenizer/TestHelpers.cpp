@@ -228,4 +228,53 @@ std::vector<int32_t> naiveSpmEncode(const TokenizerConfig &config,
   return tokens;
 }
 
+std::vector<int32_t> naiveBpeEncode(const TokenizerConfig &config,
+                                    const std::string &text, bool addBos) {
+  std::map<std::string, int32_t> vocab, rank;
+  for (size_t i = 0; i < config.pieces.size(); ++i)
+    vocab.emplace(config.pieces[i], static_cast<int32_t>(i));
+  for (size_t r = 0; r < config.merges.size(); ++r)
+    rank.emplace(config.merges[r], static_cast<int32_t>(r));
+  std::string norm;
+  if (!text.empty() && config.addDummyPrefix)
+    norm += kSpaceMarker;
+  for (char c : text) {
+    if (c == ' ')
+      norm += kSpaceMarker;
+    else
+      norm.push_back(c);
+  }
+  std::vector<std::string> syms;
+  for (size_t i = 0; i < norm.size();) {
+    size_t len = 1;
+    while (i + len < norm.size() && (norm[i + len] & 0xc0) == 0x80 && len < 4)
+      ++len;
+    syms.push_back(norm.substr(i, len));
+    i += len;
+  }
+  while (true) {
+    int32_t best = -1;
+    size_t bestIdx = 0;
+    for (size_t i = 0; i + 1 < syms.size(); ++i) {
+      auto it = rank.find(syms[i] + " " + syms[i + 1]);
+      if (it != rank.end() && (best < 0 || it->second < best)) {
+        best = it->second;
+        bestIdx = i;
+      }
+    }
+    if (best < 0)
+      break;
+    syms[bestIdx] += syms[bestIdx + 1];
+    syms.erase(syms.begin() + bestIdx + 1);
+  }
+  std::vector<int32_t> ids;
+  if (addBos)
+    ids.push_back(config.bosId);
+  for (const std::string &s : syms) {
+    auto it = vocab.find(s);
+    ids.push_back(it == vocab.end() ? config.unkId : it->second);
+  }
+  return ids;
+}
+
 } // namespace kiln::rt::test

@@ -44,6 +44,12 @@ nlohmann::json toKilnJson(const TokenizerConfig &config);
 std::vector<int32_t> naiveSpmEncode(const TokenizerConfig &config,
                                     const std::string &text, bool addBos);
 
+/// Hugging Face BPE merging transcribed literally (O(n^2) scan: lowest rank,
+/// leftmost on ties) over `config`, for text whose code points all have
+/// pieces.
+std::vector<int32_t> naiveBpeEncode(const TokenizerConfig &config,
+                                    const std::string &text, bool addBos);
+
 } // namespace kiln::rt::test
 
 #endif // KILN_RUNTIME_TESTS_TOKENIZER_TESTHELPERS_H

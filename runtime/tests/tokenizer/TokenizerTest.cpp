@@ -175,6 +175,46 @@ TEST(TokenizerEncode, MatchesNaiveRunCEncoderOnLongText) {
   EXPECT_TRUE(llama2().decode(body, 1) == longText);
 }
 
+// Random word salad (many equal-score ties with all scores -1000) through the
+// fast encoders and the literal transcriptions.
+TEST(TokenizerEncode, MatchesNaiveEncodersOnRandomText) {
+  nlohmann::json ref =
+      readJson(modelPath("tinystories-656k/reference_outputs.json"));
+  std::string source = ref.at("derived_independently_hf_f32")
+                           .at("cases")
+                           .at(0)
+                           .at("generated_text")
+                           .get<std::string>();
+  TokenizerConfig bpeConfig = tinyStoriesConfig();
+  TokenizerConfig spmConfig = bpeConfig;
+  spmConfig.model = TokenizerModel::Spm;
+  spmConfig.merges.clear();
+  spmConfig.scores.assign(spmConfig.pieces.size(), -1000.0f);
+  Tokenizer spm = build(spmConfig);
+  TokenizerConfig tokConfig =
+      readLlama2cTokenizer(modelPath("stories260K/tok512.bin"));
+  uint32_t seed = 12345;
+  auto next = [&] { return (seed = seed * 1103515245u + 12345u) >> 16; };
+  for (int round = 0; round < 200; ++round) {
+    std::string text;
+    int words = 1 + next() % 12;
+    for (int w = 0; w < words; ++w) {
+      size_t start = next() % source.size();
+      text += source.substr(start, 1 + next() % 9);
+      if (next() % 3 == 0)
+        text += "  ";
+    }
+    EXPECT_EQ(tinyStories().encode(text, true),
+              naiveBpeEncode(bpeConfig, text, true))
+        << "bpe: '" << text << "'";
+    EXPECT_EQ(spm.encode(text, true), naiveSpmEncode(spmConfig, text, true))
+        << "spm: '" << text << "'";
+    EXPECT_EQ(tok512().encode(text, false),
+              naiveSpmEncode(tokConfig, text, false))
+        << "tok512: '" << text << "'";
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Decoding
 //===----------------------------------------------------------------------===//

@@ -72,8 +72,24 @@ std::vector<float> materialize(const mlir::kiln::WeightDesc &w) {
   return out;
 }
 
+static std::vector<int> encodeImpl(const mlir::kiln::TokenizerDesc &tok,
+                                   StringRef text, bool byRank);
+
 std::vector<int> encodeSpm(const mlir::kiln::TokenizerDesc &tok,
                            StringRef text) {
+  return encodeImpl(tok, text, /*byRank=*/false);
+}
+
+std::vector<int> encodeBpe(const mlir::kiln::TokenizerDesc &tok,
+                           StringRef text) {
+  return encodeImpl(tok, text, /*byRank=*/true);
+}
+
+static std::vector<int> encodeImpl(const mlir::kiln::TokenizerDesc &tok,
+                                   StringRef text, bool byRank) {
+  StringMap<int> ranks;
+  for (size_t i = 0; i < tok.merges.size(); ++i)
+    ranks.try_emplace(tok.merges[i], static_cast<int>(i));
   StringMap<int> ids;
   for (size_t i = 0; i < tok.pieces.size(); ++i)
     ids.try_emplace(tok.pieces[i], static_cast<int>(i));
@@ -122,8 +138,17 @@ std::vector<int> encodeSpm(const mlir::kiln::TokenizerDesc &tok,
     int bestIdx = -1, bestId = -1;
     for (size_t i = 0; i + 1 < syms.size(); ++i) {
       auto it = ids.find(syms[i] + syms[i + 1]);
-      if (it != ids.end() && tok.scores[it->second] > best) {
-        best = tok.scores[it->second];
+      if (it == ids.end())
+        continue;
+      float score = tok.scores[it->second];
+      if (byRank) {
+        auto r = ranks.find(syms[i] + " " + syms[i + 1]);
+        if (r == ranks.end())
+          continue;
+        score = -static_cast<float>(r->second);
+      }
+      if (score > best) {
+        best = score;
         bestIdx = static_cast<int>(i);
         bestId = it->second;
       }

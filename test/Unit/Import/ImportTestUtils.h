@@ -51,6 +51,11 @@ std::vector<float> materialize(const mlir::kiln::WeightDesc &w);
 std::vector<int> encodeSpm(const mlir::kiln::TokenizerDesc &tok,
                            llvm::StringRef text);
 
+/// Hugging Face BPE encoder (merge the adjacent pair of lowest rank,
+/// leftmost on ties) over a TokenizerDesc with merges.
+std::vector<int> encodeBpe(const mlir::kiln::TokenizerDesc &tok,
+                           llvm::StringRef text);
+
 } // namespace kiln::test
 
 #define KILN_REQUIRE_MODELS()                                                  \

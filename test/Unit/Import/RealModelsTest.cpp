@@ -207,13 +207,33 @@ TEST(HfImport, TinyStories656K) {
   EXPECT_EQ(wk->transforms[0].heads, 4);
   EXPECT_TRUE(m->lookup("layers.1.wv")->transforms.empty());
   EXPECT_EQ(wq->source.tensor, "model.layers.1.self_attn.q_proj.weight");
-  // This copy of the directory has no tokenizer.json / tokenizer.model.
-  EXPECT_TRUE(m->tokenizer.pieces.empty());
+  // tokenizer.json: a SentencePiece-style BPE with merges.
+  const TokenizerDesc &tok = m->tokenizer;
+  ASSERT_EQ(tok.pieces.size(), 2048u);
+  EXPECT_EQ(tok.model, "bpe");
+  EXPECT_EQ(tok.merges.size(), 1967u);
+  EXPECT_EQ(tok.merges[0], "e \xe2\x96\x81");
+  EXPECT_EQ(tok.bosId, 1);
+  EXPECT_EQ(tok.eosId, 2);
+  EXPECT_EQ(tok.unkId, 0);
+  EXPECT_EQ(tok.pieces[1], "<|start_story|>");
+  EXPECT_EQ(tok.types[0], 2);
+  EXPECT_EQ(tok.types[1], 3);
+  EXPECT_TRUE(tok.addBos);
+  EXPECT_TRUE(tok.addDummyPrefix);
+  EXPECT_TRUE(tok.byteFallback);
+  // Same vocabulary as the GGUF conversion, and the same encoding.
+  llvm::Expected<TokenizerDesc> ggufTok = readTokenizer(tiny656KGguf());
+  ASSERT_TRUE(bool(ggufTok)) << errorMessage(ggufTok);
+  EXPECT_EQ(tok.pieces, ggufTok->pieces);
+  EXPECT_EQ(encodeBpe(tok, "Once upon a time"),
+            (std::vector<int>{1, 80, 147, 201, 282, 57}));
 
-  // An explicit tokenizer can come from the GGUF conversion.
+  // An explicit tokenizer overrides the one in the directory.
   llvm::Expected<ModelDesc> withTok = importModel(tiny656KHf(), tiny656KGguf());
   ASSERT_TRUE(bool(withTok)) << errorMessage(withTok);
   EXPECT_EQ(withTok->tokenizer.pieces.size(), 2048u);
+  EXPECT_EQ(withTok->tokenizer.model, "spm");
 }
 
 TEST(GgufImport, TinyStories656KQ8_0) {
@@ -243,7 +263,9 @@ TEST(GgufImport, TinyStories656KQ8_0) {
 }
 
 /// The Q8_0 GGUF dequantises to the HF f32 weights after the HF q/k rows
-/// are moved from rotate-half to adjacent-pair order.
+/// are moved from rotate-half to adjacent-pair order. Q8_0 rounds to half a
+/// quantisation step, amax/254: 0.0159 for the largest block here (amax
+/// 4.03 in layers.1.wo; an independent numpy decode gives 0.015625 too).
 TEST(GgufImport, Q8_0MatchesHfAfterRopePermutation) {
   KILN_REQUIRE_MODELS();
   llvm::Expected<ModelDesc> hf = importModel(tiny656KHf());
@@ -259,7 +281,7 @@ TEST(GgufImport, Q8_0MatchesHfAfterRopePermutation) {
     float maxDiff = 0.0f;
     for (size_t k = 0; k < va.size(); ++k)
       maxDiff = std::max(maxDiff, std::fabs(va[k] - vb[k]));
-    EXPECT_LE(maxDiff, 0.015f) << a.name;
+    EXPECT_LE(maxDiff, 0.016f) << a.name;
 
     // Without the permutation q and k do not match: the transform matters.
     if (!a.transforms.empty()) {

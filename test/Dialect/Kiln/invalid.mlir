@@ -1,0 +1,262 @@
+// RUN: kiln-opt %s --split-input-file --verify-diagnostics
+
+// Weight shapes must be static: the artifact lays weights out at compile time.
+// expected-error @+1 {{'kiln.weight' op expects a static weight shape, got 'tensor<?x16xf32>'}}
+kiln.weight @w : tensor<?x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", offset = 0, bytes = 64>, transforms = []}
+
+// -----
+
+// expected-error @+1 {{unknown weight storage type 'q3_k' (expected f32, f16, bf16, q8_0 or synthetic)}}
+kiln.weight @w : tensor<4x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "q3_k", offset = 0, bytes = 64>, transforms = []}
+
+// -----
+
+// expected-error @+1 {{weight source of 'w' names no file}}
+kiln.weight @w : tensor<4x16xf32> {source = #kiln.source<file = "", tensor = "w", storage = "f32", offset = 0, bytes = 64>, transforms = []}
+
+// -----
+
+// expected-error @+1 {{unknown weight transform 'transpose_twice'}}
+kiln.weight @w : tensor<4x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", offset = 0, bytes = 256>, transforms = [#kiln.transform<"transpose_twice", {}>]}
+
+// -----
+
+// expected-error @+1 {{'rope_half_to_adjacent' transform needs a positive 'heads'}}
+kiln.weight @w : tensor<4x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", offset = 0, bytes = 256>, transforms = [#kiln.transform<"rope_half_to_adjacent", {}>]}
+
+// -----
+
+// 12 rows do not split into 8 heads of even size.
+// expected-error @+1 {{'kiln.weight' op 'rope_half_to_adjacent' with 8 heads needs a rank-2 weight whose rows split into heads of even size, got 'tensor<12x16xf32>'}}
+kiln.weight @w : tensor<12x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", offset = 0, bytes = 768>, transforms = [#kiln.transform<"rope_half_to_adjacent", {heads = 8 : i64}>]}
+
+// -----
+
+// expected-error @+1 {{kv_cache dimensions must be positive, got <0, 64, 2, 4>}}
+func.func @negative_kv_cache_dims(%c: !kiln.kv_cache<0, 64, 2, 4, f32>) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{kv_cache element type must be a float type, got 'i8'}}
+func.func @negative_kv_cache_int(%c: !kiln.kv_cache<1, 64, 2, 4, i8>) {
+  return
+}
+
+// -----
+
+func.func @negative_weight_ref_missing() {
+  // expected-error @+1 {{'kiln.weight_ref' op 'nowhere' does not reference a kiln.weight}}
+  %w = kiln.weight_ref @nowhere : tensor<4x16xf32>
+  return
+}
+
+// -----
+
+kiln.weight @w : tensor<4x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", offset = 0, bytes = 256>, transforms = []}
+func.func @negative_weight_ref_type() {
+  // expected-error @+1 {{'kiln.weight_ref' op result type 'tensor<16x4xf32>' does not match the type 'tensor<4x16xf32>' of weight 'w'}}
+  %w = kiln.weight_ref @w : tensor<16x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_embedding_width(%t: tensor<?xi32>, %table: tensor<32x16xf32>) {
+  // expected-error @+1 {{'kiln.embedding' op expects the result width 8 to equal the embedding width 16}}
+  %h = kiln.embedding %t, %table : tensor<?xi32>, tensor<32x16xf32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_embedding_rows(%t: tensor<3xi32>, %table: tensor<32x16xf32>) {
+  // expected-error @+1 {{'kiln.embedding' op expects one result row per token (3), got 4}}
+  %h = kiln.embedding %t, %table : tensor<3xi32>, tensor<32x16xf32> -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rms_norm_weight(%x: tensor<?x16xf32>, %w: tensor<8xf32>) {
+  // expected-error @+1 {{'kiln.rms_norm' op expects the weight length 8 to equal the innermost input dimension 16}}
+  %y = kiln.rms_norm %x, %w {epsilon = 1.0e-5 : f32} : tensor<?x16xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rms_norm_epsilon(%x: tensor<?x16xf32>, %w: tensor<16xf32>) {
+  // expected-error @+1 {{'kiln.rms_norm' op expects a positive epsilon, got 0}}
+  %y = kiln.rms_norm %x, %w {epsilon = 0.0 : f32} : tensor<?x16xf32>, tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rms_norm_dtype(%x: tensor<?x16xf32>, %w: tensor<16xf16>) {
+  // expected-error @+1 {{'kiln.rms_norm' op expects input and weight to have the same element type, got 'f32' and 'f16'}}
+  %y = kiln.rms_norm %x, %w {epsilon = 1.0e-5 : f32} : tensor<?x16xf32>, tensor<16xf16>
+  return
+}
+
+// -----
+
+func.func @negative_linear_in(%x: tensor<?x16xf32>, %w: tensor<8x12xf32>) {
+  // expected-error @+1 {{'kiln.linear' op expects the input width 16 to equal the weight's in_features 12}}
+  %y = kiln.linear %x, %w : tensor<?x16xf32>, tensor<8x12xf32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_linear_out(%x: tensor<?x16xf32>, %w: tensor<8x16xf32>) {
+  // expected-error @+1 {{'kiln.linear' op expects the result width 4 to equal the weight's out_features 8}}
+  %y = kiln.linear %x, %w : tensor<?x16xf32>, tensor<8x16xf32> -> tensor<?x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_linear_tokens(%x: tensor<2x16xf32>, %w: tensor<8x16xf32>) {
+  // expected-error @+1 {{'kiln.linear' op expects the result to have as many tokens as the input (2), got 3}}
+  %y = kiln.linear %x, %w : tensor<2x16xf32>, tensor<8x16xf32> -> tensor<3x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_linear_dtype(%x: tensor<?x16xf32>, %w: tensor<8x16xbf16>) {
+  // expected-error @+1 {{'kiln.linear' op expects input and weight to have the same element type, got 'f32' and 'bf16'}}
+  %y = kiln.linear %x, %w : tensor<?x16xf32>, tensor<8x16xbf16> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rope_width(%x: tensor<?x16xf32>, %pos: index) {
+  // expected-error @+1 {{'kiln.rope' op expects the input width 16 to equal num_heads (2) * head_dim (4)}}
+  %y = kiln.rope %x, %pos {num_heads = 2 : i64, head_dim = 4 : i64, rotary_dim = 4 : i64, theta = 1.0e4 : f32} : tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rope_rotary_dim(%x: tensor<?x16xf32>, %pos: index) {
+  // expected-error @+1 {{'kiln.rope' op expects an even rotary_dim <= head_dim (4), got 3}}
+  %y = kiln.rope %x, %pos {num_heads = 4 : i64, head_dim = 4 : i64, rotary_dim = 3 : i64, theta = 1.0e4 : f32} : tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rope_theta(%x: tensor<?x16xf32>, %pos: index) {
+  // expected-error @+1 {{'kiln.rope' op expects a positive theta, got -1}}
+  %y = kiln.rope %x, %pos {num_heads = 4 : i64, head_dim = 4 : i64, rotary_dim = 4 : i64, theta = -1.0 : f32} : tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rope_scaling(%x: tensor<?x16xf32>, %pos: index) {
+  // expected-error @+1 {{'kiln.rope' op expects a positive scaling_factor, got 0}}
+  %y = kiln.rope %x, %pos {num_heads = 4 : i64, head_dim = 4 : i64, rotary_dim = 4 : i64, theta = 1.0e4 : f32, scaling_factor = 0.0 : f32} : tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_rope_heads(%x: tensor<?x16xf32>, %pos: index) {
+  // expected-error @+1 {{'kiln.rope' op attribute 'num_heads' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
+  %y = kiln.rope %x, %pos {num_heads = 0 : i64, head_dim = 4 : i64, rotary_dim = 4 : i64, theta = 1.0e4 : f32} : tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_attention_gqa(%q: tensor<?x12xf32>, %k: tensor<?x8xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, f32>, %pos: index) {
+  // expected-error @+1 {{'kiln.attention' op expects num_heads (3) to be a multiple of num_kv_heads (2)}}
+  %o = kiln.attention %q, %k, %k, %c, %pos {layer = 0 : i64, num_heads = 3 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32} : tensor<?x12xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<1, 64, 2, 4, f32> -> tensor<?x12xf32>
+  return
+}
+
+// -----
+
+func.func @negative_attention_query(%q: tensor<?x12xf32>, %k: tensor<?x8xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, f32>, %pos: index) {
+  // expected-error @+1 {{'kiln.attention' op expects the query width 12 to equal num_heads * head_dim (16)}}
+  %o = kiln.attention %q, %k, %k, %c, %pos {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32} : tensor<?x12xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<1, 64, 2, 4, f32> -> tensor<?x12xf32>
+  return
+}
+
+// -----
+
+func.func @negative_attention_key(%q: tensor<?x16xf32>, %k: tensor<?x16xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, f32>, %pos: index) {
+  // expected-error @+1 {{'kiln.attention' op expects the key width 16 to equal num_kv_heads * head_dim (8)}}
+  %o = kiln.attention %q, %k, %k, %c, %pos {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32} : tensor<?x16xf32>, tensor<?x16xf32>, tensor<?x16xf32>, !kiln.kv_cache<1, 64, 2, 4, f32> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_attention_tokens(%q: tensor<2x16xf32>, %k: tensor<3x8xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, f32>, %pos: index) {
+  // expected-error @+1 {{'kiln.attention' op expects the key to have as many tokens as the query}}
+  %o = kiln.attention %q, %k, %k, %c, %pos {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32} : tensor<2x16xf32>, tensor<3x8xf32>, tensor<3x8xf32>, !kiln.kv_cache<1, 64, 2, 4, f32> -> tensor<2x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_attention_cache(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %c: !kiln.kv_cache<1, 64, 4, 2, f32>, %pos: index) {
+  // expected-error @+1 {{'kiln.attention' op kv_cache has 4 heads of 2 but the op expects 2 heads of 4}}
+  %o = kiln.attention %q, %k, %k, %c, %pos {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32} : tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<1, 64, 4, 2, f32> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_attention_layer(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %c: !kiln.kv_cache<2, 64, 2, 4, f32>, %pos: index) {
+  // expected-error @+1 {{'kiln.attention' op layer 2 is out of range for a kv_cache of 2 layers}}
+  %o = kiln.attention %q, %k, %k, %c, %pos {layer = 2 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32} : tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<2, 64, 2, 4, f32> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_attention_result(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, f32>, %pos: index) {
+  // expected-error @+1 {{'kiln.attention' op expects the result type 'tensor<1x16xf32>' to equal the query type 'tensor<?x16xf32>'}}
+  %o = kiln.attention %q, %k, %k, %c, %pos {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32} : tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<1, 64, 2, 4, f32> -> tensor<1x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_attention_noncausal(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, f32>, %pos: index) {
+  // expected-error @+1 {{'kiln.attention' op supports only causal attention}}
+  %o = kiln.attention %q, %k, %k, %c, %pos {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32, causal = false} : tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<1, 64, 2, 4, f32> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_add_types(%a: tensor<?x16xf32>, %b: tensor<?x8xf32>) {
+  // expected-error @+1 {{'kiln.add' op requires the same type for all operands and results}}
+  %y = "kiln.add"(%a, %b) : (tensor<?x16xf32>, tensor<?x8xf32>) -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_logits_width(%h: tensor<?x16xf32>, %w: tensor<32x8xf32>) {
+  // expected-error @+1 {{'kiln.logits' op expects the hidden width 16 to equal the classifier's in_features 8}}
+  %l = kiln.logits %h, %w : tensor<?x16xf32>, tensor<32x8xf32> -> tensor<1x32xf32>
+  return
+}
+
+// -----
+
+func.func @negative_logits_shape(%h: tensor<?x16xf32>, %w: tensor<32x16xf32>) {
+  // expected-error @+1 {{'kiln.logits' op expects a result of shape [1, 32], got 'tensor<2x32xf32>'}}
+  %l = kiln.logits %h, %w : tensor<?x16xf32>, tensor<32x16xf32> -> tensor<2x32xf32>
+  return
+}

@@ -1,0 +1,47 @@
+# -*- Python -*-
+# lit configuration for Kiln's regression tests.
+
+import os
+import shutil
+
+import lit.formats
+from lit.llvm import llvm_config
+from lit.llvm.subst import ToolSubst
+
+config.name = "KILN"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".test"]
+config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py",
+                   "reference"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.kiln_obj_root, "test")
+
+config.substitutions.append(("%PATH%", config.environment["PATH"]))
+config.substitutions.append(("%shared", config.kiln_shared_dir))
+config.substitutions.append(("%python", config.python_executable))
+config.substitutions.append(
+    ("%reference", os.path.join(config.kiln_src_root, "test", "reference")))
+config.substitutions.append(("%kiln_obj_root", config.kiln_obj_root))
+
+llvm_config.use_default_substitutions()
+llvm_config.with_system_environment(["HOME", "TMPDIR", "KILN_HOST_CXX",
+                                     "ASAN_OPTIONS", "UBSAN_OPTIONS"])
+llvm_config.with_environment("PATH", config.kiln_tools_dir, append_path=True)
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+
+tool_dirs = [config.kiln_tools_dir, config.llvm_tools_dir]
+tools = ["kiln-opt", "kiln-compile", "kiln-run", "kiln-bench",
+         "KilnImportTests", "kiln_runtime_tests", "kiln_rt_text_tests"]
+llvm_config.add_tool_substitutions(tools, tool_dirs)
+
+if shutil.which("nvcc") or os.path.exists("/usr/local/cuda/bin/nvcc"):
+    config.available_features.add("nvcc")
+if os.environ.get("KILN_TEST_GPU") == "1":
+    config.available_features.add("cuda-gpu")
+if config.kiln_sanitizers in ("ON", "1", "TRUE", "YES"):
+    config.available_features.add("asan")
+try:
+    import numpy  # noqa: F401
+    config.available_features.add("numpy")
+except ImportError:
+    pass
