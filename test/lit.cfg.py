@@ -22,6 +22,7 @@ config.substitutions.append(("%python", config.python_executable))
 config.substitutions.append(
     ("%reference", os.path.join(config.kiln_src_root, "test", "reference")))
 config.substitutions.append(("%kiln_obj_root", config.kiln_obj_root))
+config.substitutions.append(("%kiln_src_root", config.kiln_src_root))
 
 llvm_config.use_default_substitutions()
 llvm_config.with_system_environment(["HOME", "TMPDIR", "KILN_HOST_CXX",

@@ -211,8 +211,15 @@ int main(int argc, char **argv) {
   } else {
     tokens.resize(prompt.size() + 3);
     size_t count = 0;
-    check(kiln_rt_tokenize(rt.artifact, prompt.data(), prompt.size(), 1,
-                           tokens.data(), tokens.size(), &count));
+    kiln_rt_status_t st = kiln_rt_tokenize(rt.artifact, prompt.data(), prompt.size(),
+                                           1, tokens.data(), tokens.size(), &count);
+    if (kiln_rt_status_code(st) == KILN_RT_OUT_OF_RANGE) { // buffer too small
+      kiln_rt_status_free(st);
+      tokens.resize(count);
+      st = kiln_rt_tokenize(rt.artifact, prompt.data(), prompt.size(), 1,
+                            tokens.data(), tokens.size(), &count);
+    }
+    check(st);
     tokens.resize(count);
     if (tokens.empty())
       tokens.push_back(info.bos_id);

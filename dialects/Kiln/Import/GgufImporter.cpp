@@ -443,7 +443,7 @@ static Expected<TokenizerDesc> tokenizerFromGguf(const GgufFile &g) {
     return model.takeError();
   if (!tokens)
     return tok; // No vocabulary in this file.
-  StringRef modelName = model->value_or("llama");
+  std::string modelName = model->value_or("llama");
   if (modelName != "llama")
     return fileError(g.path, "unsupported tokenizer.ggml.model '" + modelName +
                                  "' (expected 'llama', SentencePiece)");
@@ -665,6 +665,9 @@ Expected<ModelDesc> importGguf(StringRef path, StringRef tokenizer) {
       return v.takeError();
     *f.dst = *v;
   }
+  for (IntField &f : required)
+    if (*f.dst <= 0)
+      return fileError(path, f.key + " must be positive, got " + Twine(*f.dst));
   Expected<std::optional<int64_t>> kv = getInt(g, "llama.attention.head_count_kv");
   Expected<std::optional<double>> eps =
       getFloat(g, "llama.attention.layer_norm_rms_epsilon");

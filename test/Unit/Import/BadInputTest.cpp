@@ -406,4 +406,52 @@ TEST_F(HfBadInput, BadTokenizerJson) {
   EXPECT_CONTAINS(msg, "tokenizer.json: invalid JSON");
 }
 
+//===----------------------------------------------------------------------===//
+// Random corruption: errors or valid models, never a crash (run under
+// ASan/UBSan with KILN_ENABLE_SANITIZERS).
+//===----------------------------------------------------------------------===//
+
+/// Flips random bytes in the first `headerBytes` of `original` and imports
+/// the result; a successful import must also materialize every weight.
+void fuzzHeader(const std::string &original, size_t headerBytes,
+                const std::string &name, int rounds) {
+  TempDir dir;
+  uint64_t state = 0x1234567;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return state >> 33;
+  };
+  for (int round = 0; round < rounds; ++round) {
+    std::string bytes = original;
+    int flips = 1 + next() % 4;
+    for (int f = 0; f < flips; ++f)
+      bytes[next() % headerBytes] = static_cast<char>(next());
+    std::string path = dir.path(name);
+    writeFileBytes(path, bytes);
+    llvm::Expected<ModelDesc> m = importModel(path);
+    if (!m) {
+      EXPECT_NE(errorMessage(m.takeError()).find(name), std::string::npos);
+      continue;
+    }
+    for (const WeightDesc &w : m->weights) {
+      std::vector<float> out;
+      uint64_t n = 1;
+      for (int64_t d : w.source.shape)
+        n *= d;
+      if (n > (uint64_t(1) << 26))
+        continue;
+      out.resize(n);
+      llvm::consumeError(materializeWeight(w, out));
+    }
+  }
+}
+
+TEST(BadInput, RandomCorruptionNeverCrashes) {
+  KILN_REQUIRE_MODELS();
+  fuzzHeader(readFileBytes(modelPath("stories260K/stories260K.gguf")), 14176,
+             "fuzz.gguf", 300);
+  fuzzHeader(readFileBytes(modelPath("stories260K/stories260K.bin")), 28,
+             "fuzz.bin", 100);
+}
+
 } // namespace
