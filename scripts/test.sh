@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs every Kiln test: builds build/ and runs `check-kiln` (lit/FileCheck
+# suites for dialects, passes, codegen and importers; the GoogleTest unit
+# suites; numerics against the numpy reference; end-to-end generation on the
+# real models; bad-input cases), then rebuilds the importers, runtime and
+# tools with ASan+UBSan in build-asan/ and reruns the unit, importer and
+# integration tests there. Prints "kiln: N passed, N failed" at the end.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+lit=/usr/lib/llvm-22/bin/lit
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+
+bash "$root/scripts/build.sh" || { echo "kiln: build failed"; echo "kiln: 0 passed, 1 failed"; exit 1; }
+"$lit" -sv "$root/build/test" 2>&1 | tee -a "$log"
+status=${PIPESTATUS[0]}
+
+if [ "${KILN_SKIP_ASAN:-0}" != "1" ]; then
+  echo "== ASan+UBSan build (build-asan/) =="
+  if KILN_BUILD_DIR="$root/build-asan" KILN_BUILD_TYPE=RelWithDebInfo \
+       bash "$root/scripts/build.sh" -DKILN_ENABLE_SANITIZERS=ON; then
+    ASAN_OPTIONS="detect_leaks=0:abort_on_error=0" UBSAN_OPTIONS="print_stacktrace=1" \
+      "$lit" -sv "$root/build-asan/test/Unit" "$root/build-asan/test/Integration" \
+      "$root/build-asan/test/Import" 2>&1 | tee -a "$log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  else
+    echo "kiln: ASan build failed"; status=1
+  fi
+fi
+
+count() {
+  grep -E "^\s*($1)\s*:\s*[0-9]+" "$log" | sed -E 's/.*:\s*([0-9]+).*/\1/' |
+    awk '{s += $1} END {print s + 0}'
+}
+passed=$(count 'Passed')
+failed=$(count 'Failed|Unresolved|Timed Out')
+unsupported=$(count 'Unsupported')
+[ "$status" -ne 0 ] && [ "$failed" -eq 0 ] && failed=1
+echo "kiln: $passed passed, $failed failed, $unsupported skipped"
+exit "$status"
