@@ -49,31 +49,15 @@ private:
 } // namespace
 
 LogicalResult LlamaGraphBuilder::declareWeights() {
-  int64_t qDim = cfg.nHeads * cfg.headDim, kvDim = cfg.nKvHeads * cfg.headDim;
-  SmallVector<std::pair<std::string, SmallVector<int64_t, 2>>> expected = {
-      {"tok_embeddings", {cfg.vocabSize, cfg.dim}}};
-  for (int64_t i = 0; i < cfg.nLayers; ++i) {
-    std::string p = "layers." + std::to_string(i) + ".";
-    expected.push_back({p + "attention_norm", {cfg.dim}});
-    expected.push_back({p + "wq", {qDim, cfg.dim}});
-    expected.push_back({p + "wk", {kvDim, cfg.dim}});
-    expected.push_back({p + "wv", {kvDim, cfg.dim}});
-    expected.push_back({p + "wo", {cfg.dim, qDim}});
-    expected.push_back({p + "ffn_norm", {cfg.dim}});
-    expected.push_back({p + "w1", {cfg.hiddenDim, cfg.dim}});
-    expected.push_back({p + "w2", {cfg.dim, cfg.hiddenDim}});
-    expected.push_back({p + "w3", {cfg.hiddenDim, cfg.dim}});
-  }
-  expected.push_back({"norm", {cfg.dim}});
-  expected.push_back({"output", {cfg.vocabSize, cfg.dim}});
-
   builder.setInsertionPointToEnd(module.getBody());
-  for (auto &[name, shape] : expected) {
+  for (const CanonicalWeight &expected : canonicalWeights(cfg)) {
+    StringRef name = expected.name;
+    ArrayRef<int64_t> shape = expected.shape;
     const WeightDesc *w = desc.lookup(name);
     if (!w)
       return emitError(loc) << "model '" << cfg.name << "' has no weight '"
                             << name << "'";
-    if (ArrayRef<int64_t>(w->source.shape) != ArrayRef<int64_t>(shape))
+    if (ArrayRef<int64_t>(w->source.shape) != shape)
       return emitError(loc)
              << "weight '" << name << "' (" << w->source.tensor << " in "
              << w->source.file << ") has shape ["

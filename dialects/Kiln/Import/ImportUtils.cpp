@@ -268,27 +268,6 @@ Error checkConfig(const LlamaConfig &c, StringRef file) {
   return Error::success();
 }
 
-std::vector<CanonicalWeight> canonicalWeights(const LlamaConfig &c) {
-  std::vector<CanonicalWeight> ws;
-  int64_t qDim = c.nHeads * c.headDim;
-  int64_t kvDim = c.nKvHeads * c.headDim;
-  ws.push_back({"tok_embeddings", {c.vocabSize, c.dim}});
-  for (int64_t i = 0; i < c.nLayers; ++i) {
-    std::string p = "layers." + std::to_string(i) + ".";
-    ws.push_back({p + "attention_norm", {c.dim}});
-    ws.push_back({p + "wq", {qDim, c.dim}});
-    ws.push_back({p + "wk", {kvDim, c.dim}});
-    ws.push_back({p + "wv", {kvDim, c.dim}});
-    ws.push_back({p + "wo", {c.dim, qDim}});
-    ws.push_back({p + "ffn_norm", {c.dim}});
-    ws.push_back({p + "w1", {c.hiddenDim, c.dim}});
-    ws.push_back({p + "w2", {c.dim, c.hiddenDim}});
-    ws.push_back({p + "w3", {c.hiddenDim, c.dim}});
-  }
-  ws.push_back({"norm", {c.dim}});
-  ws.push_back({"output", {c.vocabSize, c.dim}});
-  return ws;
-}
 
 Error checkShape(StringRef file, StringRef tensor, ArrayRef<int64_t> actual,
                  ArrayRef<int64_t> expected) {

@@ -89,13 +89,6 @@ std::optional<uint64_t> storageBytes(StorageType storage, uint64_t numel);
 llvm::Error checkConfig(const LlamaConfig &config, llvm::StringRef file);
 
 /// A canonical weight name with the shape the config implies for it.
-struct CanonicalWeight {
-  std::string name;
-  llvm::SmallVector<int64_t, 2> shape;
-};
-
-/// All canonical weights of `config`, in canonical order (see WeightDesc).
-std::vector<CanonicalWeight> canonicalWeights(const LlamaConfig &config);
 
 /// Error "<file>: <tensor>: shape [..] but the config implies [..]" when the
 /// shapes differ.

@@ -123,6 +123,15 @@ struct ModelDesc {
   const WeightDesc *lookup(llvm::StringRef name) const;
 };
 
+/// A canonical weight name and the shape the configuration implies for it.
+struct CanonicalWeight {
+  std::string name;
+  llvm::SmallVector<int64_t, 2> shape;
+};
+
+/// All canonical weights of `config`, in canonical order (see WeightDesc).
+std::vector<CanonicalWeight> canonicalWeights(const LlamaConfig &config);
+
 /// Imports a model from `spec`:
 ///   * a llama2.c checkpoint `*.bin` (tokenizer: `tokenizer` if given, else a
 ///     `tok*.bin` / `tokenizer.bin` beside it);
