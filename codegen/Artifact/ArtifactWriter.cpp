@@ -6,12 +6,14 @@
 #include "codegen/CPU/Passes.h"
 #include "dialects/Kiln/IR/KilnOps.h"
 #include "dialects/Plan/IR/PlanOps.h"
+#include "kiln_rt/cuda_abi.h"
 #include "kiln_rt/kernel_abi.h"
 
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/raw_ostream.h"
@@ -23,6 +25,12 @@ using namespace mlir::kiln;
 /// wherever kiln-compile runs.
 static constexpr const char *kKernelAbiHeader =
 #include "codegen/Artifact/KernelAbiHeader.inc"
+    ;
+static constexpr const char *kCudaAbiHeader =
+#include "codegen/Artifact/CudaAbiHeader.inc"
+    ;
+static constexpr const char *kCudaKernelsHeader =
+#include "codegen/Artifact/CudaKernelsHeader.inc"
     ;
 
 static FailureOr<StorageType> parseStorage(WeightOp op, StringRef s) {
@@ -92,6 +100,59 @@ static llvm::Error writeFile(StringRef path, StringRef contents) {
   return llvm::Error::success();
 }
 
+/// Files a Kiln artifact directory may hold.
+namespace fs = llvm::sys::fs;
+
+static bool isArtifactFile(StringRef name) {
+  return llvm::is_contained(ArrayRef<StringRef>{"manifest.json", "model.so",
+                                                "model.cpp", "model.cu",
+                                                "weights.bin", "tokenizer.json"},
+                            name);
+}
+
+/// Succeeds if `dir` is empty or an existing Kiln artifact (manifest.json
+/// with "format": "kiln-artifact" and only artifact files), so replacing it
+/// loses nothing the user put there.
+static llvm::Error checkReplaceable(StringRef dir) {
+  std::error_code ec;
+  SmallVector<std::string> entries;
+  for (fs::directory_iterator it(dir, ec), end; it != end && !ec;
+       it.increment(ec))
+    entries.push_back(llvm::sys::path::filename(it->path()).str());
+  if (ec)
+    return llvm::createStringError(ec, "cannot list " + dir + ": " +
+                                           ec.message());
+  if (entries.empty())
+    return llvm::Error::success();
+  auto refuse = [&](const Twine &why) {
+    return llvm::createStringError(
+        dir + " " + why +
+        "; refusing to replace something that is not a Kiln artifact "
+        "(choose another -o or remove it)");
+  };
+  SmallString<256> manifestPath(dir);
+  llvm::sys::path::append(manifestPath, "manifest.json");
+  auto buffer = llvm::MemoryBuffer::getFile(manifestPath);
+  if (!buffer)
+    return refuse("is a non-empty directory without manifest.json");
+  llvm::Expected<llvm::json::Value> manifest =
+      llvm::json::parse((*buffer)->getBuffer());
+  if (!manifest) {
+    llvm::consumeError(manifest.takeError());
+    return refuse("has a manifest.json that is not valid JSON");
+  }
+  const llvm::json::Object *object = manifest->getAsObject();
+  std::optional<StringRef> format =
+      object ? object->getString("format") : std::nullopt;
+  if (!format || *format != "kiln-artifact")
+    return refuse("has a manifest.json whose \"format\" is not "
+                  "\"kiln-artifact\"");
+  for (const std::string &name : entries)
+    if (!isArtifactFile(name))
+      return refuse("holds '" + name + "', which is not an artifact file");
+  return llvm::Error::success();
+}
+
 static llvm::json::Object modelJson(const LlamaConfig &c, ModuleOp plan) {
   int64_t maxSeq = c.maxSeqLen;
   if (auto model = plan->getAttrOfType<DictionaryAttr>("kiln.model"))
@@ -117,22 +178,17 @@ static llvm::json::Object modelJson(const LlamaConfig &c, ModuleOp plan) {
 }
 
 llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in) {
-  namespace fs = llvm::sys::fs;
   ModuleOp planModule = in.plan;
   const LlamaConfig &cfg = in.model->config;
 
-  // Refuse to clobber something that is not an artifact.
+  // Refuse to clobber anything but a Kiln artifact: an existing directory
+  // may be replaced only if its manifest.json says it is one and it holds
+  // nothing but artifact files.
   if (fs::exists(outDir)) {
     if (!fs::is_directory(outDir))
       return llvm::createStringError(outDir + " exists and is not a directory");
-    SmallString<256> manifest(outDir);
-    llvm::sys::path::append(manifest, "manifest.json");
-    std::error_code ec;
-    bool empty = fs::directory_iterator(outDir, ec) == fs::directory_iterator();
-    if (!empty && !fs::exists(manifest))
-      return llvm::createStringError(
-          outDir + " is a non-empty directory without manifest.json; refusing "
-                   "to replace something that is not a Kiln artifact");
+    if (auto err = checkReplaceable(outDir))
+      return err;
   }
 
   SmallString<256> tmp(outDir);
@@ -148,8 +204,15 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
     return std::string(p);
   };
 
+  bool cuda = in.target == "cuda";
+  StorageType dtype = in.dtype == "bf16"  ? StorageType::BF16
+                      : in.dtype == "f16" ? StorageType::F16
+                                          : StorageType::F32;
+  int64_t elementBytes = dtype == StorageType::F32 ? 4 : 2;
+  std::string codeFile = cuda ? "model.cu" : "model.cpp";
+
   // Weights, streamed one tensor at a time, at the offsets the plan chose.
-  auto written = writeWeightsFile(pathIn("weights.bin"), in.weights);
+  auto written = writeWeightsFile(pathIn("weights.bin"), in.weights, dtype);
   if (!written)
     return written.takeError();
   llvm::StringMap<int64_t> planOffsets;
@@ -168,13 +231,13 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
         {"name", t.name},
         {"offset", static_cast<int64_t>(t.offset)},
         {"bytes", static_cast<int64_t>(t.bytes)},
-        {"dtype", "f32"},
+        {"dtype", in.dtype},
         {"shape", llvm::json::Array(t.shape)}});
   }
 
   if (auto err = writeTokenizerJson(pathIn("tokenizer.json"), in.model->tokenizer))
     return err;
-  if (auto err = writeFile(pathIn("model.cpp"), in.cpp))
+  if (auto err = writeFile(pathIn(codeFile), in.cpp))
     return err;
 
   // Compile the emitted code against the embedded kernel ABI header.
@@ -186,17 +249,30 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
   SmallString<256> headerDir(includeDir);
   llvm::sys::path::append(headerDir, "kiln_rt");
   fs::create_directories(headerDir);
-  SmallString<256> header(headerDir);
-  llvm::sys::path::append(header, "kernel_abi.h");
-  if (auto err = writeFile(header, kKernelAbiHeader))
+  auto writeHeader = [&](StringRef dir, StringRef name, StringRef text) {
+    SmallString<256> header(dir);
+    llvm::sys::path::append(header, name);
+    return writeFile(header, text);
+  };
+  if (auto err = writeHeader(headerDir, "kernel_abi.h", kKernelAbiHeader))
     return err;
-  if (auto err = compileSharedObject(pathIn("model.cpp"), pathIn("model.so"),
-                                     includeDir))
+  if (cuda) {
+    if (auto err = writeHeader(headerDir, "cuda_abi.h", kCudaAbiHeader))
+      return err;
+    if (auto err = writeHeader(includeDir, "KilnKernels.cuh", kCudaKernelsHeader))
+      return err;
+    if (auto err = compileCudaSharedObject(pathIn(codeFile), pathIn("model.so"),
+                                           includeDir))
+      return err;
+  } else if (auto err = compileSharedObject(pathIn(codeFile), pathIn("model.so"),
+                                            includeDir)) {
     return err;
+  }
 
   // Checksums of every file, then the manifest.
   llvm::json::Object files;
-  for (StringRef name : {"model.so", "model.cpp", "weights.bin", "tokenizer.json"}) {
+  for (StringRef name : {StringRef("model.so"), StringRef(codeFile),
+                         StringRef("weights.bin"), StringRef("tokenizer.json")}) {
     std::string p = pathIn(name);
     uint64_t size = 0;
     if (std::error_code ec = fs::file_size(p, size))
@@ -217,14 +293,15 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
       maxTokens = getI64(f, "plan.max_tokens");
   llvm::json::Object model = modelJson(cfg, planModule);
   int64_t maxSeq = *model.getInteger("max_seq_len");
-  int64_t kvBytes = cfg.nLayers * 2 * maxSeq * cfg.nKvHeads * cfg.headDim * 4;
+  int64_t kvBytes =
+      cfg.nLayers * 2 * maxSeq * cfg.nKvHeads * cfg.headDim * elementBytes;
   llvm::json::Object manifest{
       {"format", "kiln-artifact"},
       {"version", 1},
-      {"abi_version", KILN_ABI_VERSION},
+      {"abi_version", cuda ? KILN_CUDA_ABI_VERSION : KILN_ABI_VERSION},
       {"target", in.target},
       {"model", std::move(model)},
-      {"recipe", llvm::json::Object{{"dtype", "f32"},
+      {"recipe", llvm::json::Object{{"dtype", in.dtype},
                                     {"quant", "none"},
                                     {"pipeline", in.pipeline}}},
       {"runtime",
@@ -237,7 +314,7 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
                                            {"kv_heads", cfg.nKvHeads},
                                            {"head_dim", cfg.headDim},
                                            {"max_seq", maxSeq},
-                                           {"dtype", "f32"},
+                                           {"dtype", in.dtype},
                                            {"bytes", kvBytes}}}}},
       {"weights", llvm::json::Object{{"file", "weights.bin"},
                                      {"tensors", std::move(tensors)}}},

@@ -20,13 +20,16 @@ struct ArtifactInputs {
   std::vector<WeightDesc> weights;     ///< from collectWeightRecipes
   ModuleOp plan;                       ///< after kiln-lower-to-plan
   std::string cpp;                     ///< emitted C++ of the plan
-  std::string target = "cpu";
+  std::string target = "cpu";          ///< "cpu" or "cuda"
+  std::string dtype = "f32";           ///< weights/activations/KV: f32, f16, bf16
   std::string pipeline;                ///< pass pipeline, for the manifest
 };
 
 /// Writes the artifact directory `outDir` (docs/artifact.md): weights.bin
-/// streamed one tensor at a time at the plan's offsets, tokenizer.json,
-/// model.cpp compiled into model.so, and manifest.json with the checksums.
+/// streamed one tensor at a time at the plan's offsets in `dtype`,
+/// tokenizer.json, the emitted code (model.cpp compiled by the host compiler
+/// for the cpu target, model.cu compiled by nvcc for sm_80/sm_90a for the
+/// cuda target) as model.so, and manifest.json with the checksums.
 /// Everything is written into a sibling temporary directory first and
 /// renamed into place at the end, so a failure leaves any previous artifact
 /// untouched. Refuses to replace a non-empty directory that is not a Kiln

@@ -41,8 +41,36 @@ static std::string sourceKey(const WeightDesc &w) {
   return key;
 }
 
+/// IEEE binary32 -> bfloat16, round to nearest even; NaN stays a quiet NaN.
+static uint16_t floatToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+/// IEEE binary32 -> binary16, round to nearest even (the compiler's
+/// conversion; overflow gives infinity, as IEEE 754 prescribes).
+static uint16_t floatToHalf(float f) {
+  _Float16 h = static_cast<_Float16>(f);
+  uint16_t u;
+  std::memcpy(&u, &h, 2);
+  return u;
+}
+
+static unsigned storageBytes(StorageType t) {
+  return t == StorageType::F32 ? 4 : 2;
+}
+
 Expected<std::vector<WrittenTensor>>
-writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights) {
+writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights,
+                 StorageType dtype) {
+  if (dtype != StorageType::F32 && dtype != StorageType::F16 &&
+      dtype != StorageType::BF16)
+    return writerError(path, "weights can be written as f32, f16 or bf16, "
+                             "not " + stringifyStorageType(dtype));
   std::error_code ec;
   raw_fd_ostream os(path, ec, sys::fs::OF_None);
   if (ec)
@@ -58,6 +86,7 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights) {
   written.reserve(weights.size());
   StringMap<size_t> firstBySource; // source key -> index into `written`
   std::vector<float> buffer;
+  std::vector<uint16_t> narrow;
   static const char zeros[kWeightAlignment] = {};
   uint64_t offset = 0;
   for (const WeightDesc &w : weights) {
@@ -75,7 +104,7 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights) {
       return fail(writerError(path, "weight '" + w.name + "' has " +
                                         Twine(numel) +
                                         " elements, more than 2^36"));
-    t.bytes = numel * sizeof(float);
+    t.bytes = numel * storageBytes(dtype);
 
     std::string key = sourceKey(w);
     auto [it, inserted] = firstBySource.try_emplace(key, written.size());
@@ -96,7 +125,18 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights) {
         std::memcpy(&f, &u, 4);
       }
     t.offset = offset;
-    os.write(reinterpret_cast<const char *>(buffer.data()), t.bytes);
+    if (dtype == StorageType::F32) {
+      os.write(reinterpret_cast<const char *>(buffer.data()), t.bytes);
+    } else {
+      narrow.resize(numel);
+      for (uint64_t i = 0; i < numel; ++i)
+        narrow[i] = dtype == StorageType::BF16 ? floatToBf16(buffer[i])
+                                               : floatToHalf(buffer[i]);
+      if constexpr (!sys::IsLittleEndianHost)
+        for (uint16_t &u : narrow)
+          u = llvm::byteswap(u);
+      os.write(reinterpret_cast<const char *>(narrow.data()), t.bytes);
+    }
     uint64_t end = offset + t.bytes;
     uint64_t padded = alignTo(end, kWeightAlignment);
     os.write(zeros, padded - end);
@@ -108,6 +148,7 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights) {
   }
   // Give the memory of the largest tensor back before flushing.
   std::vector<float>().swap(buffer);
+  std::vector<uint16_t>().swap(narrow);
   os.close();
   if (os.has_error()) {
     std::string msg = os.error().message();

@@ -30,11 +30,12 @@ constexpr uint64_t kWeightAlignment = 64;
 struct WrittenTensor {
   std::string name;                   ///< canonical weight name
   uint64_t offset = 0;                ///< byte offset, multiple of 64
-  uint64_t bytes = 0;                 ///< numel * 4
+  uint64_t bytes = 0;                 ///< numel * dtype size
   llvm::SmallVector<int64_t, 2> shape;
 };
 
-/// Writes `weights` to `path` as float32 in order, each tensor 64-byte
+/// Writes `weights` to `path` in order as `dtype` (f32, or f16/bf16 rounded
+/// to nearest even from the f32 materialization), each tensor 64-byte
 /// aligned (zero padding; the file ends after the last tensor's padding).
 /// Weights whose sources are identical (same file, offset, storage, shape,
 /// synthetic parameters and transforms), e.g. a tied "output" and
@@ -42,7 +43,8 @@ struct WrittenTensor {
 /// WrittenTensor per weight, in the order of `weights`. On error the
 /// partial file is removed.
 llvm::Expected<std::vector<WrittenTensor>>
-writeWeightsFile(llvm::StringRef path, llvm::ArrayRef<WeightDesc> weights);
+writeWeightsFile(llvm::StringRef path, llvm::ArrayRef<WeightDesc> weights,
+                 StorageType dtype = StorageType::F32);
 
 /// XXH3-64 of the file at `path` as 16 lowercase hex digits (streamed).
 llvm::Expected<std::string> hashFileXXH3(llvm::StringRef path);

@@ -25,6 +25,14 @@ LogicalResult emitCpp(ModuleOp module, llvm::raw_ostream &os);
 llvm::Error compileSharedObject(llvm::StringRef cppPath, llvm::StringRef soPath,
                                 llvm::StringRef includeDir);
 
+/// Compiles the CUDA C++ file `cuPath` into the shared object `soPath` with
+/// nvcc ($KILN_NVCC, else nvcc on PATH, else /usr/local/cuda/bin/nvcc) for
+/// sm_80 and sm_90a, linking cuBLASLt and the CUDA runtime (rpath to the
+/// toolkit's lib64). Errors carry nvcc's exit status and diagnostics.
+llvm::Error compileCudaSharedObject(llvm::StringRef cuPath,
+                                    llvm::StringRef soPath,
+                                    llvm::StringRef includeDir);
+
 } // namespace mlir::kiln
 
 #endif // KILN_CODEGEN_CPU_PASSES_H

@@ -6,16 +6,29 @@
 include "mlir/Pass/PassBase.td"
 
 def PlanToEmitCPass : Pass<"kiln-plan-to-emitc", "::mlir::ModuleOp"> {
-  let summary = "Lower plan IR to EmitC for the CPU target";
+  let summary = "Lower plan IR to EmitC for the CPU or CUDA target";
   let description = [{
     Each plan entry point `@name` becomes
-    `extern "C" void kiln_name(kiln_exec_ctx *, int64_t n, int64_t pos)`;
-    buffers become pointers computed from the context (arena, weights, KV
-    cache, tokens, logits) at the plan's static offsets, and each
-    `plan.call_kernel` an opaque call of the runtime kernel ABI
-    (runtime/include/kiln_rt/kernel_abi.h). The result prints as C++ with
-    `mlir-translate --mlir-to-cpp` / `emitc::translateToCpp`.
+    `extern "C" void kiln_name(CTX *, int64_t n, int64_t pos)`; buffers
+    become pointers computed from the context (arena, weights, KV cache,
+    tokens, logits) at the plan's static offsets.
+
+    * `target=cpu`: CTX is `kiln_exec_ctx` and each `plan.call_kernel
+      "kiln_k_X"` calls the runtime kernel ABI
+      (runtime/include/kiln_rt/kernel_abi.h); only f32 buffers.
+    * `target=cuda`: CTX is `kiln_cuda_ctx` and each kernel becomes the
+      launch wrapper `kiln_cuda_X(ctx, ...)` of codegen/CUDA/KilnKernels.cuh
+      (f32, f16 as `__half`, bf16 as `__nv_bfloat16`); the module also
+      exports the workspace-size, sampling and ABI-version functions of
+      runtime/include/kiln_rt/cuda_abi.h.
+
+    The result prints as C++/CUDA C++ with `mlir-translate --mlir-to-cpp` /
+    `emitc::translateToCpp`.
   }];
+  let options = [
+    Option<"target", "target", "std::string", /*default=*/"\"cpu\"",
+           "Code generation target: cpu or cuda">,
+  ];
   let dependentDialects = ["::mlir::emitc::EmitCDialect"];
 }
 

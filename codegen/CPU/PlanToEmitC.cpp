@@ -15,6 +15,7 @@
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 
 namespace mlir::kiln {
@@ -29,34 +30,69 @@ struct PlanToEmitCPass final : impl::PlanToEmitCPassBase<PlanToEmitCPass> {
 } // namespace
 
 /// Pointer helpers the emitted code uses; kept as macros so the printed C++
-/// reads like the plan.
-static constexpr const char *kPrologue = R"(// Emitted by kiln-compile (CPU target). Do not edit.
+/// reads like the plan. KV offsets count elements of the cache's type.
+static constexpr const char *kPointerMacros = R"(
 #define KILN_ARENA(ctx, off, T) ((T *)((ctx)->arena + (off)))
 #define KILN_WEIGHT(ctx, off, T) ((T *)((ctx)->weights + (off)))
-#define KILN_KV(ctx, off) ((ctx)->kv + (off))
+#define KILN_KV(ctx, off, T) ((T *)(ctx)->kv + (off))
 #define KILN_TOKENS(ctx) ((int32_t *)(ctx)->tokens)
 #define KILN_LOGITS(ctx) ((ctx)->logits)
-#define KILN_ROW(p, row, width) ((p) + (row) * (width))
+#define KILN_ROW(p, row, width) ((p) + (row) * (width)))";
+
+static constexpr const char *kCpuPrologue =
+    R"(// Emitted by kiln-compile (CPU target). Do not edit.
 #if KILN_ABI_VERSION != 1
 #error "emitted for kernel ABI version 1"
 #endif)";
 
-static FailureOr<StringRef> cTypeName(Operation *op, Type t) {
+static constexpr const char *kCudaPrologue =
+    R"(// Emitted by kiln-compile (CUDA target). Do not edit.
+#if KILN_CUDA_ABI_VERSION != 1
+#error "emitted for CUDA ABI version 1"
+#endif)";
+
+namespace {
+/// What differs between the CPU and the CUDA flavour of the emitted code.
+struct TargetInfo {
+  bool cuda;
+  StringRef ctxType() const { return cuda ? "kiln_cuda_ctx" : "kiln_exec_ctx"; }
+  std::string callee(StringRef kernel) const {
+    if (!cuda)
+      return kernel.str();
+    return ("kiln_cuda_" + kernel.drop_front(StringRef("kiln_k_").size())).str();
+  }
+};
+} // namespace
+
+static FailureOr<StringRef> cTypeName(Operation *op, Type t,
+                                      const TargetInfo &target) {
   if (t.isF32())
     return StringRef("float");
   if (t.isInteger(32))
     return StringRef("int32_t");
-  return op->emitOpError() << "element type " << t
-                           << " is not supported by the cpu target yet";
+  if (target.cuda && t.isF16())
+    return StringRef("__half");
+  if (target.cuda && t.isBF16())
+    return StringRef("__nv_bfloat16");
+  return op->emitOpError() << "element type " << t << " is not supported by the "
+                           << (target.cuda ? "cuda" : "cpu") << " target yet";
+}
+
+/// The EmitC type of a buffer element: builtin for f32/i32, opaque otherwise.
+static Type emitcElementType(MLIRContext *ctx, Type t, StringRef cName) {
+  if (t.isF32() || t.isInteger(32))
+    return t;
+  return emitc::OpaqueType::get(ctx, cName);
 }
 
 static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
-                                   SymbolTable &symbols) {
+                                   SymbolTable &symbols,
+                                   const TargetInfo &target) {
   MLIRContext *ctx = func.getContext();
   Location loc = func.getLoc();
   auto i64 = builder.getI64Type();
   auto ctxType = emitc::PointerType::get(
-      emitc::OpaqueType::get(ctx, "kiln_exec_ctx"));
+      emitc::OpaqueType::get(ctx, target.ctxType()));
   auto fnType = builder.getFunctionType({ctxType, i64, i64}, {});
   builder.setInsertionPoint(func);
   auto fn = emitc::FuncOp::create(builder, loc,
@@ -108,11 +144,12 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
             })
             .Case([&](plan::ArenaViewOp v) -> LogicalResult {
               Type elem = v.getType().getElementType();
-              FailureOr<StringRef> name = cTypeName(v, elem);
+              FailureOr<StringRef> name = cTypeName(v, elem, target);
               if (failed(name))
                 return failure();
               map.map(v.getResult(),
-                      callOpaque(l, ptrTo(elem), "KILN_ARENA", {ctxValue},
+                      callOpaque(l, ptrTo(emitcElementType(ctx, elem, *name)),
+                                 "KILN_ARENA", {ctxValue},
                                  {builder.getIndexAttr(0), i64Attr(v.getOffset()),
                                   opaque(*name)}));
               return success();
@@ -120,26 +157,32 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
             .Case([&](plan::WeightRefOp w) -> LogicalResult {
               auto decl = symbols.lookup<plan::WeightOp>(w.getName());
               Type elem = w.getType().getElementType();
-              FailureOr<StringRef> name = cTypeName(w, elem);
+              FailureOr<StringRef> name = cTypeName(w, elem, target);
               if (failed(name))
                 return failure();
               map.map(w.getResult(),
-                      callOpaque(l, ptrTo(elem), "KILN_WEIGHT", {ctxValue},
+                      callOpaque(l, ptrTo(emitcElementType(ctx, elem, *name)),
+                                 "KILN_WEIGHT", {ctxValue},
                                  {builder.getIndexAttr(0),
                                   i64Attr(decl.getOffset()), opaque(*name)}));
               return success();
             })
             .Case([&](plan::KVCacheViewOp v) -> LogicalResult {
               MemRefType type = v.getType();
-              if (!type.getElementType().isF32())
+              Type elem = type.getElementType();
+              if (!target.cuda && !elem.isF32())
                 return v.emitOpError() << "only f32 KV caches are supported "
                                           "by the cpu target yet";
+              FailureOr<StringRef> name = cTypeName(v, elem, target);
+              if (failed(name))
+                return failure();
               int64_t rowsTimesWidth = type.getNumElements();
               int64_t offset = (v.getLayer() * 2 + v.getPart()) * rowsTimesWidth;
               map.map(v.getResult(),
-                      callOpaque(l, ptrTo(type.getElementType()), "KILN_KV",
-                                 {ctxValue},
-                                 {builder.getIndexAttr(0), i64Attr(offset)}));
+                      callOpaque(l, ptrTo(emitcElementType(ctx, elem, *name)),
+                                 "KILN_KV", {ctxValue},
+                                 {builder.getIndexAttr(0), i64Attr(offset),
+                                  opaque(*name)}));
               return success();
             })
             .Case([&](plan::TokensOp t) {
@@ -156,8 +199,9 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
             })
             .Case([&](plan::RowOp r) {
               auto type = cast<MemRefType>(r.getSource().getType());
+              Value source = map.lookup(r.getSource());
               map.map(r.getResult(),
-                      callOpaque(l, ptrTo(type.getElementType()), "KILN_ROW",
+                      callOpaque(l, source.getType(), "KILN_ROW",
                                  {map.lookup(r.getSource()), map.lookup(r.getRow())},
                                  {builder.getIndexAttr(0), builder.getIndexAttr(1),
                                   i64Attr(type.getDimSize(1))}));
@@ -165,9 +209,12 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
             })
             .Case([&](plan::CallKernelOp c) {
               SmallVector<Value> operands;
+              if (target.cuda)
+                operands.push_back(ctxValue);
               for (Value a : c.getArgs())
                 operands.push_back(map.lookup(a));
-              emitc::CallOpaqueOp::create(builder, l, TypeRange{}, c.getCallee(),
+              emitc::CallOpaqueOp::create(builder, l, TypeRange{},
+                                          target.callee(c.getCallee()),
                                           operands);
               return success();
             })
@@ -185,23 +232,81 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
   return success();
 }
 
+/// The functions cuda_abi.h says model.so exports besides the entry points,
+/// specialised to this model's shape (from the module's kiln.model).
+static FailureOr<std::string> cudaExports(ModuleOp module) {
+  auto model = module->getAttrOfType<DictionaryAttr>("kiln.model");
+  auto get = [&](StringRef key) -> int64_t {
+    auto a = model ? model.getAs<IntegerAttr>(key) : IntegerAttr();
+    return a ? a.getInt() : -1;
+  };
+  int64_t heads = get("n_heads"), headDim = get("head_dim"),
+          maxSeq = get("max_seq_len"), vocab = get("vocab_size"),
+          dim = get("dim"), hidden = get("hidden_dim");
+  if (heads <= 0 || headDim <= 0 || maxSeq <= 0 || vocab <= 0 || dim <= 0 ||
+      hidden <= 0) {
+    module.emitError() << "the cuda target needs the module attribute "
+                          "kiln.model with positive n_heads, head_dim, "
+                          "max_seq_len, vocab_size, dim and hidden_dim";
+    return failure();
+  }
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "static const int64_t kKilnHeads = " << heads << ";\n"
+     << "static const int64_t kKilnHeadDim = " << headDim << ";\n"
+     << "static const int64_t kKilnMaxSeq = " << maxSeq << ";\n"
+     << "static const int64_t kKilnVocab = " << vocab << ";\n"
+     << "static const int64_t kKilnMaxWidth = " << std::max(dim, hidden) << ";\n"
+     << R"(extern "C" uint64_t kiln_cuda_workspace_bytes(void) {
+  return kiln_cuda_required_workspace_bytes(kKilnHeads, kKilnHeadDim, kKilnMaxSeq,
+                                            kKilnVocab, kKilnMaxWidth);
+}
+extern "C" void kiln_cuda_sample(kiln_cuda_ctx *ctx, float temperature, int32_t top_k,
+                                 float top_p, const float *d_coin, int32_t *d_token) {
+  kiln_cuda_sample_logits(ctx, ctx->logits, kKilnVocab, temperature, top_k, top_p,
+                          d_coin, d_token);
+}
+extern "C" int32_t kiln_cuda_abi_version(void) { return KILN_CUDA_ABI_VERSION; })";
+  return text;
+}
+
 void PlanToEmitCPass::runOnOperation() {
   ModuleOp module = getOperation();
   OpBuilder builder(&getContext());
   SymbolTable symbols(module);
+  if (target != "cpu" && target != "cuda") {
+    module.emitError() << "unknown target '" << target
+                       << "' (expected cpu or cuda)";
+    return signalPassFailure();
+  }
+  TargetInfo info{target == "cuda"};
 
+  Location loc = module.getLoc();
   builder.setInsertionPointToStart(module.getBody());
-  emitc::IncludeOp::create(builder, module.getLoc(), "stdint.h", true);
-  emitc::IncludeOp::create(builder, module.getLoc(), "kiln_rt/kernel_abi.h",
-                           false);
-  emitc::VerbatimOp::create(builder, module.getLoc(), kPrologue);
+  emitc::IncludeOp::create(builder, loc, "stdint.h", true);
+  if (info.cuda) {
+    emitc::IncludeOp::create(builder, loc, "kiln_rt/cuda_abi.h", false);
+    emitc::IncludeOp::create(builder, loc, "KilnKernels.cuh", false);
+    emitc::VerbatimOp::create(builder, loc, kCudaPrologue);
+  } else {
+    emitc::IncludeOp::create(builder, loc, "kiln_rt/kernel_abi.h", false);
+    emitc::VerbatimOp::create(builder, loc, kCpuPrologue);
+  }
+  emitc::VerbatimOp::create(builder, loc, kPointerMacros);
 
   SmallVector<func::FuncOp> funcs(module.getOps<func::FuncOp>());
   for (func::FuncOp func : funcs) {
     if (func.isExternal())
       continue;
-    if (failed(lowerFunction(func, builder, symbols)))
+    if (failed(lowerFunction(func, builder, symbols, info)))
       return signalPassFailure();
+  }
+  if (info.cuda) {
+    FailureOr<std::string> exports = cudaExports(module);
+    if (failed(exports))
+      return signalPassFailure();
+    builder.setInsertionPointToEnd(module.getBody());
+    emitc::VerbatimOp::create(builder, loc, *exports);
   }
   for (func::FuncOp func : funcs)
     func.erase();
@@ -213,6 +318,29 @@ LogicalResult emitCpp(ModuleOp module, llvm::raw_ostream &os) {
   return emitc::translateToCpp(module, os);
 }
 
+/// Runs `argv` (argv[0] is the program), capturing its output; on failure
+/// the error names the file being compiled and carries the diagnostics.
+static llvm::Error runCompiler(ArrayRef<StringRef> argv, StringRef what) {
+  SmallString<128> log;
+  if (std::error_code ec =
+          llvm::sys::fs::createTemporaryFile("kiln-cxx", "log", log))
+    return llvm::createStringError(ec, "cannot create a temporary file");
+  std::optional<StringRef> redirects[] = {std::nullopt, StringRef(log),
+                                          StringRef(log)};
+  std::string errMsg;
+  int rc = llvm::sys::ExecuteAndWait(argv[0], argv, std::nullopt, redirects, 0,
+                                     0, &errMsg);
+  auto diagnostics = llvm::MemoryBuffer::getFile(log);
+  std::string text = diagnostics ? (*diagnostics)->getBuffer().str() : "";
+  llvm::sys::fs::remove(log);
+  if (rc != 0)
+    return llvm::createStringError(
+        "compiling " + what + " with " + argv[0] + " failed (exit " +
+        std::to_string(rc) + ")" + (errMsg.empty() ? "" : ": " + errMsg) +
+        (text.empty() ? "" : "\n" + text));
+  return llvm::Error::success();
+}
+
 llvm::Error compileSharedObject(StringRef cppPath, StringRef soPath,
                                 StringRef includeDir) {
   std::string compiler = "c++";
@@ -222,27 +350,38 @@ llvm::Error compileSharedObject(StringRef cppPath, StringRef soPath,
   if (!exe)
     return llvm::createStringError("host C++ compiler '" + compiler +
                                    "' not found on PATH (set KILN_HOST_CXX)");
-  SmallString<128> log;
-  if (std::error_code ec =
-          llvm::sys::fs::createTemporaryFile("kiln-cxx", "log", log))
-    return llvm::createStringError(ec, "cannot create a temporary file");
   std::string include = ("-I" + includeDir).str();
-  SmallVector<StringRef> argv = {*exe, "-std=c++17", "-O2", "-fPIC", "-shared",
-                                 include, cppPath, "-o", soPath};
-  std::optional<StringRef> redirects[] = {std::nullopt, StringRef(log),
-                                          StringRef(log)};
-  std::string errMsg;
-  int rc = llvm::sys::ExecuteAndWait(*exe, argv, std::nullopt, redirects, 0, 0,
-                                     &errMsg);
-  auto diagnostics = llvm::MemoryBuffer::getFile(log);
-  std::string text = diagnostics ? (*diagnostics)->getBuffer().str() : "";
-  llvm::sys::fs::remove(log);
-  if (rc != 0)
+  return runCompiler({*exe, "-std=c++17", "-O2", "-fPIC", "-shared", include,
+                      cppPath, "-o", soPath},
+                     cppPath);
+}
+
+llvm::Error compileCudaSharedObject(StringRef cuPath, StringRef soPath,
+                                    StringRef includeDir) {
+  std::string nvcc;
+  if (const char *env = std::getenv("KILN_NVCC"))
+    nvcc = env;
+  else if (llvm::ErrorOr<std::string> onPath = llvm::sys::findProgramByName("nvcc"))
+    nvcc = *onPath;
+  else if (llvm::sys::fs::can_execute("/usr/local/cuda/bin/nvcc"))
+    nvcc = "/usr/local/cuda/bin/nvcc";
+  else
     return llvm::createStringError(
-        "compiling " + cppPath + " with " + *exe + " failed (exit " +
-        std::to_string(rc) + ")" + (errMsg.empty() ? "" : ": " + errMsg) +
-        (text.empty() ? "" : "\n" + text));
-  return llvm::Error::success();
+        "nvcc not found (looked at $KILN_NVCC, PATH and /usr/local/cuda/bin); "
+        "the cuda target needs the CUDA toolkit");
+  // The toolkit's libraries sit beside its bin/ directory.
+  SmallString<256> libDir(llvm::sys::path::parent_path(
+      llvm::sys::path::parent_path(nvcc)));
+  llvm::sys::path::append(libDir, "lib64");
+  std::string include = ("-I" + includeDir).str();
+  std::string libPath = ("-L" + libDir).str();
+  std::string rpath = ("-Xlinker=-rpath=" + libDir).str();
+  return runCompiler({nvcc, "-std=c++17", "-O3", "-shared",
+                      "-Xcompiler=-fPIC", "--cudart=shared",
+                      "-gencode=arch=compute_80,code=sm_80",
+                      "-gencode=arch=compute_90a,code=sm_90a", include, cuPath,
+                      "-o", soPath, libPath, rpath, "-lcublasLt"},
+                     cuPath);
 }
 
 } // namespace mlir::kiln

@@ -51,6 +51,11 @@ void MemoryPlanPass::runOnOperation() {
   if (func.isExternal())
     return;
   MLIRContext *ctx = &getContext();
+  if (maxTokens < 0 || maxTokens > (int64_t(1) << 24)) {
+    func.emitError() << "max-tokens must be in [0, 16777216], got "
+                     << static_cast<int64_t>(maxTokens);
+    return signalPassFailure();
+  }
   int64_t tokens = maxTokens;
   if (tokens <= 0) {
     if (auto attr = func->getAttrOfType<IntegerAttr>("kiln.max_tokens"))
@@ -86,7 +91,9 @@ void MemoryPlanPass::runOnOperation() {
     auto type = dyn_cast<RankedTensorType>(result.getType());
     if (!type)
       continue;
-    int64_t elements = 1;
+    // Buffer size, refusing anything that overflows 2^48 bytes.
+    constexpr int64_t kMaxBytes = int64_t(1) << 48;
+    int64_t bytes = llvm::divideCeil(type.getElementTypeBitWidth(), 8);
     for (int64_t d : type.getShape()) {
       if (ShapedType::isDynamic(d)) {
         if (tokens <= 0) {
@@ -97,11 +104,14 @@ void MemoryPlanPass::runOnOperation() {
         }
         d = tokens;
       }
-      elements *= d;
+      if (d != 0 && bytes > kMaxBytes / d) {
+        op.emitOpError() << "needs a buffer of more than 2^48 bytes for "
+                         << type << " at " << tokens << " tokens";
+        return signalPassFailure();
+      }
+      bytes *= d;
     }
-    int64_t bytes = llvm::alignTo(
-        elements * llvm::divideCeil(type.getElementTypeBitWidth(), 8),
-        kAlignment);
+    bytes = llvm::alignTo(bytes, kAlignment);
     int64_t lastUse = now;
     for (Operation *user : result.getUsers()) {
       Operation *top = body.findAncestorOpInBlock(*user);

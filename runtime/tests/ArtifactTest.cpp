@@ -196,10 +196,150 @@ TEST(Artifact, WrongFormatVersionAbiTarget) {
   }
   {
     FakeArtifact f;
-    f.manifest["target"] = "cuda";
+    f.manifest["target"] = "tpu";
     f.write();
-    EXPECT_NE(f.open().find("target \"cuda\" is not supported"), std::string::npos);
+    EXPECT_NE(f.open().find("target \"tpu\" is not supported (this runtime runs "
+                            "\"cpu\" and \"cuda\")"),
+              std::string::npos)
+        << f.open();
   }
+  {
+    FakeArtifact f; // cuda artifacts carry the CUDA ABI version
+    f.manifest["target"] = "cuda";
+    f.manifest["abi_version"] = 99;
+    f.write();
+    EXPECT_NE(f.open().find("abi_version 99 does not match this runtime's CUDA "
+                            "ABI version"),
+              std::string::npos)
+        << f.open();
+  }
+}
+
+TEST(Artifact, Dtypes) {
+  {
+    FakeArtifact f; // recipe.dtype defaults to f32; explicit f32 is fine
+    f.manifest["recipe"] = {{"dtype", "f32"}, {"quant", "none"}};
+    f.write();
+    EXPECT_EQ(f.open(), "");
+  }
+  {
+    FakeArtifact f;
+    f.manifest["recipe"] = {{"dtype", "bf16"}};
+    f.write();
+    EXPECT_NE(f.open().find("recipe.dtype \"bf16\" is not supported for target "
+                            "\"cpu\""),
+              std::string::npos)
+        << f.open();
+  }
+  {
+    FakeArtifact f;
+    f.manifest["recipe"] = {{"dtype", "f8"}};
+    f.write();
+    EXPECT_NE(f.open().find("recipe.dtype \"f8\" is not supported (expected"),
+              std::string::npos)
+        << f.open();
+  }
+  {
+    FakeArtifact f;
+    f.manifest["runtime"]["kv_cache"]["dtype"] = "f16";
+    f.manifest["runtime"]["kv_cache"]["bytes"] = 256;
+    f.write();
+    EXPECT_NE(f.open().find("runtime.kv_cache.dtype \"f16\" is not supported"),
+              std::string::npos)
+        << f.open();
+  }
+  {
+    FakeArtifact f;
+    f.manifest["weights"]["tensors"][1]["dtype"] = "q4_0";
+    f.write();
+    EXPECT_NE(f.open().find("weights.tensors[1] (\"b\"): dtype \"q4_0\" is not "
+                            "one of"),
+              std::string::npos)
+        << f.open();
+  }
+}
+
+/// A manifest for target cuda with bf16 weights and KV cache.
+json cudaManifest(FakeArtifact &f) {
+  json m = f.manifest;
+  m["target"] = "cuda";
+  m["abi_version"] = KILN_CUDA_ABI_VERSION;
+  m["recipe"] = {{"dtype", "bf16"}, {"quant", "none"}};
+  m["runtime"]["kv_cache"]["dtype"] = "bf16";
+  m["runtime"]["kv_cache"]["bytes"] = 1 * 2 * 32 * 1 * 2 * 2;
+  m["weights"]["tensors"][0] = {{"name", "a"}, {"offset", 0}, {"bytes", 64},
+                                {"dtype", "bf16"}, {"shape", {32}}};
+  return m;
+}
+
+TEST(Artifact, CudaManifestValidation) {
+  FakeArtifact f;
+  f.write();
+  kiln::rt::Manifest m;
+  json good = cudaManifest(f);
+  ASSERT_TRUE(kiln::rt::parseManifest(good.dump(), "D", m).isOk());
+  EXPECT_EQ(m.target, kiln::rt::Target::Cuda);
+  EXPECT_EQ(m.dtype, "bf16");
+  EXPECT_EQ(m.kvDtype, "bf16");
+  EXPECT_EQ(m.kvBytes, 256u);
+
+  json kv = good;
+  kv["runtime"]["kv_cache"]["bytes"] = 512; // the f32 size
+  kiln::rt::Status st = kiln::rt::parseManifest(kv.dump(), "D", m);
+  EXPECT_NE(st.message().find("runtime.kv_cache.bytes is 512 but layers * 2 * "
+                              "max_seq * kv_heads * head_dim * 2 = 256"),
+            std::string::npos)
+      << st.message();
+
+  json shape = good;
+  shape["weights"]["tensors"][0]["shape"] = {16}; // 16 bf16 = 32 bytes != 64
+  st = kiln::rt::parseManifest(shape.dump(), "D", m);
+  EXPECT_NE(st.message().find("weights.tensors[0] (\"a\"): bytes 64 do not match "
+                              "shape [16] of bf16"),
+            std::string::npos)
+      << st.message();
+}
+
+/// STYLE.md section 6: "No CUDA driver is a status, not a crash". On a
+/// machine without a GPU (or a runtime built without CUDA) opening a cuda
+/// artifact fails with a message naming the artifact and the reason; with a
+/// GPU, this fake model.so lacks the CUDA ABI's symbols, also an error.
+TEST(CudaArtifact, NoDeviceIsAStatusNotACrash) {
+  FakeArtifact f;
+  f.manifest = cudaManifest(f);
+  f.write();
+  kiln_rt_artifact_t *a = nullptr;
+  kiln_rt_status_t st = kiln_rt_artifact_open(f.dir.c_str(), 0, &a);
+  ASSERT_NE(st, nullptr) << "opening a cuda artifact with a CPU model.so succeeded";
+  EXPECT_EQ(a, nullptr);
+  EXPECT_NE(kiln_rt_status_code(st), KILN_RT_OK);
+  std::string msg = kiln_rt_status_message(st);
+  kiln_rt_status_free(st);
+  const std::string prefix = f.dir + " targets cuda but ";
+  bool noDevice =
+      msg.rfind(prefix + "no CUDA device is available (cudaGetDeviceCount: ", 0) == 0;
+  bool noCuda = msg == prefix + "this runtime was built without CUDA support "
+                                "(libkiln_runtime_cuda.so not found)";
+  bool noSymbol = msg.find("/model.so: ") != std::string::npos &&
+                  msg.find("not found") != std::string::npos;
+  EXPECT_TRUE(noDevice || noCuda || noSymbol) << msg;
+  std::printf("cuda artifact refused: %s\n", msg.c_str());
+}
+
+TEST(CudaArtifact, MissingExecutorLibrary) {
+  FakeArtifact f;
+  f.manifest = cudaManifest(f);
+  f.write();
+  setenv("KILN_RUNTIME_CUDA_LIBRARY", "/nonexistent/libkiln_runtime_cuda.so", 1);
+  kiln_rt_artifact_t *a = nullptr;
+  kiln_rt_status_t st = kiln_rt_artifact_open(f.dir.c_str(), 0, &a);
+  unsetenv("KILN_RUNTIME_CUDA_LIBRARY");
+  EXPECT_EQ(kiln_rt_status_code(st), KILN_RT_UNIMPLEMENTED);
+  EXPECT_EQ(std::string(kiln_rt_status_message(st)),
+            f.dir + " targets cuda but this runtime was built without CUDA "
+                    "support (libkiln_runtime_cuda.so not found)");
+  kiln_rt_status_free(st);
+  EXPECT_EQ(a, nullptr);
 }
 
 TEST(Artifact, MissingAndMistypedFields) {
@@ -340,6 +480,13 @@ TEST(Session, PrefillDecodeSample) {
   EXPECT_EQ(info.bos_id, 1);
   EXPECT_EQ(info.eos_id, 2);
   EXPECT_EQ(info.weights_bytes, 256u);
+  EXPECT_STREQ(info.target, "cpu");
+  EXPECT_STREQ(info.device, "cpu");
+  EXPECT_STREQ(info.dtype, "f32");
+  double bw = 0;
+  kiln_rt_status_t bwStatus = kiln_rt_artifact_device_bandwidth(a, 1 << 20, 1, &bw);
+  EXPECT_EQ(kiln_rt_status_code(bwStatus), KILN_RT_UNIMPLEMENTED);
+  kiln_rt_status_free(bwStatus);
 
   kiln_rt_session_t *s = nullptr;
   ASSERT_EQ(kiln_rt_session_create(a, &s), nullptr);
@@ -355,6 +502,9 @@ TEST(Session, PrefillDecodeSample) {
   ASSERT_EQ(kiln_rt_sampler_create(&params, kVocab, &sampler), nullptr);
   int32_t next = kiln_rt_sampler_sample(sampler, kiln_rt_session_logits(s));
   EXPECT_EQ(next, 9); // the fake model predicts last + 1
+  int32_t viaSession = -1;
+  ASSERT_EQ(kiln_rt_session_sample(s, sampler, &viaSession), nullptr);
+  EXPECT_EQ(viaSession, 9);
   ASSERT_EQ(kiln_rt_session_decode(s, next), nullptr);
   EXPECT_EQ(kiln_rt_sampler_sample(sampler, kiln_rt_session_logits(s)), 10);
   EXPECT_EQ(fakeCounter(f.dir, "fake_decode_calls"), 1);
@@ -380,6 +530,11 @@ TEST(Session, PrefillDecodeSample) {
   kiln_rt_session_reset(s);
   EXPECT_EQ(kiln_rt_session_position(s), 0);
   EXPECT_EQ(kiln_rt_session_logits(s), nullptr);
+  int32_t none = -1;
+  st = kiln_rt_session_sample(s, sampler, &none);
+  EXPECT_EQ(kiln_rt_status_code(st), KILN_RT_INVALID_ARGUMENT);
+  kiln_rt_status_free(st);
+  EXPECT_EQ(none, -1);
 
   // Tokenizer round trip through the C API.
   int32_t ids[16];

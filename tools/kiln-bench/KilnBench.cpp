@@ -6,7 +6,9 @@
 // this machine's memory read bandwidth, and compares decode with its roofline:
 // decoding one token streams every weight once, so tokens/s cannot exceed
 // bandwidth / weights.bin size. Best of --repeat runs (after one warm-up, so
-// mmap'd weights are resident when they fit in memory).
+// mmap'd weights are resident when they fit in memory). For "cuda" artifacts
+// the steps return after the device finished (host clocks are exact) and the
+// bandwidth is the device's, from a device-to-device copy.
 //
 //===----------------------------------------------------------------------===//
 #include "kiln_rt/api.h"
@@ -162,8 +164,15 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < ids.size(); ++i)
     ids[i] = int32_t(std::min<int64_t>(info.vocab_size - 1, 3 + int64_t(i) % span));
 
-  std::printf("artifact: %s (%s), weights %.2f MB, %d threads\n", artifactDir.c_str(),
-              info.name, double(info.weights_bytes) / 1e6, omp_get_max_threads());
+  const bool cuda = std::strcmp(info.target, "cuda") == 0;
+  if (cuda)
+    std::printf("artifact: %s (%s, %s), weights %.2f MB, device %s\n",
+                artifactDir.c_str(), info.name, info.dtype,
+                double(info.weights_bytes) / 1e6, info.device);
+  else
+    std::printf("artifact: %s (%s), weights %.2f MB, %d threads\n",
+                artifactDir.c_str(), info.name, double(info.weights_bytes) / 1e6,
+                omp_get_max_threads());
   double bestPrefill = 0, bestDecode = 0;
   for (int r = 0; r <= repeat; ++r) { // r == 0 warms up
     kiln_rt_session_reset(session);
@@ -184,10 +193,18 @@ int main(int argc, char **argv) {
   std::printf("decode: %.1f tokens/s\n", bestDecode);
   std::fflush(stdout);
 
-  double bandwidth = measureReadBandwidth(size_t(bandwidthMiB) << 20, 5);
+  double bandwidth = 0;
+  if (cuda) {
+    // Device-to-device copy: bytes read + bytes written per second.
+    check(kiln_rt_artifact_device_bandwidth(artifact, uint64_t(bandwidthMiB) << 20,
+                                            10, &bandwidth));
+  } else {
+    bandwidth = measureReadBandwidth(size_t(bandwidthMiB) << 20, 5);
+  }
   double weightBytes = double(info.weights_bytes);
   double roofline = weightBytes > 0 ? bandwidth / weightBytes : 0;
-  std::printf("memory bandwidth: %.1f GB/s\n", bandwidth / 1e9);
+  std::printf("memory bandwidth: %.1f GB/s%s\n", bandwidth / 1e9,
+              cuda ? " (device-to-device copy)" : "");
   std::printf("decode roofline: %.1f tokens/s (weights %.2f MB/token)\n", roofline,
               weightBytes / 1e6);
   std::printf("decode efficiency: %.1f%% of roofline\n",

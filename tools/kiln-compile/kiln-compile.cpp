@@ -1,6 +1,7 @@
 //===- kiln-compile.cpp - checkpoint to artifact --------------------------===//
 //
-//   kiln-compile MODEL -o ARTIFACT [--target=cpu] [--emit=kiln|plan|cpp]
+//   kiln-compile MODEL -o ARTIFACT [--target=cpu|cuda] [--dtype=f32|f16|bf16]
+//                [--emit=kiln|plan|cpp]
 //
 // Imports MODEL (llama2.c .bin, GGUF, Hugging Face directory or
 // synthetic:<shape>) into kiln graph IR and runs the pipeline
@@ -38,9 +39,16 @@ static cl::opt<std::string> modelPath(cl::Positional, cl::Required,
                                       cl::desc("MODEL"), cl::cat(category));
 static cl::opt<std::string> outputDir("o", cl::desc("Artifact directory to write"),
                                       cl::value_desc("ARTIFACT"), cl::cat(category));
-static cl::opt<std::string> target("target", cl::desc("Code generation target"),
-                                   cl::init("cpu"), cl::value_desc("cpu"),
-                                   cl::cat(category));
+static cl::opt<std::string> target(
+    "target", cl::desc("Code generation target: cpu (C++ compiled by the host "
+                       "compiler) or cuda (CUDA C++ compiled by nvcc for "
+                       "sm_80 and sm_90a)"),
+    cl::init("cpu"), cl::value_desc("cpu|cuda"), cl::cat(category));
+static cl::opt<std::string> dtype(
+    "dtype", cl::desc("Element type of weights, activations and the KV cache "
+                      "(f32 is the exactness mode; f16/bf16 need --target=cuda "
+                      "for now)"),
+    cl::init("f32"), cl::value_desc("f32|f16|bf16"), cl::cat(category));
 enum class Emit { Artifact, Kiln, Plan, Cpp };
 static cl::opt<Emit> emit(
     "emit", cl::desc("Print an intermediate stage to stdout instead of "
@@ -77,13 +85,20 @@ int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(
       argc, argv,
       "Kiln ahead-of-time compiler: checkpoint -> artifact\n\n"
-      "  kiln-compile MODEL -o ARTIFACT [--target=cpu] [--emit=kiln|plan|cpp]\n\n"
+      "  kiln-compile MODEL -o ARTIFACT [--target=cpu|cuda] [--dtype=f32|f16|bf16]\n"
+      "               [--emit=kiln|plan|cpp]\n\n"
       "MODEL is a llama2.c checkpoint (.bin), a GGUF file, a Hugging Face\n"
       "directory (config.json + *.safetensors) or synthetic:<shape>\n"
       "(llama-2-7b, llama-2-13b, llama-110m, stories260k).\n");
 
-  if (target != "cpu")
-    return fail("unsupported --target='" + target + "' (expected cpu)");
+  if (target != "cpu" && target != "cuda")
+    return fail("unsupported --target='" + target + "' (expected cpu or cuda)");
+  if (dtype != "f32" && dtype != "f16" && dtype != "bf16")
+    return fail("unsupported --dtype='" + dtype + "' (expected f32, f16 or bf16)");
+  if (target == "cpu" && dtype != "f32")
+    return fail("--dtype=" + dtype +
+                " is not supported by the cpu target yet (use --dtype=f32, or "
+                "--target=cuda)");
   if (emit == Emit::Artifact && outputDir.empty())
     return fail("no output: pass -o ARTIFACT or --emit=kiln|plan|cpp");
   if (maxSeqLen < 0 || maxPrefillTokens < 0)
@@ -110,6 +125,7 @@ int main(int argc, char **argv) {
   LlamaBuildOptions options;
   options.maxSeqLen = maxSeqLen;
   options.maxPrefillTokens = maxPrefillTokens;
+  options.dtype = dtype;
   auto module = buildLlamaModule(&context, *desc, options);
   if (failed(module))
     return 1;
@@ -143,7 +159,9 @@ int main(int argc, char **argv) {
   OwningOpRef<ModuleOp> plan = graph.clone();
 
   PassManager emitPm(&context);
-  emitPm.addPass(createPlanToEmitCPass());
+  PlanToEmitCPassOptions emitOptions;
+  emitOptions.target = target;
+  emitPm.addPass(createPlanToEmitCPass(emitOptions));
   if (failed(emitPm.run(graph)))
     return 1;
   std::string cpp;
@@ -161,6 +179,7 @@ int main(int argc, char **argv) {
   inputs.plan = *plan;
   inputs.cpp = std::move(cpp);
   inputs.target = target;
+  inputs.dtype = dtype;
   inputs.pipeline = kPipeline;
   if (auto err = writeArtifact(outputDir, inputs))
     return fail(llvm::toString(std::move(err)));

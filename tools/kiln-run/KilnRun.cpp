@@ -149,6 +149,8 @@ void writeLogits(Runtime &rt, const std::vector<int32_t> &tokens,
     fail(dumpLogits + ": cannot open for writing: " + std::strerror(errno));
   auto writeRow = [&] {
     const float *row = kiln_rt_session_logits(rt.session);
+    if (!row)
+      fail("the session's logits are unavailable");
     if (std::fwrite(row, sizeof(float), size_t(vocab), out) != size_t(vocab))
       fail(dumpLogits + ": write failed");
   };
@@ -258,8 +260,9 @@ int main(int argc, char **argv) {
     check(kiln_rt_session_prefill(rt.session, tokens.data(), promptLen));
     int32_t prev = tokens.back();
     for (;;) {
-      int32_t next = kiln_rt_sampler_sample(rt.sampler,
-                                            kiln_rt_session_logits(rt.session));
+      // Host sampling for cpu artifacts, device sampling for cuda ones.
+      int32_t next = 0;
+      check(kiln_rt_session_sample(rt.session, rt.sampler, &next));
       if (generated.empty()) {
         ttft = nowMs() - start;
         decodeStart = decodeEnd = nowMs();

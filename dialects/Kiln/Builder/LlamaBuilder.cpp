@@ -16,11 +16,11 @@ namespace {
 class LlamaGraphBuilder {
 public:
   LlamaGraphBuilder(MLIRContext *ctx, const ModelDesc &desc, ModuleOp module,
-                    int64_t maxSeq)
+                    int64_t maxSeq, Type elementType)
       : ctx(ctx), desc(desc), cfg(desc.config), module(module),
-        builder(ctx), loc(UnknownLoc::get(ctx)), f32(Float32Type::get(ctx)) {
+        builder(ctx), loc(UnknownLoc::get(ctx)), f32(elementType) {
     cacheType = KVCacheType::get(ctx, cfg.nLayers, maxSeq, cfg.nKvHeads,
-                                 cfg.headDim, f32);
+                                 cfg.headDim, elementType);
   }
 
   LogicalResult declareWeights();
@@ -41,7 +41,7 @@ private:
   ModuleOp module;
   OpBuilder builder;
   Location loc;
-  Type f32;
+  Type f32; // the compute element type (f32, f16 or bf16)
   KVCacheType cacheType;
   llvm::StringMap<WeightOp> weights;
   int64_t tokens = ShapedType::kDynamic;
@@ -104,7 +104,8 @@ void LlamaGraphBuilder::buildEntryPoint(StringRef name, int64_t numTokens,
                                         int64_t maxTokens) {
   tokens = numTokens;
   auto tokensType = RankedTensorType::get({tokens}, builder.getI32Type());
-  auto logitsType = RankedTensorType::get({1, cfg.vocabSize}, f32);
+  auto logitsType =
+      RankedTensorType::get({1, cfg.vocabSize}, builder.getF32Type());
   builder.setInsertionPointToEnd(module.getBody());
   auto func = func::FuncOp::create(
       builder, loc, name,
@@ -190,9 +191,21 @@ mlir::kiln::buildLlamaModule(MLIRContext *context, const ModelDesc &desc,
   model.append("rms_norm_eps", b.getF32FloatAttr(cfg.rmsNormEps));
   model.append("rope_theta", b.getF32FloatAttr(cfg.ropeTheta));
   model.append("tied_embeddings", b.getBoolAttr(cfg.tiedEmbeddings));
-  (*module)->setAttr("kiln.model", model.getDictionary(context));
 
-  LlamaGraphBuilder graph(context, desc, *module, maxSeq);
+  Type elementType;
+  if (options.dtype == "f32")
+    elementType = b.getF32Type();
+  else if (options.dtype == "f16")
+    elementType = b.getF16Type();
+  else if (options.dtype == "bf16")
+    elementType = b.getBF16Type();
+  else
+    return emitError(UnknownLoc::get(context))
+           << "unsupported dtype '" << options.dtype
+           << "' (expected f32, f16 or bf16)";
+  model.append("dtype", b.getStringAttr(options.dtype));
+  (*module)->setAttr("kiln.model", model.getDictionary(context));
+  LlamaGraphBuilder graph(context, desc, *module, maxSeq, elementType);
   if (failed(graph.declareWeights()))
     return failure();
   graph.buildEntryPoint("prefill", ShapedType::kDynamic, maxTokens);

@@ -15,6 +15,9 @@ struct LlamaBuildOptions {
   int64_t maxPrefillTokens = 0;
   /// Context length (KV-cache rows); 0 means the model's trained context.
   int64_t maxSeqLen = 0;
+  /// Element type of weights, activations and the KV cache: "f32", "f16" or
+  /// "bf16". Logits are always f32.
+  std::string dtype = "f32";
 };
 
 /// Builds the kiln graph of a Llama decoder (Touvron et al. 2023, fig. /

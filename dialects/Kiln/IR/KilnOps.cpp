@@ -213,7 +213,12 @@ LogicalResult LogitsOp::verify() {
     return emitOpError() << "expects a result of shape [1, "
                          << dimStr(weight.getDimSize(0)) << "], got "
                          << result;
-  return verifySameElementType(*this, hidden, result, "hidden", "result");
+  if (!result.getElementType().isF32() &&
+      result.getElementType() != hidden.getElementType())
+    return emitOpError() << "expects f32 logits or the hidden element type "
+                         << hidden.getElementType() << ", got "
+                         << result.getElementType();
+  return verifySameElementType(*this, hidden, weight, "hidden", "weight");
 }
 
 #define GET_OP_CLASSES

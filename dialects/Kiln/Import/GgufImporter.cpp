@@ -11,7 +11,9 @@
 #include "dialects/Kiln/Import/ImportUtils.h"
 #include "dialects/Kiln/Import/Importers.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -72,6 +74,7 @@ struct GgufFile {
   StringMap<GgufValue> kvs;
   std::vector<GgufTensor> tensors;
   StringMap<size_t> tensorIndex;
+  uint64_t alignment = 32; ///< general.alignment
   uint64_t dataOffset = 0;
   std::unique_ptr<MemoryBuffer> buffer;
 };
@@ -120,6 +123,47 @@ static StringRef ggmlTypeName(uint32_t t) {
   case 35: return "TQ2_0";
   case 39: return "MXFP4";
   default: return "unknown";
+  }
+}
+
+/// ggml block size (elements) and bytes per block of a tensor type, as in
+/// ggml's type_traits / gguf-py GGML_QUANT_SIZES; std::nullopt if unknown.
+static std::optional<std::pair<uint64_t, uint64_t>> ggmlBlock(uint32_t t) {
+  using P = std::pair<uint64_t, uint64_t>;
+  switch (t) {
+  case 0: return P{1, 4};     // F32
+  case 1: return P{1, 2};     // F16
+  case 2: return P{32, 18};   // Q4_0
+  case 3: return P{32, 20};   // Q4_1
+  case 6: return P{32, 22};   // Q5_0
+  case 7: return P{32, 24};   // Q5_1
+  case 8: return P{32, 34};   // Q8_0
+  case 9: return P{32, 36};   // Q8_1
+  case 10: return P{256, 84}; // Q2_K
+  case 11: return P{256, 110}; // Q3_K
+  case 12: return P{256, 144}; // Q4_K
+  case 13: return P{256, 176}; // Q5_K
+  case 14: return P{256, 210}; // Q6_K
+  case 15: return P{256, 292}; // Q8_K
+  case 16: return P{256, 66};  // IQ2_XXS
+  case 17: return P{256, 74};  // IQ2_XS
+  case 18: return P{256, 98};  // IQ3_XXS
+  case 19: return P{256, 50};  // IQ1_S
+  case 20: return P{32, 18};   // IQ4_NL
+  case 21: return P{256, 110}; // IQ3_S
+  case 22: return P{256, 82};  // IQ2_S
+  case 23: return P{256, 136}; // IQ4_XS
+  case 24: return P{1, 1};     // I8
+  case 25: return P{1, 2};     // I16
+  case 26: return P{1, 4};     // I32
+  case 27: return P{1, 8};     // I64
+  case 28: return P{1, 8};     // F64
+  case 29: return P{256, 56};  // IQ1_M
+  case 30: return P{1, 2};     // BF16
+  case 34: return P{256, 54};  // TQ1_0
+  case 35: return P{256, 66};  // TQ2_0
+  case 39: return P{32, 17};   // MXFP4
+  default: return std::nullopt;
   }
 }
 
@@ -276,9 +320,15 @@ static Expected<GgufFile> parseGguf(StringRef path) {
                                " bytes, too small for a GGUF header");
   if (Error e = r.readBytes(4, magic, "magic"))
     return std::move(e);
-  if (magic != "GGUF")
-    return fileError(path, "bad magic '" + magic.str() +
-                               "' at offset 0, expected 'GGUF'");
+  if (magic != "GGUF") {
+    std::string hex;
+    raw_string_ostream os(hex);
+    for (size_t i = 0; i < magic.size(); ++i)
+      os << (i ? " " : "")
+         << format_hex_no_prefix(static_cast<uint8_t>(magic[i]), 2);
+    return fileError(path, "bad magic " + hex +
+                               " at offset 0 (expected 'GGUF' = 47 47 55 46)");
+  }
   if (Error e = r.readU32(g.version, "version"))
     return std::move(e);
   if (g.version == 0x03000000u || g.version == 0x02000000u)
@@ -355,17 +405,30 @@ static Expected<GgufFile> parseGguf(StringRef path) {
     g.tensors.push_back(std::move(t));
   }
 
-  uint64_t alignment = 32;
   auto it = g.kvs.find("general.alignment");
   if (it != g.kvs.end()) {
-    if (!it->second.isInteger() || it->second.i <= 0 ||
-        !isPowerOf2_64(it->second.i) || it->second.i > (1 << 20))
-      return fileError(path, "general.alignment at offset " +
-                                 Twine(it->second.offset) +
-                                 " must be a power of two integer <= 2^20");
-    alignment = it->second.i;
+    const GgufValue &v = it->second;
+    if (!v.isInteger())
+      return fileError(path, "key 'general.alignment' at offset " +
+                                 Twine(v.offset) + " has type " +
+                                 valueTypeName(v.type) +
+                                 ", expected an integer (uint32)");
+    if (v.i <= 0 || !isPowerOf2_64(v.i) || v.i > (1 << 20))
+      return fileError(path, "general.alignment is " + Twine(v.i) +
+                                 " at offset " + Twine(v.offset) +
+                                 ", expected a non-zero power of two <= 2^20 "
+                                 "(default 32)");
+    g.alignment = v.i;
   }
-  g.dataOffset = alignTo(r.offset(), alignment);
+  // Every tensor's data must start on an alignment boundary.
+  for (const GgufTensor &t : g.tensors)
+    if (t.offset % g.alignment != 0)
+      return fileError(path, "tensor '" + t.name + "': data offset " +
+                                 Twine(t.offset) +
+                                 " is not a multiple of the alignment " +
+                                 Twine(g.alignment) + " (tensor info at offset " +
+                                 Twine(t.infoOffset) + ")");
+  g.dataOffset = alignTo(r.offset(), g.alignment);
   if (g.dataOffset > g.fileSize)
     return fileError(path, "data section at offset " + Twine(g.dataOffset) +
                                " is past the end of the file (" +
@@ -588,6 +651,111 @@ static Expected<ResolvedTensor> resolveTensor(const GgufFile &g,
   return res;
 }
 
+/// Checks the tensors' data spans [offset, offset + bytes) (relative to the
+/// data section; bytes from each tensor's type and shape): each lies inside
+/// the file, no two overlap, and they are packed as every GGUF writer lays
+/// them out (in offset order, each padded to the alignment, the first at 0).
+/// A span that does not fit the layout means a corrupted type, shape or
+/// offset, e.g. an F32 tensor relabelled F16 leaves a hole after it.
+/// Tensors of types unknown here are only checked not to start inside
+/// another tensor.
+static Error checkTensorLayout(const GgufFile &g) {
+  struct Span {
+    const GgufTensor *t;
+    uint64_t begin;
+    std::optional<uint64_t> end; ///< nullopt: unknown type
+  };
+  std::vector<Span> spans;
+  spans.reserve(g.tensors.size());
+  uint64_t dataSize = g.fileSize - g.dataOffset;
+  for (const GgufTensor &t : g.tensors) {
+    Span s{&t, t.offset, std::nullopt};
+    if (std::optional<std::pair<uint64_t, uint64_t>> block = ggmlBlock(t.type)) {
+      if (t.ne[0] % block->first != 0)
+        return fileError(g.path, "tensor '" + t.name + "' has type " +
+                                     ggmlTypeName(t.type) + " (blocks of " +
+                                     Twine(block->first) +
+                                     " elements) but its row length ne[0] = " +
+                                     Twine(t.ne[0]) +
+                                     " is not a multiple of " +
+                                     Twine(block->first));
+      uint64_t rows = 1, bytes, end;
+      bool overflow = false;
+      for (uint64_t d : ArrayRef<uint64_t>(t.ne).drop_front())
+        overflow |= mulOverflow(rows, d, rows);
+      overflow |= mulOverflow(t.ne[0] / block->first * block->second, rows,
+                              bytes) ||
+                  addOverflow(t.offset, bytes, end);
+      if (overflow || end > dataSize)
+        return fileError(g.path, "tensor '" + t.name + "' at offset " +
+                                     Twine(g.dataOffset) + " + " +
+                                     Twine(t.offset) + " with " +
+                                     (overflow ? Twine("too many")
+                                               : Twine(bytes)) +
+                                     " bytes extends past the end of the "
+                                     "file (" + Twine(g.fileSize) + " bytes)");
+      s.end = end;
+    }
+    spans.push_back(s);
+  }
+  llvm::stable_sort(spans, [](const Span &a, const Span &b) {
+    return a.begin < b.begin;
+  });
+  auto describe = [&](const Span &s) {
+    std::string text;
+    raw_string_ostream os(text);
+    os << "'" << s.t->name << "' (" << ggmlTypeName(s.t->type) << " ["
+       << s.t->ne[0];
+    for (uint64_t d : ArrayRef<uint64_t>(s.t->ne).drop_front())
+      os << ", " << d;
+    os << "]) [" << s.begin << ", ";
+    if (s.end)
+      os << *s.end;
+    else
+      os << "?";
+    os << ")";
+    return text;
+  };
+  std::string where = (" (offsets relative to the data section at " +
+                       Twine(g.dataOffset) + ")")
+                          .str();
+  if (!spans.empty() && spans.front().begin != 0)
+    return fileError(g.path, "bytes [0, " + Twine(spans.front().begin) +
+                                 ") of the data section, before tensor " +
+                                 describe(spans.front()) +
+                                 ", belong to no tensor; GGUF tensor data is "
+                                 "packed from offset 0, so this offset is "
+                                 "probably corrupted" + where);
+  for (size_t i = 1; i < spans.size(); ++i) {
+    const Span &a = spans[i - 1], &b = spans[i];
+    if (!a.end)
+      continue;
+    if (b.begin < *a.end)
+      return fileError(g.path, "tensors " + describe(a) + " and " +
+                                   describe(b) + " overlap" + where);
+    uint64_t expected = alignTo(*a.end, g.alignment);
+    if (b.begin > expected)
+      return fileError(g.path,
+                       "tensor " + describe(a) + " is followed by tensor " +
+                           describe(b) + ", leaving bytes [" + Twine(*a.end) +
+                           ", " + Twine(b.begin) +
+                           ") unused; GGUF tensor data is packed (each tensor "
+                           "padded to the alignment " + Twine(g.alignment) +
+                           "), so the type or shape of '" + a.t->name +
+                           "' or the offset of '" + b.t->name +
+                           "' is probably wrong" + where);
+  }
+  if (!spans.empty() && spans.back().end &&
+      dataSize > alignTo(*spans.back().end, g.alignment))
+    return fileError(g.path,
+                     "the data section holds " + Twine(dataSize) +
+                         " bytes but the last tensor " + describe(spans.back()) +
+                         " ends at " + Twine(*spans.back().end) +
+                         "; GGUF tensor data is packed, so its type or shape "
+                         "is probably wrong" + where);
+  return Error::success();
+}
+
 /// Canonical name -> GGUF tensor name.
 static std::string ggufName(StringRef canonical) {
   if (canonical == "tok_embeddings")
@@ -762,15 +930,21 @@ Expected<ModelDesc> importGguf(StringRef path, StringRef tokenizer) {
     model.weights.push_back({cw.name, std::move(t->source), {}});
   }
 
+  // Tensor types and shapes are known to be sane now: check the layout.
+  if (Error e = checkTensorLayout(g))
+    return std::move(e);
+
+  // Tokenizer: exactly vocab_size pieces.
   Expected<TokenizerDesc> tok =
       tokenizer.empty() ? tokenizerFromGguf(g) : readTokenizer(tokenizer);
   if (!tok)
     return tok.takeError();
-  if (static_cast<int64_t>(tok->pieces.size()) > c.vocabSize)
-    return fileError(tokenizer.empty() ? path : tokenizer,
-                     "tokenizer has " + Twine(tok->pieces.size()) +
-                         " pieces but the model's vocab_size is " +
-                         Twine(c.vocabSize));
+  if (tokenizer.empty() && tok->pieces.empty())
+    return fileError(path, "no tokenizer.ggml.tokens: the file has no "
+                           "vocabulary; pass --tokenizer FILE");
+  if (Error e = fitTokenizer(*tok, tokenizer.empty() ? path : tokenizer,
+                             c.vocabSize, /*allowPadding=*/false))
+    return std::move(e);
   model.tokenizer = std::move(*tok);
   return model;
 }

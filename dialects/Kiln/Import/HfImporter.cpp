@@ -43,13 +43,22 @@ struct SafetensorsIndex {
 };
 } // namespace
 
-static std::optional<uint64_t> dtypeSize(StringRef dtype) {
+/// Bits per element of a safetensors dtype (safetensors' Dtype enum).
+static std::optional<uint64_t> dtypeBits(StringRef dtype) {
   return StringSwitch<std::optional<uint64_t>>(dtype)
-      .Cases({"F64", "I64", "U64"}, 8)
-      .Cases({"F32", "I32", "U32"}, 4)
-      .Cases({"F16", "BF16", "I16", "U16"}, 2)
-      .Cases({"I8", "U8", "BOOL", "F8_E4M3", "F8_E5M2"}, 1)
+      .Cases({"F64", "I64", "U64", "C64"}, 64)
+      .Cases({"F32", "I32", "U32"}, 32)
+      .Cases({"F16", "BF16", "I16", "U16"}, 16)
+      .Cases({"I8", "U8", "BOOL", "F8_E4M3", "F8_E5M2", "F8_E8M0"}, 8)
+      .Cases({"F6_E2M3", "F6_E3M2"}, 6)
+      .Case("F4", 4)
       .Default(std::nullopt);
+}
+
+static std::string formatJson(const json::Value &v) {
+  std::string s;
+  raw_string_ostream(s) << v;
+  return s;
 }
 
 static Error parseSafetensors(StringRef file, SafetensorsIndex &index) {
@@ -84,6 +93,11 @@ static Error parseSafetensors(StringRef file, SafetensorsIndex &index) {
   if (!top)
     return fileError(file, "JSON header at offset 8 is not an object");
   uint64_t dataStart = 8 + n;
+  struct Span {
+    std::string name;
+    uint64_t begin, end;
+  };
+  std::vector<Span> spans;
   for (const auto &kv : *top) {
     StringRef name = kv.first;
     if (name == "__metadata__") {
@@ -117,32 +131,85 @@ static Error parseSafetensors(StringRef file, SafetensorsIndex &index) {
     std::optional<int64_t> begin = (*offsets)[0].getAsInteger();
     std::optional<int64_t> end = (*offsets)[1].getAsInteger();
     if (!begin || !end || *begin < 0 || *end < *begin)
-      return fileError(file, "header entry '" + name +
-                                 "': data_offsets must be [begin, end] with "
+      return fileError(file, "tensor '" + name + "': data_offsets " +
+                                 formatJson((*offsets)[0]) + ", " +
+                                 formatJson((*offsets)[1]) +
+                                 " must be integers [begin, end) with "
                                  "0 <= begin <= end");
     st.offset = dataStart + static_cast<uint64_t>(*begin);
     st.bytes = static_cast<uint64_t>(*end - *begin);
     if (static_cast<uint64_t>(*end) > *size - dataStart)
       return fileError(file, "tensor '" + name + "': data_offsets [" +
                                  Twine(*begin) + ", " + Twine(*end) +
-                                 "] (file offsets " + Twine(st.offset) +
+                                 ") (file offsets " + Twine(st.offset) +
                                  " to " + Twine(dataStart + *end) +
                                  ") extend past the end of the file (" +
                                  Twine(*size) + " bytes)");
+    std::optional<uint64_t> bits = dtypeBits(st.dtype);
+    if (!bits)
+      return fileError(file, "tensor '" + name + "' has unknown dtype '" +
+                                 st.dtype + "'");
     std::optional<uint64_t> numel = numElements(st.shape);
-    std::optional<uint64_t> esize = dtypeSize(st.dtype);
-    if (numel && esize && *numel * *esize != st.bytes)
+    uint64_t totalBits;
+    if (!numel || mulOverflow(*numel, *bits, totalBits) || totalBits % 8 != 0)
+      return fileError(file, "tensor '" + name + "': " + st.dtype + " " +
+                                 formatShape(st.shape) +
+                                 " is not a whole number of bytes that fits "
+                                 "in 64 bits");
+    if (totalBits / 8 != st.bytes)
       return fileError(file, "tensor '" + name + "': " + st.dtype + " " +
                                  formatShape(st.shape) + " needs " +
-                                 Twine(*numel * *esize) +
-                                 " bytes but data_offsets span " +
+                                 Twine(totalBits / 8) +
+                                 " bytes but data_offsets [" + Twine(*begin) +
+                                 ", " + Twine(*end) + ") span " +
                                  Twine(st.bytes));
     if (index.tensors.count(name))
       return fileError(file, "tensor '" + name +
                                  "' is also defined in " +
                                  index.tensors[name].file);
+    spans.push_back({name.str(), static_cast<uint64_t>(*begin),
+                     static_cast<uint64_t>(*end)});
     index.tensors[name] = std::move(st);
   }
+
+  // The tensors must index the whole data section, without holes or
+  // overlaps (as safetensors' own loader requires).
+  llvm::sort(spans, [](const Span &a, const Span &b) {
+    return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+  });
+  uint64_t dataSize = *size - dataStart;
+  auto describe = [](const Span &s) {
+    return "'" + s.name + "' data_offsets [" + std::to_string(s.begin) +
+           ", " + std::to_string(s.end) + ")";
+  };
+  uint64_t cursor = 0;
+  const Span *prev = nullptr;
+  for (const Span &s : spans) {
+    if (s.begin < cursor)
+      return fileError(file, "tensors " + describe(*prev) + " and " +
+                                 describe(s) + " overlap");
+    if (s.begin > cursor)
+      return fileError(
+          file, "bytes [" + Twine(cursor) + ", " + Twine(s.begin) +
+                    ") of the data section belong to no tensor (" +
+                    (prev ? "between tensors " + describe(*prev) + " and " +
+                                describe(s)
+                          : "before the first tensor " + describe(s)) +
+                    "); safetensors requires the tensors to cover the data "
+                    "section without holes");
+    cursor = s.end;
+    prev = &s;
+  }
+  if (cursor != dataSize)
+    return fileError(file, "the data section (file offsets " +
+                               Twine(dataStart) + " to " + Twine(*size) +
+                               ") holds " + Twine(dataSize) +
+                               " bytes but the tensors end at data offset " +
+                               Twine(cursor) +
+                               (prev ? " (last tensor " + describe(*prev) + ")"
+                                     : std::string(" (no tensors)")) +
+                               "; safetensors requires the tensors to cover "
+                               "the data section without holes");
   return Error::success();
 }
 
@@ -434,8 +501,9 @@ Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
     model.weights.push_back(std::move(w));
   }
 
-  // Tokenizer: explicit, else tokenizer.json / tokenizer.model beside.
-  TokenizerDesc tok;
+  // Tokenizer: explicit, else tokenizer.json / tokenizer.model beside. It
+  // may have fewer pieces than vocab_size (padded embedding tables), never
+  // more.
   std::string tokPath = tokenizer.str();
   if (tokPath.empty()) {
     for (StringRef f : {"tokenizer.json", "tokenizer.model"}) {
@@ -446,17 +514,16 @@ Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
       }
     }
   }
-  if (!tokPath.empty()) {
-    Expected<TokenizerDesc> t = readTokenizer(tokPath);
-    if (!t)
-      return t.takeError();
-    if (static_cast<int64_t>(t->pieces.size()) > c.vocabSize)
-      return fileError(tokPath, "tokenizer has " + Twine(t->pieces.size()) +
-                                    " pieces but the model's vocab_size is " +
-                                    Twine(c.vocabSize));
-    tok = std::move(*t);
-  }
-  model.tokenizer = std::move(tok);
+  if (tokPath.empty())
+    return fileError(dir, "no tokenizer.json or tokenizer.model (pass "
+                          "--tokenizer FILE)");
+  Expected<TokenizerDesc> tok = readTokenizer(tokPath);
+  if (!tok)
+    return tok.takeError();
+  if (Error e = fitTokenizer(*tok, tokPath, c.vocabSize,
+                             /*allowPadding=*/true))
+    return std::move(e);
+  model.tokenizer = std::move(*tok);
   return model;
 }
 

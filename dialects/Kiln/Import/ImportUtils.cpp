@@ -241,16 +241,23 @@ Error checkConfig(const LlamaConfig &c, StringRef file) {
     return e;
   // Sizes beyond these bounds are corrupted headers, not models; they would
   // overflow the shape arithmetic below.
-  constexpr int64_t kMax = int64_t(1) << 24;
-  if (c.dim > kMax || c.hiddenDim > kMax || c.nLayers > 4096 ||
-      c.nHeads > 65536 || c.vocabSize > (int64_t(1) << 26) ||
-      c.maxSeqLen > (int64_t(1) << 26) || c.headDim > 65536)
-    return fileError(file, "implausible hyper-parameters (dim=" + Twine(c.dim) +
-                               ", hidden_dim=" + Twine(c.hiddenDim) +
-                               ", n_layers=" + Twine(c.nLayers) +
-                               ", n_heads=" + Twine(c.nHeads) +
-                               ", vocab_size=" + Twine(c.vocabSize) +
-                               ", seq_len=" + Twine(c.maxSeqLen) + ")");
+  struct Limit {
+    int64_t value;
+    StringRef what;
+    int log2;
+  } limits[] = {{c.dim, "dim", 24},           {c.hiddenDim, "hidden_dim", 24},
+                {c.nLayers, "n_layers", 12},  {c.nHeads, "n_heads", 16},
+                {c.nKvHeads, "n_kv_heads", 16}, {c.headDim, "head_dim", 16},
+                {c.vocabSize, "vocab_size", 26},
+                {c.maxSeqLen, "max_seq_len", 26}};
+  for (const Limit &l : limits)
+    if (l.value > (int64_t(1) << l.log2))
+      return fileError(file, "implausible " + l.what + " " + Twine(l.value) +
+                                 ": it exceeds the limit of " +
+                                 Twine(int64_t(1) << l.log2) + " (2^" +
+                                 Twine(l.log2) +
+                                 ") for this field, so the file is probably "
+                                 "corrupted");
   if (c.nHeads % c.nKvHeads != 0)
     return fileError(file, "n_heads (" + Twine(c.nHeads) +
                                ") is not a multiple of n_kv_heads (" +
@@ -342,6 +349,26 @@ Error checkTokenizer(const TokenizerDesc &tok, StringRef file) {
   if (Error e = checkId(tok.eosId, "eos id"))
     return e;
   return checkId(tok.unkId, "unk id");
+}
+
+Error fitTokenizer(TokenizerDesc &tok, StringRef tokFile, int64_t vocabSize,
+                   bool allowPadding) {
+  int64_t n = static_cast<int64_t>(tok.pieces.size());
+  if (n == vocabSize)
+    return Error::success();
+  if (n > vocabSize || !allowPadding)
+    return makeError("tokenizer " + tokFile + " has " + Twine(n) +
+                     " pieces but the model's vocab_size is " +
+                     Twine(vocabSize));
+  // Padded embedding tables (vocab_size rounded up for GPU efficiency) are
+  // common in Hugging Face checkpoints. The extra ids get control pieces:
+  // never produced by the encoder and decoded to nothing.
+  for (int64_t id = n; id < vocabSize; ++id) {
+    tok.pieces.push_back("<pad_" + std::to_string(id) + ">");
+    tok.scores.push_back(0.0f);
+    tok.types.push_back(3);
+  }
+  return Error::success();
 }
 
 std::string joinPath(StringRef dir, StringRef name) {

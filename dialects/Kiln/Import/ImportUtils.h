@@ -88,8 +88,6 @@ std::optional<uint64_t> storageBytes(StorageType storage, uint64_t numel);
 /// Checks the hyper-parameters are sane; errors name `file`.
 llvm::Error checkConfig(const LlamaConfig &config, llvm::StringRef file);
 
-/// A canonical weight name with the shape the config implies for it.
-
 /// Error "<file>: <tensor>: shape [..] but the config implies [..]" when the
 /// shapes differ.
 llvm::Error checkShape(llvm::StringRef file, llvm::StringRef tensor,
@@ -105,6 +103,14 @@ bool isBytePiece(llvm::StringRef piece);
 
 /// Checks pieces/scores/types agree and special ids are in range.
 llvm::Error checkTokenizer(const TokenizerDesc &tok, llvm::StringRef file);
+
+/// Makes `tok` (read from `tokFile`) agree with the model's `vocabSize`:
+/// more pieces than vocab_size is an error ("tokenizer FILE has N pieces but
+/// the model's vocab_size is V"), and so are fewer unless `allowPadding`, in
+/// which case ids [pieces, vocabSize) get control pieces "<pad_ID>" (type 3,
+/// score 0) that the encoder never produces and that decode to nothing.
+llvm::Error fitTokenizer(TokenizerDesc &tok, llvm::StringRef tokFile,
+                         int64_t vocabSize, bool allowPadding);
 
 /// Returns the path of `name` in `dir`.
 std::string joinPath(llvm::StringRef dir, llvm::StringRef name);

@@ -91,11 +91,12 @@ static Expected<TokenizerDesc> findLlama2cTokenizer(StringRef modelPath,
                   " pieces";
   }
   if (mismatches.empty())
-    return TokenizerDesc{}; // No tokenizer beside the model: leave it empty.
+    return fileError(modelPath, "no tokenizer: expected a tok*.bin or "
+                                "tokenizer.bin beside the checkpoint, or pass "
+                                "--tokenizer FILE");
   return fileError(modelPath, "no tokenizer beside the checkpoint has " +
                                   Twine(vocabSize) + " pieces (vocab_size)" +
-                                  mismatches +
-                                  "; pass the tokenizer explicitly");
+                                  mismatches + "; pass --tokenizer FILE");
 }
 
 Expected<ModelDesc> importLlama2c(StringRef path, StringRef tokenizer) {
@@ -142,18 +143,33 @@ Expected<ModelDesc> importLlama2c(StringRef path, StringRef tokenizer) {
        << ", n_heads=" << h[3] << ", n_kv_heads=" << h[4]
        << ", vocab_size=" << h[5] << ", seq_len=" << h[6];
   }
-  if (h[5] == 0 || h[5] == INT32_MIN)
-    return fileError(path, "header (" + headerText +
-                               ") has vocab_size " + Twine(h[5]) +
-                               ", expected a non-zero value");
-  if (c.nHeads > 0 && c.dim % c.nHeads != 0)
-    return fileError(path, "header (" + headerText + "): dim " +
-                               Twine(c.dim) +
+  // Header fields one at a time, each error naming the field, its offset and
+  // value once.
+  auto headerError = [&](int field, const Twine &msg) {
+    return fileError(path, "llama2.c header: " + Twine(names[field]) + " is " +
+                               Twine(h[field]) + " at offset " +
+                               Twine(4 * field) + ", " + msg);
+  };
+  for (int i : {0, 1, 2, 3, 4, 6})
+    if (h[i] <= 0)
+      return headerError(i, "expected a positive value");
+  if (h[5] == 0)
+    return headerError(5, "expected a non-zero value (negative means the "
+                          "classifier is not shared with the embedding)");
+  if (h[5] == INT32_MIN)
+    return headerError(5, "which cannot be a vocabulary size: a negative "
+                          "vocab_size means an unshared classifier of "
+                          "-vocab_size rows, and 2147483648 does not fit in "
+                          "a 32-bit int");
+  if (c.dim % c.nHeads != 0)
+    return fileError(path, "llama2.c header: dim " + Twine(c.dim) +
                                " is not a multiple of n_heads " +
                                Twine(c.nHeads));
-  if (Error e = checkConfig(c, path))
-    return fileError(path, "bad llama2.c header (" + headerText +
-                               "): " + toString(std::move(e)));
+  // The remaining checks (limits, n_heads % n_kv_heads, even head_dim) are
+  // shared with the other formats; their messages start with what is given
+  // as the file, so name the header there.
+  if (Error e = checkConfig(c, (path + ": llama2.c header").str()))
+    return std::move(e);
 
   // Lay out the tensors.
   int64_t dim = c.dim, hidden = c.hiddenDim, layers = c.nLayers;
@@ -212,17 +228,16 @@ Expected<ModelDesc> importLlama2c(StringRef path, StringRef tokenizer) {
   make("output", c.tiedEmbeddings ? "token_embedding_table" : "wcls", wcls,
        {c.vocabSize, dim}, -1);
 
-  // Tokenizer.
+  // Tokenizer: it must have exactly vocab_size pieces.
   Expected<TokenizerDesc> tok = tokenizer.empty()
                                     ? findLlama2cTokenizer(path, c.vocabSize)
                                     : readTokenizer(tokenizer);
   if (!tok)
     return tok.takeError();
-  if (static_cast<int64_t>(tok->pieces.size()) > c.vocabSize)
-    return fileError(tokenizer.empty() ? path : tokenizer,
-                     "tokenizer has " + Twine(tok->pieces.size()) +
-                         " pieces but the model's vocab_size is " +
-                         Twine(c.vocabSize));
+  if (!tokenizer.empty())
+    if (Error e = fitTokenizer(*tok, tokenizer, c.vocabSize,
+                               /*allowPadding=*/false))
+      return std::move(e);
   model.tokenizer = std::move(*tok);
   return model;
 }

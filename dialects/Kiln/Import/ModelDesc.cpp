@@ -5,8 +5,12 @@
 #include "dialects/Kiln/Import/ImportUtils.h"
 #include "dialects/Kiln/Import/Importers.h"
 
+#include "llvm/Support/Endian.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
+
+#include <algorithm>
+#include <cstdlib>
 
 using namespace llvm;
 using namespace mlir::kiln::detail;
@@ -36,6 +40,43 @@ const WeightDesc *ModelDesc::lookup(StringRef name) const {
   return nullptr;
 }
 
+/// safetensors: a little-endian uint64 header length N that fits in the
+/// file, then a JSON object. A llama2.c header read this way gives
+/// dim + hidden_dim * 2^32, far beyond any file size.
+static bool looksLikeSafetensors(StringRef head, uint64_t fileSize) {
+  if (head.size() < 9 || head[8] != '{')
+    return false;
+  uint64_t n = support::endian::read64le(head.data());
+  return n >= 2 && n <= fileSize - 8;
+}
+
+/// A JSON object: '{' first, after an optional UTF-8 byte-order mark and,
+/// when `allowWhitespace`, blanks.
+static bool looksLikeJson(StringRef head, bool allowWhitespace) {
+  head.consume_front("\xef\xbb\xbf");
+  if (allowWhitespace)
+    head = head.ltrim(" \t\r\n");
+  return head.starts_with("{");
+}
+
+/// Whether the 7 x int32 llama2.c header in `head` describes a model at all
+/// (positive sizes within the limits checkConfig() enforces). Used only to
+/// tell other files apart from llama2.c checkpoints without a .bin name.
+static bool plausibleLlama2cHeader(StringRef head) {
+  if (head.size() < 28)
+    return false;
+  int32_t h[7];
+  for (int i = 0; i < 7; ++i)
+    h[i] = static_cast<int32_t>(support::endian::read32le(head.data() + 4 * i));
+  auto within = [](int64_t v, int log2) {
+    return v > 0 && v <= (int64_t(1) << log2);
+  };
+  int64_t vocab = h[5] == INT32_MIN ? 0 : std::abs(int64_t(h[5]));
+  return within(h[0], 24) && within(h[1], 24) && within(h[2], 12) &&
+         within(h[3], 16) && within(h[4], 16) && h[4] <= h[3] &&
+         within(vocab, 26) && within(h[6], 26);
+}
+
 Expected<ModelDesc> importModel(StringRef spec, StringRef tokenizer) {
   if (spec.consume_front("synthetic:"))
     return importSynthetic(spec);
@@ -48,17 +89,34 @@ Expected<ModelDesc> importModel(StringRef spec, StringRef tokenizer) {
     return fileError(spec, "no such file or directory (expected a llama2.c "
                            ".bin, a .gguf file, a Hugging Face directory or "
                            "synthetic:<shape>)");
-  // Sniff the GGUF magic so renamed files still work.
-  char magic[4] = {0, 0, 0, 0};
+  // Sniff the contents so renamed files still work and files of the wrong
+  // kind get a message about what they are, not a llama2.c header error.
   Expected<uint64_t> size = getFileSize(spec);
   if (!size)
     return size.takeError();
-  if (*size >= 4)
-    if (Error e = readFileRange(spec, 0, magic, "magic"))
-      return std::move(e);
-  if (StringRef(magic, 4) == "GGUF" ||
-      sys::path::extension(spec).equals_insensitive(".gguf"))
+  char head[28] = {};
+  size_t headSize = static_cast<size_t>(std::min<uint64_t>(*size, 28));
+  if (Error e = readFileRange(spec, 0, MutableArrayRef<char>(head, headSize),
+                              "file header"))
+    return std::move(e);
+  StringRef bytes(head, headSize);
+  StringRef ext = sys::path::extension(spec);
+  bool binExt = ext.equals_insensitive(".bin");
+  if (bytes.starts_with("GGUF"))
     return importGguf(spec, tokenizer);
+  if (looksLikeSafetensors(bytes, *size))
+    return fileError(spec, "this is a safetensors file; pass the Hugging Face "
+                           "directory that holds it and its config.json");
+  if (looksLikeJson(bytes, /*allowWhitespace=*/!binExt))
+    return fileError(spec, "this looks like a JSON file, not a checkpoint "
+                           "(expected a llama2.c .bin, a GGUF file, a Hugging "
+                           "Face directory or synthetic:<shape>)");
+  if (ext.equals_insensitive(".gguf"))
+    return importGguf(spec, tokenizer);
+  if (!binExt && !plausibleLlama2cHeader(bytes))
+    return fileError(spec, "unrecognised checkpoint format (expected a "
+                           "llama2.c .bin, a GGUF file, a Hugging Face "
+                           "directory or synthetic:<shape>)");
   return importLlama2c(spec, tokenizer);
 }
 

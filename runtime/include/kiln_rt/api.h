@@ -73,10 +73,22 @@ typedef struct kiln_rt_model_info_t {
   uint64_t weights_bytes;     /* size of weights.bin (bytes read per token) */
   uint64_t arena_bytes, kv_cache_bytes;
   const char *name;           /* model.name, valid while the artifact lives */
+  const char *target;         /* manifest target: "cpu" or "cuda" */
+  const char *device;         /* "cpu" or the CUDA device, e.g. "NVIDIA H200
+                                 (132 SMs, 140 GiB, sm_90)" */
+  const char *dtype;          /* recipe.dtype: "f32", "f16" or "bf16" */
 } kiln_rt_model_info_t;
 
 void kiln_rt_artifact_info(const kiln_rt_artifact_t *artifact,
                            kiln_rt_model_info_t *out_info);
+
+/// Memory bandwidth of the artifact's device in bytes/s: for "cuda" the best
+/// of `reps` device-to-device cudaMemcpy of `buffer_bytes`, counting the
+/// bytes read plus the bytes written. KILN_RT_UNIMPLEMENTED for "cpu" (measure
+/// host memory directly, as kiln-bench does).
+kiln_rt_status_t kiln_rt_artifact_device_bandwidth(
+    const kiln_rt_artifact_t *artifact, uint64_t buffer_bytes, int32_t reps,
+    double *out_bytes_per_second);
 
 /*===--------------------------- tokenizer -------------------------------===*/
 
@@ -103,6 +115,9 @@ typedef struct kiln_rt_session_s kiln_rt_session_t;
 
 /// Creates a session: a zeroed KV cache (runtime.kv_cache.bytes), a 64-byte
 /// aligned arena (runtime.arena_bytes) and a logits buffer float32[vocab].
+/// For "cuda" artifacts these live on the device (which artifact_open found
+/// and loaded the weights onto); steps return after the device finished.
+/// After a failed step the session refuses further steps until reset.
 kiln_rt_status_t kiln_rt_session_create(kiln_rt_artifact_t *artifact,
                                         kiln_rt_session_t **out_session);
 void kiln_rt_session_release(kiln_rt_session_t *session);
@@ -125,7 +140,8 @@ kiln_rt_status_t kiln_rt_session_decode(kiln_rt_session_t *session,
                                         int32_t token);
 
 /// Logits of the last consumed token: float32[vocab_size], owned by the
-/// session, overwritten by the next prefill/decode. NULL before any.
+/// session, overwritten by the next prefill/decode. NULL before any (and on a
+/// device error while copying them back from a "cuda" session).
 const float *kiln_rt_session_logits(const kiln_rt_session_t *session);
 
 /*===--------------------------- sampler ---------------------------------===*/
@@ -146,6 +162,15 @@ void kiln_rt_sampler_release(kiln_rt_sampler_t *sampler);
 /// Picks the next token from float32 `logits[vocab_size]` (not modified).
 int32_t kiln_rt_sampler_sample(kiln_rt_sampler_t *sampler,
                                const float *logits);
+
+/// Picks the next token from the session's logits with `sampler` where the
+/// logits live: on the host for "cpu" (exactly kiln_rt_sampler_sample), on
+/// the device for "cuda" (cuda_abi.h kiln_cuda_sample with a uniform coin
+/// drawn from the sampler's seeded xorshift stream; only the id is copied
+/// back). Errors: no logits yet, vocabulary size mismatch, device failure.
+kiln_rt_status_t kiln_rt_session_sample(kiln_rt_session_t *session,
+                                        kiln_rt_sampler_t *sampler,
+                                        int32_t *out_token);
 
 #ifdef __cplusplus
 }

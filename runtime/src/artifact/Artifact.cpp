@@ -9,6 +9,9 @@
 //===----------------------------------------------------------------------===//
 #include "artifact/Artifact.h"
 
+#include "cuda/CudaBackend.h"
+#include "session/Executor.h"
+
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
@@ -108,6 +111,14 @@ private:
 };
 } // namespace
 
+uint64_t dtypeBytes(const std::string &dtype) {
+  if (dtype == "f32")
+    return 4;
+  if (dtype == "f16" || dtype == "bf16")
+    return 2;
+  return 0;
+}
+
 static bool isHex16(const std::string &s) {
   return s.size() == 16 && std::all_of(s.begin(), s.end(), [](char c) {
            return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
@@ -146,17 +157,40 @@ Status parseManifest(const std::string &text, const std::string &dir,
   if (!n->is_number_integer() || n->get<int64_t>() != 1)
     return unimplemented(where + ": unsupported artifact version " + n->dump() +
                          " (this runtime reads version 1)");
-  KILN_RT_RETURN_IF_ERROR(r.node("abi_version", n));
-  if (!n->is_number_integer() || n->get<int64_t>() != KILN_ABI_VERSION)
-    return unimplemented(
-        where + ": abi_version " + n->dump() + " does not match this runtime's "
-        "kernel ABI version " + std::to_string(KILN_ABI_VERSION) +
-        " (recompile the artifact with a matching kiln-compile)");
   std::string target;
   KILN_RT_RETURN_IF_ERROR(r.getString("target", target));
-  if (target != "cpu")
+  if (target == "cpu")
+    out.target = Target::Cpu;
+  else if (target == "cuda")
+    out.target = Target::Cuda;
+  else
     return unimplemented(where + ": target \"" + target +
-                         "\" is not supported (this runtime runs \"cpu\")");
+                         "\" is not supported (this runtime runs \"cpu\" and "
+                         "\"cuda\")");
+  out.targetName = target;
+  // abi_version is the kernel ABI (kernel_abi.h) for cpu, the CUDA ABI
+  // (cuda_abi.h) for cuda.
+  const bool cuda = out.target == Target::Cuda;
+  const int64_t abi = cuda ? KILN_CUDA_ABI_VERSION : KILN_ABI_VERSION;
+  KILN_RT_RETURN_IF_ERROR(r.node("abi_version", n));
+  if (!n->is_number_integer() || n->get<int64_t>() != abi)
+    return unimplemented(
+        where + ": abi_version " + n->dump() + " does not match this runtime's " +
+        (cuda ? "CUDA" : "kernel") + " ABI version " + std::to_string(abi) +
+        " (recompile the artifact with a matching kiln-compile)");
+
+  // recipe.dtype: element type of weights and activations (default f32).
+  if (root.contains("recipe") && root["recipe"].is_object() &&
+      root["recipe"].contains("dtype"))
+    KILN_RT_RETURN_IF_ERROR(r.getString("recipe.dtype", out.dtype));
+  if (!dtypeBytes(out.dtype))
+    return unimplemented(where + ": recipe.dtype \"" + out.dtype +
+                         "\" is not supported (expected \"f32\", \"f16\" or "
+                         "\"bf16\")");
+  if (!cuda && out.dtype != "f32")
+    return unimplemented(where + ": recipe.dtype \"" + out.dtype +
+                         "\" is not supported for target \"cpu\" (the CPU "
+                         "runtime runs f32 artifacts)");
 
   // model
   if (root.contains("model") && root["model"].contains("name") &&
@@ -190,17 +224,24 @@ Status parseManifest(const std::string &text, const std::string &dir,
       r.getInt("runtime.kv_cache.max_seq", 1, INT32_MAX, out.kvMaxSeq));
   std::string kvDtype;
   KILN_RT_RETURN_IF_ERROR(r.getString("runtime.kv_cache.dtype", kvDtype));
-  if (kvDtype != "f32")
+  if (!cuda && kvDtype != "f32")
     return unimplemented(where + ": runtime.kv_cache.dtype \"" + kvDtype +
                          "\" is not supported (this runtime reads \"f32\")");
+  if (!dtypeBytes(kvDtype))
+    return unimplemented(where + ": runtime.kv_cache.dtype \"" + kvDtype +
+                         "\" is not supported (expected \"f32\", \"f16\" or "
+                         "\"bf16\")");
+  out.kvDtype = kvDtype;
+  const uint64_t kvElem = dtypeBytes(kvDtype);
   KILN_RT_RETURN_IF_ERROR(r.getUInt("runtime.kv_cache.bytes", out.kvBytes));
   // Products stay below 2^63: each factor is bounded above.
   unsigned __int128 expected = (unsigned __int128)out.kvLayers * 2 *
                                uint64_t(out.kvMaxSeq) * uint64_t(out.kvHeads) *
-                               uint64_t(out.kvHeadDim) * 4;
+                               uint64_t(out.kvHeadDim) * kvElem;
   if (expected != out.kvBytes)
     return r.error("runtime.kv_cache.bytes is " + std::to_string(out.kvBytes) +
-                   " but layers * 2 * max_seq * kv_heads * head_dim * 4 = " +
+                   " but layers * 2 * max_seq * kv_heads * head_dim * " +
+                   std::to_string(kvElem) + " = " +
                    std::to_string(uint64_t(expected)));
 
   // files
@@ -266,15 +307,24 @@ Status parseManifest(const std::string &text, const std::string &dir,
       return r.error(label + ": bytes [" + std::to_string(w.offset) + ", " +
                      std::to_string(w.offset + w.bytes) + ") exceed " +
                      out.weightsFile + " size " + std::to_string(weightsSize));
-    if (t.contains("shape") && t["shape"].is_array() && t.contains("dtype") &&
-        t["dtype"] == "f32") {
+    if (t.contains("dtype")) {
+      if (!t["dtype"].is_string() || !dtypeBytes(t["dtype"].get<std::string>()))
+        return r.error(label + ": dtype " + t["dtype"].dump() +
+                       " is not one of \"f32\", \"f16\", \"bf16\"");
+      w.dtype = t["dtype"].get<std::string>();
+    }
+    if (t.contains("shape") && t["shape"].is_array() && !w.dtype.empty()) {
       unsigned __int128 elems = 1;
-      for (const json &d : t["shape"])
-        if (d.is_number_unsigned())
-          elems *= d.get<uint64_t>();
-      if (elems * 4 != w.bytes)
+      for (const json &d : t["shape"]) {
+        if (!d.is_number_unsigned())
+          return r.error(label + ": shape " + t["shape"].dump() +
+                         " must hold non-negative integers");
+        elems *= d.get<uint64_t>();
+      }
+      if (elems * dtypeBytes(w.dtype) != w.bytes)
         return r.error(label + ": bytes " + std::to_string(w.bytes) +
-                       " do not match shape " + t["shape"].dump() + " of f32");
+                       " do not match shape " + t["shape"].dump() + " of " +
+                       w.dtype);
     }
     out.tensors.push_back(std::move(w));
   }
@@ -315,10 +365,25 @@ Status hashFile(const std::string &path, std::string &outHex) {
 }
 
 Artifact::~Artifact() {
+  cuda_.reset(); // device memory and cuBLASLt before model.so goes away
   if (library_)
     dlclose(library_);
   if (mapping_)
     munmap(mapping_, mappingBytes_);
+}
+
+Status Artifact::createExecutor(std::unique_ptr<Executor> &out) const {
+  if (cuda_)
+    return cuda_->createExecutor(out);
+  return createCpuExecutor(*this, out);
+}
+
+Status Artifact::deviceBandwidth(uint64_t bytes, int32_t reps,
+                                 double &out) const {
+  if (!cuda_)
+    return unimplemented(dir_ + " targets cpu: measure host memory bandwidth "
+                                "instead");
+  return cuda_->memcpyBandwidth(bytes, reps, out);
 }
 
 int64_t Artifact::contextLength() const {
@@ -407,6 +472,12 @@ Status Artifact::load(bool verifyChecksums) {
                     " pieces but manifest.json model.vocab_size is " +
                     std::to_string(manifest_.vocabSize));
 
+  if (manifest_.target == Target::Cuda)
+    return loadCuda();
+  return loadModelLibrary();
+}
+
+Status Artifact::loadModelLibrary() {
   // model.so: its kiln_k_* references bind to this library's exports.
   std::string soPath = dir_ + "/model.so";
   if (soPath[0] != '/' && soPath.rfind("./", 0) != 0)
@@ -418,16 +489,12 @@ Status Artifact::load(bool verifyChecksums) {
     return dataLoss(dir_ + "/model.so: cannot load: " +
                     std::string(e ? e : "unknown dlopen error"));
   }
+  if (manifest_.target == Target::Cuda)
+    return Status::ok(); // loadCuda resolves the CUDA ABI's symbols
   auto resolve = [&](const std::string &name, const char *field,
                      EntryPoint &fn) -> Status {
-    dlerror();
-    void *sym = dlsym(library_, name.c_str());
-    if (!sym) {
-      const char *e = dlerror();
-      return notFound(dir_ + "/model.so: entry point '" + name +
-                      "' (manifest.json " + field + ") not found: " +
-                      std::string(e ? e : "null symbol"));
-    }
+    void *sym = nullptr;
+    KILN_RT_RETURN_IF_ERROR(resolveSymbol(name, field, sym));
     fn = reinterpret_cast<EntryPoint>(sym);
     return Status::ok();
   };
@@ -435,6 +502,70 @@ Status Artifact::load(bool verifyChecksums) {
       resolve(manifest_.prefillEntry, "runtime.entry_points.prefill", prefill_));
   KILN_RT_RETURN_IF_ERROR(
       resolve(manifest_.decodeEntry, "runtime.entry_points.decode", decode_));
+  return Status::ok();
+}
+
+Status Artifact::resolveSymbol(const std::string &name, const char *field,
+                               void *&out) const {
+  dlerror();
+  void *sym = dlsym(library_, name.c_str());
+  if (!sym) {
+    const char *e = dlerror();
+    return notFound(dir_ + "/model.so: " +
+                    (field ? "entry point '" + name + "' (manifest.json " +
+                                 field + ")"
+                           : "symbol '" + name + "' (cuda_abi.h)") +
+                    " not found: " + std::string(e ? e : "null symbol"));
+  }
+  out = sym;
+  return Status::ok();
+}
+
+Status Artifact::loadCuda() {
+  // The device comes first: on a machine without one, that is the error.
+  KILN_RT_RETURN_IF_ERROR(CudaBackend::open(dir_, cuda_));
+  deviceName_ = cuda_->deviceName();
+  KILN_RT_RETURN_IF_ERROR(loadModelLibrary());
+  void *prefill = nullptr, *decode = nullptr, *sample = nullptr,
+       *workspace = nullptr, *abi = nullptr;
+  KILN_RT_RETURN_IF_ERROR(resolveSymbol(
+      manifest_.prefillEntry, "runtime.entry_points.prefill", prefill));
+  KILN_RT_RETURN_IF_ERROR(resolveSymbol(
+      manifest_.decodeEntry, "runtime.entry_points.decode", decode));
+  KILN_RT_RETURN_IF_ERROR(resolveSymbol("kiln_cuda_sample", nullptr, sample));
+  KILN_RT_RETURN_IF_ERROR(
+      resolveSymbol("kiln_cuda_workspace_bytes", nullptr, workspace));
+  KILN_RT_RETURN_IF_ERROR(resolveSymbol("kiln_cuda_abi_version", nullptr, abi));
+  auto abiFn = reinterpret_cast<kiln_cuda_abi_version_fn>(abi);
+  int32_t version = abiFn();
+  if (version != KILN_CUDA_ABI_VERSION)
+    return unimplemented(dir_ + "/model.so: kiln_cuda_abi_version() is " +
+                         std::to_string(version) + ", this runtime implements " +
+                         std::to_string(KILN_CUDA_ABI_VERSION) +
+                         " (recompile the artifact)");
+
+  kiln_cudaexec_model_desc_t desc{};
+  desc.weights = weights_;
+  desc.weights_bytes = weightsBytes_;
+  desc.arena_bytes = manifest_.arenaBytes;
+  desc.kv_bytes = manifest_.kvBytes;
+  desc.max_prefill_tokens = manifest_.maxPrefillTokens;
+  desc.vocab_size = manifest_.vocabSize;
+  desc.prefill = reinterpret_cast<kiln_cuda_entry_fn>(prefill);
+  desc.decode = reinterpret_cast<kiln_cuda_entry_fn>(decode);
+  desc.sample = reinterpret_cast<kiln_cuda_sample_fn>(sample);
+  desc.workspace_bytes = reinterpret_cast<kiln_cuda_workspace_bytes_fn>(workspace);
+  desc.abi_version = abiFn;
+  if (mapping_)
+    madvise(mapping_, mappingBytes_, MADV_SEQUENTIAL);
+  Status st = cuda_->createModel(desc);
+  if (!st.isOk())
+    return Status(st.code(), dir_ + ": loading the model onto " + deviceName_ +
+                                 " failed: " + st.message());
+  // The device holds the weights now; drop the host copy from memory (the
+  // mapping stays valid and would fault the pages back in).
+  if (mapping_)
+    madvise(mapping_, mappingBytes_, MADV_DONTNEED);
   return Status::ok();
 }
 

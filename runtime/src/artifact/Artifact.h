@@ -9,6 +9,7 @@
 #define KILN_RUNTIME_ARTIFACT_ARTIFACT_H
 
 #include "base/Status.h"
+#include "kiln_rt/cuda_abi.h"
 #include "kiln_rt/kernel_abi.h"
 #include "tokenizer/Tokenizer.h"
 
@@ -19,11 +20,18 @@
 
 namespace kiln::rt {
 
+class CudaBackend;
+class Executor;
+
+/// Where an artifact's model.so runs (manifest "target").
+enum class Target { Cpu, Cuda };
+
 /// One entry of manifest weights.tensors (bytes of weights.bin).
 struct WeightTensor {
   std::string name;
   uint64_t offset = 0; ///< bytes from the start of weights.bin, % 64 == 0
   uint64_t bytes = 0;
+  std::string dtype; ///< "f32", "f16", "bf16"; empty when not given
 };
 
 /// One entry of manifest files: expected size and XXH3-64 (16 hex digits).
@@ -35,6 +43,10 @@ struct ArtifactFile {
 
 /// What the runtime reads from manifest.json (docs/artifact.md, version 1).
 struct Manifest {
+  Target target = Target::Cpu;
+  std::string targetName;      ///< "cpu" or "cuda"
+  std::string dtype = "f32";   ///< recipe.dtype: f32, f16 or bf16 (default f32)
+  std::string kvDtype = "f32"; ///< runtime.kv_cache.dtype
   std::string modelName;
   int64_t vocabSize = 0;
   int64_t maxSeqLen = 0; ///< model.max_seq_len
@@ -49,6 +61,9 @@ struct Manifest {
 };
 
 using EntryPoint = void (*)(kiln_exec_ctx *ctx, int64_t n, int64_t pos);
+
+/// Bytes per element of "f32", "f16", "bf16"; 0 for anything else.
+uint64_t dtypeBytes(const std::string &dtype);
 
 /// Parses and validates manifest text (no file system access beyond none).
 /// `dir` prefixes messages: "DIR/manifest.json: ...".
@@ -76,8 +91,16 @@ public:
   const uint8_t *weights() const { return weights_; }
   uint64_t weightsBytes() const { return weightsBytes_; }
   const Tokenizer &tokenizer() const { return tokenizer_; }
+  Target target() const { return manifest_.target; }
+  /// CPU target: model.so's entry points (nullptr for CUDA artifacts).
   EntryPoint prefill() const { return prefill_; }
   EntryPoint decode() const { return decode_; }
+  /// The device the model runs on ("cpu" or the CUDA device's name).
+  const std::string &deviceName() const { return deviceName_; }
+  /// The per-session buffers and step runner for this artifact's target.
+  Status createExecutor(std::unique_ptr<Executor> &out) const;
+  /// CUDA target: device-to-device copy bandwidth in bytes/s.
+  Status deviceBandwidth(uint64_t bytes, int32_t reps, double &out) const;
   /// Context length: min(model.max_seq_len, runtime.kv_cache.max_seq).
   int64_t contextLength() const;
 
@@ -86,6 +109,12 @@ public:
 private:
   Artifact() = default;
   Status load(bool verifyChecksums);
+  Status loadModelLibrary();
+  Status loadCuda();
+  /// dlsym in model.so; `field` names the manifest field, nullptr for a
+  /// fixed cuda_abi.h symbol.
+  Status resolveSymbol(const std::string &name, const char *field,
+                       void *&out) const;
 
   std::string dir_;
   Manifest manifest_;
@@ -96,6 +125,8 @@ private:
   uint64_t mappingBytes_ = 0;
   void *library_ = nullptr;
   EntryPoint prefill_ = nullptr, decode_ = nullptr;
+  std::string deviceName_ = "cpu";
+  std::unique_ptr<CudaBackend> cuda_; ///< released before model.so
 };
 
 } // namespace kiln::rt

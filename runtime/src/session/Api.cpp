@@ -25,6 +25,9 @@ struct kiln_rt_session_s {
 struct kiln_rt_sampler_s {
   Sampler impl;
   std::vector<float> scratch;
+  /// Coins for device sampling: the same seed and xorshift stream the host
+  /// Sampler draws from (one draw per non-greedy sample).
+  XorShiftRng deviceRng;
 };
 
 /// Runs `body` (returning Status) and converts the outcome to a C status.
@@ -71,7 +74,27 @@ void kiln_rt_artifact_info(const kiln_rt_artifact_t *artifact,
   info.arena_bytes = m.arenaBytes;
   info.kv_cache_bytes = m.kvBytes;
   info.name = m.modelName.c_str();
+  info.target = m.targetName.c_str();
+  info.device = a.deviceName().c_str();
+  info.dtype = m.dtype.c_str();
   *out_info = info;
+}
+
+kiln_rt_status_t kiln_rt_artifact_device_bandwidth(
+    const kiln_rt_artifact_t *artifact, uint64_t buffer_bytes, int32_t reps,
+    double *out_bytes_per_second) {
+  return guarded([&]() -> Status {
+    if (!artifact || !out_bytes_per_second)
+      return invalidArgument("kiln_rt_artifact_device_bandwidth: null argument");
+    if (buffer_bytes == 0 || reps < 1)
+      return invalidArgument("kiln_rt_artifact_device_bandwidth: buffer_bytes "
+                             "and reps must be positive");
+    double bw = 0;
+    KILN_RT_RETURN_IF_ERROR(
+        artifact->impl->deviceBandwidth(buffer_bytes, reps, bw));
+    *out_bytes_per_second = bw;
+    return Status::ok();
+  });
 }
 
 kiln_rt_status_t kiln_rt_tokenize(const kiln_rt_artifact_t *artifact,
@@ -173,7 +196,7 @@ kiln_rt_status_t kiln_rt_sampler_create(const kiln_rt_sampler_params_t *params,
     *out_sampler = new kiln_rt_sampler_s{
         Sampler(int32_t(vocab_size), params->temperature, params->top_k,
                 params->top_p, seed),
-        std::vector<float>(size_t(vocab_size))};
+        std::vector<float>(size_t(vocab_size)), XorShiftRng(seed)};
     return Status::ok();
   });
 }
@@ -185,6 +208,46 @@ int32_t kiln_rt_sampler_sample(kiln_rt_sampler_t *sampler,
   std::memcpy(sampler->scratch.data(), logits,
               sampler->scratch.size() * sizeof(float));
   return sampler->impl.sample(sampler->scratch.data());
+}
+
+kiln_rt_status_t kiln_rt_session_sample(kiln_rt_session_t *session,
+                                        kiln_rt_sampler_t *sampler,
+                                        int32_t *out_token) {
+  return guarded([&]() -> Status {
+    if (!session || !sampler || !out_token)
+      return invalidArgument("kiln_rt_session_sample: null argument");
+    Session &s = *session->impl;
+    int64_t vocab = s.artifact().manifest().vocabSize;
+    if (sampler->impl.vocabSize() != vocab)
+      return invalidArgument("sampler vocabulary size " +
+                             std::to_string(sampler->impl.vocabSize()) +
+                             " does not match the model's " +
+                             std::to_string(vocab));
+    if (!s.hasLogits())
+      return invalidArgument("no logits to sample from (run prefill or decode "
+                             "first)");
+    Executor &e = s.executor();
+    if (!e.samplesOnDevice()) {
+      const float *logits = s.logits();
+      if (!logits)
+        return internalError("the session's logits are unavailable");
+      *out_token = kiln_rt_sampler_sample(sampler, logits);
+      return Status::ok();
+    }
+    // The host Sampler's conventions: top-k <= 0 or >= vocab is off, top-p
+    // <= 0 or >= 1 is off; cuda_abi.h spells "off" 0 and 1.
+    const Sampler &p = sampler->impl;
+    float temperature = p.temperature();
+    int32_t topK = p.topK() > 0 && p.topK() < vocab ? p.topK() : 0;
+    // Like the host Sampler, top-k (when on) takes precedence over top-p.
+    float topP = topK == 0 && p.topP() > 0.0f && p.topP() < 1.0f ? p.topP()
+                                                                 : 1.0f;
+    float coin = temperature > 0.0f ? sampler->deviceRng.nextF32() : 0.0f;
+    int32_t token = 0;
+    KILN_RT_RETURN_IF_ERROR(e.sample(temperature, topK, topP, coin, token));
+    *out_token = token;
+    return Status::ok();
+  });
 }
 
 } // extern "C"

@@ -1,14 +1,16 @@
 //===- Session.h - One generation stream over an artifact ---------*- C++ -*-===//
 //
-// A Session owns the mutable state of one sequence: the KV cache, the
-// activation arena, the logits row and the current position. It drives the
-// artifact's entry points and knows nothing about the model's architecture.
+// A Session owns the mutable state of one sequence through its Executor (the
+// KV cache, the activation arena, the logits row; host or device memory) and
+// the current position. It validates token ids and positions, drives the
+// artifact's entry points, and knows nothing about the model's architecture.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_RUNTIME_SESSION_SESSION_H
 #define KILN_RUNTIME_SESSION_SESSION_H
 
 #include "artifact/Artifact.h"
+#include "session/Executor.h"
 
 #include <memory>
 #include <vector>
@@ -21,11 +23,13 @@ public:
   Session(const Session &) = delete;
   Session &operator=(const Session &) = delete;
 
-  /// Allocates a zeroed KV cache (runtime.kv_cache.bytes, anonymous mmap),
-  /// a 64-byte aligned arena (runtime.arena_bytes) and float32[vocab] logits.
+  /// CPU: a zeroed KV cache (runtime.kv_cache.bytes, anonymous mmap), a
+  /// 64-byte aligned arena (runtime.arena_bytes) and float32[vocab] logits.
+  /// CUDA: the same on the device, plus a stream and token/position buffers.
   static Status create(const Artifact &artifact, std::unique_ptr<Session> &out);
 
-  /// Position 0 and a zeroed KV cache.
+  /// Position 0 and a zeroed KV cache. A device error while zeroing is
+  /// reported by the next prefill/decode.
   void reset();
 
   /// Appends tokens[0, n) through the prefill entry point in chunks of at
@@ -36,22 +40,27 @@ public:
   Status decode(int32_t token);
 
   int64_t position() const { return pos_; }
-  /// float32[vocab] logits of the last consumed token; nullptr before any.
-  const float *logits() const { return hasLogits_ ? logits_.data() : nullptr; }
+  /// float32[vocab] logits of the last consumed token (host memory; copied
+  /// back from the device for CUDA); nullptr before any or on device error.
+  const float *logits() const;
+  /// Logits exist (a step ran since creation or reset).
+  bool hasLogits() const { return hasLogits_; }
   const Artifact &artifact() const { return artifact_; }
+  Executor &executor() const { return *executor_; }
 
 private:
   explicit Session(const Artifact &a) : artifact_(a) {}
   Status check(const int32_t *tokens, int64_t n) const;
-  void run(EntryPoint fn, const int32_t *tokens, int64_t n);
+  /// Runs a step; a failure leaves the session unusable (device state is
+  /// unknown) until reset().
+  Status step(Status result, int64_t n);
 
   const Artifact &artifact_;
-  uint8_t *arena_ = nullptr;
-  void *kv_ = nullptr;
-  uint64_t kvBytes_ = 0;
-  std::vector<float> logits_;
+  std::unique_ptr<Executor> executor_;
   int64_t pos_ = 0;
   bool hasLogits_ = false;
+  bool dirty_ = false;
+  Status failed_; ///< sticky error of a failed step or reset
 };
 
 } // namespace kiln::rt

@@ -17,6 +17,7 @@
 
 #include "gtest/gtest.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 
@@ -92,8 +93,204 @@ TEST(BadInput, Llama2cNonsensicalHeader) {
   EXPECT_CONTAINS(importBytes(dir, "d.bin", h), "n_layers is -5");
   h = bin;
   putU32(h, 4, 0x7fffffff); // hidden_dim huge: no overflow, clear error
-  EXPECT_CONTAINS(importBytes(dir, "e.bin", h), "e.bin");
+  EXPECT_CONTAINS(importBytes(dir, "e.bin", h),
+                  "e.bin: llama2.c header: implausible hidden_dim 2147483647: "
+                  "it exceeds the limit of 16777216 (2^24)");
 }
+
+/// Number of non-overlapping occurrences of `needle` in `s`.
+size_t countOf(const std::string &s, const std::string &needle) {
+  size_t n = 0;
+  for (size_t at = s.find(needle); at != std::string::npos;
+       at = s.find(needle, at + needle.size()))
+    ++n;
+  return n;
+}
+
+TEST(BadInput, Llama2cHeaderMessages) {
+  KILN_REQUIRE_MODELS();
+  TempDir dir;
+  std::string bin = readFileBytes(modelPath("stories260K/stories260K.bin"));
+  // One sentence naming the field, its offset and value; the path once and
+  // no dump of the whole header.
+  std::string h = bin;
+  putU32(h, 0, 0);
+  std::string msg = importBytes(dir, "a.bin", h);
+  EXPECT_CONTAINS(msg, "a.bin: llama2.c header: dim is 0 at offset 0, "
+                       "expected a positive value");
+  EXPECT_EQ(countOf(msg, "a.bin"), 1u) << msg;
+  EXPECT_EQ(msg.find("hidden_dim="), std::string::npos) << msg;
+  h = bin;
+  putU32(h, 16, 3);
+  msg = importBytes(dir, "c.bin", h);
+  EXPECT_CONTAINS(msg, "c.bin: llama2.c header: n_heads (8) is not a "
+                       "multiple of n_kv_heads (3)");
+  EXPECT_EQ(countOf(msg, "c.bin"), 1u) << msg;
+  // vocab_size = INT32_MIN cannot be negated: not "expected a non-zero value".
+  h = bin;
+  putU32(h, 20, 0x80000000u);
+  msg = importBytes(dir, "v.bin", h);
+  EXPECT_CONTAINS(msg, "v.bin: llama2.c header: vocab_size is -2147483648 at "
+                       "offset 20");
+  EXPECT_CONTAINS(msg, "does not fit in a 32-bit int");
+  EXPECT_EQ(msg.find("non-zero"), std::string::npos) << msg;
+  h = bin;
+  putU32(h, 20, 0);
+  EXPECT_CONTAINS(importBytes(dir, "v0.bin", h),
+                  "v0.bin: llama2.c header: vocab_size is 0 at offset 20, "
+                  "expected a non-zero value");
+  // Each limit is named.
+  h = bin;
+  putU32(h, 24, 1 << 30); // seq_len
+  EXPECT_CONTAINS(importBytes(dir, "s.bin", h),
+                  "implausible max_seq_len 1073741824: it exceeds the limit "
+                  "of 67108864 (2^26)");
+  h = bin;
+  putU32(h, 8, 5000); // n_layers
+  EXPECT_CONTAINS(importBytes(dir, "l.bin", h),
+                  "implausible n_layers 5000: it exceeds the limit of 4096");
+}
+
+//===----------------------------------------------------------------------===//
+// Format detection
+//===----------------------------------------------------------------------===//
+
+TEST(BadInput, FormatSniffing) {
+  KILN_REQUIRE_MODELS();
+  TempDir dir;
+  // A safetensors file given instead of its directory.
+  std::string st = modelPath("tinystories-656k/hf/model.safetensors");
+  std::string msg = errorMessage(importModel(st).takeError());
+  EXPECT_CONTAINS(msg, st + ": this is a safetensors file; pass the Hugging "
+                            "Face directory that holds it and its "
+                            "config.json");
+  // Also under another name.
+  msg = importBytes(dir, "weights.bin", readFileBytes(st));
+  EXPECT_CONTAINS(msg, "weights.bin: this is a safetensors file");
+  // JSON files.
+  std::string cfg = modelPath("tinystories-656k/hf/config.json");
+  msg = errorMessage(importModel(cfg).takeError());
+  EXPECT_CONTAINS(msg, cfg + ": this looks like a JSON file, not a "
+                             "checkpoint");
+  msg = importBytes(dir, "x.json", "
+  {"a": 1}");
+  EXPECT_CONTAINS(msg, "x.json: this looks like a JSON file");
+  // Text and other junk without a .bin name.
+  msg = importBytes(dir, "notes.txt",
+                    "Once upon a time there was a little model.\n");
+  EXPECT_CONTAINS(msg, "notes.txt: unrecognised checkpoint format (expected "
+                       "a llama2.c .bin, a GGUF file, a Hugging Face "
+                       "directory or synthetic:<shape>)");
+  msg = importBytes(dir, "short.dat", "abc");
+  EXPECT_CONTAINS(msg, "short.dat: unrecognised checkpoint format");
+  // A .bin keeps the llama2.c diagnosis.
+  msg = importBytes(dir, "notes.bin",
+                    "Once upon a time there was a little model.\n");
+  EXPECT_CONTAINS(msg, "notes.bin: llama2.c header: implausible dim");
+  // A renamed llama2.c checkpoint still imports.
+  writeFileBytes(dir.path("model.dat"),
+                 readFileBytes(modelPath("stories260K/stories260K.bin")));
+  writeFileBytes(dir.path("tok512.bin"),
+                 readFileBytes(modelPath("stories260K/tok512.bin")));
+  llvm::Expected<ModelDesc> m = importModel(dir.path("model.dat"));
+  ASSERT_TRUE(bool(m)) << errorMessage(m);
+  EXPECT_EQ(m->config.sourceFormat, "llama2c");
+  EXPECT_EQ(m->tokenizer.pieces.size(), 512u);
+}
+
+//===----------------------------------------------------------------------===//
+// Tokenizers
+//===----------------------------------------------------------------------===//
+
+/// A llama2.c tokenizer file with `n` pieces.
+std::string llama2cTokenizerBytes(int n) {
+  std::string s;
+  auto i32 = [&](int32_t v) { s.append(reinterpret_cast<char *>(&v), 4); };
+  i32(8);
+  for (int id = 0; id < n; ++id) {
+    std::string piece = id == 0   ? "<unk>"
+                        : id == 1 ? "\n<s>\n"
+                        : id == 2 ? "\n</s>\n"
+                                  : "t" + std::to_string(id);
+    float score = 0.0f;
+    s.append(reinterpret_cast<char *>(&score), 4);
+    i32(static_cast<int32_t>(piece.size()));
+    s += piece;
+  }
+  return s;
+}
+
+TEST(BadInput, Llama2cMissingTokenizer) {
+  KILN_REQUIRE_MODELS();
+  TempDir dir;
+  std::string bin = readFileBytes(modelPath("stories260K/stories260K.bin"));
+  std::string msg = importBytes(dir, "stories260K.bin", bin);
+  EXPECT_CONTAINS(msg, "stories260K.bin: no tokenizer: expected a tok*.bin or "
+                       "tokenizer.bin beside the checkpoint, or pass "
+                       "--tokenizer FILE");
+}
+
+TEST(BadInput, TokenizerSmallerThanVocab) {
+  KILN_REQUIRE_MODELS();
+  TempDir dir;
+  std::string tok7 = dir.path("tok7.bin");
+  writeFileBytes(tok7, llama2cTokenizerBytes(7));
+  ASSERT_TRUE(bool(readLlama2cTokenizer(tok7)));
+  // llama2.c and GGUF: the tokenizer must cover the whole vocabulary.
+  for (std::string model : {modelPath("stories260K/stories260K.bin"),
+                            modelPath("stories260K/stories260K.gguf")}) {
+    llvm::Expected<ModelDesc> m = importModel(model, tok7);
+    EXPECT_CONTAINS(errorMessage(m), "tokenizer " + tok7 +
+                                         " has 7 pieces but the model's "
+                                         "vocab_size is 512");
+  }
+  // A tok*.bin beside a llama2.c checkpoint with the wrong size is no match.
+  writeFileBytes(dir.path("stories260K.bin"),
+                 readFileBytes(modelPath("stories260K/stories260K.bin")));
+  llvm::Expected<ModelDesc> m = importModel(dir.path("stories260K.bin"));
+  std::string msg = errorMessage(m);
+  EXPECT_CONTAINS(msg, "no tokenizer beside the checkpoint has 512 pieces");
+  EXPECT_CONTAINS(msg, "tok7.bin has 7 pieces");
+}
+
+TEST(BadInput, TokenizerLargerThanVocab) {
+  KILN_REQUIRE_MODELS();
+  std::string big = modelPath("llama2-tokenizer/tokenizer.bin");
+  for (std::string model : {modelPath("stories260K/stories260K.bin"),
+                            modelPath("stories260K/stories260K.gguf"),
+                            modelPath("tinystories-656k/hf")}) {
+    llvm::Expected<ModelDesc> m = importModel(model, big);
+    std::string msg = errorMessage(m);
+    EXPECT_CONTAINS(msg, "tokenizer " + big + " has 32000 pieces but the "
+                                              "model's vocab_size is");
+  }
+}
+
+TEST(BadInput, HfTokenizerPaddedToVocab) {
+  KILN_REQUIRE_MODELS();
+  // tok512.bin has 512 pieces, the model 2048 embedding rows: HF embedding
+  // tables are often padded, so the rest become unmatchable control pieces.
+  llvm::Expected<ModelDesc> m =
+      importModel(modelPath("tinystories-656k/hf"),
+                  modelPath("stories260K/tok512.bin"));
+  ASSERT_TRUE(bool(m)) << errorMessage(m);
+  const TokenizerDesc &tok = m->tokenizer;
+  ASSERT_EQ(tok.pieces.size(), 2048u);
+  ASSERT_EQ(tok.scores.size(), 2048u);
+  ASSERT_EQ(tok.types.size(), 2048u);
+  llvm::Expected<TokenizerDesc> small =
+      readLlama2cTokenizer(modelPath("stories260K/tok512.bin"));
+  ASSERT_TRUE(bool(small)) << errorMessage(small);
+  EXPECT_TRUE(std::equal(small->pieces.begin(), small->pieces.end(),
+                         tok.pieces.begin()));
+  EXPECT_EQ(tok.pieces[512], "<pad_512>");
+  EXPECT_EQ(tok.pieces[2047], "<pad_2047>");
+  EXPECT_EQ(tok.types[512], 3);
+  EXPECT_EQ(tok.types[2047], 3);
+  EXPECT_EQ(tok.scores[1000], 0.0f);
+  EXPECT_EQ(tok.types[300], 1);
+}
+
 
 TEST(BadInput, MissingFile) {
   llvm::Expected<ModelDesc> m = importModel("/nonexistent/model.bin");
@@ -131,7 +328,12 @@ TEST_F(GgufBadInput, WrongMagic) {
   g[0] = 'X';
   std::string msg = importBytes(dir, "model.gguf", g);
   EXPECT_CONTAINS(msg, "model.gguf");
-  EXPECT_CONTAINS(msg, "bad magic 'XGUF' at offset 0, expected 'GGUF'");
+  EXPECT_CONTAINS(msg, "model.gguf: bad magic 58 47 55 46 at offset 0 "
+                       "(expected 'GGUF' = 47 47 55 46)");
+  g[1] = '\xa7';
+  g[3] = '\0';
+  msg = importBytes(dir, "model.gguf", g);
+  EXPECT_CONTAINS(msg, "bad magic 58 a7 55 00 at offset 0");
 }
 
 TEST_F(GgufBadInput, UnsupportedVersion) {
@@ -182,6 +384,110 @@ TEST_F(GgufBadInput, TensorPastEndOfFile) {
   EXPECT_CONTAINS(msg, "tensor 'blk.2.ffn_up.weight' at offset 14176 + "
                        "1125899906842624");
   EXPECT_CONTAINS(msg, "past the end of the file");
+}
+
+/// Offset of the type field of tensor `name` (with `nDims` dims) in the
+/// tensor infos of `g`; its data offset follows at +4.
+size_t tensorTypeAt(const std::string &g, const std::string &name,
+                    int nDims) {
+  return afterString(g, name) + 4 + 8 * nDims;
+}
+
+TEST_F(GgufBadInput, MisalignedTensorOffset) {
+  std::string g = gguf;
+  putU64(g, tensorTypeAt(g, "token_embd.weight", 2) + 4, 3);
+  std::string msg = importBytes(dir, "align.gguf", g);
+  EXPECT_CONTAINS(msg, "align.gguf: tensor 'token_embd.weight': data offset 3 "
+                       "is not a multiple of the alignment 32");
+  g = gguf;
+  putU64(g, tensorTypeAt(g, "blk.0.attn_q.weight", 2) + 4, 262400 + 16);
+  msg = importBytes(dir, "align2.gguf", g);
+  EXPECT_CONTAINS(msg, "tensor 'blk.0.attn_q.weight': data offset 262416 is "
+                       "not a multiple of the alignment 32");
+}
+
+TEST_F(GgufBadInput, BadAlignmentKey) {
+  // llama.block_count and general.alignment have the same length: rename
+  // the key in place and give it a bad value.
+  size_t key = afterString(gguf, "llama.block_count") - 17;
+  for (uint32_t value : {0u, 48u, 1u << 30}) {
+    std::string g = gguf;
+    g.replace(key, 17, "general.alignment");
+    putU32(g, key + 17 + 4, value);
+    std::string msg = importBytes(dir, "al.gguf", g);
+    EXPECT_CONTAINS(msg, "al.gguf: general.alignment is " +
+                             std::to_string(value) + " at offset");
+    EXPECT_CONTAINS(msg, "expected a non-zero power of two");
+  }
+}
+
+TEST_F(GgufBadInput, OverlappingTensors) {
+  // output_norm.weight moved into token_embd.weight [0, 131072).
+  std::string g = gguf;
+  putU64(g, tensorTypeAt(g, "output_norm.weight", 1) + 4, 32);
+  std::string msg = importBytes(dir, "overlap.gguf", g);
+  EXPECT_CONTAINS(msg, "overlap.gguf: tensors 'token_embd.weight' (F32 [64, "
+                       "512]) [0, 131072) and 'output_norm.weight' (F32 [64]) "
+                       "[32, 288) overlap (offsets relative to the data "
+                       "section at 14176)");
+  // blk.0.attn_q.weight [262400, 278784) starting 32 bytes early.
+  g = gguf;
+  putU64(g, tensorTypeAt(g, "blk.0.attn_q.weight", 2) + 4, 262400 - 32);
+  msg = importBytes(dir, "overlap2.gguf", g);
+  EXPECT_CONTAINS(msg, "tensors 'output.weight' (F32 [64, 512]) [131328, "
+                       "262400) and 'blk.0.attn_q.weight' (F32 [64, 64]) "
+                       "[262368, 278752) overlap");
+}
+
+TEST_F(GgufBadInput, TypeRelabelledBreaksLayout) {
+  // F32 -> F16 / BF16 halves the span: the bytes after it are unaccounted
+  // for, and the tensor would decode to garbage.
+  for (uint32_t type : {1u, 30u}) {
+    std::string g = gguf;
+    putU32(g, tensorTypeAt(g, "blk.0.attn_q.weight", 2), type);
+    std::string msg = importBytes(dir, "f16.gguf", g);
+    EXPECT_CONTAINS(msg, std::string("f16.gguf: tensor 'blk.0.attn_q.weight' "
+                                     "(") +
+                             (type == 1 ? "F16" : "BF16") +
+                             " [64, 64]) [262400, 270592) is followed by "
+                             "tensor 'blk.0.attn_k.weight'");
+    EXPECT_CONTAINS(msg, "leaving bytes [270592, 278784) unused");
+    EXPECT_CONTAINS(msg, "the type or shape of 'blk.0.attn_q.weight'");
+  }
+  // The first tensor relabelled.
+  std::string g = gguf;
+  putU32(g, tensorTypeAt(g, "token_embd.weight", 2), 1);
+  EXPECT_CONTAINS(importBytes(dir, "first.gguf", g),
+                  "tensor 'token_embd.weight' (F16 [64, 512]) [0, 65536) is "
+                  "followed by tensor 'output_norm.weight'");
+  // The last tensor relabelled: bytes left at the end of the data section.
+  g = gguf;
+  putU32(g, tensorTypeAt(g, "blk.4.ffn_norm.weight", 1), 1);
+  EXPECT_CONTAINS(importBytes(dir, "last.gguf", g),
+                  "last.gguf: the data section holds 1171200 bytes but the "
+                  "last tensor 'blk.4.ffn_norm.weight' (F16 [64]) [1170944, "
+                  "1171072) ends at 1171072");
+  // F32 -> F16 doubled: the span overlaps the next tensor.
+  g = gguf;
+  size_t at = tensorTypeAt(g, "blk.0.attn_q.weight", 2);
+  putU32(g, at, 1);
+  putU64(g, at - 8, 128); // ne[1] 64 -> 128: 16384 bytes again
+  EXPECT_CONTAINS(importBytes(dir, "shape.gguf", g),
+                  "blk.0.attn_q.weight: shape [128, 64] but the config "
+                  "implies [64, 64]");
+}
+
+TEST_F(GgufBadInput, NoTokenizer) {
+  std::string g = gguf;
+  size_t at = afterString(g, "tokenizer.ggml.tokens");
+  g[at - 1] = 'z';
+  std::string msg = importBytes(dir, "notok.gguf", g);
+  EXPECT_CONTAINS(msg, "notok.gguf: no tokenizer.ggml.tokens");
+  // An explicit tokenizer makes it usable.
+  llvm::Expected<ModelDesc> m = importModel(
+      dir.path("notok.gguf"), modelPath("stories260K/tok512.bin"));
+  ASSERT_TRUE(bool(m)) << errorMessage(m);
+  EXPECT_EQ(m->tokenizer.pieces.size(), 512u);
 }
 
 TEST_F(GgufBadInput, MissingTensor) {

@@ -1,0 +1,1585 @@
+//===- KilnKernels.cuh - CUDA kernel library of emitted models -*- CUDA -*-===//
+//
+// The CUDA kernels that `--target=cuda` artifacts run. Codegen copies this
+// header next to the emitted model.cu, which includes it once; nvcc compiles
+// both for sm_80 and sm_90a into model.so. Self-contained: it includes only
+// CUDA runtime, cuBLASLt and CCCL headers, the C++ standard library and the
+// runtime contract "kiln_rt/cuda_abi.h".
+//
+// Semantics: every kernel computes the math of its CPU twin in
+// runtime/include/kiln_rt/kernel_abi.h (reference implementations in
+// runtime/src/cpu/Kernels.cpp): same formulas, same order of the float
+// operations where it matters (RMSNorm, RoPE angles, SiLU), float accumulation
+// everywhere. Element type T is float, __half or __nv_bfloat16; activations and
+// weights share T, logits are float.
+//
+// Host wrappers (all templates deduce T from the pointers):
+//   kiln_cuda_embedding, kiln_cuda_rms_norm, kiln_cuda_linear,
+//   kiln_cuda_rope, kiln_cuda_attention, kiln_cuda_swiglu, kiln_cuda_silu,
+//   kiln_cuda_add, kiln_cuda_mul, kiln_cuda_argmax,
+//   kiln_cuda_sample_topk_topp.
+// Each enqueues on (cudaStream_t)ctx->stream and never synchronizes, so all of
+// them may be captured into a CUDA graph. Errors never abort: the first
+// failure stores a status and "<call> failed at <file>:<line>: <reason>" in
+// ctx->status / ctx->error, and every later wrapper returns immediately.
+// ctx->status is the cudaError_t for CUDA errors (argument errors detected by
+// a wrapper use cudaErrorInvalidValue) and KILN_CUDA_CUBLAS_STATUS_BASE +
+// cublasStatus_t for cuBLASLt errors.
+//
+// Workspace (ctx->workspace, ctx->workspace_bytes; see
+// kiln_cuda_workspace_bytes_for()):
+//   [0, KILN_CUDA_GEMM_WORKSPACE_BYTES)            cuBLASLt workspace (prefill
+//                                                  GEMMs; less if smaller)
+//   [KILN_CUDA_ATTN_SCRATCH_OFFSET, + kiln_cuda_attention_scratch_bytes(
+//        heads, head_dim, KILN_CUDA_ATTN_MAX_SPLITS))  flash-decoding partials
+//   then kiln_cuda_sample_scratch_bytes(vocab)      sampling scratch, passed
+//                                                  explicitly by the caller
+// Everything runs in stream order on one stream, so the regions are only
+// live during the call that uses them.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_CODEGEN_CUDA_KILNKERNELS_CUH
+#define KILN_CODEGEN_CUDA_KILNKERNELS_CUH
+
+#include "kiln_rt/cuda_abi.h"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cub/block/block_scan.cuh>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <type_traits>
+
+//===----------------------------------------------------------------------===//
+// Sizes the executor and the emitter need
+//===----------------------------------------------------------------------===//
+
+/// ctx->status of a cuBLASLt failure is this plus the cublasStatus_t.
+#define KILN_CUDA_CUBLAS_STATUS_BASE 100000
+/// cuBLASLt workspace at the start of ctx->workspace (NVIDIA recommends 32 MiB
+/// on Hopper). A smaller ctx->workspace_bytes limits the GEMM workspace.
+#define KILN_CUDA_GEMM_WORKSPACE_BYTES (uint64_t(32) << 20)
+/// Byte offset of the flash-decoding scratch inside ctx->workspace.
+#define KILN_CUDA_ATTN_SCRATCH_OFFSET KILN_CUDA_GEMM_WORKSPACE_BYTES
+/// Upper bound of the KV-sequence splits of decode attention.
+#define KILN_CUDA_ATTN_MAX_SPLITS 64
+/// Largest head_dim kiln_cuda_attention supports.
+#define KILN_CUDA_ATTN_MAX_HEAD_DIM 256
+/// Largest top_k that kiln_cuda_sample_topk_topp applies exactly; larger
+/// values (below vocab) are clamped to it.
+#define KILN_CUDA_SAMPLE_MAX_TOP_K 1024
+
+/// Rounds bytes up to a multiple of 256 (cuBLASLt and vector alignment).
+constexpr uint64_t kiln_cuda_align256(uint64_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
+
+/// Bytes of flash-decoding scratch: per (head, split) a running max, a sum of
+/// exponentials and a head_dim accumulator, all float32:
+///   heads * max_splits * (2 + head_dim) * 4, rounded up to 256.
+constexpr uint64_t kiln_cuda_attention_scratch_bytes(int64_t heads,
+                                                     int64_t head_dim,
+                                                     int64_t max_splits) {
+  return kiln_cuda_align256(uint64_t(heads) * uint64_t(max_splits) *
+                            uint64_t(2 + head_dim) * sizeof(float));
+}
+
+/// Bytes of the scratch of kiln_cuda_sample_topk_topp: vocab float32.
+constexpr uint64_t kiln_cuda_sample_scratch_bytes(int64_t vocab) {
+  return kiln_cuda_align256(uint64_t(vocab) * sizeof(float));
+}
+
+/// Byte offset of the sampling scratch in the recommended layout.
+constexpr uint64_t kiln_cuda_sample_scratch_offset(int64_t heads,
+                                                   int64_t head_dim) {
+  return KILN_CUDA_ATTN_SCRATCH_OFFSET +
+         kiln_cuda_attention_scratch_bytes(heads, head_dim,
+                                           KILN_CUDA_ATTN_MAX_SPLITS);
+}
+
+/// The sampling scratch of the recommended layout inside ctx->workspace.
+inline float *kiln_cuda_sample_scratch(const kiln_cuda_ctx *ctx, int64_t heads,
+                                       int64_t head_dim) {
+  return reinterpret_cast<float *>(
+      static_cast<uint8_t *>(ctx->workspace) +
+      kiln_cuda_sample_scratch_offset(heads, head_dim));
+}
+
+/// Total ctx->workspace bytes for a model with `heads` query heads of
+/// `head_dim` and a `vocab`-entry vocabulary (largest values over layers).
+constexpr uint64_t
+kiln_cuda_workspace_bytes_for(int64_t heads, int64_t head_dim, int64_t vocab) {
+  return kiln_cuda_sample_scratch_offset(heads, head_dim) +
+         kiln_cuda_sample_scratch_bytes(vocab);
+}
+
+namespace kiln_cuda_detail {
+
+//===----------------------------------------------------------------------===//
+// Error handling
+//===----------------------------------------------------------------------===//
+
+/// True when the wrapper must do nothing (no context or an earlier error).
+inline bool skip(const kiln_cuda_ctx *ctx) {
+  return ctx == nullptr || ctx->status != 0;
+}
+
+/// Records the first error of the context.
+inline void setError(kiln_cuda_ctx *ctx, int32_t status, const char *call,
+                     const char *file, int line, const char *reason) {
+  if (ctx->status != 0)
+    return;
+  ctx->status = status != 0 ? status : -1;
+  std::snprintf(ctx->error, sizeof(ctx->error), "%s failed at %s:%d: %s", call,
+                file, line, reason);
+}
+
+inline bool checkCuda(kiln_cuda_ctx *ctx, cudaError_t err, const char *call,
+                      const char *file, int line) {
+  if (err == cudaSuccess)
+    return true;
+  setError(ctx, int32_t(err), call, file, line, cudaGetErrorString(err));
+  return false;
+}
+
+inline bool checkCublas(kiln_cuda_ctx *ctx, cublasStatus_t st, const char *call,
+                        const char *file, int line) {
+  if (st == CUBLAS_STATUS_SUCCESS)
+    return true;
+  setError(ctx, KILN_CUDA_CUBLAS_STATUS_BASE + int32_t(st), call, file, line,
+           cublasLtGetStatusString(st));
+  return false;
+}
+
+/// Argument errors found by a wrapper (shape or workspace out of range).
+inline bool checkArg(kiln_cuda_ctx *ctx, bool ok, const char *call,
+                     const char *file, int line, const char *reason) {
+  if (ok)
+    return true;
+  setError(ctx, int32_t(cudaErrorInvalidValue), call, file, line, reason);
+  return false;
+}
+
+#define KILN_CUDA_CHECK(ctx, expr)                                             \
+  ::kiln_cuda_detail::checkCuda((ctx), (expr), #expr, __FILE__, __LINE__)
+#define KILN_CUBLAS_CHECK(ctx, expr)                                           \
+  ::kiln_cuda_detail::checkCublas((ctx), (expr), #expr, __FILE__, __LINE__)
+#define KILN_CUDA_ARG(ctx, cond, call, reason)                                 \
+  ::kiln_cuda_detail::checkArg((ctx), (cond), (call), __FILE__, __LINE__,      \
+                               (reason))
+/// After a <<<>>> launch: reports launch-configuration errors.
+#define KILN_CUDA_LAUNCHED(ctx, name)                                          \
+  ::kiln_cuda_detail::checkCuda((ctx), cudaGetLastError(), name, __FILE__,     \
+                                __LINE__)
+
+inline cudaStream_t streamOf(const kiln_cuda_ctx *ctx) {
+  return static_cast<cudaStream_t>(ctx->stream);
+}
+
+/// Grid size for a grid-stride loop over `work` items of `block` threads.
+inline unsigned gridFor(const kiln_cuda_ctx *ctx, int64_t work, int block) {
+  int64_t blocks = (work + block - 1) / block;
+  int64_t cap = int64_t(ctx->sm_count > 0 ? ctx->sm_count : 108) * 16;
+  if (blocks > cap)
+    blocks = cap;
+  return unsigned(blocks < 1 ? 1 : blocks);
+}
+
+__host__ __device__ inline bool aligned16(const void *p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+//===----------------------------------------------------------------------===//
+// Element types
+//===----------------------------------------------------------------------===//
+
+template <typename T>
+struct IsElem
+    : std::integral_constant<bool, std::is_same<T, float>::value ||
+                                       std::is_same<T, __half>::value ||
+                                       std::is_same<T, __nv_bfloat16>::value> {
+};
+
+/// Float conversions (round to nearest even when narrowing).
+__device__ __forceinline__ float toF(float v) { return v; }
+__device__ __forceinline__ float toF(__half v) { return __half2float(v); }
+__device__ __forceinline__ float toF(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+template <typename T> __device__ __forceinline__ T fromF(float v);
+template <> __device__ __forceinline__ float fromF<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half fromF<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 fromF<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+template <typename T> struct CudaType;
+template <> struct CudaType<float> {
+  static constexpr cudaDataType_t value = CUDA_R_32F;
+};
+template <> struct CudaType<__half> {
+  static constexpr cudaDataType_t value = CUDA_R_16F;
+};
+template <> struct CudaType<__nv_bfloat16> {
+  static constexpr cudaDataType_t value = CUDA_R_16BF;
+};
+
+/// 16 bytes of T: one 128-bit load or store (pointer must be 16-aligned).
+template <typename T> struct alignas(16) Pack {
+  static constexpr int kN = 16 / int(sizeof(T));
+  T v[kN];
+};
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+constexpr unsigned kFull = 0xffffffffu;
+
+__device__ __forceinline__ float warpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
+
+/// Sum over the block (blockDim.x a multiple of 32, at most 1024). Every
+/// thread must call it; every thread gets the result. `sh` holds 32 floats.
+__device__ __forceinline__ float blockSum(float v, float *sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+  v = warpSum(v);
+  __syncthreads(); // sh may still be read by a previous reduction
+  if (lane == 0)
+    sh[warp] = v;
+  __syncthreads();
+  float r = 0.0f;
+  for (int w = 0; w < warps; ++w)
+    r += sh[w];
+  return r;
+}
+
+__device__ __forceinline__ float blockMax(float v, float *sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+  v = warpMax(v);
+  __syncthreads();
+  if (lane == 0)
+    sh[warp] = v;
+  __syncthreads();
+  float r = -INFINITY;
+  for (int w = 0; w < warps; ++w)
+    r = fmaxf(r, sh[w]);
+  return r;
+}
+
+/// (value, index) maximum with the first index winning ties; NaN never wins.
+__device__ __forceinline__ void argmaxCombine(float &v, int &i, float ov,
+                                              int oi) {
+  if (ov > v || (ov == v && oi < i)) {
+    v = ov;
+    i = oi;
+  }
+}
+
+/// Block-wide first argmax of x[0, n); every thread gets the index (0 when
+/// no element is > -inf, as the CPU sampler's argmax returns 0 then).
+__device__ __forceinline__ int blockArgmax(const float *x, int n, float *shV,
+                                           int *shI) {
+  float best = -INFINITY;
+  int bi = n; // sentinel: nothing found
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    if (x[i] > best) { // ascending i per thread: keeps the first maximum
+      best = x[i];
+      bi = i;
+    }
+  for (int o = 16; o > 0; o >>= 1) {
+    float ov = __shfl_xor_sync(kFull, best, o);
+    int oi = __shfl_xor_sync(kFull, bi, o);
+    argmaxCombine(best, bi, ov, oi);
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) {
+    shV[warp] = best;
+    shI[warp] = bi;
+  }
+  __syncthreads();
+  best = -INFINITY;
+  bi = n;
+  for (int w = 0; w < int(blockDim.x >> 5); ++w)
+    argmaxCombine(best, bi, shV[w], shI[w]);
+  return bi >= n ? 0 : bi;
+}
+
+//===----------------------------------------------------------------------===//
+// Embedding
+//===----------------------------------------------------------------------===//
+
+/// out[i, :] = table[tokens[i], :]. One block per row (grid-stride). Ids
+/// outside [0, vocab) (the runtime validates them) produce a zero row instead
+/// of an out-of-bounds read. `vec`: table, out 16-aligned and dim * sizeof(T)
+/// a multiple of 16, so rows copy as 16-byte packs.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    embeddingKernel(const int32_t *__restrict__ tokens, int64_t n,
+                    const T *__restrict__ table, int64_t vocab, int64_t dim,
+                    T *__restrict__ out, bool vec) {
+  for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+    const int64_t tok = tokens[i];
+    const bool ok = tok >= 0 && tok < vocab;
+    const T *src = table + (ok ? tok : 0) * dim;
+    T *dst = out + i * dim;
+    if (vec) {
+      const int64_t packs = dim / Pack<T>::kN;
+      const Pack<T> *s = reinterpret_cast<const Pack<T> *>(src);
+      Pack<T> *d = reinterpret_cast<Pack<T> *>(dst);
+      for (int64_t j = threadIdx.x; j < packs; j += blockDim.x) {
+        Pack<T> v = s[j];
+        if (!ok)
+          for (int e = 0; e < Pack<T>::kN; ++e)
+            v.v[e] = fromF<T>(0.0f);
+        d[j] = v;
+      }
+      continue;
+    }
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+      dst[j] = ok ? src[j] : fromF<T>(0.0f);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// RMSNorm (Zhang & Sennrich 2019), llama2.c rmsnorm arithmetic
+//===----------------------------------------------------------------------===//
+
+/// y[i, j] = w[j] * (s * x[i, j]), s = 1 / sqrtf(sum_j x^2 / dim + eps).
+/// One block per row, float sum of squares reduced with warp shuffles.
+/// In-place (x == y) is safe: all reads of the sum finish at the barrier in
+/// blockSum, and each thread rewrites only elements it read itself.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    rmsNormKernel(const T *x, const T *__restrict__ w, T *y, int64_t n,
+                  int64_t dim, float eps) {
+  __shared__ float sh[32];
+  for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+    const T *xi = x + i * dim;
+    T *yi = y + i * dim;
+    float ss = 0.0f;
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+      float v = toF(xi[j]);
+      ss = fmaf(v, v, ss);
+    }
+    ss = blockSum(ss, sh);
+    float s = ss / float(dim);
+    s += eps;
+    s = 1.0f / sqrtf(s);
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+      yi[j] = fromF<T>(toF(w[j]) * (s * toF(xi[j])));
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Linear, decode: memory-bound GEMV
+//===----------------------------------------------------------------------===//
+
+template <typename T>
+__device__ __forceinline__ float dotPack(const Pack<T> &a, const Pack<T> &b) {
+  float s = 0.0f;
+#pragma unroll
+  for (int e = 0; e < Pack<T>::kN; ++e)
+    s = fmaf(toF(a.v[e]), toF(b.v[e]), s);
+  return s;
+}
+
+constexpr int kGemvThreads = 256;
+
+/// y[r] = sum_j w[r, j] * x[j] for r < out (x [in], w [out, in] row-major).
+/// Each warp owns rows (grid-stride). Per row: the elements before w's first
+/// 16-byte boundary ("head", < 16 / sizeof(T)), then 16-byte packs of w
+/// (unrolled 4x so each lane keeps 4 loads in flight), then a scalar tail.
+/// x is read as packs when x + head is 16-aligned too, else element-wise.
+/// Any `in`, any element-aligned pointers. Float accumulation, warp-shuffle
+/// reduction; Y is T or float.
+template <typename T, typename Y>
+__global__ void __launch_bounds__(kGemvThreads)
+    gemvKernel(const T *__restrict__ x, const T *__restrict__ w,
+               Y *__restrict__ y, int64_t in, int64_t out) {
+  constexpr int kN = Pack<T>::kN;
+  const int lane = threadIdx.x & 31;
+  const int64_t warpsPerBlock = blockDim.x >> 5;
+  const int64_t stride = int64_t(gridDim.x) * warpsPerBlock;
+  for (int64_t row = int64_t(blockIdx.x) * warpsPerBlock + (threadIdx.x >> 5);
+       row < out; row += stride) {
+    const T *wr = w + row * in;
+    int64_t head = int64_t((16 - (reinterpret_cast<uintptr_t>(wr) & 15)) & 15) /
+                   int64_t(sizeof(T));
+    if (head > in)
+      head = in;
+    float acc = 0.0f;
+    if (lane < head) // head < kN <= 8 < 32
+      acc = toF(wr[lane]) * toF(x[lane]);
+    const int64_t packs = (in - head) / kN;
+    const Pack<T> *wv = reinterpret_cast<const Pack<T> *>(wr + head);
+    const T *xh = x + head;
+    if (aligned16(xh)) {
+      const Pack<T> *xv = reinterpret_cast<const Pack<T> *>(xh);
+      int64_t v = lane;
+      for (; v + 96 < packs; v += 128) {
+        Pack<T> w0 = wv[v], w1 = wv[v + 32], w2 = wv[v + 64], w3 = wv[v + 96];
+        Pack<T> x0 = xv[v], x1 = xv[v + 32], x2 = xv[v + 64], x3 = xv[v + 96];
+        acc += dotPack(w0, x0) + dotPack(w1, x1) + dotPack(w2, x2) +
+               dotPack(w3, x3);
+      }
+      for (; v < packs; v += 32)
+        acc += dotPack(wv[v], xv[v]);
+    } else {
+      for (int64_t v = lane; v < packs; v += 32) {
+        Pack<T> wq = wv[v];
+        const T *xs = xh + v * kN;
+#pragma unroll
+        for (int e = 0; e < kN; ++e)
+          acc = fmaf(toF(wq.v[e]), toF(xs[e]), acc);
+      }
+    }
+    for (int64_t j = head + packs * kN + lane; j < in; j += 32)
+      acc = fmaf(toF(wr[j]), toF(x[j]), acc);
+    acc = warpSum(acc);
+    if (lane == 0)
+      y[row] = fromF<Y>(acc);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Linear, prefill: cuBLASLt
+//===----------------------------------------------------------------------===//
+
+/// One cached cuBLASLt plan: descriptors, layouts and the heuristic's algo
+/// for a (handle, n, in, out, types, alignments, workspace) key. Created on
+/// first use (host memory only, allowed during stream capture); never freed
+/// (a handful per model; the process exit reclaims them).
+struct LtPlan {
+  bool used = false;
+  const void *handle = nullptr;
+  int64_t n = 0, in = 0, out = 0;
+  cudaDataType_t ab = CUDA_R_32F, cd = CUDA_R_32F;
+  uint32_t alignA = 0, alignB = 0, alignD = 0;
+  uint64_t workspace = 0;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+constexpr int kLtCacheSize = 64;
+
+struct LtCache {
+  std::mutex mutex;
+  LtPlan plans[kLtCacheSize];
+  int next = 0; // round-robin victim when full
+};
+
+inline LtCache &ltCache() {
+  static LtCache *cache = new LtCache(); // leaked: no teardown order issues
+  return *cache;
+}
+
+/// Largest power of two dividing the address, at most 256 (cuBLASLt's
+/// default alignment assumption; smaller values restrict the heuristic).
+inline uint32_t alignmentOf(const void *p) {
+  uintptr_t v = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 256;
+  while (a > 1 && (v & (a - 1)) != 0)
+    a >>= 1;
+  return a;
+}
+
+inline void destroyPlan(LtPlan &p) {
+  if (p.op)
+    cublasLtMatmulDescDestroy(p.op);
+  if (p.a)
+    cublasLtMatrixLayoutDestroy(p.a);
+  if (p.b)
+    cublasLtMatrixLayoutDestroy(p.b);
+  if (p.d)
+    cublasLtMatrixLayoutDestroy(p.d);
+  p = LtPlan();
+}
+
+/// y[n, out] = x[n, in] * w[out, in]^T with cuBLASLt, all row-major.
+///
+/// Row-/column-major mapping: cuBLASLt is column-major, and a row-major
+/// [r, c] buffer with leading dimension c is the column-major [c, r] matrix,
+/// i.e. its transpose. So the buffers are, column-major:
+///   w: W^T [in, out], ld in;   x: X^T [in, n], ld in;   y: Y^T [out, n], ld
+///   out
+/// and Y^T = W X^T = op_T(W^T) * op_N(X^T): a "TN" GEMM with
+/// A = w (transa = T), B = x (transb = N), m = out, n = n, k = in.
+/// Compute type CUBLAS_COMPUTE_32F (no TF32: f32 stays exact), scale float.
+template <typename T, typename Y>
+inline void ltLinear(kiln_cuda_ctx *ctx, const T *x, const T *w, Y *y,
+                     int64_t n, int64_t in, int64_t out) {
+  const char *what = "kiln_cuda_linear(cuBLASLt)";
+  if (!KILN_CUDA_ARG(ctx, ctx->cublaslt != nullptr, what,
+                     "ctx->cublaslt is null"))
+    return;
+  cublasLtHandle_t handle = static_cast<cublasLtHandle_t>(ctx->cublaslt);
+  uint64_t ws = ctx->workspace ? ctx->workspace_bytes : 0;
+  if (ws > KILN_CUDA_GEMM_WORKSPACE_BYTES)
+    ws = KILN_CUDA_GEMM_WORKSPACE_BYTES;
+  const cudaDataType_t ab = CudaType<T>::value, cd = CudaType<Y>::value;
+  const uint32_t alA = alignmentOf(w), alB = alignmentOf(x),
+                 alD = alignmentOf(y);
+
+  LtCache &cache = ltCache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  LtPlan *plan = nullptr;
+  for (LtPlan &p : cache.plans)
+    if (p.used && p.handle == ctx->cublaslt && p.n == n && p.in == in &&
+        p.out == out && p.ab == ab && p.cd == cd && p.alignA == alA &&
+        p.alignB == alB && p.alignD == alD && p.workspace == ws) {
+      plan = &p;
+      break;
+    }
+  if (!plan) {
+    for (LtPlan &p : cache.plans)
+      if (!p.used) {
+        plan = &p;
+        break;
+      }
+    if (!plan) {
+      plan = &cache.plans[cache.next];
+      cache.next = (cache.next + 1) % kLtCacheSize;
+      destroyPlan(*plan); // host descriptors only: enqueued work is unaffected
+    }
+    LtPlan p;
+    p.handle = ctx->cublaslt;
+    p.n = n;
+    p.in = in;
+    p.out = out;
+    p.ab = ab;
+    p.cd = cd;
+    p.alignA = alA;
+    p.alignB = alB;
+    p.alignD = alD;
+    p.workspace = ws;
+    cublasOperation_t opA = CUBLAS_OP_T, opB = CUBLAS_OP_N;
+    cublasLtMatmulPreference_t pref = nullptr;
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    bool ok =
+        KILN_CUBLAS_CHECK(ctx, cublasLtMatmulDescCreate(
+                                   &p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F)) &&
+        KILN_CUBLAS_CHECK(
+            ctx, cublasLtMatmulDescSetAttribute(
+                     p.op, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA))) &&
+        KILN_CUBLAS_CHECK(
+            ctx, cublasLtMatmulDescSetAttribute(
+                     p.op, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB))) &&
+        KILN_CUBLAS_CHECK(ctx,
+                          cublasLtMatrixLayoutCreate(&p.a, ab, uint64_t(in),
+                                                     uint64_t(out), in)) &&
+        KILN_CUBLAS_CHECK(ctx, cublasLtMatrixLayoutCreate(
+                                   &p.b, ab, uint64_t(in), uint64_t(n), in)) &&
+        KILN_CUBLAS_CHECK(ctx,
+                          cublasLtMatrixLayoutCreate(&p.d, cd, uint64_t(out),
+                                                     uint64_t(n), out)) &&
+        KILN_CUBLAS_CHECK(ctx, cublasLtMatmulPreferenceCreate(&pref)) &&
+        KILN_CUBLAS_CHECK(ctx,
+                          cublasLtMatmulPreferenceSetAttribute(
+                              pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                              &ws, sizeof(ws))) &&
+        KILN_CUBLAS_CHECK(ctx,
+                          cublasLtMatmulPreferenceSetAttribute(
+                              pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                              &alA, sizeof(alA))) &&
+        KILN_CUBLAS_CHECK(ctx,
+                          cublasLtMatmulPreferenceSetAttribute(
+                              pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                              &alB, sizeof(alB))) &&
+        KILN_CUBLAS_CHECK(ctx,
+                          cublasLtMatmulPreferenceSetAttribute(
+                              pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                              &alD, sizeof(alD))) &&
+        KILN_CUBLAS_CHECK(ctx,
+                          cublasLtMatmulPreferenceSetAttribute(
+                              pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                              &alD, sizeof(alD))) &&
+        KILN_CUBLAS_CHECK(
+            ctx, cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.d,
+                                                p.d, pref, 1, &result, &found));
+    if (pref)
+      cublasLtMatmulPreferenceDestroy(pref);
+    if (ok && found == 0) {
+      setError(ctx, KILN_CUDA_CUBLAS_STATUS_BASE + CUBLAS_STATUS_NOT_SUPPORTED,
+               "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__,
+               "no cuBLASLt algorithm for this shape and alignment");
+      ok = false;
+    }
+    if (!ok) {
+      destroyPlan(p);
+      return;
+    }
+    p.algo = result.algo;
+    p.used = true;
+    *plan = p;
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  KILN_CUBLAS_CHECK(ctx, cublasLtMatmul(handle, plan->op, &alpha, w, plan->a, x,
+                                        plan->b, &beta, y, plan->d, y, plan->d,
+                                        &plan->algo, ctx->workspace, size_t(ws),
+                                        streamOf(ctx)));
+}
+
+//===----------------------------------------------------------------------===//
+// RoPE (Su et al. 2021, RoFormer eq. 34), adjacent-pair layout
+//===----------------------------------------------------------------------===//
+
+/// One thread per (row, head, pair slot i < ceil(head_dim / 2)). For
+/// i < rot_dim / 2 it rotates (x[2i], x[2i+1]) by p * theta^(-2i/head_dim),
+/// p = *dPos + row; other slots copy through. The CPU computes
+/// freq = 1 / powf(theta, float(2i) / float(head_dim)) and cosf / sinf of
+/// float(p) * freq in float with glibc (correctly rounded in practice); the
+/// device evaluates pow / cos / sin in double and rounds to float, which
+/// reproduces those float values (CUDA's powf / cosf are only 2 to 4 ulp,
+/// amplified by p at long positions). In-place (x == y) is safe.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    ropeKernel(const T *x, T *y, int64_t n, int64_t heads, int64_t headDim,
+               int64_t rotDim, float theta, const int64_t *__restrict__ dPos) {
+  const int64_t slots = (headDim + 1) / 2;
+  const int64_t pairs = rotDim / 2;
+  const int64_t total = n * heads * slots;
+  const int64_t p0 = *dPos;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = e % slots;
+    const int64_t rowHead = e / slots; // row * heads + head
+    const int64_t row = rowHead / heads;
+    const int64_t base = rowHead * headDim + 2 * i;
+    if (i < pairs) {
+      float expo = float(2 * i) / float(headDim);
+      float freq = 1.0f / float(pow(double(theta), double(expo)));
+      float val = float(p0 + row) * freq;
+      float fcr = float(cos(double(val))), fci = float(sin(double(val)));
+      float v0 = toF(x[base]), v1 = toF(x[base + 1]);
+      y[base] = fromF<T>(v0 * fcr - v1 * fci);
+      y[base + 1] = fromF<T>(v0 * fci + v1 * fcr);
+      continue;
+    }
+    y[base] = x[base];
+    if (2 * i + 1 < headDim)
+      y[base + 1] = x[base + 1];
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+/// Stores k, v ([n, kvDim]) at rows [p, p + n) of the caches ([maxSeq, kvDim]),
+/// p = *dPos; rows >= maxSeq are dropped. k may already be the cache slot
+/// (identity copy); partially overlapping buffers are not supported.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    kvAppendKernel(const T *k, const T *v, T *kCache, T *vCache, int64_t n,
+                   int64_t kvDim, int64_t maxSeq,
+                   const int64_t *__restrict__ dPos) {
+  const int64_t p = *dPos;
+  const int64_t total = n * kvDim;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = p + e / kvDim;
+    if (row < 0 || row >= maxSeq)
+      continue;
+    const int64_t off = row * kvDim + e % kvDim;
+    kCache[off] = k[e];
+    vCache[off] = v[e];
+  }
+}
+
+constexpr int kAttnWarps = 4;
+constexpr int kAttnThreads = kAttnWarps * 32;
+constexpr int kPrefillRowsPerWarp = 4;
+constexpr int kPrefillBr = kAttnWarps * kPrefillRowsPerWarp; // query rows
+constexpr int kPrefillBc = 32;                               // keys per tile
+
+/// Dynamic shared memory of attnPrefillKernel: Q [Br][hd], K [Bc][hd + 1]
+/// (padded: lane j reads row j, conflict-free), V [Bc][hd], all float.
+inline size_t prefillSmemBytes(int headDim) {
+  return sizeof(float) *
+         size_t(kPrefillBr * headDim + kPrefillBc * (headDim + 1) +
+                kPrefillBc * headDim);
+}
+
+/// Prefill attention, FlashAttention-2 (Dao 2023, Algorithm 1) on CUDA cores:
+/// block = (tile of kPrefillBr query rows, query head h); it streams K/V tiles
+/// of kPrefillBc cached keys through shared memory and keeps, per query row,
+/// the running max m, running sum l and an unnormalised float accumulator:
+///   m' = max(m, max_j s_j),  l' = l e^(m - m') + sum_j e^(s_j - m'),
+///   acc' = acc e^(m - m') + sum_j e^(s_j - m') v_j,   out = acc / l.
+/// Warp w owns rows w*R .. w*R + R - 1 (R = kPrefillRowsPerWarp). Scores: lane
+/// j computes q_r . k_j for key j of the tile; P*V: lane owns dims lane + 32 t.
+/// Causal: row i (absolute position p + i) sees keys [0, p + i]. HDM is
+/// head_dim rounded up to a multiple of 32 (register accumulators).
+template <typename T, int HDM>
+__global__ void __launch_bounds__(kAttnThreads)
+    attnPrefillKernel(const T *__restrict__ q, const T *__restrict__ kCache,
+                      const T *__restrict__ vCache, T *__restrict__ out,
+                      int64_t n, int heads, int group, int headDim,
+                      int64_t maxSeq, float scale,
+                      const int64_t *__restrict__ dPos) {
+  constexpr int kR = kPrefillRowsPerWarp, kT = HDM / 32;
+  extern __shared__ float smem[];
+  const int hd = headDim;
+  float *sQ = smem;                       // [Br][hd]
+  float *sK = sQ + kPrefillBr * hd;       // [Bc][hd + 1]
+  float *sV = sK + kPrefillBc * (hd + 1); // [Bc][hd]
+
+  const int64_t p = *dPos;
+  const int h = blockIdx.y, kvh = h / group;
+  const int64_t i0 = int64_t(blockIdx.x) * kPrefillBr;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t qDim = int64_t(heads) * hd;
+  const int64_t kvDim = int64_t(heads / group) * hd;
+
+  for (int e = threadIdx.x; e < kPrefillBr * hd; e += blockDim.x) {
+    const int r = e / hd, d = e % hd;
+    const int64_t qi = i0 + r;
+    sQ[e] = qi < n ? toF(q[qi * qDim + int64_t(h) * hd + d]) : 0.0f;
+  }
+  const int64_t rows = n - i0 < kPrefillBr ? n - i0 : kPrefillBr;
+  int64_t kEnd = p + i0 + rows; // keys [0, kEnd) cover every row of the tile
+  if (kEnd > maxSeq)
+    kEnd = maxSeq;
+
+  float m[kR], l[kR], acc[kR][kT];
+  int64_t last[kR]; // last visible key of the row, -1 for padding rows
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int t = 0; t < kT; ++t)
+      acc[r][t] = 0.0f;
+    const int64_t qi = i0 + warp * kR + r;
+    last[r] = qi < n ? p + qi : -1;
+  }
+
+  for (int64_t kt = 0; kt < kEnd; kt += kPrefillBc) {
+    __syncthreads(); // previous tile fully consumed (and sQ written)
+    for (int e = threadIdx.x; e < kPrefillBc * hd; e += blockDim.x) {
+      const int j = e / hd, d = e % hd;
+      const int64_t kj = kt + j;
+      float kv = 0.0f, vv = 0.0f;
+      if (kj < kEnd) {
+        const int64_t off = kj * kvDim + int64_t(kvh) * hd + d;
+        kv = toF(kCache[off]);
+        vv = toF(vCache[off]);
+      }
+      sK[j * (hd + 1) + d] = kv;
+      sV[j * hd + d] = vv;
+    }
+    __syncthreads();
+
+    // s[r] = q_r . k_lane for this warp's rows.
+    float s[kR];
+#pragma unroll
+    for (int r = 0; r < kR; ++r)
+      s[r] = 0.0f;
+    const float *kRow = sK + lane * (hd + 1);
+    const float *qRows = sQ + warp * kR * hd;
+    for (int d = 0; d < hd; ++d) {
+      const float kd = kRow[d];
+#pragma unroll
+      for (int r = 0; r < kR; ++r)
+        s[r] = fmaf(qRows[r * hd + d], kd, s[r]);
+    }
+    const int64_t kj = kt + lane;
+    const int64_t tileKeys = kEnd - kt < kPrefillBc ? kEnd - kt : kPrefillBc;
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const float sr = (kj <= last[r] && kj < kEnd) ? s[r] * scale : -INFINITY;
+      const float mNew = fmaxf(m[r], warpMax(sr));
+      const float pj = sr == -INFINITY ? 0.0f : expf(sr - mNew);
+      const float alpha = m[r] == -INFINITY ? 0.0f : expf(m[r] - mNew);
+      l[r] = l[r] * alpha + warpSum(pj);
+      m[r] = mNew;
+#pragma unroll
+      for (int t = 0; t < kT; ++t)
+        acc[r][t] *= alpha;
+      for (int j = 0; j < int(tileKeys); ++j) {
+        const float pjj = __shfl_sync(kFull, pj, j);
+        const float *vRow = sV + j * hd;
+#pragma unroll
+        for (int t = 0; t < kT; ++t) {
+          const int d = lane + 32 * t;
+          if (d < hd)
+            acc[r][t] = fmaf(pjj, vRow[d], acc[r][t]);
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    const int64_t qi = i0 + warp * kR + r;
+    if (qi >= n || !(l[r] > 0.0f))
+      continue;
+    const float inv = 1.0f / l[r];
+    T *o = out + qi * qDim + int64_t(h) * hd;
+#pragma unroll
+    for (int t = 0; t < kT; ++t) {
+      const int d = lane + 32 * t;
+      if (d < hd)
+        o[d] = fromF<T>(acc[r][t] * inv);
+    }
+  }
+}
+
+constexpr int kDecodeKeysPerStep = 8;
+
+/// Decode attention, flash-decoding (Dao, Haziza, Massa, Sizov 2023,
+/// "Flash-Decoding for long-context inference"), split phase: block =
+/// (split s, query head h). The L = p + 1 visible keys are cut into gridDim.x
+/// chunks of ceil(L / S); this block's chunk is [s * chunk, min(L, ...)),
+/// possibly empty (the grid is fixed for graph capture while p changes).
+/// Each warp walks keys kDecodeKeysPerStep at a time with lanes over head
+/// dims (dims lane + 32 t: coalesced K/V row loads), keeps an online-softmax
+/// state (m, l, acc); the block merges its 4 warp states and writes the
+/// partial (m, l, acc[hd]) to partM/partL/partAcc[h * S + s]. An empty chunk
+/// writes the neutral partial (-inf, 0, 0).
+template <typename T, int HDM>
+__global__ void __launch_bounds__(kAttnThreads)
+    attnDecodeSplitKernel(const T *__restrict__ q, const T *__restrict__ kCache,
+                          const T *__restrict__ vCache, float *partM,
+                          float *partL, float *partAcc, int heads, int group,
+                          int headDim, int64_t maxSeq, float scale,
+                          const int64_t *__restrict__ dPos) {
+  constexpr int kT = HDM / 32, kKB = kDecodeKeysPerStep;
+  __shared__ float sM[kAttnWarps], sL[kAttnWarps];
+  __shared__ float sAcc[kAttnWarps][HDM];
+  const int hd = headDim;
+  const int64_t p = *dPos;
+  int64_t L = p + 1;
+  if (L > maxSeq)
+    L = maxSeq;
+  const int64_t S = gridDim.x, s = blockIdx.x;
+  const int h = blockIdx.y, kvh = h / group;
+  const int64_t kvDim = int64_t(heads / group) * hd;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t chunk = (L + S - 1) / S;
+  const int64_t start = s * chunk;
+  const int64_t end = start + chunk < L ? start + chunk : L;
+
+  float qr[kT], acc[kT];
+#pragma unroll
+  for (int t = 0; t < kT; ++t) {
+    const int d = lane + 32 * t;
+    qr[t] = d < hd ? toF(q[int64_t(h) * hd + d]) : 0.0f;
+    acc[t] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  for (int64_t kb = start + int64_t(warp) * kKB; kb < end;
+       kb += int64_t(kAttnWarps) * kKB) {
+    float sc[kKB];
+#pragma unroll
+    for (int jj = 0; jj < kKB; ++jj) {
+      float part = 0.0f;
+      if (kb + jj < end) {
+        const T *kr = kCache + (kb + jj) * kvDim + int64_t(kvh) * hd;
+#pragma unroll
+        for (int t = 0; t < kT; ++t) {
+          const int d = lane + 32 * t;
+          if (d < hd)
+            part = fmaf(qr[t], toF(kr[d]), part);
+        }
+      }
+      sc[jj] = part;
+    }
+    float mt = -INFINITY;
+#pragma unroll
+    for (int jj = 0; jj < kKB; ++jj) {
+      sc[jj] = warpSum(sc[jj]);
+      sc[jj] = kb + jj < end ? sc[jj] * scale : -INFINITY;
+      mt = fmaxf(mt, sc[jj]);
+    }
+    const float mNew = fmaxf(m, mt); // finite: key kb < end is visible
+    const float alpha = m == -INFINITY ? 0.0f : expf(m - mNew);
+    l *= alpha;
+#pragma unroll
+    for (int t = 0; t < kT; ++t)
+      acc[t] *= alpha;
+#pragma unroll
+    for (int jj = 0; jj < kKB; ++jj) {
+      if (kb + jj >= end)
+        break;
+      const float pj = expf(sc[jj] - mNew);
+      l += pj;
+      const T *vr = vCache + (kb + jj) * kvDim + int64_t(kvh) * hd;
+#pragma unroll
+      for (int t = 0; t < kT; ++t) {
+        const int d = lane + 32 * t;
+        if (d < hd)
+          acc[t] = fmaf(pj, toF(vr[d]), acc[t]);
+      }
+    }
+    m = mNew;
+  }
+
+  if (lane == 0) {
+    sM[warp] = m;
+    sL[warp] = l;
+  }
+#pragma unroll
+  for (int t = 0; t < kT; ++t)
+    sAcc[warp][lane + 32 * t] = acc[t];
+  __syncthreads();
+  float M = -INFINITY;
+  for (int w = 0; w < kAttnWarps; ++w)
+    M = fmaxf(M, sM[w]);
+  float wgt[kAttnWarps];
+  float lSum = 0.0f;
+  for (int w = 0; w < kAttnWarps; ++w) {
+    wgt[w] = sM[w] == -INFINITY ? 0.0f : expf(sM[w] - M);
+    lSum += wgt[w] * sL[w];
+  }
+  const int64_t slot = int64_t(h) * S + s;
+  if (threadIdx.x == 0) {
+    partM[slot] = M;
+    partL[slot] = lSum;
+  }
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float a = 0.0f;
+    for (int w = 0; w < kAttnWarps; ++w)
+      a = fmaf(wgt[w], sAcc[w][d], a);
+    partAcc[slot * hd + d] = a;
+  }
+}
+
+/// Flash-decoding reduce phase: out[h, d] = sum_s w_s acc_s[d] / sum_s w_s l_s
+/// with w_s = e^(m_s - max_s m_s) (0 for neutral partials). One block per head.
+template <typename T>
+__global__ void __launch_bounds__(kAttnThreads)
+    attnDecodeReduceKernel(const float *__restrict__ partM,
+                           const float *__restrict__ partL,
+                           const float *__restrict__ partAcc, T *out,
+                           int splits, int headDim) {
+  const int h = blockIdx.x;
+  const int64_t base = int64_t(h) * splits;
+  float M = -INFINITY;
+  for (int s = 0; s < splits; ++s)
+    M = fmaxf(M, partM[base + s]);
+  float lSum = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const float ms = partM[base + s];
+    if (ms != -INFINITY)
+      lSum = fmaf(expf(ms - M), partL[base + s], lSum);
+  }
+  const float inv = lSum > 0.0f ? 1.0f / lSum : 0.0f;
+  for (int d = threadIdx.x; d < headDim; d += blockDim.x) {
+    float a = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const float ms = partM[base + s];
+      if (ms != -INFINITY)
+        a = fmaf(expf(ms - M), partAcc[(base + s) * headDim + d], a);
+    }
+    out[int64_t(h) * headDim + d] = fromF<T>(a * inv);
+  }
+}
+
+/// Split count of decode attention: about 4 blocks per SM over all heads,
+/// at least 32 keys per split at full length, at most
+/// KILN_CUDA_ATTN_MAX_SPLITS. Fixed per (heads, max_seq) so graphs stay valid.
+inline int decodeSplits(const kiln_cuda_ctx *ctx, int64_t heads,
+                        int64_t maxSeq) {
+  const int64_t sms = ctx->sm_count > 0 ? ctx->sm_count : 108;
+  int64_t s = (4 * sms + heads - 1) / heads;
+  const int64_t byLength = (maxSeq + 31) / 32;
+  if (s > byLength)
+    s = byLength;
+  if (s > KILN_CUDA_ATTN_MAX_SPLITS)
+    s = KILN_CUDA_ATTN_MAX_SPLITS;
+  return int(s < 1 ? 1 : s);
+}
+
+template <typename T, int HDM>
+inline void attentionLaunch(kiln_cuda_ctx *ctx, const T *q, T *kCache,
+                            T *vCache, T *out, int64_t n, int64_t heads,
+                            int64_t kvHeads, int64_t headDim, int64_t maxSeq,
+                            float scale) {
+  cudaStream_t stream = streamOf(ctx);
+  const int group = int(heads / kvHeads);
+  if (n == 1) {
+    const int splits = decodeSplits(ctx, heads, maxSeq);
+    const uint64_t need =
+        kiln_cuda_attention_scratch_bytes(heads, headDim, splits);
+    if (!KILN_CUDA_ARG(ctx,
+                       ctx->workspace != nullptr &&
+                           ctx->workspace_bytes >=
+                               KILN_CUDA_ATTN_SCRATCH_OFFSET + need,
+                       "kiln_cuda_attention",
+                       "workspace too small for the flash-decoding scratch"))
+      return;
+    float *partM = reinterpret_cast<float *>(
+        static_cast<uint8_t *>(ctx->workspace) + KILN_CUDA_ATTN_SCRATCH_OFFSET);
+    float *partL = partM + heads * splits;
+    float *partAcc = partL + heads * splits;
+    attnDecodeSplitKernel<T, HDM>
+        <<<dim3(unsigned(splits), unsigned(heads)), kAttnThreads, 0, stream>>>(
+            q, kCache, vCache, partM, partL, partAcc, int(heads), group,
+            int(headDim), maxSeq, scale, ctx->d_pos);
+    if (!KILN_CUDA_LAUNCHED(ctx, "attnDecodeSplitKernel<<<>>>"))
+      return;
+    attnDecodeReduceKernel<T><<<unsigned(heads), kAttnThreads, 0, stream>>>(
+        partM, partL, partAcc, out, splits, int(headDim));
+    KILN_CUDA_LAUNCHED(ctx, "attnDecodeReduceKernel<<<>>>");
+    return;
+  }
+  const size_t smem = prefillSmemBytes(int(headDim));
+  if (smem > 48 * 1024 &&
+      !KILN_CUDA_CHECK(
+          ctx, cudaFuncSetAttribute(attnPrefillKernel<T, HDM>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(smem))))
+    return;
+  const dim3 grid(unsigned((n + kPrefillBr - 1) / kPrefillBr), unsigned(heads));
+  attnPrefillKernel<T, HDM><<<grid, kAttnThreads, smem, stream>>>(
+      q, kCache, vCache, out, n, int(heads), group, int(headDim), maxSeq, scale,
+      ctx->d_pos);
+  KILN_CUDA_LAUNCHED(ctx, "attnPrefillKernel<<<>>>");
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+/// llama2.c order: silu(g) = g * (1 / (1 + e^-g)), then times up.
+struct SwigluOp {
+  __device__ float operator()(float g, float u) const {
+    g *= 1.0f / (1.0f + expf(-g));
+    return g * u;
+  }
+};
+struct SiluOp {
+  __device__ float operator()(float x, float) const {
+    return x * (1.0f / (1.0f + expf(-x)));
+  }
+};
+struct AddOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct MulOp {
+  __device__ float operator()(float a, float b) const { return a * b; }
+};
+
+/// y[i] = op(a[i], b[i]) (b unused and may be null for unary ops). `vec`:
+/// all pointers 16-aligned, so 16-byte packs, then a scalar tail.
+template <typename T, typename Op, bool kUnary>
+__global__ void __launch_bounds__(256)
+    elementwiseKernel(const T *a, const T *b, T *y, int64_t count, bool vec) {
+  constexpr int kN = Pack<T>::kN;
+  Op op;
+  const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  int64_t done = 0;
+  if (vec) {
+    const int64_t packs = count / kN;
+    const Pack<T> *av = reinterpret_cast<const Pack<T> *>(a);
+    const Pack<T> *bv = reinterpret_cast<const Pack<T> *>(b);
+    Pack<T> *yv = reinterpret_cast<Pack<T> *>(y);
+    for (int64_t i = tid; i < packs; i += stride) {
+      const Pack<T> pa = av[i];
+      const Pack<T> pb = kUnary ? pa : bv[i];
+      Pack<T> py;
+#pragma unroll
+      for (int e = 0; e < kN; ++e)
+        py.v[e] = fromF<T>(op(toF(pa.v[e]), kUnary ? 0.0f : toF(pb.v[e])));
+      yv[i] = py;
+    }
+    done = packs * kN;
+  }
+  for (int64_t i = done + tid; i < count; i += stride)
+    y[i] = fromF<T>(op(toF(a[i]), kUnary ? 0.0f : toF(b[i])));
+}
+
+template <typename T, typename Op, bool kUnary>
+inline void elementwise(kiln_cuda_ctx *ctx, const char *name, const T *a,
+                        const T *b, T *y, int64_t count) {
+  static_assert(IsElem<T>::value, "T must be float, __half or __nv_bfloat16");
+  if (skip(ctx) || count <= 0)
+    return;
+  const bool vec = aligned16(a) && aligned16(y) && (kUnary || aligned16(b));
+  const int64_t work = vec ? count / Pack<T>::kN + 1 : count;
+  elementwiseKernel<T, Op, kUnary>
+      <<<gridFor(ctx, work, 256), 256, 0, streamOf(ctx)>>>(a, b, y, count, vec);
+  KILN_CUDA_LAUNCHED(ctx, name);
+}
+
+//===----------------------------------------------------------------------===//
+// Sampling
+//===----------------------------------------------------------------------===//
+
+constexpr int kSampleThreads = 1024;
+constexpr int kSampleCap = 2048; // candidates sorted in shared memory
+
+template <int kUnused = 0>
+__global__ void __launch_bounds__(kSampleThreads)
+    argmaxKernel(const float *__restrict__ logits, int vocab,
+                 int32_t *outToken) {
+  __shared__ float shV[32];
+  __shared__ int shI[32];
+  const int best = blockArgmax(logits, vocab, shV, shI);
+  if (threadIdx.x == 0)
+    *outToken = best;
+}
+
+/// Softmax with temperature, top-k, top-p, inverse-CDF draw; the semantics of
+/// the CPU sampler (runtime/src/tokenizer/Sampler.cpp, llama2.c run.c):
+///   temperature == 0: argmax (first maximum).
+///   e_i = exp(l_i / T - max_j l_j / T) (unnormalised probabilities, kept in
+///   `e` = scratch[vocab]), Z = sum e_i.
+///   top-k on (0 < k < vocab): the k most probable tokens (ties: lower id),
+///     sorted by probability; with top-p in (0, 1) the shortest prefix whose
+///     cumulative mass exceeds top_p times the kept mass; draw r = coin * kept
+///     mass over the prefix in sorted order.
+///   top-p only: candidates e_i >= (1 - top_p) / (vocab - 1) * Z (run.c's
+///     prefilter, at most kSampleCap of the most probable), sorted, shortest
+///     prefix with mass > top_p * Z, draw as above.
+///   neither: draw r = coin * Z over token-id order.
+/// Kept sets are found by a 4-pass 8-bit radix select on the float bits of e
+/// (non-negative floats order like their bit patterns), gathered into shared
+/// memory and bitonic-sorted by (probability desc, id asc). One block.
+/// Results match the CPU sampler's distribution exactly and its token for a
+/// given coin except where float summation order moves a CDF boundary.
+template <int kUnused = 0>
+__global__ void __launch_bounds__(kSampleThreads)
+    sampleKernel(const float *__restrict__ logits, int vocab, float temperature,
+                 int topK, float topP, const float *__restrict__ dCoin,
+                 float *e, int32_t *outToken) {
+  using ScanI = cub::BlockScan<int, kSampleThreads>;
+  using ScanF = cub::BlockScan<float, kSampleThreads>;
+  __shared__ union {
+    typename ScanI::TempStorage i;
+    typename ScanF::TempStorage f;
+  } scanStorage;
+  __shared__ float shV[32];
+  __shared__ int shI[32];
+  __shared__ unsigned hist[256];
+  __shared__ float candV[kSampleCap];
+  __shared__ int candI[kSampleCap];
+  __shared__ float cum[kSampleCap];
+  __shared__ unsigned sPrefix;
+  __shared__ int sRemaining, sCount, sFound;
+  const int tid = threadIdx.x;
+
+  if (temperature == 0.0f) {
+    const int best = blockArgmax(logits, vocab, shV, shI);
+    if (tid == 0)
+      *outToken = best;
+    return;
+  }
+  const float coin = *dCoin;
+
+  float mx = -INFINITY;
+  for (int i = tid; i < vocab; i += blockDim.x)
+    mx = fmaxf(mx, logits[i] / temperature);
+  const float M = blockMax(mx, shV);
+  float z = 0.0f;
+  for (int i = tid; i < vocab; i += blockDim.x) {
+    const float ei = expf(logits[i] / temperature - M);
+    e[i] = ei;
+    z += ei;
+  }
+  const float Z = blockSum(z, shV); // its barriers publish e[] to the block
+
+  const bool useK = topK > 0 && topK < vocab;
+  const bool useP = topP > 0.0f && topP < 1.0f;
+  if (!useK && !useP) {
+    // Inverse CDF in id order, one block-wide chunk at a time.
+    const float r = coin * Z;
+    float base = 0.0f;
+    for (int c = 0; c < vocab; c += blockDim.x) {
+      const int i = c + tid;
+      const float v = i < vocab ? e[i] : 0.0f;
+      float incl, total;
+      __syncthreads(); // scanStorage reuse
+      ScanF(scanStorage.f).InclusiveSum(v, incl, total);
+      if (tid == 0)
+        sFound = vocab;
+      __syncthreads();
+      if (i < vocab && r < base + incl)
+        atomicMin(&sFound, i);
+      __syncthreads();
+      if (sFound < vocab) {
+        if (tid == 0)
+          *outToken = sFound;
+        return;
+      }
+      base += total;
+    }
+    if (tid == 0)
+      *outToken = vocab - 1;
+    return;
+  }
+
+  int want;
+  if (useK) {
+    want =
+        topK < KILN_CUDA_SAMPLE_MAX_TOP_K ? topK : KILN_CUDA_SAMPLE_MAX_TOP_K;
+  } else {
+    const float cutoff = (1.0f - topP) / float(vocab - 1) * Z;
+    float cnt = 0.0f;
+    for (int i = tid; i < vocab; i += blockDim.x)
+      cnt += e[i] >= cutoff ? 1.0f : 0.0f;
+    const int count = int(blockSum(cnt, shV) + 0.5f);
+    want = count < 1 ? 1 : (count > kSampleCap ? kSampleCap : count);
+  }
+
+  // Radix select: tau = bits of the want-th largest e; `remaining` of the
+  // elements equal to tau belong to the kept set.
+  if (tid == 0) {
+    sPrefix = 0;
+    sRemaining = want;
+  }
+  unsigned mask = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    __syncthreads();
+    for (int b = tid; b < 256; b += blockDim.x)
+      hist[b] = 0;
+    __syncthreads();
+    const unsigned prefix = sPrefix;
+    for (int i = tid; i < vocab; i += blockDim.x) {
+      const unsigned u = __float_as_uint(e[i]);
+      if ((u & mask) == prefix)
+        atomicAdd(&hist[(u >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      int above = 0, rem = sRemaining;
+      int b = 255;
+      for (; b > 0; --b) {
+        if (above + int(hist[b]) >= rem)
+          break;
+        above += int(hist[b]);
+      }
+      sRemaining = rem - above;
+      sPrefix = prefix | (unsigned(b) << shift);
+    }
+    mask |= 255u << shift;
+  }
+  __syncthreads();
+  const unsigned tau = sPrefix;
+  const int ties = sRemaining;     // >= 1
+  const int greater = want - ties; // elements strictly above tau
+  if (tid == 0)
+    sCount = 0;
+  for (int i = tid; i < kSampleCap; i += blockDim.x) {
+    candV[i] = -1.0f; // padding sorts last
+    candI[i] = INT32_MAX;
+  }
+  __syncthreads();
+  for (int i = tid; i < vocab; i += blockDim.x)
+    if (__float_as_uint(e[i]) > tau) {
+      const int slot = atomicAdd(&sCount, 1);
+      candV[slot] = e[i];
+      candI[slot] = i;
+    }
+  // Ties at tau in id order, a block-wide chunk at a time.
+  int tieBase = 0;
+  for (int c = 0; c < vocab && tieBase < ties; c += blockDim.x) {
+    const int i = c + tid;
+    const int flag = (i < vocab && __float_as_uint(e[i]) == tau) ? 1 : 0;
+    int excl, total;
+    __syncthreads();
+    ScanI(scanStorage.i).ExclusiveSum(flag, excl, total);
+    if (flag && tieBase + excl < ties) {
+      candV[greater + tieBase + excl] = e[i];
+      candI[greater + tieBase + excl] = i;
+    }
+    tieBase += total;
+  }
+  __syncthreads();
+
+  // Bitonic sort, "before" = larger probability, then smaller id.
+  for (int k = 2; k <= kSampleCap; k <<= 1)
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      for (int t = tid; t < kSampleCap; t += blockDim.x) {
+        const int o = t ^ j;
+        if (o <= t)
+          continue;
+        const float vt = candV[t], vo = candV[o];
+        const int it = candI[t], io = candI[o];
+        const bool oFirst = vo > vt || (vo == vt && io < it);
+        const bool tFirst = vt > vo || (vt == vo && it < io);
+        if ((t & k) == 0 ? oFirst : tFirst) {
+          candV[t] = vo;
+          candV[o] = vt;
+          candI[t] = io;
+          candI[o] = it;
+        }
+      }
+      __syncthreads();
+    }
+
+  // Inclusive prefix sums in sorted order (blocked: 2 items per thread).
+  constexpr int kItems = kSampleCap / kSampleThreads;
+  {
+    float in[kItems], outv[kItems];
+    for (int it = 0; it < kItems; ++it) {
+      const int idx = tid * kItems + it;
+      in[it] = idx < want ? candV[idx] : 0.0f;
+    }
+    __syncthreads();
+    ScanF(scanStorage.f).InclusiveSum(in, outv);
+    for (int it = 0; it < kItems; ++it)
+      cum[tid * kItems + it] = outv[it];
+  }
+  __syncthreads();
+
+  int lastIdx = want - 1;
+  float total = cum[want - 1];
+  if (useP) {
+    const float limit = useK ? topP * total : topP * Z;
+    if (tid == 0)
+      sFound = want - 1;
+    __syncthreads();
+    for (int i = tid; i < want; i += blockDim.x)
+      if (cum[i] > limit)
+        atomicMin(&sFound, i);
+    __syncthreads();
+    lastIdx = sFound;
+    total = cum[lastIdx];
+    __syncthreads();
+  }
+  const float r = coin * total;
+  if (tid == 0)
+    sFound = lastIdx;
+  __syncthreads();
+  for (int i = tid; i <= lastIdx; i += blockDim.x)
+    if (r < cum[i])
+      atomicMin(&sFound, i);
+  __syncthreads();
+  if (tid == 0)
+    *outToken = candI[sFound];
+}
+
+} // namespace kiln_cuda_detail
+
+//===----------------------------------------------------------------------===//
+// Host wrappers
+//===----------------------------------------------------------------------===//
+
+/// out[i, :] = table[tokens[i], :]. tokens int32 [n] (device), table T
+/// [vocab, dim], out T [n, dim].
+template <typename T>
+inline void kiln_cuda_embedding(kiln_cuda_ctx *ctx, const int32_t *tokens,
+                                int64_t n, const T *table, int64_t vocab,
+                                int64_t dim, T *out) {
+  using namespace kiln_cuda_detail;
+  static_assert(IsElem<T>::value, "T must be float, __half or __nv_bfloat16");
+  if (skip(ctx) || n <= 0 || dim <= 0)
+    return;
+  const bool vec = aligned16(table) && aligned16(out) &&
+                   (dim * int64_t(sizeof(T))) % 16 == 0;
+  const unsigned grid = unsigned(n < 65535 ? n : 65535);
+  embeddingKernel<T>
+      <<<grid, 256, 0, streamOf(ctx)>>>(tokens, n, table, vocab, dim, out, vec);
+  KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_embedding<<<>>>");
+}
+
+/// RMSNorm: y[i, :] = w * x[i, :] / sqrt(mean(x[i, :]^2) + eps). x, y T
+/// [n, dim] (may alias), w T [dim].
+template <typename T>
+inline void kiln_cuda_rms_norm(kiln_cuda_ctx *ctx, const T *x, const T *w, T *y,
+                               int64_t n, int64_t dim, float eps) {
+  using namespace kiln_cuda_detail;
+  static_assert(IsElem<T>::value, "T must be float, __half or __nv_bfloat16");
+  if (skip(ctx) || n <= 0 || dim <= 0)
+    return;
+  const unsigned grid = unsigned(n < 65535 ? n : 65535);
+  rmsNormKernel<T><<<grid, 256, 0, streamOf(ctx)>>>(x, w, y, n, dim, eps);
+  KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_rms_norm<<<>>>");
+}
+
+/// y[n, out] = x[n, in] * w[out, in]^T, row-major, float accumulation. x, w
+/// of type T; y of type T or float (logits). n == 1: Kiln's GEMV; n > 1:
+/// cuBLASLt (plans cached per shape; workspace = ctx->workspace up to
+/// KILN_CUDA_GEMM_WORKSPACE_BYTES).
+template <typename T, typename Y>
+inline void kiln_cuda_linear(kiln_cuda_ctx *ctx, const T *x, const T *w, Y *y,
+                             int64_t n, int64_t in, int64_t out) {
+  using namespace kiln_cuda_detail;
+  static_assert(IsElem<T>::value, "T must be float, __half or __nv_bfloat16");
+  static_assert(std::is_same<Y, T>::value || std::is_same<Y, float>::value,
+                "y must have the element type of x or be float");
+  if (skip(ctx) || n <= 0 || out <= 0)
+    return;
+  if (in <= 0) { // empty sum: y = 0 (all-zero bits are 0.0 in every type)
+    KILN_CUDA_CHECK(
+        ctx, cudaMemsetAsync(y, 0, size_t(n * out) * sizeof(Y), streamOf(ctx)));
+    return;
+  }
+  if (n == 1) {
+    const int warps = kGemvThreads / 32;
+    int64_t blocks = (out + warps - 1) / warps;
+    if (blocks > (int64_t(1) << 20))
+      blocks = int64_t(1) << 20;
+    gemvKernel<T, Y><<<unsigned(blocks), kGemvThreads, 0, streamOf(ctx)>>>(
+        x, w, y, in, out);
+    KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_linear(gemv)<<<>>>");
+    return;
+  }
+  ltLinear(ctx, x, w, y, n, in, out);
+}
+
+/// Rotary embedding, adjacent pairs, positions *ctx->d_pos + row (the `pos`
+/// argument is ignored). x, y T [n, heads * head_dim] (may alias).
+template <typename T>
+inline void kiln_cuda_rope(kiln_cuda_ctx *ctx, const T *x, T *y, int64_t n,
+                           int64_t heads, int64_t head_dim, int64_t rot_dim,
+                           int64_t pos, float theta) {
+  using namespace kiln_cuda_detail;
+  static_assert(IsElem<T>::value, "T must be float, __half or __nv_bfloat16");
+  (void)pos; // graph replays read the position from ctx->d_pos
+  if (skip(ctx) || n <= 0 || heads <= 0 || head_dim <= 0)
+    return;
+  if (!KILN_CUDA_ARG(ctx, rot_dim >= 0 && rot_dim <= head_dim, "kiln_cuda_rope",
+                     "rot_dim outside [0, head_dim]"))
+    return;
+  const int64_t work = n * heads * ((head_dim + 1) / 2);
+  ropeKernel<T><<<gridFor(ctx, work, 256), 256, 0, streamOf(ctx)>>>(
+      x, y, n, heads, head_dim, rot_dim, theta, ctx->d_pos);
+  KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_rope<<<>>>");
+}
+
+/// Causal GQA attention with a KV cache (kernel_abi.h kiln_k_attention), with
+/// p = *ctx->d_pos (the `pos` argument is ignored): stores k, v (T
+/// [n, kv_heads * head_dim]) at rows [p, p + n) of k_cache, v_cache (T
+/// [max_seq, kv_heads * head_dim]), then out[i, h] (T [n, heads * head_dim])
+/// = softmax_j(q[i, h] . k_cache[j, h / (heads / kv_heads)] * scale) v_cache[j]
+/// over j in [0, p + i]. n > 1: FlashAttention-2 tiling; n == 1:
+/// flash-decoding with kiln_cuda_attention_scratch_bytes(heads, head_dim,
+/// KILN_CUDA_ATTN_MAX_SPLITS) bytes at KILN_CUDA_ATTN_SCRATCH_OFFSET of
+/// ctx->workspace. 1 <= head_dim <= 256, heads a multiple of kv_heads.
+template <typename T>
+inline void kiln_cuda_attention(kiln_cuda_ctx *ctx, const T *q, const T *k,
+                                const T *v, T *k_cache, T *v_cache, T *out,
+                                int64_t n, int64_t pos, int64_t heads,
+                                int64_t kv_heads, int64_t head_dim,
+                                int64_t max_seq, float scale) {
+  using namespace kiln_cuda_detail;
+  static_assert(IsElem<T>::value, "T must be float, __half or __nv_bfloat16");
+  (void)pos; // graph replays read the position from ctx->d_pos
+  if (skip(ctx) || n <= 0)
+    return;
+  if (!KILN_CUDA_ARG(ctx,
+                     heads > 0 && kv_heads > 0 && heads % kv_heads == 0 &&
+                         heads <= 65535 && max_seq > 0,
+                     "kiln_cuda_attention",
+                     "heads must be a positive multiple of kv_heads") ||
+      !KILN_CUDA_ARG(ctx,
+                     head_dim >= 1 && head_dim <= KILN_CUDA_ATTN_MAX_HEAD_DIM,
+                     "kiln_cuda_attention", "head_dim outside [1, 256]"))
+    return;
+  const int64_t kvDim = kv_heads * head_dim;
+  kvAppendKernel<T><<<gridFor(ctx, n * kvDim, 256), 256, 0, streamOf(ctx)>>>(
+      k, v, k_cache, v_cache, n, kvDim, max_seq, ctx->d_pos);
+  if (!KILN_CUDA_LAUNCHED(ctx, "kvAppendKernel<<<>>>"))
+    return;
+  if (head_dim <= 32)
+    return attentionLaunch<T, 32>(ctx, q, k_cache, v_cache, out, n, heads,
+                                  kv_heads, head_dim, max_seq, scale);
+  if (head_dim <= 64)
+    return attentionLaunch<T, 64>(ctx, q, k_cache, v_cache, out, n, heads,
+                                  kv_heads, head_dim, max_seq, scale);
+  if (head_dim <= 128)
+    return attentionLaunch<T, 128>(ctx, q, k_cache, v_cache, out, n, heads,
+                                   kv_heads, head_dim, max_seq, scale);
+  attentionLaunch<T, 256>(ctx, q, k_cache, v_cache, out, n, heads, kv_heads,
+                          head_dim, max_seq, scale);
+}
+
+/// y = silu(gate) * up, count elements of T (any alignment; in-place ok).
+template <typename T>
+inline void kiln_cuda_swiglu(kiln_cuda_ctx *ctx, const T *gate, const T *up,
+                             T *y, int64_t count) {
+  kiln_cuda_detail::elementwise<T, kiln_cuda_detail::SwigluOp, false>(
+      ctx, "kiln_cuda_swiglu<<<>>>", gate, up, y, count);
+}
+
+/// y = x * sigmoid(x), count elements of T.
+template <typename T>
+inline void kiln_cuda_silu(kiln_cuda_ctx *ctx, const T *x, T *y,
+                           int64_t count) {
+  kiln_cuda_detail::elementwise<T, kiln_cuda_detail::SiluOp, true>(
+      ctx, "kiln_cuda_silu<<<>>>", x, nullptr, y, count);
+}
+
+/// y = a + b, count elements of T.
+template <typename T>
+inline void kiln_cuda_add(kiln_cuda_ctx *ctx, const T *a, const T *b, T *y,
+                          int64_t count) {
+  kiln_cuda_detail::elementwise<T, kiln_cuda_detail::AddOp, false>(
+      ctx, "kiln_cuda_add<<<>>>", a, b, y, count);
+}
+
+/// y = a * b, count elements of T.
+template <typename T>
+inline void kiln_cuda_mul(kiln_cuda_ctx *ctx, const T *a, const T *b, T *y,
+                          int64_t count) {
+  kiln_cuda_detail::elementwise<T, kiln_cuda_detail::MulOp, false>(
+      ctx, "kiln_cuda_mul<<<>>>", a, b, y, count);
+}
+
+/// *out_token = first index of the maximum of logits (float [vocab]).
+inline void kiln_cuda_argmax(kiln_cuda_ctx *ctx, const float *logits,
+                             int64_t vocab, int32_t *out_token) {
+  using namespace kiln_cuda_detail;
+  if (skip(ctx))
+    return;
+  if (!KILN_CUDA_ARG(ctx, vocab > 0 && vocab <= INT32_MAX, "kiln_cuda_argmax",
+                     "vocab outside [1, 2^31)"))
+    return;
+  argmaxKernel<>
+      <<<1, kSampleThreads, 0, streamOf(ctx)>>>(logits, int(vocab), out_token);
+  KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_argmax<<<>>>");
+}
+
+/// Samples *out_token from logits (float [vocab]): greedy when temperature
+/// == 0, else softmax(logits / temperature), top-k (top_k <= 0 or >= vocab:
+/// off; clamped to KILN_CUDA_SAMPLE_MAX_TOP_K), top-p over the kept set
+/// (top_p <= 0 or >= 1: off), inverse-CDF draw with *d_coin (device float in
+/// [0, 1)). scratch: device float [vocab] (kiln_cuda_sample_scratch_bytes).
+inline void kiln_cuda_sample_topk_topp(kiln_cuda_ctx *ctx, const float *logits,
+                                       int64_t vocab, float temperature,
+                                       int32_t top_k, float top_p,
+                                       const float *d_coin, float *scratch,
+                                       int32_t *out_token) {
+  using namespace kiln_cuda_detail;
+  if (skip(ctx))
+    return;
+  if (!KILN_CUDA_ARG(ctx, vocab > 0 && vocab <= INT32_MAX,
+                     "kiln_cuda_sample_topk_topp", "vocab outside [1, 2^31)") ||
+      !KILN_CUDA_ARG(ctx, temperature >= 0.0f, "kiln_cuda_sample_topk_topp",
+                     "negative temperature"))
+    return;
+  sampleKernel<><<<1, kSampleThreads, 0, streamOf(ctx)>>>(
+      logits, int(vocab), temperature, top_k, top_p, d_coin, scratch,
+      out_token);
+  KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_sample_topk_topp<<<>>>");
+}
+
+#endif // KILN_CODEGEN_CUDA_KILNKERNELS_CUH

@@ -1,0 +1,78 @@
+/*===- cuda_abi.h - Contract between emitted CUDA code and the runtime -*- C -*-===*
+ *
+ * The CUDA counterpart of kernel_abi.h. For `--target=cuda`, codegen emits
+ * model.cu: the plan's entry points as host functions that launch Kiln's CUDA
+ * kernels (codegen/CUDA/KilnKernels.cuh, compiled into the same object) and
+ * cuBLASLt GEMMs, all on `ctx->stream`:
+ *
+ *   extern "C" void kiln_prefill(kiln_cuda_ctx *ctx, int64_t n, int64_t pos);
+ *   extern "C" void kiln_decode(kiln_cuda_ctx *ctx, int64_t n, int64_t pos);
+ *
+ * nvcc compiles model.cu for sm_80 and sm_90a into model.so. The runtime's
+ * CUDA executor owns every resource in the context: it copies weights.bin to
+ * the device once, allocates the arena and KV cache, creates the stream and
+ * the cuBLASLt handle, writes the step's token ids and position to device
+ * memory, and captures `kiln_decode` once into a CUDA graph that it replays.
+ *
+ * Graph replay requires every kernel argument to stay fixed across steps, so
+ * kernels read the start position from `*ctx->d_pos` (device memory), never
+ * from the host `pos` argument (which emitted code passes along only for
+ * host-side bookkeeping). The token count `n` is fixed per captured graph
+ * (1 for decode) and is a host value.
+ *
+ * All pointers below are device pointers unless stated. Activations and
+ * weights have the element type recorded in manifest.json recipe.dtype
+ * (f32, f16 or bf16); logits are always float32; the KV cache has the
+ * manifest's kv_cache.dtype.
+ *===----------------------------------------------------------------------===*/
+#ifndef KILN_RT_CUDA_ABI_H
+#define KILN_RT_CUDA_ABI_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_CUDA_ABI_VERSION 1
+
+typedef struct kiln_cuda_ctx {
+  uint8_t *arena;          /* activation arena, runtime.arena_bytes, 256-byte aligned */
+  const uint8_t *weights;  /* weights.bin copied to the device, 256-byte aligned */
+  uint8_t *kv;             /* KV cache, runtime.kv_cache.bytes, zeroed at start */
+  const int32_t *tokens;   /* input token ids [n] */
+  float *logits;           /* output: logits of the last input token [vocab] */
+  const int64_t *d_pos;    /* start position of this step (device scalar) */
+  void *stream;            /* cudaStream_t all work is enqueued on (host handle) */
+  void *cublaslt;          /* cublasLtHandle_t (host handle) */
+  void *workspace;         /* cuBLASLt workspace */
+  uint64_t workspace_bytes;
+  int32_t sm_count;        /* multiprocessors of the device, for split-K choices */
+  int32_t status;          /* first CUDA/cuBLAS error seen by emitted code, 0 if none */
+  char error[256];         /* its message: "<call> failed at <file>:<line>: <reason>" */
+} kiln_cuda_ctx;
+
+/* Besides the entry points, emitted model.so exports (C linkage):
+ *
+ *   uint64_t kiln_cuda_workspace_bytes(void);
+ *       bytes the executor must allocate for ctx->workspace (cuBLASLt
+ *       workspace plus attention and sampling scratch), 256-byte aligned.
+ *   void kiln_cuda_sample(kiln_cuda_ctx *ctx, float temperature, int32_t top_k,
+ *                         float top_p, const float *d_coin, int32_t *d_token);
+ *       samples the next token from ctx->logits on ctx->stream: greedy
+ *       (argmax, first maximum) when temperature == 0, else softmax with
+ *       temperature, top-k (0: off), top-p (1: off) and an inverse-CDF draw
+ *       with the uniform [0, 1) value *d_coin. Writes the id to *d_token.
+ *   int32_t kiln_cuda_abi_version(void);  returns KILN_CUDA_ABI_VERSION.
+ */
+typedef uint64_t (*kiln_cuda_workspace_bytes_fn)(void);
+typedef void (*kiln_cuda_entry_fn)(kiln_cuda_ctx *, int64_t, int64_t);
+typedef void (*kiln_cuda_sample_fn)(kiln_cuda_ctx *, float, int32_t, float,
+                                    const float *, int32_t *);
+typedef int32_t (*kiln_cuda_abi_version_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_RT_CUDA_ABI_H */

@@ -1,0 +1,54 @@
+//===- CudaBackend.h - libkiln_runtime's side of the CUDA executor -*- C++ -*-===//
+//
+// Compiled into libkiln_runtime.so without any CUDA header or library: finds
+// libkiln_runtime_cuda.so next to libkiln_runtime.so (dladdr), dlopen()s it
+// once per process, and wraps its C table (CudaExecutor.h) in Status values
+// and an Executor.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_RUNTIME_CUDA_CUDABACKEND_H
+#define KILN_RUNTIME_CUDA_CUDABACKEND_H
+
+#include "base/Status.h"
+#include "cuda/CudaExecutor.h"
+#include "session/Executor.h"
+
+#include <memory>
+#include <string>
+
+namespace kiln::rt {
+
+/// One artifact's CUDA model: device weights and the cuBLASLt handle.
+class CudaBackend {
+public:
+  ~CudaBackend();
+  CudaBackend(const CudaBackend &) = delete;
+  CudaBackend &operator=(const CudaBackend &) = delete;
+
+  /// Loads libkiln_runtime_cuda.so and checks that device 0 exists.
+  /// `artifactDir` names the artifact in messages ("DIR targets cuda but ...").
+  static Status open(const std::string &artifactDir,
+                     std::unique_ptr<CudaBackend> &out);
+
+  /// Creates the device model (weights upload, cuBLASLt). Once.
+  Status createModel(const kiln_cudaexec_model_desc_t &desc);
+  /// A session executor on this model.
+  Status createExecutor(std::unique_ptr<Executor> &out) const;
+  /// Device-to-device copy bandwidth, bytes/s.
+  Status memcpyBandwidth(uint64_t bytes, int32_t reps, double &out) const;
+
+  const std::string &deviceName() const { return deviceName_; }
+
+private:
+  CudaBackend() = default;
+  const kiln_cudaexec_api_t *api_ = nullptr;
+  kiln_cudaexec_model_t *model_ = nullptr;
+  std::string deviceName_;
+};
+
+/// A failed kiln_cudaexec_* call as a Status (its code and message).
+Status cudaStatus(int32_t code, const kiln_cudaexec_error_t &err);
+
+} // namespace kiln::rt
+
+#endif // KILN_RUNTIME_CUDA_CUDABACKEND_H

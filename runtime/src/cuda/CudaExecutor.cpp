@@ -1,0 +1,623 @@
+//===- CudaExecutor.cpp - libkiln_runtime_cuda.so -----------------*- C++ -*-===//
+//
+// The CUDA executor behind the C table of CudaExecutor.h. Host code only
+// (compiled by the host compiler against the CUDA runtime API, linked with
+// the shared libcudart); the kernels live in the artifact's model.so.
+//
+// Per model: device 0, weights copied once through two pinned 64 MiB staging
+// buffers (host memcpy from the mmap overlaps the previous async upload), and
+// a cuBLASLt handle from a dlopen()ed libcublasLt. Per session: one
+// non-blocking stream and device buffers
+//   io:     [0] int64 pos | [16] int32 tokens[max_prefill] | coin | token
+//   arena, kv (zeroed), logits float[vocab], workspace
+// with a pinned host mirror of `io`, so one H2D copy sets tokens and position.
+// Prefill runs kiln_prefill eagerly per chunk; decode captures
+// kiln_decode(ctx, 1, pos) once into a CUDA graph and replays it, with the
+// token/position copy enqueued before (outside) the graph. Every step ends
+// with a stream synchronize, ctx->status and cudaGetLastError checks.
+//
+//===----------------------------------------------------------------------===//
+#include "cuda/CudaExecutor.h"
+
+#include "kiln_rt/api.h"
+
+#include <cuda_runtime.h>
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+namespace {
+
+constexpr uint64_t kAlign = 256;
+constexpr uint64_t kStagingBytes = uint64_t(64) << 20;
+constexpr uint64_t kPosOffset = 0;
+constexpr uint64_t kTokensOffset = 16;
+
+uint64_t alignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+const char *baseName(const char *path) {
+  const char *slash = std::strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+int32_t setError(kiln_cudaexec_error_t *err, int32_t code, const char *fmt,
+                 ...) __attribute__((format(printf, 3, 4)));
+int32_t setError(kiln_cudaexec_error_t *err, int32_t code, const char *fmt,
+                 ...) {
+  if (err) {
+    err->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+int32_t codeOf(cudaError_t e) {
+  return e == cudaErrorMemoryAllocation ? KILN_RT_RESOURCE_EXHAUSTED
+                                        : KILN_RT_INTERNAL;
+}
+
+int32_t cudaFailure(kiln_cudaexec_error_t *err, cudaError_t e,
+                    const char *call, const char *file, int line) {
+  // Clear the non-sticky per-thread error so later calls start clean.
+  (void)cudaGetLastError();
+  return setError(err, codeOf(e), "%s failed at %s:%d: %s", call,
+                  baseName(file), line, cudaGetErrorString(e));
+}
+
+} // namespace
+
+/// Checks a CUDA runtime call; on failure fills `err` and returns its code.
+#define KILN_CUDA_CHECK(call)                                                  \
+  do {                                                                         \
+    cudaError_t kilnCudaErr_ = (call);                                         \
+    if (kilnCudaErr_ != cudaSuccess)                                           \
+      return cudaFailure(err, kilnCudaErr_, #call, __FILE__, __LINE__);        \
+  } while (0)
+
+#define KILN_RETURN_IF_FAILED(expr)                                            \
+  do {                                                                         \
+    int32_t kilnCode_ = (expr);                                                \
+    if (kilnCode_ != 0)                                                        \
+      return kilnCode_;                                                        \
+  } while (0)
+
+using CublasLtCreateFn = int (*)(void **handle);
+using CublasLtDestroyFn = int (*)(void *handle);
+
+struct kiln_cudaexec_model_s {
+  kiln_cudaexec_model_desc_t desc{};
+  int device = 0;
+  int32_t smCount = 0;
+  uint8_t *dWeights = nullptr;
+  uint64_t workspaceBytes = 0;
+  void *cublasLtLibrary = nullptr;
+  void *cublasLt = nullptr;
+  CublasLtDestroyFn cublasLtDestroy = nullptr;
+
+  ~kiln_cudaexec_model_s() {
+    if (cublasLt && cublasLtDestroy)
+      cublasLtDestroy(cublasLt);
+    if (dWeights)
+      cudaFree(dWeights);
+    if (cublasLtLibrary)
+      dlclose(cublasLtLibrary);
+  }
+};
+
+struct kiln_cudaexec_session_s {
+  kiln_cudaexec_model_s *model = nullptr;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t ioFree = nullptr; ///< recorded after each H2D copy from hIo
+  bool ioPending = false;
+  uint64_t ioBytes = 0, coinOffset = 0, tokenOffset = 0;
+  uint8_t *dIo = nullptr, *hIo = nullptr;
+  uint8_t *dArena = nullptr, *dKv = nullptr, *dWorkspace = nullptr;
+  float *dLogits = nullptr, *hLogits = nullptr;
+  bool logitsOnHost = false;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t graphExec = nullptr;
+  bool useGraph = true;
+  kiln_cuda_ctx ctx{};
+
+  ~kiln_cudaexec_session_s() {
+    if (stream)
+      cudaStreamSynchronize(stream);
+    if (graphExec)
+      cudaGraphExecDestroy(graphExec);
+    if (graph)
+      cudaGraphDestroy(graph);
+    for (void *p : {(void *)dIo, (void *)dArena, (void *)dKv,
+                    (void *)dWorkspace, (void *)dLogits})
+      if (p)
+        cudaFree(p);
+    if (hIo)
+      cudaFreeHost(hIo);
+    if (hLogits)
+      cudaFreeHost(hLogits);
+    if (ioFree)
+      cudaEventDestroy(ioFree);
+    if (stream)
+      cudaStreamDestroy(stream);
+    (void)cudaGetLastError();
+  }
+};
+
+namespace {
+
+/// cudaMalloc rounded up to 256 bytes (allocations are 256-byte aligned).
+template <typename T>
+int32_t deviceAlloc(T **out, uint64_t bytes, const char *what,
+                    kiln_cudaexec_error_t *err) {
+  void *p = nullptr;
+  uint64_t rounded = alignUp(std::max<uint64_t>(bytes, 1), kAlign);
+  cudaError_t e = cudaMalloc(&p, rounded);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return setError(err, codeOf(e),
+                    "cudaMalloc of the %s (%llu bytes) failed at %s:%d: %s",
+                    what, (unsigned long long)rounded, baseName(__FILE__),
+                    __LINE__, cudaGetErrorString(e));
+  }
+  *out = static_cast<T *>(p);
+  return 0;
+}
+
+/// A pinned staging buffer, freed on scope exit.
+struct PinnedBuffer {
+  void *p = nullptr;
+  ~PinnedBuffer() {
+    if (p)
+      cudaFreeHost(p);
+  }
+};
+
+int32_t uploadWeights(kiln_cudaexec_model_s &m, kiln_cudaexec_error_t *err) {
+  const kiln_cudaexec_model_desc_t &d = m.desc;
+  KILN_RETURN_IF_FAILED(deviceAlloc(&m.dWeights, d.weights_bytes, "weights", err));
+  if (d.weights_bytes == 0)
+    return 0;
+  uint64_t chunk = std::min(kStagingBytes, d.weights_bytes);
+  PinnedBuffer staging[2];
+  struct Resources {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t done[2] = {nullptr, nullptr};
+    ~Resources() {
+      if (stream)
+        cudaStreamSynchronize(stream);
+      for (cudaEvent_t e : done)
+        if (e)
+          cudaEventDestroy(e);
+      if (stream)
+        cudaStreamDestroy(stream);
+    }
+  } r;
+  KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
+  bool used[2] = {false, false};
+  for (int b = 0; b < 2; ++b) {
+    KILN_CUDA_CHECK(cudaHostAlloc(&staging[b].p, chunk, cudaHostAllocDefault));
+    KILN_CUDA_CHECK(cudaEventCreateWithFlags(&r.done[b], cudaEventDisableTiming));
+  }
+  int b = 0;
+  for (uint64_t off = 0; off < d.weights_bytes; off += chunk, b ^= 1) {
+    uint64_t len = std::min(chunk, d.weights_bytes - off);
+    if (used[b]) // the copy that last read this buffer must be finished
+      KILN_CUDA_CHECK(cudaEventSynchronize(r.done[b]));
+    std::memcpy(staging[b].p, d.weights + off, len);
+    KILN_CUDA_CHECK(cudaMemcpyAsync(m.dWeights + off, staging[b].p, len,
+                                    cudaMemcpyHostToDevice, r.stream));
+    KILN_CUDA_CHECK(cudaEventRecord(r.done[b], r.stream));
+    used[b] = true;
+  }
+  KILN_CUDA_CHECK(cudaStreamSynchronize(r.stream));
+  return 0;
+}
+
+/// libcublasLt: model.so links it, so the soname usually resolves to the copy
+/// already loaded; the toolkit's directory is the last resort.
+int32_t createCublasLt(kiln_cudaexec_model_s &m, kiln_cudaexec_error_t *err) {
+  const char *candidates[] = {"libcublasLt.so.13", "libcublasLt.so",
+#ifdef KILN_CUDA_TOOLKIT_LIBRARY_DIR
+                              KILN_CUDA_TOOLKIT_LIBRARY_DIR "/libcublasLt.so.13",
+#endif
+                              nullptr};
+  std::string tried;
+  for (const char **c = candidates; *c && !m.cublasLtLibrary; ++c) {
+    dlerror();
+    m.cublasLtLibrary = dlopen(*c, RTLD_NOW | RTLD_LOCAL);
+    if (!m.cublasLtLibrary) {
+      const char *e = dlerror();
+      tried += std::string(tried.empty() ? "" : "; ") + (e ? e : *c);
+    }
+  }
+  if (!m.cublasLtLibrary)
+    return setError(err, KILN_RT_NOT_FOUND,
+                    "cannot load cuBLASLt (libcublasLt.so.13): %s", tried.c_str());
+  auto create = reinterpret_cast<CublasLtCreateFn>(
+      dlsym(m.cublasLtLibrary, "cublasLtCreate"));
+  m.cublasLtDestroy = reinterpret_cast<CublasLtDestroyFn>(
+      dlsym(m.cublasLtLibrary, "cublasLtDestroy"));
+  if (!create || !m.cublasLtDestroy)
+    return setError(err, KILN_RT_NOT_FOUND,
+                    "libcublasLt has no cublasLtCreate/cublasLtDestroy");
+  int status = create(&m.cublasLt);
+  if (status != 0 || !m.cublasLt) {
+    m.cublasLt = nullptr;
+    return setError(err, KILN_RT_INTERNAL,
+                    "cublasLtCreate failed at %s:%d: cublasStatus_t %d",
+                    baseName(__FILE__), __LINE__, status);
+  }
+  return 0;
+}
+
+/// After emitted host code ran (eagerly or under capture): its own error
+/// report first, then launch errors it did not check.
+int32_t checkModelCall(kiln_cudaexec_session_s &s, const char *what,
+                       kiln_cudaexec_error_t *err) {
+  if (s.ctx.status != 0) {
+    s.ctx.error[sizeof(s.ctx.error) - 1] = '\0';
+    (void)cudaGetLastError();
+    return setError(err, KILN_RT_INTERNAL, "%s: %s (status %d)", what,
+                    s.ctx.error[0] ? s.ctx.error : "emitted code reported an error",
+                    s.ctx.status);
+  }
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    return setError(err, codeOf(e), "%s: kernel launch failed: %s", what,
+                    cudaGetErrorString(e));
+  return 0;
+}
+
+void clearModelStatus(kiln_cudaexec_session_s &s) {
+  s.ctx.status = 0;
+  s.ctx.error[0] = '\0';
+}
+
+/// Before host code rewrites hIo: the last H2D copy from it must be done.
+int32_t waitIo(kiln_cudaexec_session_s &s, kiln_cudaexec_error_t *err) {
+  if (s.ioPending) {
+    KILN_CUDA_CHECK(cudaEventSynchronize(s.ioFree));
+    s.ioPending = false;
+  }
+  return 0;
+}
+
+/// Copies hIo[0, 16 + 4n) (position and n token ids) to the device.
+int32_t uploadStep(kiln_cudaexec_session_s &s, const int32_t *tokens,
+                   int64_t n, int64_t pos, kiln_cudaexec_error_t *err) {
+  KILN_RETURN_IF_FAILED(waitIo(s, err));
+  std::memcpy(s.hIo + kPosOffset, &pos, sizeof(pos));
+  std::memcpy(s.hIo + kTokensOffset, tokens, size_t(n) * sizeof(int32_t));
+  KILN_CUDA_CHECK(cudaMemcpyAsync(s.dIo, s.hIo,
+                                  kTokensOffset + uint64_t(n) * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, s.stream));
+  KILN_CUDA_CHECK(cudaEventRecord(s.ioFree, s.stream));
+  s.ioPending = true;
+  return 0;
+}
+
+int32_t synchronize(kiln_cudaexec_session_s &s, const char *what,
+                    kiln_cudaexec_error_t *err) {
+  cudaError_t e = cudaStreamSynchronize(s.stream);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return setError(err, codeOf(e),
+                    "cudaStreamSynchronize after %s failed at %s:%d: %s", what,
+                    baseName(__FILE__), __LINE__, cudaGetErrorString(e));
+  }
+  s.ioPending = false;
+  return 0;
+}
+
+/// Captures kiln_decode(ctx, 1, pos) on the session stream into s.graphExec.
+int32_t captureDecode(kiln_cudaexec_session_s &s, int64_t pos,
+                      kiln_cudaexec_error_t *err) {
+  KILN_CUDA_CHECK(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
+  clearModelStatus(s);
+  s.model->desc.decode(&s.ctx, 1, pos);
+  cudaGraph_t graph = nullptr;
+  cudaError_t endErr = cudaStreamEndCapture(s.stream, &graph);
+  if (s.ctx.status != 0 || endErr != cudaSuccess) {
+    if (graph)
+      cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    std::string reported = s.ctx.status ? std::string(s.ctx.error) : "";
+    return setError(
+        err, KILN_RT_INTERNAL,
+        "capturing kiln_decode into a CUDA graph failed: %s%s%s%s "
+        "(KILN_CUDA_GRAPHS=0 runs decode eagerly)",
+        endErr != cudaSuccess ? "cudaStreamEndCapture: " : "",
+        endErr != cudaSuccess ? cudaGetErrorString(endErr) : "",
+        (endErr != cudaSuccess && !reported.empty()) ? "; " : "",
+        reported.c_str());
+  }
+  KILN_RETURN_IF_FAILED(checkModelCall(s, "kiln_decode (capture)", err));
+  s.graph = graph;
+  KILN_CUDA_CHECK(cudaGraphInstantiate(&s.graphExec, s.graph, 0));
+  return 0;
+}
+
+//===----------------------------------------------------------------------===//
+// The table entries
+//===----------------------------------------------------------------------===//
+
+int32_t deviceProbe(char *outName, size_t capacity, kiln_cudaexec_error_t *err) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return setError(err, KILN_RT_NOT_FOUND, "cudaGetDeviceCount: %s",
+                    cudaGetErrorString(e));
+  }
+  if (count < 1)
+    return setError(err, KILN_RT_NOT_FOUND,
+                    "cudaGetDeviceCount: no CUDA-capable device is detected");
+  cudaDeviceProp prop;
+  KILN_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  if (outName && capacity)
+    std::snprintf(outName, capacity, "%s (%d SMs, %.0f GiB, sm_%d%d)", prop.name,
+                  prop.multiProcessorCount,
+                  double(prop.totalGlobalMem) / double(1ull << 30), prop.major,
+                  prop.minor);
+  return 0;
+}
+
+int32_t modelCreateImpl(const kiln_cudaexec_model_desc_t *desc,
+                        kiln_cudaexec_model_s &m, kiln_cudaexec_error_t *err) {
+  if (!desc || !desc->prefill || !desc->decode || !desc->sample ||
+      !desc->workspace_bytes || !desc->abi_version ||
+      (desc->weights_bytes && !desc->weights) || desc->max_prefill_tokens < 1 ||
+      desc->vocab_size < 1)
+    return setError(err, KILN_RT_INVALID_ARGUMENT,
+                    "model_create: incomplete model description");
+  m.desc = *desc;
+  int32_t abi = desc->abi_version();
+  if (abi != KILN_CUDA_ABI_VERSION)
+    return setError(err, KILN_RT_UNIMPLEMENTED,
+                    "model.so was built for CUDA ABI version %d, this runtime "
+                    "implements version %d (recompile the artifact)",
+                    abi, KILN_CUDA_ABI_VERSION);
+  KILN_CUDA_CHECK(cudaSetDevice(m.device));
+  int sms = 0;
+  KILN_CUDA_CHECK(
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, m.device));
+  m.smCount = sms;
+  m.workspaceBytes = alignUp(desc->workspace_bytes(), kAlign);
+  KILN_RETURN_IF_FAILED(createCublasLt(m, err));
+  return uploadWeights(m, err);
+}
+
+int32_t modelCreate(const kiln_cudaexec_model_desc_t *desc,
+                    kiln_cudaexec_model_t **outModel,
+                    kiln_cudaexec_error_t *err) {
+  auto *m = new (std::nothrow) kiln_cudaexec_model_s();
+  if (!m)
+    return setError(err, KILN_RT_RESOURCE_EXHAUSTED, "out of host memory");
+  int32_t code = modelCreateImpl(desc, *m, err);
+  if (code != 0) {
+    delete m;
+    return code;
+  }
+  *outModel = m;
+  return 0;
+}
+
+void modelRelease(kiln_cudaexec_model_t *model) { delete model; }
+
+int32_t sessionCreateImpl(kiln_cudaexec_session_s &s, kiln_cudaexec_error_t *err) {
+  kiln_cudaexec_model_s &m = *s.model;
+  const kiln_cudaexec_model_desc_t &d = m.desc;
+  KILN_CUDA_CHECK(cudaSetDevice(m.device));
+  KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+  KILN_CUDA_CHECK(cudaEventCreateWithFlags(&s.ioFree, cudaEventDisableTiming));
+  s.coinOffset =
+      alignUp(kTokensOffset + uint64_t(d.max_prefill_tokens) * sizeof(int32_t), 16);
+  s.tokenOffset = s.coinOffset + 16;
+  s.ioBytes = s.tokenOffset + 16;
+  KILN_RETURN_IF_FAILED(deviceAlloc(&s.dIo, s.ioBytes, "token/position buffer", err));
+  KILN_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&s.hIo), s.ioBytes,
+                                cudaHostAllocDefault));
+  std::memset(s.hIo, 0, s.ioBytes);
+  KILN_RETURN_IF_FAILED(deviceAlloc(&s.dArena, d.arena_bytes, "activation arena", err));
+  KILN_RETURN_IF_FAILED(deviceAlloc(&s.dKv, d.kv_bytes, "KV cache", err));
+  uint64_t logitsBytes = uint64_t(d.vocab_size) * sizeof(float);
+  KILN_RETURN_IF_FAILED(deviceAlloc(&s.dLogits, logitsBytes, "logits", err));
+  KILN_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&s.hLogits), logitsBytes,
+                                cudaHostAllocDefault));
+  KILN_RETURN_IF_FAILED(
+      deviceAlloc(&s.dWorkspace, m.workspaceBytes, "cuBLASLt/kernel workspace", err));
+  KILN_CUDA_CHECK(cudaMemsetAsync(s.dIo, 0, s.ioBytes, s.stream));
+  KILN_CUDA_CHECK(cudaMemsetAsync(s.dKv, 0, d.kv_bytes, s.stream));
+  KILN_CUDA_CHECK(cudaMemsetAsync(s.dLogits, 0, logitsBytes, s.stream));
+  KILN_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+
+  kiln_cuda_ctx &c = s.ctx;
+  c.arena = s.dArena;
+  c.weights = m.dWeights;
+  c.kv = s.dKv;
+  c.tokens = reinterpret_cast<const int32_t *>(s.dIo + kTokensOffset);
+  c.logits = s.dLogits;
+  c.d_pos = reinterpret_cast<const int64_t *>(s.dIo + kPosOffset);
+  c.stream = s.stream;
+  c.cublaslt = m.cublasLt;
+  c.workspace = s.dWorkspace;
+  c.workspace_bytes = m.workspaceBytes;
+  c.sm_count = m.smCount;
+  clearModelStatus(s);
+  const char *graphs = std::getenv("KILN_CUDA_GRAPHS");
+  s.useGraph = !(graphs && std::strcmp(graphs, "0") == 0);
+  return 0;
+}
+
+int32_t sessionCreate(kiln_cudaexec_model_t *model,
+                      kiln_cudaexec_session_t **outSession,
+                      kiln_cudaexec_error_t *err) {
+  if (!model || !outSession)
+    return setError(err, KILN_RT_INVALID_ARGUMENT, "session_create: null argument");
+  auto *s = new (std::nothrow) kiln_cudaexec_session_s();
+  if (!s)
+    return setError(err, KILN_RT_RESOURCE_EXHAUSTED, "out of host memory");
+  s->model = model;
+  int32_t code = sessionCreateImpl(*s, err);
+  if (code != 0) {
+    delete s;
+    return code;
+  }
+  *outSession = s;
+  return 0;
+}
+
+void sessionRelease(kiln_cudaexec_session_t *session) { delete session; }
+
+int32_t sessionReset(kiln_cudaexec_session_t *s, kiln_cudaexec_error_t *err) {
+  KILN_CUDA_CHECK(cudaMemsetAsync(s->dKv, 0, s->model->desc.kv_bytes, s->stream));
+  s->logitsOnHost = false;
+  return 0;
+}
+
+int32_t sessionPrefill(kiln_cudaexec_session_t *s, const int32_t *tokens,
+                       int64_t n, int64_t pos, kiln_cudaexec_error_t *err) {
+  const int64_t chunk = s->model->desc.max_prefill_tokens;
+  s->logitsOnHost = false;
+  for (int64_t i = 0; i < n; i += chunk) {
+    int64_t m = std::min(chunk, n - i);
+    KILN_RETURN_IF_FAILED(uploadStep(*s, tokens + i, m, pos + i, err));
+    clearModelStatus(*s);
+    s->model->desc.prefill(&s->ctx, m, pos + i);
+    KILN_RETURN_IF_FAILED(checkModelCall(*s, "kiln_prefill", err));
+  }
+  KILN_RETURN_IF_FAILED(synchronize(*s, "kiln_prefill", err));
+  return checkModelCall(*s, "kiln_prefill", err);
+}
+
+int32_t sessionDecode(kiln_cudaexec_session_t *s, int32_t token, int64_t pos,
+                      kiln_cudaexec_error_t *err) {
+  s->logitsOnHost = false;
+  if (!s->useGraph) {
+    KILN_RETURN_IF_FAILED(uploadStep(*s, &token, 1, pos, err));
+    clearModelStatus(*s);
+    s->model->desc.decode(&s->ctx, 1, pos);
+    KILN_RETURN_IF_FAILED(checkModelCall(*s, "kiln_decode", err));
+  } else {
+    if (!s->graphExec)
+      KILN_RETURN_IF_FAILED(captureDecode(*s, pos, err));
+    // Token and position travel outside the graph, ahead of its launch.
+    KILN_RETURN_IF_FAILED(uploadStep(*s, &token, 1, pos, err));
+    KILN_CUDA_CHECK(cudaGraphLaunch(s->graphExec, s->stream));
+  }
+  KILN_RETURN_IF_FAILED(synchronize(*s, "kiln_decode", err));
+  return 0;
+}
+
+int32_t sessionLogits(kiln_cudaexec_session_t *s, const float **out,
+                      kiln_cudaexec_error_t *err) {
+  if (!s->logitsOnHost) {
+    KILN_CUDA_CHECK(cudaMemcpyAsync(
+        s->hLogits, s->dLogits, uint64_t(s->model->desc.vocab_size) * sizeof(float),
+        cudaMemcpyDeviceToHost, s->stream));
+    KILN_RETURN_IF_FAILED(synchronize(*s, "copying the logits", err));
+    s->logitsOnHost = true;
+  }
+  *out = s->hLogits;
+  return 0;
+}
+
+int32_t sessionSample(kiln_cudaexec_session_t *s, float temperature,
+                      int32_t topK, float topP, float coin, int32_t *outToken,
+                      kiln_cudaexec_error_t *err) {
+  KILN_RETURN_IF_FAILED(waitIo(*s, err));
+  std::memcpy(s->hIo + s->coinOffset, &coin, sizeof(coin));
+  KILN_CUDA_CHECK(cudaMemcpyAsync(s->dIo + s->coinOffset, s->hIo + s->coinOffset,
+                                  sizeof(float), cudaMemcpyHostToDevice,
+                                  s->stream));
+  clearModelStatus(*s);
+  s->model->desc.sample(&s->ctx, temperature, topK, topP,
+                        reinterpret_cast<const float *>(s->dIo + s->coinOffset),
+                        reinterpret_cast<int32_t *>(s->dIo + s->tokenOffset));
+  KILN_RETURN_IF_FAILED(checkModelCall(*s, "kiln_cuda_sample", err));
+  KILN_CUDA_CHECK(cudaMemcpyAsync(s->hIo + s->tokenOffset, s->dIo + s->tokenOffset,
+                                  sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                  s->stream));
+  KILN_RETURN_IF_FAILED(synchronize(*s, "kiln_cuda_sample", err));
+  int32_t token;
+  std::memcpy(&token, s->hIo + s->tokenOffset, sizeof(token));
+  if (token < 0 || token >= s->model->desc.vocab_size)
+    return setError(err, KILN_RT_INTERNAL,
+                    "kiln_cuda_sample returned token id %d outside the "
+                    "vocabulary [0, %lld)",
+                    token, (long long)s->model->desc.vocab_size);
+  *outToken = token;
+  return 0;
+}
+
+int32_t memcpyBandwidth(uint64_t bytes, int32_t reps, double *out,
+                        kiln_cudaexec_error_t *err) {
+  if (bytes == 0 || reps < 1 || !out)
+    return setError(err, KILN_RT_INVALID_ARGUMENT, "memcpy_bandwidth: bad argument");
+  struct Buffers {
+    uint8_t *a = nullptr, *b = nullptr;
+    cudaEvent_t start = nullptr, stop = nullptr;
+    ~Buffers() {
+      if (a)
+        cudaFree(a);
+      if (b)
+        cudaFree(b);
+      if (start)
+        cudaEventDestroy(start);
+      if (stop)
+        cudaEventDestroy(stop);
+    }
+  } r;
+  KILN_CUDA_CHECK(cudaSetDevice(0));
+  KILN_RETURN_IF_FAILED(deviceAlloc(&r.a, bytes, "bandwidth source", err));
+  KILN_RETURN_IF_FAILED(deviceAlloc(&r.b, bytes, "bandwidth destination", err));
+  KILN_CUDA_CHECK(cudaMemset(r.a, 1, bytes));
+  KILN_CUDA_CHECK(cudaEventCreate(&r.start));
+  KILN_CUDA_CHECK(cudaEventCreate(&r.stop));
+  KILN_CUDA_CHECK(cudaMemcpy(r.b, r.a, bytes, cudaMemcpyDeviceToDevice)); // warm-up
+  double best = 0;
+  for (int32_t i = 0; i < reps; ++i) {
+    KILN_CUDA_CHECK(cudaEventRecord(r.start, nullptr));
+    KILN_CUDA_CHECK(cudaMemcpyAsync(r.b, r.a, bytes, cudaMemcpyDeviceToDevice, nullptr));
+    KILN_CUDA_CHECK(cudaEventRecord(r.stop, nullptr));
+    KILN_CUDA_CHECK(cudaEventSynchronize(r.stop));
+    float ms = 0;
+    KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, r.start, r.stop));
+    if (ms > 0)
+      best = std::max(best, 2.0 * double(bytes) / (double(ms) * 1e-3));
+  }
+  *out = best;
+  return 0;
+}
+
+const kiln_cudaexec_api_t kApi = {
+    KILN_CUDAEXEC_INTERFACE_VERSION,
+    sizeof(kiln_cudaexec_api_t),
+    deviceProbe,
+    modelCreate,
+    modelRelease,
+    sessionCreate,
+    sessionRelease,
+    sessionReset,
+    sessionPrefill,
+    sessionDecode,
+    sessionLogits,
+    sessionSample,
+    memcpyBandwidth,
+};
+
+} // namespace
+
+extern "C" __attribute__((visibility("default"))) const kiln_cudaexec_api_t *
+kiln_cudaexec_get_api(void) {
+  return &kApi;
+}

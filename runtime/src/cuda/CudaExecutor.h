@@ -1,0 +1,122 @@
+/*===- CudaExecutor.h - C interface of libkiln_runtime_cuda.so ----*- C -*-===*
+ *
+ * libkiln_runtime.so never links CUDA (STYLE.md section 6: "No CUDA driver is
+ * a status, not a crash"). For an artifact whose manifest says
+ * "target": "cuda" it dlopen()s libkiln_runtime_cuda.so from its own
+ * directory and drives it through the table returned by
+ * kiln_cudaexec_get_api(), the only symbol that library exports.
+ *
+ * The CUDA side owns every device resource of kiln_cuda_ctx (cuda_abi.h):
+ *   model   (one per artifact): device 0, weights.bin copied to the device,
+ *           the cuBLASLt handle (libcublasLt is dlopen()ed, never linked);
+ *   session (one per sequence): a non-blocking stream, arena, zeroed KV
+ *           cache, token/position buffers, logits, workspace, and the CUDA
+ *           graph of `kiln_decode(ctx, 1, pos)` captured at the first decode.
+ *
+ * Conventions: plain C, no exception crosses it. Fallible calls return a
+ * kiln_rt_status_code_t value (0 = OK) and, on failure, fill `*err` with the
+ * same code and a NUL-terminated message; CUDA failures read
+ * "<call> failed at <file>:<line>: <cudaGetErrorString>". `err` may be NULL.
+ * Nothing here is thread-safe per object.
+ *===----------------------------------------------------------------------===*/
+#ifndef KILN_RUNTIME_CUDA_CUDAEXECUTOR_H
+#define KILN_RUNTIME_CUDA_CUDAEXECUTOR_H
+
+#include "kiln_rt/cuda_abi.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bump when the table or a descriptor changes layout or meaning. */
+#define KILN_CUDAEXEC_INTERFACE_VERSION 1
+
+typedef struct kiln_cudaexec_error_t {
+  int32_t code;       /* kiln_rt_status_code_t */
+  char message[1024]; /* NUL-terminated */
+} kiln_cudaexec_error_t;
+
+typedef struct kiln_cudaexec_model_s kiln_cudaexec_model_t;
+typedef struct kiln_cudaexec_session_s kiln_cudaexec_session_t;
+
+/* What model_create needs; the runtime fills it from the validated manifest
+ * and the dlopen()ed model.so. Pointers need only live during the call. */
+typedef struct kiln_cudaexec_model_desc_t {
+  const uint8_t *weights;      /* host copy of weights.bin (the mmap) */
+  uint64_t weights_bytes;
+  uint64_t arena_bytes;        /* runtime.arena_bytes */
+  uint64_t kv_bytes;           /* runtime.kv_cache.bytes */
+  int64_t max_prefill_tokens;  /* runtime.max_prefill_tokens */
+  int64_t vocab_size;          /* model.vocab_size (logits row) */
+  kiln_cuda_entry_fn prefill;  /* runtime.entry_points.prefill */
+  kiln_cuda_entry_fn decode;   /* runtime.entry_points.decode */
+  kiln_cuda_sample_fn sample;  /* kiln_cuda_sample */
+  kiln_cuda_workspace_bytes_fn workspace_bytes; /* kiln_cuda_workspace_bytes */
+  kiln_cuda_abi_version_fn abi_version;         /* kiln_cuda_abi_version */
+} kiln_cudaexec_model_desc_t;
+
+typedef struct kiln_cudaexec_api_t {
+  uint32_t interface_version; /* KILN_CUDAEXEC_INTERFACE_VERSION */
+  uint32_t struct_size;       /* sizeof(kiln_cudaexec_api_t) */
+
+  /* cudaGetDeviceCount() >= 1. Writes "NAME (N SMs, M GiB, sm_XY)" of device
+   * 0 to out_name. Fails with the CUDA reason (no driver, no device). */
+  int32_t (*device_probe)(char *out_name, size_t name_capacity,
+                          kiln_cudaexec_error_t *err);
+
+  /* cudaSetDevice(0); checks abi_version(); creates the cuBLASLt handle;
+   * copies the weights to the device through pinned staging buffers. */
+  int32_t (*model_create)(const kiln_cudaexec_model_desc_t *desc,
+                          kiln_cudaexec_model_t **out_model,
+                          kiln_cudaexec_error_t *err);
+  void (*model_release)(kiln_cudaexec_model_t *model); /* NULL ok */
+
+  /* Stream and per-sequence buffers; the KV cache is zeroed. */
+  int32_t (*session_create)(kiln_cudaexec_model_t *model,
+                            kiln_cudaexec_session_t **out_session,
+                            kiln_cudaexec_error_t *err);
+  void (*session_release)(kiln_cudaexec_session_t *session); /* NULL ok */
+  /* Zeroes the KV cache (stream-ordered). */
+  int32_t (*session_reset)(kiln_cudaexec_session_t *session,
+                           kiln_cudaexec_error_t *err);
+  /* tokens[0, n) at positions [pos, pos + n), in chunks of at most
+   * max_prefill_tokens, eagerly; returns after the stream is synchronized.
+   * The caller validated ids and positions. */
+  int32_t (*session_prefill)(kiln_cudaexec_session_t *session,
+                             const int32_t *tokens, int64_t n, int64_t pos,
+                             kiln_cudaexec_error_t *err);
+  /* One token at `pos` by replaying the decode graph (captured on the first
+   * call); returns after the stream is synchronized. */
+  int32_t (*session_decode)(kiln_cudaexec_session_t *session, int32_t token,
+                            int64_t pos, kiln_cudaexec_error_t *err);
+  /* Host (pinned) copy of the last logits row, float32[vocab]; valid until
+   * the next call on the session. */
+  int32_t (*session_logits)(kiln_cudaexec_session_t *session,
+                            const float **out_logits,
+                            kiln_cudaexec_error_t *err);
+  /* kiln_cuda_sample on the device with the host-drawn uniform `coin`;
+   * top_k 0 = off, top_p 1 = off; copies the 4-byte id back. */
+  int32_t (*session_sample)(kiln_cudaexec_session_t *session,
+                            float temperature, int32_t top_k, float top_p,
+                            float coin, int32_t *out_token,
+                            kiln_cudaexec_error_t *err);
+
+  /* Best-of-`reps` device-to-device cudaMemcpy of `bytes` on device 0,
+   * counted as 2 * bytes moved (read + write) per second. */
+  int32_t (*memcpy_bandwidth)(uint64_t bytes, int32_t reps,
+                              double *out_bytes_per_second,
+                              kiln_cudaexec_error_t *err);
+} kiln_cudaexec_api_t;
+
+/* The one exported symbol of libkiln_runtime_cuda.so. */
+const kiln_cudaexec_api_t *kiln_cudaexec_get_api(void);
+typedef const kiln_cudaexec_api_t *(*kiln_cudaexec_get_api_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_RUNTIME_CUDA_CUDAEXECUTOR_H */

@@ -1,0 +1,686 @@
+//===- kernel_check.cu - GPU kernels against the CPU kernel ABI ---*- CUDA
+//-*-===//
+//
+// kiln-gpu-kernel-check: runs every wrapper of codegen/CUDA/KilnKernels.cuh
+// for f32, f16 and bf16 on random inputs (fixed seed) and compares with the
+// CPU reference kernels kiln_k_* of libkiln_runtime on the same (rounded)
+// inputs. Outputs are poisoned with 0xFF bytes (NaN in every type) before each
+// run, and KV-cache rows past the visible ones are poisoned too, so skipped
+// writes or out-of-range reads show up as NaN.
+//
+//   kiln-gpu-kernel-check          correctness; one "PASS|FAIL kernel dtype
+//                                  shape relerr" line per case, then
+//                                  "kernel-check: N passed, M failed";
+//                                  exit 0, 1 on failure, 77 without a GPU
+//   kiln-gpu-kernel-check --bench  decode GEMV bandwidth and cuBLASLt GEMM
+//                                  throughput (bf16), median of 20 runs
+//
+// relerr = max|gpu - ref| / max|ref|; limits: f32 1e-5, f16 5e-3, bf16 1e-2.
+//
+//===----------------------------------------------------------------------===//
+#include "KilnKernels.cuh"
+#include "kiln_rt/kernel_abi.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Infrastructure
+//===----------------------------------------------------------------------===//
+
+int gPassed = 0, gFailed = 0;
+
+#define CHECK_CUDA(expr)                                                       \
+  do {                                                                         \
+    cudaError_t err_ = (expr);                                                 \
+    if (err_ != cudaSuccess) {                                                 \
+      std::fprintf(stderr, "%s failed at %s:%d: %s\n", #expr, __FILE__,        \
+                   __LINE__, cudaGetErrorString(err_));                        \
+      std::exit(1);                                                            \
+    }                                                                          \
+  } while (0)
+
+template <typename T> struct Dtype;
+template <> struct Dtype<float> {
+  static constexpr const char *name = "f32";
+  static constexpr double tol = 1e-5;
+  static float from(float v) { return v; }
+  static float to(float v) { return v; }
+};
+template <> struct Dtype<__half> {
+  static constexpr const char *name = "f16";
+  static constexpr double tol = 5e-3;
+  static __half from(float v) { return __float2half_rn(v); }
+  static float to(__half v) { return __half2float(v); }
+};
+template <> struct Dtype<__nv_bfloat16> {
+  static constexpr const char *name = "bf16";
+  static constexpr double tol = 1e-2;
+  static __nv_bfloat16 from(float v) { return __float2bfloat16_rn(v); }
+  static float to(__nv_bfloat16 v) { return __bfloat162float(v); }
+};
+
+std::mt19937_64 gRng(0x4b494c4eull); // "KILN"
+
+/// Uniform values in [lo, hi) rounded to T (so CPU and GPU see equal inputs).
+template <typename T>
+std::vector<float> randomRounded(size_t count, float lo, float hi) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(count);
+  for (float &x : v)
+    x = Dtype<T>::to(Dtype<T>::from(dist(gRng)));
+  return v;
+}
+
+/// Device buffer of `count` elements of T plus `pad` leading elements, so
+/// that data() + pad can be deliberately misaligned.
+template <typename T> struct DevBuf {
+  T *base = nullptr;
+  size_t pad = 0, count = 0;
+  DevBuf(size_t count, size_t pad = 0) : pad(pad), count(count) {
+    CHECK_CUDA(cudaMalloc(&base, sizeof(T) * (count + pad + 1)));
+    poison();
+  }
+  ~DevBuf() { cudaFree(base); }
+  DevBuf(const DevBuf &) = delete;
+  DevBuf &operator=(const DevBuf &) = delete;
+  T *data() const { return base + pad; }
+  void poison() {
+    CHECK_CUDA(cudaMemset(base, 0xFF, sizeof(T) * (count + pad + 1)));
+  }
+  void upload(const std::vector<float> &v, size_t offset = 0) {
+    std::vector<T> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      h[i] = Dtype<T>::from(v[i]);
+    CHECK_CUDA(cudaMemcpy(data() + offset, h.data(), sizeof(T) * h.size(),
+                          cudaMemcpyHostToDevice));
+  }
+  std::vector<float> download(size_t n, size_t offset = 0) const {
+    std::vector<T> h(n);
+    CHECK_CUDA(cudaMemcpy(h.data(), data() + offset, sizeof(T) * n,
+                          cudaMemcpyDeviceToHost));
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i)
+      v[i] = Dtype<T>::to(h[i]);
+    return v;
+  }
+};
+
+/// The execution context the executor would build.
+struct Context {
+  kiln_cuda_ctx ctx{};
+  cudaStream_t stream = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  void *workspace = nullptr;
+  int64_t *dPos = nullptr;
+
+  Context() {
+    CHECK_CUDA(cudaStreamCreate(&stream));
+    if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
+      std::fprintf(stderr, "cublasLtCreate failed\n");
+      std::exit(1);
+    }
+    const uint64_t ws = kiln_cuda_workspace_bytes_for(64, 256, 0);
+    CHECK_CUDA(cudaMalloc(&workspace, ws));
+    CHECK_CUDA(cudaMalloc(&dPos, sizeof(int64_t)));
+    int dev = 0, sms = 0;
+    CHECK_CUDA(cudaGetDevice(&dev));
+    CHECK_CUDA(
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    ctx.stream = stream;
+    ctx.cublaslt = lt;
+    ctx.workspace = workspace;
+    ctx.workspace_bytes = ws;
+    ctx.sm_count = sms;
+    ctx.d_pos = dPos;
+  }
+  ~Context() {
+    cudaFree(dPos);
+    cudaFree(workspace);
+    cublasLtDestroy(lt);
+    cudaStreamDestroy(stream);
+  }
+  void setPos(int64_t pos) {
+    CHECK_CUDA(cudaMemcpy(dPos, &pos, sizeof(pos), cudaMemcpyHostToDevice));
+  }
+  /// Waits for the stream; returns the wrapper or asynchronous error, if any.
+  std::string finish() {
+    cudaError_t err = cudaStreamSynchronize(stream);
+    if (ctx.status != 0) {
+      std::string msg = ctx.error;
+      ctx.status = 0; // keep checking the other cases
+      ctx.error[0] = '\0';
+      return msg;
+    }
+    if (err != cudaSuccess)
+      return std::string("cudaStreamSynchronize: ") + cudaGetErrorString(err);
+    return "";
+  }
+};
+
+/// Records one case: relative error of got against ref, NaN always fails.
+void report(const char *kernel, const char *dtype, const std::string &shape,
+            const std::vector<float> &got, const std::vector<float> &ref,
+            double tol, const std::string &error) {
+  double maxDiff = 0.0, maxRef = 0.0;
+  bool nan = got.size() != ref.size();
+  for (size_t i = 0; i < got.size() && i < ref.size(); ++i) {
+    if (!std::isfinite(got[i])) {
+      nan = true;
+      continue;
+    }
+    maxDiff = std::max(maxDiff, std::fabs(double(got[i]) - double(ref[i])));
+    maxRef = std::max(maxRef, std::fabs(double(ref[i])));
+  }
+  const double rel = maxRef > 0.0 ? maxDiff / maxRef : maxDiff;
+  const bool ok = error.empty() && !nan && rel <= tol;
+  (ok ? gPassed : gFailed)++;
+  std::printf("%s %s %s %s relerr=%.3g%s%s\n", ok ? "PASS" : "FAIL", kernel,
+              dtype, shape.c_str(), rel, nan ? " (NaN/size mismatch)" : "",
+              error.empty() ? "" : (" error: " + error).c_str());
+  std::fflush(stdout);
+}
+
+std::string fmt(const char *f, long long a = 0, long long b = 0,
+                long long c = 0, long long d = 0, long long e = 0,
+                long long g = 0) {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), f, a, b, c, d, e, g);
+  return buf;
+}
+
+//===----------------------------------------------------------------------===//
+// Cases
+//===----------------------------------------------------------------------===//
+
+template <typename T> void checkEmbedding(Context &c) {
+  struct Shape {
+    int64_t n, vocab, dim;
+  };
+  for (Shape s : {Shape{5, 37, 19}, Shape{3, 1000, 4096}, Shape{1, 7, 8}}) {
+    std::vector<int32_t> tokens(static_cast<size_t>(s.n));
+    for (auto &t : tokens)
+      t = int32_t(gRng() % uint64_t(s.vocab));
+    std::vector<float> table = randomRounded<T>(size_t(s.vocab * s.dim), -1, 1);
+    DevBuf<int32_t> dTok(tokens.size());
+    CHECK_CUDA(cudaMemcpy(dTok.data(), tokens.data(), 4 * tokens.size(),
+                          cudaMemcpyHostToDevice));
+    DevBuf<T> dTable(table.size()), dOut(size_t(s.n * s.dim));
+    dTable.upload(table);
+    kiln_cuda_embedding(&c.ctx, dTok.data(), s.n, dTable.data(), s.vocab, s.dim,
+                        dOut.data());
+    std::string err = c.finish();
+    std::vector<float> ref(static_cast<size_t>(s.n * s.dim));
+    kiln_k_embedding(tokens.data(), s.n, table.data(), s.vocab, s.dim,
+                     ref.data());
+    report("embedding", Dtype<T>::name,
+           fmt("n=%lld vocab=%lld dim=%lld", s.n, s.vocab, s.dim),
+           dOut.download(ref.size()), ref, 0.0, err);
+  }
+}
+
+template <typename T> void checkRmsNorm(Context &c) {
+  struct Shape {
+    int64_t n, dim;
+  };
+  for (Shape s : {Shape{1, 4096}, Shape{7, 333}, Shape{3, 1}, Shape{2, 8192}}) {
+    std::vector<float> x = randomRounded<T>(size_t(s.n * s.dim), -2, 2);
+    std::vector<float> w = randomRounded<T>(size_t(s.dim), 0.5f, 1.5f);
+    DevBuf<T> dx(x.size()), dw(w.size()), dy(x.size());
+    dx.upload(x);
+    dw.upload(w);
+    kiln_cuda_rms_norm(&c.ctx, dx.data(), dw.data(), dy.data(), s.n, s.dim,
+                       1e-5f);
+    std::string err = c.finish();
+    std::vector<float> ref(x.size());
+    kiln_k_rms_norm(x.data(), w.data(), ref.data(), s.n, s.dim, 1e-5f);
+    report("rms_norm", Dtype<T>::name, fmt("n=%lld dim=%lld", s.n, s.dim),
+           dy.download(ref.size()), ref, Dtype<T>::tol, err);
+  }
+}
+
+/// y = x w^T with y of type Y (T or float); padX/padW/padY misalign the
+/// pointers by that many elements.
+template <typename T, typename Y> void checkLinear(Context &c) {
+  struct Shape {
+    int64_t n, in, out, padX, padW, padY;
+  };
+  const Shape shapes[] = {{1, 4096, 1000, 0, 0, 0}, {1, 1027, 33, 0, 0, 0},
+                          {1, 515, 77, 1, 3, 1},    {1, 8, 5, 0, 0, 0},
+                          {1, 3, 4, 0, 0, 0},       {5, 256, 384, 0, 0, 0},
+                          {17, 100, 7, 0, 0, 0},    {64, 512, 1024, 0, 0, 0},
+                          {9, 130, 66, 1, 1, 1}};
+  for (const Shape &s : shapes) {
+    std::vector<float> x = randomRounded<T>(size_t(s.n * s.in), -1, 1);
+    std::vector<float> w = randomRounded<T>(size_t(s.out * s.in), -1, 1);
+    DevBuf<T> dx(x.size(), size_t(s.padX)), dw(w.size(), size_t(s.padW));
+    DevBuf<Y> dy(size_t(s.n * s.out), size_t(s.padY));
+    dx.upload(x);
+    dw.upload(w);
+    kiln_cuda_linear(&c.ctx, dx.data(), dw.data(), dy.data(), s.n, s.in, s.out);
+    std::string err = c.finish();
+    std::vector<float> ref(static_cast<size_t>(s.n * s.out));
+    kiln_k_linear(x.data(), w.data(), ref.data(), s.n, s.in, s.out);
+    std::string name =
+        std::is_same<Y, float>::value && !std::is_same<T, float>::value
+            ? "linear->f32"
+            : "linear";
+    report(name.c_str(), Dtype<T>::name,
+           fmt("n=%lld in=%lld out=%lld pad=%lld/%lld/%lld", s.n, s.in, s.out,
+               s.padX, s.padW, s.padY),
+           dy.download(ref.size()), ref,
+           std::is_same<Y, float>::value ? Dtype<T>::tol / 4 + 1e-5
+                                         : Dtype<T>::tol,
+           err);
+  }
+}
+
+template <typename T> void checkRope(Context &c) {
+  struct Shape {
+    int64_t n, heads, headDim, rotDim, pos;
+    bool inPlace;
+  };
+  const Shape shapes[] = {{1, 4, 64, 64, 37, false},
+                          {5, 3, 128, 64, 100, false},
+                          {3, 2, 8, 8, 0, true},
+                          {2, 2, 9, 6, 4000, false},
+                          {4, 32, 128, 128, 7, true}};
+  for (const Shape &s : shapes) {
+    const int64_t count = s.n * s.heads * s.headDim;
+    std::vector<float> x = randomRounded<T>(size_t(count), -1, 1);
+    DevBuf<T> dx(static_cast<size_t>(count)), dy(static_cast<size_t>(count));
+    dx.upload(x);
+    c.setPos(s.pos);
+    T *out = s.inPlace ? dx.data() : dy.data();
+    kiln_cuda_rope(&c.ctx, dx.data(), out, s.n, s.heads, s.headDim, s.rotDim,
+                   /*pos ignored*/ -1, 10000.0f);
+    std::string err = c.finish();
+    std::vector<float> ref(static_cast<size_t>(count));
+    kiln_k_rope(x.data(), ref.data(), s.n, s.heads, s.headDim, s.rotDim, s.pos,
+                10000.0f);
+    report("rope", Dtype<T>::name,
+           fmt("n=%lld heads=%lld head_dim=%lld rot=%lld pos=%lld inplace=%lld",
+               s.n, s.heads, s.headDim, s.rotDim, s.pos, s.inPlace),
+           (s.inPlace ? dx : dy).download(size_t(count)), ref, Dtype<T>::tol,
+           err);
+  }
+}
+
+template <typename T> void checkAttention(Context &c) {
+  struct Shape {
+    int64_t n, pos, heads, kvHeads, headDim;
+  };
+  const Shape shapes[] = {
+      {1, 0, 4, 4, 64},      {1, 300, 8, 2, 128}, {1, 1000, 4, 1, 8},
+      {1, 2047, 32, 8, 128}, {1, 77, 3, 3, 80},   {1, 5, 2, 1, 256},
+      {7, 0, 4, 2, 64},      {33, 50, 4, 1, 128}, {5, 3, 2, 2, 8},
+      {20, 10, 2, 1, 256},   {64, 100, 8, 8, 64}, {17, 0, 3, 1, 96},
+      {2, 0, 1, 1, 16}};
+  for (const Shape &s : shapes) {
+    const int64_t maxSeq = s.pos + s.n + 13;
+    const int64_t qDim = s.heads * s.headDim, kvDim = s.kvHeads * s.headDim;
+    // Wide q: peaked softmax rows exercise the online rescaling.
+    std::vector<float> q = randomRounded<T>(size_t(s.n * qDim), -4, 4);
+    std::vector<float> k = randomRounded<T>(size_t(s.n * kvDim), -2, 2);
+    std::vector<float> v = randomRounded<T>(size_t(s.n * kvDim), -1, 1);
+    std::vector<float> past =
+        randomRounded<T>(size_t(2 * s.pos * kvDim), -2, 2);
+    // CPU caches: rows [0, pos) from `past`, the rest zero.
+    std::vector<float> kc(size_t(maxSeq * kvDim), 0.0f), vc(kc.size(), 0.0f);
+    std::copy(past.begin(), past.begin() + s.pos * kvDim, kc.begin());
+    std::copy(past.begin() + s.pos * kvDim, past.end(), vc.begin());
+    DevBuf<T> dq(q.size()), dk(k.size()), dv(v.size()), dkc(kc.size()),
+        dvc(vc.size()), dOut(q.size());
+    dq.upload(q);
+    dk.upload(k);
+    dv.upload(v);
+    // Device caches: rows [0, pos) uploaded, rows >= pos stay NaN-poisoned.
+    if (s.pos > 0) {
+      dkc.upload(std::vector<float>(kc.begin(), kc.begin() + s.pos * kvDim));
+      dvc.upload(std::vector<float>(vc.begin(), vc.begin() + s.pos * kvDim));
+    }
+    c.setPos(s.pos);
+    const float scale = 1.0f / std::sqrt(float(s.headDim));
+    kiln_cuda_attention(&c.ctx, dq.data(), dk.data(), dv.data(), dkc.data(),
+                        dvc.data(), dOut.data(), s.n, /*pos ignored*/ -1,
+                        s.heads, s.kvHeads, s.headDim, maxSeq, scale);
+    std::string err = c.finish();
+    std::vector<float> ref(q.size());
+    kiln_k_attention(q.data(), k.data(), v.data(), kc.data(), vc.data(),
+                     ref.data(), s.n, s.pos, s.heads, s.kvHeads, s.headDim,
+                     maxSeq, scale);
+    const std::string shape =
+        fmt("n=%lld pos=%lld heads=%lld kv_heads=%lld head_dim=%lld", s.n,
+            s.pos, s.heads, s.kvHeads, s.headDim);
+    report("attention", Dtype<T>::name, shape, dOut.download(ref.size()), ref,
+           Dtype<T>::tol, err);
+    // The appended rows must equal the new keys/values exactly.
+    const size_t rows = size_t((s.pos + s.n) * kvDim);
+    std::vector<float> gotK = dkc.download(rows), gotV = dvc.download(rows);
+    std::vector<float> got(gotK), want(kc.begin(), kc.begin() + long(rows));
+    got.insert(got.end(), gotV.begin(), gotV.end());
+    want.insert(want.end(), vc.begin(), vc.begin() + long(rows));
+    report("attention-kv-append", Dtype<T>::name, shape, got, want, 0.0, "");
+  }
+}
+
+enum class Ew { Swiglu, Silu, Add, Mul };
+
+template <typename T> void checkElementwise(Context &c, Ew op) {
+  const char *names[] = {"swiglu", "silu", "add", "mul"};
+  struct Shape {
+    int64_t count, pad;
+  };
+  for (Shape s : {Shape{1, 0}, Shape{1023, 0}, Shape{4099, 0}, Shape{4099, 1},
+                  Shape{11008, 0}}) {
+    std::vector<float> a = randomRounded<T>(size_t(s.count), -4, 4);
+    std::vector<float> b = randomRounded<T>(size_t(s.count), -4, 4);
+    DevBuf<T> da(a.size(), size_t(s.pad)), db(b.size(), size_t(s.pad)),
+        dy(a.size(), size_t(s.pad));
+    da.upload(a);
+    db.upload(b);
+    std::vector<float> ref(a.size());
+    switch (op) {
+    case Ew::Swiglu:
+      kiln_cuda_swiglu(&c.ctx, da.data(), db.data(), dy.data(), s.count);
+      kiln_k_swiglu(a.data(), b.data(), ref.data(), s.count);
+      break;
+    case Ew::Silu:
+      kiln_cuda_silu(&c.ctx, da.data(), dy.data(), s.count);
+      kiln_k_silu(a.data(), ref.data(), s.count);
+      break;
+    case Ew::Add:
+      kiln_cuda_add(&c.ctx, da.data(), db.data(), dy.data(), s.count);
+      kiln_k_add(a.data(), b.data(), ref.data(), s.count);
+      break;
+    case Ew::Mul:
+      kiln_cuda_mul(&c.ctx, da.data(), db.data(), dy.data(), s.count);
+      kiln_k_mul(a.data(), b.data(), ref.data(), s.count);
+      break;
+    }
+    std::string err = c.finish();
+    report(names[int(op)], Dtype<T>::name,
+           fmt("count=%lld pad=%lld", s.count, s.pad), dy.download(ref.size()),
+           ref, Dtype<T>::tol, err);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Sampling
+//===----------------------------------------------------------------------===//
+
+/// The CPU sampler's arithmetic (runtime/src/tokenizer/Sampler.cpp).
+int32_t cpuSample(std::vector<float> logits, float temperature, int32_t topK,
+                  float topP, float coin) {
+  const int32_t n = int32_t(logits.size());
+  if (temperature == 0.0f)
+    return int32_t(std::max_element(logits.begin(), logits.end()) -
+                   logits.begin());
+  for (float &l : logits)
+    l /= temperature;
+  float mx = *std::max_element(logits.begin(), logits.end());
+  float sum = 0.0f;
+  for (float &l : logits) {
+    l = std::exp(l - mx);
+    sum += l;
+  }
+  for (float &l : logits)
+    l /= sum;
+  struct PI {
+    float p;
+    int32_t i;
+  };
+  std::vector<PI> s;
+  auto order = [](const PI &a, const PI &b) {
+    return a.p > b.p || (a.p == b.p && a.i < b.i);
+  };
+  if (topK > 0 && topK < n) {
+    for (int32_t i = 0; i < n; ++i)
+      s.push_back({logits[size_t(i)], i});
+    std::partial_sort(s.begin(), s.begin() + topK, s.end(), order);
+    int32_t last = topK - 1;
+    float total = 0.0f;
+    for (int32_t i = 0; i < topK; ++i)
+      total += s[size_t(i)].p;
+    if (topP > 0.0f && topP < 1.0f) {
+      float cum = 0.0f;
+      for (int32_t i = 0; i < topK; ++i) {
+        cum += s[size_t(i)].p;
+        if (cum > topP * total) {
+          last = i;
+          total = cum;
+          break;
+        }
+      }
+    }
+    float r = coin * total, cdf = 0.0f;
+    for (int32_t i = 0; i <= last; ++i) {
+      cdf += s[size_t(i)].p;
+      if (r < cdf)
+        return s[size_t(i)].i;
+    }
+    return s[size_t(last)].i;
+  }
+  if (topP > 0.0f && topP < 1.0f) {
+    const float cutoff = (1.0f - topP) / float(n - 1);
+    for (int32_t i = 0; i < n; ++i)
+      if (logits[size_t(i)] >= cutoff)
+        s.push_back({logits[size_t(i)], i});
+    std::stable_sort(s.begin(), s.end(), order);
+    int32_t last = int32_t(s.size()) - 1;
+    float cum = 0.0f;
+    for (int32_t i = 0; i < int32_t(s.size()); ++i) {
+      cum += s[size_t(i)].p;
+      if (cum > topP) {
+        last = i;
+        break;
+      }
+    }
+    float r = coin * cum, cdf = 0.0f;
+    for (int32_t i = 0; i <= last; ++i) {
+      cdf += s[size_t(i)].p;
+      if (r < cdf)
+        return s[size_t(i)].i;
+    }
+    return s[size_t(last)].i;
+  }
+  float cdf = 0.0f;
+  for (int32_t i = 0; i < n; ++i) {
+    cdf += logits[size_t(i)];
+    if (coin < cdf)
+      return i;
+  }
+  return n - 1;
+}
+
+void checkSampling(Context &c) {
+  const int64_t vocab = 32003;
+  std::normal_distribution<float> dist(0.0f, 3.0f);
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  for (float &l : logits)
+    l = dist(gRng);
+  logits[12345] = logits[777] = 25.0f; // tied maximum: first index wins
+  DevBuf<float> dLogits(logits.size()), dScratch(logits.size()), dCoin(1);
+  DevBuf<int32_t> dTok(1);
+  dLogits.upload(logits);
+
+  {
+    kiln_cuda_argmax(&c.ctx, dLogits.data(), vocab, dTok.data());
+    std::string err = c.finish();
+    int32_t got = -1;
+    CHECK_CUDA(cudaMemcpy(&got, dTok.data(), 4, cudaMemcpyDeviceToHost));
+    const int32_t want = cpuSample(logits, 0.0f, 0, 1.0f, 0.0f);
+    report("argmax", "f32", fmt("vocab=%lld", vocab), {float(got)},
+           {float(want)}, 0.0, err);
+  }
+  // Flatter logits for the sampling cases (the spike would win every draw).
+  logits[12345] = logits[777] = 1.0f;
+  dLogits.upload(logits);
+  struct Case {
+    float temperature;
+    int32_t topK;
+    float topP;
+  };
+  const Case cases[] = {{0.0f, 0, 1.0f},  {1.0f, 40, 1.0f}, {0.8f, 0, 0.9f},
+                        {1.0f, 50, 0.7f}, {1.0f, 0, 0.0f},  {0.7f, 1024, 0.95f},
+                        {1.0f, 1, 0.5f},  {1.5f, 0, 0.3f}};
+  const float coins[] = {0.0f, 0.01f, 0.37f, 0.5f, 0.93f, 0.999f};
+  for (const Case &k : cases)
+    for (float coin : coins) {
+      dCoin.upload({coin});
+      kiln_cuda_sample_topk_topp(&c.ctx, dLogits.data(), vocab, k.temperature,
+                                 k.topK, k.topP, dCoin.data(), dScratch.data(),
+                                 dTok.data());
+      std::string err = c.finish();
+      int32_t got = -1;
+      CHECK_CUDA(cudaMemcpy(&got, dTok.data(), 4, cudaMemcpyDeviceToHost));
+      // Float summation order may move a CDF boundary: accept the CPU token
+      // of a slightly perturbed coin too.
+      int32_t want = cpuSample(logits, k.temperature, k.topK, k.topP, coin);
+      for (float d : {-2e-4f, 2e-4f}) {
+        float c2 = std::min(std::max(coin + d, 0.0f), 0.99999f);
+        if (cpuSample(logits, k.temperature, k.topK, k.topP, c2) == got)
+          want = got;
+      }
+      char shape[160];
+      std::snprintf(shape, sizeof(shape),
+                    "vocab=%lld temp=%.2f top_k=%d top_p=%.2f coin=%.3f "
+                    "token=%d want=%d",
+                    (long long)vocab, k.temperature, k.topK, k.topP, coin, got,
+                    want);
+      report("sample", "f32", shape, {float(got)}, {float(want)}, 0.0, err);
+    }
+}
+
+//===----------------------------------------------------------------------===//
+// Benchmark
+//===----------------------------------------------------------------------===//
+
+/// Median milliseconds of 20 timed runs after 5 warm-ups.
+template <typename F> double medianMs(cudaStream_t stream, F &&run) {
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  for (int i = 0; i < 5; ++i)
+    run();
+  std::vector<double> ms;
+  for (int i = 0; i < 20; ++i) {
+    CHECK_CUDA(cudaEventRecord(a, stream));
+    run();
+    CHECK_CUDA(cudaEventRecord(b, stream));
+    CHECK_CUDA(cudaEventSynchronize(b));
+    float t = 0.0f;
+    CHECK_CUDA(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return 0.5 * (ms[9] + ms[10]);
+}
+
+int bench(Context &c) {
+  using B = __nv_bfloat16;
+  const size_t copyBytes = size_t(1) << 30;
+  DevBuf<uint8_t> src(copyBytes), dst(copyBytes);
+  const double copyMs = medianMs(c.stream, [&] {
+    CHECK_CUDA(cudaMemcpyAsync(dst.data(), src.data(), copyBytes,
+                               cudaMemcpyDeviceToDevice, c.stream));
+  });
+  // A copy reads and writes every byte.
+  const double copyGBs = 2.0 * double(copyBytes) / (copyMs * 1e6);
+  std::printf("%-34s %10s %12s %10s\n", "kernel", "ms", "GB/s|TFLOP/s",
+              "vs copy");
+  std::printf("%-34s %10.4f %12.1f %10s\n", "cudaMemcpy D2D (1 GiB)", copyMs,
+              copyGBs, "100%");
+  struct Gemv {
+    int64_t out, in;
+  };
+  for (Gemv g : {Gemv{4096, 4096}, Gemv{11008, 4096}, Gemv{4096, 11008}}) {
+    DevBuf<B> w(static_cast<size_t>(g.out * g.in)),
+        x(static_cast<size_t>(g.in)), y(static_cast<size_t>(g.out));
+    CHECK_CUDA(cudaMemset(w.data(), 0x3c, sizeof(B) * size_t(g.out * g.in)));
+    CHECK_CUDA(cudaMemset(x.data(), 0x3c, sizeof(B) * size_t(g.in)));
+    const double ms = medianMs(c.stream, [&] {
+      kiln_cuda_linear(&c.ctx, x.data(), w.data(), y.data(), 1, g.in, g.out);
+    });
+    const double bytes =
+        double(sizeof(B)) * double(g.out * g.in + g.in + g.out);
+    const double gbs = bytes / (ms * 1e6);
+    char name[64];
+    std::snprintf(name, sizeof(name), "gemv bf16 %lldx%lld", (long long)g.out,
+                  (long long)g.in);
+    std::printf("%-34s %10.4f %12.1f %9.0f%%\n", name, ms, gbs,
+                100.0 * gbs / copyGBs);
+  }
+  {
+    const int64_t n = 2048, in = 4096, out = 4096;
+    DevBuf<B> x(static_cast<size_t>(n * in)), w(static_cast<size_t>(out * in)),
+        y(static_cast<size_t>(n * out));
+    CHECK_CUDA(cudaMemset(x.data(), 0x3c, sizeof(B) * size_t(n * in)));
+    CHECK_CUDA(cudaMemset(w.data(), 0x3c, sizeof(B) * size_t(out * in)));
+    const double ms = medianMs(c.stream, [&] {
+      kiln_cuda_linear(&c.ctx, x.data(), w.data(), y.data(), n, in, out);
+    });
+    const double tflops =
+        2.0 * double(n) * double(in) * double(out) / (ms * 1e9);
+    std::printf("%-34s %10.4f %12.1f %10s\n",
+                "cuBLASLt gemm bf16 2048x4096x4096", ms, tflops, "-");
+  }
+  std::string err = c.finish();
+  if (!err.empty()) {
+    std::printf("bench error: %s\n", err.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  int devices = 0;
+  cudaError_t err = cudaGetDeviceCount(&devices);
+  if (err != cudaSuccess || devices == 0) {
+    std::printf("kiln-gpu-kernel-check: SKIPPED: no CUDA device (%s)\n",
+                err != cudaSuccess ? cudaGetErrorString(err)
+                                   : "device count is 0");
+    return 77;
+  }
+  Context c;
+  if (argc > 1 && std::strcmp(argv[1], "--bench") == 0)
+    return bench(c);
+
+  checkEmbedding<float>(c);
+  checkEmbedding<__half>(c);
+  checkEmbedding<__nv_bfloat16>(c);
+  checkRmsNorm<float>(c);
+  checkRmsNorm<__half>(c);
+  checkRmsNorm<__nv_bfloat16>(c);
+  checkLinear<float, float>(c);
+  checkLinear<__half, __half>(c);
+  checkLinear<__nv_bfloat16, __nv_bfloat16>(c);
+  checkLinear<__half, float>(c);
+  checkLinear<__nv_bfloat16, float>(c);
+  checkRope<float>(c);
+  checkRope<__half>(c);
+  checkRope<__nv_bfloat16>(c);
+  checkAttention<float>(c);
+  checkAttention<__half>(c);
+  checkAttention<__nv_bfloat16>(c);
+  for (Ew op : {Ew::Swiglu, Ew::Silu, Ew::Add, Ew::Mul}) {
+    checkElementwise<float>(c, op);
+    checkElementwise<__half>(c, op);
+    checkElementwise<__nv_bfloat16>(c, op);
+  }
+  checkSampling(c);
+  std::printf("kernel-check: %d passed, %d failed\n", gPassed, gFailed);
+  return gFailed == 0 ? 0 : 1;
+}
