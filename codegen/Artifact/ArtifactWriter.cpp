@@ -26,6 +26,9 @@ using namespace mlir::kiln;
 static constexpr const char *kKernelAbiHeader =
 #include "codegen/Artifact/KernelAbiHeader.inc"
     ;
+static constexpr const char *kPlanInfoHeader =
+#include "codegen/Artifact/PlanInfoHeader.inc"
+    ;
 static constexpr const char *kCudaAbiHeader =
 #include "codegen/Artifact/CudaAbiHeader.inc"
     ;
@@ -255,6 +258,8 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
     return writeFile(header, text);
   };
   if (auto err = writeHeader(headerDir, "kernel_abi.h", kKernelAbiHeader))
+    return err;
+  if (auto err = writeHeader(headerDir, "plan_info.h", kPlanInfoHeader))
     return err;
   if (cuda) {
     if (auto err = writeHeader(headerDir, "cuda_abi.h", kCudaAbiHeader))

@@ -254,19 +254,57 @@ static FailureOr<std::string> cudaExports(ModuleOp module) {
   llvm::raw_string_ostream os(text);
   os << "static const int64_t kKilnHeads = " << heads << ";\n"
      << "static const int64_t kKilnHeadDim = " << headDim << ";\n"
-     << "static const int64_t kKilnMaxSeq = " << maxSeq << ";\n"
+
      << "static const int64_t kKilnVocab = " << vocab << ";\n"
-     << "static const int64_t kKilnMaxWidth = " << std::max(dim, hidden) << ";\n"
+
      << R"(extern "C" uint64_t kiln_cuda_workspace_bytes(void) {
-  return kiln_cuda_required_workspace_bytes(kKilnHeads, kKilnHeadDim, kKilnMaxSeq,
-                                            kKilnVocab, kKilnMaxWidth);
+  return kiln_cuda_workspace_bytes_for(kKilnHeads, kKilnHeadDim, kKilnVocab);
 }
 extern "C" void kiln_cuda_sample(kiln_cuda_ctx *ctx, float temperature, int32_t top_k,
                                  float top_p, const float *d_coin, int32_t *d_token) {
-  kiln_cuda_sample_logits(ctx, ctx->logits, kKilnVocab, temperature, top_k, top_p,
-                          d_coin, d_token);
+  if (temperature == 0.0f) {
+    kiln_cuda_argmax(ctx, ctx->logits, kKilnVocab, d_token);
+    return;
+  }
+  kiln_cuda_sample_topk_topp(ctx, ctx->logits, kKilnVocab, temperature, top_k, top_p,
+                             d_coin, kiln_cuda_sample_scratch(ctx, kKilnHeads, kKilnHeadDim),
+                             d_token);
 }
 extern "C" int32_t kiln_cuda_abi_version(void) { return KILN_CUDA_ABI_VERSION; })";
+  return text;
+}
+
+/// `kiln_plan_info` (plan_info.h): the sizes this plan was made for, read
+/// from the plan before its functions are rewritten.
+static std::string planInfoExport(ModuleOp module) {
+  auto attr = [&](Operation *op, StringRef name) -> int64_t {
+    auto a = op->getAttrOfType<IntegerAttr>(name);
+    return a ? a.getInt() : 0;
+  };
+  int64_t arena = attr(module, "plan.arena_bytes"), maxTokens = 0, vocab = 0,
+          kvBytes = 0, maxSeq = 0;
+  module.walk([&](Operation *op) {
+    if (auto f = dyn_cast<func::FuncOp>(op); f && f.getSymName() == "prefill")
+      maxTokens = attr(f, "plan.max_tokens");
+    if (auto l = dyn_cast<plan::LogitsOp>(op))
+      vocab = std::max(vocab, l.getType().getDimSize(1));
+    if (auto v = dyn_cast<plan::KVCacheViewOp>(op)) {
+      MemRefType t = v.getType();
+      int64_t bytes = t.getNumElements() * (int64_t)
+                      llvm::divideCeil(t.getElementTypeBitWidth(), 8);
+      kvBytes = std::max<int64_t>(kvBytes, (v.getLayer() + 1) * 2 * bytes);
+      maxSeq = std::max(maxSeq, t.getDimSize(0));
+    }
+  });
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "extern \"C\" void kiln_plan_info(kiln_plan_info_t *out) {\n"
+     << "  out->arena_bytes = " << arena << ";\n"
+     << "  out->max_prefill_tokens = " << maxTokens << ";\n"
+     << "  out->vocab_size = " << vocab << ";\n"
+     << "  out->kv_cache_bytes = " << kvBytes << ";\n"
+     << "  out->max_seq = " << maxSeq << ";\n"
+     << "}";
   return text;
 }
 
@@ -294,6 +332,7 @@ void PlanToEmitCPass::runOnOperation() {
   }
   emitc::VerbatimOp::create(builder, loc, kPointerMacros);
 
+  std::string planInfo = planInfoExport(module);
   SmallVector<func::FuncOp> funcs(module.getOps<func::FuncOp>());
   for (func::FuncOp func : funcs) {
     if (func.isExternal())
@@ -301,6 +340,8 @@ void PlanToEmitCPass::runOnOperation() {
     if (failed(lowerFunction(func, builder, symbols, info)))
       return signalPassFailure();
   }
+  builder.setInsertionPointToEnd(module.getBody());
+  emitc::VerbatimOp::create(builder, loc, planInfo);
   if (info.cuda) {
     FailureOr<std::string> exports = cudaExports(module);
     if (failed(exports))

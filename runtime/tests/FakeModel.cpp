@@ -41,4 +41,13 @@ void kiln_decode(kiln_exec_ctx *ctx, int64_t n, int64_t pos) {
   step(ctx, n, pos);
 }
 
+/// The sizes of ArtifactTest.cpp's FakeArtifact manifest (plan_info.h).
+void kiln_plan_info(kiln_plan_info_t *out) {
+  out->arena_bytes = 1024;
+  out->max_prefill_tokens = 3;
+  out->vocab_size = 16;
+  out->kv_cache_bytes = 1 * 2 * 32 * 1 * 2 * 4;
+  out->max_seq = 32;
+}
+
 } // extern "C"

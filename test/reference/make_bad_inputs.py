@@ -200,6 +200,9 @@ def main(argv=None):
         "header n_kv_heads = 3 does not divide n_heads = 8")
     put("llama2c-size-minus-4.bin", binraw[:-4], "file 4 bytes shorter than the header implies")
     put("llama2c-size-plus-4.bin", binraw + b"\0\0\0\0", "file 4 bytes longer than the header implies")
+    put("llama2c-vocab-int-min.bin", with_header(vocab_size=-2**31), "header vocab_size = INT32_MIN")
+    put("llama2c-huge-hidden-dim.bin", with_header(hidden_dim=2**31 - 1), "header hidden_dim = 2^31 - 1")
+    put("llama2c-no-tokenizer/stories260K.bin", binraw, "good checkpoint, no tok*.bin beside it")
     put("llama2c-truncated-tokenizer/stories260K.bin", binraw, "good checkpoint (bad tokenizer beside it)")
     put("llama2c-truncated-tokenizer/tok512.bin", tokraw[:len(tokraw) // 2],
         "tok512.bin cut to %d of %d bytes" % (len(tokraw) // 2, len(tokraw)))
@@ -259,6 +262,33 @@ def main(argv=None):
     kp = k["start"] + 8 + len("llama.block_")
     put("gguf-missing-key.gguf", patch(g, kp, b"k"), "key llama.block_count renamed llama.block_kount")
 
+    # tensor data layout: offsets must be aligned, spans packed without overlap
+    t = L["tensors"]["token_embd.weight"]
+    assert t["offset"] == 0
+    put("gguf-misaligned-offset.gguf", patch(g, t["offset_pos"], struct.pack("<Q", 3)),
+        "token_embd.weight data offset 3 (alignment 32)")
+    t = L["tensors"]["output_norm.weight"]
+    assert t["offset"] == 131072
+    put("gguf-overlapping-tensors.gguf", patch(g, t["offset_pos"], struct.pack("<Q", 32)),
+        "output_norm.weight data offset 32, inside token_embd.weight [0, 131072)")
+    t = L["tensors"]["blk.0.attn_q.weight"]
+    put("gguf-f32-as-f16.gguf", patch(g, t["type_pos"], struct.pack("<I", 1)),
+        "blk.0.attn_q.weight type F32 relabelled F16 (span halves, leaving a hole)")
+    put("gguf-f32-as-bf16.gguf", patch(g, t["type_pos"], struct.pack("<I", 30)),
+        "blk.0.attn_q.weight type F32 relabelled BF16 (span halves, leaving a hole)")
+    # general.alignment = 48: rename llama.block_count (same length) in place
+    k = L["kv"]["llama.block_count"]
+    assert len("llama.block_count") == len("general.alignment") and k["type"] == 4
+    ga = patch(g, k["start"] + 8, b"general.alignment")
+    put("gguf-alignment-48.gguf", patch(ga, k["value_start"], struct.pack("<I", 48)),
+        "general.alignment = 48 (not a power of two)")
+    put("gguf-alignment-0.gguf", patch(ga, k["value_start"], struct.pack("<I", 0)),
+        "general.alignment = 0")
+    k = L["kv"]["tokenizer.ggml.tokens"]
+    kp = k["start"] + 8 + len("tokenizer.ggml.token")
+    put("gguf-no-tokenizer.gguf", patch(g, kp, b"z"),
+        "key tokenizer.ggml.tokens renamed tokenizer.ggml.tokenz (no vocabulary)")
+
     # ---- GGUF Q8_0 (tinystories-656k) --------------------------------------
     q = open(os.path.join(M, "tinystories-656k", "gguf", "TinyStories-656K-Q8_0.gguf"), "rb").read()
     LQ = gguf_layout(q)
@@ -271,13 +301,13 @@ def main(argv=None):
     sthdr, stdata = st_read(os.path.join(hf, "model.safetensors"))
     cfg = json.load(open(os.path.join(hf, "config.json")))
 
-    def hf_dir(name, why, config=None, st=None):
+    def hf_dir(name, why, config=None, st=None, drop=()):
         d = os.path.join(out, name)
         if os.path.exists(d):
             shutil.rmtree(d)
         os.makedirs(d)
         for f in os.listdir(hf):
-            if f not in ("config.json", "model.safetensors"):
+            if f not in ("config.json", "model.safetensors") + tuple(drop):
                 shutil.copyfile(os.path.join(hf, f), os.path.join(d, f))
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(config if config is not None else cfg, f, indent=2)
@@ -336,6 +366,29 @@ def main(argv=None):
     c = dict(cfg)
     del c["hidden_size"]
     hf_dir("hf-config-missing-field", "config.json without hidden_size", config=c)
+
+    hf_dir("hf-no-tokenizer", "no tokenizer.json or tokenizer.model", drop=("tokenizer.json",
+                                                                          "tokenizer.model"))
+
+    # data_offsets that keep each tensor's length but break the layout
+    first = min((k for k in sthdr if k != "__metadata__"), key=lambda k: sthdr[k]["data_offsets"][0])
+    b, e = sthdr[first]["data_offsets"]
+    assert b == 0
+    h2 = json.loads(json.dumps(sthdr))
+    h2[first]["data_offsets"] = [1, e + 1]
+    hf_dir("hf-offsets-shifted", "%s data_offsets [1, %d] (byte 0 unindexed)" % (first, e + 1),
+           st=(h2, stdata))
+    second = min((k for k in sthdr if k != "__metadata__" and k != first),
+                 key=lambda k: sthdr[k]["data_offsets"][0])
+    b, e = sthdr[second]["data_offsets"]
+    h2 = json.loads(json.dumps(sthdr))
+    h2[second]["data_offsets"] = [b - 4, e - 4]
+    hf_dir("hf-offsets-overlap", "%s data_offsets [%d, %d] overlap %s" % (second, b - 4, e - 4, first),
+           st=(h2, stdata))
+    hf_dir("hf-trailing-data", "8 bytes after the last tensor's data", st=(sthdr, stdata + bytes(8)))
+
+    # not checkpoints: passed where a model is expected
+    put("notes.txt", b"Once upon a time there was a little model.\n", "a text file")
 
     for name, why in made:
         print("%-48s %s" % (name, why))

@@ -130,6 +130,7 @@ static StringRef ggmlTypeName(uint32_t t) {
 /// ggml's type_traits / gguf-py GGML_QUANT_SIZES; std::nullopt if unknown.
 static std::optional<std::pair<uint64_t, uint64_t>> ggmlBlock(uint32_t t) {
   using P = std::pair<uint64_t, uint64_t>;
+  // clang-format off
   switch (t) {
   case 0: return P{1, 4};     // F32
   case 1: return P{1, 2};     // F16
@@ -165,6 +166,7 @@ static std::optional<std::pair<uint64_t, uint64_t>> ggmlBlock(uint32_t t) {
   case 39: return P{32, 17};   // MXFP4
   default: return std::nullopt;
   }
+  // clang-format on
 }
 
 /// Smallest encoding of one value of `type`, to bound counts read from the
@@ -423,11 +425,11 @@ static Expected<GgufFile> parseGguf(StringRef path) {
   // Every tensor's data must start on an alignment boundary.
   for (const GgufTensor &t : g.tensors)
     if (t.offset % g.alignment != 0)
-      return fileError(path, "tensor '" + t.name + "': data offset " +
-                                 Twine(t.offset) +
-                                 " is not a multiple of the alignment " +
-                                 Twine(g.alignment) + " (tensor info at offset " +
-                                 Twine(t.infoOffset) + ")");
+      return fileError(
+          path, "tensor '" + t.name + "': data offset " + Twine(t.offset) +
+                    " is not a multiple of the alignment " +
+                    Twine(g.alignment) + " (tensor info at offset " +
+                    Twine(t.infoOffset) + ")");
   g.dataOffset = alignTo(r.offset(), g.alignment);
   if (g.dataOffset > g.fileSize)
     return fileError(path, "data section at offset " + Twine(g.dataOffset) +
@@ -670,37 +672,36 @@ static Error checkTensorLayout(const GgufFile &g) {
   uint64_t dataSize = g.fileSize - g.dataOffset;
   for (const GgufTensor &t : g.tensors) {
     Span s{&t, t.offset, std::nullopt};
-    if (std::optional<std::pair<uint64_t, uint64_t>> block = ggmlBlock(t.type)) {
+    if (std::optional<std::pair<uint64_t, uint64_t>> block =
+            ggmlBlock(t.type)) {
       if (t.ne[0] % block->first != 0)
-        return fileError(g.path, "tensor '" + t.name + "' has type " +
-                                     ggmlTypeName(t.type) + " (blocks of " +
-                                     Twine(block->first) +
-                                     " elements) but its row length ne[0] = " +
-                                     Twine(t.ne[0]) +
-                                     " is not a multiple of " +
-                                     Twine(block->first));
+        return fileError(
+            g.path,
+            "tensor '" + t.name + "' has type " + ggmlTypeName(t.type) +
+                " (blocks of " + Twine(block->first) +
+                " elements) but its row length ne[0] = " + Twine(t.ne[0]) +
+                " is not a multiple of " + Twine(block->first));
       uint64_t rows = 1, bytes, end;
       bool overflow = false;
       for (uint64_t d : ArrayRef<uint64_t>(t.ne).drop_front())
         overflow |= mulOverflow(rows, d, rows);
-      overflow |= mulOverflow(t.ne[0] / block->first * block->second, rows,
-                              bytes) ||
-                  addOverflow(t.offset, bytes, end);
+      overflow |=
+          mulOverflow(t.ne[0] / block->first * block->second, rows, bytes) ||
+          addOverflow(t.offset, bytes, end);
       if (overflow || end > dataSize)
-        return fileError(g.path, "tensor '" + t.name + "' at offset " +
-                                     Twine(g.dataOffset) + " + " +
-                                     Twine(t.offset) + " with " +
-                                     (overflow ? Twine("too many")
-                                               : Twine(bytes)) +
-                                     " bytes extends past the end of the "
-                                     "file (" + Twine(g.fileSize) + " bytes)");
+        return fileError(
+            g.path, "tensor '" + t.name + "' at offset " + Twine(g.dataOffset) +
+                        " + " + Twine(t.offset) + " with " +
+                        (overflow ? Twine("too many") : Twine(bytes)) +
+                        " bytes extends past the end of the "
+                        "file (" +
+                        Twine(g.fileSize) + " bytes)");
       s.end = end;
     }
     spans.push_back(s);
   }
-  llvm::stable_sort(spans, [](const Span &a, const Span &b) {
-    return a.begin < b.begin;
-  });
+  llvm::stable_sort(
+      spans, [](const Span &a, const Span &b) { return a.begin < b.begin; });
   auto describe = [&](const Span &s) {
     std::string text;
     raw_string_ostream os(text);
@@ -716,16 +717,17 @@ static Error checkTensorLayout(const GgufFile &g) {
     os << ")";
     return text;
   };
-  std::string where = (" (offsets relative to the data section at " +
-                       Twine(g.dataOffset) + ")")
-                          .str();
+  std::string where =
+      (" (offsets relative to the data section at " + Twine(g.dataOffset) + ")")
+          .str();
   if (!spans.empty() && spans.front().begin != 0)
     return fileError(g.path, "bytes [0, " + Twine(spans.front().begin) +
                                  ") of the data section, before tensor " +
                                  describe(spans.front()) +
                                  ", belong to no tensor; GGUF tensor data is "
                                  "packed from offset 0, so this offset is "
-                                 "probably corrupted" + where);
+                                 "probably corrupted" +
+                                 where);
   for (size_t i = 1; i < spans.size(); ++i) {
     const Span &a = spans[i - 1], &b = spans[i];
     if (!a.end)
@@ -740,19 +742,20 @@ static Error checkTensorLayout(const GgufFile &g) {
                            describe(b) + ", leaving bytes [" + Twine(*a.end) +
                            ", " + Twine(b.begin) +
                            ") unused; GGUF tensor data is packed (each tensor "
-                           "padded to the alignment " + Twine(g.alignment) +
-                           "), so the type or shape of '" + a.t->name +
-                           "' or the offset of '" + b.t->name +
+                           "padded to the alignment " +
+                           Twine(g.alignment) + "), so the type or shape of '" +
+                           a.t->name + "' or the offset of '" + b.t->name +
                            "' is probably wrong" + where);
   }
   if (!spans.empty() && spans.back().end &&
       dataSize > alignTo(*spans.back().end, g.alignment))
-    return fileError(g.path,
-                     "the data section holds " + Twine(dataSize) +
-                         " bytes but the last tensor " + describe(spans.back()) +
-                         " ends at " + Twine(*spans.back().end) +
-                         "; GGUF tensor data is packed, so its type or shape "
-                         "is probably wrong" + where);
+    return fileError(
+        g.path, "the data section holds " + Twine(dataSize) +
+                    " bytes but the last tensor " + describe(spans.back()) +
+                    " ends at " + Twine(*spans.back().end) +
+                    "; GGUF tensor data is packed, so its type or shape "
+                    "is probably wrong" +
+                    where);
   return Error::success();
 }
 

@@ -4,7 +4,10 @@
 // more *.safetensors files (listed by model.safetensors.index.json when
 // sharded). safetensors: uint64 LE header length N, N bytes of JSON
 // {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {..}},
-// then the data; offsets are relative to byte 8 + N.
+// then the data; offsets are relative to byte 8 + N. As the safetensors
+// loader requires, each span [begin, end) holds exactly numel x dtype size
+// bytes and the spans, sorted, tile the data section without holes or
+// overlaps.
 //
 // HF stores q_proj/k_proj rows per head in "rotate-half" order; the
 // importer attaches a RopeHalfToAdjacent transform so the materialized
@@ -21,6 +24,8 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
+
+#include <tuple>
 
 using namespace llvm;
 using namespace mlir::kiln::detail;
@@ -157,12 +162,11 @@ static Error parseSafetensors(StringRef file, SafetensorsIndex &index) {
                                  " is not a whole number of bytes that fits "
                                  "in 64 bits");
     if (totalBits / 8 != st.bytes)
-      return fileError(file, "tensor '" + name + "': " + st.dtype + " " +
-                                 formatShape(st.shape) + " needs " +
-                                 Twine(totalBits / 8) +
-                                 " bytes but data_offsets [" + Twine(*begin) +
-                                 ", " + Twine(*end) + ") span " +
-                                 Twine(st.bytes));
+      return fileError(
+          file, "tensor '" + name + "': " + st.dtype + " " +
+                    formatShape(st.shape) + " needs " + Twine(totalBits / 8) +
+                    " bytes but data_offsets [" + Twine(*begin) + ", " +
+                    Twine(*end) + ") span " + Twine(st.bytes));
     if (index.tensors.count(name))
       return fileError(file, "tensor '" + name +
                                  "' is also defined in " +
@@ -179,8 +183,8 @@ static Error parseSafetensors(StringRef file, SafetensorsIndex &index) {
   });
   uint64_t dataSize = *size - dataStart;
   auto describe = [](const Span &s) {
-    return "'" + s.name + "' data_offsets [" + std::to_string(s.begin) +
-           ", " + std::to_string(s.end) + ")";
+    return "'" + s.name + "' data_offsets [" + std::to_string(s.begin) + ", " +
+           std::to_string(s.end) + ")";
   };
   uint64_t cursor = 0;
   const Span *prev = nullptr;
@@ -201,15 +205,14 @@ static Error parseSafetensors(StringRef file, SafetensorsIndex &index) {
     prev = &s;
   }
   if (cursor != dataSize)
-    return fileError(file, "the data section (file offsets " +
-                               Twine(dataStart) + " to " + Twine(*size) +
-                               ") holds " + Twine(dataSize) +
-                               " bytes but the tensors end at data offset " +
-                               Twine(cursor) +
-                               (prev ? " (last tensor " + describe(*prev) + ")"
-                                     : std::string(" (no tensors)")) +
-                               "; safetensors requires the tensors to cover "
-                               "the data section without holes");
+    return fileError(
+        file, "the data section (file offsets " + Twine(dataStart) + " to " +
+                  Twine(*size) + ") holds " + Twine(dataSize) +
+                  " bytes but the tensors end at data offset " + Twine(cursor) +
+                  (prev ? " (last tensor " + describe(*prev) + ")"
+                        : std::string(" (no tensors)")) +
+                  "; safetensors requires the tensors to cover "
+                  "the data section exactly");
   return Error::success();
 }
 

@@ -216,6 +216,32 @@ static std::string formatFloat(float v) {
   return s;
 }
 
+Error checkLimits(const LlamaConfig &c, StringRef file) {
+  // Sizes beyond these bounds are corrupted headers, not models; they would
+  // overflow the shape arithmetic below.
+  struct Limit {
+    int64_t value;
+    StringRef what;
+    int log2;
+  } limits[] = {{c.dim, "dim", 24},
+                {c.hiddenDim, "hidden_dim", 24},
+                {c.nLayers, "n_layers", 12},
+                {c.nHeads, "n_heads", 16},
+                {c.nKvHeads, "n_kv_heads", 16},
+                {c.headDim, "head_dim", 16},
+                {c.vocabSize, "vocab_size", 26},
+                {c.maxSeqLen, "max_seq_len", 26}};
+  for (const Limit &l : limits)
+    if (l.value > (int64_t(1) << l.log2))
+      return fileError(file, "implausible " + l.what + " " + Twine(l.value) +
+                                 ": it exceeds the limit of " +
+                                 Twine(int64_t(1) << l.log2) + " (2^" +
+                                 Twine(l.log2) +
+                                 ") for this field, so the file is probably "
+                                 "corrupted");
+  return Error::success();
+}
+
 Error checkConfig(const LlamaConfig &c, StringRef file) {
   auto positive = [&](int64_t v, StringRef what) -> Error {
     if (v > 0)
@@ -239,25 +265,8 @@ Error checkConfig(const LlamaConfig &c, StringRef file) {
     return e;
   if (Error e = positive(c.maxSeqLen, "max_seq_len"))
     return e;
-  // Sizes beyond these bounds are corrupted headers, not models; they would
-  // overflow the shape arithmetic below.
-  struct Limit {
-    int64_t value;
-    StringRef what;
-    int log2;
-  } limits[] = {{c.dim, "dim", 24},           {c.hiddenDim, "hidden_dim", 24},
-                {c.nLayers, "n_layers", 12},  {c.nHeads, "n_heads", 16},
-                {c.nKvHeads, "n_kv_heads", 16}, {c.headDim, "head_dim", 16},
-                {c.vocabSize, "vocab_size", 26},
-                {c.maxSeqLen, "max_seq_len", 26}};
-  for (const Limit &l : limits)
-    if (l.value > (int64_t(1) << l.log2))
-      return fileError(file, "implausible " + l.what + " " + Twine(l.value) +
-                                 ": it exceeds the limit of " +
-                                 Twine(int64_t(1) << l.log2) + " (2^" +
-                                 Twine(l.log2) +
-                                 ") for this field, so the file is probably "
-                                 "corrupted");
+  if (Error e = checkLimits(c, file))
+    return e;
   if (c.nHeads % c.nKvHeads != 0)
     return fileError(file, "n_heads (" + Twine(c.nHeads) +
                                ") is not a multiple of n_kv_heads (" +

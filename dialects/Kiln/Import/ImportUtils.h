@@ -85,6 +85,11 @@ std::optional<uint64_t> numElements(llvm::ArrayRef<int64_t> shape);
 /// Bytes taken by `numel` elements of `storage` (Q8_0: numel % 32 == 0).
 std::optional<uint64_t> storageBytes(StorageType storage, uint64_t numel);
 
+/// Checks no size exceeds what any real model has (a corrupted header
+/// otherwise overflows the shape arithmetic); the error names the field and
+/// its limit. Part of checkConfig().
+llvm::Error checkLimits(const LlamaConfig &config, llvm::StringRef file);
+
 /// Checks the hyper-parameters are sane; errors name `file`.
 llvm::Error checkConfig(const LlamaConfig &config, llvm::StringRef file);
 

@@ -19,14 +19,17 @@ llvm::Expected<ModelDesc> importLlama2c(llvm::StringRef path,
                                         llvm::StringRef tokenizer = "");
 
 /// GGUF v2/v3 file with `general.architecture` = `llama`. Without an explicit
-/// `tokenizer`, the tokenizer comes from the `tokenizer.ggml.*` keys.
+/// `tokenizer`, the tokenizer comes from the `tokenizer.ggml.*` keys (an
+/// error if there are none). Tensor offsets must be multiples of
+/// `general.alignment` and the tensors' data packed without overlaps.
 llvm::Expected<ModelDesc> importGguf(llvm::StringRef path,
                                      llvm::StringRef tokenizer = "");
 
 /// Hugging Face directory: config.json (LlamaForCausalLM) + *.safetensors
 /// (optionally model.safetensors.index.json). Without an explicit
 /// `tokenizer`, reads tokenizer.json, else tokenizer.model, beside it; if
-/// neither exists the tokenizer is left empty (no pieces).
+/// neither exists that is an error. A tokenizer with fewer pieces than
+/// vocab_size is padded with "<pad_ID>" control pieces.
 llvm::Expected<ModelDesc> importHuggingFace(llvm::StringRef dir,
                                             llvm::StringRef tokenizer = "");
 

@@ -161,14 +161,16 @@ Expected<ModelDesc> importLlama2c(StringRef path, StringRef tokenizer) {
                           "vocab_size means an unshared classifier of "
                           "-vocab_size rows, and 2147483648 does not fit in "
                           "a 32-bit int");
+  // Shared checks; their messages start with what is given as the file, so
+  // name the header there.
+  std::string where = (path + ": llama2.c header").str();
+  if (Error e = checkLimits(c, where))
+    return std::move(e);
   if (c.dim % c.nHeads != 0)
     return fileError(path, "llama2.c header: dim " + Twine(c.dim) +
                                " is not a multiple of n_heads " +
                                Twine(c.nHeads));
-  // The remaining checks (limits, n_heads % n_kv_heads, even head_dim) are
-  // shared with the other formats; their messages start with what is given
-  // as the file, so name the header there.
-  if (Error e = checkConfig(c, (path + ": llama2.c header").str()))
+  if (Error e = checkConfig(c, where))
     return std::move(e);
 
   // Lay out the tensors.

@@ -117,7 +117,7 @@ struct TokenizerDesc {
 struct ModelDesc {
   LlamaConfig config;
   std::vector<WeightDesc> weights; ///< in canonical order (see WeightDesc)
-  TokenizerDesc tokenizer;         ///< empty pieces for synthetic models
+  TokenizerDesc tokenizer;         ///< exactly config.vocabSize pieces
 
   /// Returns the weight with canonical name `name`, or nullptr.
   const WeightDesc *lookup(llvm::StringRef name) const;
@@ -135,10 +135,21 @@ std::vector<CanonicalWeight> canonicalWeights(const LlamaConfig &config);
 /// Imports a model from `spec`:
 ///   * a llama2.c checkpoint `*.bin` (tokenizer: `tokenizer` if given, else a
 ///     `tok*.bin` / `tokenizer.bin` beside it);
-///   * a GGUF v3 file `*.gguf` (architecture `llama`);
-///   * a Hugging Face directory with `config.json` and `*.safetensors`;
+///   * a GGUF v3 file `*.gguf` (architecture `llama`; tokenizer: `tokenizer`
+///     if given, else its `tokenizer.ggml.*` keys);
+///   * a Hugging Face directory with `config.json` and `*.safetensors`
+///     (tokenizer: `tokenizer` if given, else tokenizer.json or
+///     tokenizer.model in it);
 ///   * `synthetic:<shape>` with shape one of llama-2-7b, llama-2-13b,
-///     llama-110m, stories260k.
+///     llama-110m, stories260k (a generated placeholder vocabulary).
+/// Files are recognised by content first (GGUF magic; safetensors files and
+/// JSON files get an error saying what they are), then by extension; a file
+/// that is neither a .bin nor has a plausible llama2.c header is reported
+/// as an unrecognised format.
+/// A model without a tokenizer is an error. The tokenizer must have exactly
+/// vocab_size pieces, except that a Hugging Face model's may have fewer
+/// (padded embedding tables): it is then padded with "<pad_ID>" control
+/// pieces, so `tokenizer` always ends up with vocab_size pieces.
 /// Errors name the file, the byte offset or field and what was expected.
 llvm::Expected<ModelDesc> importModel(llvm::StringRef spec,
                                       llvm::StringRef tokenizer = "");

@@ -30,6 +30,8 @@
 
 #include <stdint.h>
 
+#include "kiln_rt/plan_info.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -489,6 +489,7 @@ Status Artifact::loadModelLibrary() {
     return dataLoss(dir_ + "/model.so: cannot load: " +
                     std::string(e ? e : "unknown dlopen error"));
   }
+  KILN_RT_RETURN_IF_ERROR(checkPlanInfo());
   if (manifest_.target == Target::Cuda)
     return Status::ok(); // loadCuda resolves the CUDA ABI's symbols
   auto resolve = [&](const std::string &name, const char *field,
@@ -502,6 +503,34 @@ Status Artifact::loadModelLibrary() {
       resolve(manifest_.prefillEntry, "runtime.entry_points.prefill", prefill_));
   KILN_RT_RETURN_IF_ERROR(
       resolve(manifest_.decodeEntry, "runtime.entry_points.decode", decode_));
+  return Status::ok();
+}
+
+Status Artifact::checkPlanInfo() const {
+  void *sym = nullptr;
+  KILN_RT_RETURN_IF_ERROR(resolveSymbol("kiln_plan_info", nullptr, sym));
+  kiln_plan_info_t info{};
+  reinterpret_cast<kiln_plan_info_fn>(sym)(&info);
+  auto mismatch = [&](const char *field, int64_t manifestValue,
+                      int64_t planned) {
+    return dataLoss(dir_ + "/manifest.json: " + field + " is " +
+                    std::to_string(manifestValue) + " but model.so was planned for " +
+                    std::to_string(planned) +
+                    " (corrupted or mismatched artifact; recompile it)");
+  };
+  if (static_cast<int64_t>(manifest_.arenaBytes) != info.arena_bytes)
+    return mismatch("runtime.arena_bytes",
+                    static_cast<int64_t>(manifest_.arenaBytes), info.arena_bytes);
+  if (manifest_.maxPrefillTokens != info.max_prefill_tokens)
+    return mismatch("runtime.max_prefill_tokens", manifest_.maxPrefillTokens,
+                    info.max_prefill_tokens);
+  if (manifest_.vocabSize != info.vocab_size)
+    return mismatch("model.vocab_size", manifest_.vocabSize, info.vocab_size);
+  if (static_cast<int64_t>(manifest_.kvBytes) != info.kv_cache_bytes)
+    return mismatch("runtime.kv_cache.bytes",
+                    static_cast<int64_t>(manifest_.kvBytes), info.kv_cache_bytes);
+  if (manifest_.kvMaxSeq != info.max_seq)
+    return mismatch("runtime.kv_cache.max_seq", manifest_.kvMaxSeq, info.max_seq);
   return Status::ok();
 }
 

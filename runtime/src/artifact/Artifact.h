@@ -113,6 +113,8 @@ private:
   Status loadCuda();
   /// dlsym in model.so; `field` names the manifest field, nullptr for a
   /// fixed cuda_abi.h symbol.
+  /// Compares model.so's kiln_plan_info with the manifest.
+  Status checkPlanInfo() const;
   Status resolveSymbol(const std::string &name, const char *field,
                        void *&out) const;
 

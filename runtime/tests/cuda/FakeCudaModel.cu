@@ -106,6 +106,16 @@ __attribute__((visibility("default"))) int32_t kiln_cuda_abi_version(void) {
   return KILN_CUDA_ABI_VERSION;
 }
 
+/// The sizes of CudaExecutorTest.cpp's manifest (plan_info.h).
+__attribute__((visibility("default"))) void
+kiln_plan_info(kiln_plan_info_t *out) {
+  out->arena_bytes = 1024;
+  out->max_prefill_tokens = 3;
+  out->vocab_size = 16;
+  out->kv_cache_bytes = 1 * 2 * 32 * 1 * 2 * 4;
+  out->max_seq = 32;
+}
+
 __attribute__((visibility("default"))) uint64_t kiln_cuda_workspace_bytes(void) {
   return 4096;
 }

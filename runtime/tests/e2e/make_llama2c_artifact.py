@@ -133,7 +133,11 @@ def main():
             f"  kiln_k_linear(xb, WT({offsets[cls]}), ctx->logits, 1, {dim}, {vocab});",
             "}",
             'extern "C" void kiln_prefill(kiln_exec_ctx *ctx, int64_t n, int64_t pos) { forward(ctx, n, pos); }',
-            'extern "C" void kiln_decode(kiln_exec_ctx *ctx, int64_t n, int64_t pos) { forward(ctx, n, pos); }', ""]
+            'extern "C" void kiln_decode(kiln_exec_ctx *ctx, int64_t n, int64_t pos) { forward(ctx, n, pos); }',
+            'extern "C" void kiln_plan_info(kiln_plan_info_t *out) {',
+            f'  out->arena_bytes = {arena}; out->max_prefill_tokens = {nmax}; out->vocab_size = {vocab};',
+            f'  out->kv_cache_bytes = {n_layers * 2 * seq_len * kv_dim * 4}; out->max_seq = {seq_len};',
+            '}', ""]
     cpp = os.path.join(out, "model.cpp")
     open(cpp, "w").write("\n".join(src))
     inc = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "include")

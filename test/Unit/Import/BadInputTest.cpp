@@ -172,8 +172,7 @@ TEST(BadInput, FormatSniffing) {
   msg = errorMessage(importModel(cfg).takeError());
   EXPECT_CONTAINS(msg, cfg + ": this looks like a JSON file, not a "
                              "checkpoint");
-  msg = importBytes(dir, "x.json", "
-  {"a": 1}");
+  msg = importBytes(dir, "x.json", "\n  {\"a\": 1}");
   EXPECT_CONTAINS(msg, "x.json: this looks like a JSON file");
   // Text and other junk without a .bin name.
   msg = importBytes(dir, "notes.txt",
@@ -261,8 +260,9 @@ TEST(BadInput, TokenizerLargerThanVocab) {
                             modelPath("tinystories-656k/hf")}) {
     llvm::Expected<ModelDesc> m = importModel(model, big);
     std::string msg = errorMessage(m);
-    EXPECT_CONTAINS(msg, "tokenizer " + big + " has 32000 pieces but the "
-                                              "model's vocab_size is");
+    EXPECT_CONTAINS(msg, "tokenizer " + big +
+                             " has 32000 pieces but the "
+                             "model's vocab_size is");
   }
 }
 
@@ -270,9 +270,8 @@ TEST(BadInput, HfTokenizerPaddedToVocab) {
   KILN_REQUIRE_MODELS();
   // tok512.bin has 512 pieces, the model 2048 embedding rows: HF embedding
   // tables are often padded, so the rest become unmatchable control pieces.
-  llvm::Expected<ModelDesc> m =
-      importModel(modelPath("tinystories-656k/hf"),
-                  modelPath("stories260K/tok512.bin"));
+  llvm::Expected<ModelDesc> m = importModel(
+      modelPath("tinystories-656k/hf"), modelPath("stories260K/tok512.bin"));
   ASSERT_TRUE(bool(m)) << errorMessage(m);
   const TokenizerDesc &tok = m->tokenizer;
   ASSERT_EQ(tok.pieces.size(), 2048u);
@@ -290,7 +289,6 @@ TEST(BadInput, HfTokenizerPaddedToVocab) {
   EXPECT_EQ(tok.scores[1000], 0.0f);
   EXPECT_EQ(tok.types[300], 1);
 }
-
 
 TEST(BadInput, MissingFile) {
   llvm::Expected<ModelDesc> m = importModel("/nonexistent/model.bin");
@@ -388,8 +386,7 @@ TEST_F(GgufBadInput, TensorPastEndOfFile) {
 
 /// Offset of the type field of tensor `name` (with `nDims` dims) in the
 /// tensor infos of `g`; its data offset follows at +4.
-size_t tensorTypeAt(const std::string &g, const std::string &name,
-                    int nDims) {
+size_t tensorTypeAt(const std::string &g, const std::string &name, int nDims) {
   return afterString(g, name) + 4 + 8 * nDims;
 }
 
@@ -467,7 +464,7 @@ TEST_F(GgufBadInput, TypeRelabelledBreaksLayout) {
                   "last.gguf: the data section holds 1171200 bytes but the "
                   "last tensor 'blk.4.ffn_norm.weight' (F16 [64]) [1170944, "
                   "1171072) ends at 1171072");
-  // F32 -> F16 doubled: the span overlaps the next tensor.
+  // A relabelled type with a compensating shape is caught by the shape.
   g = gguf;
   size_t at = tensorTypeAt(g, "blk.0.attn_q.weight", 2);
   putU32(g, at, 1);
@@ -484,8 +481,8 @@ TEST_F(GgufBadInput, NoTokenizer) {
   std::string msg = importBytes(dir, "notok.gguf", g);
   EXPECT_CONTAINS(msg, "notok.gguf: no tokenizer.ggml.tokens");
   // An explicit tokenizer makes it usable.
-  llvm::Expected<ModelDesc> m = importModel(
-      dir.path("notok.gguf"), modelPath("stories260K/tok512.bin"));
+  llvm::Expected<ModelDesc> m =
+      importModel(dir.path("notok.gguf"), modelPath("stories260K/tok512.bin"));
   ASSERT_TRUE(bool(m)) << errorMessage(m);
   EXPECT_EQ(m->tokenizer.pieces.size(), 512u);
 }
@@ -569,6 +566,10 @@ protected:
       GTEST_SKIP() << "shared models not found";
     config = readFileBytes(modelPath("tinystories-656k/hf/config.json"));
     st = readFileBytes(modelPath("tinystories-656k/hf/model.safetensors"));
+    // A good tokenizer beside, so that only what a test breaks is wrong.
+    writeFileBytes(
+        dir.path("tokenizer.json"),
+        readFileBytes(modelPath("tinystories-656k/hf/tokenizer.json")));
   }
 
   /// Writes the HF dir with config/safetensors optionally edited; returns
@@ -618,8 +619,95 @@ TEST_F(HfBadInput, Unmodified) {
   writeFileBytes(dir.path("model.safetensors"), st);
   llvm::Expected<ModelDesc> m = importModel(dir.root());
   ASSERT_TRUE(bool(m)) << errorMessage(m);
-  // No tokenizer.json / tokenizer.model beside it: the tokenizer is empty.
-  EXPECT_TRUE(m->tokenizer.pieces.empty());
+  EXPECT_EQ(m->tokenizer.pieces.size(), 2048u);
+}
+
+TEST_F(HfBadInput, NoTokenizer) {
+  writeFileBytes(dir.path("config.json"), config);
+  writeFileBytes(dir.path("model.safetensors"), st);
+  llvm::sys::fs::remove(dir.path("tokenizer.json"));
+  llvm::Expected<ModelDesc> m = importModel(dir.root());
+  EXPECT_CONTAINS(errorMessage(m),
+                  dir.root() + ": no tokenizer.json or tokenizer.model");
+}
+
+/// The tensor whose data_offsets begin at `begin` in `header`.
+std::string tensorAt(const llvm::json::Object &header, int64_t begin) {
+  for (const auto &kv : header)
+    if (const llvm::json::Object *t = kv.second.getAsObject())
+      if (const llvm::json::Array *o = t->getArray("data_offsets"))
+        if ((*o)[0].getAsInteger() == begin)
+          return kv.first.str();
+  ADD_FAILURE() << "no tensor at " << begin;
+  return "";
+}
+
+/// Sets the data_offsets of tensor `name` to [begin, end].
+void setOffsets(llvm::json::Object &header, const std::string &name,
+                int64_t begin, int64_t end) {
+  (*header.getObject(name))["data_offsets"] = llvm::json::Array{begin, end};
+}
+
+TEST_F(HfBadInput, OffsetsShifted) {
+  // The first tensor ([0, 1048576), lm_head.weight) shifted by one byte: the
+  // right length, but byte 0 is unindexed and its span runs into the next.
+  std::string msg = importEdited(nullptr, [](llvm::json::Object &o) {
+    EXPECT_EQ(tensorAt(o, 0), "lm_head.weight");
+    setOffsets(o, "lm_head.weight", 1, 1048577);
+  });
+  EXPECT_CONTAINS(msg, "model.safetensors: bytes [0, 1) of the data section "
+                       "belong to no tensor (before the first tensor "
+                       "'lm_head.weight' data_offsets [1, 1048577))");
+}
+
+TEST_F(HfBadInput, OffsetsOverlap) {
+  std::string msg = importEdited(nullptr, [](llvm::json::Object &o) {
+    std::string second = tensorAt(o, 1048576);
+    setOffsets(o, second, 1048576 - 4, 1048576 + 512 - 4);
+  });
+  EXPECT_CONTAINS(msg, "model.safetensors: tensors 'lm_head.weight' "
+                       "data_offsets [0, 1048576) and "
+                       "'model.layers.0.input_layernorm.weight' data_offsets "
+                       "[1048572, 1049084) overlap");
+}
+
+TEST_F(HfBadInput, OffsetsLeaveHole) {
+  // The second tensor moved 4 bytes later (its old end now overlaps the
+  // third, but the hole comes first in offset order).
+  std::string msg = importEdited(nullptr, [](llvm::json::Object &o) {
+    std::string second = tensorAt(o, 1048576);
+    setOffsets(o, second, 1048576 + 4, 1048576 + 512 + 4);
+  });
+  EXPECT_CONTAINS(msg, "bytes [1048576, 1048580) of the data section belong "
+                       "to no tensor (between tensors 'lm_head.weight' "
+                       "data_offsets [0, 1048576) and "
+                       "'model.layers.0.input_layernorm.weight' data_offsets "
+                       "[1048580, 1049092))");
+  // Trailing bytes after the last tensor.
+  std::string raw = st + std::string(8, '\0');
+  msg = importEdited(nullptr, nullptr, &raw);
+  EXPECT_CONTAINS(msg, "model.safetensors: the data section");
+  EXPECT_CONTAINS(msg, "holds 2624008 bytes but the tensors end at data "
+                       "offset 2624000");
+}
+
+TEST_F(HfBadInput, OffsetsWrongLengthOrOrder) {
+  std::string msg = importEdited(nullptr, [](llvm::json::Object &o) {
+    setOffsets(o, "model.norm.weight", 600, 100);
+  });
+  EXPECT_CONTAINS(msg, "tensor 'model.norm.weight': data_offsets 600, 100 "
+                       "must be integers [begin, end) with 0 <= begin <= "
+                       "end");
+  msg = importEdited(nullptr, [](llvm::json::Object &o) {
+    setOffsets(o, "lm_head.weight", 0, 1048576 - 4);
+  });
+  EXPECT_CONTAINS(msg, "tensor 'lm_head.weight': F32 [2048, 128] needs "
+                       "1048576 bytes but data_offsets [0, 1048572) span "
+                       "1048572");
+  msg = importEdited(nullptr, [](llvm::json::Object &o) {
+    (*o.getObject("model.norm.weight"))["dtype"] = "F17";
+  });
+  EXPECT_CONTAINS(msg, "tensor 'model.norm.weight' has unknown dtype 'F17'");
 }
 
 TEST_F(HfBadInput, WrongArchitecture) {
@@ -722,6 +810,9 @@ TEST_F(HfBadInput, BadTokenizerJson) {
 void fuzzHeader(const std::string &original, size_t headerBytes,
                 const std::string &name, int rounds) {
   TempDir dir;
+  // The tokenizer a llama2.c checkpoint needs beside it.
+  writeFileBytes(dir.path("tok512.bin"),
+                 readFileBytes(modelPath("stories260K/tok512.bin")));
   uint64_t state = 0x1234567;
   auto next = [&] {
     state = state * 6364136223846793005ull + 1442695040888963407ull;

@@ -1,0 +1,36 @@
+/*===- plan_info.h - What an emitted model.so was planned for --*- C -*-===*
+ *
+ * Every model.so (CPU and CUDA targets) exports, with C linkage,
+ *
+ *   void kiln_plan_info(kiln_plan_info_t *out);
+ *
+ * which reports the sizes the compiler planned the code for. The runtime
+ * compares them with manifest.json before running anything, so a manifest
+ * that disagrees with the code it describes (a hand-edited or mismatched
+ * artifact: manifest.json itself carries no checksum) is refused instead of
+ * running kernels over buffers of the wrong size.
+ *===----------------------------------------------------------------------===*/
+#ifndef KILN_RT_PLAN_INFO_H
+#define KILN_RT_PLAN_INFO_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kiln_plan_info_t {
+  int64_t arena_bytes;        /* activation arena the plan uses, bytes */
+  int64_t max_prefill_tokens; /* most tokens one prefill call may take */
+  int64_t vocab_size;         /* logits written per call */
+  int64_t kv_cache_bytes;     /* KV cache the code addresses, bytes */
+  int64_t max_seq;            /* KV-cache rows per layer (context length) */
+} kiln_plan_info_t;
+
+typedef void (*kiln_plan_info_fn)(kiln_plan_info_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_RT_PLAN_INFO_H */
