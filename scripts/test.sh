@@ -18,7 +18,7 @@ status=${PIPESTATUS[0]}
 if [ "${KILN_SKIP_ASAN:-0}" != "1" ]; then
   echo "== ASan+UBSan build (build-asan/) =="
   if KILN_BUILD_DIR="$root/build-asan" KILN_BUILD_TYPE=RelWithDebInfo \
-       bash "$root/scripts/build.sh" -DKILN_ENABLE_SANITIZERS=ON; then
+       bash "$root/scripts/build.sh" -DKILN_ENABLE_SANITIZERS=ON -DKILN_ENABLE_CUDA=OFF; then
     ASAN_OPTIONS="detect_leaks=0:abort_on_error=0" UBSAN_OPTIONS="print_stacktrace=1" \
       "$lit" -sv "$root/build-asan/test/Unit" "$root/build-asan/test/Integration" \
       "$root/build-asan/test/Import" 2>&1 | tee -a "$log"

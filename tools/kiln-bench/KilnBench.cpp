@@ -5,7 +5,7 @@
 // Measures prefill throughput for a deterministic prompt, decode throughput,
 // this machine's memory read bandwidth, and compares decode with its roofline:
 // decoding one token streams every weight once, so tokens/s cannot exceed
-// bandwidth / weights.bin size. Best of --repeat runs (after one warm-up, so
+// bandwidth / weights.bin size. Median of --repeat runs (after one warm-up, so
 // mmap'd weights are resident when they fit in memory). For "cuda" artifacts
 // the steps return after the device finished (host clocks are exact) and the
 // bandwidth is the device's, from a device-to-device copy.
@@ -38,7 +38,7 @@ static cl::opt<int64_t> promptTokens("prompt-tokens",
 static cl::opt<int64_t> decodeTokens("decode-tokens",
                                      cl::desc("Tokens decoded after the prompt (default 128)"),
                                      cl::init(128), cl::cat(benchCategory));
-static cl::opt<int> repeat("repeat", cl::desc("Timed repetitions, best reported (default 3)"),
+static cl::opt<int> repeat("repeat", cl::desc("Timed repetitions after a warm-up, median reported (default 3)"),
                            cl::init(3), cl::cat(benchCategory));
 static cl::opt<bool> noVerify("no-verify",
                               cl::desc("Skip XXH3 checksums of artifact files"),
@@ -173,7 +173,7 @@ int main(int argc, char **argv) {
     std::printf("artifact: %s (%s), weights %.2f MB, %d threads\n",
                 artifactDir.c_str(), info.name, double(info.weights_bytes) / 1e6,
                 omp_get_max_threads());
-  double bestPrefill = 0, bestDecode = 0;
+  std::vector<double> prefillRates, decodeRates;
   for (int r = 0; r <= repeat; ++r) { // r == 0 warms up
     kiln_rt_session_reset(session);
     double t0 = nowSeconds();
@@ -184,13 +184,26 @@ int main(int argc, char **argv) {
     double t2 = nowSeconds();
     if (r == 0)
       continue;
-    bestPrefill = std::max(bestPrefill, double(prompt) / (t1 - t0));
+    prefillRates.push_back(double(prompt) / (t1 - t0));
     if (decode > 0)
-      bestDecode = std::max(bestDecode, double(decode) / (t2 - t1));
+      decodeRates.push_back(double(decode) / (t2 - t1));
   }
-  std::printf("prefill: %.1f tokens/s (%lld-token prompt)\n", bestPrefill,
-              (long long)prompt);
-  std::printf("decode: %.1f tokens/s\n", bestDecode);
+  // Medians of the timed runs: robust to one disturbed run either way.
+  auto median = [](std::vector<double> v) {
+    if (v.empty())
+      return 0.0;
+    std::sort(v.begin(), v.end());
+    size_t m = v.size() / 2;
+    return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+  };
+  double bestPrefill = median(prefillRates), bestDecode = median(decodeRates);
+  std::printf("prefill: %.1f tokens/s (%lld-token prompt, median of %d)\n",
+              bestPrefill, (long long)prompt, repeat.getValue());
+  if (decode > 0)
+    std::printf("decode: %.1f tokens/s (%lld tokens, median of %d)\n",
+                bestDecode, (long long)decode, repeat.getValue());
+  else
+    std::printf("decode: n/a (--decode-tokens 0)\n");
   std::fflush(stdout);
 
   double bandwidth = 0;

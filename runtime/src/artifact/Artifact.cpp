@@ -543,7 +543,7 @@ Status Artifact::resolveSymbol(const std::string &name, const char *field,
     return notFound(dir_ + "/model.so: " +
                     (field ? "entry point '" + name + "' (manifest.json " +
                                  field + ")"
-                           : "symbol '" + name + "' (cuda_abi.h)") +
+                           : "symbol '" + name + "' (plan_info.h / cuda_abi.h)") +
                     " not found: " + std::string(e ? e : "null symbol"));
   }
   out = sym;

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# scripts/gpu-check.sh [BUILD_DIR] — checks and times the CUDA target on a
+# machine with an NVIDIA GPU, in one call, from a build made elsewhere and
+# carried over (build/bin, build/lib). Needs the CUDA 13 toolkit (nvcc, to
+# compile the artifacts there), a host C++ compiler and python3; PyTorch is
+# optional (the eager baseline is skipped without it). No network.
+#
+#   1. kernel tests: every Kiln CUDA kernel in f32/f16/bf16 against the CPU
+#      reference kernels on random inputs (outputs poisoned with NaN first;
+#      relative error f32 < 1e-5, f16 < 5e-3, bf16 < 1e-2), plus the CUDA
+#      executor unit tests (graph capture, device sampling, weight upload);
+#   2. stories260K in f32: 200 greedy tokens on CUDA identical to the CPU;
+#   3. synthetic:llama-2-7b in bf16: decode tokens/s at batch 1 (median after
+#      warm-up) next to the HBM roofline (weight bytes per token / measured
+#      device copy bandwidth) and PyTorch eager; prefill tokens/s for a
+#      2048-token prompt next to the cuBLAS GEMM peak measured in the same run.
+#
+# Prints one table at the end; details go to $KILN_GPU_CHECK_OUT (default
+# gpu-check-results/, or $OUT/gpu-check when $OUT is set). Exit status 1 if a
+# correctness check failed; the speed targets are reported, not enforced.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${1:-$root/build}"
+bin="$build/bin"
+shared="${KILN_SHARED_DIR:-$root/../shared}"
+out="${KILN_GPU_CHECK_OUT:-${OUT:+$OUT/gpu-check}}"
+out="${out:-$root/gpu-check-results}"
+work="${KILN_GPU_CHECK_WORK:-$(mktemp -d /tmp/kiln-gpu-check.XXXXXX)}"
+mkdir -p "$out" "$work"
+log="$out/details.txt"
+: > "$log"
+export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH="$bin:/usr/local/cuda/bin:$PATH"
+status=0
+declare -A result
+
+say() { echo "$*" | tee -a "$log"; }
+section() { say ""; say "== $* =="; }
+run() { # run CMD...: logs the command and its output
+  echo "\$ $*" >> "$log"
+  "$@" 2>&1 | tee -a "$log"
+  return "${PIPESTATUS[0]}"
+}
+field() { # field KEY FILE: the number after "KEY:" in FILE
+  grep -E "^$1:" "$2" | head -1 | sed -E 's/^[^:]*:[[:space:]]*([0-9.]+).*/\1/'
+}
+
+section "device"
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi >> "$log" 2>&1; then
+  say "gpu-check: no NVIDIA GPU/driver found (nvidia-smi failed); nothing to check"
+  exit 77
+fi
+gpu="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)"
+say "GPU: $gpu"
+for t in kiln-compile kiln-run kiln-bench; do
+  [ -x "$bin/$t" ] || { say "gpu-check: $bin/$t missing: build first (scripts/build.sh)"; exit 1; }
+done
+
+section "1. kernel tests"
+if [ -x "$bin/kiln-gpu-kernel-check" ]; then
+  run timeout 300 "$bin/kiln-gpu-kernel-check" > "$work/kernels.txt"
+  rc=$?
+  summary="$(grep -E 'kernel-check: [0-9]+ passed' "$work/kernels.txt" | tail -1)"
+  result[kernels]="${summary:-no summary (exit $rc)}"
+  [ "$rc" -eq 0 ] || status=1
+  run timeout 120 "$bin/kiln-gpu-kernel-check" --bench > "$work/kernel-bench.txt"
+else
+  result[kernels]="kiln-gpu-kernel-check not built"
+  status=1
+fi
+if [ -x "$bin/kiln_runtime_tests" ]; then
+  run timeout 300 "$bin/kiln_runtime_tests" --gtest_filter='CudaExecutor*' > "$work/executor.txt"
+  rc=$?
+  result[executor]="$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$work/executor.txt" | tr '\n' ' ')"
+  [ "$rc" -eq 0 ] || status=1
+fi
+
+section "2. stories260K f32: CUDA vs CPU, 200 greedy tokens"
+model="$shared/models/stories260K/stories260K.bin"
+run kiln-compile "$model" -o "$work/s260-cpu" &&
+  run kiln-compile "$model" --target=cuda -o "$work/s260-cuda"
+run kiln-run "$work/s260-cpu" --temperature 0 --max-tokens 200 --print-tokens \
+  > /dev/null 2> "$work/cpu.tok"
+run kiln-run "$work/s260-cuda" --temperature 0 --max-tokens 200 --print-tokens \
+  > "$work/cuda.txt" 2> "$work/cuda.tok"
+cat "$work/cuda.txt" "$work/cuda.tok" >> "$log"
+cpu_ids="$(grep -E '^[0-9 ]+$' "$work/cpu.tok" | head -1)"
+cuda_ids="$(grep -E '^[0-9 ]+$' "$work/cuda.tok" | head -1)"
+if [ -n "$cpu_ids" ] && [ "$cpu_ids" = "$cuda_ids" ]; then
+  result[s260]="PASS: $(echo "$cuda_ids" | wc -w) tokens identical"
+else
+  result[s260]="FAIL: CUDA tokens differ from the CPU (see details)"
+  status=1
+fi
+
+section "3. synthetic:llama-2-7b bf16"
+art7b="$work/llama-2-7b-bf16"
+run /usr/bin/time -v kiln-compile synthetic:llama-2-7b --target=cuda --dtype=bf16 \
+  --max-seq-len=4096 --max-prefill-tokens=2048 -o "$art7b"
+run kiln-bench "$art7b" --no-verify --prompt-tokens 2048 --decode-tokens 64 \
+  --repeat 5 > "$work/bench7b.txt"
+decode="$(sed -nE 's/^decode: ([0-9.]+) tokens\/s.*/\1/p' "$work/bench7b.txt")"
+prefill="$(sed -nE 's/^prefill: ([0-9.]+) tokens\/s.*/\1/p' "$work/bench7b.txt")"
+roof="$(sed -nE 's/^decode roofline: ([0-9.]+) tokens\/s.*/\1/p' "$work/bench7b.txt")"
+bw="$(sed -nE 's/^memory bandwidth: ([0-9.]+) GB\/s.*/\1/p' "$work/bench7b.txt")"
+python3 "$root/scripts/gpu/torch_baseline.py" --prefill 2048 > "$work/torch.txt" 2>> "$log"
+cat "$work/torch.txt" >> "$log"
+tdec="$(field torch_decode_tokens_per_s "$work/torch.txt")"
+tpre="$(field torch_prefill_tokens_per_s "$work/torch.txt")"
+peak="$(field cublas_gemm_tflops "$work/torch.txt")"
+if [ -z "$peak" ]; then
+  peak="$(sed -nE 's/.*GEMM.* ([0-9.]+) TFLOP\/s.*/\1/p' "$work/kernel-bench.txt" 2>/dev/null | head -1)"
+fi
+
+pct() { # pct A B: 100 * A / B, or n/a
+  if [ -n "$1" ] && [ -n "$2" ]; then
+    python3 -c "import sys; a, b = map(float, sys.argv[1:]); print('%.1f%%' % (100 * a / b) if b else 'n/a')" "$1" "$2"
+  else
+    echo n/a
+  fi
+}
+# Prefill FLOPs per token for Llama-2-7B: 2 * parameters in the matmuls.
+prefill_tflops="n/a"
+if [ -n "$prefill" ]; then
+  prefill_tflops="$(python3 -c "import sys; p=float(sys.argv[1]); print('%.1f' % (p * 2 * 6.5e9 / 1e12))" "$prefill")"
+fi
+
+section "summary"
+{
+  echo "GPU: $gpu   ($(date -u +%Y-%m-%d))"
+  printf '%-34s %s\n' "kernel tests" "${result[kernels]:-n/a}"
+  printf '%-34s %s\n' "executor tests" "${result[executor]:-n/a}"
+  printf '%-34s %s\n' "stories260K f32 CUDA == CPU" "${result[s260]:-n/a}"
+  printf '%-34s %s\n' "7B bf16 decode (tokens/s)" "${decode:-n/a}"
+  printf '%-34s %s\n' "  HBM roofline (tokens/s)" "${roof:-n/a} (copy bandwidth ${bw:-n/a} GB/s)"
+  printf '%-34s %s\n' "  of roofline (target >= 75%)" "$(pct "$decode" "$roof")"
+  printf '%-34s %s\n' "  PyTorch eager (tokens/s)" "${tdec:-n/a}"
+  printf '%-34s %s\n' "7B bf16 prefill 2048 (tokens/s)" "${prefill:-n/a} (~${prefill_tflops} TFLOP/s)"
+  printf '%-34s %s\n' "  cuBLAS GEMM peak (TFLOP/s)" "${peak:-n/a}"
+  printf '%-34s %s\n' "  of GEMM peak (target >= 60%)" "$(pct "$prefill_tflops" "$peak")"
+  printf '%-34s %s\n' "  PyTorch eager (tokens/s)" "${tpre:-n/a}"
+} | tee "$out/table.txt" | tee -a "$log"
+rm -rf "$art7b"
+exit "$status"
