@@ -32,11 +32,14 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.kiln_tools_dir, config.llvm_tools_dir]
 tools = ["kiln-opt", "kiln-compile", "kiln-run", "kiln-bench",
-         "KilnImportTests", "kiln_runtime_tests", "kiln_rt_text_tests"]
+         "KilnImportTests", "kiln_runtime_tests", "kiln_rt_text_tests",
+         "kiln-gpu-kernel-check"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 
 if shutil.which("nvcc") or os.path.exists("/usr/local/cuda/bin/nvcc"):
     config.available_features.add("nvcc")
+if os.path.exists(os.path.join(config.kiln_tools_dir, "kiln-gpu-kernel-check")):
+    config.available_features.add("kiln-cuda")
 if os.environ.get("KILN_TEST_GPU") == "1":
     config.available_features.add("cuda-gpu")
 if config.kiln_sanitizers in ("ON", "1", "TRUE", "YES"):

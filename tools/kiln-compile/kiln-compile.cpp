@@ -86,7 +86,8 @@ int main(int argc, char **argv) {
       argc, argv,
       "Kiln ahead-of-time compiler: checkpoint -> artifact\n\n"
       "  kiln-compile MODEL -o ARTIFACT [--target=cpu|cuda] [--dtype=f32|f16|bf16]\n"
-      "               [--emit=kiln|plan|cpp]\n\n"
+      "               [--emit=kiln|plan|cpp] [--tokenizer FILE]\n"
+      "               [--max-seq-len N] [--max-prefill-tokens N]\n\n"
       "MODEL is a llama2.c checkpoint (.bin), a GGUF file, a Hugging Face\n"
       "directory (config.json + *.safetensors) or synthetic:<shape>\n"
       "(llama-2-7b, llama-2-13b, llama-110m, stories260k).\n");

@@ -48,7 +48,7 @@ static cl::opt<float> temperature("temperature",
 static cl::opt<int> topK("top-k", cl::desc("Top-k sampling, 0 = off (default 0)"),
                          cl::value_desc("K"), cl::init(0), cl::cat(runCategory));
 static cl::opt<float> topP("top-p",
-                           cl::desc("Top-p (nucleus) sampling, 1 = off (default 0.9)"),
+                           cl::desc("Top-p (nucleus) sampling: keep the smallest set of tokens whose probability exceeds P; 0 or 1 = off, as in llama2.c (default 0.9)"),
                            cl::value_desc("P"), cl::init(0.9f), cl::cat(runCategory));
 static cl::opt<uint64_t> seed("seed", cl::desc("Random seed (default: current time)"),
                               cl::value_desc("S"), cl::cat(runCategory));
