@@ -56,10 +56,27 @@ namespace {
 struct TargetInfo {
   bool cuda;
   StringRef ctxType() const { return cuda ? "kiln_cuda_ctx" : "kiln_exec_ctx"; }
-  std::string callee(StringRef kernel) const {
-    if (!cuda)
+
+  /// The function a `plan.call_kernel` becomes. CUDA: the overloaded launch
+  /// wrapper kiln_cuda_X. CPU: kiln_k_X for f32, kiln_k_X_f16 / _bf16 for
+  /// 16-bit buffers (named after the first floating-point buffer), and
+  /// kiln_k_linear_T_f32 when a 16-bit linear writes float logits.
+  std::string callee(plan::CallKernelOp call) const {
+    StringRef kernel = call.getCallee();
+    if (cuda)
+      return ("kiln_cuda_" + kernel.drop_front(StringRef("kiln_k_").size())).str();
+    SmallVector<Type> floats;
+    for (Value arg : call.getArgs())
+      if (auto memref = dyn_cast<MemRefType>(arg.getType()))
+        if (isa<FloatType>(memref.getElementType()))
+          floats.push_back(memref.getElementType());
+    if (floats.empty() || floats.front().isF32())
       return kernel.str();
-    return ("kiln_cuda_" + kernel.drop_front(StringRef("kiln_k_").size())).str();
+    std::string name =
+        (kernel + (floats.front().isF16() ? "_f16" : "_bf16")).str();
+    if (kernel == "kiln_k_linear" && floats.back().isF32())
+      name += "_f32";
+    return name;
   }
 };
 } // namespace
@@ -70,10 +87,10 @@ static FailureOr<StringRef> cTypeName(Operation *op, Type t,
     return StringRef("float");
   if (t.isInteger(32))
     return StringRef("int32_t");
-  if (target.cuda && t.isF16())
-    return StringRef("__half");
-  if (target.cuda && t.isBF16())
-    return StringRef("__nv_bfloat16");
+  if (t.isF16())
+    return target.cuda ? StringRef("__half") : StringRef("kiln_f16_t");
+  if (t.isBF16())
+    return target.cuda ? StringRef("__nv_bfloat16") : StringRef("kiln_bf16_t");
   return op->emitOpError() << "element type " << t << " is not supported by the "
                            << (target.cuda ? "cuda" : "cpu") << " target yet";
 }
@@ -170,9 +187,6 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
             .Case([&](plan::KVCacheViewOp v) -> LogicalResult {
               MemRefType type = v.getType();
               Type elem = type.getElementType();
-              if (!target.cuda && !elem.isF32())
-                return v.emitOpError() << "only f32 KV caches are supported "
-                                          "by the cpu target yet";
               FailureOr<StringRef> name = cTypeName(v, elem, target);
               if (failed(name))
                 return failure();
@@ -214,7 +228,7 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
               for (Value a : c.getArgs())
                 operands.push_back(map.lookup(a));
               emitc::CallOpaqueOp::create(builder, l, TypeRange{},
-                                          target.callee(c.getCallee()),
+                                          target.callee(c),
                                           operands);
               return success();
             })

@@ -89,6 +89,82 @@ void kiln_k_add(const float *a, const float *b, float *y, int64_t count);
 /// y = a * b, count elements.
 void kiln_k_mul(const float *a, const float *b, float *y, int64_t count);
 
+/*===-- 16-bit element types ----------------------------------------------===*
+ *
+ * Artifacts with recipe.dtype "f16" / "bf16" keep weights, activations and
+ * the KV cache (runtime.kv_cache.dtype; kiln_exec_ctx.kv then points at
+ * elements of that type and emitted code casts it) in a 16-bit type and call
+ * the kernels below instead of the float32 ones. Logits stay float32: the
+ * classifier uses kiln_k_linear_{f16,bf16}_f32.
+ *
+ * Each kernel has exactly the semantics, argument list and aliasing rules of
+ * its float32 counterpart above (float scalars eps / theta / scale stay
+ * float). Computation is float32: inputs are widened exactly, products and
+ * sums accumulate in float, and each output element is rounded once to the
+ * output type with round-to-nearest-even (overflow gives infinity, NaN stays
+ * NaN for both types, f16 subnormals are produced and read exactly). Results
+ * therefore match the float32 kernel run on the widened inputs, with its
+ * output rounded, up to float accumulation order. K/V rows appended to the
+ * cache are the 16-bit inputs, stored unchanged.
+ *===----------------------------------------------------------------------===*/
+
+/// IEEE 754 binary16 bits (1 sign, 5 exponent, 10 mantissa bits).
+typedef uint16_t kiln_f16_t;
+/// bfloat16 bits: the upper half of a float32 (1 sign, 8 exponent, 7 mantissa).
+typedef uint16_t kiln_bf16_t;
+
+void kiln_k_embedding_f16(const int32_t *tokens, int64_t n,
+                          const kiln_f16_t *table, int64_t vocab, int64_t dim,
+                          kiln_f16_t *out);
+void kiln_k_rms_norm_f16(const kiln_f16_t *x, const kiln_f16_t *w,
+                         kiln_f16_t *y, int64_t n, int64_t dim, float eps);
+void kiln_k_linear_f16(const kiln_f16_t *x, const kiln_f16_t *w,
+                       kiln_f16_t *y, int64_t n, int64_t in, int64_t out);
+/// Linear layer with float32 output (the classifier producing logits).
+void kiln_k_linear_f16_f32(const kiln_f16_t *x, const kiln_f16_t *w, float *y,
+                           int64_t n, int64_t in, int64_t out);
+void kiln_k_rope_f16(const kiln_f16_t *x, kiln_f16_t *y, int64_t n,
+                     int64_t heads, int64_t head_dim, int64_t rot_dim,
+                     int64_t pos, float theta);
+void kiln_k_attention_f16(const kiln_f16_t *q, const kiln_f16_t *k,
+                          const kiln_f16_t *v, kiln_f16_t *k_cache,
+                          kiln_f16_t *v_cache, kiln_f16_t *out, int64_t n,
+                          int64_t pos, int64_t heads, int64_t kv_heads,
+                          int64_t head_dim, int64_t max_seq, float scale);
+void kiln_k_swiglu_f16(const kiln_f16_t *gate, const kiln_f16_t *up,
+                       kiln_f16_t *y, int64_t count);
+void kiln_k_silu_f16(const kiln_f16_t *x, kiln_f16_t *y, int64_t count);
+void kiln_k_add_f16(const kiln_f16_t *a, const kiln_f16_t *b, kiln_f16_t *y,
+                    int64_t count);
+void kiln_k_mul_f16(const kiln_f16_t *a, const kiln_f16_t *b, kiln_f16_t *y,
+                    int64_t count);
+
+void kiln_k_embedding_bf16(const int32_t *tokens, int64_t n,
+                           const kiln_bf16_t *table, int64_t vocab,
+                           int64_t dim, kiln_bf16_t *out);
+void kiln_k_rms_norm_bf16(const kiln_bf16_t *x, const kiln_bf16_t *w,
+                          kiln_bf16_t *y, int64_t n, int64_t dim, float eps);
+void kiln_k_linear_bf16(const kiln_bf16_t *x, const kiln_bf16_t *w,
+                        kiln_bf16_t *y, int64_t n, int64_t in, int64_t out);
+/// Linear layer with float32 output (the classifier producing logits).
+void kiln_k_linear_bf16_f32(const kiln_bf16_t *x, const kiln_bf16_t *w,
+                            float *y, int64_t n, int64_t in, int64_t out);
+void kiln_k_rope_bf16(const kiln_bf16_t *x, kiln_bf16_t *y, int64_t n,
+                      int64_t heads, int64_t head_dim, int64_t rot_dim,
+                      int64_t pos, float theta);
+void kiln_k_attention_bf16(const kiln_bf16_t *q, const kiln_bf16_t *k,
+                           const kiln_bf16_t *v, kiln_bf16_t *k_cache,
+                           kiln_bf16_t *v_cache, kiln_bf16_t *out, int64_t n,
+                           int64_t pos, int64_t heads, int64_t kv_heads,
+                           int64_t head_dim, int64_t max_seq, float scale);
+void kiln_k_swiglu_bf16(const kiln_bf16_t *gate, const kiln_bf16_t *up,
+                        kiln_bf16_t *y, int64_t count);
+void kiln_k_silu_bf16(const kiln_bf16_t *x, kiln_bf16_t *y, int64_t count);
+void kiln_k_add_bf16(const kiln_bf16_t *a, const kiln_bf16_t *b,
+                     kiln_bf16_t *y, int64_t count);
+void kiln_k_mul_bf16(const kiln_bf16_t *a, const kiln_bf16_t *b,
+                     kiln_bf16_t *y, int64_t count);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,16 +1,13 @@
 // RUN: kiln-opt %s --kiln-plan-to-emitc --split-input-file --verify-diagnostics
+// RUN: kiln-opt %s --split-input-file --verify-diagnostics --pass-pipeline="builtin.module(kiln-plan-to-emitc{target=cuda})"
+// RUN: not kiln-opt %s --split-input-file --pass-pipeline="builtin.module(kiln-plan-to-emitc{target=tpu})" 2>&1 | FileCheck %s --check-prefix=TARGET
 
-// bf16 activations have no CPU kernels yet.
-func.func @negative_bf16(%n: index, %pos: index) {
-  // expected-error @+1 {{'plan.arena_view' op element type 'bf16' is not supported by the cpu target yet}}
-  %x = plan.arena_view [0] (%n) : memref<?x16xbf16>
-  return
-}
+// TARGET: error: unknown target 'tpu' (expected cpu or cuda)
 
-// -----
-
-func.func @negative_kv_f16(%n: index, %pos: index) {
-  // expected-error @+1 {{'plan.kv_cache_view' op only f32 KV caches are supported by the cpu target yet}}
-  %k = plan.kv_cache_view layer 0 part 0 : memref<64x8xf16>
+// Only what kiln-lower-to-plan produces is emitted; anything else is an
+// error at the op, not silently dropped code.
+func.func @negative_unknown_op(%n: index, %pos: index) {
+  // expected-error @+1 {{'arith.addi' op cannot be emitted for the}}
+  %sum = arith.addi %n, %pos : index
   return
 }
