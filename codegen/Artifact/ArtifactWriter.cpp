@@ -200,7 +200,7 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
   if (std::error_code ec = fs::create_directories(tmp))
     return llvm::createStringError(ec, "cannot create " + tmp + ": " +
                                            ec.message());
-  auto cleanup = llvm::make_scope_exit([&] { fs::remove_directories(tmp); });
+  llvm::scope_exit cleanup([&] { fs::remove_directories(tmp); });
   auto pathIn = [&](StringRef name) {
     SmallString<256> p(tmp);
     llvm::sys::path::append(p, name);
@@ -247,8 +247,7 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
   SmallString<256> includeDir;
   if (std::error_code ec = fs::createUniqueDirectory("kiln-include", includeDir))
     return llvm::createStringError(ec, "cannot create a temporary directory");
-  auto cleanupInclude =
-      llvm::make_scope_exit([&] { fs::remove_directories(includeDir); });
+  llvm::scope_exit cleanupInclude([&] { fs::remove_directories(includeDir); });
   SmallString<256> headerDir(includeDir);
   llvm::sys::path::append(headerDir, "kiln_rt");
   fs::create_directories(headerDir);

@@ -222,14 +222,21 @@ TEST(Artifact, Dtypes) {
     f.write();
     EXPECT_EQ(f.open(), "");
   }
-  {
+  for (const char *dtype : {"f16", "bf16"}) {
+    // The CPU target runs 16-bit artifacts too (manifest only: the fake
+    // model.so was planned for an f32 cache).
     FakeArtifact f;
-    f.manifest["recipe"] = {{"dtype", "bf16"}};
     f.write();
-    EXPECT_NE(f.open().find("recipe.dtype \"bf16\" is not supported for target "
-                            "\"cpu\""),
-              std::string::npos)
-        << f.open();
+    json m = f.manifest;
+    m["recipe"] = {{"dtype", dtype}};
+    m["runtime"]["kv_cache"]["dtype"] = dtype;
+    m["runtime"]["kv_cache"]["bytes"] = 256;
+    kiln::rt::Manifest parsed;
+    kiln::rt::Status st = kiln::rt::parseManifest(m.dump(), "D", parsed);
+    EXPECT_TRUE(st.isOk()) << dtype << ": " << st.message();
+    EXPECT_EQ(parsed.target, kiln::rt::Target::Cpu);
+    EXPECT_EQ(parsed.dtype, dtype);
+    EXPECT_EQ(parsed.kvDtype, dtype);
   }
   {
     FakeArtifact f;
@@ -241,10 +248,19 @@ TEST(Artifact, Dtypes) {
   }
   {
     FakeArtifact f;
-    f.manifest["runtime"]["kv_cache"]["dtype"] = "f16";
-    f.manifest["runtime"]["kv_cache"]["bytes"] = 256;
+    f.manifest["runtime"]["kv_cache"]["dtype"] = "f8";
     f.write();
-    EXPECT_NE(f.open().find("runtime.kv_cache.dtype \"f16\" is not supported"),
+    EXPECT_NE(f.open().find("runtime.kv_cache.dtype \"f8\" is not supported "
+                            "(expected \"f32\", \"f16\" or \"bf16\")"),
+              std::string::npos)
+        << f.open();
+  }
+  {
+    FakeArtifact f; // an f16 cache must be sized with 2-byte elements
+    f.manifest["runtime"]["kv_cache"]["dtype"] = "f16";
+    f.write();
+    EXPECT_NE(f.open().find("runtime.kv_cache.bytes is 512 but layers * 2 * "
+                            "max_seq * kv_heads * head_dim * 2 = 256"),
               std::string::npos)
         << f.open();
   }

@@ -142,7 +142,8 @@ LogicalResult RopeOp::verify() {
     return emitOpError() << "expects the input width "
                          << dimStr(input.getDimSize(1)) << " to equal num_heads ("
                          << heads << ") * head_dim (" << headDim << ")";
-  if (getRotaryDim() > headDim || getRotaryDim() % 2 != 0)
+  int64_t rotaryDim = getRotaryDim();
+  if (rotaryDim > headDim || rotaryDim % 2 != 0)
     return emitOpError() << "expects an even rotary_dim <= head_dim ("
                          << headDim << "), got " << getRotaryDim();
   if (!(getTheta().convertToFloat() > 0.0f))
@@ -187,7 +188,7 @@ LogicalResult AttentionOp::verify() {
                          << " heads of " << cache.getHeadDim()
                          << " but the op expects " << kvHeads << " heads of "
                          << headDim;
-  if (getLayer() >= cache.getNumLayers())
+  if (static_cast<int64_t>(getLayer()) >= cache.getNumLayers())
     return emitOpError() << "layer " << getLayer()
                          << " is out of range for a kv_cache of "
                          << cache.getNumLayers() << " layers";

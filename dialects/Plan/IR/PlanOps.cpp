@@ -44,7 +44,8 @@ LogicalResult ArenaViewOp::verify() {
   if (getOffset() % 64 != 0)
     return emitOpError() << "expects a 64-byte aligned offset, got "
                          << getOffset();
-  if (static_cast<int64_t>(getDynamicSizes().size()) != type.getNumDynamicDims())
+  if (static_cast<int64_t>(getDynamicSizes().size()) !=
+      static_cast<int64_t>(type.getNumDynamicDims()))
     return emitOpError() << "expects " << type.getNumDynamicDims()
                          << " dynamic sizes, got " << getDynamicSizes().size();
   return success();

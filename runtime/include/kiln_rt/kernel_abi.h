@@ -118,8 +118,8 @@ void kiln_k_embedding_f16(const int32_t *tokens, int64_t n,
                           kiln_f16_t *out);
 void kiln_k_rms_norm_f16(const kiln_f16_t *x, const kiln_f16_t *w,
                          kiln_f16_t *y, int64_t n, int64_t dim, float eps);
-void kiln_k_linear_f16(const kiln_f16_t *x, const kiln_f16_t *w,
-                       kiln_f16_t *y, int64_t n, int64_t in, int64_t out);
+void kiln_k_linear_f16(const kiln_f16_t *x, const kiln_f16_t *w, kiln_f16_t *y,
+                       int64_t n, int64_t in, int64_t out);
 /// Linear layer with float32 output (the classifier producing logits).
 void kiln_k_linear_f16_f32(const kiln_f16_t *x, const kiln_f16_t *w, float *y,
                            int64_t n, int64_t in, int64_t out);
@@ -140,8 +140,8 @@ void kiln_k_mul_f16(const kiln_f16_t *a, const kiln_f16_t *b, kiln_f16_t *y,
                     int64_t count);
 
 void kiln_k_embedding_bf16(const int32_t *tokens, int64_t n,
-                           const kiln_bf16_t *table, int64_t vocab,
-                           int64_t dim, kiln_bf16_t *out);
+                           const kiln_bf16_t *table, int64_t vocab, int64_t dim,
+                           kiln_bf16_t *out);
 void kiln_k_rms_norm_bf16(const kiln_bf16_t *x, const kiln_bf16_t *w,
                           kiln_bf16_t *y, int64_t n, int64_t dim, float eps);
 void kiln_k_linear_bf16(const kiln_bf16_t *x, const kiln_bf16_t *w,
@@ -160,10 +160,10 @@ void kiln_k_attention_bf16(const kiln_bf16_t *q, const kiln_bf16_t *k,
 void kiln_k_swiglu_bf16(const kiln_bf16_t *gate, const kiln_bf16_t *up,
                         kiln_bf16_t *y, int64_t count);
 void kiln_k_silu_bf16(const kiln_bf16_t *x, kiln_bf16_t *y, int64_t count);
-void kiln_k_add_bf16(const kiln_bf16_t *a, const kiln_bf16_t *b,
-                     kiln_bf16_t *y, int64_t count);
-void kiln_k_mul_bf16(const kiln_bf16_t *a, const kiln_bf16_t *b,
-                     kiln_bf16_t *y, int64_t count);
+void kiln_k_add_bf16(const kiln_bf16_t *a, const kiln_bf16_t *b, kiln_bf16_t *y,
+                     int64_t count);
+void kiln_k_mul_bf16(const kiln_bf16_t *a, const kiln_bf16_t *b, kiln_bf16_t *y,
+                     int64_t count);
 
 #ifdef __cplusplus
 }

@@ -183,14 +183,11 @@ Status parseManifest(const std::string &text, const std::string &dir,
   if (root.contains("recipe") && root["recipe"].is_object() &&
       root["recipe"].contains("dtype"))
     KILN_RT_RETURN_IF_ERROR(r.getString("recipe.dtype", out.dtype));
+  // Both targets run f32, f16 and bf16 (kernel_abi.h has 16-bit kernels).
   if (!dtypeBytes(out.dtype))
     return unimplemented(where + ": recipe.dtype \"" + out.dtype +
                          "\" is not supported (expected \"f32\", \"f16\" or "
                          "\"bf16\")");
-  if (!cuda && out.dtype != "f32")
-    return unimplemented(where + ": recipe.dtype \"" + out.dtype +
-                         "\" is not supported for target \"cpu\" (the CPU "
-                         "runtime runs f32 artifacts)");
 
   // model
   if (root.contains("model") && root["model"].contains("name") &&
@@ -224,9 +221,6 @@ Status parseManifest(const std::string &text, const std::string &dir,
       r.getInt("runtime.kv_cache.max_seq", 1, INT32_MAX, out.kvMaxSeq));
   std::string kvDtype;
   KILN_RT_RETURN_IF_ERROR(r.getString("runtime.kv_cache.dtype", kvDtype));
-  if (!cuda && kvDtype != "f32")
-    return unimplemented(where + ": runtime.kv_cache.dtype \"" + kvDtype +
-                         "\" is not supported (this runtime reads \"f32\")");
   if (!dtypeBytes(kvDtype))
     return unimplemented(where + ": runtime.kv_cache.dtype \"" + kvDtype +
                          "\" is not supported (expected \"f32\", \"f16\" or "

@@ -1,12 +1,16 @@
 //===- Kernels.cpp - CPU kernels of the Kiln kernel ABI -----------*- C++ -*-===//
 //
-// float32 implementations of runtime/include/kiln_rt/kernel_abi.h, called by
-// emitted model.so code. Numerics follow llama2.c run.c (rmsnorm, softmax with
-// max subtraction, RoPE with powf/cosf/sinf on float, SiLU with expf) so that
-// greedy generation matches it token for token; reductions use several partial
-// sums (and double where it is free) to stay within 1e-4 relative error of a
-// float64 reference. Threads: OpenMP over rows / heads; cblas_sgemm (OpenBLAS,
-// one BLAS thread per OpenMP thread) for linear layers with n > 1.
+// Implementations of runtime/include/kiln_rt/kernel_abi.h, called by emitted
+// model.so code: float32, and f16 / bf16 sharing the float32 code paths
+// (16-bit rows are widened into small per-thread float buffers, computed with
+// the float32 math and rounded back; the decode GEMV reads 16-bit weights
+// directly and converts them in registers). Numerics follow llama2.c run.c
+// (rmsnorm, softmax with max subtraction, RoPE with powf/cosf/sinf on float,
+// SiLU with expf) so that greedy generation matches it token for token;
+// reductions use several partial sums (and double where it is free) to stay
+// within 1e-4 relative error of a float64 reference. Threads: OpenMP over rows
+// / heads; cblas_sgemm (OpenBLAS, one BLAS thread per OpenMP thread) for linear
+// layers with n > 1 (16-bit weights are converted to float one tile at a time).
 //
 //===----------------------------------------------------------------------===//
 #include "cpu/Kernels.h"
@@ -14,9 +18,19 @@
 #include <cblas.h>
 #include <omp.h>
 
+// GCC 12's AVX-512 intrinsics trip -W(maybe-)uninitialized on their own
+// `__Y = __Y` placeholders (GCC PR 105593); the warnings point into the header.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace kiln::rt::cpu {
@@ -56,27 +70,379 @@ void setBlasSingleThreaded() {
   (void)once;
 }
 
-} // namespace kiln::rt::cpu
+//===----------------------------------------------------------------------===//
+// 16-bit conversions and GEMV, one version per instruction set. Conversions
+// are bit-identical to the scalar ones in Kernels.h at every level.
+//===----------------------------------------------------------------------===//
 
-using namespace kiln::rt::cpu;
+namespace generic {
+template <bool Bf16> static inline float widen1(uint16_t h) {
+  return Bf16 ? bf16ToFloat(h) : f16ToFloat(h);
+}
+template <bool Bf16> static inline uint16_t narrow1(float f) {
+  return Bf16 ? floatToBf16(f) : floatToF16(f);
+}
+template <bool Bf16>
+static void widen(const uint16_t *src, float *dst, int64_t count) {
+  for (int64_t i = 0; i < count; ++i)
+    dst[i] = widen1<Bf16>(src[i]);
+}
+template <bool Bf16>
+static void narrow(const float *src, uint16_t *dst, int64_t count) {
+  for (int64_t i = 0; i < count; ++i)
+    dst[i] = narrow1<Bf16>(src[i]);
+}
+template <bool Bf16>
+static void gemv(const float *x, const uint16_t *w, float *y, int64_t in,
+                 int64_t rows) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t *wr = w + r * in;
+    float acc[16] = {0};
+    int64_t j = 0;
+    for (; j + 16 <= in; j += 16)
+      for (int l = 0; l < 16; ++l)
+        acc[l] += widen1<Bf16>(wr[j + l]) * x[j + l];
+    float tail = 0.0f;
+    for (; j < in; ++j)
+      tail += widen1<Bf16>(wr[j]) * x[j];
+    for (int s = 8; s > 0; s >>= 1)
+      for (int l = 0; l < s; ++l)
+        acc[l] += acc[l + s];
+    y[r] = acc[0] + tail;
+  }
+}
+} // namespace generic
 
-// The kernel ABI must stay exported from libkiln_runtime.so.
-extern "C" {
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace avx2 {
+/// Eight 16-bit values widened to float in a register.
+template <bool Bf16> static inline __m256 load8(const uint16_t *p) {
+  __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
+  if constexpr (Bf16)
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  else
+    return _mm256_cvtph_ps(h);
+}
+/// Eight floats rounded to nearest even.
+template <bool Bf16> static inline __m128i pack8(__m256 v) {
+  if constexpr (Bf16) {
+    __m256i b = _mm256_castps_si256(v);
+    __m256i hi = _mm256_srli_epi32(b, 16);
+    __m256i bias = _mm256_add_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(1)),
+                                    _mm256_set1_epi32(0x7fff));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(b, bias), 16);
+    __m256i quiet = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
+    __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    r = _mm256_blendv_epi8(r, quiet, nan);
+    return _mm_packus_epi32(_mm256_castsi256_si128(r),
+                            _mm256_extracti128_si256(r, 1));
+  } else {
+    return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+}
+static inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+template <bool Bf16>
+static void widen(const uint16_t *src, float *dst, int64_t count) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8)
+    _mm256_storeu_ps(dst + i, load8<Bf16>(src + i));
+  for (; i < count; ++i)
+    dst[i] = generic::widen1<Bf16>(src[i]);
+}
+template <bool Bf16>
+static void narrow(const float *src, uint16_t *dst, int64_t count) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(dst + i),
+                     pack8<Bf16>(_mm256_loadu_ps(src + i)));
+  for (; i < count; ++i)
+    dst[i] = generic::narrow1<Bf16>(src[i]);
+}
+/// y[0, R) = dot(w[r, :in], x) for R rows at once: x is loaded once per step
+/// for all of them, two accumulators per row hide the FMA latency.
+template <bool Bf16, int R>
+static inline void dotRows(const float *x, const uint16_t *w, float *y,
+                           int64_t in) {
+  __m256 a[R], b[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+    a[r] = b[r] = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 16 <= in; j += 16) {
+    __m256 xa = _mm256_loadu_ps(x + j), xb = _mm256_loadu_ps(x + j + 8);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      a[r] = _mm256_fmadd_ps(load8<Bf16>(w + r * in + j), xa, a[r]);
+      b[r] = _mm256_fmadd_ps(load8<Bf16>(w + r * in + j + 8), xb, b[r]);
+    }
+  }
+  if (j + 8 <= in) {
+    __m256 xa = _mm256_loadu_ps(x + j);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+      a[r] = _mm256_fmadd_ps(load8<Bf16>(w + r * in + j), xa, a[r]);
+    j += 8;
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    float s = hsum(_mm256_add_ps(a[r], b[r]));
+    for (int64_t k = j; k < in; ++k)
+      s += generic::widen1<Bf16>(w[r * in + k]) * x[k];
+    y[r] = s;
+  }
+}
+template <bool Bf16>
+static void gemv(const float *x, const uint16_t *w, float *y, int64_t in,
+                 int64_t rows) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4)
+    dotRows<Bf16, 4>(x, w + r * in, y + r, in);
+  for (; r < rows; ++r)
+    dotRows<Bf16, 1>(x, w + r * in, y + r, in);
+}
+} // namespace avx2
+#pragma GCC pop_options
 
-void kiln_k_embedding(const int32_t *tokens, int64_t n, const float *table,
-                      int64_t vocab, int64_t dim, float *out) {
-  (void)vocab; // ids were validated against vocab by the runtime
-  for (int64_t i = 0; i < n; ++i)
-    std::memcpy(out + i * dim, table + int64_t(tokens[i]) * dim,
-                sizeof(float) * size_t(dim));
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma,f16c")
+namespace avx512 {
+template <bool Bf16> static inline __m512 load16(const uint16_t *p) {
+  __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
+  if constexpr (Bf16)
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  else
+    return _mm512_cvtph_ps(h);
+}
+template <bool Bf16> static inline __m256i pack16(__m512 v) {
+  if constexpr (Bf16) {
+    __m512i b = _mm512_castps_si512(v);
+    __m512i hi = _mm512_srli_epi32(b, 16);
+    __m512i bias = _mm512_add_epi32(_mm512_and_si512(hi, _mm512_set1_epi32(1)),
+                                    _mm512_set1_epi32(0x7fff));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(b, bias), 16);
+    __m512i quiet = _mm512_or_si512(hi, _mm512_set1_epi32(0x40));
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, quiet));
+  } else {
+    return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+}
+template <bool Bf16>
+static void widen(const uint16_t *src, float *dst, int64_t count) {
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16)
+    _mm512_storeu_ps(dst + i, load16<Bf16>(src + i));
+  avx2::widen<Bf16>(src + i, dst + i, count - i);
+}
+template <bool Bf16>
+static void narrow(const float *src, uint16_t *dst, int64_t count) {
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + i),
+                        pack16<Bf16>(_mm512_loadu_ps(src + i)));
+  avx2::narrow<Bf16>(src + i, dst + i, count - i);
+}
+template <bool Bf16, int R>
+static inline void dotRows(const float *x, const uint16_t *w, float *y,
+                           int64_t in) {
+  __m512 a[R], b[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+    a[r] = b[r] = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (; j + 32 <= in; j += 32) {
+    __m512 xa = _mm512_loadu_ps(x + j), xb = _mm512_loadu_ps(x + j + 16);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      a[r] = _mm512_fmadd_ps(load16<Bf16>(w + r * in + j), xa, a[r]);
+      b[r] = _mm512_fmadd_ps(load16<Bf16>(w + r * in + j + 16), xb, b[r]);
+    }
+  }
+  if (j + 16 <= in) {
+    __m512 xa = _mm512_loadu_ps(x + j);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+      a[r] = _mm512_fmadd_ps(load16<Bf16>(w + r * in + j), xa, a[r]);
+    j += 16;
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(a[r], b[r]));
+    for (int64_t k = j; k < in; ++k)
+      s += generic::widen1<Bf16>(w[r * in + k]) * x[k];
+    y[r] = s;
+  }
+}
+template <bool Bf16>
+static void gemv(const float *x, const uint16_t *w, float *y, int64_t in,
+                 int64_t rows) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4)
+    dotRows<Bf16, 4>(x, w + r * in, y + r, in);
+  for (; r < rows; ++r)
+    dotRows<Bf16, 1>(x, w + r * in, y + r, in);
+}
+} // namespace avx512
+#pragma GCC pop_options
+
+SimdLevel maxSimdLevel() {
+  static const SimdLevel level = [] {
+    __builtin_cpu_init();
+    bool avx2 = __builtin_cpu_supports("avx2") &&
+                __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    if (avx2 && __builtin_cpu_supports("avx512f"))
+      return SimdLevel::Avx512;
+    return avx2 ? SimdLevel::Avx2 : SimdLevel::Generic;
+  }();
+  return level;
 }
 
-void kiln_k_rms_norm(const float *x, const float *w, float *y, int64_t n,
-                     int64_t dim, float eps) {
+/// Lowered by tests only; -1 means "the highest supported".
+static std::atomic<int> forcedSimdLevel{-1};
+
+SimdLevel simdLevel() {
+  int forced = forcedSimdLevel.load(std::memory_order_relaxed);
+  return forced < 0 ? maxSimdLevel() : SimdLevel(forced);
+}
+
+SimdLevel setSimdLevelForTesting(SimdLevel level) {
+  SimdLevel previous = simdLevel();
+  forcedSimdLevel.store(int(std::min(level, maxSimdLevel())),
+                        std::memory_order_relaxed);
+  return previous;
+}
+
+#define KILN_DISPATCH(fn, ...)                                                 \
+  switch (simdLevel()) {                                                       \
+  case SimdLevel::Avx512:                                                      \
+    return avx512::fn(__VA_ARGS__);                                            \
+  case SimdLevel::Avx2:                                                        \
+    return avx2::fn(__VA_ARGS__);                                              \
+  case SimdLevel::Generic:                                                     \
+    return generic::fn(__VA_ARGS__);                                           \
+  }
+
+void widenF16(const uint16_t *src, float *dst, int64_t count) {
+  KILN_DISPATCH(widen<false>, src, dst, count);
+}
+void widenBf16(const uint16_t *src, float *dst, int64_t count) {
+  KILN_DISPATCH(widen<true>, src, dst, count);
+}
+void narrowF16(const float *src, uint16_t *dst, int64_t count) {
+  KILN_DISPATCH(narrow<false>, src, dst, count);
+}
+void narrowBf16(const float *src, uint16_t *dst, int64_t count) {
+  KILN_DISPATCH(narrow<true>, src, dst, count);
+}
+void gemvRowsF16(const float *x, const uint16_t *w, float *y, int64_t in,
+                 int64_t rows) {
+  KILN_DISPATCH(gemv<false>, x, w, y, in, rows);
+}
+void gemvRowsBf16(const float *x, const uint16_t *w, float *y, int64_t in,
+                  int64_t rows) {
+  KILN_DISPATCH(gemv<true>, x, w, y, in, rows);
+}
+#undef KILN_DISPATCH
+
+//===----------------------------------------------------------------------===//
+// Kernels, templated over the element type
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// float32 elements: kernels compute in place on the caller's buffers.
+struct F32 {
+  using T = float;
+};
+/// 16-bit elements: rows are widened to float, computed with the float32
+/// code and rounded back once.
+struct F16 {
+  using T = kiln_f16_t;
+  static void widen(const T *s, float *d, int64_t c) { widenF16(s, d, c); }
+  static void narrow(const float *s, T *d, int64_t c) { narrowF16(s, d, c); }
+  static void gemv(const float *x, const T *w, float *y, int64_t in,
+                   int64_t rows) {
+    gemvRowsF16(x, w, y, in, rows);
+  }
+};
+struct Bf16 {
+  using T = kiln_bf16_t;
+  static void widen(const T *s, float *d, int64_t c) { widenBf16(s, d, c); }
+  static void narrow(const float *s, T *d, int64_t c) { narrowBf16(s, d, c); }
+  static void gemv(const float *x, const T *w, float *y, int64_t in,
+                   int64_t rows) {
+    gemvRowsBf16(x, w, y, in, rows);
+  }
+};
+} // namespace
+
+template <class E> static constexpr bool kIsF32 = std::is_same_v<E, F32>;
+
+/// Per-thread float scratch. Slot 0 belongs to a kernel's calling thread
+/// outside its parallel regions (that thread is also thread 0 inside them);
+/// slots 1-3 hold the buffers live at once within one parallel iteration.
+static float *scratch(int slot, int64_t count) {
+  thread_local std::vector<float> buffers[4];
+  std::vector<float> &b = buffers[slot];
+  if (b.size() < size_t(count))
+    b.resize(size_t(count));
+  return b.data();
+}
+
+/// `count` elements at p as float32: p itself for F32, else widened into
+/// scratch `slot`.
+template <class E>
+static const float *loadRow(const typename E::T *p, int64_t count, int slot) {
+  if constexpr (kIsF32<E>) {
+    (void)count, (void)slot;
+    return p;
+  } else {
+    float *buf = scratch(slot, count);
+    E::widen(p, buf, count);
+    return buf;
+  }
+}
+
+/// Where to compute `count` output elements destined for p: p itself for
+/// F32, else scratch `slot`; storeRow then rounds them into p.
+template <class E>
+static float *rowOut(typename E::T *p, int64_t count, int slot) {
+  if constexpr (kIsF32<E>) {
+    (void)count, (void)slot;
+    return p;
+  } else {
+    return scratch(slot, count);
+  }
+}
+template <class E>
+static void storeRow(const float *row, typename E::T *p, int64_t count) {
+  if constexpr (kIsF32<E>)
+    (void)row, (void)p, (void)count;
+  else
+    E::narrow(row, p, count);
+}
+
+template <class T>
+static void embedding(const int32_t *tokens, int64_t n, const T *table,
+                      int64_t dim, T *out) {
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(out + i * dim, table + int64_t(tokens[i]) * dim,
+                sizeof(T) * size_t(dim));
+}
+
+template <class E>
+static void rmsNorm(const typename E::T *x, const typename E::T *w,
+                    typename E::T *y, int64_t n, int64_t dim, float eps) {
+  const float *wf = loadRow<E>(w, dim, 0);
 #pragma omp parallel for schedule(static) if (n * dim > kParallelGrain)
   for (int64_t i = 0; i < n; ++i) {
-    const float *xi = x + i * dim;
-    float *yi = y + i * dim;
+    const float *xi = loadRow<E>(x + i * dim, dim, 1);
+    float *yi = rowOut<E>(y + i * dim, dim, 2);
     double ss = 0.0;
     for (int64_t j = 0; j < dim; ++j)
       ss += double(xi[j]) * double(xi[j]);
@@ -85,8 +451,321 @@ void kiln_k_rms_norm(const float *x, const float *w, float *y, int64_t n,
     s += eps;
     s = 1.0f / sqrtf(s);
     for (int64_t j = 0; j < dim; ++j)
-      yi[j] = w[j] * (s * xi[j]);
+      yi[j] = wf[j] * (s * xi[j]);
+    storeRow<E>(yi, y + i * dim, dim);
   }
+}
+
+/// Output rows and reduction depth of one float weight tile of the 16-bit
+/// prefill GEMM (256 KiB: stays in L2 next to OpenBLAS's packed panels).
+static constexpr int64_t kTileRows = 128, kTileDepth = 512;
+
+/// y[n, out] = x[n, in] * w[out, in]^T for 16-bit x, w; OutT is E::T, or
+/// float for the classifier.
+template <class E, class OutT>
+static void linear16(const typename E::T *x, const typename E::T *w, OutT *y,
+                     int64_t n, int64_t in, int64_t out) {
+  constexpr bool floatOut = std::is_same_v<OutT, float>;
+  if (n <= 0 || out <= 0)
+    return;
+  if (in <= 0) {
+    std::memset(static_cast<void *>(y), 0, sizeof(OutT) * size_t(n * out));
+    return;
+  }
+  if (n == 1) {
+    // Decode: memory-bound GEMV over the 16-bit weights, rows split over
+    // threads; x is widened once.
+    const float *xf = loadRow<E>(x, in, 0);
+    bool parallel = out * in > kParallelGrain;
+#pragma omp parallel if (parallel)
+    {
+      int t = omp_get_thread_num(), nt = omp_get_num_threads();
+      int64_t chunk = (out + nt - 1) / nt;
+      int64_t begin = std::min<int64_t>(out, t * chunk);
+      int64_t end = std::min<int64_t>(out, begin + chunk);
+      if (end > begin) {
+        if constexpr (floatOut) {
+          E::gemv(xf, w + begin * in, y + begin, in, end - begin);
+        } else {
+          float *yf = scratch(1, end - begin);
+          E::gemv(xf, w + begin * in, yf, in, end - begin);
+          E::narrow(yf, y + begin, end - begin);
+        }
+      }
+    }
+    return;
+  }
+  // Prefill: x widened once; each thread owns a slice of w's rows and runs a
+  // single-threaded sgemm per float weight tile, accumulating over depth.
+  setBlasSingleThreaded();
+  std::vector<float> xf(size_t(n * in));
+  bool parallel = n * out * in > kParallelGrain;
+#pragma omp parallel if (parallel)
+  {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i)
+      E::widen(x + i * in, xf.data() + i * in, in);
+    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    int64_t chunk = ((out + nt - 1) / nt + 15) / 16 * 16;
+    int64_t begin = std::min<int64_t>(out, t * chunk);
+    int64_t end = std::min<int64_t>(out, begin + chunk);
+    float *wTile = scratch(1, kTileRows * kTileDepth);
+    for (int64_t r0 = begin; r0 < end; r0 += kTileRows) {
+      int64_t rows = std::min(kTileRows, end - r0);
+      float *c;
+      int64_t ldc;
+      if constexpr (floatOut) {
+        c = y + r0;
+        ldc = out;
+      } else {
+        c = scratch(2, n * rows);
+        ldc = rows;
+      }
+      for (int64_t k0 = 0; k0 < in; k0 += kTileDepth) {
+        int64_t depth = std::min(kTileDepth, in - k0);
+        for (int64_t r = 0; r < rows; ++r)
+          E::widen(w + (r0 + r) * in + k0, wTile + r * depth, depth);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),
+                    int(depth), 1.0f, xf.data() + k0, int(in), wTile,
+                    int(depth), k0 == 0 ? 0.0f : 1.0f, c, int(ldc));
+      }
+      if constexpr (!floatOut)
+        for (int64_t i = 0; i < n; ++i)
+          E::narrow(c + i * rows, y + i * out + r0, rows);
+    }
+  }
+}
+
+template <class E>
+static void rope(const typename E::T *x, typename E::T *y, int64_t n,
+                 int64_t heads, int64_t head_dim, int64_t rot_dim, int64_t pos,
+                 float theta) {
+  int64_t pairs = rot_dim / 2;
+  std::vector<float> freq(size_t(pairs > 0 ? pairs : 0));
+  for (int64_t i = 0; i < pairs; ++i) // run.c: head_dim_i / (float)head_size
+    freq[size_t(i)] = 1.0f / powf(theta, float(2 * i) / float(head_dim));
+  int64_t width = heads * head_dim;
+#pragma omp parallel if (n * width > kParallelGrain)
+  {
+    std::vector<float> fcr(freq.size()), fci(freq.size());
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < n; ++r) {
+      float p = float(pos + r);
+      for (int64_t i = 0; i < pairs; ++i) {
+        float val = p * freq[size_t(i)];
+        fcr[size_t(i)] = cosf(val);
+        fci[size_t(i)] = sinf(val);
+      }
+      const float *xr = loadRow<E>(x + r * width, width, 1);
+      float *yr = rowOut<E>(y + r * width, width, 2);
+      for (int64_t h = 0; h < heads; ++h) {
+        const float *xh = xr + h * head_dim;
+        float *yh = yr + h * head_dim;
+        for (int64_t i = 0; i < pairs; ++i) {
+          float v0 = xh[2 * i], v1 = xh[2 * i + 1];
+          yh[2 * i] = v0 * fcr[size_t(i)] - v1 * fci[size_t(i)];
+          yh[2 * i + 1] = v0 * fci[size_t(i)] + v1 * fcr[size_t(i)];
+        }
+        if (yh != xh)
+          for (int64_t j = 2 * pairs; j < head_dim; ++j)
+            yh[j] = xh[j];
+      }
+      storeRow<E>(yr, y + r * width, width);
+    }
+  }
+}
+
+/// Cache rows converted per step of the 16-bit attention (64 x head_dim
+/// floats: 32 KiB for head_dim 128).
+static constexpr int64_t kKvChunk = 64;
+
+/// Rows [0, count) of one kv head's slice of a cache (row stride kvDim) as
+/// float: the cache itself for F32, else widened into scratch `slot` with
+/// row stride headDim. `stride` receives the row stride of the result.
+template <class E>
+static const float *cacheRows(const typename E::T *base, int64_t count,
+                              int64_t headDim, int64_t kvDim, int slot,
+                              int64_t &stride) {
+  if constexpr (kIsF32<E>) {
+    (void)count, (void)headDim, (void)slot;
+    stride = kvDim;
+    return base;
+  } else {
+    float *buf = scratch(slot, count * headDim);
+    for (int64_t t = 0; t < count; ++t)
+      E::widen(base + t * kvDim, buf + t * headDim, headDim);
+    stride = headDim;
+    return buf;
+  }
+}
+
+template <class E>
+static void attention(const typename E::T *q, const typename E::T *k,
+                      const typename E::T *v, typename E::T *k_cache,
+                      typename E::T *v_cache, typename E::T *out, int64_t n,
+                      int64_t pos, int64_t heads, int64_t kv_heads,
+                      int64_t head_dim, int64_t max_seq, float scale) {
+  using T = typename E::T;
+  (void)max_seq; // pos + n <= max_seq was validated by the runtime
+  const int64_t kvDim = kv_heads * head_dim;
+  const int64_t qDim = heads * head_dim;
+  const int64_t group = heads / kv_heads;
+  // Append the new keys/values (they may already live in the cache).
+  T *kDst = k_cache + pos * kvDim, *vDst = v_cache + pos * kvDim;
+  if (k != kDst)
+    std::memmove(kDst, k, sizeof(T) * size_t(n * kvDim));
+  if (v != vDst)
+    std::memmove(vDst, v, sizeof(T) * size_t(n * kvDim));
+
+  const int64_t work = n * heads;
+  bool parallel =
+      work > 1 && n * heads * (pos + n) * head_dim > kParallelGrain / 2;
+#pragma omp parallel if (parallel)
+  {
+    std::vector<float> att(static_cast<size_t>(pos + n));
+    std::vector<float> acc(static_cast<size_t>(head_dim));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t w = 0; w < work; ++w) {
+      int64_t i = w / heads, h = w % heads;
+      int64_t kvh = h / group;
+      int64_t last = pos + i; // causal: keys [0, pos + i]
+      const float *qh = loadRow<E>(q + i * qDim + h * head_dim, head_dim, 1);
+      float maxScore = -INFINITY;
+      for (int64_t t0 = 0; t0 <= last; t0 += kKvChunk) {
+        int64_t rows = std::min(kKvChunk, last + 1 - t0), stride;
+        const float *kr = cacheRows<E>(k_cache + t0 * kvDim + kvh * head_dim,
+                                       rows, head_dim, kvDim, 2, stride);
+        for (int64_t t = 0; t < rows; ++t) {
+          const float *kt = kr + t * stride;
+          float s = 0.0f;
+          for (int64_t d = 0; d < head_dim; ++d)
+            s += qh[d] * kt[d];
+          s *= scale;
+          att[size_t(t0 + t)] = s;
+          maxScore = std::max(maxScore, s);
+        }
+      }
+      // run.c softmax: exp(x - max), normalised by the sum.
+      double sum = 0.0;
+      for (int64_t t = 0; t <= last; ++t) {
+        float e = expf(att[size_t(t)] - maxScore);
+        att[size_t(t)] = e;
+        sum += e;
+      }
+      float inv = float(1.0 / sum);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t t0 = 0; t0 <= last; t0 += kKvChunk) {
+        int64_t rows = std::min(kKvChunk, last + 1 - t0), stride;
+        const float *vr = cacheRows<E>(v_cache + t0 * kvDim + kvh * head_dim,
+                                       rows, head_dim, kvDim, 2, stride);
+        for (int64_t t = 0; t < rows; ++t) {
+          const float *vt = vr + t * stride;
+          float a = att[size_t(t0 + t)] * inv;
+          for (int64_t d = 0; d < head_dim; ++d)
+            acc[size_t(d)] += a * vt[d];
+        }
+      }
+      T *o = out + i * qDim + h * head_dim;
+      if constexpr (kIsF32<E>)
+        std::memcpy(o, acc.data(), sizeof(float) * size_t(head_dim));
+      else
+        E::narrow(acc.data(), o, head_dim);
+    }
+  }
+}
+
+/// Elements per widened block of the 16-bit elementwise kernels.
+static constexpr int64_t kElementBlock = 4096;
+
+/// y[i] = f(a[i], b[i]).
+template <class E, class F>
+static void binary(const typename E::T *a, const typename E::T *b,
+                   typename E::T *y, int64_t count, F f) {
+  if constexpr (kIsF32<E>) {
+#pragma omp parallel for simd schedule(static) if (count > kParallelGrain)
+    for (int64_t i = 0; i < count; ++i)
+      y[i] = f(a[i], b[i]);
+  } else {
+    int64_t blocks = (count + kElementBlock - 1) / kElementBlock;
+#pragma omp parallel for schedule(static) if (count > kParallelGrain)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      int64_t i0 = blk * kElementBlock;
+      int64_t len = std::min(kElementBlock, count - i0);
+      const float *af = loadRow<E>(a + i0, len, 1);
+      const float *bf = loadRow<E>(b + i0, len, 2);
+      float *yf = scratch(3, len);
+#pragma omp simd
+      for (int64_t i = 0; i < len; ++i)
+        yf[i] = f(af[i], bf[i]);
+      E::narrow(yf, y + i0, len);
+    }
+  }
+}
+
+/// y[i] = f(x[i]).
+template <class E, class F>
+static void unary(const typename E::T *x, typename E::T *y, int64_t count,
+                  F f) {
+  if constexpr (kIsF32<E>) {
+#pragma omp parallel for simd schedule(static) if (count > kParallelGrain)
+    for (int64_t i = 0; i < count; ++i)
+      y[i] = f(x[i]);
+  } else {
+    int64_t blocks = (count + kElementBlock - 1) / kElementBlock;
+#pragma omp parallel for schedule(static) if (count > kParallelGrain)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      int64_t i0 = blk * kElementBlock;
+      int64_t len = std::min(kElementBlock, count - i0);
+      const float *xf = loadRow<E>(x + i0, len, 1);
+      float *yf = scratch(3, len);
+#pragma omp simd
+      for (int64_t i = 0; i < len; ++i)
+        yf[i] = f(xf[i]);
+      E::narrow(yf, y + i0, len);
+    }
+  }
+}
+
+// run.c order: silu(gate) then * up.
+static inline float swigluOp(float g, float u) {
+  g *= 1.0f / (1.0f + expf(-g));
+  return g * u;
+}
+static inline float siluOp(float x) { return x * (1.0f / (1.0f + expf(-x))); }
+static inline float addOp(float a, float b) { return a + b; }
+static inline float mulOp(float a, float b) { return a * b; }
+
+} // namespace kiln::rt::cpu
+
+using namespace kiln::rt::cpu;
+
+namespace {
+struct SwigluFn {
+  float operator()(float g, float u) const { return swigluOp(g, u); }
+};
+struct SiluFn {
+  float operator()(float x) const { return siluOp(x); }
+};
+struct AddFn {
+  float operator()(float a, float b) const { return addOp(a, b); }
+};
+struct MulFn {
+  float operator()(float a, float b) const { return mulOp(a, b); }
+};
+} // namespace
+
+// The kernel ABI must stay exported from libkiln_runtime.so.
+extern "C" {
+
+void kiln_k_embedding(const int32_t *tokens, int64_t n, const float *table,
+                      int64_t vocab, int64_t dim, float *out) {
+  (void)vocab; // ids were validated against vocab by the runtime
+  embedding(tokens, n, table, dim, out);
+}
+
+void kiln_k_rms_norm(const float *x, const float *w, float *y, int64_t n,
+                     int64_t dim, float eps) {
+  rmsNorm<F32>(x, w, y, n, dim, eps);
 }
 
 void kiln_k_linear(const float *x, const float *w, float *y, int64_t n,
@@ -126,124 +805,81 @@ void kiln_k_linear(const float *x, const float *w, float *y, int64_t n,
 
 void kiln_k_rope(const float *x, float *y, int64_t n, int64_t heads,
                  int64_t head_dim, int64_t rot_dim, int64_t pos, float theta) {
-  int64_t pairs = rot_dim / 2;
-  std::vector<float> freq(size_t(pairs > 0 ? pairs : 0));
-  for (int64_t i = 0; i < pairs; ++i) // run.c: head_dim_i / (float)head_size
-    freq[size_t(i)] = 1.0f / powf(theta, float(2 * i) / float(head_dim));
-  int64_t width = heads * head_dim;
-#pragma omp parallel if (n * width > kParallelGrain)
-  {
-    std::vector<float> fcr(freq.size()), fci(freq.size());
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < n; ++r) {
-      float p = float(pos + r);
-      for (int64_t i = 0; i < pairs; ++i) {
-        float val = p * freq[size_t(i)];
-        fcr[size_t(i)] = cosf(val);
-        fci[size_t(i)] = sinf(val);
-      }
-      const float *xr = x + r * width;
-      float *yr = y + r * width;
-      for (int64_t h = 0; h < heads; ++h) {
-        const float *xh = xr + h * head_dim;
-        float *yh = yr + h * head_dim;
-        for (int64_t i = 0; i < pairs; ++i) {
-          float v0 = xh[2 * i], v1 = xh[2 * i + 1];
-          yh[2 * i] = v0 * fcr[size_t(i)] - v1 * fci[size_t(i)];
-          yh[2 * i + 1] = v0 * fci[size_t(i)] + v1 * fcr[size_t(i)];
-        }
-        if (yh != xh)
-          for (int64_t j = 2 * pairs; j < head_dim; ++j)
-            yh[j] = xh[j];
-      }
-    }
-  }
+  rope<F32>(x, y, n, heads, head_dim, rot_dim, pos, theta);
 }
 
 void kiln_k_attention(const float *q, const float *k, const float *v,
                       float *k_cache, float *v_cache, float *out, int64_t n,
                       int64_t pos, int64_t heads, int64_t kv_heads,
                       int64_t head_dim, int64_t max_seq, float scale) {
-  (void)max_seq; // pos + n <= max_seq was validated by the runtime
-  const int64_t kvDim = kv_heads * head_dim;
-  const int64_t qDim = heads * head_dim;
-  const int64_t group = heads / kv_heads;
-  // Append the new keys/values (they may already live in the cache).
-  float *kDst = k_cache + pos * kvDim, *vDst = v_cache + pos * kvDim;
-  if (k != kDst)
-    std::memmove(kDst, k, sizeof(float) * size_t(n * kvDim));
-  if (v != vDst)
-    std::memmove(vDst, v, sizeof(float) * size_t(n * kvDim));
-
-  const int64_t work = n * heads;
-  bool parallel = work > 1 && n * heads * (pos + n) * head_dim > kParallelGrain / 2;
-#pragma omp parallel if (parallel)
-  {
-    std::vector<float> att(static_cast<size_t>(pos + n));
-    std::vector<float> acc(static_cast<size_t>(head_dim));
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t w = 0; w < work; ++w) {
-      int64_t i = w / heads, h = w % heads;
-      int64_t kvh = h / group;
-      int64_t last = pos + i; // causal: keys [0, pos + i]
-      const float *qh = q + i * qDim + h * head_dim;
-      float maxScore = -INFINITY;
-      for (int64_t t = 0; t <= last; ++t) {
-        const float *kt = k_cache + t * kvDim + kvh * head_dim;
-        float s = 0.0f;
-        for (int64_t d = 0; d < head_dim; ++d)
-          s += qh[d] * kt[d];
-        s *= scale;
-        att[size_t(t)] = s;
-        maxScore = std::max(maxScore, s);
-      }
-      // run.c softmax: exp(x - max), normalised by the sum.
-      double sum = 0.0;
-      for (int64_t t = 0; t <= last; ++t) {
-        float e = expf(att[size_t(t)] - maxScore);
-        att[size_t(t)] = e;
-        sum += e;
-      }
-      float inv = float(1.0 / sum);
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t t = 0; t <= last; ++t) {
-        const float *vt = v_cache + t * kvDim + kvh * head_dim;
-        float a = att[size_t(t)] * inv;
-        for (int64_t d = 0; d < head_dim; ++d)
-          acc[size_t(d)] += a * vt[d];
-      }
-      std::memcpy(out + i * qDim + h * head_dim, acc.data(),
-                  sizeof(float) * size_t(head_dim));
-    }
-  }
+  attention<F32>(q, k, v, k_cache, v_cache, out, n, pos, heads, kv_heads,
+                 head_dim, max_seq, scale);
 }
 
 void kiln_k_swiglu(const float *gate, const float *up, float *y,
                    int64_t count) {
-#pragma omp parallel for simd schedule(static) if (count > kParallelGrain)
-  for (int64_t i = 0; i < count; ++i) {
-    float g = gate[i];
-    g *= 1.0f / (1.0f + expf(-g)); // run.c order: silu(gate) then * up
-    y[i] = g * up[i];
-  }
+  binary<F32>(gate, up, y, count, SwigluFn());
 }
 
 void kiln_k_silu(const float *x, float *y, int64_t count) {
-#pragma omp parallel for simd schedule(static) if (count > kParallelGrain)
-  for (int64_t i = 0; i < count; ++i)
-    y[i] = x[i] * (1.0f / (1.0f + expf(-x[i])));
+  unary<F32>(x, y, count, SiluFn());
 }
 
 void kiln_k_add(const float *a, const float *b, float *y, int64_t count) {
-#pragma omp parallel for simd schedule(static) if (count > kParallelGrain)
-  for (int64_t i = 0; i < count; ++i)
-    y[i] = a[i] + b[i];
+  binary<F32>(a, b, y, count, AddFn());
 }
 
 void kiln_k_mul(const float *a, const float *b, float *y, int64_t count) {
-#pragma omp parallel for simd schedule(static) if (count > kParallelGrain)
-  for (int64_t i = 0; i < count; ++i)
-    y[i] = a[i] * b[i];
+  binary<F32>(a, b, y, count, MulFn());
 }
+
+// f16 and bf16: the same kernels over 16-bit elements (kernel_abi.h).
+#define KILN_DEFINE_16BIT_KERNELS(sfx, E, T)                                   \
+  void kiln_k_embedding_##sfx(const int32_t *tokens, int64_t n,                \
+                              const T *table, int64_t vocab, int64_t dim,      \
+                              T *out) {                                        \
+    (void)vocab;                                                               \
+    embedding(tokens, n, table, dim, out);                                     \
+  }                                                                            \
+  void kiln_k_rms_norm_##sfx(const T *x, const T *w, T *y, int64_t n,          \
+                             int64_t dim, float eps) {                         \
+    rmsNorm<E>(x, w, y, n, dim, eps);                                          \
+  }                                                                            \
+  void kiln_k_linear_##sfx(const T *x, const T *w, T *y, int64_t n,            \
+                           int64_t in, int64_t out) {                          \
+    linear16<E>(x, w, y, n, in, out);                                          \
+  }                                                                            \
+  void kiln_k_linear_##sfx##_f32(const T *x, const T *w, float *y, int64_t n,  \
+                                 int64_t in, int64_t out) {                    \
+    linear16<E>(x, w, y, n, in, out);                                          \
+  }                                                                            \
+  void kiln_k_rope_##sfx(const T *x, T *y, int64_t n, int64_t heads,           \
+                         int64_t head_dim, int64_t rot_dim, int64_t pos,       \
+                         float theta) {                                        \
+    rope<E>(x, y, n, heads, head_dim, rot_dim, pos, theta);                    \
+  }                                                                            \
+  void kiln_k_attention_##sfx(                                                 \
+      const T *q, const T *k, const T *v, T *k_cache, T *v_cache, T *out,      \
+      int64_t n, int64_t pos, int64_t heads, int64_t kv_heads,                 \
+      int64_t head_dim, int64_t max_seq, float scale) {                        \
+    attention<E>(q, k, v, k_cache, v_cache, out, n, pos, heads, kv_heads,      \
+                 head_dim, max_seq, scale);                                    \
+  }                                                                            \
+  void kiln_k_swiglu_##sfx(const T *gate, const T *up, T *y, int64_t count) {  \
+    binary<E>(gate, up, y, count, SwigluFn());                                 \
+  }                                                                            \
+  void kiln_k_silu_##sfx(const T *x, T *y, int64_t count) {                    \
+    unary<E>(x, y, count, SiluFn());                                           \
+  }                                                                            \
+  void kiln_k_add_##sfx(const T *a, const T *b, T *y, int64_t count) {         \
+    binary<E>(a, b, y, count, AddFn());                                        \
+  }                                                                            \
+  void kiln_k_mul_##sfx(const T *a, const T *b, T *y, int64_t count) {         \
+    binary<E>(a, b, y, count, MulFn());                                        \
+  }
+
+KILN_DEFINE_16BIT_KERNELS(f16, F16, kiln_f16_t)
+KILN_DEFINE_16BIT_KERNELS(bf16, Bf16, kiln_bf16_t)
+#undef KILN_DEFINE_16BIT_KERNELS
 
 } // extern "C"

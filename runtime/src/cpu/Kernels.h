@@ -42,7 +42,8 @@ inline float f16ToFloat(uint16_t h) {
   uint32_t sign = uint32_t(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
   if (exp == 0x1f) // inf, NaN (quieted)
-    return bitsFloat(sign | 0x7f800000u | (mant << 13) | (mant ? 0x400000u : 0));
+    return bitsFloat(sign | 0x7f800000u | (mant << 13) |
+                     (mant ? 0x400000u : 0));
   if (exp != 0) // normal: rebias 15 -> 127
     return bitsFloat(sign | ((exp + 112) << 23) | (mant << 13));
   float mag = float(mant) * 0x1p-24f; // zero or subnormal, exact
