@@ -39,4 +39,26 @@ def MemoryPlanPass : Pass<"kiln-memory-plan", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::mlir::kiln::KilnDialect"];
 }
 
+def QuantizeWeightsPass : Pass<"kiln-quantize-weights", "::mlir::ModuleOp"> {
+  let summary = "Weight-only quantization of every kiln.linear (W8A16)";
+  let description = [{
+    Rewrites each `kiln.linear` whose weight is a `kiln.weight` into a
+    `kiln.quantized_linear` over two new weights, `@<w>.qweight` (i8) and
+    `@<w>.scales` (f32), whose recipes append a `#kiln.transform<"quantize">`
+    to the original's: symmetric round-to-nearest, one scale per output
+    channel (`scale = max|w_row| / 127`, `q = round(w / scale)`). The weights
+    stay lazy: nothing is computed until the artifact is written. Embeddings
+    and the classifier (`kiln.logits`) keep the compute type, as the serving
+    stacks do. Weights left unused are removed.
+
+    Only `scheme=w8a16` is implemented; other schemes of `kiln-compile
+    --quant` are rejected with a diagnostic.
+  }];
+  let options = [
+    Option<"scheme", "scheme", "std::string", /*default=*/"\"w8a16\"",
+           "Quantization recipe: w8a16">,
+  ];
+  let dependentDialects = ["::mlir::kiln::KilnDialect"];
+}
+
 #endif // KILN_PASSES_TRANSFORMS_PASSES_TD

@@ -44,7 +44,11 @@ def Kiln_WeightTransformAttr : AttrDef<Kiln_Dialect, "WeightTransform"> {
     * `"dequantize"` — decode the storage type (params: none);
     * `"rope_half_to_adjacent"` — reorder the rows of each of `heads` heads
       from Hugging Face's rotate-half order to the adjacent-pair order of
-      `kiln.rope` (params: `heads`).
+      `kiln.rope` (params: `heads`);
+    * `"quantize"` — symmetric round-to-nearest integer quantization of the
+      rows (params: `bits` = 8, `group_size` (0: one scale per row), `part`
+      = `"qweight"` for the integers or `"scales"` for the f32 scales:
+      `scale = max|w| / 127`, `q = round(w / scale)`).
 
     ```mlir
     #kiln.transform<"rope_half_to_adjacent", {heads = 8 : i64}>

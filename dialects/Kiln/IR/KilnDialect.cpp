@@ -90,5 +90,19 @@ WeightTransformAttr::verify(function_ref<InFlightDiagnostic()> emitError,
              << "'rope_half_to_adjacent' transform needs a positive 'heads'";
     return success();
   }
+  if (kind == "quantize") {
+    auto bits = params ? params.getAs<IntegerAttr>("bits") : IntegerAttr();
+    auto group = params ? params.getAs<IntegerAttr>("group_size") : IntegerAttr();
+    auto part = params ? params.getAs<StringAttr>("part") : StringAttr();
+    if (!bits || bits.getInt() != 8)
+      return emitError() << "'quantize' transform needs 'bits' = 8";
+    if (!group || group.getInt() < 0)
+      return emitError()
+             << "'quantize' transform needs a non-negative 'group_size'";
+    if (!part || (part.getValue() != "qweight" && part.getValue() != "scales"))
+      return emitError() << "'quantize' transform needs 'part' = \"qweight\" "
+                            "or \"scales\"";
+    return success();
+  }
   return emitError() << "unknown weight transform '" << kind << "'";
 }

@@ -10,6 +10,8 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/MathExtras.h"
 
 using namespace mlir;
 using namespace mlir::kiln;
@@ -133,6 +135,41 @@ LogicalResult LinearOp::verify() {
   if (failed(verifySameElementType(*this, input, result, "input", "result")))
     return failure();
   return verifySameElementType(*this, input, weight, "input", "weight");
+}
+
+LogicalResult QuantizedLinearOp::verify() {
+  auto input = cast<RankedTensorType>(getInput().getType());
+  auto qweight = cast<RankedTensorType>(getQweight().getType());
+  auto scales = cast<RankedTensorType>(getScales().getType());
+  auto result = cast<RankedTensorType>(getResult().getType());
+  if (getBits() != 8)
+    return emitOpError() << "supports 8-bit weights, got " << getBits()
+                         << " bits";
+  int64_t out = qweight.getDimSize(0), in = qweight.getDimSize(1);
+  if (!compatibleDim(input.getDimSize(1), in))
+    return emitOpError() << "expects the input width "
+                         << dimStr(input.getDimSize(1))
+                         << " to equal the weight's in_features " << dimStr(in);
+  if (!compatibleDim(result.getDimSize(1), out))
+    return emitOpError() << "expects the result width "
+                         << dimStr(result.getDimSize(1))
+                         << " to equal the weight's out_features " << dimStr(out);
+  if (failed(verifyTokenDim(*this, input, result)))
+    return failure();
+  if (failed(verifySameElementType(*this, input, result, "input", "result")))
+    return failure();
+  int64_t group = getGroupSize();
+  SmallVector<int64_t, 2> expected = {out};
+  if (group > 0)
+    expected.push_back(ShapedType::isDynamic(in) ? ShapedType::kDynamic
+                                                 : llvm::divideCeil(in, group));
+  if (scales.getRank() != static_cast<int64_t>(expected.size()) ||
+      !llvm::all_of(llvm::zip_equal(scales.getShape(), expected),
+                    [](auto p) { return compatibleDim(std::get<0>(p), std::get<1>(p)); }))
+    return emitOpError() << "expects scales of shape ["
+                         << llvm::join(llvm::map_range(expected, dimStr), ", ")
+                         << "] for group_size " << group << ", got " << scales;
+  return success();
 }
 
 LogicalResult RopeOp::verify() {

@@ -44,7 +44,7 @@ def Kiln_WeightOp : Kiln_Op<"weight", [Symbol, IsolatedFromAbove]> {
     ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name,
-                       TypeAttrOf<Kiln_FloatTensor>:$type,
+                       TypeAttrOf<RankedTensorOf<[F16, BF16, F32, I8]>>:$type,
                        Kiln_WeightSourceAttr:$source,
                        TypedArrayAttrBase<Kiln_WeightTransformAttr,
                                           "weight transforms">:$transforms);
@@ -66,7 +66,7 @@ def Kiln_WeightRefOp : Kiln_Op<"weight_ref",
     ```
   }];
   let arguments = (ins FlatSymbolRefAttr:$name);
-  let results = (outs Kiln_FloatTensor:$result);
+  let results = (outs RankedTensorOf<[F16, BF16, F32, I8]>:$result);
   let assemblyFormat = "$name attr-dict `:` type($result)";
 }
 
@@ -121,6 +121,37 @@ def Kiln_LinearOp : Kiln_Op<"linear", [Pure]> {
   let results = (outs Kiln_Activation:$result);
   let assemblyFormat =
       "$input `,` $weight attr-dict `:` type($input) `,` type($weight) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Kiln_QuantizedLinearOp : Kiln_Op<"quantized_linear", [Pure]> {
+  let summary = "Linear layer with integer weights: x * dequant(W)^T";
+  let description = [{
+    Weight-only quantization (W8A16 / W4A16 in the serving stacks' terms):
+    `result[n, out] = input[n, in] * W[out, in]^T` where
+    `W[o, i] = scales[o, g] * (qweight[o, i] - zero_points[o, g])`,
+    `g = i / group_size` (one group per row when `group_size` is 0).
+
+    * `bits = 8`: `qweight` is `[out, in]` i8, symmetric (no zero points),
+      per-output-channel scales `[out]` (group_size 0) or groupwise
+      `[out, ceil(in / group_size)]`.
+
+    Scales are f32; activations stay in the compute type.
+
+    ```mlir
+    %q = kiln.quantized_linear %x, %wq, %sq {bits = 8 : i64, group_size = 0 : i64}
+        : tensor<?x64xf32>, tensor<64x64xi8>, tensor<64xf32> -> tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$input, 2DTensorOf<[I8]>:$qweight,
+                       RankedTensorOf<[F32]>:$scales,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$bits,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$group_size);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = [{
+    $input `,` $qweight `,` $scales attr-dict `:` type($input) `,`
+    type($qweight) `,` type($scales) `->` type($result)
+  }];
   let hasVerifier = 1;
 }
 

@@ -1,0 +1,433 @@
+//===- KilnEval.cpp - Evaluate Kiln artifacts ---------------------*- C++ -*-===//
+//
+// kiln-eval ARTIFACT --text FILE [--ctx N] [--max-tokens N]
+//     Perplexity of the artifact on FILE, PPL = exp(-1/T sum_t log p(x_t|x_<t))
+//     (Jelinek et al. 1977). FILE is tokenized with the artifact's tokenizer
+//     (no BOS) and cut into non-overlapping windows of N tokens; each window is
+//     scored from a fresh session: BOS is prefilled, then the window's tokens
+//     are fed one at a time with decode, and every token of the window is
+//     scored given BOS + the window tokens before it (log-softmax in double of
+//     the float32 logits, max subtracted). No context crosses windows.
+//
+// kiln-eval ARTIFACT --compare OTHER [--text FILE] [--tokens N]
+//     Teacher-forced greedy-token agreement: one token stream (BOS, then the
+//     first N tokens of FILE or of "Once upon a time", continued with
+//     ARTIFACT's own greedy tokens when the text runs out) is fed to both
+//     artifacts; at each of the N positions the argmax of their logits is
+//     compared.
+//
+// Results on stdout (the last lines are machine-readable), progress and
+// timing on stderr. Errors: "kiln-eval: error: ..." on stderr, exit status 1.
+//
+//===----------------------------------------------------------------------===//
+#include "kiln_rt/api.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace cl = llvm::cl;
+
+static cl::OptionCategory evalCategory("kiln-eval options");
+
+static cl::opt<std::string> artifactDir(cl::Positional, cl::Required,
+                                        cl::desc("<artifact directory>"),
+                                        cl::cat(evalCategory));
+static cl::opt<std::string> textFile(
+    "text",
+    cl::desc("UTF-8 text file. Perplexity mode: the text to score (required). "
+             "--compare mode: the token stream (default: the prompt "
+             "\"Once upon a time\")"),
+    cl::value_desc("FILE"), cl::init(""), cl::cat(evalCategory));
+static cl::opt<int64_t> ctxLen(
+    "ctx",
+    cl::desc("Perplexity window length in tokens, >= 2 and <= the model's "
+             "context (default: min(context, 512)). The text's tokens are split "
+             "into NON-OVERLAPPING windows of N tokens; each window starts from a "
+             "fresh session with BOS, and every token of it is scored given BOS + "
+             "the preceding tokens of the same window (the last window may be "
+             "shorter)"),
+    cl::value_desc("N"), cl::init(0), cl::cat(evalCategory));
+static cl::opt<int64_t> maxTokens(
+    "max-tokens",
+    cl::desc("Perplexity mode: score only the first N tokens of the text "
+             "(default: all)"),
+    cl::value_desc("N"), cl::init(0), cl::cat(evalCategory));
+static cl::opt<std::string> compareDir(
+    "compare",
+    cl::desc("Teacher-forced greedy-token agreement of ARTIFACT (the reference) "
+             "and OTHER (same vocabulary size): both are fed the same tokens and "
+             "their argmax is compared at every position"),
+    cl::value_desc("OTHER_ARTIFACT"), cl::init(""), cl::cat(evalCategory));
+static cl::opt<int64_t> compareTokens(
+    "tokens",
+    cl::desc("--compare mode: number of positions compared (default 256): the "
+             "stream is BOS followed by the first N tokens of the text; when the "
+             "text has fewer, it continues with ARTIFACT's greedy tokens"),
+    cl::value_desc("N"), cl::init(256), cl::cat(evalCategory));
+static cl::opt<bool> noVerify("no-verify",
+                              cl::desc("Skip XXH3 checksums of artifact files "
+                                       "(sizes are still checked)"),
+                              cl::cat(evalCategory));
+static cl::opt<std::string> dumpTokens(
+    "dump-tokens",
+    cl::desc("Test hook: write the evaluated token ids (no BOS), one per line, "
+             "to PATH"),
+    cl::value_desc("PATH"), cl::init(""), cl::Hidden, cl::cat(evalCategory));
+
+namespace {
+
+const char *const kDefaultPrompt = "Once upon a time";
+
+[[noreturn]] void fail(const std::string &message) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "kiln-eval: error: %s\n", message.c_str());
+  std::exit(1);
+}
+
+/// Exits with the status's message (prefixed with `context` if given).
+void check(kiln_rt_status_t status, const std::string &context = "") {
+  if (!status)
+    return;
+  std::string msg = kiln_rt_status_message(status);
+  kiln_rt_status_free(status);
+  fail(context.empty() ? msg : context + ": " + msg);
+}
+
+double nowSec() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::string readTextFile(const std::string &path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    fail("--text " + path + ": cannot open: " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode))
+    fail("--text " + path + ": is a directory, expected a text file");
+  std::FILE *f = std::fopen(path.c_str(), "rb");
+  if (!f)
+    fail("--text " + path + ": cannot open: " + std::strerror(errno));
+  std::string text;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
+    text.append(buf, n);
+  bool bad = std::ferror(f);
+  int err = errno;
+  std::fclose(f);
+  if (bad)
+    fail("--text " + path + ": read failed: " + std::strerror(err));
+  if (text.empty())
+    fail("--text " + path + ": the file is empty");
+  return text;
+}
+
+struct Model {
+  std::string dir;
+  kiln_rt_artifact_t *artifact = nullptr;
+  kiln_rt_session_t *session = nullptr;
+  kiln_rt_model_info_t info{};
+  ~Model() {
+    kiln_rt_session_release(session);
+    kiln_rt_artifact_release(artifact);
+  }
+  void open(const std::string &path) {
+    dir = path;
+    check(kiln_rt_artifact_open(path.c_str(),
+                                noVerify ? KILN_RT_OPEN_SKIP_CHECKSUMS : 0,
+                                &artifact));
+    kiln_rt_artifact_info(artifact, &info);
+    check(kiln_rt_session_create(artifact, &session));
+  }
+  std::string describe() const {
+    return dir + " (" + info.name + ", " + info.dtype + ", " + info.target +
+           ", vocab " + std::to_string(info.vocab_size) + ", context " +
+           std::to_string(info.max_seq_len) + ")";
+  }
+  const float *logits() const {
+    const float *row = kiln_rt_session_logits(session);
+    if (!row)
+      fail(dir + ": the session's logits are unavailable");
+    return row;
+  }
+};
+
+/// The text's tokens with the artifact's tokenizer, no BOS.
+std::vector<int32_t> tokenize(const Model &m, const std::string &text) {
+  std::vector<int32_t> ids(text.size() + 16);
+  size_t count = 0;
+  kiln_rt_status_t st = kiln_rt_tokenize(m.artifact, text.data(), text.size(), 0,
+                                         ids.data(), ids.size(), &count);
+  if (kiln_rt_status_code(st) == KILN_RT_OUT_OF_RANGE && count > ids.size()) {
+    kiln_rt_status_free(st);
+    ids.resize(count);
+    st = kiln_rt_tokenize(m.artifact, text.data(), text.size(), 0, ids.data(),
+                          ids.size(), &count);
+  }
+  check(st, m.dir + ": tokenizing the text");
+  ids.resize(count);
+  return ids;
+}
+
+void writeTokens(const std::vector<int32_t> &ids) {
+  std::FILE *out = std::fopen(dumpTokens.c_str(), "w");
+  if (!out)
+    fail(dumpTokens + ": cannot open for writing: " + std::strerror(errno));
+  for (int32_t id : ids)
+    std::fprintf(out, "%d\n", id);
+  if (std::fclose(out) != 0)
+    fail(dumpTokens + ": write failed");
+}
+
+/// log p(token) under softmax(logits), in double with the max subtracted.
+double logProb(const float *logits, int64_t vocab, int32_t token, bool &finite) {
+  double mx = -INFINITY;
+  for (int64_t i = 0; i < vocab; ++i)
+    mx = std::fmax(mx, double(logits[i]));
+  double sum = 0.0;
+  for (int64_t i = 0; i < vocab; ++i)
+    sum += std::exp(double(logits[i]) - mx);
+  double lp = (double(logits[token]) - mx) - std::log(sum);
+  finite = std::isfinite(mx) && std::isfinite(lp);
+  return lp;
+}
+
+/// Index of the largest logit (the first on ties); -1 if any is not finite.
+int32_t argmax(const float *logits, int64_t vocab) {
+  int32_t best = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (!std::isfinite(logits[i]))
+      return -1;
+    if (logits[i] > logits[best])
+      best = int32_t(i);
+  }
+  return best;
+}
+
+int runPerplexity() {
+  if (maxTokens.getNumOccurrences() && maxTokens < 1)
+    fail("--max-tokens must be >= 1, got " + std::to_string(maxTokens));
+  if (ctxLen.getNumOccurrences() && ctxLen < 2)
+    fail("--ctx must be at least 2, got " + std::to_string(ctxLen));
+  std::string text = readTextFile(textFile);
+  Model m;
+  m.open(artifactDir);
+  const int64_t context = m.info.max_seq_len;
+  int64_t ctx = std::min<int64_t>(context, 512);
+  if (ctxLen.getNumOccurrences()) {
+    if (ctxLen > context)
+      fail("--ctx " + std::to_string(ctxLen) + " exceeds the model's context of " +
+           std::to_string(context) + " tokens");
+    ctx = ctxLen;
+  }
+  double t0 = nowSec();
+  std::vector<int32_t> ids = tokenize(m, text);
+  double tokenizeSec = nowSec() - t0;
+  if (ids.empty())
+    fail("--text " + textFile + ": the text has no tokens");
+  size_t total = ids.size();
+  if (maxTokens.getNumOccurrences() && size_t(maxTokens) < ids.size())
+    ids.resize(size_t(maxTokens));
+  if (!dumpTokens.empty())
+    writeTokens(ids);
+
+  const int64_t n = int64_t(ids.size());
+  const int64_t vocab = m.info.vocab_size;
+  const int64_t fullWindows = n / ctx, rest = n % ctx;
+  const int64_t windows = fullWindows + (rest ? 1 : 0);
+  std::fprintf(stderr, "kiln-eval: tokenized %zu bytes into %zu tokens in %.2f s\n",
+               text.size(), total, tokenizeSec);
+
+  double nll = 0.0;
+  double start = nowSec(), lastReport = start;
+  int64_t scored = 0;
+  for (int64_t w = 0; w < windows; ++w) {
+    int64_t begin = w * ctx, end = std::min(n, begin + ctx);
+    kiln_rt_session_reset(m.session);
+    check(kiln_rt_session_prefill(m.session, &m.info.bos_id, 1));
+    for (int64_t i = begin; i < end; ++i) {
+      if (i > begin)
+        check(kiln_rt_session_decode(m.session, ids[size_t(i - 1)]));
+      bool finite = true;
+      double lp = logProb(m.logits(), vocab, ids[size_t(i)], finite);
+      if (!finite)
+        fail("non-finite logits in window " + std::to_string(w) + " at position " +
+             std::to_string(i - begin) + " (token " + std::to_string(ids[size_t(i)]) +
+             ")");
+      nll -= lp;
+      ++scored;
+    }
+    double now = nowSec();
+    if (now - lastReport >= 2.0 || w + 1 == windows) {
+      lastReport = now;
+      std::fprintf(stderr,
+                   "kiln-eval: window %lld/%lld, %lld tokens, running perplexity "
+                   "%.4f, %.0f tokens/s\n",
+                   (long long)(w + 1), (long long)windows, (long long)scored,
+                   std::exp(nll / double(scored)),
+                   double(scored) / std::max(now - start, 1e-9));
+    }
+  }
+  double elapsed = nowSec() - start;
+  std::fprintf(stderr, "kiln-eval: scored %lld tokens in %.2f s\n",
+               (long long)scored, elapsed);
+
+  double meanNll = nll / double(scored);
+  std::printf("artifact: %s\n", m.describe().c_str());
+  std::printf("text: %s (%zu bytes, %zu tokens%s)\n", textFile.c_str(),
+              text.size(), total,
+              int64_t(total) > n
+                  ? (", first " + std::to_string(n) + " scored (--max-tokens)").c_str()
+                  : "");
+  std::printf("windowing: non-overlapping windows of %lld tokens, each from a fresh "
+              "session: BOS, then every window token scored given BOS + the "
+              "preceding tokens of its window\n",
+              (long long)ctx);
+  if (rest && fullWindows)
+    std::printf("windows: %lld (%lld of %lld tokens + 1 of %lld)\n",
+                (long long)windows, (long long)fullWindows, (long long)ctx,
+                (long long)rest);
+  else if (rest)
+    std::printf("windows: 1 (of %lld tokens)\n", (long long)rest);
+  else
+    std::printf("windows: %lld (of %lld tokens)\n", (long long)windows,
+                (long long)ctx);
+  std::printf("nll per token: %.6f nats (%.6f bits)\n", meanNll,
+              meanNll / std::log(2.0));
+  std::printf("perplexity: %.4f\n", std::exp(meanNll));
+  std::printf("tokens: %lld\n", (long long)scored);
+  return 0;
+}
+
+int runCompare() {
+  if (compareTokens < 1)
+    fail("--tokens must be >= 1, got " + std::to_string(compareTokens));
+  std::string text = textFile.empty() ? std::string(kDefaultPrompt)
+                                      : readTextFile(textFile);
+  Model a, b;
+  a.open(artifactDir);
+  b.open(compareDir);
+  if (a.info.vocab_size != b.info.vocab_size)
+    fail("cannot compare: " + artifactDir + " has a vocabulary of " +
+         std::to_string(a.info.vocab_size) + " tokens but " + compareDir +
+         " has " + std::to_string(b.info.vocab_size));
+  const int64_t context = std::min(a.info.max_seq_len, b.info.max_seq_len);
+  const int64_t n = compareTokens;
+  if (n > context)
+    fail("--tokens " + std::to_string(n) + " exceeds the context of " +
+         std::to_string(context) + " tokens (the smaller of the two artifacts')");
+
+  std::vector<int32_t> textIds = tokenize(a, text);
+  bool sameSplit = tokenize(b, text) == textIds;
+  if (int64_t(textIds.size()) > n)
+    textIds.resize(size_t(n));
+  const int64_t fromText = int64_t(textIds.size());
+
+  // Teacher forcing: feed BOS, then the stream; position i predicts stream[i].
+  std::vector<int32_t> stream = textIds;
+  int64_t agree = 0, firstDiff = -1;
+  const int64_t vocab = a.info.vocab_size;
+  double start = nowSec();
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t in = i == 0 ? a.info.bos_id : stream[size_t(i - 1)];
+    if (i == 0) {
+      check(kiln_rt_session_prefill(a.session, &in, 1));
+      check(kiln_rt_session_prefill(b.session, &in, 1));
+    } else {
+      check(kiln_rt_session_decode(a.session, in));
+      check(kiln_rt_session_decode(b.session, in));
+    }
+    int32_t pa = argmax(a.logits(), vocab);
+    int32_t pb = argmax(b.logits(), vocab);
+    if (pa < 0 || pb < 0)
+      fail("non-finite logits from " + (pa < 0 ? artifactDir : compareDir) +
+           " at position " + std::to_string(i));
+    if (pa == pb)
+      ++agree;
+    else if (firstDiff < 0)
+      firstDiff = i;
+    if (i >= fromText)
+      stream.push_back(pa); // the text ran out: continue with the reference's token
+  }
+  std::fprintf(stderr, "kiln-eval: compared %lld positions in %.2f s\n",
+               (long long)n, nowSec() - start);
+  if (!dumpTokens.empty())
+    writeTokens(stream);
+
+  std::printf("reference: %s\n", a.describe().c_str());
+  std::printf("candidate: %s\n", b.describe().c_str());
+  std::printf("text: %s\n", textFile.empty()
+                                ? ("built-in prompt \"" + std::string(kDefaultPrompt) + "\"").c_str()
+                                : textFile.c_str());
+  if (!sameSplit)
+    std::printf("note: the candidate's tokenizer splits the text differently; the "
+                "reference's token ids are fed to both\n");
+  std::printf("stream: BOS + %lld text tokens + %lld greedy tokens of the reference "
+              "(teacher-forced: both artifacts are fed the same tokens, argmax "
+              "compared at each position)\n",
+              (long long)fromText, (long long)(n - fromText));
+  if (firstDiff < 0)
+    std::printf("first disagreement: none\n");
+  else
+    std::printf("first disagreement: position %lld\n", (long long)firstDiff);
+  std::printf("agreement: %.2f%% (%lld of %lld positions)\n",
+              100.0 * double(agree) / double(n), (long long)agree, (long long)n);
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  cl::HideUnrelatedOptions(evalCategory);
+  std::string parseErrors;
+  llvm::raw_string_ostream errs(parseErrors);
+  if (!cl::ParseCommandLineOptions(
+          argc, argv,
+          "Kiln artifact evaluation: perplexity and greedy-token agreement\n\n"
+          "  kiln-eval ARTIFACT --text FILE [--ctx N] [--max-tokens N]\n"
+          "    Perplexity exp(-1/T sum log p(x_t | x_<t)) of FILE, tokenized with\n"
+          "    the artifact's tokenizer (no BOS) and split into NON-OVERLAPPING\n"
+          "    windows of --ctx tokens. Each window is scored from a fresh session:\n"
+          "    BOS, then the window's tokens one at a time; every token of the\n"
+          "    window is scored given BOS + the window tokens before it (no\n"
+          "    context crosses windows). Ends with 'perplexity: X' and 'tokens: T'.\n\n"
+          "  kiln-eval ARTIFACT --compare OTHER [--text FILE] [--tokens N]\n"
+          "    Teacher-forced greedy-token agreement: both artifacts are fed the\n"
+          "    same stream (BOS + the first N tokens of the text, default prompt\n"
+          "    \"Once upon a time\", continued with ARTIFACT's greedy tokens if the\n"
+          "    text is shorter) and their argmax is compared at each of the N\n"
+          "    positions. Ends with 'agreement: X.XX% (k of n positions)'.\n",
+          &errs)) {
+    errs.flush();
+    llvm::StringRef text = llvm::StringRef(parseErrors).trim();
+    text.consume_front("kiln-eval: ");
+    fail(text.empty() ? "invalid command line (see --help)" : text.str());
+  }
+
+  if (compareDir.empty()) {
+    if (compareTokens.getNumOccurrences())
+      fail("--tokens applies only to --compare (use --max-tokens to limit "
+           "perplexity)");
+    if (textFile.empty())
+      fail("--text FILE is required for perplexity (or pass --compare "
+           "OTHER_ARTIFACT)");
+    return runPerplexity();
+  }
+  if (ctxLen.getNumOccurrences())
+    fail("--ctx applies only to perplexity, not to --compare");
+  if (maxTokens.getNumOccurrences())
+    fail("--max-tokens applies only to perplexity, not to --compare (use --tokens)");
+  return runCompare();
+}
