@@ -69,7 +69,7 @@ FailureOr<std::vector<WeightDesc>> mlir::kiln::collectWeightRecipes(ModuleOp gra
       w.source.scale = src.getScale().getValueAsDouble();
     if (src.getCenter())
       w.source.center = src.getCenter().getValueAsDouble();
-    for (int64_t d : op.getTensorType().getShape())
+    for (int64_t d : src.getShape().asArrayRef())
       w.source.shape.push_back(d);
     for (Attribute a : op.getTransforms()) {
       auto t = cast<WeightTransformAttr>(a);
@@ -78,6 +78,16 @@ FailureOr<std::vector<WeightDesc>> mlir::kiln::collectWeightRecipes(ModuleOp gra
       if (t.getKind() == "rope_half_to_adjacent") {
         WeightTransform wt{WeightTransform::Kind::RopeHalfToAdjacent};
         wt.heads = t.getParams().getAs<IntegerAttr>("heads").getInt();
+        w.transforms.push_back(wt);
+        continue;
+      }
+      if (t.getKind() == "quantize") {
+        WeightTransform wt{WeightTransform::Kind::Quantize};
+        wt.bits = t.getParams().getAs<IntegerAttr>("bits").getInt();
+        wt.groupSize = t.getParams().getAs<IntegerAttr>("group_size").getInt();
+        wt.part = t.getParams().getAs<StringAttr>("part").getValue() == "scales"
+                      ? WeightTransform::QuantPart::Scales
+                      : WeightTransform::QuantPart::QWeight;
         w.transforms.push_back(wt);
         continue;
       }
@@ -234,7 +244,7 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
         {"name", t.name},
         {"offset", static_cast<int64_t>(t.offset)},
         {"bytes", static_cast<int64_t>(t.bytes)},
-        {"dtype", in.dtype},
+        {"dtype", t.dtype},
         {"shape", llvm::json::Array(t.shape)}});
   }
 
@@ -306,7 +316,7 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
       {"target", in.target},
       {"model", std::move(model)},
       {"recipe", llvm::json::Object{{"dtype", in.dtype},
-                                    {"quant", "none"},
+                                    {"quant", in.quant},
                                     {"pipeline", in.pipeline}}},
       {"runtime",
        llvm::json::Object{

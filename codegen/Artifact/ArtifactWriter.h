@@ -23,6 +23,7 @@ struct ArtifactInputs {
   std::string target = "cpu";          ///< "cpu" or "cuda"
   std::string dtype = "f32";           ///< weights/activations/KV: f32, f16, bf16
   std::string pipeline;                ///< pass pipeline, for the manifest
+  std::string quant = "none";          ///< quantization recipe, for the manifest
 };
 
 /// Writes the artifact directory `outDir` (docs/artifact.md): weights.bin

@@ -10,6 +10,8 @@
 #include "llvm/ADT/bit.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <xxhash.h>
 
@@ -37,8 +39,36 @@ static std::string sourceKey(const WeightDesc &w) {
     os << '|' << s.seed << '|' << scale << '|' << center;
   }
   for (const WeightTransform &t : w.transforms)
-    os << "|t" << static_cast<int>(t.kind) << ':' << t.heads;
+    os << "|t" << static_cast<int>(t.kind) << ':' << t.heads << ':' << t.bits
+       << ':' << t.groupSize << ':' << static_cast<int>(t.part);
   return key;
+}
+
+/// The Quantize step ending `w`'s recipe, if any.
+static const WeightTransform *quantizeStep(const WeightDesc &w) {
+  if (w.transforms.empty() ||
+      w.transforms.back().kind != WeightTransform::Kind::Quantize)
+    return nullptr;
+  return &w.transforms.back();
+}
+
+/// Symmetric per-row int8 quantization (round to nearest, ties away from
+/// zero as std::lround does): scale = max|row| / 127, q = round(w / scale);
+/// an all-zero row gets scale 0 and q 0.
+static void quantizeRows(ArrayRef<float> w, int64_t rows, int64_t cols,
+                         MutableArrayRef<int8_t> q, MutableArrayRef<float> scales) {
+  for (int64_t r = 0; r < rows; ++r) {
+    ArrayRef<float> row = w.slice(r * cols, cols);
+    float maxAbs = 0.0f;
+    for (float v : row)
+      maxAbs = std::max(maxAbs, std::fabs(v));
+    float scale = maxAbs / 127.0f;
+    scales[r] = scale;
+    for (int64_t c = 0; c < cols; ++c) {
+      long v = scale > 0.0f ? std::lround(row[c] / scale) : 0;
+      q[r * cols + c] = static_cast<int8_t>(std::clamp(v, -127L, 127L));
+    }
+  }
 }
 
 /// IEEE binary32 -> bfloat16, round to nearest even; NaN stays a quiet NaN.
@@ -93,6 +123,14 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights,
     WrittenTensor t;
     t.name = w.name;
     t.shape = w.source.shape;
+    const WeightTransform *quant = quantizeStep(w);
+    if (quant && w.source.shape.size() != 2)
+      return fail(writerError(path, "weight '" + w.name +
+                                        "': quantize needs a matrix"));
+    if (quant && quant->part == WeightTransform::QuantPart::Scales)
+      t.shape = {w.source.shape[0]};
+    t.dtype = quant ? (quant->part == WeightTransform::QuantPart::Scales ? "f32" : "i8")
+                    : std::string(stringifyStorageType(dtype));
     uint64_t numel = 1;
     for (int64_t d : w.source.shape) {
       if (d < 0 || __builtin_mul_overflow(numel, static_cast<uint64_t>(d),
@@ -104,7 +142,10 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights,
       return fail(writerError(path, "weight '" + w.name + "' has " +
                                         Twine(numel) +
                                         " elements, more than 2^36"));
-    t.bytes = numel * storageBytes(dtype);
+    t.bytes = !quant ? numel * storageBytes(dtype)
+              : quant->part == WeightTransform::QuantPart::QWeight
+                  ? numel
+                  : static_cast<uint64_t>(w.source.shape[0]) * sizeof(float);
 
     std::string key = sourceKey(w);
     auto [it, inserted] = firstBySource.try_emplace(key, written.size());
@@ -125,7 +166,24 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights,
         std::memcpy(&f, &u, 4);
       }
     t.offset = offset;
-    if (dtype == StorageType::F32) {
+    if (quant) {
+      int64_t rows = w.source.shape[0], cols = w.source.shape[1];
+      std::vector<int8_t> q(numel);
+      std::vector<float> scales(rows);
+      quantizeRows(buffer, rows, cols, q, scales);
+      if (quant->part == WeightTransform::QuantPart::QWeight) {
+        os.write(reinterpret_cast<const char *>(q.data()), t.bytes);
+      } else {
+        if constexpr (!sys::IsLittleEndianHost)
+          for (float &f : scales) {
+            uint32_t u;
+            std::memcpy(&u, &f, 4);
+            u = llvm::byteswap(u);
+            std::memcpy(&f, &u, 4);
+          }
+        os.write(reinterpret_cast<const char *>(scales.data()), t.bytes);
+      }
+    } else if (dtype == StorageType::F32) {
       os.write(reinterpret_cast<const char *>(buffer.data()), t.bytes);
     } else {
       narrow.resize(numel);

@@ -31,11 +31,14 @@ struct WrittenTensor {
   std::string name;                   ///< canonical weight name
   uint64_t offset = 0;                ///< byte offset, multiple of 64
   uint64_t bytes = 0;                 ///< numel * dtype size
-  llvm::SmallVector<int64_t, 2> shape;
+  llvm::SmallVector<int64_t, 2> shape; ///< as written (qweight [out, in], scales [out])
+  std::string dtype;                   ///< "f32", "f16", "bf16" or "i8"
 };
 
 /// Writes `weights` to `path` in order as `dtype` (f32, or f16/bf16 rounded
-/// to nearest even from the f32 materialization), each tensor 64-byte
+/// to nearest even from the f32 materialization; a weight whose recipe ends
+/// in a Quantize transform is written as its int8 values or f32 scales
+/// instead), each tensor 64-byte
 /// aligned (zero padding; the file ends after the last tensor's padding).
 /// Weights whose sources are identical (same file, offset, storage, shape,
 /// synthetic parameters and transforms), e.g. a tied "output" and

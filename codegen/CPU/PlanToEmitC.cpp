@@ -87,6 +87,8 @@ static FailureOr<StringRef> cTypeName(Operation *op, Type t,
     return StringRef("float");
   if (t.isInteger(32))
     return StringRef("int32_t");
+  if (t.isInteger(8))
+    return StringRef("int8_t");
   if (t.isF16())
     return target.cuda ? StringRef("__half") : StringRef("kiln_f16_t");
   if (t.isBF16())
@@ -97,7 +99,7 @@ static FailureOr<StringRef> cTypeName(Operation *op, Type t,
 
 /// The EmitC type of a buffer element: builtin for f32/i32, opaque otherwise.
 static Type emitcElementType(MLIRContext *ctx, Type t, StringRef cName) {
-  if (t.isF32() || t.isInteger(32))
+  if (t.isF32() || t.isInteger(32) || t.isInteger(8))
     return t;
   return emitc::OpaqueType::get(ctx, cName);
 }

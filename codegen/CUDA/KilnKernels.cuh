@@ -11,13 +11,13 @@
 // runtime/src/cpu/Kernels.cpp): same formulas, same order of the float
 // operations where it matters (RMSNorm, RoPE angles, SiLU), float accumulation
 // everywhere. Element type T is float, __half or __nv_bfloat16; activations and
-// weights share T, logits are float.
+// weights share T (W8A16 weights are int8 with float scales), logits are float.
 //
 // Host wrappers (all templates deduce T from the pointers):
 //   kiln_cuda_embedding, kiln_cuda_rms_norm, kiln_cuda_linear,
-//   kiln_cuda_rope, kiln_cuda_attention, kiln_cuda_swiglu, kiln_cuda_silu,
-//   kiln_cuda_add, kiln_cuda_mul, kiln_cuda_argmax,
-//   kiln_cuda_sample_topk_topp.
+//   kiln_cuda_linear_w8a16 (int8 weights, float scales), kiln_cuda_rope,
+//   kiln_cuda_attention, kiln_cuda_swiglu, kiln_cuda_silu, kiln_cuda_add,
+//   kiln_cuda_mul, kiln_cuda_argmax, kiln_cuda_sample_topk_topp.
 // Each enqueues on (cudaStream_t)ctx->stream and never synchronizes, so all of
 // them may be captured into a CUDA graph. Errors never abort: the first
 // failure stores a status and "<call> failed at <file>:<line>: <reason>" in
@@ -641,6 +641,170 @@ inline void ltLinear(kiln_cuda_ctx *ctx, const T *x, const T *w, Y *y,
                                         plan->b, &beta, y, plan->d, y, plan->d,
                                         &plan->algo, ctx->workspace, size_t(ws),
                                         streamOf(ctx)));
+}
+
+//===----------------------------------------------------------------------===//
+// Linear, W8A16: int8 weights, per-output-channel float scales
+//===----------------------------------------------------------------------===//
+
+/// Byte b (0..3) of `flipped` (an int8 word XOR 0x80808080, i.e. each byte
+/// holds value + 128) as an exact float: PRMT builds the float 2^23 + byte,
+/// one FADD removes 2^23 + 128. Cheaper than I2F, which runs at quarter rate.
+__device__ __forceinline__ float i8ToF(uint32_t flipped, int b) {
+  const uint32_t bits = __byte_perm(flipped, 0x4B000000u, 0x7650u + unsigned(b));
+  return __uint_as_float(bits) - 8388736.0f; // 2^23 + 128
+}
+
+/// acc += sum_{e < 16} float(q[e]) * x[e] for 16 int8 weights held in `w`
+/// (one 16-byte load) and 16 elements of x starting at xs; `vec`: xs is
+/// 16-aligned, so x is read as 16-byte packs.
+template <typename T, bool Vec>
+__device__ __forceinline__ float dotW8(const int4 &w, const T *xs, float acc) {
+  float xf[16];
+  if (Vec) {
+    constexpr int kN = Pack<T>::kN;
+    const Pack<T> *xv = reinterpret_cast<const Pack<T> *>(xs);
+#pragma unroll
+    for (int p = 0; p < 16 / kN; ++p) {
+      const Pack<T> xp = xv[p];
+#pragma unroll
+      for (int e = 0; e < kN; ++e)
+        xf[p * kN + e] = toF(xp.v[e]);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 16; ++e)
+      xf[e] = toF(xs[e]);
+  }
+  const uint32_t words[4] = {uint32_t(w.x) ^ 0x80808080u,
+                             uint32_t(w.y) ^ 0x80808080u,
+                             uint32_t(w.z) ^ 0x80808080u,
+                             uint32_t(w.w) ^ 0x80808080u};
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+#pragma unroll
+    for (int b = 0; b < 4; ++b)
+      acc = fmaf(i8ToF(words[k], b), xf[4 * k + b], acc);
+  return acc;
+}
+
+/// y[r] = scales[r] * sum_j float(q[r, j]) * x[j] for r < out (x [in], q
+/// [out, in] int8 row-major). The structure of gemvKernel: a warp per row
+/// (grid-stride); per row the bytes before q's first 16-byte boundary
+/// ("head", < 16), then 16-byte loads of 16 weights per lane, dequantized in
+/// registers (unrolled 2x), then a scalar tail; x read as packs when x + head
+/// is 16-aligned. Float accumulation, warp-shuffle reduction, the row scale
+/// applied to the sum; Y is T or float.
+template <typename T, typename Y>
+__global__ void __launch_bounds__(kGemvThreads)
+    gemvW8Kernel(const T *__restrict__ x, const int8_t *__restrict__ q,
+                 const float *__restrict__ scales, Y *__restrict__ y,
+                 int64_t in, int64_t out) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warpsPerBlock = blockDim.x >> 5;
+  const int64_t stride = int64_t(gridDim.x) * warpsPerBlock;
+  for (int64_t row = int64_t(blockIdx.x) * warpsPerBlock + (threadIdx.x >> 5);
+       row < out; row += stride) {
+    const int8_t *qr = q + row * in;
+    int64_t head = int64_t((16 - (reinterpret_cast<uintptr_t>(qr) & 15)) & 15);
+    if (head > in)
+      head = in;
+    float acc = 0.0f;
+    if (lane < head) // head < 16
+      acc = float(qr[lane]) * toF(x[lane]);
+    const int64_t packs = (in - head) / 16;
+    const int4 *qv = reinterpret_cast<const int4 *>(qr + head);
+    const T *xh = x + head;
+    if (aligned16(xh)) {
+      int64_t v = lane;
+      for (; v + 32 < packs; v += 64) {
+        const int4 w0 = __ldg(qv + v), w1 = __ldg(qv + v + 32);
+        acc = dotW8<T, true>(w0, xh + v * 16, acc);
+        acc = dotW8<T, true>(w1, xh + (v + 32) * 16, acc);
+      }
+      for (; v < packs; v += 32)
+        acc = dotW8<T, true>(__ldg(qv + v), xh + v * 16, acc);
+    } else {
+      for (int64_t v = lane; v < packs; v += 32)
+        acc = dotW8<T, false>(__ldg(qv + v), xh + v * 16, acc);
+    }
+    for (int64_t j = head + packs * 16 + lane; j < in; j += 32)
+      acc = fmaf(float(qr[j]), toF(x[j]), acc);
+    acc = warpSum(acc);
+    if (lane == 0)
+      y[row] = fromF<Y>(acc * scales[row]);
+  }
+}
+
+/// Prefill tile: kW8TileM tokens x kW8TileN output rows per block, depth
+/// kW8TileK per step, kW8Threads threads each computing 4 x 4 outputs.
+constexpr int kW8TileM = 64, kW8TileN = 64, kW8TileK = 32, kW8Threads = 256;
+
+/// y[m, o] = scales[o] * sum_k float(x[m, k]) * float(q[o, k]) for x [n, in]
+/// of T, q [out, in] int8. Block (blockIdx.x, blockIdx.y) computes output
+/// rows [64 bx, +64) of tokens [64 by, +64): per depth step, x and the int8
+/// weights (widened exactly to float) are staged k-major in shared memory,
+/// then each thread accumulates its 4 tokens x 4 rows in float registers
+/// (SIMT FMA; every T, no TF32). Out-of-range elements load as 0. Any
+/// shape, any element alignment.
+template <typename T, typename Y>
+__global__ void __launch_bounds__(kW8Threads)
+    linearW8TiledKernel(const T *__restrict__ x, const int8_t *__restrict__ q,
+                        const float *__restrict__ scales, Y *__restrict__ y,
+                        int64_t n, int64_t in, int64_t out) {
+  // +4 floats of padding keeps rows 16-aligned (float4 reads) and spreads
+  // the transposed stores over banks.
+  __shared__ __align__(16) float xs[kW8TileK][kW8TileM + 4];
+  __shared__ __align__(16) float ws[kW8TileK][kW8TileN + 4];
+  const int tid = threadIdx.x;
+  const int tx = tid % (kW8TileN / 4), ty = tid / (kW8TileN / 4);
+  const int64_t m0 = int64_t(blockIdx.y) * kW8TileM;
+  const int64_t o0 = int64_t(blockIdx.x) * kW8TileN;
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < in; k0 += kW8TileK) {
+    // Stage: element e -> (row e / 32, depth e % 32): a warp reads 32
+    // consecutive depths of one row.
+#pragma unroll
+    for (int i = 0; i < kW8TileM * kW8TileK / kW8Threads; ++i) {
+      const int e = tid + i * kW8Threads;
+      const int r = e / kW8TileK, k = e % kW8TileK;
+      const int64_t m = m0 + r, kk = k0 + k;
+      xs[k][r] = (m < n && kk < in) ? toF(x[m * in + kk]) : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < kW8TileN * kW8TileK / kW8Threads; ++i) {
+      const int e = tid + i * kW8Threads;
+      const int r = e / kW8TileK, k = e % kW8TileK;
+      const int64_t o = o0 + r, kk = k0 + k;
+      ws[k][r] = (o < out && kk < in) ? float(q[o * in + kk]) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int k = 0; k < kW8TileK; ++k) {
+      const float4 a = *reinterpret_cast<const float4 *>(&xs[k][ty * 4]);
+      const float4 b = *reinterpret_cast<const float4 *>(&ws[k][tx * 4]);
+      const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int64_t o = o0 + tx * 4 + j;
+    if (o >= out)
+      continue;
+    const float s = scales[o];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t m = m0 + ty * 4 + i;
+      if (m < n)
+        y[m * out + o] = fromF<Y>(acc[i][j] * s);
+    }
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -1443,6 +1607,49 @@ inline void kiln_cuda_linear(kiln_cuda_ctx *ctx, const T *x, const T *w, Y *y,
     return;
   }
   ltLinear(ctx, x, w, y, n, in, out);
+}
+
+/// W8A16 linear layer (kernel_abi.h kiln_k_linear_w8a16): y[n, out] =
+/// x[n, in] * W[out, in]^T with W[o, i] = scales[o] * qweight[o, i]; x of
+/// type T, qweight int8 [out, in] row-major, scales float [out], y of type T
+/// or float (logits). Each output is scales[o] * (float sum of x * q),
+/// rounded once to Y. n == 1: GEMV dequantizing in registers (16-byte loads,
+/// a warp per row); n > 1: a tiled SIMT kernel with float accumulation
+/// (correct for every shape; no cuBLASLt, no workspace). Any alignment.
+template <typename T, typename Y>
+inline void kiln_cuda_linear_w8a16(kiln_cuda_ctx *ctx, const T *x,
+                                   const int8_t *qweight, const float *scales,
+                                   Y *y, int64_t n, int64_t in, int64_t out) {
+  using namespace kiln_cuda_detail;
+  static_assert(IsElem<T>::value, "T must be float, __half or __nv_bfloat16");
+  static_assert(std::is_same<Y, T>::value || std::is_same<Y, float>::value,
+                "y must have the element type of x or be float");
+  if (skip(ctx) || n <= 0 || out <= 0)
+    return;
+  if (in <= 0) { // empty sum: y = 0
+    KILN_CUDA_CHECK(
+        ctx, cudaMemsetAsync(y, 0, size_t(n * out) * sizeof(Y), streamOf(ctx)));
+    return;
+  }
+  if (n == 1) {
+    const int warps = kGemvThreads / 32;
+    int64_t blocks = (out + warps - 1) / warps;
+    if (blocks > (int64_t(1) << 20))
+      blocks = int64_t(1) << 20;
+    gemvW8Kernel<T, Y><<<unsigned(blocks), kGemvThreads, 0, streamOf(ctx)>>>(
+        x, qweight, scales, y, in, out);
+    KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_linear_w8a16(gemv)<<<>>>");
+    return;
+  }
+  const int64_t gx = (out + kW8TileN - 1) / kW8TileN;
+  const int64_t gy = (n + kW8TileM - 1) / kW8TileM;
+  if (!KILN_CUDA_ARG(ctx, gx <= INT32_MAX && gy <= 65535,
+                     "kiln_cuda_linear_w8a16", "n or out too large"))
+    return;
+  linearW8TiledKernel<T, Y>
+      <<<dim3(unsigned(gx), unsigned(gy)), kW8Threads, 0, streamOf(ctx)>>>(
+          x, qweight, scales, y, n, in, out);
+  KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_linear_w8a16(tiled)<<<>>>");
 }
 
 /// Rotary embedding, adjacent pairs, positions *ctx->d_pos + row (the `pos`

@@ -75,10 +75,12 @@ void QuantizeWeightsPass::runOnOperation() {
     int64_t out = type.getDimSize(0), in = type.getDimSize(1);
     auto qType = RankedTensorType::get({out, in}, builder.getI8Type());
     auto sType = RankedTensorType::get({out}, builder.getF32Type());
-    WeightOp qweight =
-        declarePart(builder, symbols, weight, "qweight", qType, bits, groupSize);
+    // Each part is declared right after the original: scales first, so the
+    // module reads `w.qweight`, `w.scales` in that order.
     WeightOp scales =
         declarePart(builder, symbols, weight, "scales", sType, bits, groupSize);
+    WeightOp qweight =
+        declarePart(builder, symbols, weight, "qweight", qType, bits, groupSize);
     builder.setInsertionPoint(linear);
     Value q = WeightRefOp::create(builder, ref.getLoc(), qType,
                                   qweight.getSymName());

@@ -273,6 +273,31 @@ TEST(Artifact, Dtypes) {
               std::string::npos)
         << f.open();
   }
+  for (const char *target : {"cpu", "cuda"}) {
+    // W8A16 int8 weights ("i8", 1 byte per element) are accepted for both
+    // targets, sized by their shape; recipe.dtype stays a float type.
+    SCOPED_TRACE(target);
+    FakeArtifact f;
+    f.write();
+    json m = f.manifest;
+    if (std::string(target) == "cuda") {
+      m["target"] = "cuda";
+      m["abi_version"] = KILN_CUDA_ABI_VERSION;
+    }
+    m["weights"]["tensors"][1] = {{"name", "b.q"}, {"offset", 64},
+                                  {"bytes", 192}, {"dtype", "i8"},
+                                  {"shape", {12, 16}}};
+    kiln::rt::Manifest parsed;
+    kiln::rt::Status st = kiln::rt::parseManifest(m.dump(), f.dir, parsed);
+    EXPECT_TRUE(st.isOk()) << st.message();
+    m["weights"]["tensors"][1]["shape"] = {12, 4}; // 48 != 192 bytes
+    st = kiln::rt::parseManifest(m.dump(), f.dir, parsed);
+    EXPECT_NE(st.message().find("bytes 192 do not match shape [12,4] of i8"),
+              std::string::npos)
+        << st.message();
+    m["recipe"] = {{"dtype", "i8"}}; // not an activation type
+    EXPECT_FALSE(kiln::rt::parseManifest(m.dump(), f.dir, parsed).isOk());
+  }
 }
 
 /// A manifest for target cuda with bf16 weights and KV cache.

@@ -1,18 +1,18 @@
 // A one-layer GQA Llama (dim 16, 4 heads of 4, 2 KV heads, FFN 24, vocab 32,
 // context 64): the smallest complete model, shared by pass tests.
 module attributes {kiln.model = {name = "tiny", max_seq_len = 64 : i64}} {
-  kiln.weight @tok_embeddings : tensor<32x16xf32> {source = #kiln.source<file = "tiny.bin", tensor = "tok_embeddings", storage = "f32", offset = 0, bytes = 2048>, transforms = []}
-  kiln.weight @layers.0.attention_norm : tensor<16xf32> {source = #kiln.source<file = "tiny.bin", tensor = "layers.0.attention_norm", storage = "f32", offset = 2048, bytes = 64>, transforms = []}
-  kiln.weight @layers.0.wq : tensor<16x16xf32> {source = #kiln.source<file = "tiny.bin", tensor = "layers.0.wq", storage = "f32", offset = 2112, bytes = 1024>, transforms = []}
-  kiln.weight @layers.0.wk : tensor<8x16xf32> {source = #kiln.source<file = "tiny.bin", tensor = "layers.0.wk", storage = "f32", offset = 3136, bytes = 512>, transforms = []}
-  kiln.weight @layers.0.wv : tensor<8x16xf32> {source = #kiln.source<file = "tiny.bin", tensor = "layers.0.wv", storage = "f32", offset = 3648, bytes = 512>, transforms = []}
-  kiln.weight @layers.0.wo : tensor<16x16xf32> {source = #kiln.source<file = "tiny.bin", tensor = "layers.0.wo", storage = "f32", offset = 4160, bytes = 1024>, transforms = []}
-  kiln.weight @layers.0.ffn_norm : tensor<16xf32> {source = #kiln.source<file = "tiny.bin", tensor = "layers.0.ffn_norm", storage = "f32", offset = 5184, bytes = 64>, transforms = []}
-  kiln.weight @layers.0.w1 : tensor<24x16xf32> {source = #kiln.source<file = "tiny.bin", tensor = "layers.0.w1", storage = "f32", offset = 5248, bytes = 1536>, transforms = []}
-  kiln.weight @layers.0.w2 : tensor<16x24xf32> {source = #kiln.source<file = "tiny.bin", tensor = "layers.0.w2", storage = "f32", offset = 6784, bytes = 1536>, transforms = []}
-  kiln.weight @layers.0.w3 : tensor<24x16xf32> {source = #kiln.source<file = "tiny.bin", tensor = "layers.0.w3", storage = "f32", offset = 8320, bytes = 1536>, transforms = []}
-  kiln.weight @norm : tensor<16xf32> {source = #kiln.source<file = "tiny.bin", tensor = "norm", storage = "f32", offset = 9856, bytes = 64>, transforms = []}
-  kiln.weight @output : tensor<32x16xf32> {source = #kiln.source<file = "tiny.bin", tensor = "tok_embeddings", storage = "f32", offset = 0, bytes = 2048>, transforms = []}
+  kiln.weight @tok_embeddings : tensor<32x16xf32> {source = #kiln.source<file = "tiny.bin", tensor = "tok_embeddings", storage = "f32", shape = [32, 16], offset = 0, bytes = 2048>, transforms = []}
+  kiln.weight @layers.0.attention_norm : tensor<16xf32> {source = #kiln.source<file = "tiny.bin", tensor = "layers.0.attention_norm", storage = "f32", shape = [16], offset = 2048, bytes = 64>, transforms = []}
+  kiln.weight @layers.0.wq : tensor<16x16xf32> {source = #kiln.source<file = "tiny.bin", tensor = "layers.0.wq", storage = "f32", shape = [16, 16], offset = 2112, bytes = 1024>, transforms = []}
+  kiln.weight @layers.0.wk : tensor<8x16xf32> {source = #kiln.source<file = "tiny.bin", tensor = "layers.0.wk", storage = "f32", shape = [8, 16], offset = 3136, bytes = 512>, transforms = []}
+  kiln.weight @layers.0.wv : tensor<8x16xf32> {source = #kiln.source<file = "tiny.bin", tensor = "layers.0.wv", storage = "f32", shape = [8, 16], offset = 3648, bytes = 512>, transforms = []}
+  kiln.weight @layers.0.wo : tensor<16x16xf32> {source = #kiln.source<file = "tiny.bin", tensor = "layers.0.wo", storage = "f32", shape = [16, 16], offset = 4160, bytes = 1024>, transforms = []}
+  kiln.weight @layers.0.ffn_norm : tensor<16xf32> {source = #kiln.source<file = "tiny.bin", tensor = "layers.0.ffn_norm", storage = "f32", shape = [16], offset = 5184, bytes = 64>, transforms = []}
+  kiln.weight @layers.0.w1 : tensor<24x16xf32> {source = #kiln.source<file = "tiny.bin", tensor = "layers.0.w1", storage = "f32", shape = [24, 16], offset = 5248, bytes = 1536>, transforms = []}
+  kiln.weight @layers.0.w2 : tensor<16x24xf32> {source = #kiln.source<file = "tiny.bin", tensor = "layers.0.w2", storage = "f32", shape = [16, 24], offset = 6784, bytes = 1536>, transforms = []}
+  kiln.weight @layers.0.w3 : tensor<24x16xf32> {source = #kiln.source<file = "tiny.bin", tensor = "layers.0.w3", storage = "f32", shape = [24, 16], offset = 8320, bytes = 1536>, transforms = []}
+  kiln.weight @norm : tensor<16xf32> {source = #kiln.source<file = "tiny.bin", tensor = "norm", storage = "f32", shape = [16], offset = 9856, bytes = 64>, transforms = []}
+  kiln.weight @output : tensor<32x16xf32> {source = #kiln.source<file = "tiny.bin", tensor = "tok_embeddings", storage = "f32", shape = [32, 16], offset = 0, bytes = 2048>, transforms = []}
   func.func @prefill(%tokens: tensor<?xi32>, %pos: index, %cache: !kiln.kv_cache<1, 64, 2, 4, f32>) -> tensor<1x32xf32> attributes {kiln.max_tokens = 8 : i64} {
     %emb = kiln.weight_ref @tok_embeddings : tensor<32x16xf32>
     %h0 = kiln.embedding %tokens, %emb : tensor<?xi32>, tensor<32x16xf32> -> tensor<?x16xf32>

@@ -1,6 +1,6 @@
 // RUN: kiln-opt %s --pass-pipeline="builtin.module(func.func(kiln-memory-plan))" --split-input-file --verify-diagnostics
 
-kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", offset = 0, bytes = 2048>, transforms = []}
+kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", shape = [32, 16], offset = 0, bytes = 2048>, transforms = []}
 
 // A dynamic token dimension with no bound cannot be given a static buffer.
 func.func @negative_unbounded(%tokens: tensor<?xi32>) -> tensor<1x32xf32> {
@@ -13,7 +13,7 @@ func.func @negative_unbounded(%tokens: tensor<?xi32>) -> tensor<1x32xf32> {
 
 // -----
 
-kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", offset = 0, bytes = 2048>, transforms = []}
+kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", shape = [32, 16], offset = 0, bytes = 2048>, transforms = []}
 
 // A bound so large the buffer size would overflow is refused, not wrapped.
 func.func @negative_overflow(%tokens: tensor<?xi32>) -> tensor<1x32xf32> attributes {kiln.max_tokens = 9223372036854775807 : i64} {

@@ -1,7 +1,7 @@
 // RUN: kiln-opt %s --pass-pipeline="builtin.module(func.func(kiln-memory-plan{report=true}))" --verify-diagnostics -o /dev/null
 
-kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", offset = 0, bytes = 2048>, transforms = []}
-kiln.weight @g : tensor<16xf32> {source = #kiln.source<file = "m.bin", tensor = "g", storage = "f32", offset = 2048, bytes = 64>, transforms = []}
+kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", shape = [32, 16], offset = 0, bytes = 2048>, transforms = []}
+kiln.weight @g : tensor<16xf32> {source = #kiln.source<file = "m.bin", tensor = "g", storage = "f32", shape = [16], offset = 2048, bytes = 64>, transforms = []}
 
 // report=true states the peak activation bytes (largest sum of live
 // buffers) and the arena they were packed into.

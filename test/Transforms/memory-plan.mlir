@@ -1,8 +1,8 @@
 // RUN: kiln-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(kiln-memory-plan))" | FileCheck %s
 // RUN: kiln-opt %s --split-input-file --pass-pipeline="builtin.module(func.func(kiln-memory-plan{max-tokens=8}))" | FileCheck %s --check-prefix=EIGHT
 
-kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", offset = 0, bytes = 2048>, transforms = []}
-kiln.weight @g : tensor<16xf32> {source = #kiln.source<file = "m.bin", tensor = "g", storage = "f32", offset = 2048, bytes = 64>, transforms = []}
+kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", shape = [32, 16], offset = 0, bytes = 2048>, transforms = []}
+kiln.weight @g : tensor<16xf32> {source = #kiln.source<file = "m.bin", tensor = "g", storage = "f32", shape = [16], offset = 2048, bytes = 64>, transforms = []}
 
 // Each [4, 16] f32 activation takes 256 bytes. %x dies at %z's op, so %z
 // reuses its slot; %y dies before the add, whose result takes its place.
@@ -38,7 +38,7 @@ func.func @plan_chain(%tokens: tensor<?xi32>, %pos: index) -> tensor<1x32xf32> a
 
 // -----
 
-kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", offset = 0, bytes = 2048>, transforms = []}
+kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", shape = [32, 16], offset = 0, bytes = 2048>, transforms = []}
 
 // Static decode shapes need no bound; buffers are 64-byte aligned
 // ([1, 16] f32 = 64 bytes).

@@ -16,7 +16,7 @@ func.func @prefill(%t: tensor<?xf32>, %pos: index) {
 
 // -----
 
-kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", offset = 0, bytes = 2048>, transforms = []}
+kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", shape = [32, 16], offset = 0, bytes = 2048>, transforms = []}
 // expected-error @+1 {{'func.func' op entry point 'decode' must take exactly one token, got 'tensor<2xi32>'}}
 func.func @decode(%t: tensor<2xi32>, %pos: index, %c: !kiln.kv_cache<1, 64, 2, 4, f32>) -> tensor<1x32xf32> {
   %table = kiln.weight_ref @table : tensor<32x16xf32>
@@ -27,7 +27,7 @@ func.func @decode(%t: tensor<2xi32>, %pos: index, %c: !kiln.kv_cache<1, 64, 2, 4
 
 // -----
 
-kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", offset = 0, bytes = 2048>, transforms = []}
+kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", shape = [32, 16], offset = 0, bytes = 2048>, transforms = []}
 // expected-error @+1 {{'func.func' op entry point 'decode' must return the logits of one token (tensor<1xVxf32>), got '(tensor<1xi32>, index, !kiln.kv_cache<1, 64, 2, 4, f32>) -> tensor<32x16xf32>'}}
 func.func @decode(%t: tensor<1xi32>, %pos: index, %c: !kiln.kv_cache<1, 64, 2, 4, f32>) -> tensor<32x16xf32> {
   %w = kiln.weight_ref @table : tensor<32x16xf32>
@@ -36,7 +36,7 @@ func.func @decode(%t: tensor<1xi32>, %pos: index, %c: !kiln.kv_cache<1, 64, 2, 4
 
 // -----
 
-kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", offset = 0, bytes = 2048>, transforms = []}
+kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", shape = [32, 16], offset = 0, bytes = 2048>, transforms = []}
 func.func @prefill(%t: tensor<?xi32>, %pos: index, %c: !kiln.kv_cache<1, 64, 1, 16, f32>) -> tensor<1x32xf32> {
   %table = kiln.weight_ref @table : tensor<32x16xf32>
   %h = kiln.embedding %t, %table : tensor<?xi32>, tensor<32x16xf32> -> tensor<?x16xf32>
@@ -55,7 +55,7 @@ func.func @decode(%t: tensor<1xi32>, %pos: index, %c: !kiln.kv_cache<2, 64, 2, 4
 
 // -----
 
-kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", offset = 0, bytes = 2048>, transforms = []}
+kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", shape = [32, 16], offset = 0, bytes = 2048>, transforms = []}
 // A layer written twice would overwrite its own cache rows.
 func.func @decode(%t: tensor<1xi32>, %pos: index, %c: !kiln.kv_cache<1, 64, 1, 16, f32>) -> tensor<1x32xf32> {
   %table = kiln.weight_ref @table : tensor<32x16xf32>
@@ -69,7 +69,7 @@ func.func @decode(%t: tensor<1xi32>, %pos: index, %c: !kiln.kv_cache<1, 64, 1, 1
 
 // -----
 
-kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", offset = 0, bytes = 2048>, transforms = []}
+kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", shape = [32, 16], offset = 0, bytes = 2048>, transforms = []}
 // A layer never written leaves its cache empty: the model is incomplete.
 // expected-error @+1 {{'func.func' op 'decode' writes 1 of the 2 kv_cache layers}}
 func.func @decode(%t: tensor<1xi32>, %pos: index, %c: !kiln.kv_cache<2, 64, 1, 16, f32>) -> tensor<1x32xf32> {
@@ -82,9 +82,9 @@ func.func @decode(%t: tensor<1xi32>, %pos: index, %c: !kiln.kv_cache<2, 64, 1, 1
 
 // -----
 
-kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", offset = 0, bytes = 2048>, transforms = []}
+kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", shape = [32, 16], offset = 0, bytes = 2048>, transforms = []}
 // expected-error @+1 {{'kiln.weight' op 'unused' is never used}}
-kiln.weight @unused : tensor<16xf32> {source = #kiln.source<file = "m.bin", tensor = "u", storage = "f32", offset = 2048, bytes = 64>, transforms = []}
+kiln.weight @unused : tensor<16xf32> {source = #kiln.source<file = "m.bin", tensor = "u", storage = "f32", shape = [16], offset = 2048, bytes = 64>, transforms = []}
 func.func @decode(%t: tensor<1xi32>, %pos: index, %c: !kiln.kv_cache<1, 64, 1, 16, f32>) -> tensor<1x32xf32> {
   %table = kiln.weight_ref @table : tensor<32x16xf32>
   %h = kiln.embedding %t, %table : tensor<1xi32>, tensor<32x16xf32> -> tensor<1x16xf32>

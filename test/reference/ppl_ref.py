@@ -37,6 +37,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_ref  # noqa: E402
 
 
+CHUNK = 8  # tokens per llama_ref.forward call
+
+
 def read_ids(path):
     with open(path) as f:
         ids = [int(tok) for tok in f.read().split()]
@@ -55,7 +58,11 @@ def windowed_nll(model, ids, ctx, bos):
     for begin in range(0, len(ids), ctx):
         window = ids[begin:begin + ctx]
         inputs = [bos] + window[:-1]
-        logits = llama_ref.forward(model, inputs, llama_ref.KVCache(model))
+        # Causal, so feeding the inputs through the KV cache in small chunks
+        # gives the same logits as one prefill, and is faster in numpy.
+        cache = llama_ref.KVCache(model)
+        logits = np.concatenate([llama_ref.forward(model, inputs[i:i + CHUNK], cache)
+                                 for i in range(0, len(inputs), CHUNK)])
         m = logits.max(axis=-1, keepdims=True)
         logz = m[:, 0] + np.log(np.exp(logits - m).sum(axis=-1))
         lp = logits[np.arange(len(window)), window] - logz

@@ -56,6 +56,12 @@ static cl::opt<Emit> emit(
                clEnumValN(Emit::Plan, "plan", "plan IR (buffers and kernel calls)"),
                clEnumValN(Emit::Cpp, "cpp", "the emitted C++")),
     cl::init(Emit::Artifact), cl::cat(category));
+static cl::opt<std::string> quant(
+    "quant", cl::desc("Quantization recipe (docs/quantization.md): none or "
+                      "w8a16 (int8 weights, per-channel scales); w4a16-rtn, "
+                      "w4a16-gptq, w4a16-awq and smoothquant are not "
+                      "implemented yet"),
+    cl::init("none"), cl::value_desc("none|w8a16"), cl::cat(category));
 static cl::opt<std::string> tokenizerPath(
     "tokenizer", cl::desc("Tokenizer file for llama2.c checkpoints (default: "
                           "a tok*.bin beside the model)"),
@@ -97,6 +103,14 @@ int main(int argc, char **argv) {
     return fail("unsupported --dtype='" + dtype + "' (expected f32, f16 or bf16)");
   if (emit == Emit::Artifact && outputDir.empty())
     return fail("no output: pass -o ARTIFACT or --emit=kiln|plan|cpp");
+  if (quant != "none" && quant != "w8a16") {
+    bool known = quant == "w4a16-rtn" || quant == "w4a16-gptq" ||
+                 quant == "w4a16-awq" || quant == "smoothquant";
+    return fail("--quant=" + quant +
+                (known ? " is not implemented yet (implemented: none, w8a16)"
+                       : " is not a quantization recipe (expected none, w8a16, "
+                         "w4a16-rtn, w4a16-gptq, w4a16-awq or smoothquant)"));
+  }
   if (maxSeqLen < 0 || maxPrefillTokens < 0)
     return fail("--max-seq-len and --max-prefill-tokens must be positive");
 
@@ -130,6 +144,11 @@ int main(int argc, char **argv) {
   PassManager graphPm(&context);
   graphPm.addPass(createVerifyModelPass());
   graphPm.addPass(createCanonicalizerPass());
+  if (quant != "none") {
+    QuantizeWeightsPassOptions quantOptions;
+    quantOptions.scheme = quant;
+    graphPm.addPass(createQuantizeWeightsPass(quantOptions));
+  }
   if (failed(graphPm.run(graph)))
     return 1;
   if (emit == Emit::Kiln) {
@@ -176,7 +195,12 @@ int main(int argc, char **argv) {
   inputs.cpp = std::move(cpp);
   inputs.target = target;
   inputs.dtype = dtype;
-  inputs.pipeline = kPipeline;
+  inputs.pipeline = quant == "none"
+                       ? std::string(kPipeline)
+                       : "kiln-verify,canonicalize,kiln-quantize-weights{scheme=" +
+                             quant + "},kiln-memory-plan,kiln-lower-to-plan,"
+                                     "canonicalize,kiln-plan-to-emitc";
+  inputs.quant = quant;
   if (auto err = writeArtifact(outputDir, inputs))
     return fail(llvm::toString(std::move(err)));
   llvm::errs() << "kiln-compile: wrote " << outputDir << "\n";

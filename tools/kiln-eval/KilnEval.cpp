@@ -72,9 +72,11 @@ static cl::opt<std::string> compareDir(
     cl::value_desc("OTHER_ARTIFACT"), cl::init(""), cl::cat(evalCategory));
 static cl::opt<int64_t> compareTokens(
     "tokens",
-    cl::desc("--compare mode: number of positions compared (default 256): the "
-             "stream is BOS followed by the first N tokens of the text; when the "
-             "text has fewer, it continues with ARTIFACT's greedy tokens"),
+    cl::desc("--compare mode: length N of the token stream and number of "
+             "positions compared (default 256; at most the smaller context). The "
+             "stream is the first N tokens of the text, continued with ARTIFACT's "
+             "greedy tokens when the text has fewer; stream token i is predicted "
+             "by both after BOS + stream tokens 1..i-1"),
     cl::value_desc("N"), cl::init(256), cl::cat(evalCategory));
 static cl::opt<bool> noVerify("no-verify",
                               cl::desc("Skip XXH3 checksums of artifact files "
@@ -405,10 +407,11 @@ int main(int argc, char **argv) {
           "    context crosses windows). Ends with 'perplexity: X' and 'tokens: T'.\n\n"
           "  kiln-eval ARTIFACT --compare OTHER [--text FILE] [--tokens N]\n"
           "    Teacher-forced greedy-token agreement: both artifacts are fed the\n"
-          "    same stream (BOS + the first N tokens of the text, default prompt\n"
-          "    \"Once upon a time\", continued with ARTIFACT's greedy tokens if the\n"
-          "    text is shorter) and their argmax is compared at each of the N\n"
-          "    positions. Ends with 'agreement: X.XX% (k of n positions)'.\n",
+          "    same tokens (BOS, then the first N tokens of the text, default\n"
+          "    prompt \"Once upon a time\", continued with ARTIFACT's greedy tokens\n"
+          "    if the text is shorter) and their argmax is compared at each of the\n"
+          "    N positions (after BOS and after each of the first N-1 stream\n"
+          "    tokens). Ends with 'agreement: X.XX% (k of n positions)'.\n",
           &errs)) {
     errs.flush();
     llvm::StringRef text = llvm::StringRef(parseErrors).trim();

@@ -72,7 +72,8 @@ LogicalResult LlamaGraphBuilder::declareWeights() {
     bool synthetic = w->source.storage == StorageType::Synthetic;
     auto source = WeightSourceAttr::get(
         ctx, w->source.file, w->source.tensor,
-        stringifyStorageType(w->source.storage), w->source.offset,
+        stringifyStorageType(w->source.storage),
+        DenseI64ArrayAttr::get(ctx, w->source.shape), w->source.offset,
         w->source.bytes, w->source.seed,
         synthetic ? builder.getF32FloatAttr(w->source.scale) : FloatAttr(),
         synthetic ? builder.getF32FloatAttr(w->source.center) : FloatAttr());

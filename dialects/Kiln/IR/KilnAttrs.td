@@ -11,22 +11,25 @@ def Kiln_WeightSourceAttr : AttrDef<Kiln_Dialect, "WeightSource"> {
   let summary = "Where the stored bytes of a weight live";
   let description = [{
     Names the checkpoint file, the tensor inside it, the storage type
-    (`f32`, `f16`, `bf16`, `q8_0`, `synthetic`), the byte offset of its
-    first element and its stored byte count. For `synthetic` weights the
+    (`f32`, `f16`, `bf16`, `q8_0`, `synthetic`), its logical row-major shape
+    as stored (`[out, in]` for matrices), the byte offset of its first
+    element and its stored byte count. For `synthetic` weights the
     file is empty, `seed` selects the deterministic pseudo-random stream and
     values lie in `[center - scale, center + scale]`.
 
     ```mlir
     #kiln.source<file = "/m/stories260K.bin", tensor = "wq[0]",
-                 storage = "f32", offset = 133148, bytes = 16384>
+                 storage = "f32", shape = array<i64: 64, 64>, offset = 133148,
+                 bytes = 16384>
     #kiln.source<file = "", tensor = "synthetic", storage = "synthetic",
-                 offset = 0, bytes = 0, seed = 7, scale = 2.0e-02 : f32,
-                 center = 0.0 : f32>
+                 shape = array<i64: 64>, offset = 0, bytes = 0, seed = 7,
+                 scale = 2.0e-02 : f32, center = 0.0 : f32>
     ```
   }];
   let parameters = (ins StringRefParameter<>:$file,
                         StringRefParameter<>:$tensor,
                         StringRefParameter<>:$storage,
+                        "::mlir::DenseI64ArrayAttr":$shape,
                         "uint64_t":$offset, "uint64_t":$bytes,
                         DefaultValuedParameter<"uint64_t", "0">:$seed,
                         OptionalParameter<"::mlir::FloatAttr">:$scale,

@@ -65,13 +65,17 @@ int64_t KVCacheType::getSizeInBytes() const {
 LogicalResult
 WeightSourceAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                          StringRef file, StringRef tensor, StringRef storage,
-                         uint64_t offset, uint64_t bytes, uint64_t seed,
+                         DenseI64ArrayAttr shape, uint64_t offset,
+                         uint64_t bytes, uint64_t seed,
                          FloatAttr scale, FloatAttr center) {
   if (!llvm::is_contained(
           ArrayRef<StringRef>{"f32", "f16", "bf16", "q8_0", "synthetic"},
           storage))
     return emitError() << "unknown weight storage type '" << storage
                        << "' (expected f32, f16, bf16, q8_0 or synthetic)";
+  if (!shape || llvm::any_of(shape.asArrayRef(), [](int64_t d) { return d <= 0; }))
+    return emitError() << "weight source of '" << tensor
+                       << "' needs a shape of positive dimensions";
   if (storage != "synthetic" && file.empty())
     return emitError() << "weight source of '" << tensor
                        << "' names no file";

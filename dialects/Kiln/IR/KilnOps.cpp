@@ -55,8 +55,24 @@ LogicalResult WeightOp::verify() {
   RankedTensorType type = getTensorType();
   if (!type.hasStaticShape())
     return emitOpError() << "expects a static weight shape, got " << type;
+  ArrayRef<int64_t> sourceShape = getSource().getShape().asArrayRef();
+  // The shape the recipe produces: the source's, unless a quantize step
+  // splits it into integer values (same shape) and per-row scales.
+  SmallVector<int64_t, 2> produced(sourceShape.begin(), sourceShape.end());
+  bool quantizedToInt = false;
   for (Attribute a : getTransforms()) {
     auto t = cast<WeightTransformAttr>(a);
+    if (t.getKind() == "quantize") {
+      if (sourceShape.size() != 2)
+        return emitOpError() << "'quantize' needs a matrix source, got shape ["
+                             << llvm::join(llvm::map_range(sourceShape, dimStr), ", ")
+                             << "]";
+      if (t.getParams().getAs<StringAttr>("part").getValue() == "scales")
+        produced = {sourceShape[0]};
+      else
+        quantizedToInt = true;
+      continue;
+    }
     if (t.getKind() != "rope_half_to_adjacent")
       continue;
     int64_t heads = t.getParams().getAs<IntegerAttr>("heads").getInt();
@@ -67,6 +83,14 @@ LogicalResult WeightOp::verify() {
                               "into heads of even size, got "
                            << type;
   }
+  if (ArrayRef<int64_t>(produced) != type.getShape())
+    return emitOpError() << "recipe produces shape ["
+                         << llvm::join(llvm::map_range(produced, dimStr), ", ")
+                         << "] but the weight is declared " << type;
+  if (quantizedToInt != type.getElementType().isInteger(8))
+    return emitOpError() << "an i8 weight must end with a 'quantize' "
+                            "transform producing \"qweight\", and only it; got "
+                         << type;
   return success();
 }
 

@@ -204,6 +204,8 @@ Error materializeWeight(const WeightDesc &w, MutableArrayRef<float> out) {
       if (Error e = ropeHalfToAdjacent(w, t.heads, out))
         return e;
       break;
+    case WeightTransform::Kind::Quantize:
+      break; // applied by the artifact writer to the f32 result
     }
   }
   return Error::success();

@@ -63,9 +63,20 @@ struct WeightTransform {
     /// (inverse of the permutation in HF's convert_llama_weights_to_hf.py).
     /// Param: heads (the number of heads of this projection).
     RopeHalfToAdjacent,
+    /// Symmetric round-to-nearest integer quantization of each row
+    /// (W8A16): scale = max|w_row| / 127, q = round(w / scale) in
+    /// [-127, 127]. `part` selects what the weight holds: the int8 values
+    /// ([out, in]) or the f32 scales ([out]). Always last; materializeWeight
+    /// stops before it (it yields the f32 tensor being quantized) and the
+    /// artifact writer applies it.
+    Quantize,
   };
+  enum class QuantPart { QWeight, Scales };
   Kind kind;
-  int64_t heads = 0;
+  int64_t heads = 0;        ///< RopeHalfToAdjacent
+  int64_t bits = 0;         ///< Quantize: 8
+  int64_t groupSize = 0;    ///< Quantize: 0 = one scale per row
+  QuantPart part = QuantPart::QWeight; ///< Quantize
 };
 
 /// A weight of the model under its canonical name.

@@ -24,7 +24,7 @@ def Plan_Dialect : Dialect {
 class Plan_Op<string mnemonic, list<Trait> traits = []>
     : Op<Plan_Dialect, mnemonic, traits>;
 
-def Plan_Buffer : MemRefOf<[F16, BF16, F32, I32]>;
+def Plan_Buffer : MemRefOf<[F16, BF16, F32, I32, I8]>;
 
 def Plan_WeightOp : Plan_Op<"weight", [Symbol, IsolatedFromAbove]> {
   let summary = "A weight at a fixed byte offset of the artifact's weights file";

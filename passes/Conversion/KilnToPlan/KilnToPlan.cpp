@@ -144,6 +144,14 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
                   width(l.getInput()), width(l.getResult())});
             return success();
           })
+          .Case([&](QuantizedLinearOp q) {
+            auto qweight = cast<RankedTensorType>(q.getQweight().getType());
+            call("kiln_k_linear_w8a16",
+                 {in(q.getInput()), in(q.getQweight()), in(q.getScales()), *out,
+                  rows(q.getInput()), indexConst(qweight.getDimSize(1)),
+                  indexConst(qweight.getDimSize(0))});
+            return success();
+          })
           .Case([&](RopeOp r) -> LogicalResult {
             if (!r.getScalingFactor().isExactlyValue(1.0))
               return r.emitOpError()

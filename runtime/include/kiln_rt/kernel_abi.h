@@ -165,6 +165,42 @@ void kiln_k_add_bf16(const kiln_bf16_t *a, const kiln_bf16_t *b, kiln_bf16_t *y,
 void kiln_k_mul_bf16(const kiln_bf16_t *a, const kiln_bf16_t *b, kiln_bf16_t *y,
                      int64_t count);
 
+/*===-- W8A16: int8 weights, per-output-channel scales --------------------===*
+ *
+ * Weight-only quantized linear layers (kiln.quantized_linear; weight tensors
+ * with manifest dtype "i8"). A weight matrix W [out, in] is stored as
+ *   qweight int8 [out, in], row-major, values in [-127, 127], and
+ *   scales  float32 [out],
+ * symmetric per output channel: W[o, i] = scales[o] * qweight[o, i] (scales
+ * typically max_i |W[o, i]| / 127; a zero row has scale 0). Activations x, y
+ * have the element type of the suffix (float32, f16, bf16), shapes as in
+ * kiln_k_linear: x [n, in], y [n, out]. Each output is
+ *   y[r, o] = scales[o] * sum_i float(x[r, i]) * float(qweight[o, i]),
+ * the sum accumulated in float (int8 values and 16-bit inputs widen exactly),
+ * then multiplied by the row scale and, for 16-bit outputs, rounded once to
+ * nearest even. This equals kiln_k_linear on the dequantized float32 weights
+ * up to float rounding and accumulation order. y must not alias x. Bounds and
+ * alignment as for the other kernels (any in, out; no alignment required).
+ *===----------------------------------------------------------------------===*/
+
+void kiln_k_linear_w8a16(const float *x, const int8_t *qweight,
+                         const float *scales, float *y, int64_t n, int64_t in,
+                         int64_t out);
+void kiln_k_linear_w8a16_f16(const kiln_f16_t *x, const int8_t *qweight,
+                             const float *scales, kiln_f16_t *y, int64_t n,
+                             int64_t in, int64_t out);
+void kiln_k_linear_w8a16_bf16(const kiln_bf16_t *x, const int8_t *qweight,
+                              const float *scales, kiln_bf16_t *y, int64_t n,
+                              int64_t in, int64_t out);
+/// 16-bit activations, float32 output (a quantized classifier producing
+/// logits), like kiln_k_linear_{f16,bf16}_f32.
+void kiln_k_linear_w8a16_f16_f32(const kiln_f16_t *x, const int8_t *qweight,
+                                 const float *scales, float *y, int64_t n,
+                                 int64_t in, int64_t out);
+void kiln_k_linear_w8a16_bf16_f32(const kiln_bf16_t *x, const int8_t *qweight,
+                                  const float *scales, float *y, int64_t n,
+                                  int64_t in, int64_t out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -119,6 +119,15 @@ uint64_t dtypeBytes(const std::string &dtype) {
   return 0;
 }
 
+/// Bytes per element of a weights.tensors[] dtype: the element types of
+/// dtypeBytes plus "i8" (int8 W8A16 weights of kiln.quantized_linear, whose
+/// float32 scales are separate "f32" tensors). Same for both targets.
+static uint64_t tensorDtypeBytes(const std::string &dtype) {
+  if (dtype == "i8")
+    return 1;
+  return dtypeBytes(dtype);
+}
+
 static bool isHex16(const std::string &s) {
   return s.size() == 16 && std::all_of(s.begin(), s.end(), [](char c) {
            return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
@@ -302,9 +311,10 @@ Status parseManifest(const std::string &text, const std::string &dir,
                      std::to_string(w.offset + w.bytes) + ") exceed " +
                      out.weightsFile + " size " + std::to_string(weightsSize));
     if (t.contains("dtype")) {
-      if (!t["dtype"].is_string() || !dtypeBytes(t["dtype"].get<std::string>()))
+      if (!t["dtype"].is_string() ||
+          !tensorDtypeBytes(t["dtype"].get<std::string>()))
         return r.error(label + ": dtype " + t["dtype"].dump() +
-                       " is not one of \"f32\", \"f16\", \"bf16\"");
+                       " is not one of \"f32\", \"f16\", \"bf16\", \"i8\"");
       w.dtype = t["dtype"].get<std::string>();
     }
     if (t.contains("shape") && t["shape"].is_array() && !w.dtype.empty()) {
@@ -315,7 +325,7 @@ Status parseManifest(const std::string &text, const std::string &dir,
                          " must hold non-negative integers");
         elems *= d.get<uint64_t>();
       }
-      if (elems * dtypeBytes(w.dtype) != w.bytes)
+      if (elems * tensorDtypeBytes(w.dtype) != w.bytes)
         return r.error(label + ": bytes " + std::to_string(w.bytes) +
                        " do not match shape " + t["shape"].dump() + " of " +
                        w.dtype);

@@ -11,6 +11,9 @@
 // within 1e-4 relative error of a float64 reference. Threads: OpenMP over rows
 // / heads; cblas_sgemm (OpenBLAS, one BLAS thread per OpenMP thread) for linear
 // layers with n > 1 (16-bit weights are converted to float one tile at a time).
+// W8A16 linear layers (int8 weights, per-row float scales) follow the 16-bit
+// linear: int8 GEMV widened in registers for decode, tiles widened to float
+// for sgemm in prefill, the row scale applied to each finished sum.
 //
 //===----------------------------------------------------------------------===//
 #include "cpu/Kernels.h"
@@ -111,6 +114,28 @@ static void gemv(const float *x, const uint16_t *w, float *y, int64_t in,
     y[r] = acc[0] + tail;
   }
 }
+static void widenI8(const int8_t *src, float *dst, int64_t count) {
+  for (int64_t i = 0; i < count; ++i)
+    dst[i] = float(src[i]);
+}
+static void gemvI8(const float *x, const int8_t *q, const float *scales,
+                   float *y, int64_t in, int64_t rows) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int8_t *qr = q + r * in;
+    float acc[16] = {0};
+    int64_t j = 0;
+    for (; j + 16 <= in; j += 16)
+      for (int l = 0; l < 16; ++l)
+        acc[l] += float(qr[j + l]) * x[j + l];
+    float tail = 0.0f;
+    for (; j < in; ++j)
+      tail += float(qr[j]) * x[j];
+    for (int s = 8; s > 0; s >>= 1)
+      for (int l = 0; l < s; ++l)
+        acc[l] += acc[l + s];
+    y[r] = scales[r] * (acc[0] + tail);
+  }
+}
 } // namespace generic
 
 #pragma GCC push_options
@@ -206,6 +231,59 @@ static void gemv(const float *x, const uint16_t *w, float *y, int64_t in,
   for (; r < rows; ++r)
     dotRows<Bf16, 1>(x, w + r * in, y + r, in);
 }
+/// Eight int8 values widened to float in registers (vpmovsxbd + vcvtdq2ps).
+static inline __m256 loadI8x8(const int8_t *p) {
+  __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p));
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+}
+static void widenI8(const int8_t *src, float *dst, int64_t count) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8)
+    _mm256_storeu_ps(dst + i, loadI8x8(src + i));
+  for (; i < count; ++i)
+    dst[i] = float(src[i]);
+}
+/// y[0, R) = scales[r] * dot(q[r, :in], x) for R int8 rows at once (as
+/// dotRows: x loaded once per step, two accumulators per row).
+template <int R>
+static inline void dotRowsI8(const float *x, const int8_t *q,
+                             const float *scales, float *y, int64_t in) {
+  __m256 a[R], b[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+    a[r] = b[r] = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 16 <= in; j += 16) {
+    __m256 xa = _mm256_loadu_ps(x + j), xb = _mm256_loadu_ps(x + j + 8);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      a[r] = _mm256_fmadd_ps(loadI8x8(q + r * in + j), xa, a[r]);
+      b[r] = _mm256_fmadd_ps(loadI8x8(q + r * in + j + 8), xb, b[r]);
+    }
+  }
+  if (j + 8 <= in) {
+    __m256 xa = _mm256_loadu_ps(x + j);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+      a[r] = _mm256_fmadd_ps(loadI8x8(q + r * in + j), xa, a[r]);
+    j += 8;
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    float s = hsum(_mm256_add_ps(a[r], b[r]));
+    for (int64_t k = j; k < in; ++k)
+      s += float(q[r * in + k]) * x[k];
+    y[r] = scales[r] * s;
+  }
+}
+static void gemvI8(const float *x, const int8_t *q, const float *scales,
+                   float *y, int64_t in, int64_t rows) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4)
+    dotRowsI8<4>(x, q + r * in, scales + r, y + r, in);
+  for (; r < rows; ++r)
+    dotRowsI8<1>(x, q + r * in, scales + r, y + r, in);
+}
 } // namespace avx2
 #pragma GCC pop_options
 
@@ -288,6 +366,67 @@ static void gemv(const float *x, const uint16_t *w, float *y, int64_t in,
   for (; r < rows; ++r)
     dotRows<Bf16, 1>(x, w + r * in, y + r, in);
 }
+/// Sixteen int8 values widened to float in registers.
+static inline __m512 loadI8x16(const int8_t *p) {
+  __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+}
+static void widenI8(const int8_t *src, float *dst, int64_t count) {
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16)
+    _mm512_storeu_ps(dst + i, loadI8x16(src + i));
+  avx2::widenI8(src + i, dst + i, count - i);
+}
+template <int R>
+static inline void dotRowsI8(const float *x, const int8_t *q,
+                             const float *scales, float *y, int64_t in) {
+  __m512 a[R], b[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+    a[r] = b[r] = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (; j + 32 <= in; j += 32) {
+    __m512 xa = _mm512_loadu_ps(x + j), xb = _mm512_loadu_ps(x + j + 16);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      a[r] = _mm512_fmadd_ps(loadI8x16(q + r * in + j), xa, a[r]);
+      b[r] = _mm512_fmadd_ps(loadI8x16(q + r * in + j + 16), xb, b[r]);
+    }
+  }
+  if (j + 16 <= in) {
+    __m512 xa = _mm512_loadu_ps(x + j);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+      a[r] = _mm512_fmadd_ps(loadI8x16(q + r * in + j), xa, a[r]);
+    j += 16;
+  }
+  __m256 c[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+    c[r] = _mm256_setzero_ps();
+  if (j + 8 <= in) {
+    __m256 xa = _mm256_loadu_ps(x + j);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+      c[r] = _mm256_fmadd_ps(avx2::loadI8x8(q + r * in + j), xa, c[r]);
+    j += 8;
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(a[r], b[r])) + avx2::hsum(c[r]);
+    for (int64_t k = j; k < in; ++k)
+      s += float(q[r * in + k]) * x[k];
+    y[r] = scales[r] * s;
+  }
+}
+static void gemvI8(const float *x, const int8_t *q, const float *scales,
+                   float *y, int64_t in, int64_t rows) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4)
+    dotRowsI8<4>(x, q + r * in, scales + r, y + r, in);
+  for (; r < rows; ++r)
+    dotRowsI8<1>(x, q + r * in, scales + r, y + r, in);
+}
 } // namespace avx512
 #pragma GCC pop_options
 
@@ -347,6 +486,13 @@ void gemvRowsF16(const float *x, const uint16_t *w, float *y, int64_t in,
 void gemvRowsBf16(const float *x, const uint16_t *w, float *y, int64_t in,
                   int64_t rows) {
   KILN_DISPATCH(gemv<true>, x, w, y, in, rows);
+}
+void widenI8(const int8_t *src, float *dst, int64_t count) {
+  KILN_DISPATCH(widenI8, src, dst, count);
+}
+void gemvRowsI8(const float *x, const int8_t *q, const float *scales, float *y,
+                int64_t in, int64_t rows) {
+  KILN_DISPATCH(gemvI8, x, q, scales, y, in, rows);
 }
 #undef KILN_DISPATCH
 
@@ -532,6 +678,103 @@ static void linear16(const typename E::T *x, const typename E::T *w, OutT *y,
       if constexpr (!floatOut)
         for (int64_t i = 0; i < n; ++i)
           E::narrow(c + i * rows, y + i * out + r0, rows);
+    }
+  }
+}
+
+/// W8A16: y[n, out] = x[n, in] * (scales[o] * q[o, in])^T for x of E::T
+/// (float32 or 16-bit) and int8 q; OutT is E::T, or float for 16-bit x with
+/// float32 output. Every output is scales[o] * (float sum of x * q), then
+/// rounded once to OutT.
+template <class E, class OutT>
+static void linearW8(const typename E::T *x, const int8_t *q,
+                     const float *scales, OutT *y, int64_t n, int64_t in,
+                     int64_t out) {
+  constexpr bool floatOut = std::is_same_v<OutT, float>;
+  if (n <= 0 || out <= 0)
+    return;
+  if (in <= 0) {
+    std::memset(static_cast<void *>(y), 0, sizeof(OutT) * size_t(n * out));
+    return;
+  }
+  if (n == 1) {
+    // Decode: memory-bound GEMV reading one byte per weight, rows split over
+    // threads; x is widened once.
+    const float *xf = loadRow<E>(x, in, 0);
+    bool parallel = out * in > kParallelGrain;
+#pragma omp parallel if (parallel)
+    {
+      int t = omp_get_thread_num(), nt = omp_get_num_threads();
+      int64_t chunk = (out + nt - 1) / nt;
+      int64_t begin = std::min<int64_t>(out, t * chunk);
+      int64_t end = std::min<int64_t>(out, begin + chunk);
+      if (end > begin) {
+        if constexpr (floatOut) {
+          gemvRowsI8(xf, q + begin * in, scales + begin, y + begin, in,
+                     end - begin);
+        } else {
+          float *yf = scratch(1, end - begin);
+          gemvRowsI8(xf, q + begin * in, scales + begin, yf, in, end - begin);
+          E::narrow(yf, y + begin, end - begin);
+        }
+      }
+    }
+    return;
+  }
+  // Prefill: x as float (widened once for 16-bit); each thread owns a slice
+  // of the rows and runs a single-threaded sgemm per tile of int8 weights
+  // widened to float (exact), accumulating over depth; the row scales are
+  // applied to the finished sums.
+  setBlasSingleThreaded();
+  std::vector<float> xBuf;
+  const float *xf;
+  if constexpr (kIsF32<E>) {
+    xf = x;
+  } else {
+    xBuf.resize(size_t(n * in));
+    xf = xBuf.data();
+  }
+  bool parallel = n * out * in > kParallelGrain;
+#pragma omp parallel if (parallel)
+  {
+    if constexpr (!kIsF32<E>) {
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < n; ++i)
+        E::widen(x + i * in, xBuf.data() + i * in, in);
+    }
+    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    int64_t chunk = ((out + nt - 1) / nt + 15) / 16 * 16;
+    int64_t begin = std::min<int64_t>(out, t * chunk);
+    int64_t end = std::min<int64_t>(out, begin + chunk);
+    float *wTile = scratch(1, kTileRows * kTileDepth);
+    for (int64_t r0 = begin; r0 < end; r0 += kTileRows) {
+      int64_t rows = std::min(kTileRows, end - r0);
+      float *c;
+      int64_t ldc;
+      if constexpr (floatOut) {
+        c = y + r0;
+        ldc = out;
+      } else {
+        c = scratch(2, n * rows);
+        ldc = rows;
+      }
+      for (int64_t k0 = 0; k0 < in; k0 += kTileDepth) {
+        int64_t depth = std::min(kTileDepth, in - k0);
+        for (int64_t r = 0; r < rows; ++r)
+          widenI8(q + (r0 + r) * in + k0, wTile + r * depth, depth);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),
+                    int(depth), 1.0f, xf + k0, int(in), wTile, int(depth),
+                    k0 == 0 ? 0.0f : 1.0f, c, int(ldc));
+      }
+      const float *s = scales + r0;
+      for (int64_t i = 0; i < n; ++i) {
+        float *ci = c + i * ldc;
+#pragma omp simd
+        for (int64_t r = 0; r < rows; ++r)
+          ci[r] *= s[r];
+        if constexpr (!floatOut)
+          E::narrow(ci, y + i * out + r0, rows);
+      }
     }
   }
 }
@@ -881,5 +1124,32 @@ void kiln_k_mul(const float *a, const float *b, float *y, int64_t count) {
 KILN_DEFINE_16BIT_KERNELS(f16, F16, kiln_f16_t)
 KILN_DEFINE_16BIT_KERNELS(bf16, Bf16, kiln_bf16_t)
 #undef KILN_DEFINE_16BIT_KERNELS
+
+// W8A16 (kernel_abi.h): int8 weights, per-output-channel float32 scales.
+void kiln_k_linear_w8a16(const float *x, const int8_t *qweight,
+                         const float *scales, float *y, int64_t n, int64_t in,
+                         int64_t out) {
+  linearW8<F32>(x, qweight, scales, y, n, in, out);
+}
+void kiln_k_linear_w8a16_f16(const kiln_f16_t *x, const int8_t *qweight,
+                             const float *scales, kiln_f16_t *y, int64_t n,
+                             int64_t in, int64_t out) {
+  linearW8<F16>(x, qweight, scales, y, n, in, out);
+}
+void kiln_k_linear_w8a16_bf16(const kiln_bf16_t *x, const int8_t *qweight,
+                              const float *scales, kiln_bf16_t *y, int64_t n,
+                              int64_t in, int64_t out) {
+  linearW8<Bf16>(x, qweight, scales, y, n, in, out);
+}
+void kiln_k_linear_w8a16_f16_f32(const kiln_f16_t *x, const int8_t *qweight,
+                                 const float *scales, float *y, int64_t n,
+                                 int64_t in, int64_t out) {
+  linearW8<F16>(x, qweight, scales, y, n, in, out);
+}
+void kiln_k_linear_w8a16_bf16_f32(const kiln_bf16_t *x, const int8_t *qweight,
+                                  const float *scales, float *y, int64_t n,
+                                  int64_t in, int64_t out) {
+  linearW8<Bf16>(x, qweight, scales, y, n, in, out);
+}
 
 } // extern "C"

@@ -105,6 +105,19 @@ void gemvRowsF16(const float *x, const uint16_t *w, float *y, int64_t in,
 void gemvRowsBf16(const float *x, const uint16_t *w, float *y, int64_t in,
                   int64_t rows);
 
+//===----------------------------------------------------------------------===//
+// int8 weights (W8A16)
+//===----------------------------------------------------------------------===//
+
+/// dst[i] = float(src[i]) (exact) for i < count. SIMD-dispatched.
+void widenI8(const int8_t *src, float *dst, int64_t count);
+
+/// y[r] = scales[r] * dot(float(q[r, :in]), x[:in]) for r in [0, rows); q
+/// row-major int8 read directly (widened in registers), x, scales, y float32.
+/// Single-threaded; SIMD-dispatched.
+void gemvRowsI8(const float *x, const int8_t *q, const float *scales, float *y,
+                int64_t in, int64_t rows);
+
 } // namespace kiln::rt::cpu
 
 #endif // KILN_RUNTIME_CPU_KERNELS_H

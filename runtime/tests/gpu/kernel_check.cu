@@ -12,8 +12,9 @@
 //                                  shape relerr" line per case, then
 //                                  "kernel-check: N passed, M failed";
 //                                  exit 0, 1 on failure, 77 without a GPU
-//   kiln-gpu-kernel-check --bench  decode GEMV bandwidth and cuBLASLt GEMM
-//                                  throughput (bf16), median of 20 runs
+//   kiln-gpu-kernel-check --bench  decode GEMV bandwidth (bf16 and W8A16),
+//                                  W8A16 tiled and cuBLASLt GEMM throughput
+//                                  (bf16), median of 20 runs
 //
 // relerr = max|gpu - ref| / max|ref|; limits: f32 1e-5, f16 5e-3, bf16 1e-2.
 //
@@ -277,6 +278,79 @@ template <typename T, typename Y> void checkLinear(Context &c) {
            fmt("n=%lld in=%lld out=%lld pad=%lld/%lld/%lld", s.n, s.in, s.out,
                s.padX, s.padW, s.padY),
            dy.download(ref.size()), ref,
+           std::is_same<Y, float>::value ? Dtype<T>::tol / 4 + 1e-5
+                                         : Dtype<T>::tol,
+           err);
+  }
+}
+
+/// Symmetric per-row int8 quantization (scale = max|row| / 127, q =
+/// round(w / scale), an all-zero row gets scale 0) of random weights.
+void quantizeRows(const std::vector<float> &w, int64_t out, int64_t in,
+                  std::vector<int8_t> &q, std::vector<float> &scales) {
+  q.assign(size_t(out * in), 0);
+  scales.assign(size_t(out), 0.0f);
+  for (int64_t o = 0; o < out; ++o) {
+    float maxAbs = 0.0f;
+    for (int64_t i = 0; i < in; ++i)
+      maxAbs = std::max(maxAbs, std::fabs(w[size_t(o * in + i)]));
+    const float scale = maxAbs / 127.0f;
+    scales[size_t(o)] = scale;
+    for (int64_t i = 0; i < in; ++i) {
+      float v = scale > 0.0f ? std::nearbyint(w[size_t(o * in + i)] / scale)
+                             : 0.0f;
+      q[size_t(o * in + i)] = int8_t(std::min(127.0f, std::max(-127.0f, v)));
+    }
+  }
+}
+
+/// W8A16 y = x (scales * q)^T with y of type Y (T or float) against the CPU
+/// kiln_k_linear_w8a16 on the same (rounded) x. Row 0 of the weights is all
+/// zero (scale 0: must give 0, not NaN); padX/padQ/padY misalign pointers.
+template <typename T, typename Y> void checkLinearW8(Context &c) {
+  struct Shape {
+    int64_t n, in, out, padX, padQ, padY;
+  };
+  const Shape shapes[] = {{1, 4096, 1001, 0, 0, 0}, {1, 172, 65, 0, 0, 0},
+                          {1, 333, 7, 0, 0, 0},     {1, 333, 77, 1, 3, 1},
+                          {1, 13, 1, 0, 0, 0},      {1, 11008, 37, 0, 0, 0},
+                          {2, 333, 7, 0, 0, 0},     {5, 172, 65, 0, 0, 0},
+                          {17, 1100, 301, 0, 0, 0}, {64, 512, 1023, 0, 0, 0},
+                          {9, 130, 66, 1, 1, 1},    {100, 4096, 128, 0, 0, 0}};
+  for (const Shape &s : shapes) {
+    std::vector<float> x = randomRounded<T>(size_t(s.n * s.in), -1, 1);
+    std::vector<float> w = randomRounded<float>(size_t(s.out * s.in), -1, 1);
+    std::fill(w.begin(), w.begin() + s.in, 0.0f);
+    std::vector<int8_t> q;
+    std::vector<float> scales;
+    quantizeRows(w, s.out, s.in, q, scales);
+    DevBuf<T> dx(x.size(), size_t(s.padX));
+    DevBuf<int8_t> dq(q.size(), size_t(s.padQ));
+    DevBuf<float> dScales(scales.size());
+    DevBuf<Y> dy(size_t(s.n * s.out), size_t(s.padY));
+    dx.upload(x);
+    CHECK_CUDA(cudaMemcpy(dq.data(), q.data(), q.size(),
+                          cudaMemcpyHostToDevice));
+    dScales.upload(scales);
+    kiln_cuda_linear_w8a16(&c.ctx, dx.data(), dq.data(), dScales.data(),
+                           dy.data(), s.n, s.in, s.out);
+    std::string err = c.finish();
+    std::vector<float> ref(static_cast<size_t>(s.n * s.out));
+    kiln_k_linear_w8a16(x.data(), q.data(), scales.data(), ref.data(), s.n,
+                        s.in, s.out);
+    std::vector<float> got = dy.download(ref.size());
+    for (int64_t i = 0; i < s.n; ++i)
+      if (got[size_t(i * s.out)] != 0.0f && err.empty())
+        err = "zero row (scale 0) gave " +
+              std::to_string(got[size_t(i * s.out)]);
+    std::string name =
+        std::is_same<Y, float>::value && !std::is_same<T, float>::value
+            ? "linear_w8a16->f32"
+            : "linear_w8a16";
+    report(name.c_str(), Dtype<T>::name,
+           fmt("n=%lld in=%lld out=%lld pad=%lld/%lld/%lld", s.n, s.in, s.out,
+               s.padX, s.padQ, s.padY),
+           got, ref,
            std::is_same<Y, float>::value ? Dtype<T>::tol / 4 + 1e-5
                                          : Dtype<T>::tol,
            err);
@@ -621,6 +695,43 @@ int bench(Context &c) {
     std::printf("%-34s %10.4f %12.1f %9.0f%%\n", name, ms, gbs,
                 100.0 * gbs / copyGBs);
   }
+  for (Gemv g : {Gemv{4096, 4096}, Gemv{11008, 4096}, Gemv{4096, 11008}}) {
+    DevBuf<int8_t> q(static_cast<size_t>(g.out * g.in));
+    DevBuf<float> scales(static_cast<size_t>(g.out));
+    DevBuf<B> x(static_cast<size_t>(g.in)), y(static_cast<size_t>(g.out));
+    CHECK_CUDA(cudaMemset(q.data(), 0x11, size_t(g.out * g.in)));
+    CHECK_CUDA(cudaMemset(scales.data(), 0, sizeof(float) * size_t(g.out)));
+    CHECK_CUDA(cudaMemset(x.data(), 0x3c, sizeof(B) * size_t(g.in)));
+    const double ms = medianMs(c.stream, [&] {
+      kiln_cuda_linear_w8a16(&c.ctx, x.data(), q.data(), scales.data(),
+                             y.data(), 1, g.in, g.out);
+    });
+    const double bytes = double(g.out * g.in) + double(sizeof(B) * g.in) +
+                         double((sizeof(float) + sizeof(B)) * g.out);
+    const double gbs = bytes / (ms * 1e6);
+    char name[64];
+    std::snprintf(name, sizeof(name), "gemv w8a16 bf16 %lldx%lld",
+                  (long long)g.out, (long long)g.in);
+    std::printf("%-34s %10.4f %12.1f %9.0f%%\n", name, ms, gbs,
+                100.0 * gbs / copyGBs);
+  }
+  {
+    const int64_t n = 512, in = 4096, out = 4096;
+    DevBuf<B> x(static_cast<size_t>(n * in)), y(static_cast<size_t>(n * out));
+    DevBuf<int8_t> q(static_cast<size_t>(out * in));
+    DevBuf<float> scales(static_cast<size_t>(out));
+    CHECK_CUDA(cudaMemset(x.data(), 0x3c, sizeof(B) * size_t(n * in)));
+    CHECK_CUDA(cudaMemset(q.data(), 0x11, size_t(out * in)));
+    CHECK_CUDA(cudaMemset(scales.data(), 0, sizeof(float) * size_t(out)));
+    const double ms = medianMs(c.stream, [&] {
+      kiln_cuda_linear_w8a16(&c.ctx, x.data(), q.data(), scales.data(),
+                             y.data(), n, in, out);
+    });
+    const double tflops =
+        2.0 * double(n) * double(in) * double(out) / (ms * 1e9);
+    std::printf("%-34s %10.4f %12.1f %10s\n", "w8a16 tiled bf16 512x4096x4096",
+                ms, tflops, "-");
+  }
   {
     const int64_t n = 2048, in = 4096, out = 4096;
     DevBuf<B> x(static_cast<size_t>(n * in)), w(static_cast<size_t>(out * in)),
@@ -669,6 +780,11 @@ int main(int argc, char **argv) {
   checkLinear<__nv_bfloat16, __nv_bfloat16>(c);
   checkLinear<__half, float>(c);
   checkLinear<__nv_bfloat16, float>(c);
+  checkLinearW8<float, float>(c);
+  checkLinearW8<__half, __half>(c);
+  checkLinearW8<__nv_bfloat16, __nv_bfloat16>(c);
+  checkLinearW8<__half, float>(c);
+  checkLinearW8<__nv_bfloat16, float>(c);
   checkRope<float>(c);
   checkRope<__half>(c);
   checkRope<__nv_bfloat16>(c);

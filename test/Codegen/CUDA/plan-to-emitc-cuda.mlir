@@ -6,7 +6,7 @@
 // A one-layer f16 model: f16 buffers are `__half`, kernels become the
 // context-first CUDA launch wrappers, logits stay float.
 module attributes {kiln.model = {n_heads = 2 : i64, head_dim = 4 : i64, max_seq_len = 16 : i64, vocab_size = 32 : i64, dim = 8 : i64, hidden_dim = 8 : i64}} {
-  kiln.weight @emb : tensor<32x8xf16> {source = #kiln.source<file = "m.gguf", tensor = "emb", storage = "f16", offset = 0, bytes = 512>, transforms = [#kiln.transform<"dequantize", {}>]}
+  kiln.weight @emb : tensor<32x8xf16> {source = #kiln.source<file = "m.gguf", tensor = "emb", storage = "f16", shape = [32, 8], offset = 0, bytes = 512>, transforms = [#kiln.transform<"dequantize", {}>]}
   func.func @decode(%tokens: tensor<1xi32>, %pos: index, %cache: !kiln.kv_cache<1, 16, 2, 4, f16>) -> tensor<1x32xf32> attributes {kiln.max_tokens = 1 : i64} {
     %emb = kiln.weight_ref @emb : tensor<32x8xf16>
     %h = kiln.embedding %tokens, %emb : tensor<1xi32>, tensor<32x8xf16> -> tensor<1x8xf16>

@@ -1,6 +1,6 @@
 // RUN: kiln-opt %s --kiln-lower-to-plan --split-input-file --verify-diagnostics
 
-kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", offset = 0, bytes = 2048>, transforms = []}
+kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", shape = [32, 16], offset = 0, bytes = 2048>, transforms = []}
 
 // Lowering needs the memory plan's offsets.
 func.func @negative_unplanned(%tokens: tensor<1xi32>, %pos: index) -> tensor<1x32xf32> {
@@ -13,7 +13,7 @@ func.func @negative_unplanned(%tokens: tensor<1xi32>, %pos: index) -> tensor<1x3
 
 // -----
 
-kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", offset = 0, bytes = 2048>, transforms = []}
+kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", shape = [32, 16], offset = 0, bytes = 2048>, transforms = []}
 
 // The runtime reads logits from one place: entry points return kiln.logits.
 func.func @negative_returns_hidden(%tokens: tensor<1xi32>, %pos: index) -> tensor<1x16xf32> {
@@ -27,7 +27,7 @@ func.func @negative_returns_hidden(%tokens: tensor<1xi32>, %pos: index) -> tenso
 
 // RoPE scaling is representable but has no CPU kernel yet: a clear error,
 // not silently wrong numbers.
-kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", offset = 0, bytes = 2048>, transforms = []}
+kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", shape = [32, 16], offset = 0, bytes = 2048>, transforms = []}
 func.func @negative_rope_scaling(%tokens: tensor<1xi32>, %pos: index) -> tensor<1x32xf32> {
   %table = kiln.weight_ref @table : tensor<32x16xf32>
   %x = kiln.embedding %tokens, %table {kiln.buffer_offset = 0 : i64} : tensor<1xi32>, tensor<32x16xf32> -> tensor<1x16xf32>

@@ -2,33 +2,33 @@
 
 // Weight shapes must be static: the artifact lays weights out at compile time.
 // expected-error @+1 {{'kiln.weight' op expects a static weight shape, got 'tensor<?x16xf32>'}}
-kiln.weight @w : tensor<?x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", offset = 0, bytes = 64>, transforms = []}
+kiln.weight @w : tensor<?x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [4, 16], offset = 0, bytes = 64>, transforms = []}
 
 // -----
 
 // expected-error @+1 {{unknown weight storage type 'q3_k' (expected f32, f16, bf16, q8_0 or synthetic)}}
-kiln.weight @w : tensor<4x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "q3_k", offset = 0, bytes = 64>, transforms = []}
+kiln.weight @w : tensor<4x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "q3_k", shape = [4, 16], offset = 0, bytes = 64>, transforms = []}
 
 // -----
 
 // expected-error @+1 {{weight source of 'w' names no file}}
-kiln.weight @w : tensor<4x16xf32> {source = #kiln.source<file = "", tensor = "w", storage = "f32", offset = 0, bytes = 64>, transforms = []}
+kiln.weight @w : tensor<4x16xf32> {source = #kiln.source<file = "", tensor = "w", storage = "f32", shape = [4, 16], offset = 0, bytes = 64>, transforms = []}
 
 // -----
 
 // expected-error @+1 {{unknown weight transform 'transpose_twice'}}
-kiln.weight @w : tensor<4x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", offset = 0, bytes = 256>, transforms = [#kiln.transform<"transpose_twice", {}>]}
+kiln.weight @w : tensor<4x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [4, 16], offset = 0, bytes = 256>, transforms = [#kiln.transform<"transpose_twice", {}>]}
 
 // -----
 
 // expected-error @+1 {{'rope_half_to_adjacent' transform needs a positive 'heads'}}
-kiln.weight @w : tensor<4x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", offset = 0, bytes = 256>, transforms = [#kiln.transform<"rope_half_to_adjacent", {}>]}
+kiln.weight @w : tensor<4x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [4, 16], offset = 0, bytes = 256>, transforms = [#kiln.transform<"rope_half_to_adjacent", {}>]}
 
 // -----
 
 // 12 rows do not split into 8 heads of even size.
 // expected-error @+1 {{'kiln.weight' op 'rope_half_to_adjacent' with 8 heads needs a rank-2 weight whose rows split into heads of even size, got 'tensor<12x16xf32>'}}
-kiln.weight @w : tensor<12x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", offset = 0, bytes = 768>, transforms = [#kiln.transform<"rope_half_to_adjacent", {heads = 8 : i64}>]}
+kiln.weight @w : tensor<12x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [12, 16], offset = 0, bytes = 768>, transforms = [#kiln.transform<"rope_half_to_adjacent", {heads = 8 : i64}>]}
 
 // -----
 
@@ -54,7 +54,7 @@ func.func @negative_weight_ref_missing() {
 
 // -----
 
-kiln.weight @w : tensor<4x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", offset = 0, bytes = 256>, transforms = []}
+kiln.weight @w : tensor<4x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [4, 16], offset = 0, bytes = 256>, transforms = []}
 func.func @negative_weight_ref_type() {
   // expected-error @+1 {{'kiln.weight_ref' op result type 'tensor<16x4xf32>' does not match the type 'tensor<4x16xf32>' of weight 'w'}}
   %w = kiln.weight_ref @w : tensor<16x4xf32>

@@ -6,19 +6,19 @@
 // the dialect once, round-tripped through the printer and parser.
 
 // CHECK: kiln.weight @tok_embeddings : tensor<32x16xf32>
-// CHECK-SAME: #kiln.source<file = "m.bin", tensor = "tok_embeddings", storage = "f32", offset = 28, bytes = 2048>
-kiln.weight @tok_embeddings : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "tok_embeddings", storage = "f32", offset = 28, bytes = 2048>, transforms = []}
-kiln.weight @norm : tensor<16xf32> {source = #kiln.source<file = "m.bin", tensor = "norm", storage = "f32", offset = 2076, bytes = 64>, transforms = []}
+// CHECK-SAME: #kiln.source<file = "m.bin", tensor = "tok_embeddings", storage = "f32", shape = [32, 16], offset = 28, bytes = 2048>
+kiln.weight @tok_embeddings : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "tok_embeddings", storage = "f32", shape = [32, 16], offset = 28, bytes = 2048>, transforms = []}
+kiln.weight @norm : tensor<16xf32> {source = #kiln.source<file = "m.bin", tensor = "norm", storage = "f32", shape = [16], offset = 2076, bytes = 64>, transforms = []}
 // Hugging Face q_proj: dequantized, then rows reordered for adjacent-pair RoPE.
 // CHECK: kiln.weight @wq : tensor<16x16xf32>
 // CHECK-SAME: transforms = [#kiln.transform<"dequantize", {}>, #kiln.transform<"rope_half_to_adjacent", {heads = 4 : i64}>]
-kiln.weight @wq : tensor<16x16xf32> {source = #kiln.source<file = "m.gguf", tensor = "blk.0.attn_q.weight", storage = "q8_0", offset = 4096, bytes = 272>, transforms = [#kiln.transform<"dequantize", {}>, #kiln.transform<"rope_half_to_adjacent", {heads = 4 : i64}>]}
-kiln.weight @wk : tensor<8x16xf32> {source = #kiln.source<file = "m.bin", tensor = "wk", storage = "f32", offset = 3200, bytes = 512>, transforms = []}
+kiln.weight @wq : tensor<16x16xf32> {source = #kiln.source<file = "m.gguf", tensor = "blk.0.attn_q.weight", storage = "q8_0", shape = [16, 16], offset = 4096, bytes = 272>, transforms = [#kiln.transform<"dequantize", {}>, #kiln.transform<"rope_half_to_adjacent", {heads = 4 : i64}>]}
+kiln.weight @wk : tensor<8x16xf32> {source = #kiln.source<file = "m.bin", tensor = "wk", storage = "f32", shape = [8, 16], offset = 3200, bytes = 512>, transforms = []}
 // Synthetic weights carry their generator's parameters instead of a file.
 // CHECK: kiln.weight @wv : tensor<8x16xf32>
-// CHECK-SAME: storage = "synthetic", offset = 0, bytes = 0, seed = 7, scale = 2.000000e-02 : f32, center = 0.000000e+00 : f32
-kiln.weight @wv : tensor<8x16xf32> {source = #kiln.source<file = "", tensor = "wv", storage = "synthetic", offset = 0, bytes = 0, seed = 7, scale = 2.0e-02 : f32, center = 0.0 : f32>, transforms = []}
-kiln.weight @w1 : tensor<24x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w1", storage = "f32", offset = 4000, bytes = 1536>, transforms = []}
+// CHECK-SAME: storage = "synthetic", shape = [8, 16], offset = 0, bytes = 0, seed = 7, scale = 2.000000e-02 : f32, center = 0.000000e+00 : f32
+kiln.weight @wv : tensor<8x16xf32> {source = #kiln.source<file = "", tensor = "wv", storage = "synthetic", shape = [8, 16], offset = 0, bytes = 0, seed = 7, scale = 2.0e-02 : f32, center = 0.0 : f32>, transforms = []}
+kiln.weight @w1 : tensor<24x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w1", storage = "f32", shape = [24, 16], offset = 4000, bytes = 1536>, transforms = []}
 
 // CHECK-LABEL: func.func @decoder_layer
 // CHECK-SAME: !kiln.kv_cache<1, 64, 2, 4, f32>

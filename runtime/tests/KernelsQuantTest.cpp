@@ -1,0 +1,304 @@
+//===- KernelsQuantTest.cpp - W8A16 kernels vs float32 on dequantized W ---===//
+//
+// kiln_k_linear_w8a16{,_f16,_bf16,_f16_f32,_bf16_f32} of kiln_rt/kernel_abi.h
+// against kiln_k_linear run on the dequantized weights W = scale * q (float)
+// and the same (exactly widened) activations: only float rounding and
+// accumulation order differ, so max|a - b| / max|b| stays below 1e-5 for
+// float32 outputs and 2e-3 (f16) / 1e-2 (bf16) after the one rounding of a
+// 16-bit output. The int8 GEMV and int8 widening are checked at every SIMD
+// level this CPU supports.
+//
+//===----------------------------------------------------------------------===//
+#include "cpu/Kernels.h"
+#include "kiln_rt/kernel_abi.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+using kiln::rt::cpu::SimdLevel;
+namespace cpu = kiln::rt::cpu;
+
+namespace {
+
+std::vector<SimdLevel> supportedLevels() {
+  std::vector<SimdLevel> levels = {SimdLevel::Generic};
+  if (cpu::maxSimdLevel() >= SimdLevel::Avx2)
+    levels.push_back(SimdLevel::Avx2);
+  if (cpu::maxSimdLevel() >= SimdLevel::Avx512)
+    levels.push_back(SimdLevel::Avx512);
+  return levels;
+}
+
+const char *levelName(SimdLevel level) {
+  switch (level) {
+  case SimdLevel::Generic:
+    return "generic";
+  case SimdLevel::Avx2:
+    return "avx2";
+  case SimdLevel::Avx512:
+    return "avx512";
+  }
+  return "?";
+}
+
+class ScopedSimdLevel {
+public:
+  explicit ScopedSimdLevel(SimdLevel level)
+      : previous_(cpu::setSimdLevelForTesting(level)) {}
+  ~ScopedSimdLevel() { cpu::setSimdLevelForTesting(previous_); }
+
+private:
+  SimdLevel previous_;
+};
+
+/// Symmetric per-row int8 quantization as the weight writer does it:
+/// scale = max|row| / 127, q = round(w / scale); an all-zero row gets
+/// scale 0 and q 0.
+struct Quantized {
+  std::vector<int8_t> q;
+  std::vector<float> scales;
+  std::vector<float> dequant; ///< scales[o] * q[o, i] in float
+};
+Quantized quantize(const std::vector<float> &w, int64_t out, int64_t in) {
+  Quantized r;
+  r.q.resize(size_t(out * in));
+  r.scales.resize(size_t(out));
+  r.dequant.resize(size_t(out * in));
+  for (int64_t o = 0; o < out; ++o) {
+    float maxAbs = 0.0f;
+    for (int64_t i = 0; i < in; ++i)
+      maxAbs = std::max(maxAbs, std::fabs(w[size_t(o * in + i)]));
+    float scale = maxAbs / 127.0f;
+    r.scales[size_t(o)] = scale;
+    for (int64_t i = 0; i < in; ++i) {
+      size_t at = size_t(o * in + i);
+      float v = scale > 0.0f ? std::nearbyint(w[at] / scale) : 0.0f;
+      v = std::min(127.0f, std::max(-127.0f, v));
+      r.q[at] = int8_t(v);
+      r.dequant[at] = scale * float(r.q[at]);
+    }
+  }
+  return r;
+}
+
+std::vector<float> randomFloats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float &f : v)
+    f = dist(gen);
+  return v;
+}
+
+/// max |got - ref| / max |ref|; a NaN anywhere fails.
+double relError(const std::vector<float> &got, const std::vector<float> &ref) {
+  EXPECT_EQ(got.size(), ref.size());
+  double maxDiff = 0, maxRef = 1e-30;
+  for (size_t i = 0; i < got.size() && i < ref.size(); ++i) {
+    if (std::isnan(got[i]) || std::isnan(ref[i]))
+      return INFINITY;
+    maxDiff = std::max(maxDiff, std::fabs(double(got[i]) - double(ref[i])));
+    maxRef = std::max(maxRef, std::fabs(double(ref[i])));
+  }
+  return maxDiff / maxRef;
+}
+
+struct F16Api {
+  static constexpr const char *kName = "f16";
+  static constexpr double kTol = 2e-3;
+  static uint16_t round(float f) { return cpu::floatToF16(f); }
+  static float widen(uint16_t h) { return cpu::f16ToFloat(h); }
+  static constexpr auto linear = kiln_k_linear_w8a16_f16;
+  static constexpr auto linearF32 = kiln_k_linear_w8a16_f16_f32;
+};
+struct Bf16Api {
+  static constexpr const char *kName = "bf16";
+  static constexpr double kTol = 1e-2;
+  static uint16_t round(float f) { return cpu::floatToBf16(f); }
+  static float widen(uint16_t h) { return cpu::bf16ToFloat(h); }
+  static constexpr auto linear = kiln_k_linear_w8a16_bf16;
+  static constexpr auto linearF32 = kiln_k_linear_w8a16_bf16_f32;
+};
+
+struct Shape {
+  int64_t n, in, out;
+};
+/// n = 1 (decode GEMV) and n > 1 (tiled sgemm); `in` not a multiple of 32 or
+/// even 8, odd `out`, depth > one 512-column tile, > 128 rows per thread.
+const Shape kShapes[] = {
+    {1, 172, 65},   {1, 333, 7},    {1, 13, 1},     {1, 64, 64},
+    {1, 1100, 301}, {1, 4103, 129}, {1, 11008, 37}, {1, 4096, 1001},
+    {2, 333, 7},    {5, 172, 65},   {3, 13, 1},     {17, 1100, 301},
+    {64, 512, 1023}};
+
+std::string shapeName(SimdLevel level, const Shape &s) {
+  return std::string(levelName(level)) + " n" + std::to_string(s.n) + "_in" +
+         std::to_string(s.in) + "_out" + std::to_string(s.out);
+}
+
+/// Weights with an all-zero row 0 (scale 0) and a row holding a single
+/// nonzero (q = +-127 after quantization).
+Quantized testWeights(const Shape &s, uint32_t seed) {
+  std::vector<float> w = randomFloats(size_t(s.out * s.in), seed, 0.1f);
+  std::fill(w.begin(), w.begin() + s.in, 0.0f);
+  if (s.out > 2) {
+    std::fill(w.begin() + 2 * s.in, w.begin() + 3 * s.in, 0.0f);
+    w[size_t(2 * s.in + s.in / 2)] = -0.37f;
+  }
+  return quantize(w, s.out, s.in);
+}
+
+void expectZeroRow(const std::vector<float> &y, const Shape &s) {
+  for (int64_t i = 0; i < s.n; ++i) {
+    float v = y[size_t(i * s.out)];
+    EXPECT_EQ(v, 0.0f) << "zero row, token " << i; // NaN fails too
+  }
+}
+
+TEST(QuantKernels, LinearF32) {
+  for (SimdLevel level : supportedLevels()) {
+    ScopedSimdLevel scoped(level);
+    for (const Shape &s : kShapes) {
+      SCOPED_TRACE(shapeName(level, s));
+      if (level != cpu::maxSimdLevel() && s.in * s.out > 1 << 20)
+        continue; // large shapes once, at the level in use
+      Quantized w = testWeights(s, 5);
+      std::vector<float> x = randomFloats(size_t(s.n * s.in), 4);
+      std::vector<float> ref(size_t(s.n * s.out));
+      kiln_k_linear(x.data(), w.dequant.data(), ref.data(), s.n, s.in, s.out);
+      std::vector<float> y(ref.size(), NAN);
+      kiln_k_linear_w8a16(x.data(), w.q.data(), w.scales.data(), y.data(), s.n,
+                          s.in, s.out);
+      EXPECT_LT(relError(y, ref), 1e-5);
+      expectZeroRow(y, s);
+    }
+  }
+}
+
+template <class Api> class QuantHalfKernels : public ::testing::Test {};
+using HalfTypes = ::testing::Types<F16Api, Bf16Api>;
+class HalfName {
+public:
+  template <class T> static std::string GetName(int) { return T::kName; }
+};
+TYPED_TEST_SUITE(QuantHalfKernels, HalfTypes, HalfName);
+
+TYPED_TEST(QuantHalfKernels, Linear) {
+  using Api = TypeParam;
+  for (SimdLevel level : supportedLevels()) {
+    ScopedSimdLevel scoped(level);
+    for (const Shape &s : kShapes) {
+      SCOPED_TRACE(shapeName(level, s));
+      if (level != cpu::maxSimdLevel() && s.in * s.out > 1 << 20)
+        continue;
+      Quantized w = testWeights(s, 6);
+      // Activations representable in the 16-bit type (bits and values).
+      std::vector<float> xf = randomFloats(size_t(s.n * s.in), 7, 2.0f);
+      std::vector<uint16_t> xb(xf.size());
+      for (size_t i = 0; i < xf.size(); ++i) {
+        xb[i] = Api::round(xf[i]);
+        xf[i] = Api::widen(xb[i]);
+      }
+      std::vector<float> ref(size_t(s.n * s.out));
+      kiln_k_linear(xf.data(), w.dequant.data(), ref.data(), s.n, s.in, s.out);
+
+      // Float32 output (classifier): compared unrounded.
+      std::vector<float> logits(ref.size(), NAN);
+      Api::linearF32(xb.data(), w.q.data(), w.scales.data(), logits.data(),
+                     s.n, s.in, s.out);
+      EXPECT_LT(relError(logits, ref), 1e-5);
+      expectZeroRow(logits, s);
+
+      std::vector<uint16_t> y(ref.size(), 0xffff); // NaN in both types
+      Api::linear(xb.data(), w.q.data(), w.scales.data(), y.data(), s.n, s.in,
+                  s.out);
+      std::vector<float> got(y.size()), want(ref.size());
+      for (size_t i = 0; i < y.size(); ++i) {
+        got[i] = Api::widen(y[i]);
+        want[i] = Api::widen(Api::round(ref[i]));
+      }
+      EXPECT_LT(relError(got, want), Api::kTol);
+      expectZeroRow(got, s);
+    }
+  }
+}
+
+/// n == 0, out == 0: nothing written; in == 0: zeros.
+TEST(QuantKernels, EmptyShapes) {
+  std::vector<int8_t> q(4, 1);
+  std::vector<float> scales(4, 1.0f), x(4, 1.0f), y(8, -1.0f);
+  kiln_k_linear_w8a16(x.data(), q.data(), scales.data(), y.data(), 0, 4, 2);
+  kiln_k_linear_w8a16(x.data(), q.data(), scales.data(), y.data(), 1, 4, 0);
+  for (float v : y)
+    EXPECT_EQ(v, -1.0f);
+  kiln_k_linear_w8a16(x.data(), q.data(), scales.data(), y.data(), 2, 0, 4);
+  for (float v : y)
+    EXPECT_EQ(v, 0.0f);
+  std::vector<uint16_t> yh(3, 0xffff);
+  kiln_k_linear_w8a16_bf16(nullptr, q.data(), scales.data(), yh.data(), 1, 0,
+                           3);
+  for (uint16_t v : yh)
+    EXPECT_EQ(v, 0u);
+}
+
+/// The int8 decode GEMV at every SIMD level against a double reference
+/// (covers the 4-row blocks, the 32/16/8-element steps and all tails, and
+/// the extreme values -128 and 127).
+TEST(QuantGemv, AllSimdLevels) {
+  std::mt19937 gen(40);
+  for (int64_t in : {1, 7, 8, 15, 16, 17, 24, 31, 32, 33, 47, 56, 64, 257}) {
+    for (int64_t rows : {1, 3, 4, 5, 9}) {
+      std::vector<float> x = randomFloats(size_t(in), 41);
+      std::vector<int8_t> q(size_t(rows * in));
+      for (int8_t &v : q)
+        v = int8_t(int(gen() % 256) - 128);
+      q[0] = -128;
+      q.back() = 127;
+      std::vector<float> scales = randomFloats(size_t(rows), 42, 0.01f);
+      for (SimdLevel level : supportedLevels()) {
+        SCOPED_TRACE(std::string(levelName(level)) + " in " +
+                     std::to_string(in) + " rows " + std::to_string(rows));
+        ScopedSimdLevel scoped(level);
+        std::vector<float> y(size_t(rows), NAN);
+        cpu::gemvRowsI8(x.data(), q.data(), scales.data(), y.data(), in, rows);
+        for (int64_t r = 0; r < rows; ++r) {
+          double ref = 0, mag = 0;
+          for (int64_t j = 0; j < in; ++j) {
+            double p = double(x[size_t(j)]) * double(q[size_t(r * in + j)]);
+            ref += p;
+            mag += std::fabs(p);
+          }
+          double s = scales[size_t(r)];
+          EXPECT_NEAR(y[size_t(r)], s * ref, 1e-6 * std::fabs(s) * (mag + 1))
+              << "row " << r;
+        }
+      }
+    }
+  }
+}
+
+/// int8 -> float widening is exact at every level, any length and offset.
+TEST(QuantConvert, WidenI8) {
+  std::vector<int8_t> all(256 * 3 + 5);
+  for (size_t i = 0; i < all.size(); ++i)
+    all[i] = int8_t(int(i % 256) - 128);
+  for (SimdLevel level : supportedLevels()) {
+    SCOPED_TRACE(levelName(level));
+    ScopedSimdLevel scoped(level);
+    for (int64_t offset : {0, 1, 3})
+      for (int64_t count : {0, 1, 7, 8, 9, 16, 17, 31, 33, 700}) {
+        std::vector<float> out(size_t(count) + 1, -1000.0f);
+        cpu::widenI8(all.data() + offset, out.data(), count);
+        for (int64_t i = 0; i < count; ++i)
+          ASSERT_EQ(out[size_t(i)], float(all[size_t(offset + i)])) << i;
+        EXPECT_EQ(out[size_t(count)], -1000.0f); // nothing past the end
+      }
+  }
+}
+
+} // namespace
