@@ -75,13 +75,15 @@ LogicalResult WeightOp::verify() {
     }
     if (t.getKind() != "rope_half_to_adjacent")
       continue;
+    // Applies to the source-shaped tensor, before any quantize step.
     int64_t heads = t.getParams().getAs<IntegerAttr>("heads").getInt();
-    int64_t rows = type.getDimSize(0);
-    if (type.getRank() != 2 || rows % heads != 0 || (rows / heads) % 2 != 0)
+    if (sourceShape.size() != 2 || sourceShape[0] % heads != 0 ||
+        (sourceShape[0] / heads) % 2 != 0)
       return emitOpError() << "'rope_half_to_adjacent' with " << heads
-                           << " heads needs a rank-2 weight whose rows split "
-                              "into heads of even size, got "
-                           << type;
+                           << " heads needs a matrix whose rows split into "
+                              "heads of even size, got shape ["
+                           << llvm::join(llvm::map_range(sourceShape, dimStr), ", ")
+                           << "]";
   }
   if (ArrayRef<int64_t>(produced) != type.getShape())
     return emitOpError() << "recipe produces shape ["

@@ -27,7 +27,7 @@ kiln.weight @w : tensor<4x16xf32> {source = #kiln.source<file = "m.bin", tensor 
 // -----
 
 // 12 rows do not split into 8 heads of even size.
-// expected-error @+1 {{'kiln.weight' op 'rope_half_to_adjacent' with 8 heads needs a rank-2 weight whose rows split into heads of even size, got 'tensor<12x16xf32>'}}
+// expected-error @+1 {{'kiln.weight' op 'rope_half_to_adjacent' with 8 heads needs a matrix whose rows split into heads of even size, got shape [12, 16]}}
 kiln.weight @w : tensor<12x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [12, 16], offset = 0, bytes = 768>, transforms = [#kiln.transform<"rope_half_to_adjacent", {heads = 8 : i64}>]}
 
 // -----
@@ -260,3 +260,49 @@ func.func @negative_logits_shape(%h: tensor<?x16xf32>, %w: tensor<32x16xf32>) {
   %l = kiln.logits %h, %w : tensor<?x16xf32>, tensor<32x16xf32> -> tensor<2x32xf32>
   return
 }
+
+// -----
+
+func.func @negative_quantized_linear_bits(%x: tensor<?x16xf32>, %q: tensor<8x16xi8>, %s: tensor<8xf32>) {
+  // expected-error @+1 {{'kiln.quantized_linear' op supports 8-bit weights, got 4 bits}}
+  %y = kiln.quantized_linear %x, %q, %s {bits = 4 : i64, group_size = 0 : i64} : tensor<?x16xf32>, tensor<8x16xi8>, tensor<8xf32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_quantized_linear_in(%x: tensor<?x12xf32>, %q: tensor<8x16xi8>, %s: tensor<8xf32>) {
+  // expected-error @+1 {{'kiln.quantized_linear' op expects the input width 12 to equal the weight's in_features 16}}
+  %y = kiln.quantized_linear %x, %q, %s {bits = 8 : i64, group_size = 0 : i64} : tensor<?x12xf32>, tensor<8x16xi8>, tensor<8xf32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_quantized_linear_scales(%x: tensor<?x16xf32>, %q: tensor<8x16xi8>, %s: tensor<8xf32>) {
+  // Groups of 4 need [8, 4] scales.
+  // expected-error @+1 {{'kiln.quantized_linear' op expects scales of shape [8, 4] for group_size 4, got 'tensor<8xf32>'}}
+  %y = kiln.quantized_linear %x, %q, %s {bits = 8 : i64, group_size = 4 : i64} : tensor<?x16xf32>, tensor<8x16xi8>, tensor<8xf32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'quantize' transform needs 'part' = "qweight" or "scales"}}
+kiln.weight @w : tensor<4x16xi8> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [4, 16], offset = 0, bytes = 256>, transforms = [#kiln.transform<"quantize", {bits = 8 : i64, group_size = 0 : i64, part = "zeros"}>]}
+
+// -----
+
+// expected-error @+1 {{'kiln.weight' op an i8 weight must end with a 'quantize' transform producing "qweight", and only it; got 'tensor<4x16xi8>'}}
+kiln.weight @w : tensor<4x16xi8> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [4, 16], offset = 0, bytes = 256>, transforms = []}
+
+// -----
+
+// Scales are one per row: [4], not [16].
+// expected-error @+1 {{'kiln.weight' op recipe produces shape [4] but the weight is declared 'tensor<16xf32>'}}
+kiln.weight @w : tensor<16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [4, 16], offset = 0, bytes = 256>, transforms = [#kiln.transform<"quantize", {bits = 8 : i64, group_size = 0 : i64, part = "scales"}>]}
+
+// -----
+
+// expected-error @+1 {{weight source of 'w' needs a shape of positive dimensions}}
+kiln.weight @w : tensor<4x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [0, 16], offset = 0, bytes = 256>, transforms = []}
