@@ -85,9 +85,10 @@ FailureOr<std::vector<WeightDesc>> mlir::kiln::collectWeightRecipes(ModuleOp gra
         WeightTransform wt{WeightTransform::Kind::Quantize};
         wt.bits = t.getParams().getAs<IntegerAttr>("bits").getInt();
         wt.groupSize = t.getParams().getAs<IntegerAttr>("group_size").getInt();
-        wt.part = t.getParams().getAs<StringAttr>("part").getValue() == "scales"
-                      ? WeightTransform::QuantPart::Scales
-                      : WeightTransform::QuantPart::QWeight;
+        StringRef part = t.getParams().getAs<StringAttr>("part").getValue();
+        wt.part = part == "scales"  ? WeightTransform::QuantPart::Scales
+                  : part == "zeros" ? WeightTransform::QuantPart::Zeros
+                                    : WeightTransform::QuantPart::QWeight;
         w.transforms.push_back(wt);
         continue;
       }

@@ -52,6 +52,40 @@ static const WeightTransform *quantizeStep(const WeightDesc &w) {
   return &w.transforms.back();
 }
 
+/// One row of asymmetric 4-bit group quantization, as GPTQ's quantizer does
+/// it (Frantar et al. 2022, `Quantizer` with sym=False, maxq = 15): per group
+/// lo = min(w, 0), hi = max(w, 0) (both 0: -1 and 1), scale = (hi - lo) / 15,
+/// zero = round(-lo / scale), q = clamp(round(w / scale) + zero, 0, 15);
+/// rounding is to nearest even, as torch.round. Values are packed two per
+/// byte, element 2j in the low nibble.
+static void quantizeRow4(ArrayRef<float> row, int64_t groupSize,
+                         MutableArrayRef<uint8_t> packed,
+                         MutableArrayRef<float> scales,
+                         MutableArrayRef<uint8_t> zeros) {
+  std::fill(packed.begin(), packed.end(), 0);
+  int64_t cols = row.size();
+  for (int64_t g = 0, begin = 0; begin < cols; ++g, begin += groupSize) {
+    int64_t end = std::min(cols, begin + groupSize);
+    float lo = 0.0f, hi = 0.0f;
+    for (int64_t c = begin; c < end; ++c) {
+      lo = std::min(lo, row[c]);
+      hi = std::max(hi, row[c]);
+    }
+    if (lo == 0.0f && hi == 0.0f) {
+      lo = -1.0f;
+      hi = 1.0f;
+    }
+    float scale = (hi - lo) / 15.0f;
+    float zero = std::nearbyint(-lo / scale);
+    scales[g] = scale;
+    zeros[g] = static_cast<uint8_t>(zero);
+    for (int64_t c = begin; c < end; ++c) {
+      float q = std::clamp(std::nearbyint(row[c] / scale) + zero, 0.0f, 15.0f);
+      packed[c / 2] |= static_cast<uint8_t>(static_cast<int>(q) << ((c % 2) * 4));
+    }
+  }
+}
+
 /// Symmetric per-row int8 quantization (round to nearest, ties away from
 /// zero as std::lround does): scale = max|row| / 127, q = round(w / scale);
 /// an all-zero row gets scale 0 and q 0.
@@ -127,8 +161,25 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights,
     if (quant && w.source.shape.size() != 2)
       return fail(writerError(path, "weight '" + w.name +
                                         "': quantize needs a matrix"));
-    if (quant && quant->part == WeightTransform::QuantPart::Scales)
-      t.shape = {w.source.shape[0]};
+    int64_t groups = 0, packedCols = 0;
+    if (quant) {
+      int64_t rows = w.source.shape[0], cols = w.source.shape[1];
+      bool four = quant->bits == 4;
+      groups = four ? (cols + quant->groupSize - 1) / quant->groupSize : 0;
+      packedCols = four ? (cols + 1) / 2 : cols;
+      switch (quant->part) {
+      case WeightTransform::QuantPart::QWeight:
+        t.shape = {rows, packedCols};
+        break;
+      case WeightTransform::QuantPart::Scales:
+        t.shape = four ? SmallVector<int64_t, 2>{rows, groups}
+                       : SmallVector<int64_t, 2>{rows};
+        break;
+      case WeightTransform::QuantPart::Zeros:
+        t.shape = {rows, groups};
+        break;
+      }
+    }
     t.dtype = quant ? (quant->part == WeightTransform::QuantPart::Scales ? "f32" : "i8")
                     : std::string(stringifyStorageType(dtype));
     uint64_t numel = 1;
@@ -142,10 +193,12 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights,
       return fail(writerError(path, "weight '" + w.name + "' has " +
                                         Twine(numel) +
                                         " elements, more than 2^36"));
+    uint64_t writtenElems = 1;
+    for (int64_t d : t.shape)
+      writtenElems *= static_cast<uint64_t>(d);
     t.bytes = !quant ? numel * storageBytes(dtype)
-              : quant->part == WeightTransform::QuantPart::QWeight
-                  ? numel
-                  : static_cast<uint64_t>(w.source.shape[0]) * sizeof(float);
+              : writtenElems *
+                    (quant->part == WeightTransform::QuantPart::Scales ? 4 : 1);
 
     std::string key = sourceKey(w);
     auto [it, inserted] = firstBySource.try_emplace(key, written.size());
@@ -168,20 +221,38 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights,
     t.offset = offset;
     if (quant) {
       int64_t rows = w.source.shape[0], cols = w.source.shape[1];
-      std::vector<int8_t> q(numel);
-      std::vector<float> scales(rows);
-      quantizeRows(buffer, rows, cols, q, scales);
-      if (quant->part == WeightTransform::QuantPart::QWeight) {
-        os.write(reinterpret_cast<const char *>(q.data()), t.bytes);
+      std::vector<uint8_t> bytes;     // qweight or zeros
+      std::vector<float> scaleValues; // scales
+      if (quant->bits == 8) {
+        std::vector<int8_t> q(numel);
+        scaleValues.resize(rows);
+        quantizeRows(buffer, rows, cols, q, scaleValues);
+        bytes.assign(reinterpret_cast<uint8_t *>(q.data()),
+                     reinterpret_cast<uint8_t *>(q.data()) + q.size());
       } else {
+        std::vector<uint8_t> packed(rows * packedCols), zeroPoints(rows * groups);
+        scaleValues.resize(rows * groups);
+        for (int64_t r = 0; r < rows; ++r)
+          quantizeRow4(ArrayRef<float>(buffer).slice(r * cols, cols),
+                       quant->groupSize,
+                       MutableArrayRef<uint8_t>(packed).slice(r * packedCols, packedCols),
+                       MutableArrayRef<float>(scaleValues).slice(r * groups, groups),
+                       MutableArrayRef<uint8_t>(zeroPoints).slice(r * groups, groups));
+        bytes = quant->part == WeightTransform::QuantPart::Zeros
+                    ? std::move(zeroPoints)
+                    : std::move(packed);
+      }
+      if (quant->part == WeightTransform::QuantPart::Scales) {
         if constexpr (!sys::IsLittleEndianHost)
-          for (float &f : scales) {
+          for (float &f : scaleValues) {
             uint32_t u;
             std::memcpy(&u, &f, 4);
             u = llvm::byteswap(u);
             std::memcpy(&f, &u, 4);
           }
-        os.write(reinterpret_cast<const char *>(scales.data()), t.bytes);
+        os.write(reinterpret_cast<const char *>(scaleValues.data()), t.bytes);
+      } else {
+        os.write(reinterpret_cast<const char *>(bytes.data()), t.bytes);
       }
     } else if (dtype == StorageType::F32) {
       os.write(reinterpret_cast<const char *>(buffer.data()), t.bytes);

@@ -40,23 +40,33 @@ def MemoryPlanPass : Pass<"kiln-memory-plan", "::mlir::func::FuncOp"> {
 }
 
 def QuantizeWeightsPass : Pass<"kiln-quantize-weights", "::mlir::ModuleOp"> {
-  let summary = "Weight-only quantization of every kiln.linear (W8A16)";
+  let summary = "Weight-only quantization of every kiln.linear (W8A16, W4A16 RTN)";
   let description = [{
     Rewrites each `kiln.linear` whose weight is a `kiln.weight` into a
-    `kiln.quantized_linear` over two new weights, `@<w>.qweight` (i8) and
-    `@<w>.scales` (f32), whose recipes append a `#kiln.transform<"quantize">`
-    to the original's: symmetric round-to-nearest, one scale per output
-    channel (`scale = max|w_row| / 127`, `q = round(w / scale)`). The weights
-    stay lazy: nothing is computed until the artifact is written. Embeddings
-    and the classifier (`kiln.logits`) keep the compute type, as the serving
-    stacks do. Weights left unused are removed.
+    `kiln.quantized_linear` over new weights `@<w>.qweight`, `@<w>.scales`
+    (and `@<w>.zeros` for 4 bits) whose recipes append a
+    `#kiln.transform<"quantize">` to the original's. The weights stay lazy:
+    nothing is computed until the artifact is written. Embeddings and the
+    classifier (`kiln.logits`) keep the compute type, as the serving stacks
+    do. Weights left unused are removed.
 
-    Only `scheme=w8a16` is implemented; other schemes of `kiln-compile
-    --quant` are rejected with a diagnostic.
+    * `scheme=w8a16`: symmetric round-to-nearest int8, one scale per output
+      channel (`scale = max|w_row| / 127`, `q = round(w / scale)`).
+    * `scheme=w4a16-rtn`: asymmetric round-to-nearest 4-bit in groups of
+      `group-size` inputs along each row (the quantizer of Frantar et al.,
+      GPTQ, without the error compensation): per group `lo = min(w, 0)`,
+      `hi = max(w, 0)`, `scale = (hi - lo) / 15`, `zero = round(-lo / scale)`,
+      `q = clamp(round(w / scale) + zero, 0, 15)`. A row whose width is not
+      a multiple of the group size ends with a shorter group.
+
+    GPTQ, AWQ and SmoothQuant need calibration data and are not implemented
+    yet; other schemes are rejected with a diagnostic.
   }];
   let options = [
     Option<"scheme", "scheme", "std::string", /*default=*/"\"w8a16\"",
-           "Quantization recipe: w8a16">,
+           "Quantization recipe: w8a16 or w4a16-rtn">,
+    Option<"groupSize", "group-size", "int64_t", /*default=*/"128",
+           "Inputs per scale/zero-point group for 4-bit schemes (positive, even)">,
   ];
   let dependentDialects = ["::mlir::kiln::KilnDialect"];
 }

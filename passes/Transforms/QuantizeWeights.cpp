@@ -9,6 +9,7 @@
 #include "passes/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/Support/MathExtras.h"
 
 namespace mlir::kiln {
 #define GEN_PASS_DEF_QUANTIZEWEIGHTSPASS
@@ -50,12 +51,21 @@ static WeightOp declarePart(OpBuilder &builder, SymbolTable &symbols,
 
 void QuantizeWeightsPass::runOnOperation() {
   ModuleOp module = getOperation();
-  if (scheme != "w8a16") {
+  if (scheme != "w8a16" && scheme != "w4a16-rtn") {
     module.emitError() << "unsupported quantization scheme '" << scheme
-                       << "' (implemented: w8a16)";
+                       << "' (implemented: w8a16, w4a16-rtn)";
     return signalPassFailure();
   }
-  constexpr int64_t bits = 8, groupSize = 0;
+  bool fourBit = scheme == "w4a16-rtn";
+  if (fourBit && (this->groupSize <= 0 || this->groupSize % 2 != 0)) {
+    module.emitError() << "unsupported group size "
+                       << static_cast<int64_t>(this->groupSize)
+                       << " for w4a16 (expected a positive even number, e.g. "
+                          "32, 64 or 128)";
+    return signalPassFailure();
+  }
+  const int64_t bits = fourBit ? 4 : 8;
+  const int64_t groupSize = fourBit ? static_cast<int64_t>(this->groupSize) : 0;
   OpBuilder builder(&getContext());
   SymbolTable symbols(module);
 
@@ -73,10 +83,18 @@ void QuantizeWeightsPass::runOnOperation() {
     if (!isa<FloatType>(type.getElementType()))
       continue;
     int64_t out = type.getDimSize(0), in = type.getDimSize(1);
-    auto qType = RankedTensorType::get({out, in}, builder.getI8Type());
-    auto sType = RankedTensorType::get({out}, builder.getF32Type());
-    // Each part is declared right after the original: scales first, so the
-    // module reads `w.qweight`, `w.scales` in that order.
+    int64_t groups = fourBit ? llvm::divideCeil(in, groupSize) : 0;
+    auto i8 = builder.getI8Type();
+    auto qType = RankedTensorType::get(
+        {out, fourBit ? llvm::divideCeil(in, 2) : in}, i8);
+    auto sType = fourBit ? RankedTensorType::get({out, groups}, builder.getF32Type())
+                         : RankedTensorType::get({out}, builder.getF32Type());
+    auto zType = RankedTensorType::get({out, groups}, i8);
+    // Each part is declared right after the original, so declaring them in
+    // reverse makes the module read `w.qweight`, `w.scales`, `w.zeros`.
+    WeightOp zeros = fourBit ? declarePart(builder, symbols, weight, "zeros",
+                                           zType, bits, groupSize)
+                             : WeightOp();
     WeightOp scales =
         declarePart(builder, symbols, weight, "scales", sType, bits, groupSize);
     WeightOp qweight =
@@ -86,8 +104,11 @@ void QuantizeWeightsPass::runOnOperation() {
                                   qweight.getSymName());
     Value s = WeightRefOp::create(builder, ref.getLoc(), sType,
                                   scales.getSymName());
+    Value z = fourBit ? Value(WeightRefOp::create(builder, ref.getLoc(), zType,
+                                                  zeros.getSymName()))
+                      : Value();
     auto quantized = QuantizedLinearOp::create(
-        builder, linear.getLoc(), linear.getType(), linear.getInput(), q, s,
+        builder, linear.getLoc(), linear.getType(), linear.getInput(), q, s, z,
         builder.getI64IntegerAttr(bits), builder.getI64IntegerAttr(groupSize));
     linear.replaceAllUsesWith(quantized.getResult());
     linear.erase();

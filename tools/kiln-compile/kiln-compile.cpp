@@ -57,11 +57,16 @@ static cl::opt<Emit> emit(
                clEnumValN(Emit::Cpp, "cpp", "the emitted C++")),
     cl::init(Emit::Artifact), cl::cat(category));
 static cl::opt<std::string> quant(
-    "quant", cl::desc("Quantization recipe (docs/quantization.md): none or "
-                      "w8a16 (int8 weights, per-channel scales); w4a16-rtn, "
+    "quant", cl::desc("Quantization recipe (docs/quantization.md): none, "
+                      "w8a16 (int8 weights, per-channel scales) or w4a16-rtn "
+                      "(4-bit weights, group-wise scales and zero points); "
                       "w4a16-gptq, w4a16-awq and smoothquant are not "
                       "implemented yet"),
-    cl::init("none"), cl::value_desc("none|w8a16"), cl::cat(category));
+    cl::init("none"), cl::value_desc("none|w8a16|w4a16-rtn"), cl::cat(category));
+static cl::opt<int64_t> groupSize(
+    "group-size", cl::desc("Inputs per scale/zero-point group for 4-bit "
+                           "recipes (positive and even; default 128)"),
+    cl::init(128), cl::cat(category));
 static cl::opt<std::string> tokenizerPath(
     "tokenizer", cl::desc("Tokenizer file for llama2.c checkpoints (default: "
                           "a tok*.bin beside the model)"),
@@ -103,14 +108,18 @@ int main(int argc, char **argv) {
     return fail("unsupported --dtype='" + dtype + "' (expected f32, f16 or bf16)");
   if (emit == Emit::Artifact && outputDir.empty())
     return fail("no output: pass -o ARTIFACT or --emit=kiln|plan|cpp");
-  if (quant != "none" && quant != "w8a16") {
-    bool known = quant == "w4a16-rtn" || quant == "w4a16-gptq" ||
-                 quant == "w4a16-awq" || quant == "smoothquant";
+  if (quant != "none" && quant != "w8a16" && quant != "w4a16-rtn") {
+    bool known = quant == "w4a16-gptq" || quant == "w4a16-awq" ||
+                 quant == "smoothquant";
     return fail("--quant=" + quant +
-                (known ? " is not implemented yet (implemented: none, w8a16)"
+                (known ? " is not implemented yet (implemented: none, w8a16, "
+                         "w4a16-rtn)"
                        : " is not a quantization recipe (expected none, w8a16, "
                          "w4a16-rtn, w4a16-gptq, w4a16-awq or smoothquant)"));
   }
+  if (groupSize <= 0 || groupSize % 2 != 0)
+    return fail("unsupported --group-size=" + std::to_string(groupSize) +
+                " (expected a positive even number, e.g. 32, 64 or 128)");
   if (maxSeqLen < 0 || maxPrefillTokens < 0)
     return fail("--max-seq-len and --max-prefill-tokens must be positive");
 
@@ -147,6 +156,7 @@ int main(int argc, char **argv) {
   if (quant != "none") {
     QuantizeWeightsPassOptions quantOptions;
     quantOptions.scheme = quant;
+    quantOptions.groupSize = groupSize;
     graphPm.addPass(createQuantizeWeightsPass(quantOptions));
   }
   if (failed(graphPm.run(graph)))
@@ -198,8 +208,9 @@ int main(int argc, char **argv) {
   inputs.pipeline = quant == "none"
                        ? std::string(kPipeline)
                        : "kiln-verify,canonicalize,kiln-quantize-weights{scheme=" +
-                             quant + "},kiln-memory-plan,kiln-lower-to-plan,"
-                                     "canonicalize,kiln-plan-to-emitc";
+                             quant + " group-size=" + std::to_string(groupSize) +
+                             "},kiln-memory-plan,kiln-lower-to-plan,"
+                             "canonicalize,kiln-plan-to-emitc";
   inputs.quant = quant;
   if (auto err = writeArtifact(outputDir, inputs))
     return fail(llvm::toString(std::move(err)));

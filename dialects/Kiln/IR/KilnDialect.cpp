@@ -98,14 +98,21 @@ WeightTransformAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     auto bits = params ? params.getAs<IntegerAttr>("bits") : IntegerAttr();
     auto group = params ? params.getAs<IntegerAttr>("group_size") : IntegerAttr();
     auto part = params ? params.getAs<StringAttr>("part") : StringAttr();
-    if (!bits || bits.getInt() != 8)
-      return emitError() << "'quantize' transform needs 'bits' = 8";
+    if (!bits || (bits.getInt() != 8 && bits.getInt() != 4))
+      return emitError() << "'quantize' transform needs 'bits' = 8 or 4";
     if (!group || group.getInt() < 0)
       return emitError()
              << "'quantize' transform needs a non-negative 'group_size'";
-    if (!part || (part.getValue() != "qweight" && part.getValue() != "scales"))
-      return emitError() << "'quantize' transform needs 'part' = \"qweight\" "
-                            "or \"scales\"";
+    if (bits.getInt() == 4 && (group.getInt() == 0 || group.getInt() % 2))
+      return emitError() << "4-bit 'quantize' needs a positive even "
+                            "'group_size', got "
+                         << group.getInt();
+    if (!part || (part.getValue() != "qweight" && part.getValue() != "scales" &&
+                  part.getValue() != "zeros"))
+      return emitError() << "'quantize' transform needs 'part' = \"qweight\", "
+                            "\"scales\" or \"zeros\"";
+    if (part.getValue() == "zeros" && bits.getInt() != 4)
+      return emitError() << "only 4-bit 'quantize' has zero points";
     return success();
   }
   return emitError() << "unknown weight transform '" << kind << "'";

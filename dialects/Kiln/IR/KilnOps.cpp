@@ -67,10 +67,19 @@ LogicalResult WeightOp::verify() {
         return emitOpError() << "'quantize' needs a matrix source, got shape ["
                              << llvm::join(llvm::map_range(sourceShape, dimStr), ", ")
                              << "]";
-      if (t.getParams().getAs<StringAttr>("part").getValue() == "scales")
-        produced = {sourceShape[0]};
-      else
+      StringRef part = t.getParams().getAs<StringAttr>("part").getValue();
+      int64_t bits = t.getParams().getAs<IntegerAttr>("bits").getInt();
+      int64_t group = t.getParams().getAs<IntegerAttr>("group_size").getInt();
+      int64_t rows = sourceShape[0], cols = sourceShape[1];
+      if (part == "qweight") {
+        produced = {rows, bits == 4 ? llvm::divideCeil(cols, 2) : cols};
         quantizedToInt = true;
+      } else if (group == 0) {
+        produced = {rows};
+      } else {
+        produced = {rows, llvm::divideCeil(cols, group)};
+        quantizedToInt = part == "zeros";
+      }
       continue;
     }
     if (t.getKind() != "rope_half_to_adjacent")
@@ -91,7 +100,8 @@ LogicalResult WeightOp::verify() {
                          << "] but the weight is declared " << type;
   if (quantizedToInt != type.getElementType().isInteger(8))
     return emitOpError() << "an i8 weight must end with a 'quantize' "
-                            "transform producing \"qweight\", and only it; got "
+                            "transform producing \"qweight\" or \"zeros\", "
+                            "and only it; got "
                          << type;
   return success();
 }
@@ -168,14 +178,29 @@ LogicalResult QuantizedLinearOp::verify() {
   auto qweight = cast<RankedTensorType>(getQweight().getType());
   auto scales = cast<RankedTensorType>(getScales().getType());
   auto result = cast<RankedTensorType>(getResult().getType());
-  if (getBits() != 8)
-    return emitOpError() << "supports 8-bit weights, got " << getBits()
+  int64_t bits = getBits(), group = getGroupSize();
+  if (bits != 8 && bits != 4)
+    return emitOpError() << "supports 8-bit and 4-bit weights, got " << bits
                          << " bits";
-  int64_t out = qweight.getDimSize(0), in = qweight.getDimSize(1);
-  if (!compatibleDim(input.getDimSize(1), in))
-    return emitOpError() << "expects the input width "
-                         << dimStr(input.getDimSize(1))
-                         << " to equal the weight's in_features " << dimStr(in);
+  if (bits == 4 && (group <= 0 || group % 2 != 0))
+    return emitOpError() << "4-bit weights need a positive even group_size, got "
+                         << group;
+  if (bits == 8 && group != 0)
+    return emitOpError() << "8-bit weights are per-channel (group_size 0), got "
+                         << group;
+  if ((bits == 4) != static_cast<bool>(getZeroPoints()))
+    return emitOpError() << (bits == 4 ? "4-bit weights need zero_points"
+                                       : "8-bit weights are symmetric: no "
+                                         "zero_points");
+  int64_t out = qweight.getDimSize(0), in = input.getDimSize(1);
+  int64_t packed = qweight.getDimSize(1);
+  int64_t expectedPacked =
+      ShapedType::isDynamic(in) ? ShapedType::kDynamic
+                                : (bits == 4 ? llvm::divideCeil(in, 2) : in);
+  if (!compatibleDim(packed, expectedPacked))
+    return emitOpError() << "expects qweight rows of " << dimStr(expectedPacked)
+                         << " bytes for " << dimStr(in) << " inputs at " << bits
+                         << " bits, got " << dimStr(packed);
   if (!compatibleDim(result.getDimSize(1), out))
     return emitOpError() << "expects the result width "
                          << dimStr(result.getDimSize(1))
@@ -184,17 +209,27 @@ LogicalResult QuantizedLinearOp::verify() {
     return failure();
   if (failed(verifySameElementType(*this, input, result, "input", "result")))
     return failure();
-  int64_t group = getGroupSize();
   SmallVector<int64_t, 2> expected = {out};
   if (group > 0)
     expected.push_back(ShapedType::isDynamic(in) ? ShapedType::kDynamic
                                                  : llvm::divideCeil(in, group));
-  if (scales.getRank() != static_cast<int64_t>(expected.size()) ||
-      !llvm::all_of(llvm::zip_equal(scales.getShape(), expected),
-                    [](auto p) { return compatibleDim(std::get<0>(p), std::get<1>(p)); }))
-    return emitOpError() << "expects scales of shape ["
-                         << llvm::join(llvm::map_range(expected, dimStr), ", ")
-                         << "] for group_size " << group << ", got " << scales;
+  auto matches = [&](RankedTensorType t) {
+    return t.getRank() == static_cast<int64_t>(expected.size()) &&
+           llvm::all_of(llvm::zip_equal(t.getShape(), expected), [](auto p) {
+             return compatibleDim(std::get<0>(p), std::get<1>(p));
+           });
+  };
+  std::string shape =
+      "[" + llvm::join(llvm::map_range(expected, dimStr), ", ") + "]";
+  if (!matches(scales))
+    return emitOpError() << "expects scales of shape " << shape
+                         << " for group_size " << group << ", got " << scales;
+  if (auto zeros = getZeroPoints()) {
+    auto zerosType = cast<RankedTensorType>(zeros.getType());
+    if (!matches(zerosType))
+      return emitOpError() << "expects zero_points of shape " << shape
+                           << ", got " << zerosType;
+  }
   return success();
 }
 

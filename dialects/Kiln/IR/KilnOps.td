@@ -129,28 +129,37 @@ def Kiln_QuantizedLinearOp : Kiln_Op<"quantized_linear", [Pure]> {
   let description = [{
     Weight-only quantization (W8A16 / W4A16 in the serving stacks' terms):
     `result[n, out] = input[n, in] * W[out, in]^T` where
-    `W[o, i] = scales[o, g] * (qweight[o, i] - zero_points[o, g])`,
+    `W[o, i] = scales[o, g] * (q[o, i] - zero_points[o, g])`,
     `g = i / group_size` (one group per row when `group_size` is 0).
 
-    * `bits = 8`: `qweight` is `[out, in]` i8, symmetric (no zero points),
-      per-output-channel scales `[out]` (group_size 0) or groupwise
-      `[out, ceil(in / group_size)]`.
+    * `bits = 8`: `qweight` is `[out, in]` i8 (q in [-127, 127]),
+      symmetric (no zero points), scales `[out]` (group_size 0).
+    * `bits = 4`: `qweight` is `[out, ceil(in / 2)]` bytes, two unsigned
+      4-bit values per byte (element `2j` in the low nibble, `2j + 1` in the
+      high one); scales `[out, G]` f32 and zero points `[out, G]` (one byte
+      each, 0..15), `G = ceil(in / group_size)`; the last group of a row may
+      be shorter.
 
     Scales are f32; activations stay in the compute type.
 
     ```mlir
     %q = kiln.quantized_linear %x, %wq, %sq {bits = 8 : i64, group_size = 0 : i64}
         : tensor<?x64xf32>, tensor<64x64xi8>, tensor<64xf32> -> tensor<?x64xf32>
+    %f = kiln.quantized_linear %x, %w1, %s1, %z1 {bits = 4 : i64, group_size = 128 : i64}
+        : tensor<?x64xf32>, tensor<172x32xi8>, tensor<172x1xf32>, tensor<172x1xi8>
+        -> tensor<?x172xf32>
     ```
   }];
   let arguments = (ins Kiln_Activation:$input, 2DTensorOf<[I8]>:$qweight,
                        RankedTensorOf<[F32]>:$scales,
+                       Optional<2DTensorOf<[I8]>>:$zero_points,
                        ConfinedAttr<I64Attr, [IntPositive]>:$bits,
                        ConfinedAttr<I64Attr, [IntNonNegative]>:$group_size);
   let results = (outs Kiln_Activation:$result);
   let assemblyFormat = [{
-    $input `,` $qweight `,` $scales attr-dict `:` type($input) `,`
-    type($qweight) `,` type($scales) `->` type($result)
+    $input `,` $qweight `,` $scales (`,` $zero_points^)? attr-dict `:`
+    type($input) `,` type($qweight) `,` type($scales)
+    (`,` type($zero_points)^)? `->` type($result)
   }];
   let hasVerifier = 1;
 }

@@ -63,15 +63,18 @@ struct WeightTransform {
     /// (inverse of the permutation in HF's convert_llama_weights_to_hf.py).
     /// Param: heads (the number of heads of this projection).
     RopeHalfToAdjacent,
-    /// Symmetric round-to-nearest integer quantization of each row
-    /// (W8A16): scale = max|w_row| / 127, q = round(w / scale) in
-    /// [-127, 127]. `part` selects what the weight holds: the int8 values
-    /// ([out, in]) or the f32 scales ([out]). Always last; materializeWeight
-    /// stops before it (it yields the f32 tensor being quantized) and the
-    /// artifact writer applies it.
+    /// Round-to-nearest integer quantization of each row. 8 bits (W8A16):
+    /// symmetric, scale = max|w_row| / 127, q = round(w / scale) in
+    /// [-127, 127], int8 values [out, in] and f32 scales [out]. 4 bits
+    /// (W4A16 RTN): asymmetric per group of `groupSize` inputs (GPTQ's
+    /// quantizer), packed two per byte [out, ceil(in / 2)], f32 scales and
+    /// byte zero points [out, ceil(in / groupSize)]. `part` selects which of
+    /// these the weight holds. Always last; materializeWeight stops before it
+    /// (it yields the f32 tensor being quantized) and the artifact writer
+    /// applies it.
     Quantize,
   };
-  enum class QuantPart { QWeight, Scales };
+  enum class QuantPart { QWeight, Scales, Zeros };
   Kind kind;
   int64_t heads = 0;        ///< RopeHalfToAdjacent
   int64_t bits = 0;         ///< Quantize: 8

@@ -146,10 +146,18 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
           })
           .Case([&](QuantizedLinearOp q) {
             auto qweight = cast<RankedTensorType>(q.getQweight().getType());
-            call("kiln_k_linear_w8a16",
-                 {in(q.getInput()), in(q.getQweight()), in(q.getScales()), *out,
-                  rows(q.getInput()), indexConst(qweight.getDimSize(1)),
-                  indexConst(qweight.getDimSize(0))});
+            Value inFeatures = width(q.getInput());
+            Value outFeatures = indexConst(qweight.getDimSize(0));
+            if (q.getBits() == 8) {
+              call("kiln_k_linear_w8a16",
+                   {in(q.getInput()), in(q.getQweight()), in(q.getScales()),
+                    *out, rows(q.getInput()), inFeatures, outFeatures});
+              return success();
+            }
+            call("kiln_k_linear_w4a16",
+                 {in(q.getInput()), in(q.getQweight()), in(q.getScales()),
+                  in(q.getZeroPoints()), *out, rows(q.getInput()), inFeatures,
+                  outFeatures, indexConst(q.getGroupSize())});
             return success();
           })
           .Case([&](RopeOp r) -> LogicalResult {

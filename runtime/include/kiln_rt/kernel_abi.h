@@ -201,6 +201,54 @@ void kiln_k_linear_w8a16_bf16_f32(const kiln_bf16_t *x, const int8_t *qweight,
                                   const float *scales, float *y, int64_t n,
                                   int64_t in, int64_t out);
 
+/*===-- W4A16: packed 4-bit weights, group-wise asymmetric scales ---------===*
+ *
+ * Weight-only 4-bit linear layers (round-to-nearest, the GPTQ / AWQ storage
+ * family). A weight matrix W [out, in] is stored with group size gs (> 0 and
+ * even, guaranteed by the compiler), G = ceil(in / gs) groups per row (the
+ * last one shorter when gs does not divide in, e.g. in 172, gs 128: 128 + 44):
+ *   qweight int8 bytes [out, ceil(in / 2)], row-major, two unsigned 4-bit
+ *           values per byte: byte j of row o holds q[o, 2j] in its low nibble
+ *           and q[o, 2j + 1] in its high nibble (for odd in, the high nibble
+ *           of a row's last byte is padding, written 0 and never read);
+ *   scales  float32 [out, G];
+ *   zeros   int8 bytes [out, G], values 0..15 (one byte each, not packed);
+ *   W[o, i] = scales[o, g] * (q[o, i] - zeros[o, g]),  g = i / gs.
+ * Activations x, y as for W8A16: element type of the suffix, x [n, in],
+ * y [n, out]. Each output is
+ *   y[r, o] = sum_g scales[o, g] * sum_{i in g} float(x[r, i]) *
+ *                                                float(q[o, i] - zeros[o, g])
+ * (q - zero is an exact small integer) accumulated in float, or the same sum
+ * over float(x) * float(scales[o, g] * (q - zero)) (prefill), then for 16-bit
+ * outputs rounded once to nearest even. This equals kiln_k_linear on the
+ * dequantized float32 weights up to float rounding and accumulation order; a
+ * row whose scales are all 0 gives exactly 0. y must not alias x. Any in, out;
+ * no alignment required.
+ *===----------------------------------------------------------------------===*/
+
+void kiln_k_linear_w4a16(const float *x, const int8_t *qweight,
+                         const float *scales, const int8_t *zeros, float *y,
+                         int64_t n, int64_t in, int64_t out,
+                         int64_t group_size);
+void kiln_k_linear_w4a16_f16(const kiln_f16_t *x, const int8_t *qweight,
+                             const float *scales, const int8_t *zeros,
+                             kiln_f16_t *y, int64_t n, int64_t in, int64_t out,
+                             int64_t group_size);
+void kiln_k_linear_w4a16_bf16(const kiln_bf16_t *x, const int8_t *qweight,
+                              const float *scales, const int8_t *zeros,
+                              kiln_bf16_t *y, int64_t n, int64_t in,
+                              int64_t out, int64_t group_size);
+/// 16-bit activations, float32 output (a quantized classifier producing
+/// logits), like kiln_k_linear_w8a16_{f16,bf16}_f32.
+void kiln_k_linear_w4a16_f16_f32(const kiln_f16_t *x, const int8_t *qweight,
+                                 const float *scales, const int8_t *zeros,
+                                 float *y, int64_t n, int64_t in, int64_t out,
+                                 int64_t group_size);
+void kiln_k_linear_w4a16_bf16_f32(const kiln_bf16_t *x, const int8_t *qweight,
+                                  const float *scales, const int8_t *zeros,
+                                  float *y, int64_t n, int64_t in, int64_t out,
+                                  int64_t group_size);
+
 #ifdef __cplusplus
 }
 #endif

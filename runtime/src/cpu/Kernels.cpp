@@ -13,7 +13,10 @@
 // layers with n > 1 (16-bit weights are converted to float one tile at a time).
 // W8A16 linear layers (int8 weights, per-row float scales) follow the 16-bit
 // linear: int8 GEMV widened in registers for decode, tiles widened to float
-// for sgemm in prefill, the row scale applied to each finished sum.
+// for sgemm in prefill, the row scale applied to each finished sum. W4A16
+// (packed unsigned nibbles, per-group scales and zeros) likewise: nibbles
+// unpacked and zero-shifted in registers for decode (each group's sum scaled
+// into the total), tiles dequantized to float for sgemm in prefill.
 //
 //===----------------------------------------------------------------------===//
 #include "cpu/Kernels.h"
@@ -134,6 +137,44 @@ static void gemvI8(const float *x, const int8_t *q, const float *scales,
       for (int l = 0; l < s; ++l)
         acc[l] += acc[l + s];
     y[r] = scales[r] * (acc[0] + tail);
+  }
+}
+static void dequantQ4(const int8_t *q, const float *scales, const int8_t *zeros,
+                      float *dst, int64_t begin, int64_t count,
+                      int64_t groupSize) {
+  const int64_t end = begin + count;
+  for (int64_t i = begin; i < end;) {
+    const int64_t g = i / groupSize, e = std::min(end, (g + 1) * groupSize);
+    const float s = scales[g];
+    const int z = zeros[g];
+    for (; i < e; ++i)
+      *dst++ = s * float(q4At(q, i) - z);
+  }
+}
+static void gemvQ4(const float *x, const int8_t *q, const float *scales,
+                   const int8_t *zeros, float *y, int64_t in, int64_t rows,
+                   int64_t groupSize) {
+  const int64_t rowBytes = q4RowBytes(in), groups = q4Groups(in, groupSize);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int8_t *qr = q + r * rowBytes;
+    float total = 0.0f;
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t c0 = g * groupSize, c1 = std::min(in, c0 + groupSize);
+      const int z = zeros[r * groups + g];
+      float acc[8] = {0};
+      int64_t j = c0;
+      for (; j + 8 <= c1; j += 8)
+        for (int l = 0; l < 8; ++l)
+          acc[l] += x[j + l] * float(q4At(qr, j + l) - z);
+      float tail = 0.0f;
+      for (; j < c1; ++j)
+        tail += x[j] * float(q4At(qr, j) - z);
+      for (int s = 4; s > 0; s >>= 1)
+        for (int l = 0; l < s; ++l)
+          acc[l] += acc[l + s];
+      total += scales[r * groups + g] * (acc[0] + tail);
+    }
+    y[r] = total;
   }
 }
 } // namespace generic
@@ -284,6 +325,131 @@ static void gemvI8(const float *x, const int8_t *q, const float *scales,
   for (; r < rows; ++r)
     dotRowsI8<1>(x, q + r * in, scales + r, y + r, in);
 }
+/// Nibbles of `b` (low byte lane k holds elements 2k, 2k + 1) as int8 values
+/// q - z in element order: lo = elements of bytes 0..7, hi = of bytes 8..15.
+static inline __m128i nibLo(__m128i b, __m128i z) {
+  const __m128i m = _mm_set1_epi8(0x0f);
+  return _mm_sub_epi8(_mm_unpacklo_epi8(_mm_and_si128(b, m),
+                                        _mm_and_si128(_mm_srli_epi16(b, 4), m)),
+                      z);
+}
+static inline __m128i nibHi(__m128i b, __m128i z) {
+  const __m128i m = _mm_set1_epi8(0x0f);
+  return _mm_sub_epi8(_mm_unpackhi_epi8(_mm_and_si128(b, m),
+                                        _mm_and_si128(_mm_srli_epi16(b, 4), m)),
+                      z);
+}
+/// 16 elements (8 bytes at p) / 8 elements (4 bytes; bytes 8..15 of the
+/// result are -z) as int8 q - z.
+static inline __m128i nib16(const int8_t *p, __m128i z) {
+  return nibLo(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p)), z);
+}
+static inline __m128i nib8(const int8_t *p, __m128i z) {
+  int32_t w;
+  std::memcpy(&w, p, sizeof(w));
+  return nibLo(_mm_cvtsi32_si128(w), z);
+}
+/// int8 lanes 0..7 / 8..15 of v as float.
+static inline __m256 i8Lo8(__m128i v) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+}
+static inline __m256 i8Hi8(__m128i v) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(v, v)));
+}
+static void dequantQ4(const int8_t *q, const float *scales, const int8_t *zeros,
+                      float *dst, int64_t begin, int64_t count,
+                      int64_t groupSize) {
+  const int64_t end = begin + count;
+  for (int64_t i = begin; i < end;) {
+    const int64_t g = i / groupSize, e = std::min(end, (g + 1) * groupSize);
+    const float s = scales[g];
+    const int zi = zeros[g];
+    if (i & 1) // only when begin is odd: realign to a byte
+      *dst++ = s * float(q4At(q, i++) - zi);
+    const __m128i z = _mm_set1_epi8(char(zi));
+    const __m256 sv = _mm256_set1_ps(s);
+    for (; i + 16 <= e; i += 16, dst += 16) {
+      const __m128i v = nib16(q + (i >> 1), z);
+      _mm256_storeu_ps(dst, _mm256_mul_ps(i8Lo8(v), sv));
+      _mm256_storeu_ps(dst + 8, _mm256_mul_ps(i8Hi8(v), sv));
+    }
+    for (; i < e; ++i)
+      *dst++ = s * float(q4At(q, i) - zi);
+  }
+}
+/// y[0, R) for R packed 4-bit rows at once (rows rowBytes apart): per group,
+/// two accumulators per row of x * (q - z) (16, then 8 elements a step, x
+/// loaded once for all rows), scaled into a vector total per row; scalar
+/// tail of a group below 8 elements.
+template <int R>
+static inline void dotRowsQ4(const float *x, const int8_t *q, int64_t rowBytes,
+                             const float *scales, const int8_t *zeros,
+                             int64_t groups, float *y, int64_t in,
+                             int64_t groupSize) {
+  __m256 tot[R];
+  float tail[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    tot[r] = _mm256_setzero_ps();
+    tail[r] = 0.0f;
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t c0 = g * groupSize, c1 = std::min(in, c0 + groupSize);
+    __m256 a[R], b[R];
+    __m128i z[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      a[r] = b[r] = _mm256_setzero_ps();
+      z[r] = _mm_set1_epi8(char(zeros[r * groups + g]));
+    }
+    int64_t j = c0; // even: groupSize is
+    for (; j + 16 <= c1; j += 16) {
+      const __m256 xa = _mm256_loadu_ps(x + j), xb = _mm256_loadu_ps(x + j + 8);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m128i v = nib16(q + r * rowBytes + (j >> 1), z[r]);
+        a[r] = _mm256_fmadd_ps(i8Lo8(v), xa, a[r]);
+        b[r] = _mm256_fmadd_ps(i8Hi8(v), xb, b[r]);
+      }
+    }
+    if (j + 8 <= c1) {
+      const __m256 xa = _mm256_loadu_ps(x + j);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r)
+        a[r] = _mm256_fmadd_ps(i8Lo8(nib8(q + r * rowBytes + (j >> 1), z[r])),
+                               xa, a[r]);
+      j += 8;
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const float sc = scales[r * groups + g];
+      tot[r] = _mm256_fmadd_ps(_mm256_add_ps(a[r], b[r]), _mm256_set1_ps(sc),
+                               tot[r]);
+      if (j < c1) {
+        const int zi = zeros[r * groups + g];
+        float t = 0.0f;
+        for (int64_t k = j; k < c1; ++k)
+          t += x[k] * float(q4At(q + r * rowBytes, k) - zi);
+        tail[r] += sc * t;
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+    y[r] = hsum(tot[r]) + tail[r];
+}
+static void gemvQ4(const float *x, const int8_t *q, const float *scales,
+                   const int8_t *zeros, float *y, int64_t in, int64_t rows,
+                   int64_t groupSize) {
+  const int64_t rowBytes = q4RowBytes(in), groups = q4Groups(in, groupSize);
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4)
+    dotRowsQ4<4>(x, q + r * rowBytes, rowBytes, scales + r * groups,
+                 zeros + r * groups, groups, y + r, in, groupSize);
+  for (; r < rows; ++r)
+    dotRowsQ4<1>(x, q + r * rowBytes, rowBytes, scales + r * groups,
+                 zeros + r * groups, groups, y + r, in, groupSize);
+}
 } // namespace avx2
 #pragma GCC pop_options
 
@@ -427,6 +593,119 @@ static void gemvI8(const float *x, const int8_t *q, const float *scales,
   for (; r < rows; ++r)
     dotRowsI8<1>(x, q + r * in, scales + r, y + r, in);
 }
+/// 16 int8 lanes as 16 floats.
+static inline __m512 i8x16(__m128i v) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v));
+}
+static void dequantQ4(const int8_t *q, const float *scales, const int8_t *zeros,
+                      float *dst, int64_t begin, int64_t count,
+                      int64_t groupSize) {
+  const int64_t end = begin + count;
+  for (int64_t i = begin; i < end;) {
+    const int64_t g = i / groupSize, e = std::min(end, (g + 1) * groupSize);
+    const float s = scales[g];
+    const int zi = zeros[g];
+    if (i & 1) // only when begin is odd: realign to a byte
+      *dst++ = s * float(q4At(q, i++) - zi);
+    const __m128i z = _mm_set1_epi8(char(zi));
+    const __m512 sv = _mm512_set1_ps(s);
+    for (; i + 32 <= e; i += 32, dst += 32) {
+      const __m128i b =
+          _mm_loadu_si128(reinterpret_cast<const __m128i *>(q + (i >> 1)));
+      _mm512_storeu_ps(dst, _mm512_mul_ps(i8x16(avx2::nibLo(b, z)), sv));
+      _mm512_storeu_ps(dst + 16, _mm512_mul_ps(i8x16(avx2::nibHi(b, z)), sv));
+    }
+    if (i + 16 <= e) {
+      _mm512_storeu_ps(dst,
+                       _mm512_mul_ps(i8x16(avx2::nib16(q + (i >> 1), z)), sv));
+      i += 16;
+      dst += 16;
+    }
+    for (; i < e; ++i)
+      *dst++ = s * float(q4At(q, i) - zi);
+  }
+}
+/// avx2::dotRowsQ4 with 32 elements a step (one 16-byte load of nibbles per
+/// row), then 16, then 8 (x masked to 8 lanes).
+template <int R>
+static inline void dotRowsQ4(const float *x, const int8_t *q, int64_t rowBytes,
+                             const float *scales, const int8_t *zeros,
+                             int64_t groups, float *y, int64_t in,
+                             int64_t groupSize) {
+  __m512 tot[R];
+  float tail[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    tot[r] = _mm512_setzero_ps();
+    tail[r] = 0.0f;
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t c0 = g * groupSize, c1 = std::min(in, c0 + groupSize);
+    __m512 a[R], b[R];
+    __m128i z[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      a[r] = b[r] = _mm512_setzero_ps();
+      z[r] = _mm_set1_epi8(char(zeros[r * groups + g]));
+    }
+    int64_t j = c0; // even: groupSize is
+    for (; j + 32 <= c1; j += 32) {
+      const __m512 xa = _mm512_loadu_ps(x + j), xb = _mm512_loadu_ps(x + j + 16);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m128i v = _mm_loadu_si128(
+            reinterpret_cast<const __m128i *>(q + r * rowBytes + (j >> 1)));
+        a[r] = _mm512_fmadd_ps(i8x16(avx2::nibLo(v, z[r])), xa, a[r]);
+        b[r] = _mm512_fmadd_ps(i8x16(avx2::nibHi(v, z[r])), xb, b[r]);
+      }
+    }
+    if (j + 16 <= c1) {
+      const __m512 xa = _mm512_loadu_ps(x + j);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r)
+        a[r] = _mm512_fmadd_ps(
+            i8x16(avx2::nib16(q + r * rowBytes + (j >> 1), z[r])), xa, a[r]);
+      j += 16;
+    }
+    if (j + 8 <= c1) {
+      // Lanes 8..15 of x are 0 (the weight lanes there hold -z).
+      const __m512 xa = _mm512_maskz_loadu_ps(__mmask16(0x00ff), x + j);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r)
+        b[r] = _mm512_fmadd_ps(
+            i8x16(avx2::nib8(q + r * rowBytes + (j >> 1), z[r])), xa, b[r]);
+      j += 8;
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const float sc = scales[r * groups + g];
+      tot[r] = _mm512_fmadd_ps(_mm512_add_ps(a[r], b[r]), _mm512_set1_ps(sc),
+                               tot[r]);
+      if (j < c1) {
+        const int zi = zeros[r * groups + g];
+        float t = 0.0f;
+        for (int64_t k = j; k < c1; ++k)
+          t += x[k] * float(q4At(q + r * rowBytes, k) - zi);
+        tail[r] += sc * t;
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+    y[r] = _mm512_reduce_add_ps(tot[r]) + tail[r];
+}
+static void gemvQ4(const float *x, const int8_t *q, const float *scales,
+                   const int8_t *zeros, float *y, int64_t in, int64_t rows,
+                   int64_t groupSize) {
+  const int64_t rowBytes = q4RowBytes(in), groups = q4Groups(in, groupSize);
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4)
+    dotRowsQ4<4>(x, q + r * rowBytes, rowBytes, scales + r * groups,
+                 zeros + r * groups, groups, y + r, in, groupSize);
+  for (; r < rows; ++r)
+    dotRowsQ4<1>(x, q + r * rowBytes, rowBytes, scales + r * groups,
+                 zeros + r * groups, groups, y + r, in, groupSize);
+}
 } // namespace avx512
 #pragma GCC pop_options
 
@@ -493,6 +772,17 @@ void widenI8(const int8_t *src, float *dst, int64_t count) {
 void gemvRowsI8(const float *x, const int8_t *q, const float *scales, float *y,
                 int64_t in, int64_t rows) {
   KILN_DISPATCH(gemvI8, x, q, scales, y, in, rows);
+}
+void dequantRowQ4(const int8_t *q, const float *scales, const int8_t *zeros,
+                  float *dst, int64_t begin, int64_t count, int64_t groupSize) {
+  KILN_DISPATCH(dequantQ4, q, scales, zeros, dst, begin, count, groupSize);
+}
+void gemvRowsQ4(const float *x, const int8_t *q, const float *scales,
+                const int8_t *zeros, float *y, int64_t in, int64_t rows,
+                int64_t groupSize) {
+  if (groupSize & 1) // never emitted; the SIMD paths assume byte-aligned groups
+    return generic::gemvQ4(x, q, scales, zeros, y, in, rows, groupSize);
+  KILN_DISPATCH(gemvQ4, x, q, scales, zeros, y, in, rows, groupSize);
 }
 #undef KILN_DISPATCH
 
@@ -775,6 +1065,107 @@ static void linearW8(const typename E::T *x, const int8_t *q,
         if constexpr (!floatOut)
           E::narrow(ci, y + i * out + r0, rows);
       }
+    }
+  }
+}
+
+/// W4A16: y[n, out] = x[n, in] * W^T with W[o, i] = scales[o, g] * (q[o, i]
+/// - zeros[o, g]), g = i / groupSize, q packed two nibbles a byte
+/// (kernel_abi.h), for x of E::T; OutT is E::T, or float for 16-bit x with
+/// float32 output.
+template <class E, class OutT>
+static void linearW4(const typename E::T *x, const int8_t *q,
+                     const float *scales, const int8_t *zeros, OutT *y,
+                     int64_t n, int64_t in, int64_t out, int64_t groupSize) {
+  constexpr bool floatOut = std::is_same_v<OutT, float>;
+  if (n <= 0 || out <= 0)
+    return;
+  if (in <= 0) {
+    std::memset(static_cast<void *>(y), 0, sizeof(OutT) * size_t(n * out));
+    return;
+  }
+  if (groupSize <= 0) // never emitted (the compiler checks): treat as one group
+    groupSize = in + (in & 1);
+  const int64_t rowBytes = q4RowBytes(in), groups = q4Groups(in, groupSize);
+  if (n == 1) {
+    // Decode: memory-bound GEMV reading half a byte per weight, nibbles
+    // unpacked in registers, rows split over threads; x is widened once.
+    const float *xf = loadRow<E>(x, in, 0);
+    bool parallel = out * in > kParallelGrain;
+#pragma omp parallel if (parallel)
+    {
+      int t = omp_get_thread_num(), nt = omp_get_num_threads();
+      int64_t chunk = (out + nt - 1) / nt;
+      int64_t begin = std::min<int64_t>(out, t * chunk);
+      int64_t end = std::min<int64_t>(out, begin + chunk);
+      if (end > begin) {
+        const int8_t *qb = q + begin * rowBytes;
+        const float *sb = scales + begin * groups;
+        const int8_t *zb = zeros + begin * groups;
+        if constexpr (floatOut) {
+          gemvRowsQ4(xf, qb, sb, zb, y + begin, in, end - begin, groupSize);
+        } else {
+          float *yf = scratch(1, end - begin);
+          gemvRowsQ4(xf, qb, sb, zb, yf, in, end - begin, groupSize);
+          E::narrow(yf, y + begin, end - begin);
+        }
+      }
+    }
+    return;
+  }
+  // Prefill: x as float (widened once for 16-bit); each thread owns a slice
+  // of the rows and runs a single-threaded sgemm per tile of weights
+  // dequantized to float (scale * (q - zero), rounded once), accumulating
+  // over depth. Memory beyond x: one 256 KiB tile (+ n x 128 outputs for
+  // 16-bit y) per thread.
+  setBlasSingleThreaded();
+  std::vector<float> xBuf;
+  const float *xf;
+  if constexpr (kIsF32<E>) {
+    xf = x;
+  } else {
+    xBuf.resize(size_t(n * in));
+    xf = xBuf.data();
+  }
+  bool parallel = n * out * in > kParallelGrain;
+#pragma omp parallel if (parallel)
+  {
+    if constexpr (!kIsF32<E>) {
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < n; ++i)
+        E::widen(x + i * in, xBuf.data() + i * in, in);
+    }
+    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    int64_t chunk = ((out + nt - 1) / nt + 15) / 16 * 16;
+    int64_t begin = std::min<int64_t>(out, t * chunk);
+    int64_t end = std::min<int64_t>(out, begin + chunk);
+    float *wTile = scratch(1, kTileRows * kTileDepth);
+    for (int64_t r0 = begin; r0 < end; r0 += kTileRows) {
+      int64_t rows = std::min(kTileRows, end - r0);
+      float *c;
+      int64_t ldc;
+      if constexpr (floatOut) {
+        c = y + r0;
+        ldc = out;
+      } else {
+        c = scratch(2, n * rows);
+        ldc = rows;
+      }
+      for (int64_t k0 = 0; k0 < in; k0 += kTileDepth) {
+        int64_t depth = std::min(kTileDepth, in - k0);
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t o = r0 + r;
+          dequantRowQ4(q + o * rowBytes, scales + o * groups,
+                       zeros + o * groups, wTile + r * depth, k0, depth,
+                       groupSize);
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),
+                    int(depth), 1.0f, xf + k0, int(in), wTile, int(depth),
+                    k0 == 0 ? 0.0f : 1.0f, c, int(ldc));
+      }
+      if constexpr (!floatOut)
+        for (int64_t i = 0; i < n; ++i)
+          E::narrow(c + i * rows, y + i * out + r0, rows);
     }
   }
 }
@@ -1150,6 +1541,38 @@ void kiln_k_linear_w8a16_bf16_f32(const kiln_bf16_t *x, const int8_t *qweight,
                                   const float *scales, float *y, int64_t n,
                                   int64_t in, int64_t out) {
   linearW8<Bf16>(x, qweight, scales, y, n, in, out);
+}
+
+// W4A16 (kernel_abi.h): packed 4-bit weights, group-wise scales and zeros.
+void kiln_k_linear_w4a16(const float *x, const int8_t *qweight,
+                         const float *scales, const int8_t *zeros, float *y,
+                         int64_t n, int64_t in, int64_t out,
+                         int64_t group_size) {
+  linearW4<F32>(x, qweight, scales, zeros, y, n, in, out, group_size);
+}
+void kiln_k_linear_w4a16_f16(const kiln_f16_t *x, const int8_t *qweight,
+                             const float *scales, const int8_t *zeros,
+                             kiln_f16_t *y, int64_t n, int64_t in, int64_t out,
+                             int64_t group_size) {
+  linearW4<F16>(x, qweight, scales, zeros, y, n, in, out, group_size);
+}
+void kiln_k_linear_w4a16_bf16(const kiln_bf16_t *x, const int8_t *qweight,
+                              const float *scales, const int8_t *zeros,
+                              kiln_bf16_t *y, int64_t n, int64_t in,
+                              int64_t out, int64_t group_size) {
+  linearW4<Bf16>(x, qweight, scales, zeros, y, n, in, out, group_size);
+}
+void kiln_k_linear_w4a16_f16_f32(const kiln_f16_t *x, const int8_t *qweight,
+                                 const float *scales, const int8_t *zeros,
+                                 float *y, int64_t n, int64_t in, int64_t out,
+                                 int64_t group_size) {
+  linearW4<F16>(x, qweight, scales, zeros, y, n, in, out, group_size);
+}
+void kiln_k_linear_w4a16_bf16_f32(const kiln_bf16_t *x, const int8_t *qweight,
+                                  const float *scales, const int8_t *zeros,
+                                  float *y, int64_t n, int64_t in, int64_t out,
+                                  int64_t group_size) {
+  linearW4<Bf16>(x, qweight, scales, zeros, y, n, in, out, group_size);
 }
 
 } // extern "C"

@@ -118,6 +118,40 @@ void widenI8(const int8_t *src, float *dst, int64_t count);
 void gemvRowsI8(const float *x, const int8_t *q, const float *scales, float *y,
                 int64_t in, int64_t rows);
 
+//===----------------------------------------------------------------------===//
+// packed 4-bit weights (W4A16)
+//===----------------------------------------------------------------------===//
+//
+// One row of a W4A16 weight (kernel_abi.h): q packed two unsigned nibbles a
+// byte (element 2j low, 2j + 1 high), ceil(in / 2) bytes; scales float and
+// zeros bytes (0..15), one per group of groupSize (> 0, even) elements.
+
+/// Bytes of one packed row of `in` 4-bit elements.
+inline int64_t q4RowBytes(int64_t in) { return (in + 1) / 2; }
+/// Groups of one row: ceil(in / groupSize).
+inline int64_t q4Groups(int64_t in, int64_t groupSize) {
+  return (in + groupSize - 1) / groupSize;
+}
+/// Element i of a packed row, 0..15.
+inline int q4At(const int8_t *row, int64_t i) {
+  uint8_t b = uint8_t(row[i >> 1]);
+  return (i & 1) ? b >> 4 : b & 0x0f;
+}
+
+/// dst[k] = scales[g] * float(q[begin + k] - zeros[g]), g = (begin + k) /
+/// groupSize, for k < count: elements [begin, begin + count) of one row
+/// dequantized (the product rounded once). SIMD-dispatched.
+void dequantRowQ4(const int8_t *q, const float *scales, const int8_t *zeros,
+                  float *dst, int64_t begin, int64_t count, int64_t groupSize);
+
+/// y[r] = sum_g scales[r, g] * sum_{i in g} x[i] * float(q[r, i] -
+/// zeros[r, g]) for r in [0, rows): q rows of q4RowBytes(in) bytes, scales and
+/// zeros rows of q4Groups(in, groupSize) entries, read directly (nibbles
+/// unpacked in registers). Single-threaded; SIMD-dispatched.
+void gemvRowsQ4(const float *x, const int8_t *q, const float *scales,
+                const int8_t *zeros, float *y, int64_t in, int64_t rows,
+                int64_t groupSize);
+
 } // namespace kiln::rt::cpu
 
 #endif // KILN_RUNTIME_CPU_KERNELS_H

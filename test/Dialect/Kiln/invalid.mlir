@@ -264,36 +264,71 @@ func.func @negative_logits_shape(%h: tensor<?x16xf32>, %w: tensor<32x16xf32>) {
 // -----
 
 func.func @negative_quantized_linear_bits(%x: tensor<?x16xf32>, %q: tensor<8x16xi8>, %s: tensor<8xf32>) {
-  // expected-error @+1 {{'kiln.quantized_linear' op supports 8-bit weights, got 4 bits}}
-  %y = kiln.quantized_linear %x, %q, %s {bits = 4 : i64, group_size = 0 : i64} : tensor<?x16xf32>, tensor<8x16xi8>, tensor<8xf32> -> tensor<?x8xf32>
+  // expected-error @+1 {{'kiln.quantized_linear' op supports 8-bit and 4-bit weights, got 3 bits}}
+  %y = kiln.quantized_linear %x, %q, %s {bits = 3 : i64, group_size = 0 : i64} : tensor<?x16xf32>, tensor<8x16xi8>, tensor<8xf32> -> tensor<?x8xf32>
   return
 }
 
 // -----
 
 func.func @negative_quantized_linear_in(%x: tensor<?x12xf32>, %q: tensor<8x16xi8>, %s: tensor<8xf32>) {
-  // expected-error @+1 {{'kiln.quantized_linear' op expects the input width 12 to equal the weight's in_features 16}}
+  // expected-error @+1 {{'kiln.quantized_linear' op expects qweight rows of 12 bytes for 12 inputs at 8 bits, got 16}}
   %y = kiln.quantized_linear %x, %q, %s {bits = 8 : i64, group_size = 0 : i64} : tensor<?x12xf32>, tensor<8x16xi8>, tensor<8xf32> -> tensor<?x8xf32>
   return
 }
 
 // -----
 
-func.func @negative_quantized_linear_scales(%x: tensor<?x16xf32>, %q: tensor<8x16xi8>, %s: tensor<8xf32>) {
-  // Groups of 4 need [8, 4] scales.
+func.func @negative_quantized_linear_scales(%x: tensor<?x16xf32>, %q: tensor<8x8xi8>, %s: tensor<8xf32>, %z: tensor<8x4xi8>) {
+  // 4-bit groups of 4 over 16 inputs need [8, 4] scales.
   // expected-error @+1 {{'kiln.quantized_linear' op expects scales of shape [8, 4] for group_size 4, got 'tensor<8xf32>'}}
-  %y = kiln.quantized_linear %x, %q, %s {bits = 8 : i64, group_size = 4 : i64} : tensor<?x16xf32>, tensor<8x16xi8>, tensor<8xf32> -> tensor<?x8xf32>
+  %y = kiln.quantized_linear %x, %q, %s, %z {bits = 4 : i64, group_size = 4 : i64} : tensor<?x16xf32>, tensor<8x8xi8>, tensor<8xf32>, tensor<8x4xi8> -> tensor<?x8xf32>
   return
 }
 
 // -----
 
-// expected-error @+1 {{'quantize' transform needs 'part' = "qweight" or "scales"}}
-kiln.weight @w : tensor<4x16xi8> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [4, 16], offset = 0, bytes = 256>, transforms = [#kiln.transform<"quantize", {bits = 8 : i64, group_size = 0 : i64, part = "zeros"}>]}
+func.func @negative_quantized_linear_packing(%x: tensor<?x16xf32>, %q: tensor<8x16xi8>, %s: tensor<8x1xf32>, %z: tensor<8x1xi8>) {
+  // Two 4-bit values per byte: 16 inputs are 8 bytes per row.
+  // expected-error @+1 {{'kiln.quantized_linear' op expects qweight rows of 8 bytes for 16 inputs at 4 bits, got 16}}
+  %y = kiln.quantized_linear %x, %q, %s, %z {bits = 4 : i64, group_size = 16 : i64} : tensor<?x16xf32>, tensor<8x16xi8>, tensor<8x1xf32>, tensor<8x1xi8> -> tensor<?x8xf32>
+  return
+}
 
 // -----
 
-// expected-error @+1 {{'kiln.weight' op an i8 weight must end with a 'quantize' transform producing "qweight", and only it; got 'tensor<4x16xi8>'}}
+func.func @negative_quantized_linear_no_zeros(%x: tensor<?x16xf32>, %q: tensor<8x8xi8>, %s: tensor<8x1xf32>) {
+  // expected-error @+1 {{'kiln.quantized_linear' op 4-bit weights need zero_points}}
+  %y = kiln.quantized_linear %x, %q, %s {bits = 4 : i64, group_size = 16 : i64} : tensor<?x16xf32>, tensor<8x8xi8>, tensor<8x1xf32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_quantized_linear_odd_group(%x: tensor<?x16xf32>, %q: tensor<8x8xi8>, %s: tensor<8x6xf32>, %z: tensor<8x6xi8>) {
+  // expected-error @+1 {{'kiln.quantized_linear' op 4-bit weights need a positive even group_size, got 3}}
+  %y = kiln.quantized_linear %x, %q, %s, %z {bits = 4 : i64, group_size = 3 : i64} : tensor<?x16xf32>, tensor<8x8xi8>, tensor<8x6xf32>, tensor<8x6xi8> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'quantize' transform needs 'part' = "qweight", "scales" or "zeros"}}
+kiln.weight @w : tensor<4x16xi8> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [4, 16], offset = 0, bytes = 256>, transforms = [#kiln.transform<"quantize", {bits = 8 : i64, group_size = 0 : i64, part = "signs"}>]}
+
+// -----
+
+// expected-error @+1 {{only 4-bit 'quantize' has zero points}}
+kiln.weight @w : tensor<4x1xi8> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [4, 16], offset = 0, bytes = 256>, transforms = [#kiln.transform<"quantize", {bits = 8 : i64, group_size = 0 : i64, part = "zeros"}>]}
+
+// -----
+
+// expected-error @+1 {{4-bit 'quantize' needs a positive even 'group_size', got 0}}
+kiln.weight @w : tensor<4x8xi8> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [4, 16], offset = 0, bytes = 256>, transforms = [#kiln.transform<"quantize", {bits = 4 : i64, group_size = 0 : i64, part = "qweight"}>]}
+
+// -----
+
+// expected-error @+1 {{'kiln.weight' op an i8 weight must end with a 'quantize' transform producing "qweight" or "zeros", and only it; got 'tensor<4x16xi8>'}}
 kiln.weight @w : tensor<4x16xi8> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [4, 16], offset = 0, bytes = 256>, transforms = []}
 
 // -----
