@@ -32,3 +32,14 @@
 // CPP-NOT: kiln_k_linear(
 // CPP: KILN_LOGITS
 // CPP: kiln_k_linear(
+
+// W4A16 RTN: 4-bit values packed two per byte, group-wise f32 scales and
+// byte zero points; a row of 24 inputs with groups of 16 ends in a group of 8.
+// RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-quantize-weights{scheme=w4a16-rtn group-size=16})" | FileCheck %s --check-prefix=W4
+// W4: kiln.weight @layers.0.w2.qweight : tensor<16x12xi8> {{.*}}#kiln.transform<"quantize", {bits = 4 : i64, group_size = 16 : i64, part = "qweight"}>
+// W4: kiln.weight @layers.0.w2.scales : tensor<16x2xf32>
+// W4: kiln.weight @layers.0.w2.zeros : tensor<16x2xi8> {{.*}}part = "zeros"
+// W4-LABEL: func.func @prefill
+// W4: kiln.quantized_linear %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {bits = 4 : i64, group_size = 16 : i64} : tensor<?x16xf32>, tensor<16x8xi8>, tensor<16x1xf32>, tensor<16x1xi8> -> tensor<?x16xf32>
+// RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-quantize-weights{scheme=w4a16-rtn group-size=16},func.func(kiln-memory-plan),kiln-lower-to-plan,canonicalize,kiln-plan-to-emitc)" | mlir-translate --mlir-to-cpp | FileCheck %s --check-prefix=W4CPP
+// W4CPP: kiln_k_linear_w4a16({{.*}}, {{v[0-9]+}});

@@ -162,10 +162,14 @@ static void gemvQ4(const float *x, const int8_t *q, const float *scales,
       const int64_t c0 = g * groupSize, c1 = std::min(in, c0 + groupSize);
       const int z = zeros[r * groups + g];
       float acc[8] = {0};
-      int64_t j = c0;
-      for (; j + 8 <= c1; j += 8)
-        for (int l = 0; l < 8; ++l)
-          acc[l] += x[j + l] * float(q4At(qr, j + l) - z);
+      int64_t j = c0; // even: groupSize is (odd ones take the tail loop)
+      if ((groupSize & 1) == 0)
+        for (; j + 8 <= c1; j += 8)
+          for (int l = 0; l < 4; ++l) {
+            const uint8_t b = uint8_t(qr[(j >> 1) + l]);
+            acc[2 * l] += x[j + 2 * l] * float(int(b & 0x0f) - z);
+            acc[2 * l + 1] += x[j + 2 * l + 1] * float(int(b >> 4) - z);
+          }
       float tail = 0.0f;
       for (; j < c1; ++j)
         tail += x[j] * float(q4At(qr, j) - z);
@@ -377,6 +381,19 @@ static void dequantQ4(const int8_t *q, const float *scales, const int8_t *zeros,
       *dst++ = s * float(q4At(q, i) - zi);
   }
 }
+/// 8 nibbles (4 bytes at p, element order) as floats q - z without
+/// shuffles: the word is broadcast, vpsrlvd moves nibble L to the bottom of
+/// lane L, and / or form the float bits of 2^23 + q, and one subtraction of
+/// zf = 2^23 + z gives q - z exactly.
+static inline __m256 q4x8(const int8_t *p, __m256 zf) {
+  int32_t w;
+  std::memcpy(&w, p, sizeof(w));
+  __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32(w),
+                                _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+  v = _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xf)),
+                      _mm256_set1_epi32(0x4b000000));
+  return _mm256_sub_ps(_mm256_castsi256_ps(v), zf);
+}
 /// y[0, R) for R packed 4-bit rows at once (rows rowBytes apart): per group,
 /// two accumulators per row of x * (q - z) (16, then 8 elements a step, x
 /// loaded once for all rows), scaled into a vector total per row; scalar
@@ -395,29 +412,28 @@ static inline void dotRowsQ4(const float *x, const int8_t *q, int64_t rowBytes,
   }
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t c0 = g * groupSize, c1 = std::min(in, c0 + groupSize);
-    __m256 a[R], b[R];
-    __m128i z[R];
+    __m256 a[R], b[R], zf[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       a[r] = b[r] = _mm256_setzero_ps();
-      z[r] = _mm_set1_epi8(char(zeros[r * groups + g]));
+      zf[r] = _mm256_set1_ps(8388608.0f + float(zeros[r * groups + g]));
     }
     int64_t j = c0; // even: groupSize is
     for (; j + 16 <= c1; j += 16) {
       const __m256 xa = _mm256_loadu_ps(x + j), xb = _mm256_loadu_ps(x + j + 8);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        const __m128i v = nib16(q + r * rowBytes + (j >> 1), z[r]);
-        a[r] = _mm256_fmadd_ps(i8Lo8(v), xa, a[r]);
-        b[r] = _mm256_fmadd_ps(i8Hi8(v), xb, b[r]);
+        const int8_t *p = q + r * rowBytes + (j >> 1);
+        a[r] = _mm256_fmadd_ps(q4x8(p, zf[r]), xa, a[r]);
+        b[r] = _mm256_fmadd_ps(q4x8(p + 4, zf[r]), xb, b[r]);
       }
     }
     if (j + 8 <= c1) {
       const __m256 xa = _mm256_loadu_ps(x + j);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r)
-        a[r] = _mm256_fmadd_ps(i8Lo8(nib8(q + r * rowBytes + (j >> 1), z[r])),
-                               xa, a[r]);
+        a[r] = _mm256_fmadd_ps(q4x8(q + r * rowBytes + (j >> 1), zf[r]), xa,
+                               a[r]);
       j += 8;
     }
 #pragma GCC unroll 4
@@ -694,11 +710,128 @@ static inline void dotRowsQ4(const float *x, const int8_t *q, int64_t rowBytes,
   for (int r = 0; r < R; ++r)
     y[r] = _mm512_reduce_add_ps(tot[r]) + tail[r];
 }
+/// Fast path for groupSize % 16 == 0 (every step starts at a multiple of 16).
+/// 16 nibbles (8 bytes at p) as floats q - z without shuffles: the 8 bytes
+/// are broadcast to every 64-bit lane, vpsrlvd moves nibble pi(L) to the
+/// bottom of 32-bit lane L (pi(2m) = m, pi(2m + 1) = 8 + m), vpternlogd
+/// forms the float bits of 2^23 + q and one subtraction of zf = 2^23 + z
+/// gives q - z exactly. x must be permuted by pi in 16-element blocks
+/// (permuteQ4X).
+static inline __m512 q4x16(const int8_t *p, __m512i shifts, __m512 zf) {
+  int64_t u;
+  std::memcpy(&u, p, sizeof(u));
+  __m512i v = _mm512_srlv_epi32(_mm512_set1_epi64(u), shifts);
+  // (v & 0xf) | 0x4b000000
+  v = _mm512_ternarylogic_epi32(v, _mm512_set1_epi32(0xf),
+                                _mm512_set1_epi32(0x4b000000), 0xea);
+  return _mm512_sub_ps(_mm512_castsi512_ps(v), zf);
+}
+static inline __m512i q4Shifts() {
+  return _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24,
+                           28, 28);
+}
+/// xp = x with every full 16-element block permuted by pi (the elements past
+/// the last full block unchanged).
+static void permuteQ4X(const float *x, float *xp, int64_t in) {
+  const __m512i idx = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5,
+                                        13, 6, 14, 7, 15);
+  int64_t j = 0;
+  for (; j + 16 <= in; j += 16)
+    _mm512_storeu_ps(xp + j,
+                     _mm512_permutexvar_ps(idx, _mm512_loadu_ps(x + j)));
+  for (; j < in; ++j)
+    xp[j] = x[j];
+}
+/// dotRowsQ4 on q4x16 (xp permuted by permuteQ4X); groupSize % 16 == 0, so
+/// only the last group can leave a remainder (< 16 elements, all in xp's
+/// unpermuted tail): 8 more via the shuffle path, then scalar.
+template <int R>
+static inline void dotRowsQ4Fast(const float *xp, const int8_t *q,
+                                 int64_t rowBytes, const float *scales,
+                                 const int8_t *zeros, int64_t groups, float *y,
+                                 int64_t in, int64_t groupSize) {
+  const __m512i shifts = q4Shifts();
+  __m512 tot[R];
+  float tail[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    tot[r] = _mm512_setzero_ps();
+    tail[r] = 0.0f;
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t c0 = g * groupSize, c1 = std::min(in, c0 + groupSize);
+    __m512 a[R], b[R], zf[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      a[r] = b[r] = _mm512_setzero_ps();
+      zf[r] = _mm512_set1_ps(8388608.0f + float(zeros[r * groups + g]));
+    }
+    int64_t j = c0;
+    for (; j + 32 <= c1; j += 32) {
+      const __m512 xa = _mm512_loadu_ps(xp + j),
+                   xb = _mm512_loadu_ps(xp + j + 16);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const int8_t *p = q + r * rowBytes + (j >> 1);
+        a[r] = _mm512_fmadd_ps(q4x16(p, shifts, zf[r]), xa, a[r]);
+        b[r] = _mm512_fmadd_ps(q4x16(p + 8, shifts, zf[r]), xb, b[r]);
+      }
+    }
+    if (j + 16 <= c1) {
+      const __m512 xa = _mm512_loadu_ps(xp + j);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r)
+        a[r] = _mm512_fmadd_ps(q4x16(q + r * rowBytes + (j >> 1), shifts, zf[r]),
+                               xa, a[r]);
+      j += 16;
+    }
+    if (j + 8 <= c1) { // unpermuted tail of x
+      const __m512 xa = _mm512_maskz_loadu_ps(__mmask16(0x00ff), xp + j);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r)
+        b[r] = _mm512_fmadd_ps(
+            i8x16(avx2::nib8(q + r * rowBytes + (j >> 1),
+                             _mm_set1_epi8(char(zeros[r * groups + g])))),
+            xa, b[r]);
+      j += 8;
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const float sc = scales[r * groups + g];
+      tot[r] = _mm512_fmadd_ps(_mm512_add_ps(a[r], b[r]), _mm512_set1_ps(sc),
+                               tot[r]);
+      if (j < c1) {
+        const int zi = zeros[r * groups + g];
+        float t = 0.0f;
+        for (int64_t k = j; k < c1; ++k)
+          t += xp[k] * float(q4At(q + r * rowBytes, k) - zi);
+        tail[r] += sc * t;
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+    y[r] = _mm512_reduce_add_ps(tot[r]) + tail[r];
+}
 static void gemvQ4(const float *x, const int8_t *q, const float *scales,
                    const int8_t *zeros, float *y, int64_t in, int64_t rows,
                    int64_t groupSize) {
   const int64_t rowBytes = q4RowBytes(in), groups = q4Groups(in, groupSize);
   int64_t r = 0;
+  if (groupSize % 16 == 0) {
+    thread_local std::vector<float> xBuf;
+    if (xBuf.size() < size_t(in))
+      xBuf.resize(size_t(in));
+    float *xp = xBuf.data();
+    permuteQ4X(x, xp, in);
+    for (; r + 4 <= rows; r += 4)
+      dotRowsQ4Fast<4>(xp, q + r * rowBytes, rowBytes, scales + r * groups,
+                       zeros + r * groups, groups, y + r, in, groupSize);
+    for (; r < rows; ++r)
+      dotRowsQ4Fast<1>(xp, q + r * rowBytes, rowBytes, scales + r * groups,
+                       zeros + r * groups, groups, y + r, in, groupSize);
+    return;
+  }
   for (; r + 4 <= rows; r += 4)
     dotRowsQ4<4>(x, q + r * rowBytes, rowBytes, scales + r * groups,
                  zeros + r * groups, groups, y + r, in, groupSize);
