@@ -11,11 +11,14 @@
 // runtime/src/cpu/Kernels.cpp): same formulas, same order of the float
 // operations where it matters (RMSNorm, RoPE angles, SiLU), float accumulation
 // everywhere. Element type T is float, __half or __nv_bfloat16; activations and
-// weights share T (W8A16 weights are int8 with float scales), logits are float.
+// weights share T (W8A16 weights are int8 with float scales, W4A16 weights
+// packed 4-bit with group-wise float scales and int8 zeros), logits are float.
 //
 // Host wrappers (all templates deduce T from the pointers):
 //   kiln_cuda_embedding, kiln_cuda_rms_norm, kiln_cuda_linear,
-//   kiln_cuda_linear_w8a16 (int8 weights, float scales), kiln_cuda_rope,
+//   kiln_cuda_linear_w8a16 (int8 weights, float scales),
+//   kiln_cuda_linear_w4a16 (packed 4-bit weights, group scales / zeros),
+//   kiln_cuda_rope,
 //   kiln_cuda_attention, kiln_cuda_swiglu, kiln_cuda_silu, kiln_cuda_add,
 //   kiln_cuda_mul, kiln_cuda_argmax, kiln_cuda_sample_topk_topp.
 // Each enqueues on (cudaStream_t)ctx->stream and never synchronizes, so all of
@@ -803,6 +806,206 @@ __global__ void __launch_bounds__(kW8Threads)
       const int64_t m = m0 + ty * 4 + i;
       if (m < n)
         y[m * out + o] = fromF<Y>(acc[i][j] * s);
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Linear, W4A16: packed 4-bit weights, group-wise float scales and zeros
+//===----------------------------------------------------------------------===//
+
+/// Byte b (0..3) of `nibbles` (each byte 0..15) as the exact float 2^23 +
+/// byte: PRMT places it under the exponent of 2^23 (no I2F).
+__device__ __forceinline__ float nibF(uint32_t nibbles, int b) {
+  return __uint_as_float(
+      __byte_perm(nibbles, 0x4B000000u, 0x7650u + unsigned(b)));
+}
+
+/// Eight elements of x starting at xs as float; `Vec`: xs is 16-aligned.
+template <typename T, bool Vec>
+__device__ __forceinline__ void loadX8(const T *xs, float (&xf)[8]) {
+  if (Vec) {
+    constexpr int kN = Pack<T>::kN; // 4 or 8: divides 8
+    const Pack<T> *xv = reinterpret_cast<const Pack<T> *>(xs);
+#pragma unroll
+    for (int p = 0; p < 8 / kN; ++p) {
+      const Pack<T> xp = xv[p];
+#pragma unroll
+      for (int e = 0; e < kN; ++e)
+        xf[p * kN + e] = toF(xp.v[e]);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      xf[e] = toF(xs[e]);
+  }
+}
+
+/// sum_{e < 32} x[e] * (q[e] - z) for the 32 nibbles of one 16-byte load
+/// (element 2m of each word in byte m's low nibble, 2m + 1 in its high one)
+/// and x from xs; zf = 2^23 + z, so nibF(..) - zf is q - z exactly.
+template <typename T, bool Vec>
+__device__ __forceinline__ float dotW4(const int4 &w, const T *xs, float zf) {
+  const uint32_t words[4] = {uint32_t(w.x), uint32_t(w.y), uint32_t(w.z),
+                             uint32_t(w.w)};
+  float even = 0.0f, odd = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    float xf[8];
+    loadX8<T, Vec>(xs + 8 * k, xf);
+    const uint32_t lo = words[k] & 0x0F0F0F0Fu;
+    const uint32_t hi = (words[k] >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      even = fmaf(nibF(lo, m) - zf, xf[2 * m], even);
+      odd = fmaf(nibF(hi, m) - zf, xf[2 * m + 1], odd);
+    }
+  }
+  return even + odd;
+}
+
+/// y[r] = sum_g scales[r, g] * sum_{j in g} x[j] * (q[r, j] - zeros[r, g])
+/// for r < out (layout of kernel_abi.h kiln_k_linear_w4a16). A warp per row
+/// (grid-stride). `fast` (uniform; in % 32 == 0, groupSize % 32 == 0, q
+/// 16-aligned, hence every row): each lane takes 16-byte loads of 32 nibbles
+/// (unrolled 2x), all in one group, dequantizes them in registers and adds
+/// scale * partial sum; x read as packs when 16-aligned. Otherwise (any
+/// shape or alignment) a lane takes single bytes (two elements of one
+/// group). Float accumulation, warp-shuffle reduction; Y is T or float.
+template <typename T, typename Y>
+__global__ void __launch_bounds__(kGemvThreads)
+    gemvW4Kernel(const T *__restrict__ x, const int8_t *__restrict__ q,
+                 const float *__restrict__ scales,
+                 const int8_t *__restrict__ zeros, Y *__restrict__ y,
+                 int64_t in, int64_t out, int64_t groupSize, bool fast) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warpsPerBlock = blockDim.x >> 5;
+  const int64_t stride = int64_t(gridDim.x) * warpsPerBlock;
+  const int64_t rowBytes = (in + 1) / 2;
+  const int64_t groups = (in + groupSize - 1) / groupSize;
+  for (int64_t row = int64_t(blockIdx.x) * warpsPerBlock + (threadIdx.x >> 5);
+       row < out; row += stride) {
+    const int8_t *qr = q + row * rowBytes;
+    const float *sr = scales + row * groups;
+    const int8_t *zr = zeros + row * groups;
+    float acc = 0.0f;
+    if (fast) {
+      const uint32_t packs = uint32_t(in / 32);
+      const uint32_t packsPerGroup = uint32_t(groupSize / 32);
+      const int4 *qv = reinterpret_cast<const int4 *>(qr);
+      const bool vec = aligned16(x);
+      uint32_t v = lane;
+      for (; v + 32 < packs; v += 64) {
+        const int4 w0 = __ldg(qv + v), w1 = __ldg(qv + v + 32);
+        const uint32_t g0 = v / packsPerGroup, g1 = (v + 32) / packsPerGroup;
+        const float z0 = 8388608.0f + float(__ldg(zr + g0));
+        const float z1 = 8388608.0f + float(__ldg(zr + g1));
+        const float s0 = __ldg(sr + g0), s1 = __ldg(sr + g1);
+        const T *x0 = x + int64_t(v) * 32, *x1 = x + int64_t(v + 32) * 32;
+        const float p0 = vec ? dotW4<T, true>(w0, x0, z0)
+                             : dotW4<T, false>(w0, x0, z0);
+        const float p1 = vec ? dotW4<T, true>(w1, x1, z1)
+                             : dotW4<T, false>(w1, x1, z1);
+        acc = fmaf(s0, p0, acc);
+        acc = fmaf(s1, p1, acc);
+      }
+      for (; v < packs; v += 32) {
+        const int4 w0 = __ldg(qv + v);
+        const uint32_t g0 = v / packsPerGroup;
+        const float z0 = 8388608.0f + float(__ldg(zr + g0));
+        const T *x0 = x + int64_t(v) * 32;
+        const float p0 = vec ? dotW4<T, true>(w0, x0, z0)
+                             : dotW4<T, false>(w0, x0, z0);
+        acc = fmaf(__ldg(sr + g0), p0, acc);
+      }
+    } else {
+      for (int64_t j = lane; j < rowBytes; j += 32) {
+        const uint32_t b = uint8_t(__ldg(qr + j));
+        const int64_t e = 2 * j, g = e / groupSize; // e, e + 1: same group
+        const int z = __ldg(zr + g);
+        float p = float(int(b & 15u) - z) * toF(x[e]);
+        if (e + 1 < in)
+          p = fmaf(float(int(b >> 4) - z), toF(x[e + 1]), p);
+        acc = fmaf(__ldg(sr + g), p, acc);
+      }
+    }
+    acc = warpSum(acc);
+    if (lane == 0)
+      y[row] = fromF<Y>(acc);
+  }
+}
+
+/// y[m, o] = sum_k float(x[m, k]) * W[o, k] for x [n, in] of T, W the W4A16
+/// weight dequantized while staging: W[o, k] = scales[o, g] * float(q[o, k]
+/// - zeros[o, g]) (rounded once, as the CPU prefill tiles). The tiling of
+/// linearW8TiledKernel (64 x 64 outputs a block, depth 32 a step, 4 x 4
+/// float accumulators a thread); the group index is uniform per step when
+/// groupSize % 32 == 0. Any shape, any alignment.
+template <typename T, typename Y>
+__global__ void __launch_bounds__(kW8Threads)
+    linearW4TiledKernel(const T *__restrict__ x, const int8_t *__restrict__ q,
+                        const float *__restrict__ scales,
+                        const int8_t *__restrict__ zeros, Y *__restrict__ y,
+                        int64_t n, int64_t in, int64_t out,
+                        int64_t groupSize) {
+  __shared__ __align__(16) float xs[kW8TileK][kW8TileM + 4];
+  __shared__ __align__(16) float ws[kW8TileK][kW8TileN + 4];
+  const int tid = threadIdx.x;
+  const int tx = tid % (kW8TileN / 4), ty = tid / (kW8TileN / 4);
+  const int64_t m0 = int64_t(blockIdx.y) * kW8TileM;
+  const int64_t o0 = int64_t(blockIdx.x) * kW8TileN;
+  const int64_t rowBytes = (in + 1) / 2;
+  const int64_t groups = (in + groupSize - 1) / groupSize;
+  const bool uniformGroup = groupSize % kW8TileK == 0;
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < in; k0 += kW8TileK) {
+    const int64_t gStep = uniformGroup ? k0 / groupSize : 0;
+#pragma unroll
+    for (int i = 0; i < kW8TileM * kW8TileK / kW8Threads; ++i) {
+      const int e = tid + i * kW8Threads;
+      const int r = e / kW8TileK, k = e % kW8TileK;
+      const int64_t m = m0 + r, kk = k0 + k;
+      xs[k][r] = (m < n && kk < in) ? toF(x[m * in + kk]) : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < kW8TileN * kW8TileK / kW8Threads; ++i) {
+      const int e = tid + i * kW8Threads;
+      const int r = e / kW8TileK, k = e % kW8TileK;
+      const int64_t o = o0 + r, kk = k0 + k;
+      float wv = 0.0f;
+      if (o < out && kk < in) {
+        const uint32_t b = uint8_t(q[o * rowBytes + (kk >> 1)]);
+        const int nib = int((kk & 1) ? b >> 4 : b & 15u);
+        const int64_t g = uniformGroup ? gStep : kk / groupSize;
+        wv = __fmul_rn(scales[o * groups + g],
+                       float(nib - int(zeros[o * groups + g])));
+      }
+      ws[k][r] = wv;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int k = 0; k < kW8TileK; ++k) {
+      const float4 a = *reinterpret_cast<const float4 *>(&xs[k][ty * 4]);
+      const float4 b = *reinterpret_cast<const float4 *>(&ws[k][tx * 4]);
+      const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int64_t o = o0 + tx * 4 + j;
+    if (o >= out)
+      continue;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t m = m0 + ty * 4 + i;
+      if (m < n)
+        y[m * out + o] = fromF<Y>(acc[i][j]);
     }
   }
 }
@@ -1650,6 +1853,61 @@ inline void kiln_cuda_linear_w8a16(kiln_cuda_ctx *ctx, const T *x,
       <<<dim3(unsigned(gx), unsigned(gy)), kW8Threads, 0, streamOf(ctx)>>>(
           x, qweight, scales, y, n, in, out);
   KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_linear_w8a16(tiled)<<<>>>");
+}
+
+/// W4A16 linear layer (kernel_abi.h kiln_k_linear_w4a16): y[n, out] =
+/// x[n, in] * W[out, in]^T with W[o, i] = scales[o, g] * (q[o, i] -
+/// zeros[o, g]), g = i / group_size; qweight int8 bytes [out, ceil(in / 2)]
+/// (element 2j in byte j's low nibble, 2j + 1 in its high nibble), scales
+/// float [out, G], zeros int8 [out, G] (0..15), G = ceil(in / group_size);
+/// x of type T, y of type T or float (logits), float accumulation, rounded
+/// once to Y. n == 1: GEMV dequantizing in registers (a warp per row; 16-byte
+/// loads of 32 nibbles when in and group_size are multiples of 32 and qweight
+/// is 16-aligned, else byte loads); n > 1: a tiled SIMT kernel dequantizing
+/// while staging (every shape; no cuBLASLt, no workspace). Any alignment.
+/// group_size must be > 0 and even (cudaErrorInvalidValue otherwise).
+template <typename T, typename Y>
+inline void kiln_cuda_linear_w4a16(kiln_cuda_ctx *ctx, const T *x,
+                                   const int8_t *qweight, const float *scales,
+                                   const int8_t *zeros, Y *y, int64_t n,
+                                   int64_t in, int64_t out,
+                                   int64_t group_size) {
+  using namespace kiln_cuda_detail;
+  static_assert(IsElem<T>::value, "T must be float, __half or __nv_bfloat16");
+  static_assert(std::is_same<Y, T>::value || std::is_same<Y, float>::value,
+                "y must have the element type of x or be float");
+  if (skip(ctx) || n <= 0 || out <= 0)
+    return;
+  if (!KILN_CUDA_ARG(ctx, group_size > 0 && group_size % 2 == 0,
+                     "kiln_cuda_linear_w4a16",
+                     "group_size must be positive and even"))
+    return;
+  if (in <= 0) { // empty sum: y = 0
+    KILN_CUDA_CHECK(
+        ctx, cudaMemsetAsync(y, 0, size_t(n * out) * sizeof(Y), streamOf(ctx)));
+    return;
+  }
+  if (n == 1) {
+    const int warps = kGemvThreads / 32;
+    int64_t blocks = (out + warps - 1) / warps;
+    if (blocks > (int64_t(1) << 20))
+      blocks = int64_t(1) << 20;
+    const bool fast = in % 32 == 0 && group_size % 32 == 0 &&
+                      aligned16(qweight) && in / 32 < (int64_t(1) << 31);
+    gemvW4Kernel<T, Y><<<unsigned(blocks), kGemvThreads, 0, streamOf(ctx)>>>(
+        x, qweight, scales, zeros, y, in, out, group_size, fast);
+    KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_linear_w4a16(gemv)<<<>>>");
+    return;
+  }
+  const int64_t gx = (out + kW8TileN - 1) / kW8TileN;
+  const int64_t gy = (n + kW8TileM - 1) / kW8TileM;
+  if (!KILN_CUDA_ARG(ctx, gx <= INT32_MAX && gy <= 65535,
+                     "kiln_cuda_linear_w4a16", "n or out too large"))
+    return;
+  linearW4TiledKernel<T, Y>
+      <<<dim3(unsigned(gx), unsigned(gy)), kW8Threads, 0, streamOf(ctx)>>>(
+          x, qweight, scales, zeros, y, n, in, out, group_size);
+  KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_linear_w4a16(tiled)<<<>>>");
 }
 
 /// Rotary embedding, adjacent pairs, positions *ctx->d_pos + row (the `pos`

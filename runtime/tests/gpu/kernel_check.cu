@@ -12,7 +12,7 @@
 //                                  shape relerr" line per case, then
 //                                  "kernel-check: N passed, M failed";
 //                                  exit 0, 1 on failure, 77 without a GPU
-//   kiln-gpu-kernel-check --bench  decode GEMV bandwidth (bf16 and W8A16),
+//   kiln-gpu-kernel-check --bench  decode GEMV bandwidth (bf16, W8A16, W4A16),
 //                                  W8A16 tiled and cuBLASLt GEMM throughput
 //                                  (bf16), median of 20 runs
 //
@@ -354,6 +354,108 @@ template <typename T, typename Y> void checkLinearW8(Context &c) {
            std::is_same<Y, float>::value ? Dtype<T>::tol / 4 + 1e-5
                                          : Dtype<T>::tol,
            err);
+  }
+}
+
+/// A random W4A16 weight in the writer's layout (kernel_abi.h): q and zeros
+/// uniform in [0, 15], scales in [1e-3, 0.05); row 0 has all scales 0 (must
+/// give exactly 0, not NaN). For odd in the padding nibble stays 0.
+struct Q4Host {
+  std::vector<int8_t> q, zeros;
+  std::vector<float> scales;
+};
+Q4Host randomQ4(int64_t out, int64_t in, int64_t groupSize) {
+  Q4Host w;
+  const int64_t rowBytes = (in + 1) / 2;
+  const int64_t groups = (in + groupSize - 1) / groupSize;
+  w.q.assign(size_t(out * rowBytes), 0);
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t i = 0; i < in; ++i) {
+      uint8_t &b =
+          reinterpret_cast<uint8_t &>(w.q[size_t(o * rowBytes + i / 2)]);
+      b = uint8_t(b | ((gRng() % 16) << ((i & 1) * 4)));
+    }
+  w.zeros.resize(size_t(out * groups));
+  for (int8_t &z : w.zeros)
+    z = int8_t(gRng() % 16);
+  std::uniform_real_distribution<float> dist(1e-3f, 0.05f);
+  w.scales.resize(size_t(out * groups));
+  for (float &v : w.scales)
+    v = dist(gRng);
+  std::fill(w.scales.begin(), w.scales.begin() + groups, 0.0f);
+  return w;
+}
+
+/// W4A16 y = x W^T (W = scales * (q - zeros), group-wise) with y of type Y
+/// (T or float) against the CPU kiln_k_linear_w4a16 on the same (rounded) x.
+/// Shapes cover the 16-byte GEMV path (in, group multiples of 32, aligned
+/// q; x aligned or not), the byte path (odd in, short last group, groups not
+/// a multiple of 32, misaligned q) and the tiled kernel; padX/padQ/padY
+/// misalign pointers.
+template <typename T, typename Y> void checkLinearW4(Context &c) {
+  struct Shape {
+    int64_t n, in, out, group, padX, padQ, padY;
+  };
+  const Shape shapes[] = {
+      {1, 4096, 1001, 128, 0, 0, 0}, {1, 11008, 37, 128, 0, 0, 0},
+      {1, 4096, 64, 32, 0, 0, 0},    {1, 2048, 129, 64, 1, 0, 1},
+      {1, 96, 5, 32, 0, 0, 0},       {1, 172, 65, 128, 0, 0, 0},
+      {1, 333, 7, 64, 0, 0, 0},      {1, 13, 1, 32, 0, 0, 0},
+      {1, 4096, 77, 128, 0, 3, 0},   {1, 96, 9, 6, 0, 0, 0},
+      {1, 1100, 33, 48, 1, 1, 1},    {2, 333, 7, 64, 0, 0, 0},
+      {5, 172, 65, 128, 0, 0, 0},    {17, 1100, 301, 64, 0, 0, 0},
+      {64, 512, 1023, 128, 0, 0, 0}, {9, 130, 66, 2, 1, 1, 1},
+      {4, 1100, 33, 48, 0, 0, 0},    {100, 4096, 128, 128, 0, 0, 0}};
+  for (const Shape &s : shapes) {
+    std::vector<float> x = randomRounded<T>(size_t(s.n * s.in), -1, 1);
+    Q4Host w = randomQ4(s.out, s.in, s.group);
+    DevBuf<T> dx(x.size(), size_t(s.padX));
+    DevBuf<int8_t> dq(w.q.size(), size_t(s.padQ)), dz(w.zeros.size());
+    DevBuf<float> dScales(w.scales.size());
+    DevBuf<Y> dy(size_t(s.n * s.out), size_t(s.padY));
+    dx.upload(x);
+    CHECK_CUDA(cudaMemcpy(dq.data(), w.q.data(), w.q.size(),
+                          cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(dz.data(), w.zeros.data(), w.zeros.size(),
+                          cudaMemcpyHostToDevice));
+    dScales.upload(w.scales);
+    kiln_cuda_linear_w4a16(&c.ctx, dx.data(), dq.data(), dScales.data(),
+                           dz.data(), dy.data(), s.n, s.in, s.out, s.group);
+    std::string err = c.finish();
+    std::vector<float> ref(static_cast<size_t>(s.n * s.out));
+    kiln_k_linear_w4a16(x.data(), w.q.data(), w.scales.data(), w.zeros.data(),
+                        ref.data(), s.n, s.in, s.out, s.group);
+    std::vector<float> got = dy.download(ref.size());
+    for (int64_t i = 0; i < s.n; ++i)
+      if (got[size_t(i * s.out)] != 0.0f && err.empty())
+        err = "zero row (scales 0) gave " +
+              std::to_string(got[size_t(i * s.out)]);
+    std::string name =
+        std::is_same<Y, float>::value && !std::is_same<T, float>::value
+            ? "linear_w4a16->f32"
+            : "linear_w4a16";
+    report(name.c_str(), Dtype<T>::name,
+           fmt("n=%lld in=%lld out=%lld g=%lld pad=%lld/%lld", s.n, s.in,
+               s.out, s.group, s.padX, s.padQ),
+           got, ref,
+           std::is_same<Y, float>::value ? Dtype<T>::tol / 4 + 1e-5
+                                         : Dtype<T>::tol,
+           err);
+  }
+  // An odd group_size is refused with an argument error.
+  {
+    DevBuf<T> dx(64);
+    DevBuf<int8_t> dq(32 * 4), dz(4 * 4);
+    DevBuf<float> dScales(4 * 4);
+    DevBuf<Y> dy(4);
+    kiln_cuda_linear_w4a16(&c.ctx, dx.data(), dq.data(), dScales.data(),
+                           dz.data(), dy.data(), 1, 64, 4, 17);
+    std::string err = c.finish();
+    report("linear_w4a16(odd group)", Dtype<T>::name, "n=1 in=64 out=4 g=17",
+           {}, {}, 0.0,
+           err.find("group_size") != std::string::npos
+               ? std::string()
+               : "expected a group_size argument error, got '" + err + "'");
   }
 }
 
@@ -715,6 +817,31 @@ int bench(Context &c) {
     std::printf("%-34s %10.4f %12.1f %9.0f%%\n", name, ms, gbs,
                 100.0 * gbs / copyGBs);
   }
+  for (Gemv g : {Gemv{4096, 4096}, Gemv{11008, 4096}, Gemv{4096, 11008}}) {
+    const int64_t group = 128, groups = g.in / group;
+    DevBuf<int8_t> q(static_cast<size_t>(g.out * g.in / 2)),
+        zeros(static_cast<size_t>(g.out * groups));
+    DevBuf<float> scales(static_cast<size_t>(g.out * groups));
+    DevBuf<B> x(static_cast<size_t>(g.in)), y(static_cast<size_t>(g.out));
+    CHECK_CUDA(cudaMemset(q.data(), 0x5a, size_t(g.out * g.in / 2)));
+    CHECK_CUDA(cudaMemset(zeros.data(), 8, size_t(g.out * groups)));
+    CHECK_CUDA(
+        cudaMemset(scales.data(), 0, sizeof(float) * size_t(g.out * groups)));
+    CHECK_CUDA(cudaMemset(x.data(), 0x3c, sizeof(B) * size_t(g.in)));
+    const double ms = medianMs(c.stream, [&] {
+      kiln_cuda_linear_w4a16(&c.ctx, x.data(), q.data(), scales.data(),
+                             zeros.data(), y.data(), 1, g.in, g.out, group);
+    });
+    const double bytes = double(g.out * g.in) / 2 +
+                         double((sizeof(float) + 1) * g.out * groups) +
+                         double(sizeof(B) * (g.in + g.out));
+    const double gbs = bytes / (ms * 1e6);
+    char name[64];
+    std::snprintf(name, sizeof(name), "gemv w4a16 g128 bf16 %lldx%lld",
+                  (long long)g.out, (long long)g.in);
+    std::printf("%-34s %10.4f %12.1f %9.0f%%\n", name, ms, gbs,
+                100.0 * gbs / copyGBs);
+  }
   {
     const int64_t n = 512, in = 4096, out = 4096;
     DevBuf<B> x(static_cast<size_t>(n * in)), y(static_cast<size_t>(n * out));
@@ -785,6 +912,11 @@ int main(int argc, char **argv) {
   checkLinearW8<__nv_bfloat16, __nv_bfloat16>(c);
   checkLinearW8<__half, float>(c);
   checkLinearW8<__nv_bfloat16, float>(c);
+  checkLinearW4<float, float>(c);
+  checkLinearW4<__half, __half>(c);
+  checkLinearW4<__nv_bfloat16, __nv_bfloat16>(c);
+  checkLinearW4<__half, float>(c);
+  checkLinearW4<__nv_bfloat16, float>(c);
   checkRope<float>(c);
   checkRope<__half>(c);
   checkRope<__nv_bfloat16>(c);
