@@ -222,7 +222,6 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
   StorageType dtype = in.dtype == "bf16"  ? StorageType::BF16
                       : in.dtype == "f16" ? StorageType::F16
                                           : StorageType::F32;
-  int64_t elementBytes = dtype == StorageType::F32 ? 4 : 2;
   std::string codeFile = cuda ? "model.cu" : "model.cpp";
 
   // Weights, streamed one tensor at a time, at the offsets the plan chose.
@@ -308,8 +307,11 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
       maxTokens = getI64(f, "plan.max_tokens");
   llvm::json::Object model = modelJson(cfg, planModule);
   int64_t maxSeq = *model.getInteger("max_seq_len");
-  int64_t kvBytes =
-      cfg.nLayers * 2 * maxSeq * cfg.nKvHeads * cfg.headDim * elementBytes;
+  // Per layer: keys and values, then (int8) their per-(token, head) scales.
+  bool kvInt8 = in.kvDtype == "int8";
+  int64_t kvElementBytes = kvInt8 ? 1 : in.kvDtype == "f32" ? 4 : 2;
+  int64_t kvBytes = cfg.nLayers * 2 * maxSeq * cfg.nKvHeads *
+                    (cfg.headDim * kvElementBytes + (kvInt8 ? 4 : 0));
   llvm::json::Object manifest{
       {"format", "kiln-artifact"},
       {"version", 1},
@@ -329,7 +331,7 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
                                            {"kv_heads", cfg.nKvHeads},
                                            {"head_dim", cfg.headDim},
                                            {"max_seq", maxSeq},
-                                           {"dtype", in.dtype},
+                                           {"dtype", in.kvDtype},
                                            {"bytes", kvBytes}}}}},
       {"weights", llvm::json::Object{{"file", "weights.bin"},
                                      {"tensors", std::move(tensors)}}},

@@ -21,7 +21,8 @@ struct ArtifactInputs {
   ModuleOp plan;                       ///< after kiln-lower-to-plan
   std::string cpp;                     ///< emitted C++ of the plan
   std::string target = "cpu";          ///< "cpu" or "cuda"
-  std::string dtype = "f32";           ///< weights/activations/KV: f32, f16, bf16
+  std::string dtype = "f32";           ///< weights/activations: f32, f16, bf16
+  std::string kvDtype = "f32";         ///< KV cache: f32, f16, bf16 or int8
   std::string pipeline;                ///< pass pipeline, for the manifest
   std::string quant = "none";          ///< quantization recipe, for the manifest
 };

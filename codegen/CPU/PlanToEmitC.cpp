@@ -30,11 +30,11 @@ struct PlanToEmitCPass final : impl::PlanToEmitCPassBase<PlanToEmitCPass> {
 } // namespace
 
 /// Pointer helpers the emitted code uses; kept as macros so the printed C++
-/// reads like the plan. KV offsets count elements of the cache's type.
+/// reads like the plan. All offsets are in bytes.
 static constexpr const char *kPointerMacros = R"(
 #define KILN_ARENA(ctx, off, T) ((T *)((ctx)->arena + (off)))
 #define KILN_WEIGHT(ctx, off, T) ((T *)((ctx)->weights + (off)))
-#define KILN_KV(ctx, off, T) ((T *)(ctx)->kv + (off))
+#define KILN_KV(ctx, off, T) ((T *)((uint8_t *)(ctx)->kv + (off)))
 #define KILN_TOKENS(ctx) ((int32_t *)(ctx)->tokens)
 #define KILN_LOGITS(ctx) ((ctx)->logits)
 #define KILN_ROW(p, row, width) ((p) + (row) * (width)))";
@@ -187,17 +187,14 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
               return success();
             })
             .Case([&](plan::KVCacheViewOp v) -> LogicalResult {
-              MemRefType type = v.getType();
-              Type elem = type.getElementType();
+              Type elem = v.getType().getElementType();
               FailureOr<StringRef> name = cTypeName(v, elem, target);
               if (failed(name))
                 return failure();
-              int64_t rowsTimesWidth = type.getNumElements();
-              int64_t offset = (v.getLayer() * 2 + v.getPart()) * rowsTimesWidth;
               map.map(v.getResult(),
                       callOpaque(l, ptrTo(emitcElementType(ctx, elem, *name)),
                                  "KILN_KV", {ctxValue},
-                                 {builder.getIndexAttr(0), i64Attr(offset),
+                                 {builder.getIndexAttr(0), i64Attr(v.getOffset()),
                                   opaque(*name)}));
               return success();
             })
@@ -308,7 +305,7 @@ static std::string planInfoExport(ModuleOp module) {
       MemRefType t = v.getType();
       int64_t bytes = t.getNumElements() * (int64_t)
                       llvm::divideCeil(t.getElementTypeBitWidth(), 8);
-      kvBytes = std::max<int64_t>(kvBytes, (v.getLayer() + 1) * 2 * bytes);
+      kvBytes = std::max<int64_t>(kvBytes, v.getOffset() + bytes);
       maxSeq = std::max(maxSeq, t.getDimSize(0));
     }
   });

@@ -19,7 +19,8 @@
 //   kiln_cuda_linear_w8a16 (int8 weights, float scales),
 //   kiln_cuda_linear_w4a16 (packed 4-bit weights, group scales / zeros),
 //   kiln_cuda_rope,
-//   kiln_cuda_attention, kiln_cuda_swiglu, kiln_cuda_silu, kiln_cuda_add,
+//   kiln_cuda_attention, kiln_cuda_attention_kv8 (int8 KV cache with
+//   per-(token, kv head) float scales), kiln_cuda_swiglu, kiln_cuda_silu, kiln_cuda_add,
 //   kiln_cuda_mul, kiln_cuda_argmax, kiln_cuda_sample_topk_topp.
 // Each enqueues on (cudaStream_t)ctx->stream and never synchronizes, so all of
 // them may be captured into a CUDA graph. Errors never abort: the first
@@ -1077,6 +1078,80 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+/// How the attention kernels read the KV cache: element `off` of the K / V
+/// cache (row `row`, kv head `kvh`) is kScale(row, kvh) * kAt(off) (V alike).
+/// KvPlain: a T cache, scale 1 (x * 1.0f == x, folded away).
+template <typename T> struct KvPlain {
+  const T *__restrict__ k;
+  const T *__restrict__ v;
+  __device__ __forceinline__ float kScale(int64_t, int) const { return 1.0f; }
+  __device__ __forceinline__ float vScale(int64_t, int) const { return 1.0f; }
+  __device__ __forceinline__ float kAt(int64_t off) const { return toF(k[off]); }
+  __device__ __forceinline__ float vAt(int64_t off) const { return toF(v[off]); }
+};
+/// KvInt8: int8 caches with float scales [max_seq][kv_heads] (kv=int8).
+struct KvInt8 {
+  const int8_t *__restrict__ k;
+  const int8_t *__restrict__ v;
+  const float *__restrict__ ks;
+  const float *__restrict__ vs;
+  int kvHeads;
+  __device__ __forceinline__ float kScale(int64_t row, int kvh) const {
+    return ks[row * kvHeads + kvh];
+  }
+  __device__ __forceinline__ float vScale(int64_t row, int kvh) const {
+    return vs[row * kvHeads + kvh];
+  }
+  __device__ __forceinline__ float kAt(int64_t off) const {
+    return float(k[off]);
+  }
+  __device__ __forceinline__ float vAt(int64_t off) const {
+    return float(v[off]);
+  }
+};
+
+/// INT8 KV append (kernel_abi.h, kiln_k_attention_kv8): one warp per (new
+/// token i, kv head h, K or V). amax = max_d |x[d]| by warp reduction, scale =
+/// amax / 127, q = clamp(roundf(x / scale), -127, 127) (0 when scale == 0),
+/// with correctly rounded divisions (__fdiv_rn: same bits as the CPU even
+/// under --use_fast_math). Rows p + i >= maxSeq are dropped.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    kvAppendInt8Kernel(const T *__restrict__ k, const T *__restrict__ v,
+                       int8_t *__restrict__ kCache, int8_t *__restrict__ vCache,
+                       float *__restrict__ kScales, float *__restrict__ vScales,
+                       int64_t n, int kvHeads, int headDim, int64_t maxSeq,
+                       const int64_t *__restrict__ dPos) {
+  const int64_t p = *dPos;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
+  const int64_t total = 2 * n * kvHeads;
+  const int64_t kvDim = int64_t(kvHeads) * headDim;
+  for (int64_t w = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+       w < total; w += warps) {
+    const bool isV = w & 1;
+    const int64_t ih = w >> 1, i = ih / kvHeads;
+    const int h = int(ih % kvHeads);
+    const int64_t row = p + i;
+    if (row < 0 || row >= maxSeq)
+      continue; // uniform over the warp
+    const T *x = (isV ? v : k) + i * kvDim + int64_t(h) * headDim;
+    float amax = 0.0f;
+    for (int d = lane; d < headDim; d += 32)
+      amax = fmaxf(amax, fabsf(toF(x[d])));
+    amax = warpMax(amax);
+    const float sc = __fdiv_rn(amax, 127.0f);
+    int8_t *qd = (isV ? vCache : kCache) + row * kvDim + int64_t(h) * headDim;
+    for (int d = lane; d < headDim; d += 32) {
+      float r = sc == 0.0f ? 0.0f : roundf(__fdiv_rn(toF(x[d]), sc));
+      r = fminf(127.0f, fmaxf(-127.0f, r));
+      qd[d] = int8_t(r);
+    }
+    if (lane == 0)
+      (isV ? vScales : kScales)[row * kvHeads + h] = sc;
+  }
+}
+
 constexpr int kAttnWarps = 4;
 constexpr int kAttnThreads = kAttnWarps * 32;
 constexpr int kPrefillRowsPerWarp = 4;
@@ -1101,10 +1176,10 @@ inline size_t prefillSmemBytes(int headDim) {
 /// j computes q_r . k_j for key j of the tile; P*V: lane owns dims lane + 32 t.
 /// Causal: row i (absolute position p + i) sees keys [0, p + i]. HDM is
 /// head_dim rounded up to a multiple of 32 (register accumulators).
-template <typename T, int HDM>
+template <typename T, int HDM, typename Kv>
 __global__ void __launch_bounds__(kAttnThreads)
-    attnPrefillKernel(const T *__restrict__ q, const T *__restrict__ kCache,
-                      const T *__restrict__ vCache, T *__restrict__ out,
+    attnPrefillKernel(const T *__restrict__ q, const Kv cache,
+                      T *__restrict__ out,
                       int64_t n, int heads, int group, int headDim,
                       int64_t maxSeq, float scale,
                       const int64_t *__restrict__ dPos) {
@@ -1153,8 +1228,8 @@ __global__ void __launch_bounds__(kAttnThreads)
       float kv = 0.0f, vv = 0.0f;
       if (kj < kEnd) {
         const int64_t off = kj * kvDim + int64_t(kvh) * hd + d;
-        kv = toF(kCache[off]);
-        vv = toF(vCache[off]);
+        kv = cache.kScale(kj, kvh) * cache.kAt(off);
+        vv = cache.vScale(kj, kvh) * cache.vAt(off);
       }
       sK[j * (hd + 1) + d] = kv;
       sV[j * hd + d] = vv;
@@ -1228,10 +1303,10 @@ constexpr int kDecodeKeysPerStep = 8;
 /// state (m, l, acc); the block merges its 4 warp states and writes the
 /// partial (m, l, acc[hd]) to partM/partL/partAcc[h * S + s]. An empty chunk
 /// writes the neutral partial (-inf, 0, 0).
-template <typename T, int HDM>
+template <typename T, int HDM, typename Kv>
 __global__ void __launch_bounds__(kAttnThreads)
-    attnDecodeSplitKernel(const T *__restrict__ q, const T *__restrict__ kCache,
-                          const T *__restrict__ vCache, float *partM,
+    attnDecodeSplitKernel(const T *__restrict__ q, const Kv cache,
+                          float *partM,
                           float *partL, float *partAcc, int heads, int group,
                           int headDim, int64_t maxSeq, float scale,
                           const int64_t *__restrict__ dPos) {
@@ -1266,12 +1341,13 @@ __global__ void __launch_bounds__(kAttnThreads)
     for (int jj = 0; jj < kKB; ++jj) {
       float part = 0.0f;
       if (kb + jj < end) {
-        const T *kr = kCache + (kb + jj) * kvDim + int64_t(kvh) * hd;
+        const int64_t kr = (kb + jj) * kvDim + int64_t(kvh) * hd;
+        const float ks = cache.kScale(kb + jj, kvh);
 #pragma unroll
         for (int t = 0; t < kT; ++t) {
           const int d = lane + 32 * t;
           if (d < hd)
-            part = fmaf(qr[t], toF(kr[d]), part);
+            part = fmaf(qr[t], ks * cache.kAt(kr + d), part);
         }
       }
       sc[jj] = part;
@@ -1295,12 +1371,13 @@ __global__ void __launch_bounds__(kAttnThreads)
         break;
       const float pj = expf(sc[jj] - mNew);
       l += pj;
-      const T *vr = vCache + (kb + jj) * kvDim + int64_t(kvh) * hd;
+      const int64_t vr = (kb + jj) * kvDim + int64_t(kvh) * hd;
+      const float vsc = cache.vScale(kb + jj, kvh);
 #pragma unroll
       for (int t = 0; t < kT; ++t) {
         const int d = lane + 32 * t;
         if (d < hd)
-          acc[t] = fmaf(pj, toF(vr[d]), acc[t]);
+          acc[t] = fmaf(pj, vsc * cache.vAt(vr + d), acc[t]);
       }
     }
     m = mNew;
@@ -1382,9 +1459,9 @@ inline int decodeSplits(const kiln_cuda_ctx *ctx, int64_t heads,
   return int(s < 1 ? 1 : s);
 }
 
-template <typename T, int HDM>
-inline void attentionLaunch(kiln_cuda_ctx *ctx, const T *q, T *kCache,
-                            T *vCache, T *out, int64_t n, int64_t heads,
+template <typename T, int HDM, typename Kv>
+inline void attentionLaunch(kiln_cuda_ctx *ctx, const T *q, const Kv &cache,
+                            T *out, int64_t n, int64_t heads,
                             int64_t kvHeads, int64_t headDim, int64_t maxSeq,
                             float scale) {
   cudaStream_t stream = streamOf(ctx);
@@ -1404,9 +1481,9 @@ inline void attentionLaunch(kiln_cuda_ctx *ctx, const T *q, T *kCache,
         static_cast<uint8_t *>(ctx->workspace) + KILN_CUDA_ATTN_SCRATCH_OFFSET);
     float *partL = partM + heads * splits;
     float *partAcc = partL + heads * splits;
-    attnDecodeSplitKernel<T, HDM>
+    attnDecodeSplitKernel<T, HDM, Kv>
         <<<dim3(unsigned(splits), unsigned(heads)), kAttnThreads, 0, stream>>>(
-            q, kCache, vCache, partM, partL, partAcc, int(heads), group,
+            q, cache, partM, partL, partAcc, int(heads), group,
             int(headDim), maxSeq, scale, ctx->d_pos);
     if (!KILN_CUDA_LAUNCHED(ctx, "attnDecodeSplitKernel<<<>>>"))
       return;
@@ -1418,15 +1495,48 @@ inline void attentionLaunch(kiln_cuda_ctx *ctx, const T *q, T *kCache,
   const size_t smem = prefillSmemBytes(int(headDim));
   if (smem > 48 * 1024 &&
       !KILN_CUDA_CHECK(
-          ctx, cudaFuncSetAttribute(attnPrefillKernel<T, HDM>,
+          ctx, cudaFuncSetAttribute(attnPrefillKernel<T, HDM, Kv>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(smem))))
     return;
   const dim3 grid(unsigned((n + kPrefillBr - 1) / kPrefillBr), unsigned(heads));
-  attnPrefillKernel<T, HDM><<<grid, kAttnThreads, smem, stream>>>(
-      q, kCache, vCache, out, n, int(heads), group, int(headDim), maxSeq, scale,
+  attnPrefillKernel<T, HDM, Kv><<<grid, kAttnThreads, smem, stream>>>(
+      q, cache, out, n, int(heads), group, int(headDim), maxSeq, scale,
       ctx->d_pos);
   KILN_CUDA_LAUNCHED(ctx, "attnPrefillKernel<<<>>>");
+}
+
+/// Argument checks shared by the attention wrappers.
+inline bool attentionArgsOk(kiln_cuda_ctx *ctx, const char *call,
+                            int64_t heads, int64_t kvHeads, int64_t headDim,
+                            int64_t maxSeq) {
+  return KILN_CUDA_ARG(ctx,
+                       heads > 0 && kvHeads > 0 && heads % kvHeads == 0 &&
+                           heads <= 65535 && maxSeq > 0,
+                       call, "heads must be a positive multiple of kv_heads") &&
+         KILN_CUDA_ARG(ctx,
+                       headDim >= 1 && headDim <= KILN_CUDA_ATTN_MAX_HEAD_DIM,
+                       call, "head_dim outside [1, 256]");
+}
+
+/// Prefill / decode attention over `cache` (KvPlain or KvInt8), HDM picked
+/// from head_dim.
+template <typename T, typename Kv>
+inline void attentionDispatch(kiln_cuda_ctx *ctx, const T *q, const Kv &cache,
+                              T *out, int64_t n, int64_t heads,
+                              int64_t kvHeads, int64_t headDim, int64_t maxSeq,
+                              float scale) {
+  if (headDim <= 32)
+    return attentionLaunch<T, 32>(ctx, q, cache, out, n, heads, kvHeads,
+                                  headDim, maxSeq, scale);
+  if (headDim <= 64)
+    return attentionLaunch<T, 64>(ctx, q, cache, out, n, heads, kvHeads,
+                                  headDim, maxSeq, scale);
+  if (headDim <= 128)
+    return attentionLaunch<T, 128>(ctx, q, cache, out, n, heads, kvHeads,
+                                   headDim, maxSeq, scale);
+  attentionLaunch<T, 256>(ctx, q, cache, out, n, heads, kvHeads, headDim,
+                          maxSeq, scale);
 }
 
 //===----------------------------------------------------------------------===//
@@ -1950,31 +2060,51 @@ inline void kiln_cuda_attention(kiln_cuda_ctx *ctx, const T *q, const T *k,
   (void)pos; // graph replays read the position from ctx->d_pos
   if (skip(ctx) || n <= 0)
     return;
-  if (!KILN_CUDA_ARG(ctx,
-                     heads > 0 && kv_heads > 0 && heads % kv_heads == 0 &&
-                         heads <= 65535 && max_seq > 0,
-                     "kiln_cuda_attention",
-                     "heads must be a positive multiple of kv_heads") ||
-      !KILN_CUDA_ARG(ctx,
-                     head_dim >= 1 && head_dim <= KILN_CUDA_ATTN_MAX_HEAD_DIM,
-                     "kiln_cuda_attention", "head_dim outside [1, 256]"))
+  if (!attentionArgsOk(ctx, "kiln_cuda_attention", heads, kv_heads, head_dim,
+                       max_seq))
     return;
   const int64_t kvDim = kv_heads * head_dim;
   kvAppendKernel<T><<<gridFor(ctx, n * kvDim, 256), 256, 0, streamOf(ctx)>>>(
       k, v, k_cache, v_cache, n, kvDim, max_seq, ctx->d_pos);
   if (!KILN_CUDA_LAUNCHED(ctx, "kvAppendKernel<<<>>>"))
     return;
-  if (head_dim <= 32)
-    return attentionLaunch<T, 32>(ctx, q, k_cache, v_cache, out, n, heads,
-                                  kv_heads, head_dim, max_seq, scale);
-  if (head_dim <= 64)
-    return attentionLaunch<T, 64>(ctx, q, k_cache, v_cache, out, n, heads,
-                                  kv_heads, head_dim, max_seq, scale);
-  if (head_dim <= 128)
-    return attentionLaunch<T, 128>(ctx, q, k_cache, v_cache, out, n, heads,
-                                   kv_heads, head_dim, max_seq, scale);
-  attentionLaunch<T, 256>(ctx, q, k_cache, v_cache, out, n, heads, kv_heads,
-                          head_dim, max_seq, scale);
+  attentionDispatch(ctx, q, KvPlain<T>{k_cache, v_cache}, out, n, heads,
+                    kv_heads, head_dim, max_seq, scale);
+}
+
+/// kiln_cuda_attention over an INT8 KV cache (kernel_abi.h
+/// kiln_k_attention_kv8; p = *ctx->d_pos, `pos` ignored): k_cache, v_cache
+/// int8 [max_seq, kv_heads * head_dim], k_scales, v_scales float
+/// [max_seq, kv_heads]. The new rows are quantized per (token, kv head) by
+/// kvAppendInt8Kernel, then the same prefill / flash-decoding kernels read
+/// K/V as scale * q (KvInt8). Same workspace and limits as kiln_cuda_attention.
+template <typename T>
+inline void kiln_cuda_attention_kv8(kiln_cuda_ctx *ctx, const T *q, const T *k,
+                                    const T *v, int8_t *k_cache,
+                                    int8_t *v_cache, float *k_scales,
+                                    float *v_scales, T *out, int64_t n,
+                                    int64_t pos, int64_t heads,
+                                    int64_t kv_heads, int64_t head_dim,
+                                    int64_t max_seq, float scale) {
+  using namespace kiln_cuda_detail;
+  static_assert(IsElem<T>::value, "T must be float, __half or __nv_bfloat16");
+  (void)pos; // graph replays read the position from ctx->d_pos
+  if (skip(ctx) || n <= 0)
+    return;
+  if (!attentionArgsOk(ctx, "kiln_cuda_attention_kv8", heads, kv_heads,
+                       head_dim, max_seq))
+    return;
+  const int64_t warps = 2 * n * kv_heads; // (token, kv head, K|V)
+  kvAppendInt8Kernel<T>
+      <<<gridFor(ctx, warps * 32, 256), 256, 0, streamOf(ctx)>>>(
+          k, v, k_cache, v_cache, k_scales, v_scales, n, int(kv_heads),
+          int(head_dim), max_seq, ctx->d_pos);
+  if (!KILN_CUDA_LAUNCHED(ctx, "kvAppendInt8Kernel<<<>>>"))
+    return;
+  attentionDispatch(ctx, q,
+                    KvInt8{k_cache, v_cache, k_scales, v_scales,
+                           int(kv_heads)},
+                    out, n, heads, kv_heads, head_dim, max_seq, scale);
 }
 
 /// y = silu(gate) * up, count elements of T (any alignment; in-place ok).

@@ -251,7 +251,7 @@ TEST(Artifact, Dtypes) {
     f.manifest["runtime"]["kv_cache"]["dtype"] = "f8";
     f.write();
     EXPECT_NE(f.open().find("runtime.kv_cache.dtype \"f8\" is not supported "
-                            "(expected \"f32\", \"f16\" or \"bf16\")"),
+                            "(expected \"f32\", \"f16\", \"bf16\" or \"int8\")"),
               std::string::npos)
         << f.open();
   }

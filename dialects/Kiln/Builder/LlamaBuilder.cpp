@@ -16,11 +16,11 @@ namespace {
 class LlamaGraphBuilder {
 public:
   LlamaGraphBuilder(MLIRContext *ctx, const ModelDesc &desc, ModuleOp module,
-                    int64_t maxSeq, Type elementType)
+                    int64_t maxSeq, Type elementType, Type kvType)
       : ctx(ctx), desc(desc), cfg(desc.config), module(module),
         builder(ctx), loc(UnknownLoc::get(ctx)), f32(elementType) {
     cacheType = KVCacheType::get(ctx, cfg.nLayers, maxSeq, cfg.nKvHeads,
-                                 cfg.headDim, elementType);
+                                 cfg.headDim, kvType);
   }
 
   LogicalResult declareWeights();
@@ -204,9 +204,16 @@ mlir::kiln::buildLlamaModule(MLIRContext *context, const ModelDesc &desc,
     return emitError(UnknownLoc::get(context))
            << "unsupported dtype '" << options.dtype
            << "' (expected f32, f16 or bf16)";
+  Type kvType = elementType;
+  if (options.kvDtype == "int8")
+    kvType = b.getI8Type();
+  else if (!options.kvDtype.empty())
+    return emitError(UnknownLoc::get(context))
+           << "unsupported KV-cache type '" << options.kvDtype
+           << "' (expected int8)";
   model.append("dtype", b.getStringAttr(options.dtype));
   (*module)->setAttr("kiln.model", model.getDictionary(context));
-  LlamaGraphBuilder graph(context, desc, *module, maxSeq, elementType);
+  LlamaGraphBuilder graph(context, desc, *module, maxSeq, elementType, kvType);
   if (failed(graph.declareWeights()))
     return failure();
   graph.buildEntryPoint("prefill", ShapedType::kDynamic, maxTokens);

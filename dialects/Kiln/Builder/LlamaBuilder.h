@@ -18,6 +18,9 @@ struct LlamaBuildOptions {
   /// Element type of weights, activations and the KV cache: "f32", "f16" or
   /// "bf16". Logits are always f32.
   std::string dtype = "f32";
+  /// KV-cache storage: "" (the compute dtype) or "int8" (per-(token,
+  /// kv-head) scaled int8, dequantized inside attention).
+  std::string kvDtype;
 };
 
 /// Builds the kiln graph of a Llama decoder (Touvron et al. 2023, fig. /

@@ -46,16 +46,23 @@ LogicalResult KVCacheType::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "kv_cache dimensions must be positive, got <"
                        << numLayers << ", " << maxSeq << ", " << numKvHeads
                        << ", " << headDim << ">";
-  if (!isa<FloatType>(elementType))
-    return emitError() << "kv_cache element type must be a float type, got "
+  if (!isa<FloatType>(elementType) && !elementType.isInteger(8))
+    return emitError() << "kv_cache element type must be a float type or i8, "
+                          "got "
                        << elementType;
   return success();
 }
 
-int64_t KVCacheType::getSizeInBytes() const {
+int64_t KVCacheType::getLayerBytes() const {
   int64_t elemBytes = getElementType().getIntOrFloatBitWidth() / 8;
-  return getNumLayers() * 2 * getMaxSeq() * getNumKvHeads() * getHeadDim() *
-         elemBytes;
+  int64_t data = 2 * getMaxSeq() * getNumKvHeads() * getHeadDim() * elemBytes;
+  if (!isQuantized())
+    return data;
+  return data + 2 * getMaxSeq() * getNumKvHeads() * 4;
+}
+
+int64_t KVCacheType::getSizeInBytes() const {
+  return getNumLayers() * getLayerBytes();
 }
 
 //===----------------------------------------------------------------------===//

@@ -293,6 +293,10 @@ LogicalResult AttentionOp::verify() {
   if (query != result)
     return emitOpError() << "expects the result type " << result
                          << " to equal the query type " << query;
+  if (!cache.isQuantized() && cache.getElementType() != query.getElementType())
+    return emitOpError() << "expects a kv_cache of the query's element type "
+                         << query.getElementType() << " or i8, got "
+                         << cache.getElementType();
   if (!getCausal())
     return emitOpError() << "supports only causal attention";
   return success();

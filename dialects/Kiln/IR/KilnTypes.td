@@ -12,7 +12,10 @@ def Kiln_KVCacheType : TypeDef<Kiln_Dialect, "KVCache"> {
     `!kiln.kv_cache<layers, max_seq, kv_heads, head_dim, element_type>`:
     per layer, a key and a value tensor of shape
     `[max_seq, kv_heads * head_dim]`. Attention ops read and write it; it
-    carries state across prefill and decode calls.
+    carries state across prefill and decode calls. With element type `i8`
+    the cache is quantized: each (token, kv head) row of keys and of values
+    is stored as int8 with an f32 scale (`scale = max|x| / 127`), and
+    attention dequantizes it.
 
     ```mlir
     !kiln.kv_cache<5, 512, 4, 8, f32>
@@ -25,7 +28,11 @@ def Kiln_KVCacheType : TypeDef<Kiln_Dialect, "KVCache"> {
       "`<` $numLayers `,` $maxSeq `,` $numKvHeads `,` $headDim `,` $elementType `>`";
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
-    /// Bytes of the whole cache (keys and values of every layer).
+    /// True for an int8 cache with per-(token, kv-head) scales.
+    bool isQuantized() const { return getElementType().isInteger(8); }
+    /// Bytes of one layer: keys, values and (int8) their scales.
+    int64_t getLayerBytes() const;
+    /// Bytes of the whole cache.
     int64_t getSizeInBytes() const;
   }];
 }

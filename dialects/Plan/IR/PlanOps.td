@@ -69,20 +69,22 @@ def Plan_ArenaViewOp : Plan_Op<"arena_view", [Pure]> {
 }
 
 def Plan_KVCacheViewOp : Plan_Op<"kv_cache_view", [Pure]> {
-  let summary = "Keys or values of one layer of the KV cache";
+  let summary = "Keys, values or their scales of one layer of the KV cache";
   let description = [{
-    `memref<max_seq x (kv_heads * head_dim)>` at float offset
-    `(layer * 2 + part) * max_seq * kv_dim` of the runtime's KV cache;
-    `part` 0 is keys, 1 is values.
+    A view at byte `offset` of the runtime's KV cache. Each layer holds, in
+    order, keys and values `[max_seq, kv_heads * head_dim]` and, for an int8
+    cache, their per-(token, kv-head) f32 scales `[max_seq, kv_heads]`;
+    `part` is 0 keys, 1 values, 2 key scales, 3 value scales.
 
     ```mlir
-    %k = plan.kv_cache_view layer 0 part 0 : memref<512x32xf32>
+    %k = plan.kv_cache_view layer 0 part 0 offset 0 : memref<512x32xf32>
     ```
   }];
   let arguments = (ins ConfinedAttr<I64Attr, [IntNonNegative]>:$layer,
-                       ConfinedAttr<I64Attr, [IntMinValue<0>, IntMaxValue<1>]>:$part);
+                       ConfinedAttr<I64Attr, [IntMinValue<0>, IntMaxValue<3>]>:$part,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$offset);
   let results = (outs Plan_Buffer:$result);
-  let assemblyFormat = "`layer` $layer `part` $part attr-dict `:` type($result)";
+  let assemblyFormat = "`layer` $layer `part` $part `offset` $offset attr-dict `:` type($result)";
 }
 
 def Plan_TokensOp : Plan_Op<"tokens", [Pure]> {

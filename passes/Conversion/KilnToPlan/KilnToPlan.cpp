@@ -175,19 +175,36 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
           })
           .Case([&](AttentionOp a) {
             auto cache = cast<KVCacheType>(a.getKvCache().getType());
-            auto viewType = MemRefType::get(
-                {cache.getMaxSeq(), cache.getNumKvHeads() * cache.getHeadDim()},
-                cache.getElementType());
-            Value keys = plan::KVCacheViewOp::create(builder, loc(), viewType,
-                                                     a.getLayer(), 0);
-            Value values = plan::KVCacheViewOp::create(builder, loc(), viewType,
-                                                       a.getLayer(), 1);
-            call("kiln_k_attention",
-                 {in(a.getQuery()), in(a.getKey()), in(a.getValue()), keys,
-                  values, *out, rows(a.getQuery()), position,
-                  indexConst(a.getNumHeads()), indexConst(a.getNumKvHeads()),
-                  indexConst(a.getHeadDim()), indexConst(cache.getMaxSeq()),
-                  f32Const(a.getScale())});
+            int64_t kvDim = cache.getNumKvHeads() * cache.getHeadDim();
+            int64_t layerBase = a.getLayer() * cache.getLayerBytes();
+            int64_t dataBytes = cache.getMaxSeq() * kvDim *
+                                (cache.getElementType().getIntOrFloatBitWidth() / 8);
+            auto dataType = MemRefType::get({cache.getMaxSeq(), kvDim},
+                                            cache.getElementType());
+            auto view = [&](int64_t part, MemRefType type, int64_t offset) {
+              return plan::KVCacheViewOp::create(builder, loc(), type,
+                                                 a.getLayer(), part, offset)
+                  .getResult();
+            };
+            Value keys = view(0, dataType, layerBase);
+            Value values = view(1, dataType, layerBase + dataBytes);
+            SmallVector<Value> args = {in(a.getQuery()), in(a.getKey()),
+                                       in(a.getValue()), keys, values};
+            StringRef callee = "kiln_k_attention";
+            if (cache.isQuantized()) {
+              auto scaleType = MemRefType::get(
+                  {cache.getMaxSeq(), cache.getNumKvHeads()}, builder.getF32Type());
+              int64_t scaleBytes = cache.getMaxSeq() * cache.getNumKvHeads() * 4;
+              args.push_back(view(2, scaleType, layerBase + 2 * dataBytes));
+              args.push_back(
+                  view(3, scaleType, layerBase + 2 * dataBytes + scaleBytes));
+              callee = "kiln_k_attention_kv8";
+            }
+            args.append({*out, rows(a.getQuery()), position,
+                         indexConst(a.getNumHeads()), indexConst(a.getNumKvHeads()),
+                         indexConst(a.getHeadDim()), indexConst(cache.getMaxSeq()),
+                         f32Const(a.getScale())});
+            call(callee, args);
             return success();
           })
           .Case([&](SwigluOp s) {

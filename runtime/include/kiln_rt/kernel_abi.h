@@ -249,6 +249,50 @@ void kiln_k_linear_w4a16_bf16_f32(const kiln_bf16_t *x, const int8_t *qweight,
                                   float *y, int64_t n, int64_t in, int64_t out,
                                   int64_t group_size);
 
+/*===-- INT8 KV cache: per-token, per-kv-head symmetric scales -----------===*
+ *
+ * Attention over a KV cache stored as int8 (recipe "kv=int8"; the quantized
+ * KV caches of vLLM / TensorRT-LLM with one scale per token and head). Per
+ * layer the caller passes
+ *   k_cache, v_cache  int8  [max_seq, kv_heads * head_dim], row-major,
+ *   k_scales, v_scales float32 [max_seq, kv_heads],
+ * and a cached element is dequantized as
+ *   K[t, h, d] = k_scales[t, h] * float(k_cache[t, h * head_dim + d])
+ * (V likewise). Append: for each new token i (row t = pos + i) and kv head h,
+ * separately for K and V, with x = k[i, h * head_dim : (h + 1) * head_dim]
+ * widened to float32:
+ *   amax  = max_d |x[d]|,   scale = amax / 127.0f  (float32 division),
+ *   q[d]  = clamp(roundf(x[d] / scale), -127, 127)  (round half away from
+ *           zero, float32 division; every q[d] = 0 when scale == 0),
+ * stores q into the cache row and scale into the scales row. Then exactly the
+ * attention of kiln_k_attention (causal GQA over rows [0, pos + i], softmax
+ * with max subtraction, all math float32) with the dequantized K and V. The
+ * result equals kiln_k_attention run on float32 caches holding the
+ * dequantized values up to float accumulation order. q, k, v, out have the
+ * element type of the suffix (float32, f16, bf16; 16-bit outputs rounded
+ * once to nearest even); shapes as for kiln_k_attention. k, v must not alias
+ * the caches; rows outside [pos, pos + n) are not written. Non-finite k / v
+ * values give unspecified cache contents.
+ *===----------------------------------------------------------------------===*/
+
+void kiln_k_attention_kv8(const float *q, const float *k, const float *v,
+                          int8_t *k_cache, int8_t *v_cache, float *k_scales,
+                          float *v_scales, float *out, int64_t n, int64_t pos,
+                          int64_t heads, int64_t kv_heads, int64_t head_dim,
+                          int64_t max_seq, float scale);
+void kiln_k_attention_kv8_f16(const kiln_f16_t *q, const kiln_f16_t *k,
+                              const kiln_f16_t *v, int8_t *k_cache,
+                              int8_t *v_cache, float *k_scales,
+                              float *v_scales, kiln_f16_t *out, int64_t n,
+                              int64_t pos, int64_t heads, int64_t kv_heads,
+                              int64_t head_dim, int64_t max_seq, float scale);
+void kiln_k_attention_kv8_bf16(const kiln_bf16_t *q, const kiln_bf16_t *k,
+                               const kiln_bf16_t *v, int8_t *k_cache,
+                               int8_t *v_cache, float *k_scales,
+                               float *v_scales, kiln_bf16_t *out, int64_t n,
+                               int64_t pos, int64_t heads, int64_t kv_heads,
+                               int64_t head_dim, int64_t max_seq, float scale);
+
 #ifdef __cplusplus
 }
 #endif

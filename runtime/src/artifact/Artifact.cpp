@@ -230,21 +230,25 @@ Status parseManifest(const std::string &text, const std::string &dir,
       r.getInt("runtime.kv_cache.max_seq", 1, INT32_MAX, out.kvMaxSeq));
   std::string kvDtype;
   KILN_RT_RETURN_IF_ERROR(r.getString("runtime.kv_cache.dtype", kvDtype));
-  if (!dtypeBytes(kvDtype))
+  bool kvInt8 = kvDtype == "int8";
+  if (!dtypeBytes(kvDtype) && !kvInt8)
     return unimplemented(where + ": runtime.kv_cache.dtype \"" + kvDtype +
-                         "\" is not supported (expected \"f32\", \"f16\" or "
-                         "\"bf16\")");
+                         "\" is not supported (expected \"f32\", \"f16\", "
+                         "\"bf16\" or \"int8\")");
   out.kvDtype = kvDtype;
-  const uint64_t kvElem = dtypeBytes(kvDtype);
+  // int8 caches also hold one f32 scale per (token, kv head) for keys and
+  // for values: 4 more bytes per head_dim elements.
+  const uint64_t kvElem = kvInt8 ? 1 : dtypeBytes(kvDtype);
   KILN_RT_RETURN_IF_ERROR(r.getUInt("runtime.kv_cache.bytes", out.kvBytes));
   // Products stay below 2^63: each factor is bounded above.
-  unsigned __int128 expected = (unsigned __int128)out.kvLayers * 2 *
-                               uint64_t(out.kvMaxSeq) * uint64_t(out.kvHeads) *
-                               uint64_t(out.kvHeadDim) * kvElem;
+  unsigned __int128 expected =
+      (unsigned __int128)out.kvLayers * 2 * uint64_t(out.kvMaxSeq) *
+      uint64_t(out.kvHeads) * (uint64_t(out.kvHeadDim) * kvElem + (kvInt8 ? 4 : 0));
   if (expected != out.kvBytes)
     return r.error("runtime.kv_cache.bytes is " + std::to_string(out.kvBytes) +
                    " but layers * 2 * max_seq * kv_heads * head_dim * " +
-                   std::to_string(kvElem) + " = " +
+                   std::to_string(kvElem) +
+                   (kvInt8 ? " (+ 4-byte scales per kv head)" : "") + " = " +
                    std::to_string(uint64_t(expected)));
 
   // files

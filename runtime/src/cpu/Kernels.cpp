@@ -17,6 +17,9 @@
 // (packed unsigned nibbles, per-group scales and zeros) likewise: nibbles
 // unpacked and zero-shifted in registers for decode (each group's sum scaled
 // into the total), tiles dequantized to float for sgemm in prefill.
+// The INT8 KV cache attention shares the attention code: new K/V rows are
+// quantized per (token, kv head) on append, cache rows dequantized into the
+// per-thread float buffers the 16-bit attention widens into.
 //
 //===----------------------------------------------------------------------===//
 #include "cpu/Kernels.h"
@@ -1366,23 +1369,98 @@ static const float *cacheRows(const typename E::T *base, int64_t count,
   }
 }
 
-template <class E>
+/// Cache access of attention(): a float / 16-bit cache, rows appended as
+/// given and read through cacheRows (in place for F32).
+template <class E> struct PlainKv {
+  using T = typename E::T;
+  T *kCache, *vCache;
+  int64_t kvDim, headDim;
+  void append(const T *k, const T *v, int64_t n, int64_t pos) const {
+    // The new keys/values may already live in the cache.
+    T *kDst = kCache + pos * kvDim, *vDst = vCache + pos * kvDim;
+    if (k != kDst)
+      std::memmove(kDst, k, sizeof(T) * size_t(n * kvDim));
+    if (v != vDst)
+      std::memmove(vDst, v, sizeof(T) * size_t(n * kvDim));
+  }
+  /// Rows [t0, t0 + count) of kv head kvh of the K (isV false) or V cache as
+  /// float, row stride in `stride`.
+  const float *rows(bool isV, int64_t t0, int64_t count, int64_t kvh,
+                    int64_t &stride) const {
+    const T *base = (isV ? vCache : kCache) + t0 * kvDim + kvh * headDim;
+    return cacheRows<E>(base, count, headDim, kvDim, 2, stride);
+  }
+};
+
+/// Per-token, per-kv-head symmetric INT8 quantization of one row of
+/// `headDim` floats (kernel_abi.h, kiln_k_attention_kv8): returns the scale.
+static float quantizeKvRow(const float *x, int8_t *q, int64_t headDim) {
+  float amax = 0.0f;
+  for (int64_t d = 0; d < headDim; ++d)
+    amax = std::max(amax, std::fabs(x[d]));
+  float s = amax / 127.0f;
+  if (s == 0.0f) {
+    std::memset(q, 0, size_t(headDim));
+    return s;
+  }
+  for (int64_t d = 0; d < headDim; ++d) {
+    float r = std::round(x[d] / s); // half away from zero
+    q[d] = int8_t(std::min(127.0f, std::max(-127.0f, r)));
+  }
+  return s;
+}
+
+/// Cache access of attention() for the INT8 KV cache: new rows quantized on
+/// append, cache rows dequantized (scale * q) into scratch slot 2 when read.
+template <class E> struct Int8Kv {
+  using T = typename E::T;
+  int8_t *kCache, *vCache;
+  float *kScales, *vScales;
+  int64_t kvHeads, headDim;
+  void append(const T *k, const T *v, int64_t n, int64_t pos) const {
+    const int64_t kvDim = kvHeads * headDim, rows = n * kvHeads;
+#pragma omp parallel for schedule(static) if (rows * headDim > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t i = r / kvHeads, h = r % kvHeads;
+      int64_t src = i * kvDim + h * headDim;
+      int64_t dst = (pos + i) * kvDim + h * headDim;
+      int64_t sIdx = (pos + i) * kvHeads + h;
+      kScales[sIdx] =
+          quantizeKvRow(loadRow<E>(k + src, headDim, 1), kCache + dst, headDim);
+      vScales[sIdx] =
+          quantizeKvRow(loadRow<E>(v + src, headDim, 1), vCache + dst, headDim);
+    }
+  }
+  const float *rows(bool isV, int64_t t0, int64_t count, int64_t kvh,
+                    int64_t &stride) const {
+    const int64_t kvDim = kvHeads * headDim;
+    const int8_t *q = (isV ? vCache : kCache) + t0 * kvDim + kvh * headDim;
+    const float *sc = (isV ? vScales : kScales) + t0 * kvHeads + kvh;
+    float *buf = scratch(2, count * headDim);
+    for (int64_t t = 0; t < count; ++t) {
+      float s = sc[t * kvHeads];
+      const int8_t *qt = q + t * kvDim;
+      float *bt = buf + t * headDim;
+#pragma omp simd
+      for (int64_t d = 0; d < headDim; ++d)
+        bt[d] = s * float(qt[d]);
+    }
+    stride = headDim;
+    return buf;
+  }
+};
+
+template <class E, class Kv>
 static void attention(const typename E::T *q, const typename E::T *k,
-                      const typename E::T *v, typename E::T *k_cache,
-                      typename E::T *v_cache, typename E::T *out, int64_t n,
-                      int64_t pos, int64_t heads, int64_t kv_heads,
-                      int64_t head_dim, int64_t max_seq, float scale) {
+                      const typename E::T *v, const Kv &kv,
+                      typename E::T *out, int64_t n, int64_t pos,
+                      int64_t heads, int64_t kv_heads, int64_t head_dim,
+                      int64_t max_seq, float scale) {
   using T = typename E::T;
   (void)max_seq; // pos + n <= max_seq was validated by the runtime
-  const int64_t kvDim = kv_heads * head_dim;
   const int64_t qDim = heads * head_dim;
   const int64_t group = heads / kv_heads;
-  // Append the new keys/values (they may already live in the cache).
-  T *kDst = k_cache + pos * kvDim, *vDst = v_cache + pos * kvDim;
-  if (k != kDst)
-    std::memmove(kDst, k, sizeof(T) * size_t(n * kvDim));
-  if (v != vDst)
-    std::memmove(vDst, v, sizeof(T) * size_t(n * kvDim));
+  kv.append(k, v, n, pos);
 
   const int64_t work = n * heads;
   bool parallel =
@@ -1400,8 +1478,7 @@ static void attention(const typename E::T *q, const typename E::T *k,
       float maxScore = -INFINITY;
       for (int64_t t0 = 0; t0 <= last; t0 += kKvChunk) {
         int64_t rows = std::min(kKvChunk, last + 1 - t0), stride;
-        const float *kr = cacheRows<E>(k_cache + t0 * kvDim + kvh * head_dim,
-                                       rows, head_dim, kvDim, 2, stride);
+        const float *kr = kv.rows(false, t0, rows, kvh, stride);
         for (int64_t t = 0; t < rows; ++t) {
           const float *kt = kr + t * stride;
           float s = 0.0f;
@@ -1423,8 +1500,7 @@ static void attention(const typename E::T *q, const typename E::T *k,
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t t0 = 0; t0 <= last; t0 += kKvChunk) {
         int64_t rows = std::min(kKvChunk, last + 1 - t0), stride;
-        const float *vr = cacheRows<E>(v_cache + t0 * kvDim + kvh * head_dim,
-                                       rows, head_dim, kvDim, 2, stride);
+        const float *vr = kv.rows(true, t0, rows, kvh, stride);
         for (int64_t t = 0; t < rows; ++t) {
           const float *vt = vr + t * stride;
           float a = att[size_t(t0 + t)] * inv;
@@ -1439,6 +1515,29 @@ static void attention(const typename E::T *q, const typename E::T *k,
         E::narrow(acc.data(), o, head_dim);
     }
   }
+}
+
+template <class E>
+static void attention(const typename E::T *q, const typename E::T *k,
+                      const typename E::T *v, typename E::T *k_cache,
+                      typename E::T *v_cache, typename E::T *out, int64_t n,
+                      int64_t pos, int64_t heads, int64_t kv_heads,
+                      int64_t head_dim, int64_t max_seq, float scale) {
+  PlainKv<E> kv{k_cache, v_cache, kv_heads * head_dim, head_dim};
+  attention<E>(q, k, v, kv, out, n, pos, heads, kv_heads, head_dim, max_seq,
+               scale);
+}
+
+template <class E>
+static void attentionKv8(const typename E::T *q, const typename E::T *k,
+                         const typename E::T *v, int8_t *k_cache,
+                         int8_t *v_cache, float *k_scales, float *v_scales,
+                         typename E::T *out, int64_t n, int64_t pos,
+                         int64_t heads, int64_t kv_heads, int64_t head_dim,
+                         int64_t max_seq, float scale) {
+  Int8Kv<E> kv{k_cache, v_cache, k_scales, v_scales, kv_heads, head_dim};
+  attention<E>(q, k, v, kv, out, n, pos, heads, kv_heads, head_dim, max_seq,
+               scale);
 }
 
 /// Elements per widened block of the 16-bit elementwise kernels.
@@ -1648,6 +1747,35 @@ void kiln_k_mul(const float *a, const float *b, float *y, int64_t count) {
 KILN_DEFINE_16BIT_KERNELS(f16, F16, kiln_f16_t)
 KILN_DEFINE_16BIT_KERNELS(bf16, Bf16, kiln_bf16_t)
 #undef KILN_DEFINE_16BIT_KERNELS
+
+// INT8 KV cache (kernel_abi.h): per-token, per-kv-head symmetric scales.
+void kiln_k_attention_kv8(const float *q, const float *k, const float *v,
+                          int8_t *k_cache, int8_t *v_cache, float *k_scales,
+                          float *v_scales, float *out, int64_t n, int64_t pos,
+                          int64_t heads, int64_t kv_heads, int64_t head_dim,
+                          int64_t max_seq, float scale) {
+  attentionKv8<F32>(q, k, v, k_cache, v_cache, k_scales, v_scales, out, n, pos,
+                    heads, kv_heads, head_dim, max_seq, scale);
+}
+void kiln_k_attention_kv8_f16(const kiln_f16_t *q, const kiln_f16_t *k,
+                              const kiln_f16_t *v, int8_t *k_cache,
+                              int8_t *v_cache, float *k_scales,
+                              float *v_scales, kiln_f16_t *out, int64_t n,
+                              int64_t pos, int64_t heads, int64_t kv_heads,
+                              int64_t head_dim, int64_t max_seq, float scale) {
+  attentionKv8<F16>(q, k, v, k_cache, v_cache, k_scales, v_scales, out, n, pos,
+                    heads, kv_heads, head_dim, max_seq, scale);
+}
+void kiln_k_attention_kv8_bf16(const kiln_bf16_t *q, const kiln_bf16_t *k,
+                               const kiln_bf16_t *v, int8_t *k_cache,
+                               int8_t *v_cache, float *k_scales,
+                               float *v_scales, kiln_bf16_t *out, int64_t n,
+                               int64_t pos, int64_t heads, int64_t kv_heads,
+                               int64_t head_dim, int64_t max_seq,
+                               float scale) {
+  attentionKv8<Bf16>(q, k, v, k_cache, v_cache, k_scales, v_scales, out, n,
+                     pos, heads, kv_heads, head_dim, max_seq, scale);
+}
 
 // W8A16 (kernel_abi.h): int8 weights, per-output-channel float32 scales.
 void kiln_k_linear_w8a16(const float *x, const int8_t *qweight,

@@ -6,7 +6,9 @@
 // CPU reference kernels kiln_k_* of libkiln_runtime on the same (rounded)
 // inputs. Outputs are poisoned with 0xFF bytes (NaN in every type) before each
 // run, and KV-cache rows past the visible ones are poisoned too, so skipped
-// writes or out-of-range reads show up as NaN.
+// writes or out-of-range reads show up as NaN. The INT8 KV cache attention
+// (kiln_cuda_attention_kv8) is checked against kiln_k_attention_kv8, its
+// appended int8 rows and float scales against the CPU's.
 //
 //   kiln-gpu-kernel-check          correctness; one "PASS|FAIL kernel dtype
 //                                  shape relerr" line per case, then
@@ -548,6 +550,108 @@ template <typename T> void checkAttention(Context &c) {
   }
 }
 
+/// Raw device bytes (int8 caches, float scales) poisoned with 0xFF: int8 -1,
+/// float NaN, so unwritten scales read by the attention show up as NaN.
+template <typename E> struct RawBuf {
+  E *p = nullptr;
+  size_t count;
+  explicit RawBuf(size_t count) : count(count) {
+    CHECK_CUDA(cudaMalloc(&p, sizeof(E) * (count + 1)));
+    CHECK_CUDA(cudaMemset(p, 0xFF, sizeof(E) * (count + 1)));
+  }
+  ~RawBuf() { cudaFree(p); }
+  RawBuf(const RawBuf &) = delete;
+  RawBuf &operator=(const RawBuf &) = delete;
+  void upload(const E *h, size_t n) {
+    CHECK_CUDA(cudaMemcpy(p, h, sizeof(E) * n, cudaMemcpyHostToDevice));
+  }
+  std::vector<E> download(size_t n) const {
+    std::vector<E> h(n);
+    CHECK_CUDA(cudaMemcpy(h.data(), p, sizeof(E) * n, cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
+/// kiln_cuda_attention_kv8 against kiln_k_attention_kv8. Rows [0, pos) are
+/// quantized by the CPU kernel and uploaded; the GPU appends rows [pos,
+/// pos + n). Cache check: scales bit-exact, q equal; both sides divide with
+/// correct rounding (__fdiv_rn / IEEE '/'), so they should agree exactly,
+/// but a q differing by 1 (a quotient a rounding apart at a .5 tie, e.g. a
+/// different division path) is tolerated and counted; anything else fails.
+template <typename T> void checkAttentionKv8(Context &c) {
+  struct Shape {
+    int64_t n, pos, heads, kvHeads, headDim;
+  };
+  const Shape shapes[] = {
+      {1, 0, 4, 4, 64},     {1, 300, 8, 2, 128}, {1, 1000, 4, 1, 8},
+      {1, 77, 3, 3, 80},    {1, 5, 2, 1, 256},   {7, 0, 4, 2, 64},
+      {33, 50, 4, 1, 128},  {5, 3, 2, 2, 8},     {20, 10, 2, 1, 256},
+      {64, 100, 8, 8, 64},  {17, 0, 3, 1, 96},   {2, 0, 1, 1, 16}};
+  for (const Shape &s : shapes) {
+    const int64_t maxSeq = s.pos + s.n + 13;
+    const int64_t qDim = s.heads * s.headDim, kvDim = s.kvHeads * s.headDim;
+    std::vector<float> q = randomRounded<T>(size_t(s.n * qDim), -4, 4);
+    std::vector<float> k = randomRounded<T>(size_t(s.n * kvDim), -2, 2);
+    std::vector<float> v = randomRounded<T>(size_t(s.n * kvDim), -1, 1);
+    std::vector<int8_t> kc(size_t(maxSeq * kvDim), 0), vc(kc.size(), 0);
+    std::vector<float> ks(size_t(maxSeq * s.kvHeads), 0.0f), vs(ks.size(), 0);
+    const float scale = 1.0f / std::sqrt(float(s.headDim));
+    if (s.pos > 0) { // past rows, quantized by the CPU kernel
+      std::vector<float> pk = randomRounded<T>(size_t(s.pos * kvDim), -2, 2);
+      std::vector<float> pv = randomRounded<T>(size_t(s.pos * kvDim), -1, 1);
+      std::vector<float> pq(size_t(s.pos * qDim), 0.0f), po(pq.size());
+      kiln_k_attention_kv8(pq.data(), pk.data(), pv.data(), kc.data(),
+                           vc.data(), ks.data(), vs.data(), po.data(), s.pos,
+                           0, s.heads, s.kvHeads, s.headDim, maxSeq, scale);
+    }
+    DevBuf<T> dq(q.size()), dk(k.size()), dv(v.size()), dOut(q.size());
+    RawBuf<int8_t> dkc(kc.size()), dvc(vc.size());
+    RawBuf<float> dks(ks.size()), dvs(vs.size());
+    dq.upload(q);
+    dk.upload(k);
+    dv.upload(v);
+    if (s.pos > 0) { // rows >= pos stay poisoned
+      dkc.upload(kc.data(), size_t(s.pos * kvDim));
+      dvc.upload(vc.data(), size_t(s.pos * kvDim));
+      dks.upload(ks.data(), size_t(s.pos * s.kvHeads));
+      dvs.upload(vs.data(), size_t(s.pos * s.kvHeads));
+    }
+    c.setPos(s.pos);
+    kiln_cuda_attention_kv8(&c.ctx, dq.data(), dk.data(), dv.data(), dkc.p,
+                            dvc.p, dks.p, dvs.p, dOut.data(), s.n,
+                            /*pos ignored*/ -1, s.heads, s.kvHeads, s.headDim,
+                            maxSeq, scale);
+    std::string err = c.finish();
+    std::vector<float> ref(q.size());
+    kiln_k_attention_kv8(q.data(), k.data(), v.data(), kc.data(), vc.data(),
+                         ks.data(), vs.data(), ref.data(), s.n, s.pos, s.heads,
+                         s.kvHeads, s.headDim, maxSeq, scale);
+    const std::string shape =
+        fmt("n=%lld pos=%lld heads=%lld kv_heads=%lld head_dim=%lld", s.n,
+            s.pos, s.heads, s.kvHeads, s.headDim);
+    report("attention-kv8", Dtype<T>::name, shape, dOut.download(ref.size()),
+           ref, Dtype<T>::tol, err);
+    // Appended rows: scales bit-exact, q within 1 (counted).
+    const size_t rows = size_t(s.pos + s.n);
+    std::vector<int8_t> gk = dkc.download(rows * kvDim),
+                        gv = dvc.download(rows * kvDim);
+    std::vector<float> gks = dks.download(rows * s.kvHeads),
+                       gvs = dvs.download(rows * s.kvHeads);
+    long off1 = 0, bad = 0;
+    for (size_t i = 0; i < gk.size(); ++i)
+      for (int d : {int(gk[i]) - int(kc[i]), int(gv[i]) - int(vc[i])})
+        (d == 0 ? 0 : (d == 1 || d == -1) ? ++off1 : ++bad);
+    for (size_t i = 0; i < gks.size(); ++i)
+      bad += std::memcmp(&gks[i], &ks[i], 4) != 0 ||
+             std::memcmp(&gvs[i], &vs[i], 4) != 0;
+    const bool ok = bad == 0;
+    (ok ? gPassed : gFailed)++;
+    std::printf("%s attention-kv8-append %s %s mismatches=%ld off_by_one=%ld\n",
+                ok ? "PASS" : "FAIL", Dtype<T>::name, shape.c_str(), bad, off1);
+    std::fflush(stdout);
+  }
+}
+
 enum class Ew { Swiglu, Silu, Add, Mul };
 
 template <typename T> void checkElementwise(Context &c, Ew op) {
@@ -923,6 +1027,9 @@ int main(int argc, char **argv) {
   checkAttention<float>(c);
   checkAttention<__half>(c);
   checkAttention<__nv_bfloat16>(c);
+  checkAttentionKv8<float>(c);
+  checkAttentionKv8<__half>(c);
+  checkAttentionKv8<__nv_bfloat16>(c);
   for (Ew op : {Ew::Swiglu, Ew::Silu, Ew::Add, Ew::Mul}) {
     checkElementwise<float>(c, op);
     checkElementwise<__half>(c, op);

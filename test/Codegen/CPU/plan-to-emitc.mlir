@@ -13,8 +13,8 @@
 // CHECK: call_opaque "KILN_WEIGHT"(%[[CTX]]) {args = [0 : index, 0, #emitc.opaque<"float">]}
 // CHECK: call_opaque "kiln_k_embedding"(%[[TOK]], %[[N]],
 // CHECK: call_opaque "KILN_KV"(%[[CTX]]) {args = [0 : index, 0, #emitc.opaque<"float">]}
-// Values of layer 0 start after its 64 x 8 keys.
-// CHECK: call_opaque "KILN_KV"(%[[CTX]]) {args = [0 : index, 512, #emitc.opaque<"float">]}
+// Values of layer 0 start after its 64 x 8 f32 keys (byte offsets).
+// CHECK: call_opaque "KILN_KV"(%[[CTX]]) {args = [0 : index, 2048, #emitc.opaque<"float">]}
 // CHECK: call_opaque "kiln_k_attention"
 // CHECK: call_opaque "KILN_LOGITS"(%[[CTX]])
 // CHECK: call_opaque "KILN_ROW"

@@ -23,8 +23,8 @@
 // RoPE gets the start position.
 // CHECK: plan.call_kernel "kiln_k_rope"({{.*}}, %[[POS]], %{{.*}}) :
 // Attention reads and writes layer 0 of the KV cache.
-// CHECK: %[[K:.*]] = plan.kv_cache_view layer 0 part 0 : memref<64x8xf32>
-// CHECK: %[[V:.*]] = plan.kv_cache_view layer 0 part 1 : memref<64x8xf32>
+// CHECK: %[[K:.*]] = plan.kv_cache_view layer 0 part 0 offset 0 : memref<64x8xf32>
+// CHECK: %[[V:.*]] = plan.kv_cache_view layer 0 part 1 offset 2048 : memref<64x8xf32>
 // CHECK: plan.call_kernel "kiln_k_attention"(%{{.*}}, %{{.*}}, %{{.*}}, %[[K]], %[[V]], %{{.*}}, %[[N]], %[[POS]],
 // Elementwise kernels get the element count n * width.
 // CHECK: %[[COUNT:.*]] = arith.muli %[[N]], %{{.*}} : index

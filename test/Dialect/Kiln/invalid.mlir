@@ -39,8 +39,8 @@ func.func @negative_kv_cache_dims(%c: !kiln.kv_cache<0, 64, 2, 4, f32>) {
 
 // -----
 
-// expected-error @+1 {{kv_cache element type must be a float type, got 'i8'}}
-func.func @negative_kv_cache_int(%c: !kiln.kv_cache<1, 64, 2, 4, i8>) {
+// expected-error @+1 {{kv_cache element type must be a float type or i8, got 'i32'}}
+func.func @negative_kv_cache_int(%c: !kiln.kv_cache<1, 64, 2, 4, i32>) {
   return
 }
 

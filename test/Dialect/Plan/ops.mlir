@@ -13,8 +13,8 @@ func.func @prefill(%n: index, %pos: index) {
   // CHECK: plan.arena_view[128] (%{{.*}}) : memref<?x16xf32>
   %x = plan.arena_view [128] (%n) : memref<?x16xf32>
   %y = plan.arena_view [0] (%n) : memref<?x8xf32>
-  // CHECK: plan.kv_cache_view layer 1 part 1 : memref<64x8xf32>
-  %v = plan.kv_cache_view layer 1 part 1 : memref<64x8xf32>
+  // CHECK: plan.kv_cache_view layer 1 part 1 offset 6144 : memref<64x8xf32>
+  %v = plan.kv_cache_view layer 1 part 1 offset 6144 : memref<64x8xf32>
   %c1 = arith.constant 1 : index
   // CHECK: plan.row %{{.*}}[%{{.*}}] : memref<?x16xf32> -> memref<1x16xf32>
   %r = plan.row %x[%c1] : memref<?x16xf32> -> memref<1x16xf32>
