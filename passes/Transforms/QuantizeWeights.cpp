@@ -86,7 +86,7 @@ void QuantizeWeightsPass::runOnOperation() {
     int64_t groups = fourBit ? llvm::divideCeil(in, groupSize) : 0;
     auto i8 = builder.getI8Type();
     auto qType = RankedTensorType::get(
-        {out, fourBit ? llvm::divideCeil(in, 2) : in}, i8);
+        {out, fourBit ? llvm::divideCeilSigned(in, int64_t(2)) : in}, i8);
     auto sType = fourBit ? RankedTensorType::get({out, groups}, builder.getF32Type())
                          : RankedTensorType::get({out}, builder.getF32Type());
     auto zType = RankedTensorType::get({out, groups}, i8);

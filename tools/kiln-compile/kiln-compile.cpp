@@ -78,7 +78,7 @@ static cl::opt<std::string> tokenizerPath(
     cl::cat(category));
 static cl::opt<int64_t> maxSeqLen(
     "max-seq-len", cl::desc("Context length to plan the KV cache for "
-                            "(default: the model's; never more)"),
+                            "(default: the model's; more is an error)"),
     cl::init(0), cl::cat(category));
 static cl::opt<int64_t> maxPrefillTokens(
     "max-prefill-tokens", cl::desc("Tokens per prefill call the activation "
@@ -101,6 +101,7 @@ int main(int argc, char **argv) {
       argc, argv,
       "Kiln ahead-of-time compiler: checkpoint -> artifact\n\n"
       "  kiln-compile MODEL -o ARTIFACT [--target=cpu|cuda] [--dtype=f32|f16|bf16]\n"
+      "               [--quant=none|w8a16|w4a16-rtn] [--group-size G] [--kv=int8]\n"
       "               [--emit=kiln|plan|cpp] [--tokenizer FILE]\n"
       "               [--max-seq-len N] [--max-prefill-tokens N]\n\n"
       "MODEL is a llama2.c checkpoint (.bin), a GGUF file, a Hugging Face\n"
@@ -113,6 +114,11 @@ int main(int argc, char **argv) {
     return fail("unsupported --dtype='" + dtype + "' (expected f32, f16 or bf16)");
   if (emit == Emit::Artifact && outputDir.empty())
     return fail("no output: pass -o ARTIFACT or --emit=kiln|plan|cpp");
+  if (emit != Emit::Artifact && !outputDir.empty())
+    return fail("--emit prints to stdout and writes no artifact: drop -o " +
+                outputDir + " or --emit");
+  if (emit.getNumOccurrences() > 1)
+    return fail("--emit given more than once");
   if (quant != "none" && quant != "w8a16" && quant != "w4a16-rtn") {
     bool known = quant == "w4a16-gptq" || quant == "w4a16-awq" ||
                  quant == "smoothquant";
@@ -129,12 +135,35 @@ int main(int argc, char **argv) {
   if (groupSize <= 0 || groupSize % 2 != 0)
     return fail("unsupported --group-size=" + std::to_string(groupSize) +
                 " (expected a positive even number, e.g. 32, 64 or 128)");
-  if (maxSeqLen < 0 || maxPrefillTokens < 0)
+  if (groupSize.getNumOccurrences() && quant != "w4a16-rtn")
+    return fail("--group-size applies to 4-bit recipes (--quant=w4a16-rtn), "
+                "not --quant=" + quant);
+  if ((maxSeqLen.getNumOccurrences() && maxSeqLen <= 0) ||
+      (maxPrefillTokens.getNumOccurrences() && maxPrefillTokens <= 0) ||
+      maxSeqLen < 0 || maxPrefillTokens < 0)
     return fail("--max-seq-len and --max-prefill-tokens must be positive");
 
   auto desc = importModel(modelPath, tokenizerPath);
   if (!desc)
     return fail(llvm::toString(desc.takeError()));
+  if (maxSeqLen > desc->config.maxSeqLen)
+    return fail("--max-seq-len=" + std::to_string(maxSeqLen) +
+                " exceeds the model's context of " +
+                std::to_string(desc->config.maxSeqLen) + " tokens");
+  int64_t contextLen = maxSeqLen > 0 ? maxSeqLen : desc->config.maxSeqLen;
+  if (maxPrefillTokens > contextLen)
+    return fail("--max-prefill-tokens=" + std::to_string(maxPrefillTokens) +
+                " exceeds the context of " + std::to_string(contextLen) +
+                " tokens");
+  if (quant != "none")
+    for (const WeightDesc &w : desc->weights)
+      if (w.source.storage == StorageType::Q8_0) {
+        llvm::errs() << "kiln-compile: note: " << modelPath
+                     << " stores weights as q8_0; --quant=" << quant
+                     << " dequantizes and quantizes them again (two lossy "
+                        "steps)\n";
+        break;
+      }
 
   MLIRContext context;
   context.loadDialect<KilnDialect, plan::PlanDialect, func::FuncDialect,
@@ -219,7 +248,10 @@ int main(int argc, char **argv) {
   inputs.pipeline = quant == "none"
                        ? std::string(kPipeline)
                        : "kiln-verify,canonicalize,kiln-quantize-weights{scheme=" +
-                             quant + " group-size=" + std::to_string(groupSize) +
+                             quant +
+                             (quant == "w4a16-rtn"
+                                  ? " group-size=" + std::to_string(groupSize)
+                                  : std::string()) +
                              "},kiln-memory-plan,kiln-lower-to-plan,"
                              "canonicalize,kiln-plan-to-emitc";
   inputs.quant = quant;

@@ -91,6 +91,11 @@ LogicalResult LlamaGraphBuilder::declareWeights() {
                                          "heads", builder.getI64IntegerAttr(
                                                       t.heads))})));
         break;
+      case WeightTransform::Kind::Quantize:
+        // Importers describe checkpoints; quantization is a pass's decision.
+        return emitError(loc) << "weight '" << name
+                              << "' arrives with a quantize transform; "
+                                 "importers do not produce those";
       }
     }
     auto op = WeightOp::create(builder, loc, name,

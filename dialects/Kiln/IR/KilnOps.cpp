@@ -72,12 +72,12 @@ LogicalResult WeightOp::verify() {
       int64_t group = t.getParams().getAs<IntegerAttr>("group_size").getInt();
       int64_t rows = sourceShape[0], cols = sourceShape[1];
       if (part == "qweight") {
-        produced = {rows, bits == 4 ? llvm::divideCeil(cols, 2) : cols};
+        produced = {rows, bits == 4 ? llvm::divideCeilSigned(cols, int64_t(2)) : cols};
         quantizedToInt = true;
       } else if (group == 0) {
         produced = {rows};
       } else {
-        produced = {rows, llvm::divideCeil(cols, group)};
+        produced = {rows, llvm::divideCeilSigned(cols, group)};
         quantizedToInt = part == "zeros";
       }
       continue;
