@@ -166,12 +166,15 @@ int main(int argc, char **argv) {
 
   const bool cuda = std::strcmp(info.target, "cuda") == 0;
   if (cuda)
-    std::printf("artifact: %s (%s, %s), weights %.2f MB, device %s\n",
-                artifactDir.c_str(), info.name, info.dtype,
-                double(info.weights_bytes) / 1e6, info.device);
+    std::printf("artifact: %s (%s, %s, quant %s, kv %s), weights %.2f MB, "
+                "device %s\n",
+                artifactDir.c_str(), info.name, info.dtype, info.quant,
+                info.kv_dtype, double(info.weights_bytes) / 1e6, info.device);
   else
-    std::printf("artifact: %s (%s), weights %.2f MB, %d threads\n",
-                artifactDir.c_str(), info.name, double(info.weights_bytes) / 1e6,
+    std::printf("artifact: %s (%s, %s, quant %s, kv %s), weights %.2f MB, %d "
+                "threads\n",
+                artifactDir.c_str(), info.name, info.dtype, info.quant,
+                info.kv_dtype, double(info.weights_bytes) / 1e6,
                 omp_get_max_threads());
   std::vector<double> prefillRates, decodeRates;
   for (int r = 0; r <= repeat; ++r) { // r == 0 warms up

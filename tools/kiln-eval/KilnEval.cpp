@@ -154,7 +154,10 @@ struct Model {
     check(kiln_rt_session_create(artifact, &session));
   }
   std::string describe() const {
-    return dir + " (" + info.name + ", " + info.dtype + ", " + info.target +
+    return dir + " (" + info.name + ", " + info.dtype +
+           (std::string(info.quant) != "none" ? ", quant " + std::string(info.quant)
+                                              : std::string()) +
+           ", kv " + info.kv_dtype + ", " + info.target +
            ", vocab " + std::to_string(info.vocab_size) + ", context " +
            std::to_string(info.max_seq_len) + ")";
   }

@@ -192,6 +192,9 @@ Status parseManifest(const std::string &text, const std::string &dir,
   if (root.contains("recipe") && root["recipe"].is_object() &&
       root["recipe"].contains("dtype"))
     KILN_RT_RETURN_IF_ERROR(r.getString("recipe.dtype", out.dtype));
+  if (root.contains("recipe") && root["recipe"].is_object() &&
+      root["recipe"].contains("quant"))
+    KILN_RT_RETURN_IF_ERROR(r.getString("recipe.quant", out.quant));
   // Both targets run f32, f16 and bf16 (kernel_abi.h has 16-bit kernels).
   if (!dtypeBytes(out.dtype))
     return unimplemented(where + ": recipe.dtype \"" + out.dtype +

@@ -46,6 +46,7 @@ struct Manifest {
   Target target = Target::Cpu;
   std::string targetName;      ///< "cpu" or "cuda"
   std::string dtype = "f32";   ///< recipe.dtype: f32, f16 or bf16 (default f32)
+  std::string quant = "none";  ///< recipe.quant (informative)
   std::string kvDtype = "f32"; ///< runtime.kv_cache.dtype
   std::string modelName;
   int64_t vocabSize = 0;

@@ -77,6 +77,8 @@ void kiln_rt_artifact_info(const kiln_rt_artifact_t *artifact,
   info.target = m.targetName.c_str();
   info.device = a.deviceName().c_str();
   info.dtype = m.dtype.c_str();
+  info.quant = m.quant.c_str();
+  info.kv_dtype = m.kvDtype.c_str();
   *out_info = info;
 }
 
