@@ -7,6 +7,8 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${KILN_BUILD_DIR:-$root/build}"
 bash "$root/scripts/setup.sh"
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/kiln-ccache}"
+# Relative paths in the cache keys: clones in other folders (CI) hit too.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 if [ ! -f "$build/build.ninja" ] || [ $# -gt 0 ]; then
   cmake -G Ninja -S "$root" -B "$build" \
     -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir \
