@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "artifact/Artifact.h"
 #include "kiln_rt/api.h"
+#include "TestFiles.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -29,34 +30,10 @@ namespace {
 
 constexpr int64_t kVocab = 16;
 
-std::string readFile(const fs::path &p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void writeFile(const fs::path &p, const std::string &bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
-
-std::string xxh3Hex(const std::string &bytes) {
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx",
-                (unsigned long long)XXH3_64bits(bytes.data(), bytes.size()));
-  return hex;
-}
-
-std::string hexOf(const std::string &s) {
-  std::string out;
-  char b[3];
-  for (unsigned char c : s) {
-    std::snprintf(b, sizeof(b), "%02x", c);
-    out += b;
-  }
-  return out;
-}
+using kiln::rt::test::hexOf;
+using kiln::rt::test::readFile;
+using kiln::rt::test::writeFile;
+using kiln::rt::test::xxh3Hex;
 
 /// A valid artifact in a fresh temporary directory; tests damage it.
 class FakeArtifact {

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kiln_rt/api.h"
+#include "../TestFiles.h"
 #include "kiln_rt/cuda_abi.h"
 #include "tokenizer/Sampler.h"
 
@@ -34,29 +35,9 @@ namespace {
 
 constexpr int64_t kVocab = 16;
 
-std::string readFile(const fs::path &p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string xxh3Hex(const std::string &bytes) {
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx",
-                (unsigned long long)XXH3_64bits(bytes.data(), bytes.size()));
-  return hex;
-}
-
-std::string hexOf(const std::string &s) {
-  std::string out;
-  char b[3];
-  for (unsigned char c : s) {
-    std::snprintf(b, sizeof(b), "%02x", c);
-    out += b;
-  }
-  return out;
-}
+using kiln::rt::test::hexOf;
+using kiln::rt::test::readFile;
+using kiln::rt::test::xxh3Hex;
 
 /// Writes a cuda artifact around the fake model; returns its directory.
 std::string makeArtifact() {
