@@ -109,7 +109,8 @@ void QuantizeWeightsPass::runOnOperation() {
                       : Value();
     auto quantized = QuantizedLinearOp::create(
         builder, linear.getLoc(), linear.getType(), linear.getInput(), q, s, z,
-        builder.getI64IntegerAttr(bits), builder.getI64IntegerAttr(groupSize));
+        builder.getI64IntegerAttr(bits), builder.getI64IntegerAttr(groupSize),
+        /*act_quant=*/StringAttr(), /*act_scale=*/FloatAttr());
     linear.replaceAllUsesWith(quantized.getResult());
     linear.erase();
     if (ref->use_empty())

@@ -185,9 +185,33 @@ LogicalResult QuantizedLinearOp::verify() {
   if (bits == 4 && (group <= 0 || group % 2 != 0))
     return emitOpError() << "4-bit weights need a positive even group_size, got "
                          << group;
-  if (bits == 8 && group != 0)
-    return emitOpError() << "8-bit weights are per-channel (group_size 0), got "
+  if (bits == 8 && group < 0)
+    return emitOpError() << "8-bit weights need group_size 0 (per channel) or "
+                            "a positive group size, got "
                          << group;
+  if (StringRef act = getActQuant().value_or("none"); act != "none") {
+    if (act != "int8_per_token" && act != "int8_per_tensor")
+      return emitOpError() << "unknown act_quant '" << act
+                           << "' (expected none, int8_per_token or "
+                              "int8_per_tensor)";
+    if (bits != 8 || group != 0)
+      return emitOpError() << "int8 activations (act_quant '" << act
+                           << "') need 8-bit per-channel weights (group_size "
+                              "0), got "
+                           << bits << " bits, group_size " << group;
+    bool perTensor = act == "int8_per_tensor";
+    if (perTensor != getActScale().has_value())
+      return emitOpError() << (perTensor ? "act_quant 'int8_per_tensor' needs "
+                                           "a static act_scale"
+                                         : "act_scale is only meaningful with "
+                                           "act_quant 'int8_per_tensor'");
+    if (perTensor && !(getActScale()->convertToFloat() > 0.0f))
+      return emitOpError() << "act_scale must be positive, got "
+                           << getActScale()->convertToFloat();
+  } else if (getActScale()) {
+    return emitOpError() << "act_scale is only meaningful with act_quant "
+                            "'int8_per_tensor'";
+  }
   if ((bits == 4) != static_cast<bool>(getZeroPoints()))
     return emitOpError() << (bits == 4 ? "4-bit weights need zero_points"
                                        : "8-bit weights are symmetric: no "

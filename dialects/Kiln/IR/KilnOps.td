@@ -140,7 +140,19 @@ def Kiln_QuantizedLinearOp : Kiln_Op<"quantized_linear", [Pure]> {
       each, 0..15), `G = ceil(in / group_size)`; the last group of a row may
       be shorter.
 
-    Scales are f32; activations stay in the compute type.
+    * `bits = 8` with `group_size > 0` (e.g. GGUF Q8_0 kept quantized,
+      groups of 32): symmetric int8 `[out, in]`, scales `[out, G]`.
+
+    Scales are f32. By default (`act_quant` absent or `"none"`) activations
+    stay in the compute type (W8A16 / W4A16). SmoothQuant's W8A8 (Xiao et
+    al. 2023) sets `act_quant` (8-bit per-channel weights only):
+
+    * `"int8_per_token"`: each input row r is quantized on the fly,
+      `sx[r] = max_i |x[r, i]| / 127`, `xq = clamp(round(x / sx[r]), -127, 127)`,
+      and `result[r, o] = sx[r] * scales[o] * sum_i xq[r, i] * q[o, i]`
+      (int32 accumulation);
+    * `"int8_per_tensor"`: the same with the static `act_scale` (f32,
+      from calibration) for every row.
 
     ```mlir
     %q = kiln.quantized_linear %x, %wq, %sq {bits = 8 : i64, group_size = 0 : i64}
@@ -154,8 +166,16 @@ def Kiln_QuantizedLinearOp : Kiln_Op<"quantized_linear", [Pure]> {
                        RankedTensorOf<[F32]>:$scales,
                        Optional<2DTensorOf<[I8]>>:$zero_points,
                        ConfinedAttr<I64Attr, [IntPositive]>:$bits,
-                       ConfinedAttr<I64Attr, [IntNonNegative]>:$group_size);
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$group_size,
+                       OptionalAttr<StrAttr>:$act_quant,
+                       OptionalAttr<F32Attr>:$act_scale);
   let results = (outs Kiln_Activation:$result);
+  let extraClassDeclaration = [{
+    /// True when activations are quantized to int8 (SmoothQuant W8A8).
+    bool hasQuantizedActivations() {
+      return getActQuant() && *getActQuant() != "none";
+    }
+  }];
   let assemblyFormat = [{
     $input `,` $qweight `,` $scales (`,` $zero_points^)? attr-dict `:`
     type($input) `,` type($qweight) `,` type($scales)

@@ -28,8 +28,15 @@ def Kiln_KVCacheType : TypeDef<Kiln_Dialect, "KVCache"> {
       "`<` $numLayers `,` $maxSeq `,` $numKvHeads `,` $headDim `,` $elementType `>`";
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
-    /// True for an int8 cache with per-(token, kv-head) scales.
-    bool isQuantized() const { return getElementType().isInteger(8); }
+    /// True for an int8 or FP8 E4M3 cache with per-(token, kv-head) scales.
+    bool isQuantized() const {
+      return getElementType().isInteger(8) ||
+             ::llvm::isa<::mlir::Float8E4M3FNType>(getElementType());
+    }
+    /// True for an FP8 E4M3 cache.
+    bool isFp8() const {
+      return ::llvm::isa<::mlir::Float8E4M3FNType>(getElementType());
+    }
     /// Bytes of one layer: keys, values and (int8) their scales.
     int64_t getLayerBytes() const;
     /// Bytes of the whole cache.

@@ -144,10 +144,15 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
                   width(l.getInput()), width(l.getResult())});
             return success();
           })
-          .Case([&](QuantizedLinearOp q) {
+          .Case([&](QuantizedLinearOp q) -> LogicalResult {
             auto qweight = cast<RankedTensorType>(q.getQweight().getType());
             Value inFeatures = width(q.getInput());
             Value outFeatures = indexConst(qweight.getDimSize(0));
+            if (q.hasQuantizedActivations() ||
+                (q.getBits() == 8 && q.getGroupSize() != 0))
+              return q.emitOpError()
+                     << "int8 activations and group-wise 8-bit weights have "
+                        "no kernels yet";
             if (q.getBits() == 8) {
               call("kiln_k_linear_w8a16",
                    {in(q.getInput()), in(q.getQweight()), in(q.getScales()),
@@ -198,7 +203,8 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
               args.push_back(view(2, scaleType, layerBase + 2 * dataBytes));
               args.push_back(
                   view(3, scaleType, layerBase + 2 * dataBytes + scaleBytes));
-              callee = "kiln_k_attention_kv8";
+              callee = cache.isFp8() ? "kiln_k_attention_kvf8"
+                                     : "kiln_k_attention_kv8";
             }
             args.append({*out, rows(a.getQuery()), position,
                          indexConst(a.getNumHeads()), indexConst(a.getNumKvHeads()),

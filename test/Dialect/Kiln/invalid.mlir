@@ -341,3 +341,51 @@ kiln.weight @w : tensor<16xf32> {source = #kiln.source<file = "m.bin", tensor = 
 
 // expected-error @+1 {{weight source of 'w' needs a shape of positive dimensions}}
 kiln.weight @w : tensor<4x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [0, 16], offset = 0, bytes = 256>, transforms = []}
+
+// -----
+
+func.func @negative_w8a8_unknown(%x: tensor<?x16xf32>, %q: tensor<8x16xi8>, %s: tensor<8xf32>) {
+  // expected-error @+1 {{'kiln.quantized_linear' op unknown act_quant 'fp8' (expected none, int8_per_token or int8_per_tensor)}}
+  %y = kiln.quantized_linear %x, %q, %s {bits = 8 : i64, group_size = 0 : i64, act_quant = "fp8"} : tensor<?x16xf32>, tensor<8x16xi8>, tensor<8xf32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_w8a8_grouped(%x: tensor<?x16xf32>, %q: tensor<8x16xi8>, %s: tensor<8x2xf32>) {
+  // expected-error @+1 {{'kiln.quantized_linear' op int8 activations (act_quant 'int8_per_token') need 8-bit per-channel weights (group_size 0), got 8 bits, group_size 8}}
+  %y = kiln.quantized_linear %x, %q, %s {bits = 8 : i64, group_size = 8 : i64, act_quant = "int8_per_token"} : tensor<?x16xf32>, tensor<8x16xi8>, tensor<8x2xf32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_w8a8_static_no_scale(%x: tensor<?x16xf32>, %q: tensor<8x16xi8>, %s: tensor<8xf32>) {
+  // expected-error @+1 {{'kiln.quantized_linear' op act_quant 'int8_per_tensor' needs a static act_scale}}
+  %y = kiln.quantized_linear %x, %q, %s {bits = 8 : i64, group_size = 0 : i64, act_quant = "int8_per_tensor"} : tensor<?x16xf32>, tensor<8x16xi8>, tensor<8xf32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_w8a8_scale_without_static(%x: tensor<?x16xf32>, %q: tensor<8x16xi8>, %s: tensor<8xf32>) {
+  // expected-error @+1 {{'kiln.quantized_linear' op act_scale is only meaningful with act_quant 'int8_per_tensor'}}
+  %y = kiln.quantized_linear %x, %q, %s {bits = 8 : i64, group_size = 0 : i64, act_scale = 0.5 : f32} : tensor<?x16xf32>, tensor<8x16xi8>, tensor<8xf32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_w8a8_nonpositive_scale(%x: tensor<?x16xf32>, %q: tensor<8x16xi8>, %s: tensor<8xf32>) {
+  // expected-error @+1 {{'kiln.quantized_linear' op act_scale must be positive, got 0}}
+  %y = kiln.quantized_linear %x, %q, %s {bits = 8 : i64, group_size = 0 : i64, act_quant = "int8_per_tensor", act_scale = 0.0 : f32} : tensor<?x16xf32>, tensor<8x16xi8>, tensor<8xf32> -> tensor<?x8xf32>
+  return
+}
+
+// -----
+
+func.func @negative_w8_grouped_scales(%x: tensor<?x64xf32>, %q: tensor<8x64xi8>, %s: tensor<8xf32>) {
+  // expected-error @+1 {{'kiln.quantized_linear' op expects scales of shape [8, 2] for group_size 32, got 'tensor<8xf32>'}}
+  %y = kiln.quantized_linear %x, %q, %s {bits = 8 : i64, group_size = 32 : i64} : tensor<?x64xf32>, tensor<8x64xi8>, tensor<8xf32> -> tensor<?x8xf32>
+  return
+}

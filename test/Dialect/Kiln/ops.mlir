@@ -59,3 +59,17 @@ func.func @decoder_layer(%tokens: tensor<?xi32>, %pos: index, %cache: !kiln.kv_c
   %logits = kiln.logits %h2, %table : tensor<?x16xf32>, tensor<32x16xf32> -> tensor<1x32xf32>
   return %logits : tensor<1x32xf32>
 }
+
+// Quantized forms added for SmoothQuant W8A8, GGUF Q8_0 kept quantized
+// (8-bit groups of 32) and the FP8 E4M3 KV cache.
+// CHECK-LABEL: func.func @quantized_forms
+// CHECK-SAME: !kiln.kv_cache<1, 64, 2, 4, f8E4M3FN>
+// CHECK: act_quant = "int8_per_token"
+// CHECK: act_quant = "int8_per_tensor", act_scale = 2.500000e-01 : f32
+// CHECK: bits = 8 : i64, group_size = 32 : i64
+func.func @quantized_forms(%x: tensor<?x64xf32>, %q: tensor<8x64xi8>, %s: tensor<8xf32>, %sg: tensor<8x2xf32>, %cache: !kiln.kv_cache<1, 64, 2, 4, f8E4M3FN>) {
+  %a = kiln.quantized_linear %x, %q, %s {bits = 8 : i64, group_size = 0 : i64, act_quant = "int8_per_token"} : tensor<?x64xf32>, tensor<8x64xi8>, tensor<8xf32> -> tensor<?x8xf32>
+  %b = kiln.quantized_linear %x, %q, %s {bits = 8 : i64, group_size = 0 : i64, act_quant = "int8_per_tensor", act_scale = 0.25 : f32} : tensor<?x64xf32>, tensor<8x64xi8>, tensor<8xf32> -> tensor<?x8xf32>
+  %c = kiln.quantized_linear %x, %q, %sg {bits = 8 : i64, group_size = 32 : i64} : tensor<?x64xf32>, tensor<8x64xi8>, tensor<8x2xf32> -> tensor<?x8xf32>
+  return
+}
