@@ -41,8 +41,8 @@ static constexpr const char *kPointerMacros = R"(
 
 static constexpr const char *kCpuPrologue =
     R"(// Emitted by kiln-compile (CPU target). Do not edit.
-#if KILN_ABI_VERSION != 1
-#error "emitted for kernel ABI version 1"
+#if KILN_ABI_VERSION != 2
+#error "emitted for kernel ABI version 2"
 #endif)";
 
 static constexpr const char *kCudaPrologue =
@@ -93,6 +93,9 @@ static FailureOr<StringRef> cTypeName(Operation *op, Type t,
     return target.cuda ? StringRef("__half") : StringRef("kiln_f16_t");
   if (t.isBF16())
     return target.cuda ? StringRef("__nv_bfloat16") : StringRef("kiln_bf16_t");
+  // FP8 E4M3FN KV caches: the CPU kernels take the raw codes (kernel_abi.h).
+  if (isa<Float8E4M3FNType>(t) && !target.cuda)
+    return StringRef("uint8_t");
   return op->emitOpError() << "element type " << t << " is not supported by the "
                            << (target.cuda ? "cuda" : "cpu") << " target yet";
 }
