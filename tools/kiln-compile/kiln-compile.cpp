@@ -243,7 +243,7 @@ int main(int argc, char **argv) {
   inputs.target = target;
   inputs.dtype = dtype;
   // Manifest names (docs/artifact.md): the FP8 cache is "fp8_e4m3".
-  inputs.kvDtype = kvCache.empty()      ? std::string(dtype)
+  inputs.kvDtype = kvCache.empty()    ? std::string(dtype)
                    : kvCache == "fp8" ? std::string("fp8_e4m3")
                                       : std::string(kvCache);
   inputs.pipeline = quant == "none"

@@ -369,11 +369,10 @@ void kiln_k_attention_kv8_bf16(const kiln_bf16_t *q, const kiln_bf16_t *k,
  *===----------------------------------------------------------------------===*/
 
 void kiln_k_attention_kvf8(const float *q, const float *k, const float *v,
-                           uint8_t *k_cache, uint8_t *v_cache,
-                           float *k_scales, float *v_scales, float *out,
-                           int64_t n, int64_t pos, int64_t heads,
-                           int64_t kv_heads, int64_t head_dim, int64_t max_seq,
-                           float scale);
+                           uint8_t *k_cache, uint8_t *v_cache, float *k_scales,
+                           float *v_scales, float *out, int64_t n, int64_t pos,
+                           int64_t heads, int64_t kv_heads, int64_t head_dim,
+                           int64_t max_seq, float scale);
 void kiln_k_attention_kvf8_f16(const kiln_f16_t *q, const kiln_f16_t *k,
                                const kiln_f16_t *v, uint8_t *k_cache,
                                uint8_t *v_cache, float *k_scales,
