@@ -1,5 +1,4 @@
-//===- Kernels.cpp - CPU kernels of the Kiln kernel ABI -----------*- C++
-//-*-===//
+//===- Kernels.cpp - CPU kernels of the Kiln kernel ABI -------*- C++ -*-===//
 //
 // Implementations of runtime/include/kiln_rt/kernel_abi.h, called by emitted
 // model.so code: float32, and f16 / bf16 sharing the float32 code paths
@@ -12,15 +11,18 @@
 // within 1e-4 relative error of a float64 reference. Threads: OpenMP over rows
 // / heads; cblas_sgemm (OpenBLAS, one BLAS thread per OpenMP thread) for linear
 // layers with n > 1 (16-bit weights are converted to float one tile at a time).
-// W8A16 linear layers (int8 weights, per-row float scales) follow the 16-bit
-// linear: int8 GEMV widened in registers for decode, tiles widened to float
-// for sgemm in prefill, the row scale applied to each finished sum. W4A16
+// W8A16 linear layers (int8 weights, per-row or per-group float scales) follow
+// the 16-bit linear: int8 GEMV widened in registers for decode, tiles widened
+// (per row) or dequantized (per group) to float for sgemm in prefill. W4A16
 // (packed unsigned nibbles, per-group scales and zeros) likewise: nibbles
 // unpacked and zero-shifted in registers for decode (each group's sum scaled
-// into the total), tiles dequantized to float for sgemm in prefill.
-// The INT8 KV cache attention shares the attention code: new K/V rows are
-// quantized per (token, kv head) on append, cache rows dequantized into the
-// per-thread float buffers the 16-bit attention widens into.
+// into the total), tiles dequantized to float for sgemm in prefill. W8A8
+// (SmoothQuant) quantizes each activation row to int8 and runs an exact int32
+// int8 x int8 GEMM. The SIMD loops of all quantized layers are Google Highway
+// code in QuantKernelsHwy.cpp (dynamic dispatch: AVX-512, AVX2, SSE4, scalar).
+// The INT8 and FP8 E4M3 KV cache attentions share the attention code: new K/V
+// rows are quantized per (token, kv head) on append, cache rows dequantized
+// into the per-thread float buffers the 16-bit attention widens into.
 //
 //===----------------------------------------------------------------------===//
 #include "cpu/Kernels.h"

@@ -1,5 +1,4 @@
-//===- QuantKernelsHwy.cpp - quantized CPU kernels on Google Highway -*- C++
-//-*-===//
+//===- QuantKernelsHwy.cpp - Quantized CPU kernels on Highway -*- C++ -*-===//
 //
 // The SIMD inner loops of the quantized linear layers (kernel_abi.h: W8A16
 // per-channel and group-wise, W4A16, W8A8), written once with Google Highway
