@@ -85,7 +85,8 @@ LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
   inputs.pipeline = opts.pipeline;
   inputs.quant = opts.quant;
   if (auto err = writeArtifact(opts.outputDir, inputs))
-    return emitError(UnknownLoc::get(&context)) << llvm::toString(std::move(err));
+    return emitError(UnknownLoc::get(&context))
+           << llvm::toString(std::move(err));
   return success();
 }
 

@@ -79,8 +79,8 @@ void InsertObserversPass::runOnOperation() {
       auto [it, inserted] = valueOf.try_emplace(tap.getValue(), v);
       if (!inserted && it->second != v)
         return at->emitOpError()
-               << "would observe a second activation as tap '"
-               << tap.getValue() << "' in '" << func.getSymName()
+               << "would observe a second activation as tap '" << tap.getValue()
+               << "' in '" << func.getSymName()
                << "' (tap names must be unique per function)";
       tapOf[v] = tap;
       taps.insert(tap.getValue());
@@ -119,9 +119,8 @@ void InsertObserversPass::runOnOperation() {
       auto [it, inserted] = inputs.try_emplace(weight, tap.getValue());
       if (!inserted && it->second != tap.getValue()) {
         linear.emitOpError() << "weight '" << weight << "' is fed by tap '"
-                             << tap.getValue() << "' in '"
-                             << func.getSymName() << "' but by tap '"
-                             << it->second << "' elsewhere";
+                             << tap.getValue() << "' in '" << func.getSymName()
+                             << "' but by tap '" << it->second << "' elsewhere";
         return WalkResult::interrupt();
       }
       return WalkResult::advance();
@@ -135,10 +134,10 @@ void InsertObserversPass::runOnOperation() {
     tapAttrs.push_back(builder.getStringAttr(t));
   SmallVector<NamedAttribute> inputAttrs;
   for (auto &[weight, tap] : inputs)
-    inputAttrs.push_back(builder.getNamedAttr(weight, builder.getStringAttr(tap)));
+    inputAttrs.push_back(
+        builder.getNamedAttr(weight, builder.getStringAttr(tap)));
   module->setAttr("kiln.observe_taps", builder.getArrayAttr(tapAttrs));
-  module->setAttr("kiln.observe_inputs",
-                  builder.getDictionaryAttr(inputAttrs));
+  module->setAttr("kiln.observe_inputs", builder.getDictionaryAttr(inputAttrs));
 }
 
 } // namespace mlir::kiln

@@ -68,36 +68,42 @@ namespace fs = llvm::sys::fs;
 static cl::OptionCategory category("kiln-calibrate options");
 static cl::opt<std::string> modelPath(cl::Positional, cl::Required,
                                       cl::desc("MODEL"), cl::cat(category));
-static cl::opt<std::string> outputPath(
-    "o", cl::desc("Calibration file to write (safetensors)"),
-    cl::init("calib.safetensors"), cl::value_desc("FILE"), cl::cat(category));
-static cl::opt<std::string> textPath(
-    "text", cl::desc("UTF-8 calibration text (default: "
-                     "../shared/data/tinystories_sample.txt, relative to the "
-                     "current directory)"),
-    cl::init("../shared/data/tinystories_sample.txt"), cl::value_desc("FILE"),
-    cl::cat(category));
-static cl::opt<int64_t> numSamples(
-    "samples", cl::desc("Number of windows (positive; default 8)"),
-    cl::init(8), cl::value_desc("N"), cl::cat(category));
-static cl::opt<int64_t> ctxLen(
-    "ctx", cl::desc("Tokens per window including the leading BOS, in "
+static cl::opt<std::string>
+    outputPath("o", cl::desc("Calibration file to write (safetensors)"),
+               cl::init("calib.safetensors"), cl::value_desc("FILE"),
+               cl::cat(category));
+static cl::opt<std::string>
+    textPath("text",
+             cl::desc("UTF-8 calibration text (default: "
+                      "../shared/data/tinystories_sample.txt, relative to the "
+                      "current directory)"),
+             cl::init("../shared/data/tinystories_sample.txt"),
+             cl::value_desc("FILE"), cl::cat(category));
+static cl::opt<int64_t>
+    numSamples("samples", cl::desc("Number of windows (positive; default 8)"),
+               cl::init(8), cl::value_desc("N"), cl::cat(category));
+static cl::opt<int64_t>
+    ctxLen("ctx",
+           cl::desc("Tokens per window including the leading BOS, in "
                     "[2, model context] (default: 128, capped at the model "
                     "context and at the text length + 1)"),
-    cl::init(0), cl::value_desc("L"), cl::cat(category));
-static cl::opt<uint64_t> seed(
-    "seed", cl::desc("Seed of the splitmix64 generator picking the window "
-                     "offsets (default 0)"),
-    cl::init(0), cl::value_desc("S"), cl::cat(category));
-static cl::opt<std::string> tokenizerPath(
-    "tokenizer", cl::desc("Tokenizer file for llama2.c checkpoints (default: "
-                          "a tok*.bin beside the model)"),
-    cl::value_desc("FILE"), cl::cat(category));
-static cl::opt<std::string> dumpTokens(
-    "dump-tokens", cl::desc("Also write the token ids of the windows to FILE, "
-                            "one window per line, separated by spaces (for "
-                            "test/reference/calib_ref.py)"),
-    cl::value_desc("FILE"), cl::cat(category));
+           cl::init(0), cl::value_desc("L"), cl::cat(category));
+static cl::opt<uint64_t>
+    seed("seed",
+         cl::desc("Seed of the splitmix64 generator picking the window "
+                  "offsets (default 0)"),
+         cl::init(0), cl::value_desc("S"), cl::cat(category));
+static cl::opt<std::string>
+    tokenizerPath("tokenizer",
+                  cl::desc("Tokenizer file for llama2.c checkpoints (default: "
+                           "a tok*.bin beside the model)"),
+                  cl::value_desc("FILE"), cl::cat(category));
+static cl::opt<std::string>
+    dumpTokens("dump-tokens",
+               cl::desc("Also write the token ids of the windows to FILE, "
+                        "one window per line, separated by spaces (for "
+                        "test/reference/calib_ref.py)"),
+               cl::value_desc("FILE"), cl::cat(category));
 
 static constexpr const char *kTool = "kiln-calibrate";
 static constexpr const char *kPipeline =
@@ -123,10 +129,10 @@ namespace {
 struct TapStats {
   int64_t channels = 0;
   int64_t rows = 0;
-  std::vector<float> absmax;     ///< [C]
-  std::vector<double> abssum;    ///< [C]
-  std::vector<double> xtx;       ///< [C, C], upper triangle (dsyrk)
-  std::vector<double> scratch;   ///< the rows of one call as float64
+  std::vector<float> absmax;   ///< [C]
+  std::vector<double> abssum;  ///< [C]
+  std::vector<double> xtx;     ///< [C, C], upper triangle (dsyrk)
+  std::vector<double> scratch; ///< the rows of one call as float64
 };
 
 /// What the observer callback updates.
@@ -185,7 +191,8 @@ struct Runtime {
 } // namespace
 
 /// The message of `status` (freed), prefixed with `what`.
-static std::string takeStatus(kiln_rt_status_t status, const llvm::Twine &what) {
+static std::string takeStatus(kiln_rt_status_t status,
+                              const llvm::Twine &what) {
   std::string message = (what + ": " + kiln_rt_status_message(status)).str();
   kiln_rt_status_free(status);
   return message;
@@ -238,8 +245,9 @@ writeSafetensors(llvm::StringRef path, const llvm::json::Object &metadata,
 
   auto temp = fs::TempFile::create(path + ".tmp-%%%%%%");
   if (!temp)
-    return llvm::createStringError(path + ": cannot create a temporary file "
-                                          "beside it: " +
+    return llvm::createStringError(path +
+                                   ": cannot create a temporary file "
+                                   "beside it: " +
                                    llvm::toString(temp.takeError()));
   {
     llvm::raw_fd_ostream os(temp->FD, /*shouldClose=*/false);
@@ -267,8 +275,8 @@ writeSafetensors(llvm::StringRef path, const llvm::json::Object &metadata,
     }
   }
   if (auto err = temp->keep(path))
-    return llvm::createStringError(path + ": cannot write: " +
-                                   llvm::toString(std::move(err)));
+    return llvm::createStringError(
+        path + ": cannot write: " + llvm::toString(std::move(err)));
   return llvm::Error::success();
 }
 
@@ -277,9 +285,12 @@ int main(int argc, char **argv) {
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(
       argc, argv,
-      "Kiln calibration: activation statistics for GPTQ, AWQ and SmoothQuant\n\n"
-      "  kiln-calibrate MODEL [-o calib.safetensors] [--text FILE] [--samples N]\n"
-      "                 [--ctx L] [--seed S] [--tokenizer F] [--dump-tokens FILE]\n\n"
+      "Kiln calibration: activation statistics for GPTQ, AWQ and "
+      "SmoothQuant\n\n"
+      "  kiln-calibrate MODEL [-o calib.safetensors] [--text FILE] [--samples "
+      "N]\n"
+      "                 [--ctx L] [--seed S] [--tokenizer F] [--dump-tokens "
+      "FILE]\n\n"
       "Runs the unquantized (f32) model on --samples windows of --ctx tokens\n"
       "(each BOS + consecutive text tokens at seeded offsets) and writes, for\n"
       "every linear-layer input, per-channel absmax and absmean and the\n"
@@ -310,8 +321,9 @@ int main(int argc, char **argv) {
                   " is not writable");
   }
 
-  auto textBuffer = llvm::MemoryBuffer::getFile(textPath, /*IsText=*/false,
-                                                /*RequiresNullTerminator=*/false);
+  auto textBuffer =
+      llvm::MemoryBuffer::getFile(textPath, /*IsText=*/false,
+                                  /*RequiresNullTerminator=*/false);
   if (!textBuffer)
     return fail(textPath + ": cannot read the calibration text: " +
                 textBuffer.getError().message());
@@ -332,9 +344,8 @@ int main(int argc, char **argv) {
   llvm::SmallString<256> tempDir;
   if (std::error_code ec = fs::createUniqueDirectory(kTool, tempDir))
     return fail("cannot create a temporary directory: " + ec.message());
-  llvm::scope_exit removeTemp([&] {
-    fs::remove_directories(tempDir, /*IgnoreErrors=*/true);
-  });
+  llvm::scope_exit removeTemp(
+      [&] { fs::remove_directories(tempDir, /*IgnoreErrors=*/true); });
   llvm::SmallString<256> artifactDir(tempDir);
   llvm::sys::path::append(artifactDir, "artifact");
 
@@ -492,7 +503,7 @@ int main(int argc, char **argv) {
 
   llvm::outs() << kTool << ": wrote " << outputPath << ": " << tapNames.size()
                << " taps, " << weightInputs.size() << " weights, " << positions
-               << " positions (" << numSamples.getValue() << " windows of " << window
-               << " tokens, seed " << seed.getValue() << ")\n";
+               << " positions (" << numSamples.getValue() << " windows of "
+               << window << " tokens, seed " << seed.getValue() << ")\n";
   return 0;
 }

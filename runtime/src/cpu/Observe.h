@@ -1,4 +1,4 @@
-//===- Observe.h - Route kiln_k_observe to a session's observer ---*- C++ -*-===//
+//===- Observe.h - Route kiln_k_observe to the observer ---------*- C++ -*-===//
 //
 // kiln_exec_ctx::runtime of a CPU step points at the executor's
 // ObserverHook; kiln_k_observe (Observe.cpp) reads it. No global state: the
