@@ -2,6 +2,7 @@
 // RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-insert-observers --kiln-insert-observers | FileCheck %s --check-prefix=TWICE
 // RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-insert-observers --canonicalize | FileCheck %s --check-prefix=KEPT
 // RUN: kiln-opt %s --kiln-insert-observers --split-input-file | FileCheck %s --check-prefix=GENERIC
+// RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-quantize-weights --kiln-insert-observers | FileCheck %s --check-prefix=QUANT
 
 // One observer per distinct input, named after the weights it feeds, before
 // the first linear reading it; the module records taps and weight -> tap.
@@ -32,6 +33,12 @@
 // TWICE-LABEL: func.func @decode
 // TWICE-COUNT-4: kiln.observe
 // TWICE-NOT: kiln.observe
+
+// Only float kiln.linear layers are observed: calibration measures the
+// unquantized model, so after quantization there is nothing to observe.
+// QUANT: kiln.observe_inputs = {}
+// QUANT-SAME: kiln.observe_taps = []
+// QUANT-NOT: kiln.observe %
 
 // Canonicalization keeps observers (they write the observer resource).
 // KEPT-LABEL: func.func @prefill
