@@ -752,13 +752,13 @@ __global__ void __launch_bounds__(kGemvThreads)
 /// Group-wise W8A16 GEMV (GGUF Q8_0 style): y[r] = sum_g scales[r, g] *
 /// sum_{j in g} float(q[r, j]) * x[j], g = j / groupSize, scales float
 /// [out, ceil(in / groupSize)]. A warp per row (grid-stride). `fast`
-/// (uniform: in % 16 == 0, groupSize % 16 == 0, q 16-aligned, so every row
-/// is 16-aligned and no 16-byte pack straddles a group): each lane takes
-/// 16-byte packs (unrolled 2x), dequantizes them in registers as
-/// gemvW8Kernel does and adds scale * partial sum; x read as packs when
-/// 16-aligned. Otherwise (any shape or alignment) element by element with
-/// the scale applied per weight. Float accumulation, warp-shuffle
-/// reduction; Y is T or float.
+/// (uniform: in % 16 == 0, groupSize % 16 == 0, q 16-aligned, in / 16 <
+/// 2^31, so every row is 16-aligned and no 16-byte pack straddles a group):
+/// each lane takes 16-byte packs (unrolled 2x), dequantizes them in
+/// registers as gemvW8Kernel does and adds scale * partial sum; x read as
+/// packs when 16-aligned. Otherwise (any shape or alignment) element by
+/// element with the scale applied per weight. Float accumulation,
+/// warp-shuffle reduction; Y is T or float.
 template <typename T, typename Y>
 __global__ void __launch_bounds__(kGemvThreads)
     gemvW8GroupKernel(const T *__restrict__ x, const int8_t *__restrict__ q,
@@ -774,24 +774,36 @@ __global__ void __launch_bounds__(kGemvThreads)
     const float *sr = scales + row * groups;
     float acc = 0.0f;
     if (fast) {
-      const int64_t packs = in / 16, packsPerGroup = groupSize / 16;
+      // Pack v belongs to group v / packsPerGroup: a shift when that is a
+      // power of two (Q8_0: 2), else a 32-bit division (packs < 2^31).
+      const uint32_t packs = uint32_t(in / 16);
+      const uint32_t packsPerGroup = uint32_t(groupSize / 16);
+      const int shift = (packsPerGroup & (packsPerGroup - 1)) == 0
+                            ? __ffs(int(packsPerGroup)) - 1
+                            : -1;
+      auto groupOf = [&](uint32_t v) {
+        return shift >= 0 ? v >> shift : v / packsPerGroup;
+      };
       const int4 *qv = reinterpret_cast<const int4 *>(qr);
       if (aligned16(x)) {
-        int64_t v = lane;
+        uint32_t v = lane;
         for (; v + 32 < packs; v += 64) {
           const int4 w0 = __ldg(qv + v), w1 = __ldg(qv + v + 32);
-          const float s0 = __ldg(sr + v / packsPerGroup);
-          const float s1 = __ldg(sr + (v + 32) / packsPerGroup);
-          acc = fmaf(s0, dotW8<T, true>(w0, x + v * 16, 0.0f), acc);
-          acc = fmaf(s1, dotW8<T, true>(w1, x + (v + 32) * 16, 0.0f), acc);
+          const float s0 = __ldg(sr + groupOf(v));
+          const float s1 = __ldg(sr + groupOf(v + 32));
+          acc = fmaf(s0, dotW8<T, true>(w0, x + int64_t(v) * 16, 0.0f), acc);
+          acc = fmaf(s1, dotW8<T, true>(w1, x + int64_t(v + 32) * 16, 0.0f),
+                     acc);
         }
         for (; v < packs; v += 32)
-          acc = fmaf(__ldg(sr + v / packsPerGroup),
-                     dotW8<T, true>(__ldg(qv + v), x + v * 16, 0.0f), acc);
+          acc = fmaf(__ldg(sr + groupOf(v)),
+                     dotW8<T, true>(__ldg(qv + v), x + int64_t(v) * 16, 0.0f),
+                     acc);
       } else {
-        for (int64_t v = lane; v < packs; v += 32)
-          acc = fmaf(__ldg(sr + v / packsPerGroup),
-                     dotW8<T, false>(__ldg(qv + v), x + v * 16, 0.0f), acc);
+        for (uint32_t v = lane; v < packs; v += 32)
+          acc = fmaf(__ldg(sr + groupOf(v)),
+                     dotW8<T, false>(__ldg(qv + v), x + int64_t(v) * 16, 0.0f),
+                     acc);
       }
     } else {
       for (int64_t j = lane; j < in; j += 32)
@@ -2307,7 +2319,7 @@ inline void kiln_cuda_linear_w8a16(kiln_cuda_ctx *ctx, const T *x,
       blocks = int64_t(1) << 20;
     if (group_size > 0) {
       const bool fast = in % 16 == 0 && group_size % 16 == 0 &&
-                        aligned16(qweight);
+                        aligned16(qweight) && in / 16 < (int64_t(1) << 31);
       gemvW8GroupKernel<T, Y>
           <<<unsigned(blocks), kGemvThreads, 0, streamOf(ctx)>>>(
               x, qweight, scales, y, in, out, group_size, fast);
