@@ -83,6 +83,10 @@ struct TargetInfo {
 
 static FailureOr<StringRef> cTypeName(Operation *op, Type t,
                                       const TargetInfo &target) {
+  // FP8 E4M3FN KV caches are raw codes to the CUDA kernels
+  // (KilnKernels.cuh kiln_cuda_attention_kvf8 takes uint8_t).
+  if (target.cuda && isa<Float8E4M3FNType>(t))
+    return StringRef("uint8_t");
   if (t.isF32())
     return StringRef("float");
   if (t.isInteger(32))
@@ -93,10 +97,6 @@ static FailureOr<StringRef> cTypeName(Operation *op, Type t,
     return target.cuda ? StringRef("__half") : StringRef("kiln_f16_t");
   if (t.isBF16())
     return target.cuda ? StringRef("__nv_bfloat16") : StringRef("kiln_bf16_t");
-  // FP8 E4M3 KV caches are raw bytes to the kernels (cuda_abi.h /
-  // KilnKernels.cuh kiln_cuda_attention_kvf8 take uint8_t codes).
-  if (target.cuda && isa<Float8E4M3FNType>(t))
-    return StringRef("uint8_t");
   return op->emitOpError() << "element type " << t << " is not supported by the "
                            << (target.cuda ? "cuda" : "cpu") << " target yet";
 }

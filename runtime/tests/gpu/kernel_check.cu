@@ -39,6 +39,15 @@
 #include <string>
 #include <vector>
 
+/// Kernel ABI 2 (kernel_abi.h) has the CPU kernels of group-wise W8A16
+/// (trailing group_size), W8A8 and the FP8 KV cache: the new CUDA kernels
+/// are then compared with them as well as with the host references below.
+#if defined(KILN_ABI_VERSION) && KILN_ABI_VERSION >= 2
+#define KILN_CPU_QUANT_ABI 1
+#else
+#define KILN_CPU_QUANT_ABI 0
+#endif
+
 namespace {
 
 //===----------------------------------------------------------------------===//
@@ -344,8 +353,13 @@ template <typename T, typename Y> void checkLinearW8(Context &c) {
                            dy.data(), s.n, s.in, s.out);
     std::string err = c.finish();
     std::vector<float> ref(static_cast<size_t>(s.n * s.out));
+#if KILN_CPU_QUANT_ABI
+    kiln_k_linear_w8a16(x.data(), q.data(), scales.data(), ref.data(), s.n,
+                        s.in, s.out, /*group_size=*/0);
+#else
     kiln_k_linear_w8a16(x.data(), q.data(), scales.data(), ref.data(), s.n,
                         s.in, s.out);
+#endif
     std::vector<float> got = dy.download(ref.size());
     for (int64_t i = 0; i < s.n; ++i)
       if (got[size_t(i * s.out)] != 0.0f && err.empty())
@@ -844,13 +858,21 @@ template <typename T, typename Y> void checkLinearW8Group(Context &c) {
         std::is_same<Y, float>::value && !std::is_same<T, float>::value
             ? "linear_w8a16_grouped->f32"
             : "linear_w8a16_grouped";
-    report(name.c_str(), Dtype<T>::name,
-           fmt("n=%lld in=%lld out=%lld g=%lld pad=%lld/%lld", s.n, s.in,
-               s.out, s.group, s.padX, s.padQ),
-           got, ref,
-           std::is_same<Y, float>::value ? Dtype<T>::tol / 4 + 1e-5
-                                         : Dtype<T>::tol,
+    const double tol = std::is_same<Y, float>::value ? Dtype<T>::tol / 4 + 1e-5
+                                                     : Dtype<T>::tol;
+    const std::string shape =
+        fmt("n=%lld in=%lld out=%lld g=%lld pad=%lld/%lld", s.n, s.in, s.out,
+            s.group, s.padX, s.padQ);
+    report(name.c_str(), Dtype<T>::name, shape, got, ref, tol, err);
+#if KILN_CPU_QUANT_ABI
+    std::vector<float> cpu(ref.size());
+    kiln_k_linear_w8a16(x.data(), q.data(), scales.data(), cpu.data(), s.n,
+                        s.in, s.out, s.group);
+    for (float &v : cpu)
+      v = Dtype<Y>::to(Dtype<Y>::from(v));
+    report((name + "-vs-cpu").c_str(), Dtype<T>::name, shape, got, cpu, tol,
            err);
+#endif
   }
   { // A negative group_size is refused with an argument error.
     DevBuf<T> dx(64);
@@ -971,13 +993,21 @@ template <typename T, typename Y> void checkLinearW8A8(Context &c, bool perTenso
                             ? "->f32"
                             : "");
     // Integer sums are exact: only the final roundings may differ.
-    report(name.c_str(), Dtype<T>::name,
-           fmt("n=%lld in=%lld out=%lld pad=%lld/%lld ws=%lld", s.n, s.in,
-               s.out, s.padX, s.padQ, (long long)s.workspace),
-           got, ref,
-           std::is_same<Y, float>::value ? Dtype<T>::tol / 4 + 1e-5
-                                         : Dtype<T>::tol,
+    const double tol = std::is_same<Y, float>::value ? Dtype<T>::tol / 4 + 1e-5
+                                                     : Dtype<T>::tol;
+    const std::string shape =
+        fmt("n=%lld in=%lld out=%lld pad=%lld/%lld ws=%lld", s.n, s.in, s.out,
+            s.padX, s.padQ, (long long)s.workspace);
+    report(name.c_str(), Dtype<T>::name, shape, got, ref, tol, err);
+#if KILN_CPU_QUANT_ABI
+    std::vector<float> cpu(ref.size());
+    kiln_k_linear_w8a8(x.data(), q.data(), scales.data(), cpu.data(), s.n,
+                       s.in, s.out, actScale);
+    for (float &v : cpu)
+      v = Dtype<Y>::to(Dtype<Y>::from(v));
+    report((name + "-vs-cpu").c_str(), Dtype<T>::name, shape, got, cpu, tol,
            err);
+#endif
   }
   { // A negative act_scale is refused with an argument error.
     DevBuf<T> dx(64);
@@ -1105,8 +1135,29 @@ template <typename T> void checkAttentionKvf8(Context &c) {
     const std::string shape =
         fmt("n=%lld pos=%lld heads=%lld kv_heads=%lld head_dim=%lld", s.n,
             s.pos, s.heads, s.kvHeads, s.headDim);
-    report("attention-kvf8", Dtype<T>::name, shape, dOut.download(ref.size()),
-           ref, Dtype<T>::tol, err);
+    const std::vector<float> gotOut = dOut.download(ref.size());
+    report("attention-kvf8", Dtype<T>::name, shape, gotOut, ref,
+           Dtype<T>::tol, err);
+#if KILN_CPU_QUANT_ABI
+    { // The CPU kernel on the same past cache: output and appended bytes.
+      std::vector<uint8_t> ckc(kcPast), cvc(vcPast);
+      std::vector<float> cks(ksPast), cvs(vsPast), cpu(q.size());
+      kiln_k_attention_kvf8(q.data(), k.data(), v.data(), ckc.data(),
+                            cvc.data(), cks.data(), cvs.data(), cpu.data(), s.n,
+                            s.pos, s.heads, s.kvHeads, s.headDim, maxSeq,
+                            scale);
+      report("attention-kvf8-vs-cpu", Dtype<T>::name, shape, gotOut, cpu,
+             Dtype<T>::tol, err);
+      long diff = 0;
+      for (size_t i = 0; i < ckc.size(); ++i)
+        diff += ckc[i] != kc[i] || cvc[i] != vc[i];
+      for (size_t i = 0; i < cks.size(); ++i)
+        diff += std::memcmp(&cks[i], &ks[i], 4) != 0 ||
+                std::memcmp(&cvs[i], &vs[i], 4) != 0;
+      report("kvf8-host-encoder-vs-cpu", Dtype<T>::name, shape,
+             {float(diff)}, {0.0f}, 0.0, "");
+    }
+#endif
     std::vector<uint8_t> gk = dkc.download(size_t(rows * kvDim)),
                          gv = dvc.download(size_t(rows * kvDim));
     std::vector<float> gks = dks.download(size_t(rows * s.kvHeads)),
