@@ -83,6 +83,10 @@ struct TargetInfo {
 
 static FailureOr<StringRef> cTypeName(Operation *op, Type t,
                                       const TargetInfo &target) {
+  // FP8 E4M3FN KV caches are raw codes to the CUDA kernels
+  // (KilnKernels.cuh kiln_cuda_attention_kvf8 takes uint8_t).
+  if (target.cuda && isa<Float8E4M3FNType>(t))
+    return StringRef("uint8_t");
   if (t.isF32())
     return StringRef("float");
   if (t.isInteger(32))
