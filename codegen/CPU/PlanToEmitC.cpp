@@ -83,9 +83,10 @@ struct TargetInfo {
 
 static FailureOr<StringRef> cTypeName(Operation *op, Type t,
                                       const TargetInfo &target) {
-  // FP8 E4M3FN KV caches are raw codes to the CUDA kernels
-  // (KilnKernels.cuh kiln_cuda_attention_kvf8 takes uint8_t).
-  if (target.cuda && isa<Float8E4M3FNType>(t))
+  // FP8 E4M3FN KV caches are raw codes to both targets' kernels
+  // (kernel_abi.h kiln_k_attention_kvf8, KilnKernels.cuh
+  // kiln_cuda_attention_kvf8 take uint8_t).
+  if (isa<Float8E4M3FNType>(t))
     return StringRef("uint8_t");
   if (t.isF32())
     return StringRef("float");
@@ -97,9 +98,6 @@ static FailureOr<StringRef> cTypeName(Operation *op, Type t,
     return target.cuda ? StringRef("__half") : StringRef("kiln_f16_t");
   if (t.isBF16())
     return target.cuda ? StringRef("__nv_bfloat16") : StringRef("kiln_bf16_t");
-  // FP8 E4M3FN KV caches: the CPU kernels take the raw codes (kernel_abi.h).
-  if (isa<Float8E4M3FNType>(t) && !target.cuda)
-    return StringRef("uint8_t");
   return op->emitOpError() << "element type " << t << " is not supported by the "
                            << (target.cuda ? "cuda" : "cpu") << " target yet";
 }
