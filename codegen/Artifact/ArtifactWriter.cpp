@@ -45,6 +45,10 @@ static FailureOr<StorageType> parseStorage(WeightOp op, StringRef s) {
     return StorageType::BF16;
   if (s == "q8_0")
     return StorageType::Q8_0;
+  if (s == "q4_0")
+    return StorageType::Q4_0;
+  if (s == "i32")
+    return StorageType::I32;
   if (s == "synthetic")
     return StorageType::Synthetic;
   return op.emitOpError() << "unknown storage type '" << s << "'";
@@ -89,6 +93,21 @@ FailureOr<std::vector<WeightDesc>> mlir::kiln::collectWeightRecipes(ModuleOp gra
         wt.part = part == "scales"  ? WeightTransform::QuantPart::Scales
                   : part == "zeros" ? WeightTransform::QuantPart::Zeros
                                     : WeightTransform::QuantPart::QWeight;
+        w.transforms.push_back(wt);
+        continue;
+      }
+      if (t.getKind() == "repack") { // pre-quantized checkpoints
+        DictionaryAttr p = t.getParams();
+        WeightTransform wt{WeightTransform::Kind::Repack};
+        wt.format = p.getAs<StringAttr>("format").getValue().str();
+        StringRef part = p.getAs<StringAttr>("part").getValue();
+        wt.part = part == "scales"  ? WeightTransform::QuantPart::Scales
+                  : part == "zeros" ? WeightTransform::QuantPart::Zeros
+                                    : WeightTransform::QuantPart::QWeight;
+        wt.bits = p.getAs<IntegerAttr>("bits").getInt();
+        wt.groupSize = p.getAs<IntegerAttr>("group_size").getInt();
+        wt.rows = p.getAs<IntegerAttr>("rows").getInt();
+        wt.cols = p.getAs<IntegerAttr>("cols").getInt();
         w.transforms.push_back(wt);
         continue;
       }

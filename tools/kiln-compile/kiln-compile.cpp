@@ -157,6 +157,14 @@ int main(int argc, char **argv) {
                 " tokens");
   if (quant != "none")
     for (const WeightDesc &w : desc->weights)
+      if (w.quantized)
+        return fail(modelPath + " is a pre-quantized checkpoint (" +
+                    std::to_string(w.quantized->bits) + "-bit weights, "
+                    "e.g. " + w.source.tensor + "); its linear weights are "
+                    "kept quantized as stored, so --quant=" + quant +
+                    " would quantize them twice: drop --quant");
+  if (quant != "none")
+    for (const WeightDesc &w : desc->weights)
       if (w.source.storage == StorageType::Q8_0) {
         llvm::errs() << "kiln-compile: note: " << modelPath
                      << " stores weights as q8_0; --quant=" << quant
