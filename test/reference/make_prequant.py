@@ -212,7 +212,7 @@ def write_hf(shared, outdir, name, qconfig, make_linear, edit=None, config_edit=
     if edit:
         edit(tensors, dtypes)
     st_write(os.path.join(d, "model.safetensors"), tensors, dtypes)
-    cfg["quantization_config"] = qconfig
+    cfg["quantization_config"] = dict(qconfig)
     cfg["torch_dtype"] = "float16"
     if config_edit:
         config_edit(cfg)
