@@ -609,8 +609,13 @@ class KVCache:
         self.pos = 0
 
 
-def forward(model, tokens, cache=None):
-    """Run tokens at positions cache.pos .. cache.pos+n-1; returns logits [n, vocab]."""
+def forward(model, tokens, cache=None, observe=None):
+    """Run tokens at positions cache.pos .. cache.pos+n-1; returns logits [n, vocab].
+
+    observe(tap, x), if given, sees the input x [n, C] of every linear layer
+    group: tap "layers.i.attn_in" (wq/wk/wv), "layers.i.attn_out" (wo),
+    "layers.i.ffn_in" (w1/w3), "layers.i.ffn_down_in" (w2).
+    """
     c = model.cfg
     D, H, KV = c["dim"], c["n_heads"], c["n_kv_heads"]
     hd = D // H
@@ -632,6 +637,8 @@ def forward(model, tokens, cache=None):
     mask = np.where(np.arange(total)[None, :] <= positions[:, None], 0.0, -np.inf)  # [n, total]
     for l, L in enumerate(model.layers):
         h = rmsnorm(x, L["attn_norm"], eps)
+        if observe:
+            observe("layers.%d.attn_in" % l, h)
         q = (h @ L["wq"].T).reshape(n, H, hd)
         k = (h @ L["wk"].T).reshape(n, KV, hd)
         v = (h @ L["wv"].T).reshape(n, KV, hd)
@@ -648,10 +655,17 @@ def forward(model, tokens, cache=None):
         s = s - s.max(axis=-1, keepdims=True)
         p = np.exp(s)
         p /= p.sum(axis=-1, keepdims=True)
-        o = np.einsum("hnt,thd->nhd", p, Vv).reshape(n, D)
+        o = np.einsum("hnt,thd->nhd", p, Vv).reshape(n, H * hd)
+        if observe:
+            observe("layers.%d.attn_out" % l, o)
         x = x + o @ L["wo"].T
         h = rmsnorm(x, L["ffn_norm"], eps)
-        x = x + (silu(h @ L["w1"].T) * (h @ L["w3"].T)) @ L["w2"].T
+        if observe:
+            observe("layers.%d.ffn_in" % l, h)
+        g = silu(h @ L["w1"].T) * (h @ L["w3"].T)
+        if observe:
+            observe("layers.%d.ffn_down_in" % l, g)
+        x = x + g @ L["w2"].T
     cache.pos = total
     x = rmsnorm(x, model.final_norm, eps)
     return x @ model.wcls.T

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Independent numpy reference for kiln-calibrate's statistics.
+
+Runs the float64 reference model (llama_ref.forward) over token windows and
+accumulates, for every linear-layer input ("tap"), over all N observed
+positions t with activation x_t [C]:
+
+    absmax[c]  = max_t |x_t[c]|
+    absmean[c] = (1/N) sum_t |x_t[c]|
+    hessian    = (1/N) sum_t x_t x_t^T          ([C, C]; GPTQ's H / 2)
+
+Taps of layer i: layers.i.attn_in (input of wq/wk/wv), layers.i.attn_out
+(input of wo), layers.i.ffn_in (input of w1/w3), layers.i.ffn_down_in (input
+of w2). The file format is Kiln's calibration file (docs/quantization.md):
+safetensors, F32 tensors "<tap>.absmax", "<tap>.absmean", "<tap>.hessian",
+string metadata format=kiln-calibration, version=1, tokens=N and
+"input:<weight>" = "<tap>" for every linear weight.
+
+Usage:
+  calib_ref.py --model MODEL --tokens WINDOWS --out REF.safetensors
+      WINDOWS: one window per line, token ids separated by spaces (what
+      `kiln-calibrate --dump-tokens` writes); each window runs from position 0.
+  calib_ref.py --compare KILN.safetensors REF.safetensors [--rtol R]
+      Same tensor names, shapes, `tokens` and `input:` metadata; per tensor
+      max|kiln - ref| <= R * max|ref| (default 1e-4: kiln runs the model in
+      float32, the reference in float64). Exit 1 with a message otherwise.
+"""
+
+import argparse
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import llama_ref  # noqa: E402
+
+TAP_OF = {"wq": "attn_in", "wk": "attn_in", "wv": "attn_in", "wo": "attn_out",
+          "w1": "ffn_in", "w3": "ffn_in", "w2": "ffn_down_in"}
+
+
+def read_windows(path):
+    windows = []
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                windows.append([int(t) for t in line.split()])
+            except ValueError:
+                sys.exit("%s:%d: expected token ids separated by spaces" % (path, lineno))
+    if not windows:
+        sys.exit("%s: no token windows" % path)
+    return windows
+
+
+def statistics(model_path, windows):
+    model = llama_ref.load_model(model_path)
+    acc = {}
+
+    def observe(tap, x):
+        x = np.asarray(x, dtype=np.float64)
+        a = np.abs(x)
+        if tap not in acc:
+            c = x.shape[1]
+            acc[tap] = [np.zeros(c), np.zeros(c), np.zeros((c, c)), 0]
+        s = acc[tap]
+        s[0] = np.maximum(s[0], a.max(axis=0))
+        s[1] += a.sum(axis=0)
+        s[2] += x.T @ x
+        s[3] += x.shape[0]
+
+    for w in windows:
+        llama_ref.forward(model, w, llama_ref.KVCache(model), observe=observe)
+    tensors = {}
+    n = None
+    for tap, (amax, asum, xtx, count) in acc.items():
+        n = count if n is None else n
+        if count != n:
+            raise SystemExit("internal: tap %s saw %d positions, others %d" % (tap, count, n))
+        tensors[tap + ".absmax"] = amax
+        tensors[tap + ".absmean"] = asum / count
+        tensors[tap + ".hessian"] = xtx / count
+    meta = {"format": "kiln-calibration", "version": "1", "tokens": str(n),
+            "model": str(model_path)}
+    for i in range(model.cfg["n_layers"]):
+        for w, tap in TAP_OF.items():
+            meta["input:layers.%d.%s" % (i, w)] = "layers.%d.%s" % (i, tap)
+    return tensors, meta
+
+
+def write_safetensors(path, tensors, meta):
+    header = {"__metadata__": meta}
+    blobs = []
+    off = 0
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name], dtype="<f4")
+        header[name] = {"dtype": "F32", "shape": list(a.shape),
+                        "data_offsets": [off, off + a.nbytes]}
+        blobs.append(a.tobytes())
+        off += a.nbytes
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def compare(kiln_path, ref_path, rtol):
+    try:
+        kt, km = llama_ref.read_safetensors(kiln_path)
+        rt, rm = llama_ref.read_safetensors(ref_path)
+    except llama_ref.RefError as e:
+        sys.exit("calib_ref: %s" % e)
+    errors = []
+    if km.get("format") != "kiln-calibration" or km.get("version") != "1":
+        errors.append("%s: metadata format/version are %r/%r, expected "
+                      "kiln-calibration/1" % (kiln_path, km.get("format"), km.get("version")))
+    if km.get("tokens") != rm.get("tokens"):
+        errors.append("tokens: kiln %r, reference %r" % (km.get("tokens"), rm.get("tokens")))
+    for k, v in rm.items():
+        if k.startswith("input:") and km.get(k) != v:
+            errors.append("metadata %s: kiln %r, reference %r" % (k, km.get(k), v))
+    missing = sorted(set(rt) - set(kt))
+    extra = sorted(set(kt) - set(rt))
+    if missing:
+        errors.append("tensors missing from %s: %s" % (kiln_path, ", ".join(missing)))
+    if extra:
+        errors.append("unexpected tensors in %s: %s" % (kiln_path, ", ".join(extra)))
+    worst = 0.0
+    for name in sorted(set(rt) & set(kt)):
+        a, b = kt[name], rt[name]
+        if a.shape != b.shape:
+            errors.append("%s: shape %s, reference %s" % (name, a.shape, b.shape))
+            continue
+        scale = float(np.max(np.abs(b))) or 1.0
+        err = float(np.max(np.abs(a - b))) / scale
+        worst = max(worst, err)
+        if not np.isfinite(err) or err > rtol:
+            errors.append("%s: max|kiln - ref| / max|ref| = %.3g > %g" % (name, err, rtol))
+    if errors:
+        sys.stderr.write("\n".join(errors) + "\n")
+        sys.exit(1)
+    print("calib_ref: %d tensors match (worst relative error %.3g, rtol %g)"
+          % (len(rt), worst, rtol))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", help="checkpoint (.bin, .gguf, HF dir)")
+    ap.add_argument("--tokens", help="token windows, one per line")
+    ap.add_argument("--out", help="reference statistics to write (.safetensors)")
+    ap.add_argument("--compare", nargs=2, metavar=("KILN", "REF"))
+    ap.add_argument("--rtol", type=float, default=1e-4)
+    args = ap.parse_args(argv)
+    if args.compare:
+        compare(args.compare[0], args.compare[1], args.rtol)
+        return
+    if not (args.model and args.tokens and args.out):
+        ap.error("--model, --tokens and --out are required (or --compare KILN REF)")
+    tensors, meta = statistics(args.model, read_windows(args.tokens))
+    write_safetensors(args.out, tensors, meta)
+    print("calib_ref: wrote %s (%d taps, %s positions)"
+          % (args.out, len(tensors) // 3, meta["tokens"]))
+
+
+if __name__ == "__main__":
+    main()
