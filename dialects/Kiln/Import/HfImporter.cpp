@@ -13,6 +13,10 @@
 // importer attaches a RopeHalfToAdjacent transform so the materialized
 // weights use the adjacent-pair order of kiln.rope (and llama2.c / GGUF).
 //
+// A config.json with a GPTQ or AWQ `quantization_config` makes every linear
+// stored as <prefix>.qweight/.qzeros/.scales a kept-quantized weight
+// (Prequantized.h); linears stored as <prefix>.weight stay float.
+//
 //===----------------------------------------------------------------------===//
 
 #include "dialects/Kiln/Import/ImportUtils.h"
@@ -457,6 +461,10 @@ Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
   };
 
   std::vector<CanonicalWeight> canon = canonicalWeights(c);
+  if (*quantConfig && find("lm_head.qweight"))
+    return fileError(dir, "tensor 'lm_head.qweight': a quantized classifier "
+                          "(lm_head) is not supported; the classifier must be "
+                          "stored as float (lm_head.weight)");
   // Embedding and classifier, handling every way ties are stored.
   const SafeTensor *embed = find("model.embed_tokens.weight");
   const SafeTensor *head = index.tensors.count("lm_head.weight")
