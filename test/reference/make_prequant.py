@@ -429,6 +429,16 @@ def main(argv=None):
     bad_hf("bad-awq-qweight-shape", "AWQ q_proj.qweight is [in/8, out] (GPTQ's shape)", fmt="awq",
            edit=setitem(L0 + "qweight", lambda a: a.reshape(16, 128)))
 
+    def add_lm_head(t, dt):
+        t["lm_head.qweight"] = np.zeros((16, 2048), np.int32)
+    bad_hf("bad-gptq-lm-head", "a quantized classifier lm_head.qweight", edit=add_lm_head)
+
+    def drop_gidx(t, dt):
+        for k in [k for k in t if k.endswith(".g_idx")]:
+            del t[k]
+    bad_hf("bad-gptq-actorder-no-gidx", "desc_act true but no g_idx tensors",
+           edit=drop_gidx, config_edit=cfg(desc_act=True))
+
     # Truncated data: the safetensors file ends inside its last tensor.
     d = os.path.join(o, "bad-gptq-truncated")
     write_hf(shared, o, "bad-gptq-truncated", gptq_config(32, False, False, "gptq"), gptq)
