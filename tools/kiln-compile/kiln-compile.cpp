@@ -16,6 +16,7 @@
 #include "dialects/Kiln/Builder/LlamaBuilder.h"
 #include "dialects/Kiln/IR/KilnOps.h"
 #include "dialects/Kiln/Import/ModelDesc.h"
+#include "dialects/Kiln/Import/Prequantized.h"
 #include "dialects/Plan/IR/PlanOps.h"
 #include "passes/Conversion/Passes.h"
 #include "passes/Transforms/Passes.h"
@@ -163,7 +164,7 @@ int main(int argc, char **argv) {
                     "e.g. " + w.source.tensor + "); its linear weights are "
                     "kept quantized as stored, so --quant=" + quant +
                     " would quantize them twice: drop --quant");
-  if (quant != "none")
+  if (quant != "none" && !kKeepGgufQ8_0Quantized)
     for (const WeightDesc &w : desc->weights)
       if (w.source.storage == StorageType::Q8_0) {
         llvm::errs() << "kiln-compile: note: " << modelPath
