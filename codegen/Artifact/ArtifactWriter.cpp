@@ -4,6 +4,7 @@
 #include "codegen/Artifact/TokenizerWriter.h"
 #include "codegen/Artifact/WeightWriter.h"
 #include "codegen/CPU/Passes.h"
+#include "dialects/Kiln/Import/Prequantized.h"
 #include "dialects/Kiln/IR/KilnOps.h"
 #include "dialects/Plan/IR/PlanOps.h"
 #include "kiln_rt/cuda_abi.h"
@@ -331,6 +332,11 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
   int64_t kvElementBytes = kvInt8 ? 1 : in.kvDtype == "f32" ? 4 : 2;
   int64_t kvBytes = cfg.nLayers * 2 * maxSeq * cfg.nKvHeads *
                     (cfg.headDim * kvElementBytes + (kvInt8 ? 4 : 0));
+  // A pre-quantized checkpoint names its format (Prequantized.h).
+  std::string quant = in.quant;
+  if (std::string pre = prequantizedRecipe(*in.model);
+      quant == "none" && !pre.empty())
+    quant = pre;
   llvm::json::Object manifest{
       {"format", "kiln-artifact"},
       {"version", 1},
@@ -338,7 +344,7 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
       {"target", in.target},
       {"model", std::move(model)},
       {"recipe", llvm::json::Object{{"dtype", in.dtype},
-                                    {"quant", in.quant},
+                                    {"quant", quant},
                                     {"pipeline", in.pipeline}}},
       {"runtime",
        llvm::json::Object{

@@ -337,6 +337,26 @@ void makeGgufQuantized(WeightDesc &w) {
   w.quantized = std::move(q);
 }
 
+std::string prequantizedRecipe(const ModelDesc &model) {
+  const WeightDesc *first = nullptr;
+  bool sameGroup = true;
+  for (const WeightDesc &w : model.weights) {
+    if (!w.quantized)
+      continue;
+    if (!first)
+      first = &w;
+    sameGroup &= w.quantized->groupSize == first->quantized->groupSize;
+  }
+  if (!first)
+    return "";
+  const QuantizedWeight &q = *first->quantized;
+  std::string s = "prequantized-" + q.parts.front().transforms.front().format +
+                  "-w" + std::to_string(q.bits);
+  if (sameGroup)
+    s += "g" + std::to_string(q.groupSize);
+  return s;
+}
+
 const WeightTransform *repackStep(const WeightDesc &w) {
   if (w.transforms.empty() ||
       w.transforms.front().kind != WeightTransform::Kind::Repack)

@@ -108,6 +108,12 @@ bool keepGgufQuantized(StorageType storage);
 /// points 8; Q8_0 -> 8 bits, group 32.
 void makeGgufQuantized(WeightDesc &w);
 
+/// The recipe name an artifact records for a model whose linears are kept
+/// quantized from its checkpoint: "prequantized-<format>-w<bits>[g<group>]"
+/// (the group size only when all such linears share it), e.g.
+/// "prequantized-gptq-w4g32", "prequantized-q4_0-w4g32"; "" if none is.
+std::string prequantizedRecipe(const ModelDesc &model);
+
 /// The Repack step of `w`'s recipe (always the first transform), if any.
 const WeightTransform *repackStep(const WeightDesc &w);
 
