@@ -15,6 +15,7 @@ its own conventions, and writes them as the quantization libraries do
   gptq-actorder/  like gptq/ with desc_act true and a permuted g_idx (the
                group of input column i is perm[i] // 32): not representable
                with contiguous groups
+  gptq-actorder-trivial/  desc_act true but the trivial g_idx (exact)
   awq/         AutoAWQ GEMM (version "gemm", zero_point true), 4 bits,
                group 32: qweight [in, out/8] and qzeros packed along out in
                the order [0, 2, 4, 6, 1, 3, 5, 7]
@@ -362,9 +363,11 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     write_hf(shared, o, "gptq-actorder", gptq_config(32, False, True, "gptq"),
              lambda w: gptq_linear(w, 32, sym=False, v1=True, perm=rng.permutation(w.shape[1])))
+    write_hf(shared, o, "gptq-actorder-trivial", gptq_config(32, False, True, "gptq"), gptq)
     write_hf(shared, o, "awq", AWQ_CONFIG, lambda w: awq_linear(w, 32))
     write_q4_0_gguf(shared, os.path.join(o, "stories260K-Q4_0.gguf"))
-    print("make_prequant: wrote gptq, gptq-v2, gptq-actorder, awq, stories260K-Q4_0.gguf")
+    print("make_prequant: wrote gptq, gptq-v2, gptq-actorder, gptq-actorder-trivial, awq, "
+          "stories260K-Q4_0.gguf")
     if not a.bad:
         return 0
 
