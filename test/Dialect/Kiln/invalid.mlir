@@ -389,3 +389,29 @@ func.func @negative_w8_grouped_scales(%x: tensor<?x64xf32>, %q: tensor<8x64xi8>,
   %y = kiln.quantized_linear %x, %q, %s {bits = 8 : i64, group_size = 32 : i64} : tensor<?x64xf32>, tensor<8x64xi8>, tensor<8xf32> -> tensor<?x8xf32>
   return
 }
+
+// -----
+
+func.func @negative_observe_empty_tap(%x: tensor<?x16xf32>) {
+  // expected-error @+1 {{'kiln.observe' op expects a non-empty tap name}}
+  kiln.observe %x {tap = ""} : tensor<?x16xf32>
+  return
+}
+
+// -----
+
+// Tap names become tensor names of the calibration file.
+func.func @negative_observe_bad_tap(%x: tensor<?x16xf32>) {
+  // expected-error @+1 {{'kiln.observe' op tap name 'layers 0/in' may only contain letters, digits, '_', '.' and '-'}}
+  kiln.observe %x {tap = "layers 0/in"} : tensor<?x16xf32>
+  return
+}
+
+// -----
+
+// Calibration runs the model in f32.
+func.func @negative_observe_f16(%x: tensor<?x16xf16>) {
+  // expected-error @+1 {{'kiln.observe' op operand #0 must be 2D tensor of 32-bit float values}}
+  kiln.observe %x {tap = "t"} : tensor<?x16xf16>
+  return
+}
