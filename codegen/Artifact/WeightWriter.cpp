@@ -168,7 +168,8 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights,
       t.shape = layout->shape;
       t.dtype = layout->dtype;
       t.bytes = layout->bytes;
-      auto [it, inserted] = firstBySource.try_emplace(sourceKey(w), written.size());
+      auto [it, inserted] =
+          firstBySource.try_emplace(sourceKey(w), written.size());
       if (!inserted) {
         t.offset = written[it->second].offset;
         written.push_back(std::move(t));

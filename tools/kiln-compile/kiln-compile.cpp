@@ -158,9 +158,10 @@ int main(int argc, char **argv) {
     for (const WeightDesc &w : desc->weights)
       if (w.quantized)
         return fail(modelPath + " is a pre-quantized checkpoint (" +
-                    std::to_string(w.quantized->bits) + "-bit weights, "
-                    "e.g. " + w.source.tensor + "); its linear weights are "
-                    "kept quantized as stored, so --quant=" + quant +
+                    std::to_string(w.quantized->bits) +
+                    "-bit weights, e.g. " + w.source.tensor +
+                    "); its linear weights are kept quantized as stored, so "
+                    "--quant=" + quant +
                     " would quantize them twice: drop --quant");
   if (quant != "none" && !kKeepGgufQ8_0Quantized)
     for (const WeightDesc &w : desc->weights)

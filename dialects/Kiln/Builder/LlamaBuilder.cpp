@@ -57,10 +57,9 @@ private:
 
 /// Repack parameters in IR (see Prequantized.h and KilnAttrs.td).
 static Attribute repackAttr(OpBuilder &b, const WeightTransform &t) {
-  StringRef part = t.part == WeightTransform::QuantPart::QWeight ? "qweight"
-                   : t.part == WeightTransform::QuantPart::Scales
-                       ? "scales"
-                       : "zeros";
+  StringRef part = t.part == WeightTransform::QuantPart::QWeight  ? "qweight"
+                   : t.part == WeightTransform::QuantPart::Scales ? "scales"
+                                                                  : "zeros";
   return WeightTransformAttr::get(
       b.getContext(), "repack",
       b.getDictionaryAttr(
@@ -106,9 +105,9 @@ LogicalResult LlamaGraphBuilder::declareQuantized(const WeightDesc &w) {
                                  "repack step";
       transforms.push_back(WeightTransformAttr::get(
           ctx, "rope_half_to_adjacent",
-          DictionaryAttr::get(ctx, {builder.getNamedAttr(
-                                       "heads", builder.getI64IntegerAttr(
-                                                    t.heads))})));
+          DictionaryAttr::get(
+              ctx, {builder.getNamedAttr(
+                       "heads", builder.getI64IntegerAttr(t.heads))})));
     }
     weights[p.name] = WeightOp::create(builder, loc, p.name, type, source,
                                        builder.getArrayAttr(transforms));

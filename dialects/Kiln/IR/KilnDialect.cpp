@@ -75,10 +75,9 @@ WeightSourceAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                          DenseI64ArrayAttr shape, uint64_t offset,
                          uint64_t bytes, uint64_t seed,
                          FloatAttr scale, FloatAttr center) {
-  if (!llvm::is_contained(
-          ArrayRef<StringRef>{"f32", "f16", "bf16", "q8_0", "q4_0", "i32",
-                              "synthetic"},
-          storage))
+  if (!llvm::is_contained(ArrayRef<StringRef>{"f32", "f16", "bf16", "q8_0",
+                                              "q4_0", "i32", "synthetic"},
+                          storage))
     return emitError() << "unknown weight storage type '" << storage
                        << "' (expected f32, f16, bf16, q8_0, q4_0, i32 or "
                           "synthetic)";

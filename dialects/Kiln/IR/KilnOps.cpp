@@ -91,10 +91,11 @@ LogicalResult WeightOp::verify() {
       int64_t group = p.getAs<IntegerAttr>("group_size").getInt();
       int64_t rows = p.getAs<IntegerAttr>("rows").getInt();
       int64_t cols = p.getAs<IntegerAttr>("cols").getInt();
-      produced = {rows, part == "qweight"
-                            ? (bits == 4 ? llvm::divideCeilSigned(cols, int64_t(2))
-                                         : cols)
-                            : llvm::divideCeilSigned(cols, group)};
+      produced = {
+          rows,
+          part == "qweight"
+              ? (bits == 4 ? llvm::divideCeilSigned(cols, int64_t(2)) : cols)
+              : llvm::divideCeilSigned(cols, group)};
       quantizedToInt = part != "scales";
       repacked = true;
       continue;
@@ -103,14 +104,16 @@ LogicalResult WeightOp::verify() {
       continue;
     // Applies to the source-shaped tensor, before any quantize step (or to
     // the repacked rows, one per output feature).
-    ArrayRef<int64_t> rowShape = repacked ? ArrayRef<int64_t>(produced) : sourceShape;
+    ArrayRef<int64_t> rowShape =
+        repacked ? ArrayRef<int64_t>(produced) : sourceShape;
     int64_t heads = t.getParams().getAs<IntegerAttr>("heads").getInt();
     if (rowShape.size() != 2 || rowShape[0] % heads != 0 ||
         (rowShape[0] / heads) % 2 != 0)
       return emitOpError() << "'rope_half_to_adjacent' with " << heads
                            << " heads needs a matrix whose rows split into "
                               "heads of even size, got shape ["
-                           << llvm::join(llvm::map_range(rowShape, dimStr), ", ")
+                           << llvm::join(llvm::map_range(rowShape, dimStr),
+                                         ", ")
                            << "]";
   }
   if (ArrayRef<int64_t>(produced) != type.getShape())

@@ -626,11 +626,10 @@ static Expected<ResolvedTensor> resolveTensor(const GgufFile &g,
     s.storage = StorageType::BF16;
     break;
   default:
-    return fileError(g.path, "tensor '" + name + "' (info at offset " +
-                                 Twine(t.infoOffset) +
-                                 ") has unsupported type " +
-                                 ggmlTypeName(t.type) + " (" + Twine(t.type) +
-                                 "); supported: F32, F16, BF16, Q8_0, Q4_0");
+    return fileError(
+        g.path, "tensor '" + name + "' (info at offset " + Twine(t.infoOffset) +
+                    ") has unsupported type " + ggmlTypeName(t.type) + " (" +
+                    Twine(t.type) + "); supported: F32, F16, BF16, Q8_0, Q4_0");
   }
   for (uint64_t d : llvm::reverse(t.ne))
     s.shape.push_back(static_cast<int64_t>(d));
@@ -638,11 +637,10 @@ static Expected<ResolvedTensor> resolveTensor(const GgufFile &g,
     return std::move(e);
   if ((s.storage == StorageType::Q8_0 || s.storage == StorageType::Q4_0) &&
       t.ne[0] % 32 != 0)
-    return fileError(g.path, "tensor '" + name + "' is " +
-                                 ggmlTypeName(t.type) +
-                                 " but its row length ne[0] = " +
-                                 Twine(t.ne[0]) +
-                                 " is not a multiple of 32");
+    return fileError(g.path,
+                     "tensor '" + name + "' is " + ggmlTypeName(t.type) +
+                         " but its row length ne[0] = " + Twine(t.ne[0]) +
+                         " is not a multiple of 32");
   std::optional<uint64_t> numel = numElements(s.shape);
   std::optional<uint64_t> bytes =
       numel ? storageBytes(s.storage, *numel) : std::nullopt;

@@ -2,8 +2,8 @@
 //
 // materializeWeight() reads only the bytes of one tensor (in bounded chunks,
 // so memory stays at the output buffer plus a few MiB), decodes F32 / F16 /
-// BF16 / Q8_0 / Q4_0 to float32, or generates synthetic values, then applies the
-// pending transforms in place.
+// BF16 / Q8_0 / Q4_0 to float32, or generates synthetic values, then applies
+// the pending transforms in place.
 //
 //===----------------------------------------------------------------------===//
 
@@ -220,7 +220,8 @@ Error materializeWeight(const WeightDesc &w, MutableArrayRef<float> out) {
   for (const WeightTransform &t : w.transforms)
     if (t.kind == WeightTransform::Kind::Repack)
       return makeError("weight '" + w.name + "' (" + s.file + ", tensor '" +
-                       s.tensor + "') is a repacked quantized part, not a "
+                       s.tensor +
+                       "') is a repacked quantized part, not a "
                        "float tensor (materializeRepacked writes it)");
   if (s.storage == StorageType::Synthetic) {
     generateSynthetic(s, out);

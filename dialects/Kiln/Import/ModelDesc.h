@@ -94,7 +94,7 @@ struct WeightTransform {
   int64_t bits = 0;         ///< Quantize: 8 or 4; Repack: 8 or 4
   int64_t groupSize = 0;    ///< Quantize/Repack: 0 = one scale per row
   QuantPart part = QuantPart::QWeight; ///< Quantize, Repack
-  std::string format;       ///< Repack: "gptq", "gptq_v2", "awq", "q8_0", "q4_0"
+  std::string format;       ///< Repack: gptq, gptq_v2, awq, q8_0, q4_0
   int64_t rows = 0;         ///< Repack: out_features of the linear
   int64_t cols = 0;         ///< Repack: in_features of the linear
 };

@@ -55,8 +55,8 @@ parseHfQuantConfig(const json::Object &cfg, StringRef cfgPath) {
       return Error::success();
     std::optional<int64_t> i = f->getAsInteger();
     if (!i)
-      return fileError(cfgPath, "quantization_config." + key +
-                                    " is not an integer");
+      return fileError(cfgPath,
+                       "quantization_config." + key + " is not an integer");
     dst = *i;
     return Error::success();
   };
@@ -80,11 +80,11 @@ parseHfQuantConfig(const json::Object &cfg, StringRef cfgPath) {
                                       : Twine("only 4-bit checkpoints are "
                                               "supported")));
   if (c.groupSize != -1 && (c.groupSize <= 0 || c.groupSize % 2 != 0))
-    return fileError(cfgPath, "quantization_config.group_size = " +
-                                  Twine(c.groupSize) +
-                                  " is not supported (expected -1 for one "
-                                  "group per row, or a positive even number "
-                                  "such as 32 or 128)");
+    return fileError(cfgPath,
+                     "quantization_config.group_size = " + Twine(c.groupSize) +
+                         " is not supported (expected -1 for one "
+                         "group per row, or a positive even number "
+                         "such as 32 or 128)");
   if (c.method == "gptq") {
     c.descAct = q->getBoolean("desc_act").value_or(false);
     StringRef fmt = q->getString("checkpoint_format").value_or("gptq");
@@ -189,9 +189,8 @@ importHfQuantizedLinear(const HfQuantConfig &c, StringRef name,
                                    meaning + ")");
     return st;
   };
-  SmallVector<int64_t, 2> qShape =
-      gptq ? SmallVector<int64_t, 2>{in / 8, out}
-           : SmallVector<int64_t, 2>{in, out / 8};
+  SmallVector<int64_t, 2> qShape = gptq ? SmallVector<int64_t, 2>{in / 8, out}
+                                        : SmallVector<int64_t, 2>{in, out / 8};
   Expected<StorageType> qSt =
       check(*qweight, "qweight", qShape, {"I32"},
             gptq ? "[in/8, out]: eight 4-bit values per int32 along in"
@@ -235,13 +234,14 @@ importHfQuantizedLinear(const HfQuantConfig &c, StringRef name,
                                   "tensor '" + n + "'"))
         return std::move(e);
       for (int64_t i = 0; i < in; ++i) {
-        int64_t g = width == 4 ? static_cast<int32_t>(support::endian::read32le(
-                                     raw.data() + 4 * i))
-                               : static_cast<int64_t>(support::endian::read64le(
-                                     raw.data() + 8 * i));
+        int64_t g = width == 4
+                        ? static_cast<int32_t>(
+                              support::endian::read32le(raw.data() + 4 * i))
+                        : static_cast<int64_t>(
+                              support::endian::read64le(raw.data() + 8 * i));
         if (g < 0 || g >= groups)
-          return fileError(gidx->file, "tensor '" + n + "': g_idx[" +
-                                           Twine(i) + "] = " + Twine(g) +
+          return fileError(gidx->file, "tensor '" + n + "': g_idx[" + Twine(i) +
+                                           "] = " + Twine(g) +
                                            " is outside [0, " + Twine(groups) +
                                            ") (the scales hold " +
                                            Twine(groups) + " groups)");
@@ -250,12 +250,12 @@ importHfQuantizedLinear(const HfQuantConfig &c, StringRef name,
               gidx->file,
               "tensor '" + n + "': g_idx[" + Twine(i) + "] = " + Twine(g) +
                   " but contiguous groups of " + Twine(group) + " give " +
-                  Twine(i / group)
-                  + "; act-order (desc_act) checkpoints whose groups are not "
-                    "contiguous runs of input columns are not supported: "
-                    "Kiln's 4-bit kernels read one scale and zero point per "
-                    "contiguous group, and regrouping would change the "
-                    "weights");
+                  Twine(i / group) +
+                  "; act-order (desc_act) checkpoints whose groups are not "
+                  "contiguous runs of input columns are not supported: "
+                  "Kiln's 4-bit kernels read one scale and zero point per "
+                  "contiguous group, and regrouping would change the "
+                  "weights");
       }
     } else if (c.descAct) {
       return fileError(c.configPath,
@@ -265,9 +265,8 @@ importHfQuantizedLinear(const HfQuantConfig &c, StringRef name,
     }
   }
 
-  auto part = [&](StringRef partName, const CheckpointTensor &t,
-                  StorageType st, WeightTransform::QuantPart which,
-                  StringRef suffix) {
+  auto part = [&](StringRef partName, const CheckpointTensor &t, StorageType st,
+                  WeightTransform::QuantPart which, StringRef suffix) {
     WeightDesc p;
     p.name = (name + "." + partName).str();
     p.source.file = t.file;
@@ -284,7 +283,8 @@ importHfQuantizedLinear(const HfQuantConfig &c, StringRef name,
     r.rows = out;
     r.cols = in;
     p.transforms.push_back(r);
-    p.transforms.insert(p.transforms.end(), rowTransforms.begin(), rowTransforms.end());
+    p.transforms.insert(p.transforms.end(), rowTransforms.begin(),
+                        rowTransforms.end());
     return p;
   };
   auto q = std::make_shared<QuantizedWeight>();
@@ -331,7 +331,8 @@ void makeGgufQuantized(WeightDesc &w) {
     r.rows = w.source.shape[0];
     r.cols = w.source.shape[1];
     p.transforms.push_back(r);
-    p.transforms.insert(p.transforms.end(), w.transforms.begin(), w.transforms.end());
+    p.transforms.insert(p.transforms.end(), w.transforms.begin(),
+                        w.transforms.end());
     q->parts.push_back(std::move(p));
   }
   w.quantized = std::move(q);
@@ -476,8 +477,8 @@ Error materializeRepacked(const WeightDesc &w, std::vector<char> &out) {
                      stringifyStorageType(s.storage) + " " +
                      formatShape(s.shape) + " tensor");
   src.raw.assign(s.bytes, '\0');
-  if (Error e = readFileRange(s.file, s.offset, src.raw,
-                              "tensor '" + s.tensor + "'"))
+  if (Error e =
+          readFileRange(s.file, s.offset, src.raw, "tensor '" + s.tensor + "'"))
     return e;
 
   const int64_t rows = r.rows, cols = r.cols, gs = r.groupSize;
@@ -545,8 +546,7 @@ Error materializeRepacked(const WeightDesc &w, std::vector<char> &out) {
               // of 0 wrapped to nibble 15, which v1 kernels read as 16.
               if (zero == 15)
                 return src.error(
-                    "zero point of output " + Twine(o) + ", group " +
-                    Twine(g) +
+                    "zero point of output " + Twine(o) + ", group " + Twine(g) +
                     " is stored as 15, i.e. 16 in checkpoint_format gptq "
                     "(v1 stores zero - 1, so a zero point of 0 wrapped "
                     "around); Kiln's 4-bit zero points are 0..15");
@@ -576,9 +576,10 @@ Error materializeRepacked(const WeightDesc &w, std::vector<char> &out) {
     if (Error e = checkShape({rows, cols}))
       return e;
     if (gs != 32 || cols % 32 != 0)
-      return src.error("GGUF " + r.format + " blocks hold 32 weights of a "
-                       "row, but the row length is " + Twine(cols) +
-                       " and the group size " + Twine(gs));
+      return src.error("GGUF " + r.format +
+                       " blocks hold 32 weights of a "
+                       "row, but the row length is " +
+                       Twine(cols) + " and the group size " + Twine(gs));
     for (int64_t o = 0; o < rows; ++o)
       for (int64_t b = 0; b < groups; ++b) {
         const char *blk = src.raw.data() + (o * groups + b) * blockBytes;

@@ -1,4 +1,5 @@
-//===- Prequantized.h - Pre-quantized checkpoints kept quantized -*- C++ -*-===//
+//===- Prequantized.h - Pre-quantized checkpoints kept quantized -*- C++
+//-*-===//
 //
 // Hugging Face GPTQ / AWQ checkpoints and GGUF Q4_0 / Q8_0 tensors store
 // linear weights as small integers plus scales (and zero points). Instead of
@@ -55,12 +56,12 @@ constexpr bool kKeepGgufQ8_0Quantized = false;
 
 /// The `quantization_config` of a Hugging Face config.json.
 struct HfQuantConfig {
-  std::string method;     ///< "gptq" or "awq"
-  std::string format;     ///< Repack format: "gptq" (v1), "gptq_v2", "awq"
+  std::string method; ///< "gptq" or "awq"
+  std::string format; ///< Repack format: "gptq" (v1), "gptq_v2", "awq"
   int64_t bits = 4;
   int64_t groupSize = 128; ///< -1: one group per row (per output channel)
-  bool descAct = false;   ///< GPTQ act-order (needs a trivial g_idx here)
-  std::string configPath; ///< for messages
+  bool descAct = false;    ///< GPTQ act-order (needs a trivial g_idx here)
+  std::string configPath;  ///< for messages
   /// "GPTQ 4-bit, group 32, checkpoint_format gptq" and the like.
   std::string describe() const;
 };

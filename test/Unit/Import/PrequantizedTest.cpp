@@ -62,8 +62,10 @@ TEST(Prequantized, GgufQ8_0RepacksExactly) {
             s.data() + 4 * (o * (cols / 32) + i / 32));
         float scale;
         std::memcpy(&scale, &u, 4);
-        float v = scale * static_cast<float>(static_cast<int8_t>(q[o * cols + i]));
-        ASSERT_EQ(v, ref[o * cols + i]) << name << " [" << o << ", " << i << "]";
+        float v =
+            scale * static_cast<float>(static_cast<int8_t>(q[o * cols + i]));
+        ASSERT_EQ(v, ref[o * cols + i])
+            << name << " [" << o << ", " << i << "]";
       }
   }
 }
