@@ -5,6 +5,7 @@
 #include "codegen/Artifact/WeightWriter.h"
 #include "codegen/CPU/Passes.h"
 #include "dialects/Kiln/IR/KilnOps.h"
+#include "dialects/Kiln/Import/Prequantized.h"
 #include "dialects/Plan/IR/PlanOps.h"
 #include "kiln_rt/cuda_abi.h"
 #include "kiln_rt/kernel_abi.h"
@@ -45,6 +46,10 @@ static FailureOr<StorageType> parseStorage(WeightOp op, StringRef s) {
     return StorageType::BF16;
   if (s == "q8_0")
     return StorageType::Q8_0;
+  if (s == "q4_0")
+    return StorageType::Q4_0;
+  if (s == "i32")
+    return StorageType::I32;
   if (s == "synthetic")
     return StorageType::Synthetic;
   return op.emitOpError() << "unknown storage type '" << s << "'";
@@ -89,6 +94,21 @@ FailureOr<std::vector<WeightDesc>> mlir::kiln::collectWeightRecipes(ModuleOp gra
         wt.part = part == "scales"  ? WeightTransform::QuantPart::Scales
                   : part == "zeros" ? WeightTransform::QuantPart::Zeros
                                     : WeightTransform::QuantPart::QWeight;
+        w.transforms.push_back(wt);
+        continue;
+      }
+      if (t.getKind() == "repack") { // pre-quantized checkpoints
+        DictionaryAttr p = t.getParams();
+        WeightTransform wt{WeightTransform::Kind::Repack};
+        wt.format = p.getAs<StringAttr>("format").getValue().str();
+        StringRef part = p.getAs<StringAttr>("part").getValue();
+        wt.part = part == "scales"  ? WeightTransform::QuantPart::Scales
+                  : part == "zeros" ? WeightTransform::QuantPart::Zeros
+                                    : WeightTransform::QuantPart::QWeight;
+        wt.bits = p.getAs<IntegerAttr>("bits").getInt();
+        wt.groupSize = p.getAs<IntegerAttr>("group_size").getInt();
+        wt.rows = p.getAs<IntegerAttr>("rows").getInt();
+        wt.cols = p.getAs<IntegerAttr>("cols").getInt();
         w.transforms.push_back(wt);
         continue;
       }
@@ -313,6 +333,11 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
   int64_t kvElementBytes = kvQuantized ? 1 : in.kvDtype == "f32" ? 4 : 2;
   int64_t kvBytes = cfg.nLayers * 2 * maxSeq * cfg.nKvHeads *
                     (cfg.headDim * kvElementBytes + (kvQuantized ? 4 : 0));
+  // A pre-quantized checkpoint names its format (Prequantized.h).
+  std::string quant = in.quant;
+  if (std::string pre = prequantizedRecipe(*in.model);
+      quant == "none" && !pre.empty())
+    quant = pre;
   llvm::json::Object manifest{
       {"format", "kiln-artifact"},
       {"version", 1},
@@ -320,7 +345,7 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
       {"target", in.target},
       {"model", std::move(model)},
       {"recipe", llvm::json::Object{{"dtype", in.dtype},
-                                    {"quant", in.quant},
+                                    {"quant", quant},
                                     {"pipeline", in.pipeline}}},
       {"runtime",
        llvm::json::Object{

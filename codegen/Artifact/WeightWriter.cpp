@@ -2,6 +2,8 @@
 
 #include "codegen/Artifact/WeightWriter.h"
 
+#include "dialects/Kiln/Import/Prequantized.h"
+
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/FileSystem.h"
@@ -40,7 +42,8 @@ static std::string sourceKey(const WeightDesc &w) {
   }
   for (const WeightTransform &t : w.transforms)
     os << "|t" << static_cast<int>(t.kind) << ':' << t.heads << ':' << t.bits
-       << ':' << t.groupSize << ':' << static_cast<int>(t.part);
+       << ':' << t.groupSize << ':' << static_cast<int>(t.part) << ':'
+       << t.format << ':' << t.rows << ':' << t.cols;
   return key;
 }
 
@@ -160,12 +163,40 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights,
   StringMap<size_t> firstBySource; // source key -> index into `written`
   std::vector<float> buffer;
   std::vector<uint16_t> narrow;
+  std::vector<char> repacked;
   static const char zeros[kWeightAlignment] = {};
   uint64_t offset = 0;
   for (const WeightDesc &w : weights) {
     WrittenTensor t;
     t.name = w.name;
     t.shape = w.source.shape;
+    if (repackStep(w)) { // a part of a pre-quantized checkpoint's linear
+      Expected<RepackedLayout> layout = repackedLayout(w);
+      if (!layout)
+        return fail(layout.takeError());
+      t.shape = layout->shape;
+      t.dtype = layout->dtype;
+      t.bytes = layout->bytes;
+      auto [it, inserted] =
+          firstBySource.try_emplace(sourceKey(w), written.size());
+      if (!inserted) {
+        t.offset = written[it->second].offset;
+        written.push_back(std::move(t));
+        continue;
+      }
+      if (Error e = materializeRepacked(w, repacked))
+        return fail(std::move(e));
+      t.offset = offset;
+      os.write(repacked.data(), t.bytes);
+      uint64_t end = offset + t.bytes;
+      offset = alignTo(end, kWeightAlignment);
+      os.write(zeros, offset - end);
+      if (os.has_error())
+        return fail(writerError(path, "write error at offset " + Twine(end) +
+                                          ": " + os.error().message()));
+      written.push_back(std::move(t));
+      continue;
+    }
     const WeightTransform *quant = quantizeStep(w);
     if (quant && w.source.shape.size() != 2)
       return fail(writerError(path, "weight '" + w.name +
@@ -290,6 +321,7 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights,
   // Give the memory of the largest tensor back before flushing.
   std::vector<float>().swap(buffer);
   std::vector<uint16_t>().swap(narrow);
+  std::vector<char>().swap(repacked);
   os.close();
   if (os.has_error()) {
     std::string msg = os.error().message();

@@ -19,11 +19,13 @@ importers.  Supported inputs:
 
   * llama2.c `.bin` (legacy version-0 layout: 7 int32 header, f32 weights,
     freq_cis tables that are skipped, negative vocab => untied wcls at the end)
-  * GGUF v2/v3 (F32, F16, Q8_0 tensors; ggml dims reversed; llama.cpp stores
-    Q/K already in adjacent-pair order)
+  * GGUF v2/v3 (F32, F16, Q8_0, Q4_0 tensors; ggml dims reversed; llama.cpp
+    stores Q/K already in adjacent-pair order)
   * Hugging Face directory (config.json + model.safetensors[.index.json];
     tied lm_head alias via __metadata__; q/k rows are in "rotate-half" order
-    and are permuted to adjacent-pair order on load)
+    and are permuted to adjacent-pair order on load); GPTQ and AWQ
+    checkpoints (config.json quantization_config) are dequantized from the
+    formats' specs (see dequant_gptq / dequant_awq)
 
 Public API:
   load_model(path) -> Model
@@ -254,10 +256,10 @@ def parse_gguf(path):
             nb = 4 * n
         elif t == GGML_F16:
             nb = 2 * n
-        elif t == GGML_Q8_0:
+        elif t in (GGML_Q8_0, GGML_Q4_0):
             if dims[0] % 32:
-                raise RefError("%s: Q8_0 tensor %s row not multiple of 32" % (path, name))
-            nb = n // 32 * 34
+                raise RefError("%s: %s tensor %s row not multiple of 32" % (path, GGML_NAMES[t], name))
+            nb = n // 32 * (34 if t == GGML_Q8_0 else 18)
         else:
             raise RefError("%s: tensor %s has unsupported type %s" % (path, name, GGML_NAMES.get(t, t)))
         a = data_start + off
@@ -277,6 +279,14 @@ def dequant(raw, shape, t, off, nb):
         blk = np.frombuffer(raw, dtype=np.uint8, count=nb, offset=off).reshape(-1, 34)
         d = blk[:, :2].copy().view("<f2").astype(np.float64)  # [nblk, 1]
         q = blk[:, 2:].copy().view(np.int8).astype(np.float64)  # [nblk, 32]
+        a = (d * q).reshape(-1)
+    elif t == GGML_Q4_0:
+        # ggml dequantize_row_q4_0: block = f16 d, 16 bytes; byte j holds
+        # element j (low nibble) and j + 16 (high nibble); w = d * (q - 8).
+        blk = np.frombuffer(raw, dtype=np.uint8, count=nb, offset=off).reshape(-1, 18)
+        d = blk[:, :2].copy().view("<f2").astype(np.float64)
+        qs = blk[:, 2:].astype(np.int64)
+        q = np.concatenate([qs & 15, qs >> 4], axis=1) - 8  # [nblk, 32]
         a = (d * q).reshape(-1)
     else:
         raise RefError("unsupported type %d" % t)
@@ -344,6 +354,7 @@ def load_gguf(path):
 # ----------------------------------------------------------------------------
 
 _ST_DTYPES = {"F32": "<f4", "F16": "<f2", "F64": "<f8"}
+_ST_INTS = {"I32": "<i4", "I64": "<i8"}  # kept as int64 (GPTQ/AWQ packed words)
 
 
 def _bf16_to_f32(u16):
@@ -375,6 +386,12 @@ def read_safetensors(path):
             a = np.frombuffer(raw, dtype=_ST_DTYPES[dt], count=cnt, offset=base + b)
         elif dt == "BF16":
             a = _bf16_to_f32(np.frombuffer(raw, dtype="<u2", count=cnt, offset=base + b))
+        elif dt in _ST_INTS:
+            a = np.frombuffer(raw, dtype=_ST_INTS[dt], count=cnt, offset=base + b)
+            if a.nbytes != e - b:
+                raise RefError("%s: tensor %s size mismatch" % (path, name))
+            out[name] = a.astype(np.int64).reshape(shape)
+            continue
         else:
             raise RefError("%s: tensor %s unsupported dtype %s" % (path, name, dt))
         if a.nbytes != e - b:
@@ -393,6 +410,57 @@ def hf_to_pair(w, n_heads):
     out_dim = w.shape[0]
     hd = out_dim // n_heads
     return _f64(w.reshape(n_heads, 2, hd // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape))
+
+
+def _unpack_nibbles(words, axis, order=range(8)):
+    """int32 words -> 4-bit values, eight per word along `axis`; nibble p
+    (bits 4p..4p+3) of a word holds element order[p] of its eight."""
+    u = np.asarray(words, np.int64) & 0xFFFFFFFF
+    parts = [None] * 8
+    for p, k in enumerate(order):
+        parts[k] = (u >> (4 * p)) & 15
+    st = np.stack(parts, axis=axis + 1)  # [..., n, 8, ...]
+    shape = list(u.shape)
+    shape[axis] *= 8
+    return st.reshape(shape)
+
+
+def dequant_gptq(T, prefix, qc, in_features, out_features):
+    """AutoGPTQ / GPTQModel QuantLinear: qweight int32 [in/8, out] (LSB
+    first along in), qzeros int32 [G, out/8] (LSB first along out; stored
+    zero - 1 when checkpoint_format is "gptq"), scales [G, out], g_idx [in];
+    W[o, i] = scales[g_idx[i], o] * (q[i, o] - zero[g_idx[i], o])."""
+    if qc.get("bits") != 4:
+        raise RefError("GPTQ bits %r not supported by the reference" % qc.get("bits"))
+    q = _unpack_nibbles(T(prefix + "qweight"), 0)                 # [in, out]
+    z = _unpack_nibbles(T(prefix + "qzeros"), 1)                  # [G, out]
+    if qc.get("checkpoint_format", "gptq") == "gptq":
+        z = z + 1
+    s = T(prefix + "scales")                                      # [G, out]
+    gs = qc.get("group_size", 128)
+    gs = in_features if gs == -1 else gs
+    try:
+        g = T(prefix + "g_idx").astype(np.int64)
+    except RefError:
+        g = np.arange(in_features) // gs
+    w = s[g, :] * (q - z[g, :])                                   # [in, out]
+    return _f64(w.T)
+
+
+_AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
+
+
+def dequant_awq(T, prefix, qc, in_features, out_features):
+    """AutoAWQ GEMM: qweight int32 [in, out/8], qzeros int32 [G, out/8],
+    nibble p of a word holding column 8c + [0, 2, 4, 6, 1, 3, 5, 7][p];
+    scales [G, out]; W[o, i] = scales[i // gs, o] * (q[i, o] - zero[i // gs, o])."""
+    if qc.get("bits", qc.get("w_bit")) != 4:
+        raise RefError("AWQ bits not supported by the reference")
+    q = _unpack_nibbles(T(prefix + "qweight"), 1, _AWQ_ORDER)     # [in, out]
+    z = _unpack_nibbles(T(prefix + "qzeros"), 1, _AWQ_ORDER)      # [G, out]
+    s = T(prefix + "scales")
+    g = np.arange(in_features) // qc.get("group_size", qc.get("q_group_size", 128))
+    return _f64((s[g, :] * (q - z[g, :])).T)
 
 
 def load_hf(path, keep_half=False):
@@ -424,8 +492,19 @@ def load_hf(path, keep_half=False):
         if k not in W and isinstance(v, str) and v in W:
             W[k] = W[v]
 
+    qc = cfg.get("quantization_config")
+    method = (qc or {}).get("quant_method")
+    if qc and method not in ("gptq", "awq"):
+        raise RefError("%s: quant_method %r not supported by the reference" % (path, method))
+
     def T(n):
         if n not in W:
+            if qc and n.endswith(".weight") and n[:-len(".weight")] + ".qweight" in W:
+                p = n[:-len(".weight")] + "."
+                deq = dequant_gptq if method == "gptq" else dequant_awq
+                in_f = (W[p + "qweight"].shape[0] * (8 if method == "gptq" else 1))
+                out_f = W[p + "scales"].shape[1]
+                return deq(T, p, qc, in_f, out_f)
             raise RefError("%s: missing tensor %s" % (path, n))
         return W[n]
 

@@ -15,6 +15,7 @@
 #include "codegen/Pipeline/Pipeline.h"
 #include "dialects/Kiln/IR/KilnOps.h"
 #include "dialects/Kiln/Import/ModelDesc.h"
+#include "dialects/Kiln/Import/Prequantized.h"
 #include "dialects/Plan/IR/PlanOps.h"
 #include "passes/Conversion/Passes.h"
 #include "passes/Transforms/Passes.h"
@@ -152,6 +153,15 @@ int main(int argc, char **argv) {
                 " exceeds the context of " + std::to_string(contextLen) +
                 " tokens");
   if (quant != "none")
+    for (const WeightDesc &w : desc->weights)
+      if (w.quantized)
+        return fail(modelPath + " is a pre-quantized checkpoint (" +
+                    std::to_string(w.quantized->bits) +
+                    "-bit weights, e.g. " + w.source.tensor +
+                    "); its linear weights are kept quantized as stored, so "
+                    "--quant=" + quant +
+                    " would quantize them twice: drop --quant");
+  if (quant != "none" && !kKeepGgufQ8_0Quantized)
     for (const WeightDesc &w : desc->weights)
       if (w.source.storage == StorageType::Q8_0) {
         llvm::errs() << "kiln-compile: note: " << modelPath

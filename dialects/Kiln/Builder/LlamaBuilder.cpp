@@ -6,6 +6,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Verifier.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <cmath>
 
@@ -34,6 +35,10 @@ private:
     WeightOp w = weights.lookup(name);
     return WeightRefOp::create(builder, loc, w.getType(), name);
   }
+  /// `x` times weight `name`: kiln.linear, or kiln.quantized_linear over the
+  /// parts of a weight kept quantized from a pre-quantized checkpoint.
+  Value linear(int64_t width, Value x, StringRef name);
+  LogicalResult declareQuantized(const WeightDesc &w);
 
   MLIRContext *ctx;
   const ModelDesc &desc;
@@ -44,9 +49,86 @@ private:
   Type f32; // the compute element type (f32, f16 or bf16)
   KVCacheType cacheType;
   llvm::StringMap<WeightOp> weights;
+  /// Weights kept quantized: name -> (bits, group_size).
+  llvm::StringMap<std::pair<int64_t, int64_t>> quantized;
   int64_t tokens = ShapedType::kDynamic;
 };
 } // namespace
+
+/// Repack parameters in IR (see Prequantized.h and KilnAttrs.td).
+static Attribute repackAttr(OpBuilder &b, const WeightTransform &t) {
+  StringRef part = t.part == WeightTransform::QuantPart::QWeight  ? "qweight"
+                   : t.part == WeightTransform::QuantPart::Scales ? "scales"
+                                                                  : "zeros";
+  return WeightTransformAttr::get(
+      b.getContext(), "repack",
+      b.getDictionaryAttr(
+          {b.getNamedAttr("format", b.getStringAttr(t.format)),
+           b.getNamedAttr("part", b.getStringAttr(part)),
+           b.getNamedAttr("bits", b.getI64IntegerAttr(t.bits)),
+           b.getNamedAttr("group_size", b.getI64IntegerAttr(t.groupSize)),
+           b.getNamedAttr("rows", b.getI64IntegerAttr(t.rows)),
+           b.getNamedAttr("cols", b.getI64IntegerAttr(t.cols))}));
+}
+
+LogicalResult LlamaGraphBuilder::declareQuantized(const WeightDesc &w) {
+  const QuantizedWeight &q = *w.quantized;
+  int64_t out = w.source.shape[0], in = w.source.shape[1];
+  int64_t groups = q.groupSize ? llvm::divideCeilSigned(in, q.groupSize) : 0;
+  Type i8 = builder.getI8Type(), f32Type = builder.getF32Type();
+  for (const WeightDesc &p : q.parts) {
+    const WeightTransform &r = p.transforms.front();
+    RankedTensorType type;
+    switch (r.part) {
+    case WeightTransform::QuantPart::QWeight:
+      type = RankedTensorType::get(
+          {out, q.bits == 4 ? llvm::divideCeilSigned(in, int64_t(2)) : in}, i8);
+      break;
+    case WeightTransform::QuantPart::Scales:
+      type = groups ? RankedTensorType::get({out, groups}, f32Type)
+                    : RankedTensorType::get({out}, f32Type);
+      break;
+    case WeightTransform::QuantPart::Zeros:
+      type = RankedTensorType::get({out, groups}, i8);
+      break;
+    }
+    auto source = WeightSourceAttr::get(
+        ctx, p.source.file, p.source.tensor,
+        stringifyStorageType(p.source.storage),
+        DenseI64ArrayAttr::get(ctx, p.source.shape), p.source.offset,
+        p.source.bytes, 0, FloatAttr(), FloatAttr());
+    SmallVector<Attribute> transforms = {repackAttr(builder, r)};
+    for (const WeightTransform &t : ArrayRef(p.transforms).drop_front()) {
+      if (t.kind != WeightTransform::Kind::RopeHalfToAdjacent)
+        return emitError(loc) << "weight '" << p.name
+                              << "': only row reorderings can follow a "
+                                 "repack step";
+      transforms.push_back(WeightTransformAttr::get(
+          ctx, "rope_half_to_adjacent",
+          DictionaryAttr::get(
+              ctx, {builder.getNamedAttr(
+                       "heads", builder.getI64IntegerAttr(t.heads))})));
+    }
+    weights[p.name] = WeightOp::create(builder, loc, p.name, type, source,
+                                       builder.getArrayAttr(transforms));
+  }
+  quantized[w.name] = {q.bits, q.groupSize};
+  return success();
+}
+
+Value LlamaGraphBuilder::linear(int64_t width, Value x, StringRef name) {
+  auto it = quantized.find(name);
+  if (it == quantized.end())
+    return LinearOp::create(builder, loc, act(width), x, weight(name));
+  auto [bits, groupSize] = it->second;
+  std::string base = name.str();
+  Value zeros = bits == 4 ? weight(base + ".zeros") : Value();
+  return QuantizedLinearOp::create(
+      builder, loc, act(width), x, weight(base + ".qweight"),
+      weight(base + ".scales"), zeros, builder.getI64IntegerAttr(bits),
+      builder.getI64IntegerAttr(groupSize), /*act_quant=*/StringAttr(),
+      /*act_scale=*/FloatAttr());
+}
 
 LogicalResult LlamaGraphBuilder::declareWeights() {
   builder.setInsertionPointToEnd(module.getBody());
@@ -69,6 +151,15 @@ LogicalResult LlamaGraphBuilder::declareWeights() {
                                            [](int64_t d) { return std::to_string(d); }),
                            ", ")
              << "]";
+    if (w->quantized) {
+      if (shape.size() != 2 || name == "tok_embeddings" || name == "output")
+        return emitError(loc) << "weight '" << name
+                              << "' cannot be kept quantized (only the "
+                                 "projections of the layers can)";
+      if (failed(declareQuantized(*w)))
+        return failure();
+      continue;
+    }
     bool synthetic = w->source.storage == StorageType::Synthetic;
     auto source = WeightSourceAttr::get(
         ctx, w->source.file, w->source.tensor,
@@ -96,6 +187,10 @@ LogicalResult LlamaGraphBuilder::declareWeights() {
         return emitError(loc) << "weight '" << name
                               << "' arrives with a quantize transform; "
                                  "importers do not produce those";
+      case WeightTransform::Kind::Repack:
+        return emitError(loc) << "weight '" << name
+                              << "' has a repack transform outside a "
+                                 "kept-quantized weight";
       }
     }
     auto op = WeightOp::create(builder, loc, name,
@@ -136,9 +231,9 @@ void LlamaGraphBuilder::buildEntryPoint(StringRef name, int64_t numTokens,
     // Attention block: h += wo(attention(rope(wq x), rope(wk x), wv x)).
     Value x = RmsNormOp::create(builder, loc, act(cfg.dim), h,
                                 weight(p + "attention_norm"), eps);
-    Value q = LinearOp::create(builder, loc, act(qDim), x, weight(p + "wq"));
-    Value k = LinearOp::create(builder, loc, act(kvDim), x, weight(p + "wk"));
-    Value v = LinearOp::create(builder, loc, act(kvDim), x, weight(p + "wv"));
+    Value q = linear(qDim, x, p + "wq");
+    Value k = linear(kvDim, x, p + "wk");
+    Value v = linear(kvDim, x, p + "wv");
     q = RopeOp::create(builder, loc, act(qDim), q, pos, i64(cfg.nHeads),
                        i64(cfg.headDim), i64(cfg.headDim), theta,
                        builder.getF32FloatAttr(1.0f));
@@ -149,19 +244,16 @@ void LlamaGraphBuilder::buildEntryPoint(StringRef name, int64_t numTokens,
                                   i64(i), i64(cfg.nHeads), i64(cfg.nKvHeads),
                                   i64(cfg.headDim), scale,
                                   builder.getBoolAttr(true));
-    Value o = LinearOp::create(builder, loc, act(cfg.dim), a, weight(p + "wo"));
+    Value o = linear(cfg.dim, a, p + "wo");
     h = AddOp::create(builder, loc, h, o);
     // FFN block: h += w2(silu(w1 x) * w3 x).
     x = RmsNormOp::create(builder, loc, act(cfg.dim), h,
                           weight(p + "ffn_norm"), eps);
-    Value gate = LinearOp::create(builder, loc, act(cfg.hiddenDim), x,
-                                  weight(p + "w1"));
-    Value up = LinearOp::create(builder, loc, act(cfg.hiddenDim), x,
-                                weight(p + "w3"));
+    Value gate = linear(cfg.hiddenDim, x, p + "w1");
+    Value up = linear(cfg.hiddenDim, x, p + "w3");
     Value act1 = SiluOp::create(builder, loc, gate);
     Value prod = MulOp::create(builder, loc, act1, up);
-    Value down = LinearOp::create(builder, loc, act(cfg.dim), prod,
-                                  weight(p + "w2"));
+    Value down = linear(cfg.dim, prod, p + "w2");
     h = AddOp::create(builder, loc, h, down);
   }
   h = RmsNormOp::create(builder, loc, act(cfg.dim), h, weight("norm"), eps);

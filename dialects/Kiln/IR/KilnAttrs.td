@@ -11,7 +11,8 @@ def Kiln_WeightSourceAttr : AttrDef<Kiln_Dialect, "WeightSource"> {
   let summary = "Where the stored bytes of a weight live";
   let description = [{
     Names the checkpoint file, the tensor inside it, the storage type
-    (`f32`, `f16`, `bf16`, `q8_0`, `synthetic`), its logical row-major shape
+    (`f32`, `f16`, `bf16`, `q8_0`, `q4_0`, `i32` (packed integers, only
+    under a `repack` transform), `synthetic`), its logical row-major shape
     as stored (`[out, in]` for matrices), the byte offset of its first
     element and its stored byte count. For `synthetic` weights the
     file is empty, `seed` selects the deterministic pseudo-random stream and
@@ -52,6 +53,12 @@ def Kiln_WeightTransformAttr : AttrDef<Kiln_Dialect, "WeightTransform"> {
       rows (params: `bits` = 8, `group_size` (0: one scale per row), `part`
       = `"qweight"` for the integers or `"scales"` for the f32 scales:
       `scale = max|w| / 127`, `q = round(w / scale)`).
+    * `"repack"` — exact conversion of a pre-quantized checkpoint tensor into
+      one part of Kiln's quantized-linear layout (always first; params:
+      `format` = `"gptq"` (v1 zeros stored minus one), `"gptq_v2"`, `"awq"`,
+      `"q4_0"` or `"q8_0"`, `part` = `"qweight"`, `"scales"` or `"zeros"`,
+      `bits`, `group_size`, `rows` / `cols` = the linear's out / in
+      features; see docs/quantization.md, "Pre-quantized checkpoints").
 
     ```mlir
     #kiln.transform<"rope_half_to_adjacent", {heads = 8 : i64}>

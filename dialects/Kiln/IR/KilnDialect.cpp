@@ -75,17 +75,61 @@ WeightSourceAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                          DenseI64ArrayAttr shape, uint64_t offset,
                          uint64_t bytes, uint64_t seed,
                          FloatAttr scale, FloatAttr center) {
-  if (!llvm::is_contained(
-          ArrayRef<StringRef>{"f32", "f16", "bf16", "q8_0", "synthetic"},
-          storage))
+  if (!llvm::is_contained(ArrayRef<StringRef>{"f32", "f16", "bf16", "q8_0",
+                                              "q4_0", "i32", "synthetic"},
+                          storage))
     return emitError() << "unknown weight storage type '" << storage
-                       << "' (expected f32, f16, bf16, q8_0 or synthetic)";
+                       << "' (expected f32, f16, bf16, q8_0, q4_0, i32 or "
+                          "synthetic)";
   if (!shape || llvm::any_of(shape.asArrayRef(), [](int64_t d) { return d <= 0; }))
     return emitError() << "weight source of '" << tensor
                        << "' needs a shape of positive dimensions";
   if (storage != "synthetic" && file.empty())
     return emitError() << "weight source of '" << tensor
                        << "' names no file";
+  return success();
+}
+
+/// `repack` (pre-quantized checkpoints, dialects/Kiln/Import/Prequantized.h):
+/// `format` gptq | gptq_v2 | awq | q4_0 | q8_0, `part` qweight | scales |
+/// zeros, `bits` 4 (8 for q8_0), `group_size`, `rows` and `cols` (the
+/// linear's out and in features).
+static LogicalResult
+verifyRepackParams(function_ref<InFlightDiagnostic()> emitError,
+                   DictionaryAttr params) {
+  auto str = [&](StringRef key) {
+    auto a = params ? params.getAs<StringAttr>(key) : StringAttr();
+    return a ? a.getValue() : StringRef();
+  };
+  auto num = [&](StringRef key) -> std::optional<int64_t> {
+    auto a = params ? params.getAs<IntegerAttr>(key) : IntegerAttr();
+    if (!a)
+      return std::nullopt;
+    return a.getInt();
+  };
+  StringRef format = str("format"), part = str("part");
+  if (!llvm::is_contained(
+          ArrayRef<StringRef>{"gptq", "gptq_v2", "awq", "q4_0", "q8_0"},
+          format))
+    return emitError() << "'repack' transform needs 'format' = \"gptq\", "
+                          "\"gptq_v2\", \"awq\", \"q4_0\" or \"q8_0\"";
+  if (part != "qweight" && part != "scales" && part != "zeros")
+    return emitError() << "'repack' transform needs 'part' = \"qweight\", "
+                          "\"scales\" or \"zeros\"";
+  std::optional<int64_t> bits = num("bits"), group = num("group_size"),
+                         rows = num("rows"), cols = num("cols");
+  int64_t wantBits = format == "q8_0" ? 8 : 4;
+  if (bits != wantBits)
+    return emitError() << "'repack' of format '" << format
+                       << "' needs 'bits' = " << wantBits;
+  if (!group || *group <= 0 || (wantBits == 4 && *group % 2))
+    return emitError() << "'repack' transform needs a positive"
+                       << (wantBits == 4 ? " even" : "") << " 'group_size'";
+  if (!rows || !cols || *rows <= 0 || *cols <= 0)
+    return emitError() << "'repack' transform needs positive 'rows' and "
+                          "'cols'";
+  if (part == "zeros" && wantBits != 4)
+    return emitError() << "only 4-bit 'repack' has zero points";
   return success();
 }
 
@@ -122,5 +166,7 @@ WeightTransformAttr::verify(function_ref<InFlightDiagnostic()> emitError,
       return emitError() << "only 4-bit 'quantize' has zero points";
     return success();
   }
+  if (kind == "repack")
+    return verifyRepackParams(emitError, params);
   return emitError() << "unknown weight transform '" << kind << "'";
 }

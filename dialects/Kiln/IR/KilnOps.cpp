@@ -59,7 +59,7 @@ LogicalResult WeightOp::verify() {
   // The shape the recipe produces: the source's, unless a quantize step
   // splits it into integer values (same shape) and per-row scales.
   SmallVector<int64_t, 2> produced(sourceShape.begin(), sourceShape.end());
-  bool quantizedToInt = false;
+  bool quantizedToInt = false, repacked = false;
   for (Attribute a : getTransforms()) {
     auto t = cast<WeightTransformAttr>(a);
     if (t.getKind() == "quantize") {
@@ -82,16 +82,38 @@ LogicalResult WeightOp::verify() {
       }
       continue;
     }
+    if (t.getKind() == "repack") {
+      // A pre-quantized checkpoint tensor becomes one part of Kiln's
+      // quantized-linear layout for a [rows, cols] weight.
+      DictionaryAttr p = t.getParams();
+      StringRef part = p.getAs<StringAttr>("part").getValue();
+      int64_t bits = p.getAs<IntegerAttr>("bits").getInt();
+      int64_t group = p.getAs<IntegerAttr>("group_size").getInt();
+      int64_t rows = p.getAs<IntegerAttr>("rows").getInt();
+      int64_t cols = p.getAs<IntegerAttr>("cols").getInt();
+      produced = {
+          rows,
+          part == "qweight"
+              ? (bits == 4 ? llvm::divideCeilSigned(cols, int64_t(2)) : cols)
+              : llvm::divideCeilSigned(cols, group)};
+      quantizedToInt = part != "scales";
+      repacked = true;
+      continue;
+    }
     if (t.getKind() != "rope_half_to_adjacent")
       continue;
-    // Applies to the source-shaped tensor, before any quantize step.
+    // Applies to the source-shaped tensor, before any quantize step (or to
+    // the repacked rows, one per output feature).
+    ArrayRef<int64_t> rowShape =
+        repacked ? ArrayRef<int64_t>(produced) : sourceShape;
     int64_t heads = t.getParams().getAs<IntegerAttr>("heads").getInt();
-    if (sourceShape.size() != 2 || sourceShape[0] % heads != 0 ||
-        (sourceShape[0] / heads) % 2 != 0)
+    if (rowShape.size() != 2 || rowShape[0] % heads != 0 ||
+        (rowShape[0] / heads) % 2 != 0)
       return emitOpError() << "'rope_half_to_adjacent' with " << heads
                            << " heads needs a matrix whose rows split into "
                               "heads of even size, got shape ["
-                           << llvm::join(llvm::map_range(sourceShape, dimStr), ", ")
+                           << llvm::join(llvm::map_range(rowShape, dimStr),
+                                         ", ")
                            << "]";
   }
   if (ArrayRef<int64_t>(produced) != type.getShape())

@@ -10,6 +10,7 @@
 
 #include "dialects/Kiln/Import/ImportUtils.h"
 #include "dialects/Kiln/Import/Importers.h"
+#include "dialects/Kiln/Import/Prequantized.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
@@ -615,6 +616,9 @@ static Expected<ResolvedTensor> resolveTensor(const GgufFile &g,
   case 1:
     s.storage = StorageType::F16;
     break;
+  case 2:
+    s.storage = StorageType::Q4_0;
+    break;
   case 8:
     s.storage = StorageType::Q8_0;
     break;
@@ -622,20 +626,21 @@ static Expected<ResolvedTensor> resolveTensor(const GgufFile &g,
     s.storage = StorageType::BF16;
     break;
   default:
-    return fileError(g.path, "tensor '" + name + "' (info at offset " +
-                                 Twine(t.infoOffset) +
-                                 ") has unsupported type " +
-                                 ggmlTypeName(t.type) + " (" + Twine(t.type) +
-                                 "); supported: F32, F16, BF16, Q8_0");
+    return fileError(
+        g.path, "tensor '" + name + "' (info at offset " + Twine(t.infoOffset) +
+                    ") has unsupported type " + ggmlTypeName(t.type) + " (" +
+                    Twine(t.type) + "); supported: F32, F16, BF16, Q8_0, Q4_0");
   }
   for (uint64_t d : llvm::reverse(t.ne))
     s.shape.push_back(static_cast<int64_t>(d));
   if (Error e = checkShape(g.path, name, s.shape, expected))
     return std::move(e);
-  if (s.storage == StorageType::Q8_0 && t.ne[0] % 32 != 0)
-    return fileError(g.path, "tensor '" + name + "' is Q8_0 but its row "
-                                 "length ne[0] = " + Twine(t.ne[0]) +
-                                 " is not a multiple of 32");
+  if ((s.storage == StorageType::Q8_0 || s.storage == StorageType::Q4_0) &&
+      t.ne[0] % 32 != 0)
+    return fileError(g.path,
+                     "tensor '" + name + "' is " + ggmlTypeName(t.type) +
+                         " but its row length ne[0] = " + Twine(t.ne[0]) +
+                         " is not a multiple of 32");
   std::optional<uint64_t> numel = numElements(s.shape);
   std::optional<uint64_t> bytes =
       numel ? storageBytes(s.storage, *numel) : std::nullopt;
@@ -931,6 +936,11 @@ Expected<ModelDesc> importGguf(StringRef path, StringRef tokenizer) {
       embInfo = t->info;
     // GGUF Q/K rows are already in adjacent-pair order: no transform.
     model.weights.push_back({cw.name, std::move(t->source), {}});
+    // Quantized linears stay quantized (Prequantized.h); the embedding and
+    // the classifier are dequantized.
+    if (cw.shape.size() == 2 && cw.name != "tok_embeddings" &&
+        keepGgufQuantized(model.weights.back().source.storage))
+      makeGgufQuantized(model.weights.back());
   }
 
   // Tensor types and shapes are known to be sane now: check the layout.

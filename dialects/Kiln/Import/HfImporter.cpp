@@ -13,10 +13,15 @@
 // importer attaches a RopeHalfToAdjacent transform so the materialized
 // weights use the adjacent-pair order of kiln.rope (and llama2.c / GGUF).
 //
+// A config.json with a GPTQ or AWQ `quantization_config` makes every linear
+// stored as <prefix>.qweight/.qzeros/.scales a kept-quantized weight
+// (Prequantized.h); linears stored as <prefix>.weight stay float.
+//
 //===----------------------------------------------------------------------===//
 
 #include "dialects/Kiln/Import/ImportUtils.h"
 #include "dialects/Kiln/Import/Importers.h"
+#include "dialects/Kiln/Import/Prequantized.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
@@ -425,6 +430,11 @@ Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
   bool tieFlag = cfg->getBoolean("tie_word_embeddings").value_or(false);
   if (Error e = checkConfig(c, cfgPath))
     return std::move(e);
+  // GPTQ / AWQ checkpoints: linears stay quantized (Prequantized.h).
+  Expected<std::optional<HfQuantConfig>> quantConfig =
+      parseHfQuantConfig(*cfg, cfgPath);
+  if (!quantConfig)
+    return quantConfig.takeError();
 
   // Tensors.
   Expected<std::vector<std::string>> shards = listShards(dir);
@@ -451,6 +461,10 @@ Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
   };
 
   std::vector<CanonicalWeight> canon = canonicalWeights(c);
+  if (*quantConfig && find("lm_head.qweight"))
+    return fileError(dir, "tensor 'lm_head.qweight': a quantized classifier "
+                          "(lm_head) is not supported; the classifier must be "
+                          "stored as float (lm_head.weight)");
   // Embedding and classifier, handling every way ties are stored.
   const SafeTensor *embed = find("model.embed_tokens.weight");
   const SafeTensor *head = index.tensors.count("lm_head.weight")
@@ -482,6 +496,32 @@ Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
       model.weights.push_back(std::move(w));
       continue;
     }
+    StringRef what = StringRef(cw.name).rsplit('.').second;
+    std::vector<WeightTransform> rowTransforms;
+    if (what == "wq")
+      rowTransforms.push_back(
+          {WeightTransform::Kind::RopeHalfToAdjacent, c.nHeads});
+    else if (what == "wk")
+      rowTransforms.push_back(
+          {WeightTransform::Kind::RopeHalfToAdjacent, c.nKvHeads});
+    StringRef prefix = StringRef(name).drop_back(strlen(".weight"));
+    if (*quantConfig && cw.shape.size() == 2 && cw.name != "tok_embeddings" &&
+        !find(name)) {
+      Expected<WeightDesc> q = importHfQuantizedLinear(
+          **quantConfig, cw.name, prefix, cw.shape,
+          [&](StringRef n) -> std::optional<CheckpointTensor> {
+            const SafeTensor *t = find(n);
+            if (!t)
+              return std::nullopt;
+            return CheckpointTensor{t->file, t->dtype, t->shape, t->offset,
+                                    t->bytes};
+          },
+          rowTransforms);
+      if (!q)
+        return q.takeError();
+      model.weights.push_back(std::move(*q));
+      continue;
+    }
     const SafeTensor *st =
         cw.name == "tok_embeddings" ? embed : find(name);
     if (!st)
@@ -494,13 +534,7 @@ Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
     if (!s)
       return s.takeError();
     w.source = std::move(*s);
-    StringRef what = StringRef(cw.name).rsplit('.').second;
-    if (what == "wq")
-      w.transforms.push_back(
-          {WeightTransform::Kind::RopeHalfToAdjacent, c.nHeads});
-    else if (what == "wk")
-      w.transforms.push_back(
-          {WeightTransform::Kind::RopeHalfToAdjacent, c.nKvHeads});
+    w.transforms = std::move(rowTransforms);
     model.weights.push_back(std::move(w));
   }
 

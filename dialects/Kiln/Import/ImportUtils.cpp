@@ -192,6 +192,7 @@ std::optional<uint64_t> storageBytes(StorageType storage, uint64_t numel) {
   uint64_t r;
   switch (storage) {
   case StorageType::F32:
+  case StorageType::I32:
     if (mulOverflow(numel, 4, r))
       return std::nullopt;
     return r;
@@ -204,6 +205,10 @@ std::optional<uint64_t> storageBytes(StorageType storage, uint64_t numel) {
     if (numel % 32 != 0)
       return std::nullopt;
     return numel / 32 * 34;
+  case StorageType::Q4_0:
+    if (numel % 32 != 0)
+      return std::nullopt;
+    return numel / 32 * 18;
   case StorageType::Synthetic:
     return 0;
   }

@@ -82,7 +82,7 @@ std::string formatShape(llvm::ArrayRef<int64_t> shape);
 /// Product of `shape`, or std::nullopt on a negative dim or overflow.
 std::optional<uint64_t> numElements(llvm::ArrayRef<int64_t> shape);
 
-/// Bytes taken by `numel` elements of `storage` (Q8_0: numel % 32 == 0).
+/// Bytes taken by `numel` elements of `storage` (Q8_0, Q4_0: numel % 32 == 0).
 std::optional<uint64_t> storageBytes(StorageType storage, uint64_t numel);
 
 /// Checks no size exceeds what any real model has (a corrupted header

@@ -22,6 +22,8 @@ llvm::Expected<ModelDesc> importLlama2c(llvm::StringRef path,
 /// `tokenizer`, the tokenizer comes from the `tokenizer.ggml.*` keys (an
 /// error if there are none). Tensor offsets must be multiples of
 /// `general.alignment` and the tensors' data packed without overlaps.
+/// Tensors may be F32, F16, BF16, Q8_0 or Q4_0; Q4_0 linears are kept
+/// quantized (Prequantized.h), other quantized tensors are dequantized.
 llvm::Expected<ModelDesc> importGguf(llvm::StringRef path,
                                      llvm::StringRef tokenizer = "");
 
@@ -29,7 +31,9 @@ llvm::Expected<ModelDesc> importGguf(llvm::StringRef path,
 /// (optionally model.safetensors.index.json). Without an explicit
 /// `tokenizer`, reads tokenizer.json, else tokenizer.model, beside it; if
 /// neither exists that is an error. A tokenizer with fewer pieces than
-/// vocab_size is padded with "<pad_ID>" control pieces.
+/// vocab_size is padded with "<pad_ID>" control pieces. GPTQ / AWQ
+/// checkpoints (config.json `quantization_config`) keep their linears
+/// quantized (Prequantized.h).
 llvm::Expected<ModelDesc> importHuggingFace(llvm::StringRef dir,
                                             llvm::StringRef tokenizer = "");
 

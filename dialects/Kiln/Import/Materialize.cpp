@@ -2,8 +2,8 @@
 //
 // materializeWeight() reads only the bytes of one tensor (in bounded chunks,
 // so memory stays at the output buffer plus a few MiB), decodes F32 / F16 /
-// BF16 / Q8_0 to float32, or generates synthetic values, then applies the
-// pending transforms in place.
+// BF16 / Q8_0 / Q4_0 to float32, or generates synthetic values, then applies
+// the pending transforms in place.
 //
 //===----------------------------------------------------------------------===//
 
@@ -151,6 +151,30 @@ static Error decodeFromFile(const TensorSource &s, MutableArrayRef<float> out) {
     }
     return Error::success();
   }
+  if (s.storage == StorageType::Q4_0) {
+    constexpr size_t kBlock = 18;
+    size_t blocksPerChunk = kChunkBytes / kBlock;
+    size_t totalBlocks = out.size() / 32;
+    size_t block = 0;
+    while (block < totalBlocks) {
+      size_t nb = std::min(totalBlocks - block, blocksPerChunk);
+      buf.resize(nb * kBlock);
+      if (Error e = reader.read(buf, s.tensor))
+        return e;
+      for (size_t b = 0; b < nb; ++b) {
+        const char *p = buf.data() + b * kBlock;
+        float d = halfToFloat(support::endian::read16le(p));
+        float *dst = out.data() + (block + b) * 32;
+        for (int j = 0; j < 16; ++j) {
+          uint8_t q = static_cast<uint8_t>(p[2 + j]);
+          dst[j] = d * static_cast<float>((q & 15) - 8);
+          dst[j + 16] = d * static_cast<float>((q >> 4) - 8);
+        }
+      }
+      block += nb;
+    }
+    return Error::success();
+  }
   return fileError(s.file, "tensor '" + s.tensor + "': storage " +
                                stringifyStorageType(s.storage) +
                                " cannot be read from a file");
@@ -193,6 +217,12 @@ Error materializeWeight(const WeightDesc &w, MutableArrayRef<float> out) {
                      Twine(out.size()) + " floats but the shape " +
                      formatShape(s.shape) + " needs " +
                      Twine(numel.value_or(0)));
+  for (const WeightTransform &t : w.transforms)
+    if (t.kind == WeightTransform::Kind::Repack)
+      return makeError("weight '" + w.name + "' (" + s.file + ", tensor '" +
+                       s.tensor +
+                       "') is a repacked quantized part, not a "
+                       "float tensor (materializeRepacked writes it)");
   if (s.storage == StorageType::Synthetic) {
     generateSynthetic(s, out);
   } else if (Error e = decodeFromFile(s, out)) {
@@ -206,6 +236,8 @@ Error materializeWeight(const WeightDesc &w, MutableArrayRef<float> out) {
       break;
     case WeightTransform::Kind::Quantize:
       break; // applied by the artifact writer to the f32 result
+    case WeightTransform::Kind::Repack:
+      break; // refused above
     }
   }
   return Error::success();

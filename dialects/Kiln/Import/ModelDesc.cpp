@@ -27,6 +27,10 @@ StringRef stringifyStorageType(StorageType t) {
     return "bf16";
   case StorageType::Q8_0:
     return "q8_0";
+  case StorageType::Q4_0:
+    return "q4_0";
+  case StorageType::I32:
+    return "i32";
   case StorageType::Synthetic:
     return "synthetic";
   }

@@ -22,6 +22,7 @@
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,10 +35,16 @@ enum class StorageType {
   BF16, ///< bfloat16 (upper half of binary32)
   Q8_0, ///< GGML Q8_0: blocks of 32 weights, f16 scale d then 32 x int8 q;
         ///< w = d * q (ggml-quants.c dequantize_row_q8_0)
+  Q4_0, ///< GGML Q4_0: blocks of 32 weights, f16 scale d then 16 bytes;
+        ///< byte j holds element j (low nibble) and j + 16 (high nibble);
+        ///< w = d * (q - 8) (ggml-quants.c dequantize_row_q4_0)
+  I32,  ///< little-endian int32 (GPTQ/AWQ packed nibbles); only the source
+        ///< of a Repack transform, never decoded to float
   Synthetic, ///< no file: deterministic pseudo-random values (see seed)
 };
 
-/// Name used in IR and manifests: "f32", "f16", "bf16", "q8_0", "synthetic".
+/// Name used in IR and manifests: "f32", "f16", "bf16", "q8_0", "q4_0",
+/// "i32", "synthetic".
 llvm::StringRef stringifyStorageType(StorageType t);
 
 /// Where the bytes of one tensor live.
@@ -73,14 +80,26 @@ struct WeightTransform {
     /// (it yields the f32 tensor being quantized) and the artifact writer
     /// applies it.
     Quantize,
+    /// Exact conversion of a pre-quantized checkpoint tensor into one part of
+    /// Kiln's quantized-linear layout (kernel_abi.h W8A16 / W4A16), see
+    /// Prequantized.h. Always first: the source is the checkpoint's packed
+    /// tensor, not float data, so materializeWeight() refuses it and the
+    /// artifact writer calls materializeRepacked() instead; row transforms
+    /// after it (RopeHalfToAdjacent) permute the repacked rows.
+    Repack,
   };
   enum class QuantPart { QWeight, Scales, Zeros };
   Kind kind;
   int64_t heads = 0;        ///< RopeHalfToAdjacent
-  int64_t bits = 0;         ///< Quantize: 8
-  int64_t groupSize = 0;    ///< Quantize: 0 = one scale per row
-  QuantPart part = QuantPart::QWeight; ///< Quantize
+  int64_t bits = 0;         ///< Quantize: 8 or 4; Repack: 8 or 4
+  int64_t groupSize = 0;    ///< Quantize/Repack: 0 = one scale per row
+  QuantPart part = QuantPart::QWeight; ///< Quantize, Repack
+  std::string format;       ///< Repack: gptq, gptq_v2, awq, q8_0, q4_0
+  int64_t rows = 0;         ///< Repack: out_features of the linear
+  int64_t cols = 0;         ///< Repack: in_features of the linear
 };
+
+struct QuantizedWeight;
 
 /// A weight of the model under its canonical name.
 struct WeightDesc {
@@ -94,6 +113,20 @@ struct WeightDesc {
   std::string name;
   TensorSource source;
   std::vector<WeightTransform> transforms;
+  /// Set when this linear weight is kept quantized from a pre-quantized
+  /// checkpoint (Prequantized.h); `source` then names the checkpoint's
+  /// packed weight tensor (for messages) and the graph reads the parts.
+  std::shared_ptr<const QuantizedWeight> quantized;
+};
+
+/// A linear weight kept in Kiln's quantized layout: `bits`, `groupSize` as
+/// on kiln.quantized_linear, and the weights "<name>.qweight",
+/// "<name>.scales" and (4 bits) "<name>.zeros", each a Repack of one
+/// checkpoint tensor.
+struct QuantizedWeight {
+  int64_t bits = 4;
+  int64_t groupSize = 0;
+  std::vector<WeightDesc> parts; ///< qweight, scales[, zeros]
 };
 
 /// Llama hyper-parameters (Touvron et al. 2023, Llama 2, table 1 / config).

@@ -6,7 +6,7 @@ kiln.weight @w : tensor<?x16xf32> {source = #kiln.source<file = "m.bin", tensor 
 
 // -----
 
-// expected-error @+1 {{unknown weight storage type 'q3_k' (expected f32, f16, bf16, q8_0 or synthetic)}}
+// expected-error @+1 {{unknown weight storage type 'q3_k' (expected f32, f16, bf16, q8_0, q4_0, i32 or synthetic)}}
 kiln.weight @w : tensor<4x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "q3_k", shape = [4, 16], offset = 0, bytes = 64>, transforms = []}
 
 // -----
