@@ -48,11 +48,10 @@
 
 namespace mlir::kiln {
 
-/// GGUF Q8_0 linears are kept as grouped 8-bit weights (group 32) only when
-/// this is true; until kiln-lower-to-plan has grouped 8-bit kernels
-/// (kiln_k_linear_w8a16 with group_size) they are dequantized to float as
-/// before. Q4_0 linears are always kept as 4-bit weights.
-constexpr bool kKeepGgufQ8_0Quantized = false;
+/// GGUF Q8_0 linears are kept as grouped 8-bit weights (group 32,
+/// kiln_k_linear_w8a16 with group_size) when this is true, else dequantized
+/// to float. Q4_0 linears are always kept as 4-bit weights.
+constexpr bool kKeepGgufQ8_0Quantized = true;
 
 /// The `quantization_config` of a Hugging Face config.json.
 struct HfQuantConfig {

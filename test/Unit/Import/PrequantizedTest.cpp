@@ -1,10 +1,9 @@
 //===- PrequantizedTest.cpp - Repacking GGUF Q8_0 into grouped 8-bit ------===//
 //
-// GGUF Q8_0 linears are kept quantized only once the grouped 8-bit kernels
-// exist (kKeepGgufQ8_0Quantized); until then the lit tests cannot reach the
-// Q8_0 repack, so it is checked here on the real TinyStories-656K Q8_0 GGUF:
-// scales[o, b] * q[o, i] must equal the dequantized float weight exactly
-// (both are f32(d) * q, ggml's dequantize_row_q8_0).
+// The Q8_0 repack on the real TinyStories-656K Q8_0 GGUF, whatever
+// kKeepGgufQ8_0Quantized says: scales[o, b] * q[o, i] must equal the
+// dequantized float weight exactly (both are f32(d) * q, ggml's
+// dequantize_row_q8_0).
 //
 //===----------------------------------------------------------------------===//
 
