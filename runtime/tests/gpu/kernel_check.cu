@@ -10,8 +10,10 @@
 // (kiln_cuda_attention_kv8) is checked against kiln_k_attention_kv8, its
 // appended int8 rows and float scales against the CPU's. Group-wise W8A16,
 // SmoothQuant W8A8 (per token and static per tensor) and the FP8 E4M3 KV
-// cache (kiln_cuda_attention_kvf8) are checked against host references
-// written from kernel_abi.h's formulas and the OCP OFP8 spec; that E4M3
+// cache (kiln_cuda_attention_kvf8) are checked both against host references
+// written from kernel_abi.h's formulas and the OCP OFP8 spec and against the
+// CPU kernels (kiln_k_linear_w8a16 with group_size, kiln_k_linear_w8a8,
+// kiln_k_attention_kvf8, "-vs-cpu" cases); that E4M3
 // reference is itself compared with cuda_fp8.h first (host only, so it also
 // runs without a GPU: a disagreement exits 1).
 //
@@ -38,15 +40,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-/// Kernel ABI 2 (kernel_abi.h) has the CPU kernels of group-wise W8A16
-/// (trailing group_size), W8A8 and the FP8 KV cache: the new CUDA kernels
-/// are then compared with them as well as with the host references below.
-#if defined(KILN_ABI_VERSION) && KILN_ABI_VERSION >= 2
-#define KILN_CPU_QUANT_ABI 1
-#else
-#define KILN_CPU_QUANT_ABI 0
-#endif
 
 namespace {
 
@@ -353,13 +346,8 @@ template <typename T, typename Y> void checkLinearW8(Context &c) {
                            dy.data(), s.n, s.in, s.out);
     std::string err = c.finish();
     std::vector<float> ref(static_cast<size_t>(s.n * s.out));
-#if KILN_CPU_QUANT_ABI
     kiln_k_linear_w8a16(x.data(), q.data(), scales.data(), ref.data(), s.n,
                         s.in, s.out, /*group_size=*/0);
-#else
-    kiln_k_linear_w8a16(x.data(), q.data(), scales.data(), ref.data(), s.n,
-                        s.in, s.out);
-#endif
     std::vector<float> got = dy.download(ref.size());
     for (int64_t i = 0; i < s.n; ++i)
       if (got[size_t(i * s.out)] != 0.0f && err.empty())
@@ -864,7 +852,6 @@ template <typename T, typename Y> void checkLinearW8Group(Context &c) {
         fmt("n=%lld in=%lld out=%lld g=%lld pad=%lld/%lld", s.n, s.in, s.out,
             s.group, s.padX, s.padQ);
     report(name.c_str(), Dtype<T>::name, shape, got, ref, tol, err);
-#if KILN_CPU_QUANT_ABI
     std::vector<float> cpu(ref.size());
     kiln_k_linear_w8a16(x.data(), q.data(), scales.data(), cpu.data(), s.n,
                         s.in, s.out, s.group);
@@ -872,7 +859,6 @@ template <typename T, typename Y> void checkLinearW8Group(Context &c) {
       v = Dtype<Y>::to(Dtype<Y>::from(v));
     report((name + "-vs-cpu").c_str(), Dtype<T>::name, shape, got, cpu, tol,
            err);
-#endif
   }
   { // A negative group_size is refused with an argument error.
     DevBuf<T> dx(64);
@@ -999,7 +985,6 @@ template <typename T, typename Y> void checkLinearW8A8(Context &c, bool perTenso
         fmt("n=%lld in=%lld out=%lld pad=%lld/%lld ws=%lld", s.n, s.in, s.out,
             s.padX, s.padQ, (long long)s.workspace);
     report(name.c_str(), Dtype<T>::name, shape, got, ref, tol, err);
-#if KILN_CPU_QUANT_ABI
     std::vector<float> cpu(ref.size());
     kiln_k_linear_w8a8(x.data(), q.data(), scales.data(), cpu.data(), s.n,
                        s.in, s.out, actScale);
@@ -1007,7 +992,6 @@ template <typename T, typename Y> void checkLinearW8A8(Context &c, bool perTenso
       v = Dtype<Y>::to(Dtype<Y>::from(v));
     report((name + "-vs-cpu").c_str(), Dtype<T>::name, shape, got, cpu, tol,
            err);
-#endif
   }
   { // A negative act_scale is refused with an argument error.
     DevBuf<T> dx(64);
@@ -1138,7 +1122,6 @@ template <typename T> void checkAttentionKvf8(Context &c) {
     const std::vector<float> gotOut = dOut.download(ref.size());
     report("attention-kvf8", Dtype<T>::name, shape, gotOut, ref,
            Dtype<T>::tol, err);
-#if KILN_CPU_QUANT_ABI
     { // The CPU kernel on the same past cache: output and appended bytes.
       std::vector<uint8_t> ckc(kcPast), cvc(vcPast);
       std::vector<float> cks(ksPast), cvs(vsPast), cpu(q.size());
@@ -1157,7 +1140,6 @@ template <typename T> void checkAttentionKvf8(Context &c) {
       report("kvf8-host-encoder-vs-cpu", Dtype<T>::name, shape,
              {float(diff)}, {0.0f}, 0.0, "");
     }
-#endif
     std::vector<uint8_t> gk = dkc.download(size_t(rows * kvDim)),
                          gv = dvc.download(size_t(rows * kvDim));
     std::vector<float> gks = dks.download(size_t(rows * s.kvHeads)),
