@@ -118,7 +118,7 @@ SmallVector<ScalingGroup> findScalingGroups(ModuleOp module) {
     if (!w)
       return;
     auto type = w.getTensorType();
-    if (!type.getElementType().isF32() && !isa<FloatType>(type.getElementType()))
+    if (!isa<FloatType>(type.getElementType()))
       return;
     Operation *def = linear.getInput().getDefiningOp();
     ScalingGroup g;
@@ -230,8 +230,8 @@ struct TapStats {
   std::vector<double> hessian;
 };
 
-FailureOr<TapStats> readTap(ModuleOp module, const CalibrationFile &calib,
-                            ScalingGroup &g, bool needHessian) {
+FailureOr<TapStats> readTap(const CalibrationFile &calib, ScalingGroup &g,
+                            bool needHessian) {
   TapStats t;
   for (WeightOp w : g.linears) {
     llvm::Expected<std::string> tap = calib.tapOf(w.getSymName());
@@ -263,7 +263,6 @@ FailureOr<TapStats> readTap(ModuleOp module, const CalibrationFile &calib,
       return fail(h.takeError());
     t.hessian.assign(h->begin(), h->end());
   }
-  (void)module;
   return t;
 }
 
@@ -312,7 +311,7 @@ struct AwqPass final : impl::AwqPassBase<AwqPass> {
     if (failed(calib))
       return signalPassFailure();
     for (ScalingGroup &g : findScalingGroups(module)) {
-      FailureOr<TapStats> stats = readTap(module, *calib, g, true);
+      FailureOr<TapStats> stats = readTap(*calib, g, true);
       if (failed(stats))
         return signalPassFailure();
       std::vector<std::vector<float>> values;
@@ -353,7 +352,7 @@ struct SmoothPass final : impl::SmoothPassBase<SmoothPass> {
     if (failed(calib))
       return signalPassFailure();
     for (ScalingGroup &g : findScalingGroups(module)) {
-      FailureOr<TapStats> stats = readTap(module, *calib, g, false);
+      FailureOr<TapStats> stats = readTap(*calib, g, false);
       if (failed(stats))
         return signalPassFailure();
       SmallVector<int64_t> tie = g.tie();
