@@ -15,12 +15,15 @@ def PlanToEmitCPass : Pass<"kiln-plan-to-emitc", "::mlir::ModuleOp"> {
 
     * `target=cpu`: CTX is `kiln_exec_ctx` and each `plan.call_kernel
       "kiln_k_X"` calls the runtime kernel ABI
-      (runtime/include/kiln_rt/kernel_abi.h); only f32 buffers.
+      (runtime/include/kiln_rt/kernel_abi.h); only f32 buffers. Kernels
+      that need the execution context (`kiln_k_observe`, calibration) get
+      the context as their first argument.
     * `target=cuda`: CTX is `kiln_cuda_ctx` and each kernel becomes the
       launch wrapper `kiln_cuda_X(ctx, ...)` of codegen/CUDA/KilnKernels.cuh
       (f32, f16 as `__half`, bf16 as `__nv_bfloat16`); the module also
       exports the workspace-size, sampling and ABI-version functions of
-      runtime/include/kiln_rt/cuda_abi.h.
+      runtime/include/kiln_rt/cuda_abi.h. Calibration observers
+      (`kiln_k_observe`) are CPU-only and rejected here.
 
     The result prints as C++/CUDA C++ with `mlir-translate --mlir-to-cpp` /
     `emitc::translateToCpp`.

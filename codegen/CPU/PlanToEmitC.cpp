@@ -220,9 +220,16 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
                                   i64Attr(type.getDimSize(1))}));
               return success();
             })
-            .Case([&](plan::CallKernelOp c) {
+            .Case([&](plan::CallKernelOp c) -> LogicalResult {
               SmallVector<Value> operands;
-              if (target.cuda)
+              bool observe = c.getCallee() == "kiln_k_observe";
+              if (observe && target.cuda)
+                return c.emitOpError()
+                       << "calibration observers (kiln_k_observe) run on "
+                          "the cpu target only; compile with target=cpu";
+              // CUDA launch wrappers take the context first, and so do CPU
+              // kernels that talk to the runtime (kernel_abi.h).
+              if (target.cuda || observe)
                 operands.push_back(ctxValue);
               for (Value a : c.getArgs())
                 operands.push_back(map.lookup(a));

@@ -14,7 +14,9 @@ def LowerToPlanPass : Pass<"kiln-lower-to-plan", "::mlir::ModuleOp"> {
     `func.func @name(%n: index, %pos: index)` whose body views the arena at
     the offsets chosen by `kiln-memory-plan` and calls one runtime kernel per
     kiln op. Requires `kiln.buffer_offset` on every activation (run
-    `--kiln-memory-plan` first).
+    `--kiln-memory-plan` first). A calibration `kiln.observe` becomes
+    `kiln_k_observe(x, rows, cols, tap)` where `tap` is the tap's index in
+    the module's `kiln.observe_taps` (run `--kiln-insert-observers`).
   }];
   let dependentDialects = ["::mlir::kiln::plan::PlanDialect",
                            "::mlir::arith::ArithDialect",

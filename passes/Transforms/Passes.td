@@ -147,4 +147,27 @@ def SmoothPass : Pass<"kiln-smooth", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::kiln::KilnDialect"];
 }
 
+def InsertObserversPass : Pass<"kiln-insert-observers", "::mlir::ModuleOp"> {
+  let summary = "Observe the input of every linear layer for calibration";
+  let description = [{
+    For calibration (kiln-calibrate, docs/quantization.md): for each
+    `kiln.linear` whose weight is a model weight (`kiln.weight_ref`), inserts
+    one `kiln.observe` of its input before the first such linear reading it,
+    so an activation feeding several projections (wq, wk and wv) is observed
+    once. The tap is named after the weight: for `layers.<i>.<w>`,
+    `layers.<i>.attn_in` (wq, wk, wv), `layers.<i>.attn_out` (wo),
+    `layers.<i>.ffn_in` (w1, w3) and `layers.<i>.ffn_down_in` (w2); any other
+    weight `W` gives the tap `W.input`. An input that is already observed
+    keeps its tap (the pass is idempotent).
+
+    Records on the module `kiln.observe_taps`, the tap names in order of
+    first appearance (the index `kiln_k_observe` reports), and
+    `kiln.observe_inputs`, a dictionary from weight name to the tap feeding
+    it. Errors: an observed input that is not f32 (calibrate an f32
+    compile), two different activations of one function given the same
+    tap, or one weight fed by different taps in different functions.
+  }];
+  let dependentDialects = ["::mlir::kiln::KilnDialect"];
+}
+
 #endif // KILN_PASSES_TRANSFORMS_PASSES_TD

@@ -486,6 +486,59 @@ int64_t fakeCounter(const std::string &dir, const char *name) {
   return v;
 }
 
+namespace {
+/// What the observer of Session.Observer saw.
+struct Observed {
+  std::vector<int64_t> taps, rows, cols;
+  std::vector<float> values;
+};
+} // namespace
+
+static void recordObservation(void *user, int64_t tap, const float *x,
+                              int64_t rows, int64_t cols) {
+  auto &o = *static_cast<Observed *>(user);
+  o.taps.push_back(tap);
+  o.rows.push_back(rows);
+  o.cols.push_back(cols);
+  o.values.insert(o.values.end(), x, x + rows * cols);
+}
+
+// kiln_k_observe reaches the observer registered on the running session,
+// once per prefill chunk / decode step; none registered: nothing happens.
+TEST(Session, Observer) {
+  FakeArtifact f;
+  f.write();
+  kiln_rt_artifact_t *a = nullptr;
+  ASSERT_EQ(kiln_rt_artifact_open(f.dir.c_str(), 0, &a), nullptr);
+  kiln_rt_session_t *s = nullptr, *other = nullptr;
+  ASSERT_EQ(kiln_rt_session_create(a, &s), nullptr);
+  ASSERT_EQ(kiln_rt_session_create(a, &other), nullptr);
+  Observed seen, unseen;
+  ASSERT_EQ(kiln_rt_session_set_observer(s, recordObservation, &seen), nullptr);
+  ASSERT_EQ(kiln_rt_session_set_observer(other, recordObservation, &unseen),
+            nullptr);
+  std::vector<int32_t> prompt = {1, 3, 4, 5, 6}; // chunks of 3 and 2
+  ASSERT_EQ(kiln_rt_session_prefill(s, prompt.data(), 5), nullptr);
+  ASSERT_EQ(kiln_rt_session_decode(s, 9), nullptr);
+  EXPECT_EQ(seen.taps, (std::vector<int64_t>{7, 7, 7}));
+  EXPECT_EQ(seen.rows, (std::vector<int64_t>{3, 2, 1}));
+  EXPECT_EQ(seen.cols, (std::vector<int64_t>{1, 1, 1}));
+  EXPECT_EQ(seen.values, (std::vector<float>{1, 3, 4, 5, 6, 9}));
+  EXPECT_TRUE(unseen.taps.empty()); // observers are per session
+
+  // Removing it stops the calls.
+  ASSERT_EQ(kiln_rt_session_set_observer(s, nullptr, nullptr), nullptr);
+  ASSERT_EQ(kiln_rt_session_decode(s, 10), nullptr);
+  EXPECT_EQ(seen.taps.size(), 3u);
+
+  kiln_rt_status_t st = kiln_rt_session_set_observer(nullptr, nullptr, nullptr);
+  EXPECT_EQ(kiln_rt_status_code(st), KILN_RT_INVALID_ARGUMENT);
+  kiln_rt_status_free(st);
+  kiln_rt_session_release(other);
+  kiln_rt_session_release(s);
+  kiln_rt_artifact_release(a);
+}
+
 TEST(Session, PrefillDecodeSample) {
   FakeArtifact f;
   f.write();

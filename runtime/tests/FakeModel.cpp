@@ -3,7 +3,8 @@
 // Built like an emitted model: entry points with the kernel-ABI signature and
 // kiln_k_* left undefined (bound to libkiln_runtime.so at dlopen time).
 // weights[0] (float) holds the vocabulary size. Each call records its tokens
-// in the KV cache (kv[pos + i] = token) and predicts "last token + 1".
+// in the KV cache (kv[pos + i] = token), shows them to the calibration
+// observer (tap 7, one float channel) and predicts "last token + 1".
 //
 //===----------------------------------------------------------------------===//
 #include "kiln_rt/kernel_abi.h"
@@ -27,6 +28,11 @@ static void step(kiln_exec_ctx *ctx, int64_t n, int64_t pos) {
   a[0] = 1.0f;
   a[1] = 2.0f;
   kiln_k_add(a, a + 1, a + 2, 1);
+  // And the calibration observer: tokens as floats, [n, 1], tap 7.
+  float *t = a + 16;
+  for (int64_t i = 0; i < n; ++i)
+    t[i] = float(ctx->tokens[i]);
+  kiln_k_observe(ctx, t, n, 1, 7);
   std::memset(ctx->logits, 0, sizeof(float) * size_t(vocab));
   ctx->logits[(ctx->tokens[n - 1] + 1) % vocab] = a[2];
 }

@@ -5,15 +5,14 @@
 //
 // Imports MODEL (llama2.c .bin, GGUF, Hugging Face directory or
 // synthetic:<shape>) into kiln graph IR and runs the pipeline
-//   kiln-verify, canonicalize, kiln-memory-plan, kiln-lower-to-plan,
-//   canonicalize, kiln-plan-to-emitc
-// then writes the artifact. --emit stops early and prints that stage.
+//   kiln-verify, canonicalize, [kiln-quantize-weights], kiln-memory-plan,
+//   kiln-lower-to-plan, canonicalize, kiln-plan-to-emitc
+// (codegen/Pipeline: compileModel) then writes the artifact. --emit stops
+// early and prints that stage.
 //
 //===----------------------------------------------------------------------===//
 
-#include "codegen/Artifact/ArtifactWriter.h"
-#include "codegen/CPU/Passes.h"
-#include "dialects/Kiln/Builder/LlamaBuilder.h"
+#include "codegen/Pipeline/Pipeline.h"
 #include "dialects/Kiln/IR/KilnOps.h"
 #include "dialects/Kiln/Import/ModelDesc.h"
 #include "dialects/Plan/IR/PlanOps.h"
@@ -24,7 +23,6 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
-#include "mlir/Transforms/Passes.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/WithColor.h"
@@ -213,7 +211,7 @@ static std::pair<std::string, std::string> quantPipeline() {
 }
 
 /// Adds the passes quantPipeline() describes.
-static void addQuantPasses(PassManager &pm) {
+static void addQuantPasses(OpPassManager &pm) {
   if (quant == "none")
     return;
   bool smooth = quant == "smoothquant" || quant == "smooth-only";
@@ -330,76 +328,41 @@ int main(int argc, char **argv) {
     return success();
   });
 
-  LlamaBuildOptions options;
+  CompileOptions options;
+  options.target = target;
+  options.dtype = dtype;
+  options.kvCache = kvCache;
   options.maxSeqLen = maxSeqLen;
   options.maxPrefillTokens = maxPrefillTokens;
-  options.dtype = dtype;
-  options.kvDtype = kvCache;
-  auto module = buildLlamaModule(&context, *desc, options);
-  if (failed(module))
-    return 1;
-  ModuleOp graph = **module;
-
-  PassManager graphPm(&context);
-  graphPm.addPass(createVerifyModelPass());
-  graphPm.addPass(createCanonicalizerPass());
   auto [quantPasses, quantName] = quantPipeline();
-  addQuantPasses(graphPm);
-  if (failed(graphPm.run(graph)))
-    return 1;
-  if (emit == Emit::Kiln) {
-    graph.print(llvm::outs());
-    llvm::outs() << "\n";
-    return 0;
-  }
-  auto recipes = collectWeightRecipes(graph);
-  if (failed(recipes))
-    return 1;
-
-  PassManager planPm(&context);
-  planPm.addNestedPass<func::FuncOp>(createMemoryPlanPass());
-  planPm.addPass(createLowerToPlanPass());
-  planPm.addPass(createCanonicalizerPass());
-  if (failed(planPm.run(graph)))
-    return 1;
-  if (emit == Emit::Plan) {
-    graph.print(llvm::outs());
-    llvm::outs() << "\n";
-    return 0;
-  }
-  OwningOpRef<ModuleOp> plan = graph.clone();
-
-  PassManager emitPm(&context);
-  PlanToEmitCPassOptions emitOptions;
-  emitOptions.target = target;
-  emitPm.addPass(createPlanToEmitCPass(emitOptions));
-  if (failed(emitPm.run(graph)))
-    return 1;
-  std::string cpp;
-  llvm::raw_string_ostream cppStream(cpp);
-  if (failed(emitCpp(graph, cppStream)))
-    return 1;
-  if (emit == Emit::Cpp) {
-    llvm::outs() << cpp;
-    return 0;
-  }
-
-  ArtifactInputs inputs;
-  inputs.model = &*desc;
-  inputs.weights = std::move(*recipes);
-  inputs.plan = *plan;
-  inputs.cpp = std::move(cpp);
-  inputs.target = target;
-  inputs.dtype = dtype;
-  inputs.kvDtype = kvCache.empty() ? std::string(dtype) : std::string(kvCache);
-  inputs.pipeline = quantPasses.empty()
+  if (quant != "none")
+    options.addGraphPasses = [&](OpPassManager &pm) { addQuantPasses(pm); };
+  options.pipeline = quantPasses.empty()
                        ? std::string(kPipeline)
                        : "kiln-verify,canonicalize," + quantPasses +
                              ",kiln-memory-plan,kiln-lower-to-plan,"
                              "canonicalize,kiln-plan-to-emitc";
-  inputs.quant = quantName;
-  if (auto err = writeArtifact(outputDir, inputs))
-    return fail(llvm::toString(std::move(err)));
+  options.quant = quantName;
+  switch (emit) {
+  case Emit::Kiln:
+    options.stop = CompileStage::Kiln;
+    break;
+  case Emit::Plan:
+    options.stop = CompileStage::Plan;
+    break;
+  case Emit::Cpp:
+    options.stop = CompileStage::Cpp;
+    break;
+  case Emit::Artifact:
+    options.stop = CompileStage::Artifact;
+    break;
+  }
+  options.outputDir = outputDir;
+  options.emitStream = &llvm::outs();
+  if (failed(compileModel(context, *desc, options)))
+    return 1;
+  if (emit != Emit::Artifact)
+    return 0;
   llvm::errs() << "kiln-compile: wrote " << outputDir << "\n";
   return 0;
 }

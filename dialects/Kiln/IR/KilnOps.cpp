@@ -364,5 +364,21 @@ LogicalResult LogitsOp::verify() {
   return verifySameElementType(*this, hidden, weight, "hidden", "weight");
 }
 
+//===----------------------------------------------------------------------===//
+// ObserveOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult ObserveOp::verify() {
+  StringRef tap = getTap();
+  if (tap.empty())
+    return emitOpError() << "expects a non-empty tap name";
+  for (char c : tap)
+    if (!llvm::isAlnum(c) && c != '_' && c != '.' && c != '-')
+      return emitOpError() << "tap name '" << tap
+                           << "' may only contain letters, digits, '_', '.' "
+                              "and '-'";
+  return success();
+}
+
 #define GET_OP_CLASSES
 #include "dialects/Kiln/IR/KilnOps.cpp.inc"

@@ -17,6 +17,11 @@ namespace mlir::kiln {
 struct KVCacheResource : public SideEffects::Resource::Base<KVCacheResource> {
   llvm::StringRef getName() final { return "KVCache"; }
 };
+/// Side-effect resource standing for the calibration observer of a session
+/// (kiln.observe writes to it).
+struct ObserverResource : public SideEffects::Resource::Base<ObserverResource> {
+  llvm::StringRef getName() final { return "Observer"; }
+};
 } // namespace mlir::kiln
 
 #define GET_OP_CLASSES

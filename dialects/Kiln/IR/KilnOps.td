@@ -22,6 +22,9 @@ def Kiln_TokenTensor : 1DTensorOf<[I32]>;
 
 // Resource for the KV cache: attention reads and writes it.
 def Kiln_KVCacheResource : Resource<"::mlir::kiln::KVCacheResource">;
+// Resource for the calibration observer: kiln.observe writes to it, so the
+// op has an effect and is never removed as dead.
+def Kiln_ObserverResource : Resource<"::mlir::kiln::ObserverResource">;
 
 //===----------------------------------------------------------------------===//
 // Weights
@@ -318,6 +321,35 @@ def Kiln_LogitsOp : Kiln_Op<"logits", [Pure]> {
   let results = (outs Kiln_Activation:$result);
   let assemblyFormat =
       "$hidden `,` $weight attr-dict `:` type($hidden) `,` type($weight) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Calibration
+//===----------------------------------------------------------------------===//
+
+def Kiln_ObserveOp : Kiln_Op<"observe", [
+    MemoryEffects<[MemRead<Kiln_ObserverResource>, MemWrite<Kiln_ObserverResource>]>]> {
+  let summary = "Hand an activation to the calibration observer";
+  let description = [{
+    Calibration (kiln-calibrate, docs/quantization.md) needs the statistics
+    of the inputs of the linear layers. `kiln.observe` passes every row of
+    `input` (`[n, C]` f32, one row per token) to the observer registered on
+    the running session (`kiln_rt_session_set_observer`), tagged with the tap
+    name `tap`; it computes nothing and has no result. Its side effect on the
+    observer keeps it alive through canonicalization, and the memory plan
+    keeps `input` alive until it runs. `kiln-insert-observers` inserts these
+    ops; they lower to `kiln_k_observe` (CPU target only).
+
+    `tap` is non-empty and made of `[A-Za-z0-9_.-]` (it names tensors of the
+    calibration file).
+
+    ```mlir
+    kiln.observe %x {tap = "layers.0.attn_in"} : tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins 2DTensorOf<[F32]>:$input, StrAttr:$tap);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
   let hasVerifier = 1;
 }
 

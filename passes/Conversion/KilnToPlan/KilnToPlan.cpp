@@ -59,6 +59,7 @@ private:
   Location loc() { return current ? current->getLoc() : source.getLoc(); }
 
   LogicalResult lowerOp(Operation *op);
+  LogicalResult lowerObserve(ObserveOp op);
   FailureOr<Value> bufferFor(Operation *op);
   void call(StringRef callee, ArrayRef<Value> args) {
     plan::CallKernelOp::create(builder, loc(), builder.getStringAttr(callee),
@@ -95,6 +96,26 @@ FailureOr<Value> FunctionLowering::bufferFor(Operation *op) {
       .getResult();
 }
 
+// kiln.observe %x {tap} -> kiln_k_observe(x, rows, cols, tap index), the
+// index being the tap's position in the module's kiln.observe_taps.
+LogicalResult FunctionLowering::lowerObserve(ObserveOp op) {
+  auto module = op->getParentOfType<ModuleOp>();
+  auto taps = module ? module->getAttrOfType<ArrayAttr>("kiln.observe_taps")
+                     : ArrayAttr();
+  auto it = taps ? llvm::find(taps.getValue(), op.getTapAttr())
+                 : ArrayRef<Attribute>::iterator();
+  if (!taps || it == taps.getValue().end())
+    return op.emitOpError() << "tap '" << op.getTap()
+                            << "' is not listed in the module's "
+                               "kiln.observe_taps (run --kiln-insert-observers)";
+  Value input = op.getInput();
+  call("kiln_k_observe",
+       {buffers.lookup(input), rows(input),
+        indexConst(cast<RankedTensorType>(input.getType()).getDimSize(1)),
+        indexConst(it - taps.getValue().begin())});
+  return success();
+}
+
 LogicalResult FunctionLowering::lowerOp(Operation *op) {
   current = op;
   if (auto ref = dyn_cast<WeightRefOp>(op)) {
@@ -111,6 +132,8 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
     func::ReturnOp::create(builder, loc());
     return success();
   }
+  if (auto observe = dyn_cast<ObserveOp>(op))
+    return lowerObserve(observe);
   if (op->getNumResults() != 1)
     return op->emitOpError() << "cannot be lowered to the plan dialect";
 

@@ -146,6 +146,27 @@ kiln_rt_status_t kiln_rt_session_decode(kiln_rt_session_t *session,
 /// device error while copying them back from a "cuda" session).
 const float *kiln_rt_session_logits(const kiln_rt_session_t *session);
 
+/*===--------------------------- calibration -----------------------------===*/
+
+/// Receives the activations a calibration artifact observes (kiln.observe,
+/// lowered to kernel_abi.h kiln_k_observe): `rows` tokens of `cols` float32
+/// channels each, row-major, `x[r * cols + c]`, valid only during the call.
+/// `tap` is the index of the tap in the compiler's kiln.observe_taps list
+/// (kiln-calibrate maps it back to a name). Called on the thread running the
+/// step, once per observed activation per prefill chunk / decode step, in
+/// program order; must not call back into the session.
+typedef void (*kiln_rt_observer_fn)(void *user, int64_t tap, const float *x,
+                                    int64_t rows, int64_t cols);
+
+/// Registers `fn` (with `user` passed back unchanged) as the observer of
+/// `session`, replacing any earlier one; NULL `fn` removes it. Artifacts
+/// without observers never call it; with no observer set, observers do
+/// nothing. KILN_RT_UNIMPLEMENTED for "cuda" sessions (observers are
+/// compiled for the cpu target only).
+kiln_rt_status_t kiln_rt_session_set_observer(kiln_rt_session_t *session,
+                                              kiln_rt_observer_fn fn,
+                                              void *user);
+
 /*===--------------------------- sampler ---------------------------------===*/
 
 typedef struct kiln_rt_sampler_s kiln_rt_sampler_t;

@@ -42,7 +42,7 @@ typedef struct kiln_exec_ctx {
   float *kv;               ///< KV cache, manifest runtime.kv_cache.bytes, zeroed at start
   const int32_t *tokens;   ///< input token ids [n]
   float *logits;           ///< output: logits of the last input token [vocab]
-  void *runtime;           ///< opaque, runtime-private (thread pool, profiler)
+  void *runtime;           ///< opaque, runtime-private (the session's observer)
 } kiln_exec_ctx;
 
 /// out[i, :] = table[tokens[i], :]; table [vocab, dim]; out [n, dim].
@@ -58,6 +58,14 @@ void kiln_k_rms_norm(const float *x, const float *w, float *y, int64_t n,
 /// Linear layer without bias: y[n, out] = x[n, in] * w[out, in]^T.
 void kiln_k_linear(const float *x, const float *w, float *y, int64_t n,
                    int64_t in, int64_t out);
+
+/// Calibration observer (kiln.observe): hands x [rows, cols] and the tap
+/// index to the observer registered on the session running `ctx`
+/// (api.h kiln_rt_session_set_observer); does nothing without one. The only
+/// kernel that takes the execution context, which the emitted code passes
+/// first.
+void kiln_k_observe(kiln_exec_ctx *ctx, const float *x, int64_t rows,
+                    int64_t cols, int64_t tap);
 
 /// Rotary position embedding (Su et al. 2021, RoFormer eq. 34), "adjacent
 /// pair" layout of Meta's Llama / llama2.c / GGUF: within each head, the pair

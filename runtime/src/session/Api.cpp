@@ -165,6 +165,16 @@ kiln_rt_status_t kiln_rt_session_prefill(kiln_rt_session_t *session,
   });
 }
 
+kiln_rt_status_t kiln_rt_session_set_observer(kiln_rt_session_t *session,
+                                              kiln_rt_observer_fn fn,
+                                              void *user) {
+  return guarded([&]() -> Status {
+    if (!session)
+      return invalidArgument("kiln_rt_session_set_observer: null session");
+    return session->impl->executor().setObserver(fn, user);
+  });
+}
+
 kiln_rt_status_t kiln_rt_session_decode(kiln_rt_session_t *session,
                                         int32_t token) {
   return guarded([&]() -> Status {

@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "artifact/Artifact.h"
+#include "cpu/Observe.h"
 #include "session/Executor.h"
 
 #include <sys/mman.h>
@@ -19,6 +20,10 @@ namespace kiln::rt {
 
 Status Executor::sample(float, int32_t, float, float, int32_t &) {
   return unimplemented("this executor does not sample on the device");
+}
+
+Status Executor::setObserver(kiln_rt_observer_fn, void *) {
+  return unimplemented("calibration observers run on the cpu target only");
 }
 
 namespace {
@@ -76,6 +81,12 @@ public:
 
   const float *logits() override { return logits_.data(); }
 
+  Status setObserver(kiln_rt_observer_fn fn, void *user) override {
+    observer_.fn = fn;
+    observer_.user = user;
+    return Status::ok();
+  }
+
 private:
   void run(EntryPoint fn, const int32_t *tokens, int64_t n, int64_t pos) {
     kiln_exec_ctx ctx;
@@ -84,7 +95,7 @@ private:
     ctx.kv = static_cast<float *>(kv_);
     ctx.tokens = tokens;
     ctx.logits = logits_.data();
-    ctx.runtime = this;
+    ctx.runtime = &observer_; // read by kiln_k_observe (cpu/Observe.cpp)
     fn(&ctx, n, pos);
   }
 
@@ -93,6 +104,7 @@ private:
   void *kv_ = nullptr;
   uint64_t kvBytes_ = 0;
   std::vector<float> logits_;
+  ObserverHook observer_;
 };
 
 } // namespace

@@ -13,6 +13,7 @@
 #define KILN_RUNTIME_SESSION_EXECUTOR_H
 
 #include "base/Status.h"
+#include "kiln_rt/api.h"
 
 #include <cstdint>
 #include <memory>
@@ -43,6 +44,10 @@ public:
   /// off, `coin` uniform in [0, 1).
   virtual Status sample(float temperature, int32_t topK, float topP,
                         float coin, int32_t &outToken);
+  /// Calibration observer for kiln_k_observe (api.h
+  /// kiln_rt_session_set_observer); fn null removes it. Only the CPU
+  /// executor supports it.
+  virtual Status setObserver(kiln_rt_observer_fn fn, void *user);
 };
 
 /// Host arena (64-byte aligned), anonymous-mmap KV cache, logits vector.

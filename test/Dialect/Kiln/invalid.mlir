@@ -424,3 +424,29 @@ kiln.weight @w.scales : tensor<4x1xf32> {source = #kiln.source<file = "m.bin", t
 
 // expected-error @+1 {{GPTQ 'quantize' is implemented for 4 bits}}
 kiln.weight @w.scales : tensor<4xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [4, 2], offset = 0, bytes = 32>, transforms = [#kiln.transform<"quantize", {bits = 8 : i64, group_size = 0 : i64, part = "scales", method = "gptq", calibration = "c", hessian = "h"}>]}
+
+// -----
+
+func.func @negative_observe_empty_tap(%x: tensor<?x16xf32>) {
+  // expected-error @+1 {{'kiln.observe' op expects a non-empty tap name}}
+  kiln.observe %x {tap = ""} : tensor<?x16xf32>
+  return
+}
+
+// -----
+
+// Tap names become tensor names of the calibration file.
+func.func @negative_observe_bad_tap(%x: tensor<?x16xf32>) {
+  // expected-error @+1 {{'kiln.observe' op tap name 'layers 0/in' may only contain letters, digits, '_', '.' and '-'}}
+  kiln.observe %x {tap = "layers 0/in"} : tensor<?x16xf32>
+  return
+}
+
+// -----
+
+// Calibration runs the model in f32.
+func.func @negative_observe_f16(%x: tensor<?x16xf16>) {
+  // expected-error @+1 {{'kiln.observe' op operand #0 must be 2D tensor of 32-bit float values}}
+  kiln.observe %x {tap = "t"} : tensor<?x16xf16>
+  return
+}

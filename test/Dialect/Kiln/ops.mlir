@@ -73,3 +73,11 @@ func.func @quantized_forms(%x: tensor<?x64xf32>, %q: tensor<8x64xi8>, %s: tensor
   %c = kiln.quantized_linear %x, %q, %sg {bits = 8 : i64, group_size = 32 : i64} : tensor<?x64xf32>, tensor<8x64xi8>, tensor<8x2xf32> -> tensor<?x8xf32>
   return
 }
+
+// Calibration observer: no result, kept by its effect on the observer.
+// CHECK-LABEL: func.func @observe_activation
+// CHECK: kiln.observe %{{.*}} {tap = "layers.0.attn_in"} : tensor<?x64xf32>
+func.func @observe_activation(%x: tensor<?x64xf32>) {
+  kiln.observe %x {tap = "layers.0.attn_in"} : tensor<?x64xf32>
+  return
+}

@@ -1,0 +1,93 @@
+//===- Pipeline.cpp - checkpoint description to artifact ------------------===//
+//
+// Moved out of kiln-compile's main() so kiln-calibrate compiles its
+// observing artifact with exactly the same pipeline.
+//
+//===----------------------------------------------------------------------===//
+
+#include "codegen/Pipeline/Pipeline.h"
+#include "codegen/Artifact/ArtifactWriter.h"
+#include "codegen/CPU/Passes.h"
+#include "dialects/Kiln/Builder/LlamaBuilder.h"
+#include "passes/Conversion/Passes.h"
+#include "passes/Transforms/Passes.h"
+
+#include "mlir/Transforms/Passes.h"
+
+namespace mlir::kiln {
+
+LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
+                           const CompileOptions &opts) {
+  LlamaBuildOptions options;
+  options.maxSeqLen = opts.maxSeqLen;
+  options.maxPrefillTokens = opts.maxPrefillTokens;
+  options.dtype = opts.dtype;
+  options.kvDtype = opts.kvCache;
+  auto module = buildLlamaModule(&context, desc, options);
+  if (failed(module))
+    return failure();
+  ModuleOp graph = **module;
+
+  PassManager graphPm(&context);
+  graphPm.addPass(createVerifyModelPass());
+  graphPm.addPass(createCanonicalizerPass());
+  if (opts.addGraphPasses)
+    opts.addGraphPasses(graphPm);
+  if (failed(graphPm.run(graph)))
+    return failure();
+  if (opts.onGraph && failed(opts.onGraph(graph)))
+    return failure();
+  if (opts.stop == CompileStage::Kiln) {
+    graph.print(*opts.emitStream);
+    *opts.emitStream << "\n";
+    return success();
+  }
+  auto recipes = collectWeightRecipes(graph);
+  if (failed(recipes))
+    return failure();
+
+  PassManager planPm(&context);
+  planPm.addNestedPass<func::FuncOp>(createMemoryPlanPass());
+  planPm.addPass(createLowerToPlanPass());
+  planPm.addPass(createCanonicalizerPass());
+  if (failed(planPm.run(graph)))
+    return failure();
+  if (opts.stop == CompileStage::Plan) {
+    graph.print(*opts.emitStream);
+    *opts.emitStream << "\n";
+    return success();
+  }
+  OwningOpRef<ModuleOp> plan = graph.clone();
+
+  PassManager emitPm(&context);
+  PlanToEmitCPassOptions emitOptions;
+  emitOptions.target = opts.target;
+  emitPm.addPass(createPlanToEmitCPass(emitOptions));
+  if (failed(emitPm.run(graph)))
+    return failure();
+  std::string cpp;
+  llvm::raw_string_ostream cppStream(cpp);
+  if (failed(emitCpp(graph, cppStream)))
+    return failure();
+  if (opts.stop == CompileStage::Cpp) {
+    *opts.emitStream << cpp;
+    return success();
+  }
+
+  ArtifactInputs inputs;
+  inputs.model = &desc;
+  inputs.weights = std::move(*recipes);
+  inputs.plan = *plan;
+  inputs.cpp = std::move(cpp);
+  inputs.target = opts.target;
+  inputs.dtype = opts.dtype;
+  inputs.kvDtype = opts.kvCache.empty() ? opts.dtype : opts.kvCache;
+  inputs.pipeline = opts.pipeline;
+  inputs.quant = opts.quant;
+  if (auto err = writeArtifact(opts.outputDir, inputs))
+    return emitError(UnknownLoc::get(&context))
+           << llvm::toString(std::move(err));
+  return success();
+}
+
+} // namespace mlir::kiln

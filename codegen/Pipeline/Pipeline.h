@@ -1,0 +1,59 @@
+//===- Pipeline.h - checkpoint description to artifact ----------*- C++ -*-===//
+//
+// The compile pipeline shared by kiln-compile and kiln-calibrate: build the
+// kiln graph from an imported ModelDesc, run
+//   kiln-verify, canonicalize, <caller's graph passes>,
+//   kiln-memory-plan, kiln-lower-to-plan, canonicalize, kiln-plan-to-emitc
+// and write the artifact (or print an intermediate stage).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_CODEGEN_PIPELINE_PIPELINE_H
+#define KILN_CODEGEN_PIPELINE_PIPELINE_H
+
+#include "dialects/Kiln/Import/ModelDesc.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <functional>
+#include <string>
+
+namespace mlir::kiln {
+
+/// Where compileModel() stops: after the graph passes (kiln IR), after
+/// lowering (plan IR), after emission (C++), or with a written artifact.
+enum class CompileStage { Kiln, Plan, Cpp, Artifact };
+
+struct CompileOptions {
+  std::string target = "cpu";   ///< "cpu" or "cuda"
+  std::string dtype = "f32";    ///< weights/activations: f32, f16, bf16
+  std::string kvCache;          ///< KV cache: "" (the dtype), "int8", ...
+  int64_t maxSeqLen = 0;        ///< 0: the model's context
+  int64_t maxPrefillTokens = 0; ///< 0: min(context, 512)
+  /// Adds graph passes (quantization, observers) after kiln-verify and
+  /// canonicalize; may be empty.
+  std::function<void(OpPassManager &)> addGraphPasses;
+  /// Called with the graph after those passes, before memory planning (to
+  /// read what they recorded); failure stops the pipeline.
+  std::function<LogicalResult(ModuleOp)> onGraph;
+  /// The pass pipeline and recipe recorded in the manifest.
+  std::string pipeline;
+  std::string quant = "none";
+  CompileStage stop = CompileStage::Artifact;
+  /// CompileStage::Artifact: the artifact directory to write.
+  std::string outputDir;
+  /// Other stages: where the IR or C++ is printed.
+  llvm::raw_ostream *emitStream = nullptr;
+};
+
+/// Runs the pipeline on `desc` (context with the kiln, plan, func, arith and
+/// emitc dialects loaded). Errors are emitted as diagnostics on `context`
+/// (pass failures, and an artifact that cannot be written, whose message
+/// names the file) and return failure.
+LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
+                           const CompileOptions &options);
+
+} // namespace mlir::kiln
+
+#endif // KILN_CODEGEN_PIPELINE_PIPELINE_H

@@ -1,0 +1,143 @@
+//===- InsertObservers.cpp - observe linear-layer inputs -------*- C++ -*-===//
+//
+// Calibration support: every activation that feeds a model-weight
+// kiln.linear gets one kiln.observe, named after the weights it feeds, and
+// the module records which tap feeds which weight (the "input:<W>" metadata
+// of the calibration file, docs/quantization.md).
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Transforms/Passes.h"
+
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSwitch.h"
+
+namespace mlir::kiln {
+#define GEN_PASS_DEF_INSERTOBSERVERSPASS
+#include "passes/Transforms/Passes.h.inc"
+
+namespace {
+struct InsertObserversPass final
+    : impl::InsertObserversPassBase<InsertObserversPass> {
+  using Base::Base;
+  void runOnOperation() override;
+};
+} // namespace
+
+/// The tap feeding weight `weight`: the Llama names of the calibration file
+/// contract for `layers.<i>.{wq,wk,wv,wo,w1,w2,w3}`, `<weight>.input`
+/// otherwise.
+static std::string tapForWeight(StringRef weight) {
+  StringRef layer, proj;
+  if (weight.starts_with("layers.")) {
+    size_t dot = weight.find('.', strlen("layers."));
+    if (dot != StringRef::npos) {
+      StringRef index = weight.slice(strlen("layers."), dot);
+      if (!index.empty() && llvm::all_of(index, llvm::isDigit)) {
+        layer = weight.take_front(dot);
+        proj = weight.drop_front(dot + 1);
+      }
+    }
+  }
+  StringRef suffix = llvm::StringSwitch<StringRef>(proj)
+                         .Cases({"wq", "wk", "wv"}, "attn_in")
+                         .Case("wo", "attn_out")
+                         .Cases({"w1", "w3"}, "ffn_in")
+                         .Case("w2", "ffn_down_in")
+                         .Default("");
+  if (!layer.empty() && !suffix.empty())
+    return (layer + "." + suffix).str();
+  return (weight + ".input").str();
+}
+
+void InsertObserversPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  MLIRContext *ctx = &getContext();
+  OpBuilder builder(ctx);
+
+  // Taps in order of first appearance, starting from an earlier run's.
+  llvm::SetVector<StringRef> taps;
+  llvm::MapVector<StringRef, StringRef> inputs;
+  if (auto old = module->getAttrOfType<ArrayAttr>("kiln.observe_taps"))
+    for (auto s : old.getAsRange<StringAttr>())
+      taps.insert(s.getValue());
+  if (auto old = module->getAttrOfType<DictionaryAttr>("kiln.observe_inputs"))
+    for (NamedAttribute entry : old)
+      if (auto s = dyn_cast<StringAttr>(entry.getValue()))
+        inputs[entry.getName().getValue()] = s.getValue();
+
+  for (auto func : module.getOps<func::FuncOp>()) {
+    if (func.isExternal())
+      continue;
+    // Tap of each observed value, and the value each tap observes, in this
+    // function (existing observers first).
+    DenseMap<Value, StringAttr> tapOf;
+    llvm::StringMap<Value> valueOf;
+    auto claim = [&](Value v, StringAttr tap, Operation *at) -> LogicalResult {
+      auto [it, inserted] = valueOf.try_emplace(tap.getValue(), v);
+      if (!inserted && it->second != v)
+        return at->emitOpError()
+               << "would observe a second activation as tap '" << tap.getValue()
+               << "' in '" << func.getSymName()
+               << "' (tap names must be unique per function)";
+      tapOf[v] = tap;
+      taps.insert(tap.getValue());
+      return success();
+    };
+    WalkResult walk = func.walk([&](Operation *op) {
+      if (auto observe = dyn_cast<ObserveOp>(op)) {
+        if (failed(claim(observe.getInput(), observe.getTapAttr(), op)))
+          return WalkResult::interrupt();
+        return WalkResult::advance();
+      }
+      auto linear = dyn_cast<LinearOp>(op);
+      if (!linear)
+        return WalkResult::advance();
+      auto ref = linear.getWeight().getDefiningOp<WeightRefOp>();
+      if (!ref)
+        return WalkResult::advance();
+      Value input = linear.getInput();
+      StringRef weight = ref.getName();
+      StringAttr tap = tapOf.lookup(input);
+      if (!tap) {
+        auto type = cast<RankedTensorType>(input.getType());
+        if (!type.getElementType().isF32()) {
+          linear.emitOpError()
+              << "input has element type " << type.getElementType()
+              << "; calibration observes f32 activations (compile with "
+                 "--dtype=f32)";
+          return WalkResult::interrupt();
+        }
+        tap = builder.getStringAttr(tapForWeight(weight));
+        if (failed(claim(input, tap, op)))
+          return WalkResult::interrupt();
+        builder.setInsertionPoint(linear);
+        ObserveOp::create(builder, linear.getLoc(), input, tap);
+      }
+      auto [it, inserted] = inputs.try_emplace(weight, tap.getValue());
+      if (!inserted && it->second != tap.getValue()) {
+        linear.emitOpError() << "weight '" << weight << "' is fed by tap '"
+                             << tap.getValue() << "' in '" << func.getSymName()
+                             << "' but by tap '" << it->second << "' elsewhere";
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (walk.wasInterrupted())
+      return signalPassFailure();
+  }
+
+  SmallVector<Attribute> tapAttrs;
+  for (StringRef t : taps)
+    tapAttrs.push_back(builder.getStringAttr(t));
+  SmallVector<NamedAttribute> inputAttrs;
+  for (auto &[weight, tap] : inputs)
+    inputAttrs.push_back(
+        builder.getNamedAttr(weight, builder.getStringAttr(tap)));
+  module->setAttr("kiln.observe_taps", builder.getArrayAttr(tapAttrs));
+  module->setAttr("kiln.observe_inputs", builder.getDictionaryAttr(inputAttrs));
+}
+
+} // namespace mlir::kiln

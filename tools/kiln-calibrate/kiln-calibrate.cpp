@@ -1,0 +1,511 @@
+//===- kiln-calibrate.cpp - activation statistics for quantization --------===//
+//
+//   kiln-calibrate MODEL [-o calib.safetensors] [--text FILE] [--samples N]
+//                  [--ctx L] [--seed S] [--tokenizer F] [--dump-tokens FILE]
+//
+// Runs the unquantized model on text and writes the statistics the
+// calibrated quantization recipes (GPTQ, AWQ, SmoothQuant) need, per linear
+// layer input ("tap") with C channels, over all N observed positions:
+//   absmax[c]  = max_t |x_t[c]|             (SmoothQuant's max|X_j|)
+//   absmean[c] = (1/N) sum_t |x_t[c]|       (AWQ's mean activation magnitude)
+//   hessian    = (1/N) sum_t x_t x_t^T      (GPTQ's H = 2 X X^T, without the 2)
+// as the calibration file of docs/quantization.md (safetensors).
+//
+// The model runs through Kiln itself: the same import and pipeline as
+// kiln-compile (codegen/Pipeline) plus kiln-insert-observers, compiled for
+// the CPU in f32 into a temporary directory and run with the runtime, whose
+// session observer (kiln_rt_session_set_observer) receives every observed
+// activation. Sums are accumulated in float64 (the Hessian with BLAS dsyrk).
+//
+// Windows: the text is tokenized without BOS (T tokens); each of the
+// --samples windows is BOS followed by L - 1 consecutive text tokens from
+// offset o = splitmix64_next() % (T - (L - 1) + 1), the generator seeded
+// with --seed (Steele, Lea & Flood 2014, "Fast splittable pseudorandom
+// number generators"; the constants of Vigna's splitmix64.c), so a seed
+// gives the same windows on every platform. Windows are drawn with
+// replacement and may overlap. Each runs from position 0 of a fresh KV cache.
+//
+//===----------------------------------------------------------------------===//
+
+#include "codegen/Pipeline/Pipeline.h"
+#include "dialects/Kiln/IR/KilnOps.h"
+#include "dialects/Kiln/Import/ModelDesc.h"
+#include "dialects/Plan/IR/PlanOps.h"
+#include "passes/Conversion/Passes.h"
+#include "passes/Transforms/Passes.h"
+
+#include "kiln_rt/api.h"
+
+#include "mlir/Dialect/EmitC/IR/EmitC.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/ADT/ScopeExit.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/WithColor.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace mlir;
+using namespace mlir::kiln;
+namespace cl = llvm::cl;
+namespace fs = llvm::sys::fs;
+
+static cl::OptionCategory category("kiln-calibrate options");
+static cl::opt<std::string> modelPath(cl::Positional, cl::Required,
+                                      cl::desc("MODEL"), cl::cat(category));
+static cl::opt<std::string>
+    outputPath("o", cl::desc("Calibration file to write (safetensors)"),
+               cl::init("calib.safetensors"), cl::value_desc("FILE"),
+               cl::cat(category));
+static cl::opt<std::string>
+    textPath("text",
+             cl::desc("UTF-8 calibration text (default: "
+                      "../shared/data/tinystories_sample.txt, relative to the "
+                      "current directory)"),
+             cl::init("../shared/data/tinystories_sample.txt"),
+             cl::value_desc("FILE"), cl::cat(category));
+static cl::opt<int64_t>
+    numSamples("samples", cl::desc("Number of windows (positive; default 8)"),
+               cl::init(8), cl::value_desc("N"), cl::cat(category));
+static cl::opt<int64_t>
+    ctxLen("ctx",
+           cl::desc("Tokens per window including the leading BOS, in "
+                    "[2, model context] (default: 128, capped at the model "
+                    "context and at the text length + 1)"),
+           cl::init(0), cl::value_desc("L"), cl::cat(category));
+static cl::opt<uint64_t>
+    seed("seed",
+         cl::desc("Seed of the splitmix64 generator picking the window "
+                  "offsets (default 0)"),
+         cl::init(0), cl::value_desc("S"), cl::cat(category));
+static cl::opt<std::string>
+    tokenizerPath("tokenizer",
+                  cl::desc("Tokenizer file for llama2.c checkpoints (default: "
+                           "a tok*.bin beside the model)"),
+                  cl::value_desc("FILE"), cl::cat(category));
+static cl::opt<std::string>
+    dumpTokens("dump-tokens",
+               cl::desc("Also write the token ids of the windows to FILE, "
+                        "one window per line, separated by spaces (for "
+                        "test/reference/calib_ref.py)"),
+               cl::value_desc("FILE"), cl::cat(category));
+
+static constexpr const char *kTool = "kiln-calibrate";
+static constexpr const char *kPipeline =
+    "kiln-verify,canonicalize,kiln-insert-observers,kiln-memory-plan,"
+    "kiln-lower-to-plan,canonicalize,kiln-plan-to-emitc";
+
+static int fail(const llvm::Twine &message) {
+  llvm::WithColor::error(llvm::errs(), kTool) << message << "\n";
+  return 1;
+}
+
+/// splitmix64 (Vigna, https://prng.di.unimi.it/splitmix64.c): the next
+/// 64-bit output of the generator with state `state`.
+static uint64_t splitmix64(uint64_t &state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+namespace {
+/// Running sums of one tap: C channels, float64 accumulators.
+struct TapStats {
+  int64_t channels = 0;
+  int64_t rows = 0;
+  std::vector<float> absmax;   ///< [C]
+  std::vector<double> abssum;  ///< [C]
+  std::vector<double> xtx;     ///< [C, C], upper triangle (dsyrk)
+  std::vector<double> scratch; ///< the rows of one call as float64
+};
+
+/// What the observer callback updates.
+struct Accumulator {
+  std::vector<TapStats> taps; ///< indexed like kiln.observe_taps
+  std::string error;          ///< first inconsistency seen, if any
+};
+} // namespace
+
+/// kiln_rt_observer_fn: folds x [rows, cols] into the tap's sums.
+static void observe(void *user, int64_t tap, const float *x, int64_t rows,
+                    int64_t cols) {
+  auto &acc = *static_cast<Accumulator *>(user);
+  if (tap < 0 || tap >= (int64_t)acc.taps.size()) {
+    if (acc.error.empty())
+      acc.error = "the artifact observed tap index " + std::to_string(tap) +
+                  ", which the compiler did not list";
+    return;
+  }
+  TapStats &s = acc.taps[tap];
+  if (s.channels == 0) {
+    s.channels = cols;
+    s.absmax.assign(cols, 0.0f);
+    s.abssum.assign(cols, 0.0);
+    s.xtx.assign(size_t(cols) * cols, 0.0);
+  } else if (s.channels != cols) {
+    if (acc.error.empty())
+      acc.error = "tap " + std::to_string(tap) + " changed width from " +
+                  std::to_string(s.channels) + " to " + std::to_string(cols);
+    return;
+  }
+  s.scratch.resize(size_t(rows) * cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      float v = x[r * cols + c];
+      s.scratch[r * cols + c] = v;
+      s.absmax[c] = std::max(s.absmax[c], std::fabs(v));
+      s.abssum[c] += std::fabs(double(v));
+    }
+  // xtx += X^T X (upper triangle), X [rows, cols] row-major.
+  cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)cols, (int)rows, 1.0,
+              s.scratch.data(), (int)cols, 1.0, s.xtx.data(), (int)cols);
+  s.rows += rows;
+}
+
+/// Owns the runtime objects of the temporary artifact.
+namespace {
+struct Runtime {
+  kiln_rt_artifact_t *artifact = nullptr;
+  kiln_rt_session_t *session = nullptr;
+  ~Runtime() {
+    kiln_rt_session_release(session);
+    kiln_rt_artifact_release(artifact);
+  }
+};
+} // namespace
+
+/// The message of `status` (freed), prefixed with `what`.
+static std::string takeStatus(kiln_rt_status_t status,
+                              const llvm::Twine &what) {
+  std::string message = (what + ": " + kiln_rt_status_message(status)).str();
+  kiln_rt_status_free(status);
+  return message;
+}
+
+/// Tokenizes `text` without BOS with the artifact's tokenizer.
+static llvm::Expected<std::vector<int32_t>>
+tokenize(const kiln_rt_artifact_t *artifact, llvm::StringRef text) {
+  std::vector<int32_t> tokens(text.size() + 16);
+  size_t count = 0;
+  kiln_rt_status_t st = kiln_rt_tokenize(artifact, text.data(), text.size(), 0,
+                                         tokens.data(), tokens.size(), &count);
+  if (kiln_rt_status_code(st) == KILN_RT_OUT_OF_RANGE) {
+    kiln_rt_status_free(st);
+    tokens.resize(count);
+    st = kiln_rt_tokenize(artifact, text.data(), text.size(), 0, tokens.data(),
+                          tokens.size(), &count);
+  }
+  if (st)
+    return llvm::createStringError(takeStatus(st, "tokenizing " + textPath));
+  tokens.resize(count);
+  return tokens;
+}
+
+/// Writes the safetensors file (https://huggingface.co/docs/safetensors:
+/// u64 little-endian header length, JSON header padded with spaces to a
+/// multiple of 8, then the tensors' little-endian bytes) through a
+/// temporary file renamed into place.
+static llvm::Error
+writeSafetensors(llvm::StringRef path, const llvm::json::Object &metadata,
+                 const std::map<std::string, std::vector<float>> &tensors,
+                 const std::map<std::string, std::vector<int64_t>> &shapes) {
+  llvm::json::Object header;
+  header["__metadata__"] = llvm::json::Object(metadata);
+  uint64_t offset = 0;
+  for (const auto &[name, data] : tensors) {
+    uint64_t bytes = data.size() * sizeof(float);
+    llvm::json::Array shape;
+    for (int64_t d : shapes.at(name))
+      shape.push_back(d);
+    header[name] = llvm::json::Object{
+        {"dtype", "F32"},
+        {"shape", std::move(shape)},
+        {"data_offsets", llvm::json::Array{offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string json;
+  llvm::raw_string_ostream(json) << llvm::json::Value(std::move(header));
+  json.append((8 - json.size() % 8) % 8, ' ');
+
+  auto temp = fs::TempFile::create(path + ".tmp-%%%%%%");
+  if (!temp)
+    return llvm::createStringError(path +
+                                   ": cannot create a temporary file "
+                                   "beside it: " +
+                                   llvm::toString(temp.takeError()));
+  {
+    llvm::raw_fd_ostream os(temp->FD, /*shouldClose=*/false);
+    uint64_t length = json.size();
+    char lengthBytes[8];
+    for (int i = 0; i < 8; ++i)
+      lengthBytes[i] = char((length >> (8 * i)) & 0xff);
+    os.write(lengthBytes, 8);
+    os << json;
+    static_assert(sizeof(float) == 4, "F32 is 4 bytes");
+    for (const auto &[name, data] : tensors)
+      for (float v : data) {
+        uint32_t bits;
+        std::memcpy(&bits, &v, 4);
+        char le[4] = {char(bits & 0xff), char((bits >> 8) & 0xff),
+                      char((bits >> 16) & 0xff), char(bits >> 24)};
+        os.write(le, 4);
+      }
+    os.flush();
+    if (os.has_error()) {
+      std::string message = os.error().message();
+      os.clear_error();
+      consumeError(temp->discard());
+      return llvm::createStringError(path + ": write failed: " + message);
+    }
+  }
+  if (auto err = temp->keep(path))
+    return llvm::createStringError(
+        path + ": cannot write: " + llvm::toString(std::move(err)));
+  return llvm::Error::success();
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::HideUnrelatedOptions(category);
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "Kiln calibration: activation statistics for GPTQ, AWQ and "
+      "SmoothQuant\n\n"
+      "  kiln-calibrate MODEL [-o calib.safetensors] [--text FILE] [--samples "
+      "N]\n"
+      "                 [--ctx L] [--seed S] [--tokenizer F] [--dump-tokens "
+      "FILE]\n\n"
+      "Runs the unquantized (f32) model on --samples windows of --ctx tokens\n"
+      "(each BOS + consecutive text tokens at seeded offsets) and writes, for\n"
+      "every linear-layer input, per-channel absmax and absmean and the\n"
+      "Hessian X^T X / N (docs/quantization.md, \"Calibration\").\n");
+
+  // Flags first: nothing is read or compiled for a bad command line.
+  if (numSamples <= 0 || numSamples > (int64_t(1) << 24))
+    return fail("--samples=" + std::to_string(numSamples) +
+                " is out of range (expected 1 to 16777216 windows)");
+  if (ctxLen.getNumOccurrences() && ctxLen < 2)
+    return fail("--ctx=" + std::to_string(ctxLen) +
+                " is too short (expected at least 2 tokens: BOS and one text "
+                "token)");
+  if (outputPath.empty())
+    return fail("-o needs a file name");
+  if (fs::is_directory(outputPath))
+    return fail(outputPath + ": is a directory (expected the calibration "
+                             "file to write)");
+  {
+    llvm::SmallString<256> parent(llvm::sys::path::parent_path(outputPath));
+    if (parent.empty())
+      parent = ".";
+    if (!fs::is_directory(parent))
+      return fail(outputPath + ": cannot write: directory " + parent +
+                  " does not exist");
+    if (fs::access(parent, fs::AccessMode::Write))
+      return fail(outputPath + ": cannot write: directory " + parent +
+                  " is not writable");
+  }
+
+  auto textBuffer =
+      llvm::MemoryBuffer::getFile(textPath, /*IsText=*/false,
+                                  /*RequiresNullTerminator=*/false);
+  if (!textBuffer)
+    return fail(textPath + ": cannot read the calibration text: " +
+                textBuffer.getError().message());
+  llvm::StringRef text = (*textBuffer)->getBuffer();
+  if (text.trim().empty())
+    return fail(textPath + ": the calibration text is empty");
+
+  auto desc = importModel(modelPath, tokenizerPath);
+  if (!desc)
+    return fail(llvm::toString(desc.takeError()));
+  int64_t context = desc->config.maxSeqLen;
+  if (ctxLen > context)
+    return fail("--ctx=" + std::to_string(ctxLen) +
+                " exceeds the model's context of " + std::to_string(context) +
+                " tokens");
+
+  // Compile the observing artifact into a temporary directory.
+  llvm::SmallString<256> tempDir;
+  if (std::error_code ec = fs::createUniqueDirectory(kTool, tempDir))
+    return fail("cannot create a temporary directory: " + ec.message());
+  llvm::scope_exit removeTemp(
+      [&] { fs::remove_directories(tempDir, /*IgnoreErrors=*/true); });
+  llvm::SmallString<256> artifactDir(tempDir);
+  llvm::sys::path::append(artifactDir, "artifact");
+
+  std::vector<std::string> tapNames;
+  std::vector<std::pair<std::string, std::string>> weightInputs;
+  {
+    MLIRContext mlirContext;
+    mlirContext.loadDialect<KilnDialect, plan::PlanDialect, func::FuncDialect,
+                            arith::ArithDialect, emitc::EmitCDialect>();
+    ScopedDiagnosticHandler handler(&mlirContext, [](Diagnostic &diag) {
+      llvm::raw_ostream &os = llvm::errs();
+      if (diag.getSeverity() == DiagnosticSeverity::Error)
+        llvm::WithColor::error(os, kTool);
+      else
+        os << kTool << ": ";
+      os << diag << "\n";
+      return success();
+    });
+    CompileOptions options;
+    options.addGraphPasses = [](OpPassManager &pm) {
+      pm.addPass(createInsertObserversPass());
+    };
+    options.onGraph = [&](ModuleOp graph) -> LogicalResult {
+      auto taps = graph->getAttrOfType<ArrayAttr>("kiln.observe_taps");
+      auto inputs = graph->getAttrOfType<DictionaryAttr>("kiln.observe_inputs");
+      if (!taps || !inputs || taps.empty())
+        return graph.emitError()
+               << "the model has no linear layers over model weights to "
+                  "calibrate";
+      for (auto tap : taps.getAsRange<StringAttr>())
+        tapNames.push_back(tap.getValue().str());
+      for (NamedAttribute entry : inputs)
+        weightInputs.emplace_back(entry.getName().str(),
+                                  cast<StringAttr>(entry.getValue()).str());
+      return success();
+    };
+    options.pipeline = kPipeline;
+    options.outputDir = artifactDir.str().str();
+    if (failed(compileModel(mlirContext, *desc, options)))
+      return 1;
+  }
+
+  // Sizes are still validated; the checksums of files written a moment ago
+  // by this process would only cost a pass over the weights.
+  Runtime rt;
+  if (kiln_rt_status_t st = kiln_rt_artifact_open(
+          artifactDir.c_str(), KILN_RT_OPEN_SKIP_CHECKSUMS, &rt.artifact))
+    return fail(takeStatus(st, "loading the calibration artifact"));
+  if (kiln_rt_status_t st = kiln_rt_session_create(rt.artifact, &rt.session))
+    return fail(takeStatus(st, "creating a session"));
+  Accumulator acc;
+  acc.taps.resize(tapNames.size());
+  if (kiln_rt_status_t st =
+          kiln_rt_session_set_observer(rt.session, observe, &acc))
+    return fail(takeStatus(st, "registering the observer"));
+  kiln_rt_model_info_t info;
+  kiln_rt_artifact_info(rt.artifact, &info);
+
+  auto tokens = tokenize(rt.artifact, text);
+  if (!tokens)
+    return fail(llvm::toString(tokens.takeError()));
+  int64_t numTokens = tokens->size();
+  if (numTokens < 2)
+    return fail(textPath + ": the calibration text has " +
+                std::to_string(numTokens) +
+                " token(s); calibration needs at least 2");
+
+  // Window length L (BOS + L - 1 text tokens), capped at the text.
+  int64_t window = ctxLen.getNumOccurrences()
+                       ? int64_t(ctxLen)
+                       : std::min<int64_t>(128, info.max_seq_len);
+  if (window - 1 > numTokens) {
+    if (ctxLen.getNumOccurrences())
+      llvm::errs() << kTool << ": note: " << textPath << " has " << numTokens
+                   << " tokens; --ctx=" << window << " capped to "
+                   << numTokens + 1 << "\n";
+    window = numTokens + 1;
+  }
+  int64_t span = window - 1;
+  uint64_t offsets = uint64_t(numTokens - span + 1);
+  uint64_t state = seed.getValue();
+  std::vector<std::vector<int32_t>> windows;
+  for (int64_t s = 0; s < numSamples; ++s) {
+    int64_t offset = int64_t(splitmix64(state) % offsets);
+    std::vector<int32_t> w;
+    w.reserve(window);
+    w.push_back(info.bos_id);
+    w.insert(w.end(), tokens->begin() + offset,
+             tokens->begin() + offset + span);
+    windows.push_back(std::move(w));
+  }
+
+  if (!dumpTokens.empty()) {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(dumpTokens, ec);
+    if (ec)
+      return fail(dumpTokens + ": cannot write: " + ec.message());
+    for (const auto &w : windows) {
+      for (size_t i = 0; i < w.size(); ++i)
+        os << (i ? " " : "") << w[i];
+      os << "\n";
+    }
+    os.close();
+    if (os.has_error())
+      return fail(dumpTokens + ": write failed: " + os.error().message());
+  }
+
+  for (const auto &w : windows) {
+    kiln_rt_session_reset(rt.session);
+    if (kiln_rt_status_t st =
+            kiln_rt_session_prefill(rt.session, w.data(), int64_t(w.size())))
+      return fail(takeStatus(st, "running the model"));
+    if (!acc.error.empty())
+      return fail("internal: " + acc.error);
+  }
+
+  int64_t positions = numSamples * window;
+  std::map<std::string, std::vector<float>> tensors;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (auto [index, name] : llvm::enumerate(tapNames)) {
+    TapStats &s = acc.taps[index];
+    if (s.rows != positions)
+      return fail("internal: tap '" + name + "' observed " +
+                  std::to_string(s.rows) + " positions, expected " +
+                  std::to_string(positions));
+    int64_t c = s.channels;
+    std::vector<float> absmean(c), hessian(size_t(c) * c);
+    for (int64_t i = 0; i < c; ++i)
+      absmean[i] = float(s.abssum[i] / double(positions));
+    for (int64_t i = 0; i < c; ++i)
+      for (int64_t j = i; j < c; ++j) {
+        float h = float(s.xtx[i * c + j] / double(positions));
+        hessian[i * c + j] = h;
+        hessian[j * c + i] = h;
+      }
+    tensors[name + ".absmax"] = s.absmax;
+    shapes[name + ".absmax"] = {c};
+    tensors[name + ".absmean"] = std::move(absmean);
+    shapes[name + ".absmean"] = {c};
+    tensors[name + ".hessian"] = std::move(hessian);
+    shapes[name + ".hessian"] = {c, c};
+  }
+
+  llvm::json::Object metadata{
+      {"format", "kiln-calibration"},
+      {"version", "1"},
+      {"model", modelPath.getValue()},
+      {"text", textPath.getValue()},
+      {"seed", std::to_string(seed.getValue())},
+      {"samples", std::to_string(numSamples.getValue())},
+      {"ctx", std::to_string(window)},
+      {"tokens", std::to_string(positions)}};
+  for (const auto &[weight, tap] : weightInputs)
+    metadata["input:" + weight] = tap;
+  if (auto err = writeSafetensors(outputPath, metadata, tensors, shapes))
+    return fail(llvm::toString(std::move(err)));
+
+  llvm::outs() << kTool << ": wrote " << outputPath << ": " << tapNames.size()
+               << " taps, " << weightInputs.size() << " weights, " << positions
+               << " positions (" << numSamples.getValue() << " windows of "
+               << window << " tokens, seed " << seed.getValue() << ")\n";
+  return 0;
+}
