@@ -2,6 +2,7 @@
 # lit configuration for Kiln's regression tests.
 
 import os
+import re
 import shutil
 
 import lit.formats
@@ -42,6 +43,13 @@ if os.path.exists(os.path.join(config.kiln_tools_dir, "kiln-gpu-kernel-check")):
     config.available_features.add("kiln-cuda")
 if os.environ.get("KILN_TEST_GPU") == "1":
     config.available_features.add("cuda-gpu")
+# Kernel ABI 2 (kernel_abi.h): the CPU kernels and lowering of group-wise
+# W8A16, SmoothQuant W8A8 and the FP8 KV cache, which the CUDA tests of the
+# full quantized pipeline need.
+with open(os.path.join(config.kiln_src_root, "runtime", "include", "kiln_rt",
+                       "kernel_abi.h")) as abi:
+    if re.search(r"#define KILN_ABI_VERSION ([2-9]|\d\d)", abi.read()):
+        config.available_features.add("kernel-abi-2")
 if config.kiln_sanitizers in ("ON", "1", "TRUE", "YES"):
     config.available_features.add("asan")
 try:

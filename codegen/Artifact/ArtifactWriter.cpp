@@ -255,11 +255,12 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
       maxTokens = getI64(f, "plan.max_tokens");
   llvm::json::Object model = modelJson(cfg, planModule);
   int64_t maxSeq = *model.getInteger("max_seq_len");
-  // Per layer: keys and values, then (int8) their per-(token, head) scales.
-  bool kvInt8 = in.kvDtype == "int8";
-  int64_t kvElementBytes = kvInt8 ? 1 : in.kvDtype == "f32" ? 4 : 2;
+  // Per layer: keys and values, then (int8, fp8_e4m3) their per-(token,
+  // head) f32 scales.
+  bool kvQuantized = in.kvDtype == "int8" || in.kvDtype == "fp8_e4m3";
+  int64_t kvElementBytes = kvQuantized ? 1 : in.kvDtype == "f32" ? 4 : 2;
   int64_t kvBytes = cfg.nLayers * 2 * maxSeq * cfg.nKvHeads *
-                    (cfg.headDim * kvElementBytes + (kvInt8 ? 4 : 0));
+                    (cfg.headDim * kvElementBytes + (kvQuantized ? 4 : 0));
   llvm::json::Object manifest{
       {"format", "kiln-artifact"},
       {"version", 1},

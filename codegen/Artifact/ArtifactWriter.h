@@ -22,7 +22,7 @@ struct ArtifactInputs {
   std::string cpp;                     ///< emitted C++ of the plan
   std::string target = "cpu";          ///< "cpu" or "cuda"
   std::string dtype = "f32";           ///< weights/activations: f32, f16, bf16
-  std::string kvDtype = "f32";         ///< KV cache: f32, f16, bf16 or int8
+  std::string kvDtype = "f32"; ///< KV cache: f32, f16, bf16, int8 or fp8_e4m3
   std::string pipeline;                ///< pass pipeline, for the manifest
   std::string quant = "none";          ///< quantization recipe, for the manifest
 };

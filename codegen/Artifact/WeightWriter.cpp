@@ -108,6 +108,34 @@ static const WeightTransform *quantizeStep(const WeightDesc &w) {
   return &w.transforms.back();
 }
 
+/// Symmetric int8 quantization (round to nearest, ties away from zero as
+/// std::lround does) per row (groupSize 0) or per group of groupSize
+/// consecutive columns of a row (the last group of a row may be shorter;
+/// scales [rows, ceil(cols / groupSize)] row-major): scale = max|w| / 127
+/// over the row or group, q = round(w / scale); an all-zero row or group
+/// gets scale 0 and q 0.
+static void quantizeRows(ArrayRef<float> w, int64_t rows, int64_t cols,
+                         int64_t groupSize, MutableArrayRef<int8_t> q,
+                         MutableArrayRef<float> scales) {
+  int64_t group = groupSize > 0 ? groupSize : std::max<int64_t>(cols, 1);
+  int64_t groups = (cols + group - 1) / group;
+  for (int64_t r = 0; r < rows; ++r) {
+    ArrayRef<float> row = w.slice(r * cols, cols);
+    for (int64_t g = 0; g < groups; ++g) {
+      int64_t begin = g * group, end = std::min(cols, begin + group);
+      float maxAbs = 0.0f;
+      for (int64_t c = begin; c < end; ++c)
+        maxAbs = std::max(maxAbs, std::fabs(row[c]));
+      float scale = maxAbs / 127.0f;
+      scales[r * groups + g] = scale;
+      for (int64_t c = begin; c < end; ++c) {
+        long v = scale > 0.0f ? std::lround(row[c] / scale) : 0;
+        q[r * cols + c] = static_cast<int8_t>(std::clamp(v, -127L, 127L));
+      }
+    }
+  }
+}
+
 /// IEEE binary32 -> bfloat16, round to nearest even; NaN stays a quiet NaN.
 static uint16_t floatToBf16(float f) {
   uint32_t u;
@@ -172,15 +200,18 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights,
     if (quant) {
       int64_t rows = w.source.shape[0], cols = w.source.shape[1];
       bool four = quant->bits == 4;
-      groups = four ? (cols + quant->groupSize - 1) / quant->groupSize : 0;
+      // 4-bit: always groups; 8-bit: per row (group_size 0) or groups.
+      groups = quant->groupSize > 0
+                   ? (cols + quant->groupSize - 1) / quant->groupSize
+                   : 0;
       packedCols = four ? (cols + 1) / 2 : cols;
       switch (quant->part) {
       case WeightTransform::QuantPart::QWeight:
         t.shape = {rows, packedCols};
         break;
       case WeightTransform::QuantPart::Scales:
-        t.shape = four ? SmallVector<int64_t, 2>{rows, groups}
-                       : SmallVector<int64_t, 2>{rows};
+        t.shape = groups > 0 ? SmallVector<int64_t, 2>{rows, groups}
+                             : SmallVector<int64_t, 2>{rows};
         break;
       case WeightTransform::QuantPart::Zeros:
         t.shape = {rows, groups};
@@ -232,8 +263,8 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights,
       std::vector<float> scaleValues; // scales
       if (quant->bits == 8) {
         std::vector<int8_t> q(numel);
-        scaleValues.resize(rows);
-        quantizeRows8(buffer, rows, cols, q, scaleValues);
+        scaleValues.resize(rows * std::max<int64_t>(groups, 1));
+        quantizeRows(buffer, rows, cols, quant->groupSize, q, scaleValues);
         bytes.assign(reinterpret_cast<uint8_t *>(q.data()),
                      reinterpret_cast<uint8_t *>(q.data()) + q.size());
       } else {

@@ -31,7 +31,7 @@ struct WrittenTensor {
   std::string name;                   ///< canonical weight name
   uint64_t offset = 0;                ///< byte offset, multiple of 64
   uint64_t bytes = 0;                 ///< numel * dtype size
-  llvm::SmallVector<int64_t, 2> shape; ///< as written (qweight [out, in], scales [out])
+  llvm::SmallVector<int64_t, 2> shape; ///< as written (scales [out] / [out, G])
   std::string dtype;                   ///< "f32", "f16", "bf16" or "i8"
 };
 

@@ -41,8 +41,8 @@ static constexpr const char *kPointerMacros = R"(
 
 static constexpr const char *kCpuPrologue =
     R"(// Emitted by kiln-compile (CPU target). Do not edit.
-#if KILN_ABI_VERSION != 1
-#error "emitted for kernel ABI version 1"
+#if KILN_ABI_VERSION != 2
+#error "emitted for kernel ABI version 2"
 #endif)";
 
 static constexpr const char *kCudaPrologue =
@@ -83,6 +83,11 @@ struct TargetInfo {
 
 static FailureOr<StringRef> cTypeName(Operation *op, Type t,
                                       const TargetInfo &target) {
+  // FP8 E4M3FN KV caches are raw codes to both targets' kernels
+  // (kernel_abi.h kiln_k_attention_kvf8, KilnKernels.cuh
+  // kiln_cuda_attention_kvf8 take uint8_t).
+  if (isa<Float8E4M3FNType>(t))
+    return StringRef("uint8_t");
   if (t.isF32())
     return StringRef("float");
   if (t.isInteger(32))

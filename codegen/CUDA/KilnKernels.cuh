@@ -11,16 +11,21 @@
 // runtime/src/cpu/Kernels.cpp): same formulas, same order of the float
 // operations where it matters (RMSNorm, RoPE angles, SiLU), float accumulation
 // everywhere. Element type T is float, __half or __nv_bfloat16; activations and
-// weights share T (W8A16 weights are int8 with float scales, W4A16 weights
-// packed 4-bit with group-wise float scales and int8 zeros), logits are float.
+// weights share T (W8A16 and W8A8 weights are int8 with float scales, W4A16
+// weights packed 4-bit with group-wise float scales and int8 zeros; the
+// quantized KV caches are int8 or FP8 E4M3 bytes with float scales), logits
+// are float.
 //
 // Host wrappers (all templates deduce T from the pointers):
 //   kiln_cuda_embedding, kiln_cuda_rms_norm, kiln_cuda_linear,
-//   kiln_cuda_linear_w8a16 (int8 weights, float scales),
+//   kiln_cuda_linear_w8a16 (int8 weights, per-channel or group-wise float
+//   scales), kiln_cuda_linear_w8a8 (SmoothQuant: int8 activations quantized
+//   per token or per tensor, int8 weights, __dp4a int32 sums),
 //   kiln_cuda_linear_w4a16 (packed 4-bit weights, group scales / zeros),
 //   kiln_cuda_rope,
 //   kiln_cuda_attention, kiln_cuda_attention_kv8 (int8 KV cache with
-//   per-(token, kv head) float scales), kiln_cuda_swiglu, kiln_cuda_silu, kiln_cuda_add,
+//   per-(token, kv head) float scales), kiln_cuda_attention_kvf8 (FP8 E4M3
+//   KV cache, same scales), kiln_cuda_swiglu, kiln_cuda_silu, kiln_cuda_add,
 //   kiln_cuda_mul, kiln_cuda_argmax, kiln_cuda_sample_topk_topp.
 // Each enqueues on (cudaStream_t)ctx->stream and never synchronizes, so all of
 // them may be captured into a CUDA graph. Errors never abort: the first
@@ -33,7 +38,10 @@
 // Workspace (ctx->workspace, ctx->workspace_bytes; see
 // kiln_cuda_workspace_bytes_for()):
 //   [0, KILN_CUDA_GEMM_WORKSPACE_BYTES)            cuBLASLt workspace (prefill
-//                                                  GEMMs; less if smaller)
+//                                                  GEMMs; less if smaller);
+//                                                  also the quantized
+//                                                  activations of W8A8
+//                                                  (kiln_cuda_w8a8_scratch_bytes)
 //   [KILN_CUDA_ATTN_SCRATCH_OFFSET, + kiln_cuda_attention_scratch_bytes(
 //        heads, head_dim, KILN_CUDA_ATTN_MAX_SPLITS))  flash-decoding partials
 //   then kiln_cuda_sample_scratch_bytes(vocab)      sampling scratch, passed
@@ -50,6 +58,7 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cub/block/block_scan.cuh>
@@ -740,12 +749,81 @@ __global__ void __launch_bounds__(kGemvThreads)
   }
 }
 
+/// Group-wise W8A16 GEMV (GGUF Q8_0 style): y[r] = sum_g scales[r, g] *
+/// sum_{j in g} float(q[r, j]) * x[j], g = j / groupSize, scales float
+/// [out, ceil(in / groupSize)]. A warp per row (grid-stride). `fast`
+/// (uniform: in % 16 == 0, groupSize % 16 == 0, q 16-aligned, in / 16 <
+/// 2^31, so every row is 16-aligned and no 16-byte pack straddles a group):
+/// each lane takes 16-byte packs (unrolled 2x), dequantizes them in
+/// registers as gemvW8Kernel does and adds scale * partial sum; x read as
+/// packs when 16-aligned. Otherwise (any shape or alignment) element by
+/// element with the scale applied per weight. Float accumulation,
+/// warp-shuffle reduction; Y is T or float.
+template <typename T, typename Y>
+__global__ void __launch_bounds__(kGemvThreads)
+    gemvW8GroupKernel(const T *__restrict__ x, const int8_t *__restrict__ q,
+                      const float *__restrict__ scales, Y *__restrict__ y,
+                      int64_t in, int64_t out, int64_t groupSize, bool fast) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warpsPerBlock = blockDim.x >> 5;
+  const int64_t stride = int64_t(gridDim.x) * warpsPerBlock;
+  const int64_t groups = (in + groupSize - 1) / groupSize;
+  for (int64_t row = int64_t(blockIdx.x) * warpsPerBlock + (threadIdx.x >> 5);
+       row < out; row += stride) {
+    const int8_t *qr = q + row * in;
+    const float *sr = scales + row * groups;
+    float acc = 0.0f;
+    if (fast) {
+      // Pack v belongs to group v / packsPerGroup: a shift when that is a
+      // power of two (Q8_0: 2), else a 32-bit division (packs < 2^31).
+      const uint32_t packs = uint32_t(in / 16);
+      const uint32_t packsPerGroup = uint32_t(groupSize / 16);
+      const int shift = (packsPerGroup & (packsPerGroup - 1)) == 0
+                            ? __ffs(int(packsPerGroup)) - 1
+                            : -1;
+      auto groupOf = [&](uint32_t v) {
+        return shift >= 0 ? v >> shift : v / packsPerGroup;
+      };
+      const int4 *qv = reinterpret_cast<const int4 *>(qr);
+      if (aligned16(x)) {
+        uint32_t v = lane;
+        for (; v + 32 < packs; v += 64) {
+          const int4 w0 = __ldg(qv + v), w1 = __ldg(qv + v + 32);
+          const float s0 = __ldg(sr + groupOf(v));
+          const float s1 = __ldg(sr + groupOf(v + 32));
+          acc = fmaf(s0, dotW8<T, true>(w0, x + int64_t(v) * 16, 0.0f), acc);
+          acc = fmaf(s1, dotW8<T, true>(w1, x + int64_t(v + 32) * 16, 0.0f),
+                     acc);
+        }
+        for (; v < packs; v += 32)
+          acc = fmaf(__ldg(sr + groupOf(v)),
+                     dotW8<T, true>(__ldg(qv + v), x + int64_t(v) * 16, 0.0f),
+                     acc);
+      } else {
+        for (uint32_t v = lane; v < packs; v += 32)
+          acc = fmaf(__ldg(sr + groupOf(v)),
+                     dotW8<T, false>(__ldg(qv + v), x + int64_t(v) * 16, 0.0f),
+                     acc);
+      }
+    } else {
+      for (int64_t j = lane; j < in; j += 32)
+        acc = fmaf(__ldg(sr + j / groupSize) * float(qr[j]), toF(x[j]), acc);
+    }
+    acc = warpSum(acc);
+    if (lane == 0)
+      y[row] = fromF<Y>(acc);
+  }
+}
+
 /// Prefill tile: kW8TileM tokens x kW8TileN output rows per block, depth
 /// kW8TileK per step, kW8Threads threads each computing 4 x 4 outputs.
 constexpr int kW8TileM = 64, kW8TileN = 64, kW8TileK = 32, kW8Threads = 256;
 
 /// y[m, o] = scales[o] * sum_k float(x[m, k]) * float(q[o, k]) for x [n, in]
-/// of T, q [out, in] int8. Block (blockIdx.x, blockIdx.y) computes output
+/// of T, q [out, in] int8 (groupSize == 0: per-channel scales [out]); with
+/// groupSize > 0, y[m, o] = sum_k float(x[m, k]) * W[o, k], W[o, k] =
+/// scales[o, k / groupSize] * q[o, k] rounded once while staging (scales
+/// [out, ceil(in / groupSize)]). Block (blockIdx.x, blockIdx.y) computes output
 /// rows [64 bx, +64) of tokens [64 by, +64): per depth step, x and the int8
 /// weights (widened exactly to float) are staged k-major in shared memory,
 /// then each thread accumulates its 4 tokens x 4 rows in float registers
@@ -755,7 +833,8 @@ template <typename T, typename Y>
 __global__ void __launch_bounds__(kW8Threads)
     linearW8TiledKernel(const T *__restrict__ x, const int8_t *__restrict__ q,
                         const float *__restrict__ scales, Y *__restrict__ y,
-                        int64_t n, int64_t in, int64_t out) {
+                        int64_t n, int64_t in, int64_t out,
+                        int64_t groupSize) {
   // +4 floats of padding keeps rows 16-aligned (float4 reads) and spreads
   // the transposed stores over banks.
   __shared__ __align__(16) float xs[kW8TileK][kW8TileM + 4];
@@ -764,6 +843,7 @@ __global__ void __launch_bounds__(kW8Threads)
   const int tx = tid % (kW8TileN / 4), ty = tid / (kW8TileN / 4);
   const int64_t m0 = int64_t(blockIdx.y) * kW8TileM;
   const int64_t o0 = int64_t(blockIdx.x) * kW8TileN;
+  const int64_t groups = groupSize > 0 ? (in + groupSize - 1) / groupSize : 0;
   float acc[4][4] = {};
   for (int64_t k0 = 0; k0 < in; k0 += kW8TileK) {
     // Stage: element e -> (row e / 32, depth e % 32): a warp reads 32
@@ -780,7 +860,13 @@ __global__ void __launch_bounds__(kW8Threads)
       const int e = tid + i * kW8Threads;
       const int r = e / kW8TileK, k = e % kW8TileK;
       const int64_t o = o0 + r, kk = k0 + k;
-      ws[k][r] = (o < out && kk < in) ? float(q[o * in + kk]) : 0.0f;
+      float wv = 0.0f;
+      if (o < out && kk < in) {
+        wv = float(q[o * in + kk]);
+        if (groupSize > 0) // group-wise: dequantize while staging
+          wv = __fmul_rn(scales[o * groups + kk / groupSize], wv);
+      }
+      ws[k][r] = wv;
     }
     __syncthreads();
 #pragma unroll 8
@@ -801,12 +887,204 @@ __global__ void __launch_bounds__(kW8Threads)
     const int64_t o = o0 + tx * 4 + j;
     if (o >= out)
       continue;
-    const float s = scales[o];
+    const float s = groupSize > 0 ? 1.0f : scales[o];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int64_t m = m0 + ty * 4 + i;
       if (m < n)
         y[m * out + o] = fromF<Y>(acc[i][j] * s);
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Linear, W8A8 (SmoothQuant): int8 activations x int8 weights, int32 sums
+//===----------------------------------------------------------------------===//
+
+/// Activation quantization of W8A8 (Xiao et al. 2023, SmoothQuant, sec. 3:
+/// per-token dynamic or static per-tensor int8), rows [0, n) of x [n, in]:
+///   sx[r] = actScale > 0 ? actScale : max_i |x[r, i]| / 127,
+///   xq[r, i] = sx[r] == 0 ? 0 : clamp(roundf(x[r, i] / sx[r]), -127, 127)
+/// (roundf: half away from zero; correctly rounded divisions, __fdiv_rn, so
+/// the codes equal the CPU kernel's bit for bit). xq is int8 with row stride
+/// `ld` (a multiple of 16 >= in; elements [in, ld) are written 0), sx float
+/// [n]. One block per row (grid-stride), block reduction for the maximum.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    actQuantKernel(const T *__restrict__ x, int8_t *__restrict__ xq,
+                   float *__restrict__ sx, int64_t n, int64_t in, int64_t ld,
+                   float actScale) {
+  __shared__ float sh[32];
+  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
+    const T *xr = x + r * in;
+    float s = actScale;
+    if (!(actScale > 0.0f)) {
+      float amax = 0.0f;
+      for (int64_t i = threadIdx.x; i < in; i += blockDim.x)
+        amax = fmaxf(amax, fabsf(toF(xr[i])));
+      s = __fdiv_rn(blockMax(amax, sh), 127.0f);
+    }
+    int8_t *qr = xq + r * ld;
+    for (int64_t i = threadIdx.x; i < ld; i += blockDim.x) {
+      float v = 0.0f;
+      if (i < in && s != 0.0f)
+        v = fminf(127.0f, fmaxf(-127.0f, roundf(__fdiv_rn(toF(xr[i]), s))));
+      qr[i] = int8_t(v);
+    }
+    if (threadIdx.x == 0)
+      sx[r] = s;
+  }
+}
+
+/// y = (sx * scale) * float(acc), each product rounded once (the CPU
+/// formula's order), then rounded to Y.
+template <typename Y>
+__device__ __forceinline__ Y w8a8Out(float sx, float scale, int32_t acc) {
+  return fromF<Y>(__fmul_rn(__fmul_rn(sx, scale), float(acc)));
+}
+
+/// W8A8 GEMV (n == 1): y[r] = (sx * scales[r]) * float(sum_j xq[j] * q[r, j])
+/// with xq the quantized activation row (16-aligned, zero-padded to a
+/// multiple of 16) and sx its scale (device scalar). A warp per row
+/// (grid-stride); `fast` (in % 16 == 0 and q 16-aligned): 16-byte loads of
+/// q and xq, four __dp4a (4-way int8 dot product, int32 accumulate) per
+/// load, unrolled 2x; otherwise byte loads. The int32 sum is exact (|sum| <=
+/// 127^2 in < 2^31 for in < 133143), so the result is independent of the
+/// summation order. Warp reduction with __reduce_add_sync; Y is T or float.
+template <typename Y>
+__global__ void __launch_bounds__(kGemvThreads)
+    gemvW8A8Kernel(const int8_t *__restrict__ xq, const float *__restrict__ sx,
+                   const int8_t *__restrict__ q,
+                   const float *__restrict__ scales, Y *__restrict__ y,
+                   int64_t in, int64_t out, bool fast) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warpsPerBlock = blockDim.x >> 5;
+  const int64_t stride = int64_t(gridDim.x) * warpsPerBlock;
+  const float s = *sx;
+  for (int64_t row = int64_t(blockIdx.x) * warpsPerBlock + (threadIdx.x >> 5);
+       row < out; row += stride) {
+    const int8_t *qr = q + row * in;
+    int32_t acc = 0;
+    if (fast) {
+      const int64_t packs = in / 16;
+      const int4 *qv = reinterpret_cast<const int4 *>(qr);
+      const int4 *xv = reinterpret_cast<const int4 *>(xq);
+      int64_t v = lane;
+      for (; v + 32 < packs; v += 64) {
+        const int4 w0 = __ldg(qv + v), w1 = __ldg(qv + v + 32);
+        const int4 a0 = xv[v], a1 = xv[v + 32];
+        acc = __dp4a(w0.x, a0.x, acc);
+        acc = __dp4a(w0.y, a0.y, acc);
+        acc = __dp4a(w0.z, a0.z, acc);
+        acc = __dp4a(w0.w, a0.w, acc);
+        acc = __dp4a(w1.x, a1.x, acc);
+        acc = __dp4a(w1.y, a1.y, acc);
+        acc = __dp4a(w1.z, a1.z, acc);
+        acc = __dp4a(w1.w, a1.w, acc);
+      }
+      for (; v < packs; v += 32) {
+        const int4 w0 = __ldg(qv + v), a0 = xv[v];
+        acc = __dp4a(w0.x, a0.x, acc);
+        acc = __dp4a(w0.y, a0.y, acc);
+        acc = __dp4a(w0.z, a0.z, acc);
+        acc = __dp4a(w0.w, a0.w, acc);
+      }
+    } else {
+      for (int64_t j = lane; j < in; j += 32)
+        acc += int32_t(qr[j]) * int32_t(xq[j]);
+    }
+    acc = __reduce_add_sync(kFull, acc);
+    if (lane == 0)
+      y[row] = w8a8Out<Y>(s, scales[row], acc);
+  }
+}
+
+/// W8A8 prefill tile: kW8A8TileM tokens x kW8A8TileN output rows a block,
+/// kW8A8TileKW int32 words (4 int8 each) of depth a step, 256 threads each
+/// computing 4 x 4 int32 outputs with __dp4a.
+constexpr int kW8A8TileM = 64, kW8A8TileN = 64, kW8A8TileKW = 16;
+
+/// Four int8 weights q[o, kk .. kk + 3] as one word (byte b = element kk + b;
+/// elements >= in read as 0). `wordLoads`: q 4-aligned and in % 4 == 0.
+__device__ __forceinline__ int32_t loadQ4(const int8_t *__restrict__ qr,
+                                          int64_t kk, int64_t in,
+                                          bool wordLoads) {
+  if (kk + 4 <= in && wordLoads)
+    return __ldg(reinterpret_cast<const int32_t *>(qr + kk));
+  uint32_t w = 0;
+#pragma unroll
+  for (int b = 0; b < 4; ++b)
+    if (kk + b < in)
+      w |= uint32_t(uint8_t(qr[kk + b])) << (8 * b);
+  return int32_t(w);
+}
+
+/// W8A8 GEMM (n > 1): y[m, o] = (sx[m] * scales[o]) * float(sum_k xq[m, k] *
+/// q[o, k]) for xq [n, ld] int8 (16-aligned rows, zero-padded), q [out, in]
+/// int8 (any alignment; word loads when possible). Block (bx, by) computes
+/// output rows [64 bx, +64) of tokens [64 by, +64): per depth step 64 int8
+/// of xq and q are staged word-major in shared memory, then each thread
+/// accumulates 4 tokens x 4 rows with __dp4a in int32 (exact, as in the
+/// GEMV). SIMT integer pipe, no tensor cores (see docs/cuda.md).
+template <typename Y>
+__global__ void __launch_bounds__(kW8Threads)
+    linearW8A8TiledKernel(const int8_t *__restrict__ xq,
+                          const float *__restrict__ sx,
+                          const int8_t *__restrict__ q,
+                          const float *__restrict__ scales, Y *__restrict__ y,
+                          int64_t n, int64_t in, int64_t ld, int64_t out,
+                          bool wordLoads) {
+  __shared__ __align__(16) int32_t xs[kW8A8TileKW][kW8A8TileM + 4];
+  __shared__ __align__(16) int32_t ws[kW8A8TileKW][kW8A8TileN + 4];
+  const int tid = threadIdx.x;
+  const int tx = tid % (kW8A8TileN / 4), ty = tid / (kW8A8TileN / 4);
+  const int64_t m0 = int64_t(blockIdx.y) * kW8A8TileM;
+  const int64_t o0 = int64_t(blockIdx.x) * kW8A8TileN;
+  const int64_t ldWords = ld / 4;
+  int32_t acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < ldWords; k0 += kW8A8TileKW) {
+    // Stage: element e -> (row e / 16, word e % 16).
+#pragma unroll
+    for (int i = 0; i < kW8A8TileM * kW8A8TileKW / kW8Threads; ++i) {
+      const int e = tid + i * kW8Threads;
+      const int r = e / kW8A8TileKW, k = e % kW8A8TileKW;
+      const int64_t m = m0 + r, kw = k0 + k;
+      xs[k][r] = (m < n && kw < ldWords)
+                     ? reinterpret_cast<const int32_t *>(xq + m * ld)[kw]
+                     : 0;
+    }
+#pragma unroll
+    for (int i = 0; i < kW8A8TileN * kW8A8TileKW / kW8Threads; ++i) {
+      const int e = tid + i * kW8Threads;
+      const int r = e / kW8A8TileKW, k = e % kW8A8TileKW;
+      const int64_t o = o0 + r, kw = k0 + k;
+      ws[k][r] = o < out ? loadQ4(q + o * in, 4 * kw, in, wordLoads) : 0;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kW8A8TileKW; ++k) {
+      const int4 a = *reinterpret_cast<const int4 *>(&xs[k][ty * 4]);
+      const int4 b = *reinterpret_cast<const int4 *>(&ws[k][tx * 4]);
+      const int av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          acc[i][j] = __dp4a(av[i], bv[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int64_t o = o0 + tx * 4 + j;
+    if (o >= out)
+      continue;
+    const float s = scales[o];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t m = m0 + ty * 4 + i;
+      if (m < n)
+        y[m * out + o] = w8a8Out<Y>(sx[m], s, acc[i][j]);
     }
   }
 }
@@ -1147,6 +1425,83 @@ __global__ void __launch_bounds__(256)
       r = fminf(127.0f, fmaxf(-127.0f, r));
       qd[d] = int8_t(r);
     }
+    if (lane == 0)
+      (isV ? vScales : kScales)[row * kvHeads + h] = sc;
+  }
+}
+
+/// FP8 E4M3 (OCP 8-bit floating point spec v1.0, "E4M3": 1 sign, 4
+/// exponent bits with bias 7, 3 mantissa bits, no infinities, S.1111.111 =
+/// NaN, max normal 448) byte as float: exact (through __half, which holds
+/// every E4M3 value). Hardware cvt on sm_89+, bit manipulation on sm_80.
+__device__ __forceinline__ float e4m3ToF(uint8_t b) {
+  return __half2float(__half(
+      __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b), __NV_E4M3)));
+}
+
+/// float to FP8 E4M3, round to nearest even, saturating finite values to
+/// +-448 (__NV_SATFINITE; NaN stays NaN, 0x7F).
+__device__ __forceinline__ uint8_t fToE4m3(float v) {
+  return uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+
+/// KvFp8: FP8 E4M3 caches (bytes) with float scales [max_seq][kv_heads]
+/// (kv=fp8).
+struct KvFp8 {
+  const uint8_t *__restrict__ k;
+  const uint8_t *__restrict__ v;
+  const float *__restrict__ ks;
+  const float *__restrict__ vs;
+  int kvHeads;
+  __device__ __forceinline__ float kScale(int64_t row, int kvh) const {
+    return ks[row * kvHeads + kvh];
+  }
+  __device__ __forceinline__ float vScale(int64_t row, int kvh) const {
+    return vs[row * kvHeads + kvh];
+  }
+  __device__ __forceinline__ float kAt(int64_t off) const {
+    return e4m3ToF(k[off]);
+  }
+  __device__ __forceinline__ float vAt(int64_t off) const {
+    return e4m3ToF(v[off]);
+  }
+};
+
+/// FP8 KV append (kernel_abi.h, kiln_k_attention_kvf8): one warp per (new
+/// token i, kv head h, K or V). amax = max_d |x[d]| by warp reduction, scale
+/// = amax / 448 (E4M3's largest finite value), code = e4m3(x / scale) with
+/// round to nearest even and saturation to +-448 (0 when scale == 0);
+/// correctly rounded divisions (__fdiv_rn), as the CPU. Rows p + i >= maxSeq
+/// are dropped.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    kvAppendFp8Kernel(const T *__restrict__ k, const T *__restrict__ v,
+                      uint8_t *__restrict__ kCache, uint8_t *__restrict__ vCache,
+                      float *__restrict__ kScales, float *__restrict__ vScales,
+                      int64_t n, int kvHeads, int headDim, int64_t maxSeq,
+                      const int64_t *__restrict__ dPos) {
+  const int64_t p = *dPos;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
+  const int64_t total = 2 * n * kvHeads;
+  const int64_t kvDim = int64_t(kvHeads) * headDim;
+  for (int64_t w = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+       w < total; w += warps) {
+    const bool isV = w & 1;
+    const int64_t ih = w >> 1, i = ih / kvHeads;
+    const int h = int(ih % kvHeads);
+    const int64_t row = p + i;
+    if (row < 0 || row >= maxSeq)
+      continue; // uniform over the warp
+    const T *x = (isV ? v : k) + i * kvDim + int64_t(h) * headDim;
+    float amax = 0.0f;
+    for (int d = lane; d < headDim; d += 32)
+      amax = fmaxf(amax, fabsf(toF(x[d])));
+    amax = warpMax(amax);
+    const float sc = __fdiv_rn(amax, 448.0f);
+    uint8_t *qd = (isV ? vCache : kCache) + row * kvDim + int64_t(h) * headDim;
+    for (int d = lane; d < headDim; d += 32)
+      qd[d] = sc == 0.0f ? uint8_t(0) : fToE4m3(__fdiv_rn(toF(x[d]), sc));
     if (lane == 0)
       (isV ? vScales : kScales)[row * kvHeads + h] = sc;
   }
@@ -1519,7 +1874,7 @@ inline bool attentionArgsOk(kiln_cuda_ctx *ctx, const char *call,
                        call, "head_dim outside [1, 256]");
 }
 
-/// Prefill / decode attention over `cache` (KvPlain or KvInt8), HDM picked
+/// Prefill / decode attention over `cache` (KvPlain, KvInt8 or KvFp8), HDM picked
 /// from head_dim.
 template <typename T, typename Kv>
 inline void attentionDispatch(kiln_cuda_ctx *ctx, const T *q, const Kv &cache,
@@ -1923,21 +2278,34 @@ inline void kiln_cuda_linear(kiln_cuda_ctx *ctx, const T *x, const T *w, Y *y,
 }
 
 /// W8A16 linear layer (kernel_abi.h kiln_k_linear_w8a16): y[n, out] =
-/// x[n, in] * W[out, in]^T with W[o, i] = scales[o] * qweight[o, i]; x of
-/// type T, qweight int8 [out, in] row-major, scales float [out], y of type T
-/// or float (logits). Each output is scales[o] * (float sum of x * q),
-/// rounded once to Y. n == 1: GEMV dequantizing in registers (16-byte loads,
-/// a warp per row); n > 1: a tiled SIMT kernel with float accumulation
-/// (correct for every shape; no cuBLASLt, no workspace). Any alignment.
+/// x[n, in] * W[out, in]^T; x of type T, qweight int8 [out, in] row-major,
+/// y of type T or float (logits), float accumulation, rounded once to Y.
+///   group_size == 0: per-output-channel scales float [out],
+///     W[o, i] = scales[o] * qweight[o, i]; each output is
+///     scales[o] * (float sum of x * q);
+///   group_size > 0: group-wise scales float [out, ceil(in / group_size)]
+///     (GGUF Q8_0 kept quantized: group_size 32),
+///     W[o, i] = scales[o, i / group_size] * qweight[o, i].
+/// n == 1: GEMV dequantizing in registers (16-byte loads, a warp per row;
+/// grouped: when in and group_size are multiples of 16 and qweight is
+/// 16-aligned, else element loads); n > 1: a tiled SIMT kernel with float
+/// accumulation (grouped: dequantized while staging; every shape, no
+/// cuBLASLt, no workspace). Any alignment. group_size < 0 is refused
+/// (cudaErrorInvalidValue). group_size defaults to 0 so plans emitted before
+/// the argument existed keep their per-channel meaning.
 template <typename T, typename Y>
 inline void kiln_cuda_linear_w8a16(kiln_cuda_ctx *ctx, const T *x,
                                    const int8_t *qweight, const float *scales,
-                                   Y *y, int64_t n, int64_t in, int64_t out) {
+                                   Y *y, int64_t n, int64_t in, int64_t out,
+                                   int64_t group_size = 0) {
   using namespace kiln_cuda_detail;
   static_assert(IsElem<T>::value, "T must be float, __half or __nv_bfloat16");
   static_assert(std::is_same<Y, T>::value || std::is_same<Y, float>::value,
                 "y must have the element type of x or be float");
   if (skip(ctx) || n <= 0 || out <= 0)
+    return;
+  if (!KILN_CUDA_ARG(ctx, group_size >= 0, "kiln_cuda_linear_w8a16",
+                     "group_size must be 0 (per-channel) or positive"))
     return;
   if (in <= 0) { // empty sum: y = 0
     KILN_CUDA_CHECK(
@@ -1949,6 +2317,15 @@ inline void kiln_cuda_linear_w8a16(kiln_cuda_ctx *ctx, const T *x,
     int64_t blocks = (out + warps - 1) / warps;
     if (blocks > (int64_t(1) << 20))
       blocks = int64_t(1) << 20;
+    if (group_size > 0) {
+      const bool fast = in % 16 == 0 && group_size % 16 == 0 &&
+                        aligned16(qweight) && in / 16 < (int64_t(1) << 31);
+      gemvW8GroupKernel<T, Y>
+          <<<unsigned(blocks), kGemvThreads, 0, streamOf(ctx)>>>(
+              x, qweight, scales, y, in, out, group_size, fast);
+      KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_linear_w8a16(gemv, grouped)<<<>>>");
+      return;
+    }
     gemvW8Kernel<T, Y><<<unsigned(blocks), kGemvThreads, 0, streamOf(ctx)>>>(
         x, qweight, scales, y, in, out);
     KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_linear_w8a16(gemv)<<<>>>");
@@ -1961,8 +2338,109 @@ inline void kiln_cuda_linear_w8a16(kiln_cuda_ctx *ctx, const T *x,
     return;
   linearW8TiledKernel<T, Y>
       <<<dim3(unsigned(gx), unsigned(gy)), kW8Threads, 0, streamOf(ctx)>>>(
-          x, qweight, scales, y, n, in, out);
+          x, qweight, scales, y, n, in, out, group_size);
   KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_linear_w8a16(tiled)<<<>>>");
+}
+
+/// Bytes of ctx->workspace kiln_cuda_linear_w8a8 uses for `rows` quantized
+/// activation rows of `in` features: the row scales (float [rows], rounded
+/// up to 256) then the int8 rows (stride ceil(in / 16) * 16).
+constexpr uint64_t kiln_cuda_w8a8_scratch_bytes(int64_t rows, int64_t in) {
+  return kiln_cuda_align256(uint64_t(rows) * sizeof(float)) +
+         uint64_t(rows) * uint64_t((in + 15) / 16 * 16);
+}
+
+/// SmoothQuant W8A8 linear layer (kernel_abi.h kiln_k_linear_w8a8; Xiao et
+/// al. 2023, "SmoothQuant", eq. 1 with per-token / per-tensor activation
+/// and per-channel weight scales): x T [n, in] (T float, __half or
+/// __nv_bfloat16), qweight int8 [out, in] row-major, scales float [out]
+/// (per output channel), y T or float [n, out]:
+///   sx[r] = act_scale > 0 ? act_scale                 (static per-tensor)
+///                         : max_i |x[r, i]| / 127     (dynamic per-token)
+///   xq[r, i] = clamp(roundf(x[r, i] / sx[r]), -127, 127)  (0 if sx[r] == 0)
+///   y[r, o] = sx[r] * scales[o] * (float) sum_i (int32) xq[r, i] * q[o, i]
+/// (products evaluated left to right, each rounded once; a zero row gives
+/// y = 0). Two steps per chunk of rows: actQuantKernel writes xq and sx to
+/// ctx->workspace (the cuBLASLt region [0, KILN_CUDA_GEMM_WORKSPACE_BYTES),
+/// unused by this wrapper and free in stream order; rows are processed in
+/// chunks that fit), then n == 1: a __dp4a GEMV (a warp per output row),
+/// n > 1: a tiled __dp4a GEMM. The int32 sums are exact, so the result
+/// matches the CPU kernel up to the final float rounding. act_scale must be
+/// >= 0 and finite, in < 133143 (int32 range of the sums); any alignment.
+template <typename T, typename Y>
+inline void kiln_cuda_linear_w8a8(kiln_cuda_ctx *ctx, const T *x,
+                                  const int8_t *qweight, const float *scales,
+                                  Y *y, int64_t n, int64_t in, int64_t out,
+                                  float act_scale) {
+  using namespace kiln_cuda_detail;
+  static_assert(IsElem<T>::value, "T must be float, __half or __nv_bfloat16");
+  static_assert(std::is_same<Y, T>::value || std::is_same<Y, float>::value,
+                "y must have the element type of x or be float");
+  if (skip(ctx) || n <= 0 || out <= 0)
+    return;
+  if (!KILN_CUDA_ARG(ctx, act_scale >= 0.0f && act_scale <= 3.4e38f,
+                     "kiln_cuda_linear_w8a8",
+                     "act_scale must be 0 (per-token) or a finite positive "
+                     "per-tensor scale") ||
+      !KILN_CUDA_ARG(ctx, in < 133143, "kiln_cuda_linear_w8a8",
+                     "in >= 133143 would overflow the int32 sums"))
+    return;
+  if (in <= 0) { // empty sum: y = 0
+    KILN_CUDA_CHECK(
+        ctx, cudaMemsetAsync(y, 0, size_t(n * out) * sizeof(Y), streamOf(ctx)));
+    return;
+  }
+  const int64_t ld = (in + 15) / 16 * 16;
+  uint64_t avail = ctx->workspace_bytes < KILN_CUDA_GEMM_WORKSPACE_BYTES
+                       ? ctx->workspace_bytes
+                       : KILN_CUDA_GEMM_WORKSPACE_BYTES;
+  if (ctx->workspace == nullptr)
+    avail = 0;
+  // Largest chunk of rows whose scratch fits (at most 65535 tiles of 64).
+  int64_t chunk = avail > 256 ? int64_t((avail - 256) / uint64_t(ld + 4)) : 0;
+  if (chunk > n)
+    chunk = n;
+  if (chunk > int64_t(65535) * kW8A8TileM)
+    chunk = int64_t(65535) * kW8A8TileM;
+  if (!KILN_CUDA_ARG(ctx, chunk >= 1 && kiln_cuda_w8a8_scratch_bytes(chunk, in) <= avail,
+                     "kiln_cuda_linear_w8a8",
+                     "workspace too small for one quantized activation row"))
+    return;
+  const int64_t gx = (out + kW8A8TileN - 1) / kW8A8TileN;
+  if (!KILN_CUDA_ARG(ctx, gx <= INT32_MAX, "kiln_cuda_linear_w8a8",
+                     "out too large"))
+    return;
+  float *sx = static_cast<float *>(ctx->workspace);
+  int8_t *xq = static_cast<int8_t *>(ctx->workspace) +
+               kiln_cuda_align256(uint64_t(chunk) * sizeof(float));
+  cudaStream_t stream = streamOf(ctx);
+  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+    const int64_t m = n - r0 < chunk ? n - r0 : chunk;
+    const unsigned qGrid = unsigned(m < 65535 ? m : 65535);
+    actQuantKernel<T><<<qGrid, 256, 0, stream>>>(x + r0 * in, xq, sx, m, in,
+                                                 ld, act_scale);
+    if (!KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_linear_w8a8(quantize)<<<>>>"))
+      return;
+    if (n == 1) {
+      const int warps = kGemvThreads / 32;
+      int64_t blocks = (out + warps - 1) / warps;
+      if (blocks > (int64_t(1) << 20))
+        blocks = int64_t(1) << 20;
+      const bool fast = in % 16 == 0 && aligned16(qweight);
+      gemvW8A8Kernel<Y><<<unsigned(blocks), kGemvThreads, 0, stream>>>(
+          xq, sx, qweight, scales, y, in, out, fast);
+      KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_linear_w8a8(gemv)<<<>>>");
+      return;
+    }
+    const bool wordLoads =
+        in % 4 == 0 && (reinterpret_cast<uintptr_t>(qweight) & 3) == 0;
+    const int64_t gy = (m + kW8A8TileM - 1) / kW8A8TileM;
+    linearW8A8TiledKernel<Y>
+        <<<dim3(unsigned(gx), unsigned(gy)), kW8Threads, 0, stream>>>(
+            xq, sx, qweight, scales, y + r0 * out, m, in, ld, out, wordLoads);
+    if (!KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_linear_w8a8(tiled)<<<>>>"))
+      return;
+  }
 }
 
 /// W4A16 linear layer (kernel_abi.h kiln_k_linear_w4a16): y[n, out] =
@@ -2105,6 +2583,58 @@ inline void kiln_cuda_attention_kv8(kiln_cuda_ctx *ctx, const T *q, const T *k,
                     KvInt8{k_cache, v_cache, k_scales, v_scales,
                            int(kv_heads)},
                     out, n, heads, kv_heads, head_dim, max_seq, scale);
+}
+
+/// kiln_cuda_attention over an FP8 E4M3 KV cache (kernel_abi.h
+/// kiln_k_attention_kvf8; p = *ctx->d_pos, `pos` ignored): k_cache, v_cache
+/// uint8 E4M3 codes [max_seq, kv_heads * head_dim] (OCP OFP8 E4M3FN), k_scales,
+/// v_scales float [max_seq, kv_heads]. kvAppendFp8Kernel quantizes the new
+/// rows per (token, kv head): scale = amax / 448, code = e4m3(x / scale)
+/// (round to nearest even, saturating); the prefill / flash-decoding kernels
+/// read K/V as scale * float(code) (KvFp8). Same workspace and limits as
+/// kiln_cuda_attention.
+template <typename T>
+inline void kiln_cuda_attention_kvf8(kiln_cuda_ctx *ctx, const T *q, const T *k,
+                                     const T *v, uint8_t *k_cache,
+                                     uint8_t *v_cache, float *k_scales,
+                                     float *v_scales, T *out, int64_t n,
+                                     int64_t pos, int64_t heads,
+                                     int64_t kv_heads, int64_t head_dim,
+                                     int64_t max_seq, float scale) {
+  using namespace kiln_cuda_detail;
+  static_assert(IsElem<T>::value, "T must be float, __half or __nv_bfloat16");
+  (void)pos; // graph replays read the position from ctx->d_pos
+  if (skip(ctx) || n <= 0)
+    return;
+  if (!attentionArgsOk(ctx, "kiln_cuda_attention_kvf8", heads, kv_heads,
+                       head_dim, max_seq))
+    return;
+  const int64_t warps = 2 * n * kv_heads; // (token, kv head, K|V)
+  kvAppendFp8Kernel<T>
+      <<<gridFor(ctx, warps * 32, 256), 256, 0, streamOf(ctx)>>>(
+          k, v, k_cache, v_cache, k_scales, v_scales, n, int(kv_heads),
+          int(head_dim), max_seq, ctx->d_pos);
+  if (!KILN_CUDA_LAUNCHED(ctx, "kvAppendFp8Kernel<<<>>>"))
+    return;
+  attentionDispatch(ctx, q,
+                    KvFp8{k_cache, v_cache, k_scales, v_scales, int(kv_heads)},
+                    out, n, heads, kv_heads, head_dim, max_seq, scale);
+}
+
+/// kiln_cuda_attention_kvf8 with the FP8 codes held as int8_t (a plan that
+/// views the byte cache as i8): the same bytes, reinterpreted.
+template <typename T>
+inline void kiln_cuda_attention_kvf8(kiln_cuda_ctx *ctx, const T *q, const T *k,
+                                     const T *v, int8_t *k_cache,
+                                     int8_t *v_cache, float *k_scales,
+                                     float *v_scales, T *out, int64_t n,
+                                     int64_t pos, int64_t heads,
+                                     int64_t kv_heads, int64_t head_dim,
+                                     int64_t max_seq, float scale) {
+  kiln_cuda_attention_kvf8(ctx, q, k, v, reinterpret_cast<uint8_t *>(k_cache),
+                           reinterpret_cast<uint8_t *>(v_cache), k_scales,
+                           v_scales, out, n, pos, heads, kv_heads, head_dim,
+                           max_seq, scale);
 }
 
 /// y = silu(gate) * up, count elements of T (any alignment; in-place ok).

@@ -81,7 +81,10 @@ LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
   inputs.cpp = std::move(cpp);
   inputs.target = opts.target;
   inputs.dtype = opts.dtype;
-  inputs.kvDtype = opts.kvCache.empty() ? opts.dtype : opts.kvCache;
+  // Manifest names (docs/artifact.md): the FP8 cache is "fp8_e4m3".
+  inputs.kvDtype = opts.kvCache.empty()    ? opts.dtype
+                   : opts.kvCache == "fp8" ? std::string("fp8_e4m3")
+                                           : opts.kvCache;
   inputs.pipeline = opts.pipeline;
   inputs.quant = opts.quant;
   if (auto err = writeArtifact(opts.outputDir, inputs))

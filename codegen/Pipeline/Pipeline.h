@@ -28,7 +28,7 @@ enum class CompileStage { Kiln, Plan, Cpp, Artifact };
 struct CompileOptions {
   std::string target = "cpu";   ///< "cpu" or "cuda"
   std::string dtype = "f32";    ///< weights/activations: f32, f16, bf16
-  std::string kvCache;          ///< KV cache: "" (the dtype), "int8", ...
+  std::string kvCache;          ///< KV cache: "" (the dtype), "int8", "fp8"
   int64_t maxSeqLen = 0;        ///< 0: the model's context
   int64_t maxPrefillTokens = 0; ///< 0: min(context, 512)
   /// Adds graph passes (quantization, observers) after kiln-verify and

@@ -88,22 +88,6 @@ Quantized4 quantizeRtn4(ArrayRef<float> w, int64_t rows, int64_t cols,
   return q;
 }
 
-void quantizeRows8(ArrayRef<float> w, int64_t rows, int64_t cols,
-                   MutableArrayRef<int8_t> q, MutableArrayRef<float> scales) {
-  for (int64_t r = 0; r < rows; ++r) {
-    ArrayRef<float> row = w.slice(r * cols, cols);
-    float maxAbs = 0.0f;
-    for (float v : row)
-      maxAbs = std::max(maxAbs, std::fabs(v));
-    float scale = maxAbs / 127.0f;
-    scales[r] = scale;
-    for (int64_t c = 0; c < cols; ++c) {
-      long v = scale > 0.0f ? std::lround(row[c] / scale) : 0;
-      q[r * cols + c] = static_cast<int8_t>(std::clamp(v, -127L, 127L));
-    }
-  }
-}
-
 bool choleskyLower(std::vector<double> &a, int64_t n) {
   for (int64_t j = 0; j < n; ++j) {
     double d = a[j * n + j];

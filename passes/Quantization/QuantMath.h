@@ -4,8 +4,8 @@
 // writer (which materializes quantized weights one tensor at a time) and
 // the activation-aware passes (which search scales at compile time):
 //
-// * round-to-nearest quantizers: symmetric per-row int8 (W8A16/W8A8) and
-//   GPTQ's asymmetric 4-bit group quantizer (W4A16 RTN);
+// * GPTQ's asymmetric 4-bit group quantizer (W4A16 RTN; the int8
+//   quantizers live in the artifact writer);
 // * GPTQ (Frantar et al. 2022, "GPTQ: Accurate Post-Training Quantization
 //   for Generative Pre-trained Transformers", Algorithm 1): column-by-column
 //   quantization with error compensation through the upper Cholesky factor
@@ -61,13 +61,6 @@ struct Quantized4 {
 /// Round-to-nearest 4-bit quantization (W4A16 RTN) of `w` [rows, cols].
 Quantized4 quantizeRtn4(llvm::ArrayRef<float> w, int64_t rows, int64_t cols,
                         int64_t groupSize);
-
-/// Symmetric per-row int8 quantization (round half away from zero):
-/// scale = max|row| / 127, q = round(w / scale) in [-127, 127]; an all-zero
-/// row gets scale 0 and q 0. `q` is [rows, cols], `scales` [rows].
-void quantizeRows8(llvm::ArrayRef<float> w, int64_t rows, int64_t cols,
-                   llvm::MutableArrayRef<int8_t> q,
-                   llvm::MutableArrayRef<float> scales);
 
 /// GPTQ options (names as in the paper's reference implementation).
 struct GptqOptions {

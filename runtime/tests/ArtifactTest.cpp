@@ -228,9 +228,28 @@ TEST(Artifact, Dtypes) {
     f.manifest["runtime"]["kv_cache"]["dtype"] = "f8";
     f.write();
     EXPECT_NE(f.open().find("runtime.kv_cache.dtype \"f8\" is not supported "
-                            "(expected \"f32\", \"f16\", \"bf16\" or \"int8\")"),
+                            "(expected \"f32\", \"f16\", \"bf16\", \"int8\" "
+                            "or \"fp8_e4m3\")"),
               std::string::npos)
         << f.open();
+  }
+  for (const char *kv : {"int8", "fp8_e4m3"}) {
+    // One-byte caches plus a 4-byte scale per (token, kv head), for keys
+    // and values: 1 layer * 2 * 32 rows * 1 head * (2 + 4) bytes.
+    FakeArtifact f;
+    f.write();
+    json m = f.manifest;
+    m["runtime"]["kv_cache"]["dtype"] = kv;
+    m["runtime"]["kv_cache"]["bytes"] = 1 * 2 * 32 * 1 * (2 + 4);
+    kiln::rt::Manifest parsed;
+    kiln::rt::Status st = kiln::rt::parseManifest(m.dump(), "D", parsed);
+    EXPECT_TRUE(st.isOk()) << kv << ": " << st.message();
+    EXPECT_EQ(parsed.kvDtype, kv);
+    m["runtime"]["kv_cache"]["bytes"] = 1 * 2 * 32 * 1 * 2; // scales missing
+    st = kiln::rt::parseManifest(m.dump(), "D", parsed);
+    EXPECT_NE(st.message().find("(+ 4-byte scales per kv head) = 384"),
+              std::string::npos)
+        << kv << ": " << st.message();
   }
   {
     FakeArtifact f; // an f16 cache must be sized with 2-byte elements

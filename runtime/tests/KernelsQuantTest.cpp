@@ -6,8 +6,11 @@
 // zero[g]), in float) and the same (exactly widened) activations: only float
 // rounding and accumulation order differ, so max|a - b| / max|b| stays below
 // 1e-5 for float32 outputs and 2e-3 (f16) / 1e-2 (bf16) after the one
-// rounding of a 16-bit output. The int8 / 4-bit GEMVs, int8 widening and
-// 4-bit dequantization are checked at every SIMD level this CPU supports.
+// rounding of a 16-bit output. W8A16 runs per channel and group-wise (groups
+// of 32 and of 5, short last groups). The int8 / 4-bit GEMVs (Highway
+// kernels), int8 widening and 4-bit dequantization are checked at every SIMD
+// level this CPU supports (setSimdLevelForTesting also selects the Highway
+// target: scalar, AVX2, AVX-512).
 //
 //===----------------------------------------------------------------------===//
 #include "cpu/Kernels.h"
@@ -67,25 +70,32 @@ struct Quantized {
   std::vector<float> scales;
   std::vector<float> dequant; ///< scales[o] * q[o, i] in float
 };
-Quantized quantize(const std::vector<float> &w, int64_t out, int64_t in) {
+/// With groupSize > 0 the same per group of groupSize inputs of a row
+/// (scales [out, ceil(in / groupSize)], the last group shorter).
+Quantized quantize(const std::vector<float> &w, int64_t out, int64_t in,
+                   int64_t groupSize = 0) {
+  const int64_t gs = groupSize > 0 ? groupSize : std::max<int64_t>(in, 1);
+  const int64_t groups = groupSize > 0 ? (in + gs - 1) / gs : 1;
   Quantized r;
   r.q.resize(size_t(out * in));
-  r.scales.resize(size_t(out));
+  r.scales.resize(size_t(out * groups));
   r.dequant.resize(size_t(out * in));
-  for (int64_t o = 0; o < out; ++o) {
-    float maxAbs = 0.0f;
-    for (int64_t i = 0; i < in; ++i)
-      maxAbs = std::max(maxAbs, std::fabs(w[size_t(o * in + i)]));
-    float scale = maxAbs / 127.0f;
-    r.scales[size_t(o)] = scale;
-    for (int64_t i = 0; i < in; ++i) {
-      size_t at = size_t(o * in + i);
-      float v = scale > 0.0f ? std::nearbyint(w[at] / scale) : 0.0f;
-      v = std::min(127.0f, std::max(-127.0f, v));
-      r.q[at] = int8_t(v);
-      r.dequant[at] = scale * float(r.q[at]);
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t i0 = g * gs, i1 = std::min(in, i0 + gs);
+      float maxAbs = 0.0f;
+      for (int64_t i = i0; i < i1; ++i)
+        maxAbs = std::max(maxAbs, std::fabs(w[size_t(o * in + i)]));
+      float scale = maxAbs / 127.0f;
+      r.scales[size_t(o * groups + g)] = scale;
+      for (int64_t i = i0; i < i1; ++i) {
+        size_t at = size_t(o * in + i);
+        float v = scale > 0.0f ? std::nearbyint(w[at] / scale) : 0.0f;
+        v = std::min(127.0f, std::max(-127.0f, v));
+        r.q[at] = int8_t(v);
+        r.dequant[at] = scale * float(r.q[at]);
+      }
     }
-  }
   return r;
 }
 
@@ -133,11 +143,11 @@ struct Shape {
 };
 /// n = 1 (decode GEMV) and n > 1 (tiled sgemm); `in` not a multiple of 32 or
 /// even 8, odd `out`, depth > one 512-column tile, > 128 rows per thread.
-const Shape kShapes[] = {
-    {1, 172, 65},   {1, 333, 7},    {1, 13, 1},     {1, 64, 64},
-    {1, 1100, 301}, {1, 4103, 129}, {1, 11008, 37}, {1, 4096, 1001},
-    {2, 333, 7},    {5, 172, 65},   {3, 13, 1},     {17, 1100, 301},
-    {64, 512, 1023}};
+const Shape kShapes[] = {{1, 172, 65},   {1, 333, 7},     {1, 13, 1},
+                         {1, 64, 64},    {1, 1100, 301},  {1, 4103, 129},
+                         {1, 11008, 37}, {1, 4096, 1001}, {2, 333, 7},
+                         {5, 172, 65},   {3, 13, 1},      {17, 1100, 301},
+                         {64, 512, 1023}};
 
 std::string shapeName(SimdLevel level, const Shape &s) {
   return std::string(levelName(level)) + " n" + std::to_string(s.n) + "_in" +
@@ -146,15 +156,19 @@ std::string shapeName(SimdLevel level, const Shape &s) {
 
 /// Weights with an all-zero row 0 (scale 0) and a row holding a single
 /// nonzero (q = +-127 after quantization).
-Quantized testWeights(const Shape &s, uint32_t seed) {
+Quantized testWeights(const Shape &s, uint32_t seed, int64_t groupSize = 0) {
   std::vector<float> w = randomFloats(size_t(s.out * s.in), seed, 0.1f);
   std::fill(w.begin(), w.begin() + s.in, 0.0f);
   if (s.out > 2) {
     std::fill(w.begin() + 2 * s.in, w.begin() + 3 * s.in, 0.0f);
     w[size_t(2 * s.in + s.in / 2)] = -0.37f;
   }
-  return quantize(w, s.out, s.in);
+  return quantize(w, s.out, s.in, groupSize);
 }
+
+/// Group sizes of the W8A16 tests: per channel, GGUF Q8_0's 32, and 5 (odd,
+/// dividing none of the shapes' widths: short last groups everywhere).
+const int64_t kW8GroupSizes[] = {0, 32, 5};
 
 void expectZeroRow(const std::vector<float> &y, const Shape &s) {
   for (int64_t i = 0; i < s.n; ++i) {
@@ -166,20 +180,21 @@ void expectZeroRow(const std::vector<float> &y, const Shape &s) {
 TEST(QuantKernels, LinearF32) {
   for (SimdLevel level : supportedLevels()) {
     ScopedSimdLevel scoped(level);
-    for (const Shape &s : kShapes) {
-      SCOPED_TRACE(shapeName(level, s));
-      if (level != cpu::maxSimdLevel() && s.in * s.out > 1 << 20)
-        continue; // large shapes once, at the level in use
-      Quantized w = testWeights(s, 5);
-      std::vector<float> x = randomFloats(size_t(s.n * s.in), 4);
-      std::vector<float> ref(size_t(s.n * s.out));
-      kiln_k_linear(x.data(), w.dequant.data(), ref.data(), s.n, s.in, s.out);
-      std::vector<float> y(ref.size(), NAN);
-      kiln_k_linear_w8a16(x.data(), w.q.data(), w.scales.data(), y.data(), s.n,
-                          s.in, s.out);
-      EXPECT_LT(relError(y, ref), 1e-5);
-      expectZeroRow(y, s);
-    }
+    for (int64_t gs : kW8GroupSizes)
+      for (const Shape &s : kShapes) {
+        SCOPED_TRACE(shapeName(level, s) + " group " + std::to_string(gs));
+        if (level != cpu::maxSimdLevel() && s.in * s.out > 1 << 20)
+          continue; // large shapes once, at the level in use
+        Quantized w = testWeights(s, 5, gs);
+        std::vector<float> x = randomFloats(size_t(s.n * s.in), 4);
+        std::vector<float> ref(size_t(s.n * s.out));
+        kiln_k_linear(x.data(), w.dequant.data(), ref.data(), s.n, s.in, s.out);
+        std::vector<float> y(ref.size(), NAN);
+        kiln_k_linear_w8a16(x.data(), w.q.data(), w.scales.data(), y.data(),
+                            s.n, s.in, s.out, gs);
+        EXPECT_LT(relError(y, ref), 1e-5);
+        expectZeroRow(y, s);
+      }
   }
 }
 
@@ -195,39 +210,41 @@ TYPED_TEST(QuantHalfKernels, Linear) {
   using Api = TypeParam;
   for (SimdLevel level : supportedLevels()) {
     ScopedSimdLevel scoped(level);
-    for (const Shape &s : kShapes) {
-      SCOPED_TRACE(shapeName(level, s));
-      if (level != cpu::maxSimdLevel() && s.in * s.out > 1 << 20)
-        continue;
-      Quantized w = testWeights(s, 6);
-      // Activations representable in the 16-bit type (bits and values).
-      std::vector<float> xf = randomFloats(size_t(s.n * s.in), 7, 2.0f);
-      std::vector<uint16_t> xb(xf.size());
-      for (size_t i = 0; i < xf.size(); ++i) {
-        xb[i] = Api::round(xf[i]);
-        xf[i] = Api::widen(xb[i]);
-      }
-      std::vector<float> ref(size_t(s.n * s.out));
-      kiln_k_linear(xf.data(), w.dequant.data(), ref.data(), s.n, s.in, s.out);
+    for (int64_t gs : kW8GroupSizes)
+      for (const Shape &s : kShapes) {
+        SCOPED_TRACE(shapeName(level, s) + " group " + std::to_string(gs));
+        if (level != cpu::maxSimdLevel() && s.in * s.out > 1 << 20)
+          continue;
+        Quantized w = testWeights(s, 6, gs);
+        // Activations representable in the 16-bit type (bits and values).
+        std::vector<float> xf = randomFloats(size_t(s.n * s.in), 7, 2.0f);
+        std::vector<uint16_t> xb(xf.size());
+        for (size_t i = 0; i < xf.size(); ++i) {
+          xb[i] = Api::round(xf[i]);
+          xf[i] = Api::widen(xb[i]);
+        }
+        std::vector<float> ref(size_t(s.n * s.out));
+        kiln_k_linear(xf.data(), w.dequant.data(), ref.data(), s.n, s.in,
+                      s.out);
 
-      // Float32 output (classifier): compared unrounded.
-      std::vector<float> logits(ref.size(), NAN);
-      Api::linearF32(xb.data(), w.q.data(), w.scales.data(), logits.data(),
-                     s.n, s.in, s.out);
-      EXPECT_LT(relError(logits, ref), 1e-5);
-      expectZeroRow(logits, s);
+        // Float32 output (classifier): compared unrounded.
+        std::vector<float> logits(ref.size(), NAN);
+        Api::linearF32(xb.data(), w.q.data(), w.scales.data(), logits.data(),
+                       s.n, s.in, s.out, gs);
+        EXPECT_LT(relError(logits, ref), 1e-5);
+        expectZeroRow(logits, s);
 
-      std::vector<uint16_t> y(ref.size(), 0xffff); // NaN in both types
-      Api::linear(xb.data(), w.q.data(), w.scales.data(), y.data(), s.n, s.in,
-                  s.out);
-      std::vector<float> got(y.size()), want(ref.size());
-      for (size_t i = 0; i < y.size(); ++i) {
-        got[i] = Api::widen(y[i]);
-        want[i] = Api::widen(Api::round(ref[i]));
+        std::vector<uint16_t> y(ref.size(), 0xffff); // NaN in both types
+        Api::linear(xb.data(), w.q.data(), w.scales.data(), y.data(), s.n, s.in,
+                    s.out, gs);
+        std::vector<float> got(y.size()), want(ref.size());
+        for (size_t i = 0; i < y.size(); ++i) {
+          got[i] = Api::widen(y[i]);
+          want[i] = Api::widen(Api::round(ref[i]));
+        }
+        EXPECT_LT(relError(got, want), Api::kTol);
+        expectZeroRow(got, s);
       }
-      EXPECT_LT(relError(got, want), Api::kTol);
-      expectZeroRow(got, s);
-    }
   }
 }
 
@@ -235,16 +252,16 @@ TYPED_TEST(QuantHalfKernels, Linear) {
 TEST(QuantKernels, EmptyShapes) {
   std::vector<int8_t> q(4, 1);
   std::vector<float> scales(4, 1.0f), x(4, 1.0f), y(8, -1.0f);
-  kiln_k_linear_w8a16(x.data(), q.data(), scales.data(), y.data(), 0, 4, 2);
-  kiln_k_linear_w8a16(x.data(), q.data(), scales.data(), y.data(), 1, 4, 0);
+  kiln_k_linear_w8a16(x.data(), q.data(), scales.data(), y.data(), 0, 4, 2, 0);
+  kiln_k_linear_w8a16(x.data(), q.data(), scales.data(), y.data(), 1, 4, 0, 2);
   for (float v : y)
     EXPECT_EQ(v, -1.0f);
-  kiln_k_linear_w8a16(x.data(), q.data(), scales.data(), y.data(), 2, 0, 4);
+  kiln_k_linear_w8a16(x.data(), q.data(), scales.data(), y.data(), 2, 0, 4, 0);
   for (float v : y)
     EXPECT_EQ(v, 0.0f);
   std::vector<uint16_t> yh(3, 0xffff);
-  kiln_k_linear_w8a16_bf16(nullptr, q.data(), scales.data(), yh.data(), 1, 0,
-                           3);
+  kiln_k_linear_w8a16_bf16(nullptr, q.data(), scales.data(), yh.data(), 1, 0, 3,
+                           32);
   for (uint16_t v : yh)
     EXPECT_EQ(v, 0u);
 }
@@ -268,7 +285,8 @@ TEST(QuantGemv, AllSimdLevels) {
                      std::to_string(in) + " rows " + std::to_string(rows));
         ScopedSimdLevel scoped(level);
         std::vector<float> y(size_t(rows), NAN);
-        cpu::gemvRowsI8(x.data(), q.data(), scales.data(), y.data(), in, rows);
+        cpu::gemvRowsI8(x.data(), q.data(), scales.data(), y.data(), in, rows,
+                        0);
         for (int64_t r = 0; r < rows; ++r) {
           double ref = 0, mag = 0;
           for (int64_t j = 0; j < in; ++j) {
@@ -358,7 +376,8 @@ Q4Weights makeQ4(int64_t out, int64_t in, int64_t groupSize, uint32_t seed) {
   w.q.assign(size_t(out * rowBytes), 0);
   for (int64_t o = 0; o < out; ++o)
     for (int64_t i = 0; i < in; ++i) {
-      uint8_t &b = reinterpret_cast<uint8_t &>(w.q[size_t(o * rowBytes + i / 2)]);
+      uint8_t &b =
+          reinterpret_cast<uint8_t &>(w.q[size_t(o * rowBytes + i / 2)]);
       b = uint8_t(b | (q[size_t(o * in + i)] << ((i & 1) * 4)));
     }
   w.dequant.resize(size_t(out * in));
@@ -379,11 +398,11 @@ struct Q4Shape {
 /// ones not a multiple of 8 (6, 10) or of the 512-column tile (48), > 128
 /// rows per thread.
 const Q4Shape kQ4Shapes[] = {
-    {1, 172, 65, 128},   {1, 333, 7, 64},     {1, 13, 1, 32},
-    {1, 64, 64, 32},     {1, 1100, 301, 64},  {1, 4103, 129, 128},
-    {1, 11008, 37, 128}, {1, 4096, 1001, 32}, {1, 96, 9, 6},
-    {1, 51, 5, 2},       {1, 250, 11, 10},    {1, 1031, 17, 48},
-    {2, 333, 7, 64},     {5, 172, 65, 128},   {3, 13, 1, 32},
+    {1, 172, 65, 128},   {1, 333, 7, 64},      {1, 13, 1, 32},
+    {1, 64, 64, 32},     {1, 1100, 301, 64},   {1, 4103, 129, 128},
+    {1, 11008, 37, 128}, {1, 4096, 1001, 32},  {1, 96, 9, 6},
+    {1, 51, 5, 2},       {1, 250, 11, 10},     {1, 1031, 17, 48},
+    {2, 333, 7, 64},     {5, 172, 65, 128},    {3, 13, 1, 32},
     {17, 1100, 301, 64}, {64, 512, 1023, 128}, {9, 1031, 130, 32},
     {4, 1100, 33, 48},   {6, 96, 9, 6}};
 
@@ -405,9 +424,8 @@ TEST(QuantW4Kernels, LinearF32) {
       std::vector<float> ref(size_t(s.n * s.out));
       kiln_k_linear(x.data(), w.dequant.data(), ref.data(), s.n, s.in, s.out);
       std::vector<float> y(ref.size(), NAN);
-      kiln_k_linear_w4a16(x.data(), w.q.data(), w.scales.data(),
-                          w.zeros.data(), y.data(), s.n, s.in, s.out,
-                          s.groupSize);
+      kiln_k_linear_w4a16(x.data(), w.q.data(), w.scales.data(), w.zeros.data(),
+                          y.data(), s.n, s.in, s.out, s.groupSize);
       EXPECT_LT(relError(y, ref), 1e-5);
       expectZeroRow(y, {s.n, s.in, s.out});
     }
@@ -477,14 +495,14 @@ TYPED_TEST(QuantW4HalfKernels, Linear) {
 TEST(QuantW4Kernels, EmptyShapes) {
   std::vector<int8_t> q(4, 0x11), zeros(4, 0);
   std::vector<float> scales(4, 1.0f), x(4, 1.0f), y(8, -1.0f);
-  kiln_k_linear_w4a16(x.data(), q.data(), scales.data(), zeros.data(),
-                      y.data(), 0, 4, 2, 2);
-  kiln_k_linear_w4a16(x.data(), q.data(), scales.data(), zeros.data(),
-                      y.data(), 1, 4, 0, 2);
+  kiln_k_linear_w4a16(x.data(), q.data(), scales.data(), zeros.data(), y.data(),
+                      0, 4, 2, 2);
+  kiln_k_linear_w4a16(x.data(), q.data(), scales.data(), zeros.data(), y.data(),
+                      1, 4, 0, 2);
   for (float v : y)
     EXPECT_EQ(v, -1.0f);
-  kiln_k_linear_w4a16(x.data(), q.data(), scales.data(), zeros.data(),
-                      y.data(), 2, 0, 4, 2);
+  kiln_k_linear_w4a16(x.data(), q.data(), scales.data(), zeros.data(), y.data(),
+                      2, 0, 4, 2);
   for (float v : y)
     EXPECT_EQ(v, 0.0f);
   std::vector<uint16_t> yh(3, 0xffff);
@@ -514,7 +532,8 @@ TEST(QuantW4Gemv, AllSimdLevels) {
           z = int8_t(gen() % 16);
         zeros[0] = 15;
         zeros.back() = 0;
-        std::vector<float> scales = randomFloats(size_t(rows * groups), 52, 0.01f);
+        std::vector<float> scales =
+            randomFloats(size_t(rows * groups), 52, 0.01f);
         for (SimdLevel level : supportedLevels()) {
           SCOPED_TRACE(std::string(levelName(level)) + " group " +
                        std::to_string(groupSize) + " in " + std::to_string(in) +
@@ -529,14 +548,13 @@ TEST(QuantW4Gemv, AllSimdLevels) {
             double ref = 0, mag = 0;
             for (int64_t j = 0; j < in; ++j) {
               const size_t g = size_t(r * groups + j / groupSize);
-              double p = double(scales[g]) * double(x[size_t(j)]) *
-                         double(cpu::q4At(q.data() + r * rowBytes, j) -
-                                int(zeros[g]));
+              double p =
+                  double(scales[g]) * double(x[size_t(j)]) *
+                  double(cpu::q4At(q.data() + r * rowBytes, j) - int(zeros[g]));
               ref += p;
               mag += std::fabs(p);
             }
-            EXPECT_NEAR(y[size_t(r)], ref, 1e-6 * (mag + 1e-30))
-                << "row " << r;
+            EXPECT_NEAR(y[size_t(r)], ref, 1e-6 * (mag + 1e-30)) << "row " << r;
           }
         }
       }
@@ -622,12 +640,13 @@ TEST(QuantW4Gemv, DISABLED_Timing) {
                       y.data(), in, out, gs);
     });
     double t8 = median([&] {
-      cpu::gemvRowsI8(x.data(), q8.data(), s8.data(), y.data(), in, out);
+      cpu::gemvRowsI8(x.data(), q8.data(), s8.data(), y.data(), in, out, 0);
     });
     std::printf("%-8s 4096x4096 one thread: w4a16(g128) %.3f ms (%.1f GB/s), "
                 "w8a16 %.3f ms (%.1f GB/s)\n",
-                levelName(level), t4, (out * in / 2 + out * in / gs * 5) / (t4 * 1e6),
-                t8, (out * in) / (t8 * 1e6));
+                levelName(level), t4,
+                (out * in / 2 + out * in / gs * 5) / (t4 * 1e6), t8,
+                (out * in) / (t8 * 1e6));
   }
 }
 

@@ -530,12 +530,16 @@ class KVCache:
         self.pos = 0
 
 
-def forward(model, tokens, cache=None, observe=None):
+def forward(model, tokens, cache=None, observe=None, kv_quant=None):
     """Run tokens at positions cache.pos .. cache.pos+n-1; returns logits [n, vocab].
 
     observe(tap, x), if given, sees the input x [n, C] of every linear layer
     group: tap "layers.i.attn_in" (wq/wk/wv), "layers.i.attn_out" (wo),
     "layers.i.ffn_in" (w1/w3), "layers.i.ffn_down_in" (w2).
+
+    kv_quant, if given, maps the new keys / values [n, n_kv_heads, head_dim]
+    (keys after RoPE) to what a quantized KV cache returns when read back
+    (quantize + dequantize); they are stored and attended to in that form.
     """
     c = model.cfg
     D, H, KV = c["dim"], c["n_heads"], c["n_kv_heads"]
@@ -565,6 +569,8 @@ def forward(model, tokens, cache=None, observe=None):
         v = (h @ L["wv"].T).reshape(n, KV, hd)
         q = rope(q, positions, theta, model.rope_style)
         k = rope(k, positions, theta, model.rope_style)
+        if kv_quant is not None:
+            k, v = kv_quant(k), kv_quant(v)
         if cache.k[l] is None:
             cache.k[l], cache.v[l] = k, v
         else:

@@ -214,10 +214,12 @@ mlir::kiln::buildLlamaModule(MLIRContext *context, const ModelDesc &desc,
   Type kvType = elementType;
   if (options.kvDtype == "int8")
     kvType = b.getI8Type();
+  else if (options.kvDtype == "fp8")
+    kvType = b.getType<Float8E4M3FNType>();
   else if (!options.kvDtype.empty())
     return emitError(UnknownLoc::get(context))
            << "unsupported KV-cache type '" << options.kvDtype
-           << "' (expected int8)";
+           << "' (expected int8 or fp8)";
   model.append("dtype", b.getStringAttr(options.dtype));
   (*module)->setAttr("kiln.model", model.getDictionary(context));
   LlamaGraphBuilder graph(context, desc, *module, maxSeq, elementType, kvType);

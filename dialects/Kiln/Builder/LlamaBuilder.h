@@ -18,8 +18,9 @@ struct LlamaBuildOptions {
   /// Element type of weights, activations and the KV cache: "f32", "f16" or
   /// "bf16". Logits are always f32.
   std::string dtype = "f32";
-  /// KV-cache storage: "" (the compute dtype) or "int8" (per-(token,
-  /// kv-head) scaled int8, dequantized inside attention).
+  /// KV-cache storage: "" (the compute dtype), "int8" or "fp8" (FP8 E4M3FN,
+  /// element type f8E4M3FN); both per-(token, kv-head) scaled, dequantized
+  /// inside attention.
   std::string kvDtype;
 };
 

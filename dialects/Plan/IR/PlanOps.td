@@ -24,7 +24,7 @@ def Plan_Dialect : Dialect {
 class Plan_Op<string mnemonic, list<Trait> traits = []>
     : Op<Plan_Dialect, mnemonic, traits>;
 
-def Plan_Buffer : MemRefOf<[F16, BF16, F32, I32, I8]>;
+def Plan_Buffer : MemRefOf<[F16, BF16, F32, I32, I8, F8E4M3FN]>;
 
 def Plan_WeightOp : Plan_Op<"weight", [Symbol, IsolatedFromAbove]> {
   let summary = "A weight at a fixed byte offset of the artifact's weights file";
@@ -73,7 +73,8 @@ def Plan_KVCacheViewOp : Plan_Op<"kv_cache_view", [Pure]> {
   let description = [{
     A view at byte `offset` of the runtime's KV cache. Each layer holds, in
     order, keys and values `[max_seq, kv_heads * head_dim]` and, for an int8
-    cache, their per-(token, kv-head) f32 scales `[max_seq, kv_heads]`;
+    or FP8 E4M3 (`f8E4M3FN`) cache, their per-(token, kv-head) f32 scales
+    `[max_seq, kv_heads]`;
     `part` is 0 keys, 1 values, 2 key scales, 3 value scales.
 
     ```mlir

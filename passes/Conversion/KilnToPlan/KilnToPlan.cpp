@@ -171,15 +171,23 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
             auto qweight = cast<RankedTensorType>(q.getQweight().getType());
             Value inFeatures = width(q.getInput());
             Value outFeatures = indexConst(qweight.getDimSize(0));
-            if (q.hasQuantizedActivations() ||
-                (q.getBits() == 8 && q.getGroupSize() != 0))
-              return q.emitOpError()
-                     << "int8 activations and group-wise 8-bit weights have "
-                        "no kernels yet";
+            if (q.hasQuantizedActivations()) {
+              // SmoothQuant W8A8: act_scale 0 selects dynamic per-token
+              // activation scales, a positive one the static per-tensor scale.
+              APFloat actScale = q.getActScale().value_or(APFloat(0.0f));
+              if (q.getActQuant() == "int8_per_token")
+                actScale = APFloat(0.0f);
+              call("kiln_k_linear_w8a8",
+                   {in(q.getInput()), in(q.getQweight()), in(q.getScales()),
+                    *out, rows(q.getInput()), inFeatures, outFeatures,
+                    f32Const(actScale)});
+              return success();
+            }
             if (q.getBits() == 8) {
               call("kiln_k_linear_w8a16",
                    {in(q.getInput()), in(q.getQweight()), in(q.getScales()),
-                    *out, rows(q.getInput()), inFeatures, outFeatures});
+                    *out, rows(q.getInput()), inFeatures, outFeatures,
+                    indexConst(q.getGroupSize())});
               return success();
             }
             call("kiln_k_linear_w4a16",

@@ -78,7 +78,7 @@ typedef struct kiln_rt_model_info_t {
                                  (132 SMs, 140 GiB, sm_90)" */
   const char *dtype;          /* recipe.dtype: "f32", "f16" or "bf16" */
   const char *quant;          /* recipe.quant: "none", "w8a16", "w4a16-rtn" */
-  const char *kv_dtype;       /* runtime.kv_cache.dtype: a dtype or "int8" */
+  const char *kv_dtype;       /* kv_cache.dtype: a dtype, "int8", "fp8_e4m3" */
 } kiln_rt_model_info_t;
 
 void kiln_rt_artifact_info(const kiln_rt_artifact_t *artifact,

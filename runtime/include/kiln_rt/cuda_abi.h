@@ -41,13 +41,17 @@ extern "C" {
 typedef struct kiln_cuda_ctx {
   uint8_t *arena;          /* activation arena, runtime.arena_bytes, 256-byte aligned */
   const uint8_t *weights;  /* weights.bin copied to the device, 256-byte aligned */
-  uint8_t *kv;             /* KV cache, runtime.kv_cache.bytes, zeroed at start */
+  uint8_t *kv;             /* KV cache, runtime.kv_cache.bytes, zeroed at start;
+                              per layer K and V (elements of kv_cache.dtype, or
+                              int8 / FP8 E4M3 codes followed by f32 scales per
+                              (token, kv head)) at the plan's offsets */
   const int32_t *tokens;   /* input token ids [n] */
   float *logits;           /* output: logits of the last input token [vocab] */
   const int64_t *d_pos;    /* start position of this step (device scalar) */
   void *stream;            /* cudaStream_t all work is enqueued on (host handle) */
   void *cublaslt;          /* cublasLtHandle_t (host handle) */
-  void *workspace;         /* cuBLASLt workspace */
+  void *workspace;         /* cuBLASLt workspace and kernel scratch
+                              (kiln_cuda_workspace_bytes) */
   uint64_t workspace_bytes;
   int32_t sm_count;        /* multiprocessors of the device, for split-K choices */
   int32_t status;          /* first CUDA/cuBLAS error seen by emitted code, 0 if none */

@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 1
+#define KILN_ABI_VERSION 2
 
 /// Execution context handed to an entry point. Owned by the runtime.
 typedef struct kiln_exec_ctx {
@@ -173,41 +173,90 @@ void kiln_k_add_bf16(const kiln_bf16_t *a, const kiln_bf16_t *b, kiln_bf16_t *y,
 void kiln_k_mul_bf16(const kiln_bf16_t *a, const kiln_bf16_t *b, kiln_bf16_t *y,
                      int64_t count);
 
-/*===-- W8A16: int8 weights, per-output-channel scales --------------------===*
+/*===-- W8A16: int8 weights, per-output-channel or group-wise scales ------===*
  *
- * Weight-only quantized linear layers (kiln.quantized_linear; weight tensors
- * with manifest dtype "i8"). A weight matrix W [out, in] is stored as
+ * Weight-only quantized linear layers (kiln.quantized_linear with bits 8;
+ * weight tensors with manifest dtype "i8"). A weight matrix W [out, in] is
+ * stored symmetric (no zero points) as
  *   qweight int8 [out, in], row-major, values in [-127, 127], and
- *   scales  float32 [out],
- * symmetric per output channel: W[o, i] = scales[o] * qweight[o, i] (scales
- * typically max_i |W[o, i]| / 127; a zero row has scale 0). Activations x, y
- * have the element type of the suffix (float32, f16, bf16), shapes as in
- * kiln_k_linear: x [n, in], y [n, out]. Each output is
- *   y[r, o] = scales[o] * sum_i float(x[r, i]) * float(qweight[o, i]),
- * the sum accumulated in float (int8 values and 16-bit inputs widen exactly),
- * then multiplied by the row scale and, for 16-bit outputs, rounded once to
- * nearest even. This equals kiln_k_linear on the dequantized float32 weights
- * up to float rounding and accumulation order. y must not alias x. Bounds and
- * alignment as for the other kernels (any in, out; no alignment required).
+ *   scales  float32 [out]              for group_size == 0 (per output
+ *           channel: W[o, i] = scales[o] * qweight[o, i]; scales typically
+ *           max_i |W[o, i]| / 127, a zero row has scale 0), or
+ *   scales  float32 [out, G], G = ceil(in / group_size), for group_size > 0
+ *           (groups of group_size consecutive inputs, the last one shorter
+ *           when group_size does not divide in; W[o, i] = scales[o, i /
+ *           group_size] * qweight[o, i]). GGUF Q8_0 kept quantized is
+ *           group_size 32 (one f16 scale per 32 weights in the file, widened
+ *           to float32 here); kiln-quantize-weights writes scale = max|w_g| /
+ *           127 per group.
+ * Activations x, y have the element type of the suffix (float32, f16, bf16),
+ * shapes as in kiln_k_linear: x [n, in], y [n, out]. Each output is
+ *   y[r, o] = scales[o] * sum_i float(x[r, i]) * float(qweight[o, i])
+ *             (per channel), or
+ *   y[r, o] = sum_g scales[o, g] * sum_{i in g} float(x[r, i]) *
+ *             float(qweight[o, i])   (group-wise; prefill may instead sum
+ *             float(x) * float(scales[o, g] * qweight[o, i])),
+ * the sums accumulated in float (int8 values and 16-bit inputs widen
+ * exactly), then for 16-bit outputs rounded once to nearest even. This equals
+ * kiln_k_linear on the dequantized float32 weights up to float rounding and
+ * accumulation order. y must not alias x. Any in, out; no alignment required.
+ * The SIMD loops are Google Highway code dispatched at run time (AVX-512,
+ * AVX2, SSE4 or scalar), so results differ between CPUs only by float
+ * summation order.
  *===----------------------------------------------------------------------===*/
 
 void kiln_k_linear_w8a16(const float *x, const int8_t *qweight,
                          const float *scales, float *y, int64_t n, int64_t in,
-                         int64_t out);
+                         int64_t out, int64_t group_size);
 void kiln_k_linear_w8a16_f16(const kiln_f16_t *x, const int8_t *qweight,
                              const float *scales, kiln_f16_t *y, int64_t n,
-                             int64_t in, int64_t out);
+                             int64_t in, int64_t out, int64_t group_size);
 void kiln_k_linear_w8a16_bf16(const kiln_bf16_t *x, const int8_t *qweight,
                               const float *scales, kiln_bf16_t *y, int64_t n,
-                              int64_t in, int64_t out);
+                              int64_t in, int64_t out, int64_t group_size);
 /// 16-bit activations, float32 output (a quantized classifier producing
 /// logits), like kiln_k_linear_{f16,bf16}_f32.
 void kiln_k_linear_w8a16_f16_f32(const kiln_f16_t *x, const int8_t *qweight,
                                  const float *scales, float *y, int64_t n,
-                                 int64_t in, int64_t out);
+                                 int64_t in, int64_t out, int64_t group_size);
 void kiln_k_linear_w8a16_bf16_f32(const kiln_bf16_t *x, const int8_t *qweight,
                                   const float *scales, float *y, int64_t n,
-                                  int64_t in, int64_t out);
+                                  int64_t in, int64_t out, int64_t group_size);
+
+/*===-- W8A8: int8 activations x int8 weights (SmoothQuant) ---------------===*
+ *
+ * kiln.quantized_linear with act_quant (SmoothQuant, Xiao et al. 2023,
+ * "SmoothQuant: Accurate and Efficient Post-Training Quantization for Large
+ * Language Models", eq. 1-4: the smoothing factors are folded into the
+ * weights and the preceding RMSNorm by the compiler, so the kernel sees a
+ * plain W8A8 linear layer). Weights as for W8A16 per channel: qweight int8
+ * [out, in] in [-127, 127], scales float32 [out]. Activations x [n, in] and
+ * y [n, out] have the element type of the suffix. For each row r of x
+ * (widened to float32):
+ *   sx[r]     = max_i |x[r, i]| / 127     when act_scale == 0 (dynamic
+ *               per-token scales; a zero row has sx 0 and gives y[r, :] = 0)
+ *             = act_scale                 when act_scale > 0 (static
+ *               per-tensor scale from calibration; values beyond
+ *               127 * act_scale clip),
+ *   xq[r, i]  = clamp(roundf(x[r, i] / sx[r]), -127, 127)   (float32
+ *               division, round half away from zero),
+ *   y[r, o]   = sx[r] * scales[o] * (float) sum_i (int32) xq[r, i] * q[o, i]
+ * (evaluated left to right in float32; the int32 sum is exact for
+ * in < 133,000), rounded once to nearest even for 16-bit outputs. The int8
+ * products use Highway's ReorderWidenMulAccumulate (vpmaddwd on x86), so y
+ * is bit-identical on every SIMD target. Non-finite x give unspecified y.
+ * y must not alias x. Any n, in, out; no alignment required.
+ *===----------------------------------------------------------------------===*/
+
+void kiln_k_linear_w8a8(const float *x, const int8_t *qweight,
+                        const float *scales, float *y, int64_t n, int64_t in,
+                        int64_t out, float act_scale);
+void kiln_k_linear_w8a8_f16(const kiln_f16_t *x, const int8_t *qweight,
+                            const float *scales, kiln_f16_t *y, int64_t n,
+                            int64_t in, int64_t out, float act_scale);
+void kiln_k_linear_w8a8_bf16(const kiln_bf16_t *x, const int8_t *qweight,
+                             const float *scales, kiln_bf16_t *y, int64_t n,
+                             int64_t in, int64_t out, float act_scale);
 
 /*===-- W4A16: packed 4-bit weights, group-wise asymmetric scales ---------===*
  *
@@ -300,6 +349,50 @@ void kiln_k_attention_kv8_bf16(const kiln_bf16_t *q, const kiln_bf16_t *k,
                                float *v_scales, kiln_bf16_t *out, int64_t n,
                                int64_t pos, int64_t heads, int64_t kv_heads,
                                int64_t head_dim, int64_t max_seq, float scale);
+
+/*===-- FP8 E4M3 KV cache: per-token, per-kv-head scales ------------------===*
+ *
+ * Attention over a KV cache stored as 8-bit floats (recipe "kv=fp8"; the FP8
+ * KV caches of vLLM / TensorRT-LLM with one scale per token and head). The
+ * format is E4M3FN of the OCP 8-bit Floating Point Specification (OFP8,
+ * rev. 1.0, 2023): bit 7 sign, 4 exponent bits with bias 7, 3 mantissa bits;
+ * exponent 0 is subnormal (2^-6 * m / 8), S.1111.111 is NaN, there are no
+ * infinities, the largest magnitude is S.1111.110 = 448. Per layer the caller
+ * passes
+ *   k_cache, v_cache  uint8 E4M3FN codes [max_seq, kv_heads * head_dim],
+ *   k_scales, v_scales float32 [max_seq, kv_heads],
+ * and a cached element is dequantized as
+ *   K[t, h, d] = k_scales[t, h] * e4m3(k_cache[t, h * head_dim + d])
+ * (V likewise; e4m3(c) the exact value of code c). Append: for each new token
+ * i (row t = pos + i) and kv head h, separately for K and V, with x the
+ * head's head_dim values widened to float32:
+ *   amax  = max_d |x[d]|,   scale = amax / 448.0f  (float32 division),
+ *   q[d]  = E4M3FN(x[d] / scale): float32 division, then round to nearest,
+ *           ties to even, saturating to +-448 (every q[d] = +0 when
+ *           scale == 0),
+ * stores q into the cache row and scale into the scales row. Then exactly the
+ * attention of kiln_k_attention with the dequantized K and V (float32 math).
+ * Element types, shapes, aliasing and unspecified non-finite inputs as for
+ * kiln_k_attention_kv8.
+ *===----------------------------------------------------------------------===*/
+
+void kiln_k_attention_kvf8(const float *q, const float *k, const float *v,
+                           uint8_t *k_cache, uint8_t *v_cache, float *k_scales,
+                           float *v_scales, float *out, int64_t n, int64_t pos,
+                           int64_t heads, int64_t kv_heads, int64_t head_dim,
+                           int64_t max_seq, float scale);
+void kiln_k_attention_kvf8_f16(const kiln_f16_t *q, const kiln_f16_t *k,
+                               const kiln_f16_t *v, uint8_t *k_cache,
+                               uint8_t *v_cache, float *k_scales,
+                               float *v_scales, kiln_f16_t *out, int64_t n,
+                               int64_t pos, int64_t heads, int64_t kv_heads,
+                               int64_t head_dim, int64_t max_seq, float scale);
+void kiln_k_attention_kvf8_bf16(const kiln_bf16_t *q, const kiln_bf16_t *k,
+                                const kiln_bf16_t *v, uint8_t *k_cache,
+                                uint8_t *v_cache, float *k_scales,
+                                float *v_scales, kiln_bf16_t *out, int64_t n,
+                                int64_t pos, int64_t heads, int64_t kv_heads,
+                                int64_t head_dim, int64_t max_seq, float scale);
 
 #ifdef __cplusplus
 }

@@ -233,14 +233,15 @@ Status parseManifest(const std::string &text, const std::string &dir,
       r.getInt("runtime.kv_cache.max_seq", 1, INT32_MAX, out.kvMaxSeq));
   std::string kvDtype;
   KILN_RT_RETURN_IF_ERROR(r.getString("runtime.kv_cache.dtype", kvDtype));
-  bool kvInt8 = kvDtype == "int8";
+  // Quantized caches: int8, or FP8 E4M3FN bytes ("fp8_e4m3").
+  bool kvInt8 = kvDtype == "int8" || kvDtype == "fp8_e4m3";
   if (!dtypeBytes(kvDtype) && !kvInt8)
     return unimplemented(where + ": runtime.kv_cache.dtype \"" + kvDtype +
                          "\" is not supported (expected \"f32\", \"f16\", "
-                         "\"bf16\" or \"int8\")");
+                         "\"bf16\", \"int8\" or \"fp8_e4m3\")");
   out.kvDtype = kvDtype;
-  // int8 caches also hold one f32 scale per (token, kv head) for keys and
-  // for values: 4 more bytes per head_dim elements.
+  // int8 and fp8_e4m3 caches also hold one f32 scale per (token, kv head) for
+  // keys and for values: 4 more bytes per head_dim elements.
   const uint64_t kvElem = kvInt8 ? 1 : dtypeBytes(kvDtype);
   KILN_RT_RETURN_IF_ERROR(r.getUInt("runtime.kv_cache.bytes", out.kvBytes));
   // Products stay below 2^63: each factor is bounded above.

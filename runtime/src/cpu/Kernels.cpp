@@ -1,4 +1,4 @@
-//===- Kernels.cpp - CPU kernels of the Kiln kernel ABI -----------*- C++ -*-===//
+//===- Kernels.cpp - CPU kernels of the Kiln kernel ABI -------*- C++ -*-===//
 //
 // Implementations of runtime/include/kiln_rt/kernel_abi.h, called by emitted
 // model.so code: float32, and f16 / bf16 sharing the float32 code paths
@@ -11,15 +11,18 @@
 // within 1e-4 relative error of a float64 reference. Threads: OpenMP over rows
 // / heads; cblas_sgemm (OpenBLAS, one BLAS thread per OpenMP thread) for linear
 // layers with n > 1 (16-bit weights are converted to float one tile at a time).
-// W8A16 linear layers (int8 weights, per-row float scales) follow the 16-bit
-// linear: int8 GEMV widened in registers for decode, tiles widened to float
-// for sgemm in prefill, the row scale applied to each finished sum. W4A16
+// W8A16 linear layers (int8 weights, per-row or per-group float scales) follow
+// the 16-bit linear: int8 GEMV widened in registers for decode, tiles widened
+// (per row) or dequantized (per group) to float for sgemm in prefill. W4A16
 // (packed unsigned nibbles, per-group scales and zeros) likewise: nibbles
 // unpacked and zero-shifted in registers for decode (each group's sum scaled
-// into the total), tiles dequantized to float for sgemm in prefill.
-// The INT8 KV cache attention shares the attention code: new K/V rows are
-// quantized per (token, kv head) on append, cache rows dequantized into the
-// per-thread float buffers the 16-bit attention widens into.
+// into the total), tiles dequantized to float for sgemm in prefill. W8A8
+// (SmoothQuant) quantizes each activation row to int8 and runs an exact int32
+// int8 x int8 GEMM. The SIMD loops of all quantized layers are Google Highway
+// code in QuantKernelsHwy.cpp (dynamic dispatch: AVX-512, AVX2, SSE4, scalar).
+// The INT8 and FP8 E4M3 KV cache attentions share the attention code: new K/V
+// rows are quantized per (token, kv head) on append, cache rows dequantized
+// into the per-thread float buffers the 16-bit attention widens into.
 //
 //===----------------------------------------------------------------------===//
 #include "cpu/Kernels.h"
@@ -36,6 +39,7 @@
 #pragma GCC diagnostic pop
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -118,70 +122,6 @@ static void gemv(const float *x, const uint16_t *w, float *y, int64_t in,
       for (int l = 0; l < s; ++l)
         acc[l] += acc[l + s];
     y[r] = acc[0] + tail;
-  }
-}
-static void widenI8(const int8_t *src, float *dst, int64_t count) {
-  for (int64_t i = 0; i < count; ++i)
-    dst[i] = float(src[i]);
-}
-static void gemvI8(const float *x, const int8_t *q, const float *scales,
-                   float *y, int64_t in, int64_t rows) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const int8_t *qr = q + r * in;
-    float acc[16] = {0};
-    int64_t j = 0;
-    for (; j + 16 <= in; j += 16)
-      for (int l = 0; l < 16; ++l)
-        acc[l] += float(qr[j + l]) * x[j + l];
-    float tail = 0.0f;
-    for (; j < in; ++j)
-      tail += float(qr[j]) * x[j];
-    for (int s = 8; s > 0; s >>= 1)
-      for (int l = 0; l < s; ++l)
-        acc[l] += acc[l + s];
-    y[r] = scales[r] * (acc[0] + tail);
-  }
-}
-static void dequantQ4(const int8_t *q, const float *scales, const int8_t *zeros,
-                      float *dst, int64_t begin, int64_t count,
-                      int64_t groupSize) {
-  const int64_t end = begin + count;
-  for (int64_t i = begin; i < end;) {
-    const int64_t g = i / groupSize, e = std::min(end, (g + 1) * groupSize);
-    const float s = scales[g];
-    const int z = zeros[g];
-    for (; i < e; ++i)
-      *dst++ = s * float(q4At(q, i) - z);
-  }
-}
-static void gemvQ4(const float *x, const int8_t *q, const float *scales,
-                   const int8_t *zeros, float *y, int64_t in, int64_t rows,
-                   int64_t groupSize) {
-  const int64_t rowBytes = q4RowBytes(in), groups = q4Groups(in, groupSize);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int8_t *qr = q + r * rowBytes;
-    float total = 0.0f;
-    for (int64_t g = 0; g < groups; ++g) {
-      const int64_t c0 = g * groupSize, c1 = std::min(in, c0 + groupSize);
-      const int z = zeros[r * groups + g];
-      float acc[8] = {0};
-      int64_t j = c0; // even: groupSize is (odd ones take the tail loop)
-      if ((groupSize & 1) == 0)
-        for (; j + 8 <= c1; j += 8)
-          for (int l = 0; l < 4; ++l) {
-            const uint8_t b = uint8_t(qr[(j >> 1) + l]);
-            acc[2 * l] += x[j + 2 * l] * float(int(b & 0x0f) - z);
-            acc[2 * l + 1] += x[j + 2 * l + 1] * float(int(b >> 4) - z);
-          }
-      float tail = 0.0f;
-      for (; j < c1; ++j)
-        tail += x[j] * float(q4At(qr, j) - z);
-      for (int s = 4; s > 0; s >>= 1)
-        for (int l = 0; l < s; ++l)
-          acc[l] += acc[l + s];
-      total += scales[r * groups + g] * (acc[0] + tail);
-    }
-    y[r] = total;
   }
 }
 } // namespace generic
@@ -279,196 +219,6 @@ static void gemv(const float *x, const uint16_t *w, float *y, int64_t in,
   for (; r < rows; ++r)
     dotRows<Bf16, 1>(x, w + r * in, y + r, in);
 }
-/// Eight int8 values widened to float in registers (vpmovsxbd + vcvtdq2ps).
-static inline __m256 loadI8x8(const int8_t *p) {
-  __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p));
-  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
-}
-static void widenI8(const int8_t *src, float *dst, int64_t count) {
-  int64_t i = 0;
-  for (; i + 8 <= count; i += 8)
-    _mm256_storeu_ps(dst + i, loadI8x8(src + i));
-  for (; i < count; ++i)
-    dst[i] = float(src[i]);
-}
-/// y[0, R) = scales[r] * dot(q[r, :in], x) for R int8 rows at once (as
-/// dotRows: x loaded once per step, two accumulators per row).
-template <int R>
-static inline void dotRowsI8(const float *x, const int8_t *q,
-                             const float *scales, float *y, int64_t in) {
-  __m256 a[R], b[R];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
-    a[r] = b[r] = _mm256_setzero_ps();
-  int64_t j = 0;
-  for (; j + 16 <= in; j += 16) {
-    __m256 xa = _mm256_loadu_ps(x + j), xb = _mm256_loadu_ps(x + j + 8);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      a[r] = _mm256_fmadd_ps(loadI8x8(q + r * in + j), xa, a[r]);
-      b[r] = _mm256_fmadd_ps(loadI8x8(q + r * in + j + 8), xb, b[r]);
-    }
-  }
-  if (j + 8 <= in) {
-    __m256 xa = _mm256_loadu_ps(x + j);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r)
-      a[r] = _mm256_fmadd_ps(loadI8x8(q + r * in + j), xa, a[r]);
-    j += 8;
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-    float s = hsum(_mm256_add_ps(a[r], b[r]));
-    for (int64_t k = j; k < in; ++k)
-      s += float(q[r * in + k]) * x[k];
-    y[r] = scales[r] * s;
-  }
-}
-static void gemvI8(const float *x, const int8_t *q, const float *scales,
-                   float *y, int64_t in, int64_t rows) {
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4)
-    dotRowsI8<4>(x, q + r * in, scales + r, y + r, in);
-  for (; r < rows; ++r)
-    dotRowsI8<1>(x, q + r * in, scales + r, y + r, in);
-}
-/// Nibbles of `b` (low byte lane k holds elements 2k, 2k + 1) as int8 values
-/// q - z in element order: lo = elements of bytes 0..7, hi = of bytes 8..15.
-static inline __m128i nibLo(__m128i b, __m128i z) {
-  const __m128i m = _mm_set1_epi8(0x0f);
-  return _mm_sub_epi8(_mm_unpacklo_epi8(_mm_and_si128(b, m),
-                                        _mm_and_si128(_mm_srli_epi16(b, 4), m)),
-                      z);
-}
-static inline __m128i nibHi(__m128i b, __m128i z) {
-  const __m128i m = _mm_set1_epi8(0x0f);
-  return _mm_sub_epi8(_mm_unpackhi_epi8(_mm_and_si128(b, m),
-                                        _mm_and_si128(_mm_srli_epi16(b, 4), m)),
-                      z);
-}
-/// 16 elements (8 bytes at p) / 8 elements (4 bytes; bytes 8..15 of the
-/// result are -z) as int8 q - z.
-static inline __m128i nib16(const int8_t *p, __m128i z) {
-  return nibLo(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p)), z);
-}
-static inline __m128i nib8(const int8_t *p, __m128i z) {
-  int32_t w;
-  std::memcpy(&w, p, sizeof(w));
-  return nibLo(_mm_cvtsi32_si128(w), z);
-}
-/// int8 lanes 0..7 / 8..15 of v as float.
-static inline __m256 i8Lo8(__m128i v) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
-}
-static inline __m256 i8Hi8(__m128i v) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(v, v)));
-}
-static void dequantQ4(const int8_t *q, const float *scales, const int8_t *zeros,
-                      float *dst, int64_t begin, int64_t count,
-                      int64_t groupSize) {
-  const int64_t end = begin + count;
-  for (int64_t i = begin; i < end;) {
-    const int64_t g = i / groupSize, e = std::min(end, (g + 1) * groupSize);
-    const float s = scales[g];
-    const int zi = zeros[g];
-    if (i & 1) // only when begin is odd: realign to a byte
-      *dst++ = s * float(q4At(q, i++) - zi);
-    const __m128i z = _mm_set1_epi8(char(zi));
-    const __m256 sv = _mm256_set1_ps(s);
-    for (; i + 16 <= e; i += 16, dst += 16) {
-      const __m128i v = nib16(q + (i >> 1), z);
-      _mm256_storeu_ps(dst, _mm256_mul_ps(i8Lo8(v), sv));
-      _mm256_storeu_ps(dst + 8, _mm256_mul_ps(i8Hi8(v), sv));
-    }
-    for (; i < e; ++i)
-      *dst++ = s * float(q4At(q, i) - zi);
-  }
-}
-/// 8 nibbles (4 bytes at p, element order) as floats q - z without
-/// shuffles: the word is broadcast, vpsrlvd moves nibble L to the bottom of
-/// lane L, and / or form the float bits of 2^23 + q, and one subtraction of
-/// zf = 2^23 + z gives q - z exactly.
-static inline __m256 q4x8(const int8_t *p, __m256 zf) {
-  int32_t w;
-  std::memcpy(&w, p, sizeof(w));
-  __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32(w),
-                                _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
-  v = _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xf)),
-                      _mm256_set1_epi32(0x4b000000));
-  return _mm256_sub_ps(_mm256_castsi256_ps(v), zf);
-}
-/// y[0, R) for R packed 4-bit rows at once (rows rowBytes apart): per group,
-/// two accumulators per row of x * (q - z) (16, then 8 elements a step, x
-/// loaded once for all rows), scaled into a vector total per row; scalar
-/// tail of a group below 8 elements.
-template <int R>
-static inline void dotRowsQ4(const float *x, const int8_t *q, int64_t rowBytes,
-                             const float *scales, const int8_t *zeros,
-                             int64_t groups, float *y, int64_t in,
-                             int64_t groupSize) {
-  __m256 tot[R];
-  float tail[R];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-    tot[r] = _mm256_setzero_ps();
-    tail[r] = 0.0f;
-  }
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t c0 = g * groupSize, c1 = std::min(in, c0 + groupSize);
-    __m256 a[R], b[R], zf[R];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      a[r] = b[r] = _mm256_setzero_ps();
-      zf[r] = _mm256_set1_ps(8388608.0f + float(zeros[r * groups + g]));
-    }
-    int64_t j = c0; // even: groupSize is
-    for (; j + 16 <= c1; j += 16) {
-      const __m256 xa = _mm256_loadu_ps(x + j), xb = _mm256_loadu_ps(x + j + 8);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const int8_t *p = q + r * rowBytes + (j >> 1);
-        a[r] = _mm256_fmadd_ps(q4x8(p, zf[r]), xa, a[r]);
-        b[r] = _mm256_fmadd_ps(q4x8(p + 4, zf[r]), xb, b[r]);
-      }
-    }
-    if (j + 8 <= c1) {
-      const __m256 xa = _mm256_loadu_ps(x + j);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r)
-        a[r] = _mm256_fmadd_ps(q4x8(q + r * rowBytes + (j >> 1), zf[r]), xa,
-                               a[r]);
-      j += 8;
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const float sc = scales[r * groups + g];
-      tot[r] = _mm256_fmadd_ps(_mm256_add_ps(a[r], b[r]), _mm256_set1_ps(sc),
-                               tot[r]);
-      if (j < c1) {
-        const int zi = zeros[r * groups + g];
-        float t = 0.0f;
-        for (int64_t k = j; k < c1; ++k)
-          t += x[k] * float(q4At(q + r * rowBytes, k) - zi);
-        tail[r] += sc * t;
-      }
-    }
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
-    y[r] = hsum(tot[r]) + tail[r];
-}
-static void gemvQ4(const float *x, const int8_t *q, const float *scales,
-                   const int8_t *zeros, float *y, int64_t in, int64_t rows,
-                   int64_t groupSize) {
-  const int64_t rowBytes = q4RowBytes(in), groups = q4Groups(in, groupSize);
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4)
-    dotRowsQ4<4>(x, q + r * rowBytes, rowBytes, scales + r * groups,
-                 zeros + r * groups, groups, y + r, in, groupSize);
-  for (; r < rows; ++r)
-    dotRowsQ4<1>(x, q + r * rowBytes, rowBytes, scales + r * groups,
-                 zeros + r * groups, groups, y + r, in, groupSize);
-}
 } // namespace avx2
 #pragma GCC pop_options
 
@@ -551,297 +301,6 @@ static void gemv(const float *x, const uint16_t *w, float *y, int64_t in,
   for (; r < rows; ++r)
     dotRows<Bf16, 1>(x, w + r * in, y + r, in);
 }
-/// Sixteen int8 values widened to float in registers.
-static inline __m512 loadI8x16(const int8_t *p) {
-  __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
-}
-static void widenI8(const int8_t *src, float *dst, int64_t count) {
-  int64_t i = 0;
-  for (; i + 16 <= count; i += 16)
-    _mm512_storeu_ps(dst + i, loadI8x16(src + i));
-  avx2::widenI8(src + i, dst + i, count - i);
-}
-template <int R>
-static inline void dotRowsI8(const float *x, const int8_t *q,
-                             const float *scales, float *y, int64_t in) {
-  __m512 a[R], b[R];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
-    a[r] = b[r] = _mm512_setzero_ps();
-  int64_t j = 0;
-  for (; j + 32 <= in; j += 32) {
-    __m512 xa = _mm512_loadu_ps(x + j), xb = _mm512_loadu_ps(x + j + 16);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      a[r] = _mm512_fmadd_ps(loadI8x16(q + r * in + j), xa, a[r]);
-      b[r] = _mm512_fmadd_ps(loadI8x16(q + r * in + j + 16), xb, b[r]);
-    }
-  }
-  if (j + 16 <= in) {
-    __m512 xa = _mm512_loadu_ps(x + j);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r)
-      a[r] = _mm512_fmadd_ps(loadI8x16(q + r * in + j), xa, a[r]);
-    j += 16;
-  }
-  __m256 c[R];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
-    c[r] = _mm256_setzero_ps();
-  if (j + 8 <= in) {
-    __m256 xa = _mm256_loadu_ps(x + j);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r)
-      c[r] = _mm256_fmadd_ps(avx2::loadI8x8(q + r * in + j), xa, c[r]);
-    j += 8;
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-    float s = _mm512_reduce_add_ps(_mm512_add_ps(a[r], b[r])) + avx2::hsum(c[r]);
-    for (int64_t k = j; k < in; ++k)
-      s += float(q[r * in + k]) * x[k];
-    y[r] = scales[r] * s;
-  }
-}
-static void gemvI8(const float *x, const int8_t *q, const float *scales,
-                   float *y, int64_t in, int64_t rows) {
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4)
-    dotRowsI8<4>(x, q + r * in, scales + r, y + r, in);
-  for (; r < rows; ++r)
-    dotRowsI8<1>(x, q + r * in, scales + r, y + r, in);
-}
-/// 16 int8 lanes as 16 floats.
-static inline __m512 i8x16(__m128i v) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v));
-}
-static void dequantQ4(const int8_t *q, const float *scales, const int8_t *zeros,
-                      float *dst, int64_t begin, int64_t count,
-                      int64_t groupSize) {
-  const int64_t end = begin + count;
-  for (int64_t i = begin; i < end;) {
-    const int64_t g = i / groupSize, e = std::min(end, (g + 1) * groupSize);
-    const float s = scales[g];
-    const int zi = zeros[g];
-    if (i & 1) // only when begin is odd: realign to a byte
-      *dst++ = s * float(q4At(q, i++) - zi);
-    const __m128i z = _mm_set1_epi8(char(zi));
-    const __m512 sv = _mm512_set1_ps(s);
-    for (; i + 32 <= e; i += 32, dst += 32) {
-      const __m128i b =
-          _mm_loadu_si128(reinterpret_cast<const __m128i *>(q + (i >> 1)));
-      _mm512_storeu_ps(dst, _mm512_mul_ps(i8x16(avx2::nibLo(b, z)), sv));
-      _mm512_storeu_ps(dst + 16, _mm512_mul_ps(i8x16(avx2::nibHi(b, z)), sv));
-    }
-    if (i + 16 <= e) {
-      _mm512_storeu_ps(dst,
-                       _mm512_mul_ps(i8x16(avx2::nib16(q + (i >> 1), z)), sv));
-      i += 16;
-      dst += 16;
-    }
-    for (; i < e; ++i)
-      *dst++ = s * float(q4At(q, i) - zi);
-  }
-}
-/// avx2::dotRowsQ4 with 32 elements a step (one 16-byte load of nibbles per
-/// row), then 16, then 8 (x masked to 8 lanes).
-template <int R>
-static inline void dotRowsQ4(const float *x, const int8_t *q, int64_t rowBytes,
-                             const float *scales, const int8_t *zeros,
-                             int64_t groups, float *y, int64_t in,
-                             int64_t groupSize) {
-  __m512 tot[R];
-  float tail[R];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-    tot[r] = _mm512_setzero_ps();
-    tail[r] = 0.0f;
-  }
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t c0 = g * groupSize, c1 = std::min(in, c0 + groupSize);
-    __m512 a[R], b[R];
-    __m128i z[R];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      a[r] = b[r] = _mm512_setzero_ps();
-      z[r] = _mm_set1_epi8(char(zeros[r * groups + g]));
-    }
-    int64_t j = c0; // even: groupSize is
-    for (; j + 32 <= c1; j += 32) {
-      const __m512 xa = _mm512_loadu_ps(x + j), xb = _mm512_loadu_ps(x + j + 16);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const __m128i v = _mm_loadu_si128(
-            reinterpret_cast<const __m128i *>(q + r * rowBytes + (j >> 1)));
-        a[r] = _mm512_fmadd_ps(i8x16(avx2::nibLo(v, z[r])), xa, a[r]);
-        b[r] = _mm512_fmadd_ps(i8x16(avx2::nibHi(v, z[r])), xb, b[r]);
-      }
-    }
-    if (j + 16 <= c1) {
-      const __m512 xa = _mm512_loadu_ps(x + j);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r)
-        a[r] = _mm512_fmadd_ps(
-            i8x16(avx2::nib16(q + r * rowBytes + (j >> 1), z[r])), xa, a[r]);
-      j += 16;
-    }
-    if (j + 8 <= c1) {
-      // Lanes 8..15 of x are 0 (the weight lanes there hold -z).
-      const __m512 xa = _mm512_maskz_loadu_ps(__mmask16(0x00ff), x + j);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r)
-        b[r] = _mm512_fmadd_ps(
-            i8x16(avx2::nib8(q + r * rowBytes + (j >> 1), z[r])), xa, b[r]);
-      j += 8;
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const float sc = scales[r * groups + g];
-      tot[r] = _mm512_fmadd_ps(_mm512_add_ps(a[r], b[r]), _mm512_set1_ps(sc),
-                               tot[r]);
-      if (j < c1) {
-        const int zi = zeros[r * groups + g];
-        float t = 0.0f;
-        for (int64_t k = j; k < c1; ++k)
-          t += x[k] * float(q4At(q + r * rowBytes, k) - zi);
-        tail[r] += sc * t;
-      }
-    }
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
-    y[r] = _mm512_reduce_add_ps(tot[r]) + tail[r];
-}
-/// Fast path for groupSize % 16 == 0 (every step starts at a multiple of 16).
-/// 16 nibbles (8 bytes at p) as floats q - z without shuffles: the 8 bytes
-/// are broadcast to every 64-bit lane, vpsrlvd moves nibble pi(L) to the
-/// bottom of 32-bit lane L (pi(2m) = m, pi(2m + 1) = 8 + m), vpternlogd
-/// forms the float bits of 2^23 + q and one subtraction of zf = 2^23 + z
-/// gives q - z exactly. x must be permuted by pi in 16-element blocks
-/// (permuteQ4X).
-static inline __m512 q4x16(const int8_t *p, __m512i shifts, __m512 zf) {
-  int64_t u;
-  std::memcpy(&u, p, sizeof(u));
-  __m512i v = _mm512_srlv_epi32(_mm512_set1_epi64(u), shifts);
-  // (v & 0xf) | 0x4b000000
-  v = _mm512_ternarylogic_epi32(v, _mm512_set1_epi32(0xf),
-                                _mm512_set1_epi32(0x4b000000), 0xea);
-  return _mm512_sub_ps(_mm512_castsi512_ps(v), zf);
-}
-static inline __m512i q4Shifts() {
-  return _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24,
-                           28, 28);
-}
-/// xp = x with every full 16-element block permuted by pi (the elements past
-/// the last full block unchanged).
-static void permuteQ4X(const float *x, float *xp, int64_t in) {
-  const __m512i idx = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5,
-                                        13, 6, 14, 7, 15);
-  int64_t j = 0;
-  for (; j + 16 <= in; j += 16)
-    _mm512_storeu_ps(xp + j,
-                     _mm512_permutexvar_ps(idx, _mm512_loadu_ps(x + j)));
-  for (; j < in; ++j)
-    xp[j] = x[j];
-}
-/// dotRowsQ4 on q4x16 (xp permuted by permuteQ4X); groupSize % 16 == 0, so
-/// only the last group can leave a remainder (< 16 elements, all in xp's
-/// unpermuted tail): 8 more via the shuffle path, then scalar.
-template <int R>
-static inline void dotRowsQ4Fast(const float *xp, const int8_t *q,
-                                 int64_t rowBytes, const float *scales,
-                                 const int8_t *zeros, int64_t groups, float *y,
-                                 int64_t in, int64_t groupSize) {
-  const __m512i shifts = q4Shifts();
-  __m512 tot[R];
-  float tail[R];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-    tot[r] = _mm512_setzero_ps();
-    tail[r] = 0.0f;
-  }
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t c0 = g * groupSize, c1 = std::min(in, c0 + groupSize);
-    __m512 a[R], b[R], zf[R];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      a[r] = b[r] = _mm512_setzero_ps();
-      zf[r] = _mm512_set1_ps(8388608.0f + float(zeros[r * groups + g]));
-    }
-    int64_t j = c0;
-    for (; j + 32 <= c1; j += 32) {
-      const __m512 xa = _mm512_loadu_ps(xp + j),
-                   xb = _mm512_loadu_ps(xp + j + 16);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const int8_t *p = q + r * rowBytes + (j >> 1);
-        a[r] = _mm512_fmadd_ps(q4x16(p, shifts, zf[r]), xa, a[r]);
-        b[r] = _mm512_fmadd_ps(q4x16(p + 8, shifts, zf[r]), xb, b[r]);
-      }
-    }
-    if (j + 16 <= c1) {
-      const __m512 xa = _mm512_loadu_ps(xp + j);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r)
-        a[r] = _mm512_fmadd_ps(q4x16(q + r * rowBytes + (j >> 1), shifts, zf[r]),
-                               xa, a[r]);
-      j += 16;
-    }
-    if (j + 8 <= c1) { // unpermuted tail of x
-      const __m512 xa = _mm512_maskz_loadu_ps(__mmask16(0x00ff), xp + j);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r)
-        b[r] = _mm512_fmadd_ps(
-            i8x16(avx2::nib8(q + r * rowBytes + (j >> 1),
-                             _mm_set1_epi8(char(zeros[r * groups + g])))),
-            xa, b[r]);
-      j += 8;
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const float sc = scales[r * groups + g];
-      tot[r] = _mm512_fmadd_ps(_mm512_add_ps(a[r], b[r]), _mm512_set1_ps(sc),
-                               tot[r]);
-      if (j < c1) {
-        const int zi = zeros[r * groups + g];
-        float t = 0.0f;
-        for (int64_t k = j; k < c1; ++k)
-          t += xp[k] * float(q4At(q + r * rowBytes, k) - zi);
-        tail[r] += sc * t;
-      }
-    }
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
-    y[r] = _mm512_reduce_add_ps(tot[r]) + tail[r];
-}
-static void gemvQ4(const float *x, const int8_t *q, const float *scales,
-                   const int8_t *zeros, float *y, int64_t in, int64_t rows,
-                   int64_t groupSize) {
-  const int64_t rowBytes = q4RowBytes(in), groups = q4Groups(in, groupSize);
-  int64_t r = 0;
-  if (groupSize % 16 == 0) {
-    thread_local std::vector<float> xBuf;
-    if (xBuf.size() < size_t(in))
-      xBuf.resize(size_t(in));
-    float *xp = xBuf.data();
-    permuteQ4X(x, xp, in);
-    for (; r + 4 <= rows; r += 4)
-      dotRowsQ4Fast<4>(xp, q + r * rowBytes, rowBytes, scales + r * groups,
-                       zeros + r * groups, groups, y + r, in, groupSize);
-    for (; r < rows; ++r)
-      dotRowsQ4Fast<1>(xp, q + r * rowBytes, rowBytes, scales + r * groups,
-                       zeros + r * groups, groups, y + r, in, groupSize);
-    return;
-  }
-  for (; r + 4 <= rows; r += 4)
-    dotRowsQ4<4>(x, q + r * rowBytes, rowBytes, scales + r * groups,
-                 zeros + r * groups, groups, y + r, in, groupSize);
-  for (; r < rows; ++r)
-    dotRowsQ4<1>(x, q + r * rowBytes, rowBytes, scales + r * groups,
-                 zeros + r * groups, groups, y + r, in, groupSize);
-}
 } // namespace avx512
 #pragma GCC pop_options
 
@@ -867,8 +326,10 @@ SimdLevel simdLevel() {
 
 SimdLevel setSimdLevelForTesting(SimdLevel level) {
   SimdLevel previous = simdLevel();
-  forcedSimdLevel.store(int(std::min(level, maxSimdLevel())),
-                        std::memory_order_relaxed);
+  level = std::min(level, maxSimdLevel());
+  forcedSimdLevel.store(int(level), std::memory_order_relaxed);
+  setQuantKernelTargetsForTesting(level == maxSimdLevel() ? SimdLevel::Avx512
+                                                          : level);
   return previous;
 }
 
@@ -901,24 +362,6 @@ void gemvRowsF16(const float *x, const uint16_t *w, float *y, int64_t in,
 void gemvRowsBf16(const float *x, const uint16_t *w, float *y, int64_t in,
                   int64_t rows) {
   KILN_DISPATCH(gemv<true>, x, w, y, in, rows);
-}
-void widenI8(const int8_t *src, float *dst, int64_t count) {
-  KILN_DISPATCH(widenI8, src, dst, count);
-}
-void gemvRowsI8(const float *x, const int8_t *q, const float *scales, float *y,
-                int64_t in, int64_t rows) {
-  KILN_DISPATCH(gemvI8, x, q, scales, y, in, rows);
-}
-void dequantRowQ4(const int8_t *q, const float *scales, const int8_t *zeros,
-                  float *dst, int64_t begin, int64_t count, int64_t groupSize) {
-  KILN_DISPATCH(dequantQ4, q, scales, zeros, dst, begin, count, groupSize);
-}
-void gemvRowsQ4(const float *x, const int8_t *q, const float *scales,
-                const int8_t *zeros, float *y, int64_t in, int64_t rows,
-                int64_t groupSize) {
-  if (groupSize & 1) // never emitted; the SIMD paths assume byte-aligned groups
-    return generic::gemvQ4(x, q, scales, zeros, y, in, rows, groupSize);
-  KILN_DISPATCH(gemvQ4, x, q, scales, zeros, y, in, rows, groupSize);
 }
 #undef KILN_DISPATCH
 
@@ -1108,14 +551,16 @@ static void linear16(const typename E::T *x, const typename E::T *w, OutT *y,
   }
 }
 
-/// W8A16: y[n, out] = x[n, in] * (scales[o] * q[o, in])^T for x of E::T
-/// (float32 or 16-bit) and int8 q; OutT is E::T, or float for 16-bit x with
-/// float32 output. Every output is scales[o] * (float sum of x * q), then
-/// rounded once to OutT.
+/// W8A16: y[n, out] = x[n, in] * W^T for x of E::T (float32 or 16-bit) and
+/// int8 q, W[o, i] = scales[o] * q[o, i] (groupSize 0) or scales[o, g] *
+/// q[o, i], g = i / groupSize; OutT is E::T, or float for 16-bit x with
+/// float32 output. Per channel every output is scales[o] * (float sum of x *
+/// q); group-wise the sum of the groups' scaled sums (decode) or the sum of
+/// x * (scale * q) (prefill); then rounded once to OutT.
 template <class E, class OutT>
 static void linearW8(const typename E::T *x, const int8_t *q,
                      const float *scales, OutT *y, int64_t n, int64_t in,
-                     int64_t out) {
+                     int64_t out, int64_t groupSize) {
   constexpr bool floatOut = std::is_same_v<OutT, float>;
   if (n <= 0 || out <= 0)
     return;
@@ -1123,6 +568,9 @@ static void linearW8(const typename E::T *x, const int8_t *q,
     std::memset(static_cast<void *>(y), 0, sizeof(OutT) * size_t(n * out));
     return;
   }
+  if (groupSize < 0) // never emitted (the compiler checks): per channel
+    groupSize = 0;
+  const int64_t groups = groupSize > 0 ? (in + groupSize - 1) / groupSize : 1;
   if (n == 1) {
     // Decode: memory-bound GEMV reading one byte per weight, rows split over
     // threads; x is widened once.
@@ -1135,12 +583,13 @@ static void linearW8(const typename E::T *x, const int8_t *q,
       int64_t begin = std::min<int64_t>(out, t * chunk);
       int64_t end = std::min<int64_t>(out, begin + chunk);
       if (end > begin) {
+        const float *sb = scales + begin * groups;
         if constexpr (floatOut) {
-          gemvRowsI8(xf, q + begin * in, scales + begin, y + begin, in,
-                     end - begin);
+          gemvRowsI8(xf, q + begin * in, sb, y + begin, in, end - begin,
+                     groupSize);
         } else {
           float *yf = scratch(1, end - begin);
-          gemvRowsI8(xf, q + begin * in, scales + begin, yf, in, end - begin);
+          gemvRowsI8(xf, q + begin * in, sb, yf, in, end - begin, groupSize);
           E::narrow(yf, y + begin, end - begin);
         }
       }
@@ -1150,7 +599,8 @@ static void linearW8(const typename E::T *x, const int8_t *q,
   // Prefill: x as float (widened once for 16-bit); each thread owns a slice
   // of the rows and runs a single-threaded sgemm per tile of int8 weights
   // widened to float (exact), accumulating over depth; the row scales are
-  // applied to the finished sums.
+  // applied to the finished sums. Group-wise weights are dequantized into the
+  // tile instead (scale * q, one rounding).
   setBlasSingleThreaded();
   std::vector<float> xBuf;
   const float *xf;
@@ -1186,8 +636,14 @@ static void linearW8(const typename E::T *x, const int8_t *q,
       }
       for (int64_t k0 = 0; k0 < in; k0 += kTileDepth) {
         int64_t depth = std::min(kTileDepth, in - k0);
-        for (int64_t r = 0; r < rows; ++r)
-          widenI8(q + (r0 + r) * in + k0, wTile + r * depth, depth);
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t o = r0 + r;
+          if (groupSize > 0)
+            dequantRowI8(q + o * in, scales + o * groups, wTile + r * depth, k0,
+                         depth, groupSize);
+          else
+            widenI8(q + o * in + k0, wTile + r * depth, depth);
+        }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),
                     int(depth), 1.0f, xf + k0, int(in), wTile, int(depth),
                     k0 == 0 ? 0.0f : 1.0f, c, int(ldc));
@@ -1195,9 +651,11 @@ static void linearW8(const typename E::T *x, const int8_t *q,
       const float *s = scales + r0;
       for (int64_t i = 0; i < n; ++i) {
         float *ci = c + i * ldc;
+        if (groupSize == 0) {
 #pragma omp simd
-        for (int64_t r = 0; r < rows; ++r)
-          ci[r] *= s[r];
+          for (int64_t r = 0; r < rows; ++r)
+            ci[r] *= s[r];
+        }
         if constexpr (!floatOut)
           E::narrow(ci, y + i * out + r0, rows);
       }
@@ -1302,6 +760,85 @@ static void linearW4(const typename E::T *x, const int8_t *q,
       if constexpr (!floatOut)
         for (int64_t i = 0; i < n; ++i)
           E::narrow(c + i * rows, y + i * out + r0, rows);
+    }
+  }
+}
+
+float quantizeActivationRow(const float *x, int8_t *xq, int64_t in,
+                            float actScale) {
+  float s = actScale;
+  if (s == 0.0f) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < in; ++i)
+      amax = std::max(amax, std::fabs(x[i]));
+    s = amax / 127.0f;
+    if (s == 0.0f) {
+      std::memset(xq, 0, size_t(in));
+      return s;
+    }
+  }
+  for (int64_t i = 0; i < in; ++i) {
+    float r = std::round(x[i] / s); // half away from zero, as roundf
+    xq[i] = int8_t(std::min(127.0f, std::max(-127.0f, r)));
+  }
+  return s;
+}
+
+/// Output rows of one int32 accumulator block of the W8A8 GEMM.
+static constexpr int64_t kW8A8BlockRows = 64;
+
+/// W8A8 (SmoothQuant, Xiao et al. 2023): every activation row quantized to
+/// int8 (quantizeActivationRow), int8 x int8 products summed exactly in
+/// int32 (gemmRowsI8I8), y[r, o] = sx[r] * scales[o] * float(acc[r, o])
+/// rounded once to E::T. Threads own slices of the output rows; each slice
+/// is done in blocks of kW8A8BlockRows rows for all n tokens (the block's
+/// weights stay in cache across the tokens).
+template <class E>
+static void linearW8A8(const typename E::T *x, const int8_t *q,
+                       const float *scales, typename E::T *y, int64_t n,
+                       int64_t in, int64_t out, float actScale) {
+  using T = typename E::T;
+  if (n <= 0 || out <= 0)
+    return;
+  if (in <= 0) {
+    std::memset(static_cast<void *>(y), 0, sizeof(T) * size_t(n * out));
+    return;
+  }
+  if (!(actScale > 0.0f)) // 0 (dynamic), or never emitted: negative / NaN
+    actScale = 0.0f;
+  std::vector<int8_t> xq(size_t(n * in));
+  std::vector<float> sx(static_cast<size_t>(n));
+  bool parallel = n * out * in > kParallelGrain;
+#pragma omp parallel if (parallel)
+  {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i)
+      sx[size_t(i)] = quantizeActivationRow(loadRow<E>(x + i * in, in, 1),
+                                            xq.data() + i * in, in, actScale);
+    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    int64_t chunk = ((out + nt - 1) / nt + 15) / 16 * 16;
+    int64_t begin = std::min<int64_t>(out, t * chunk);
+    int64_t end = std::min<int64_t>(out, begin + chunk);
+    thread_local std::vector<int32_t> acc;
+    for (int64_t r0 = begin; r0 < end; r0 += kW8A8BlockRows) {
+      const int64_t rows = std::min(kW8A8BlockRows, end - r0);
+      if (acc.size() < size_t(n * rows))
+        acc.resize(size_t(n * rows));
+      gemmRowsI8I8(xq.data(), n, q + r0 * in, in, rows, acc.data());
+      for (int64_t i = 0; i < n; ++i) {
+        const float si = sx[size_t(i)];
+        const int32_t *ai = acc.data() + i * rows;
+        T *yi = y + i * out + r0;
+        for (int64_t r = 0; r < rows; ++r) {
+          const float v = si * scales[r0 + r] * float(ai[r]);
+          if constexpr (kIsF32<E>)
+            yi[r] = v;
+          else if constexpr (std::is_same_v<E, F16>)
+            yi[r] = floatToF16(v);
+          else
+            yi[r] = floatToBf16(v);
+        }
+      }
     }
   }
 }
@@ -1450,12 +987,78 @@ template <class E> struct Int8Kv {
   }
 };
 
+/// Per-token, per-kv-head FP8 E4M3FN quantization of one row of `headDim`
+/// floats (kernel_abi.h, kiln_k_attention_kvf8): returns the scale.
+static float quantizeKvRowFp8(const float *x, uint8_t *q, int64_t headDim) {
+  float amax = 0.0f;
+  for (int64_t d = 0; d < headDim; ++d)
+    amax = std::max(amax, std::fabs(x[d]));
+  float s = amax / 448.0f;
+  if (s == 0.0f) {
+    std::memset(q, 0, size_t(headDim));
+    return s;
+  }
+  for (int64_t d = 0; d < headDim; ++d)
+    q[d] = floatToE4M3(x[d] / s);
+  return s;
+}
+
+/// The 256 E4M3FN values, decoded once (e4m3ToFloat).
+static const float *e4m3Table() {
+  static const auto table = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c)
+      t[size_t(c)] = e4m3ToFloat(uint8_t(c));
+    return t;
+  }();
+  return table.data();
+}
+
+/// Cache access of attention() for the FP8 E4M3 KV cache: new rows quantized
+/// on append, cache rows dequantized (scale * e4m3) into scratch slot 2.
+template <class E> struct Fp8Kv {
+  using T = typename E::T;
+  uint8_t *kCache, *vCache;
+  float *kScales, *vScales;
+  int64_t kvHeads, headDim;
+  void append(const T *k, const T *v, int64_t n, int64_t pos) const {
+    const int64_t kvDim = kvHeads * headDim, rows = n * kvHeads;
+#pragma omp parallel for schedule(static) if (rows * headDim > kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t i = r / kvHeads, h = r % kvHeads;
+      int64_t src = i * kvDim + h * headDim;
+      int64_t dst = (pos + i) * kvDim + h * headDim;
+      int64_t sIdx = (pos + i) * kvHeads + h;
+      kScales[sIdx] = quantizeKvRowFp8(loadRow<E>(k + src, headDim, 1),
+                                       kCache + dst, headDim);
+      vScales[sIdx] = quantizeKvRowFp8(loadRow<E>(v + src, headDim, 1),
+                                       vCache + dst, headDim);
+    }
+  }
+  const float *rows(bool isV, int64_t t0, int64_t count, int64_t kvh,
+                    int64_t &stride) const {
+    const int64_t kvDim = kvHeads * headDim;
+    const uint8_t *q = (isV ? vCache : kCache) + t0 * kvDim + kvh * headDim;
+    const float *sc = (isV ? vScales : kScales) + t0 * kvHeads + kvh;
+    const float *table = e4m3Table();
+    float *buf = scratch(2, count * headDim);
+    for (int64_t t = 0; t < count; ++t) {
+      float s = sc[t * kvHeads];
+      const uint8_t *qt = q + t * kvDim;
+      float *bt = buf + t * headDim;
+      for (int64_t d = 0; d < headDim; ++d)
+        bt[d] = s * table[qt[d]];
+    }
+    stride = headDim;
+    return buf;
+  }
+};
+
 template <class E, class Kv>
 static void attention(const typename E::T *q, const typename E::T *k,
-                      const typename E::T *v, const Kv &kv,
-                      typename E::T *out, int64_t n, int64_t pos,
-                      int64_t heads, int64_t kv_heads, int64_t head_dim,
-                      int64_t max_seq, float scale) {
+                      const typename E::T *v, const Kv &kv, typename E::T *out,
+                      int64_t n, int64_t pos, int64_t heads, int64_t kv_heads,
+                      int64_t head_dim, int64_t max_seq, float scale) {
   using T = typename E::T;
   (void)max_seq; // pos + n <= max_seq was validated by the runtime
   const int64_t qDim = heads * head_dim;
@@ -1536,6 +1139,18 @@ static void attentionKv8(const typename E::T *q, const typename E::T *k,
                          int64_t heads, int64_t kv_heads, int64_t head_dim,
                          int64_t max_seq, float scale) {
   Int8Kv<E> kv{k_cache, v_cache, k_scales, v_scales, kv_heads, head_dim};
+  attention<E>(q, k, v, kv, out, n, pos, heads, kv_heads, head_dim, max_seq,
+               scale);
+}
+
+template <class E>
+static void attentionKvf8(const typename E::T *q, const typename E::T *k,
+                          const typename E::T *v, uint8_t *k_cache,
+                          uint8_t *v_cache, float *k_scales, float *v_scales,
+                          typename E::T *out, int64_t n, int64_t pos,
+                          int64_t heads, int64_t kv_heads, int64_t head_dim,
+                          int64_t max_seq, float scale) {
+  Fp8Kv<E> kv{k_cache, v_cache, k_scales, v_scales, kv_heads, head_dim};
   attention<E>(q, k, v, kv, out, n, pos, heads, kv_heads, head_dim, max_seq,
                scale);
 }
@@ -1759,10 +1374,10 @@ void kiln_k_attention_kv8(const float *q, const float *k, const float *v,
 }
 void kiln_k_attention_kv8_f16(const kiln_f16_t *q, const kiln_f16_t *k,
                               const kiln_f16_t *v, int8_t *k_cache,
-                              int8_t *v_cache, float *k_scales,
-                              float *v_scales, kiln_f16_t *out, int64_t n,
-                              int64_t pos, int64_t heads, int64_t kv_heads,
-                              int64_t head_dim, int64_t max_seq, float scale) {
+                              int8_t *v_cache, float *k_scales, float *v_scales,
+                              kiln_f16_t *out, int64_t n, int64_t pos,
+                              int64_t heads, int64_t kv_heads, int64_t head_dim,
+                              int64_t max_seq, float scale) {
   attentionKv8<F16>(q, k, v, k_cache, v_cache, k_scales, v_scales, out, n, pos,
                     heads, kv_heads, head_dim, max_seq, scale);
 }
@@ -1771,37 +1386,82 @@ void kiln_k_attention_kv8_bf16(const kiln_bf16_t *q, const kiln_bf16_t *k,
                                int8_t *v_cache, float *k_scales,
                                float *v_scales, kiln_bf16_t *out, int64_t n,
                                int64_t pos, int64_t heads, int64_t kv_heads,
-                               int64_t head_dim, int64_t max_seq,
-                               float scale) {
-  attentionKv8<Bf16>(q, k, v, k_cache, v_cache, k_scales, v_scales, out, n,
-                     pos, heads, kv_heads, head_dim, max_seq, scale);
+                               int64_t head_dim, int64_t max_seq, float scale) {
+  attentionKv8<Bf16>(q, k, v, k_cache, v_cache, k_scales, v_scales, out, n, pos,
+                     heads, kv_heads, head_dim, max_seq, scale);
 }
 
 // W8A16 (kernel_abi.h): int8 weights, per-output-channel float32 scales.
 void kiln_k_linear_w8a16(const float *x, const int8_t *qweight,
                          const float *scales, float *y, int64_t n, int64_t in,
-                         int64_t out) {
-  linearW8<F32>(x, qweight, scales, y, n, in, out);
+                         int64_t out, int64_t group_size) {
+  linearW8<F32>(x, qweight, scales, y, n, in, out, group_size);
 }
 void kiln_k_linear_w8a16_f16(const kiln_f16_t *x, const int8_t *qweight,
                              const float *scales, kiln_f16_t *y, int64_t n,
-                             int64_t in, int64_t out) {
-  linearW8<F16>(x, qweight, scales, y, n, in, out);
+                             int64_t in, int64_t out, int64_t group_size) {
+  linearW8<F16>(x, qweight, scales, y, n, in, out, group_size);
 }
 void kiln_k_linear_w8a16_bf16(const kiln_bf16_t *x, const int8_t *qweight,
                               const float *scales, kiln_bf16_t *y, int64_t n,
-                              int64_t in, int64_t out) {
-  linearW8<Bf16>(x, qweight, scales, y, n, in, out);
+                              int64_t in, int64_t out, int64_t group_size) {
+  linearW8<Bf16>(x, qweight, scales, y, n, in, out, group_size);
 }
 void kiln_k_linear_w8a16_f16_f32(const kiln_f16_t *x, const int8_t *qweight,
                                  const float *scales, float *y, int64_t n,
-                                 int64_t in, int64_t out) {
-  linearW8<F16>(x, qweight, scales, y, n, in, out);
+                                 int64_t in, int64_t out, int64_t group_size) {
+  linearW8<F16>(x, qweight, scales, y, n, in, out, group_size);
 }
 void kiln_k_linear_w8a16_bf16_f32(const kiln_bf16_t *x, const int8_t *qweight,
                                   const float *scales, float *y, int64_t n,
-                                  int64_t in, int64_t out) {
-  linearW8<Bf16>(x, qweight, scales, y, n, in, out);
+                                  int64_t in, int64_t out, int64_t group_size) {
+  linearW8<Bf16>(x, qweight, scales, y, n, in, out, group_size);
+}
+
+// W8A8 (kernel_abi.h): SmoothQuant int8 activations x int8 weights.
+void kiln_k_linear_w8a8(const float *x, const int8_t *qweight,
+                        const float *scales, float *y, int64_t n, int64_t in,
+                        int64_t out, float act_scale) {
+  linearW8A8<F32>(x, qweight, scales, y, n, in, out, act_scale);
+}
+void kiln_k_linear_w8a8_f16(const kiln_f16_t *x, const int8_t *qweight,
+                            const float *scales, kiln_f16_t *y, int64_t n,
+                            int64_t in, int64_t out, float act_scale) {
+  linearW8A8<F16>(x, qweight, scales, y, n, in, out, act_scale);
+}
+void kiln_k_linear_w8a8_bf16(const kiln_bf16_t *x, const int8_t *qweight,
+                             const float *scales, kiln_bf16_t *y, int64_t n,
+                             int64_t in, int64_t out, float act_scale) {
+  linearW8A8<Bf16>(x, qweight, scales, y, n, in, out, act_scale);
+}
+
+// FP8 E4M3 KV cache (kernel_abi.h): per-token, per-kv-head f32 scales.
+void kiln_k_attention_kvf8(const float *q, const float *k, const float *v,
+                           uint8_t *k_cache, uint8_t *v_cache, float *k_scales,
+                           float *v_scales, float *out, int64_t n, int64_t pos,
+                           int64_t heads, int64_t kv_heads, int64_t head_dim,
+                           int64_t max_seq, float scale) {
+  attentionKvf8<F32>(q, k, v, k_cache, v_cache, k_scales, v_scales, out, n, pos,
+                     heads, kv_heads, head_dim, max_seq, scale);
+}
+void kiln_k_attention_kvf8_f16(const kiln_f16_t *q, const kiln_f16_t *k,
+                               const kiln_f16_t *v, uint8_t *k_cache,
+                               uint8_t *v_cache, float *k_scales,
+                               float *v_scales, kiln_f16_t *out, int64_t n,
+                               int64_t pos, int64_t heads, int64_t kv_heads,
+                               int64_t head_dim, int64_t max_seq, float scale) {
+  attentionKvf8<F16>(q, k, v, k_cache, v_cache, k_scales, v_scales, out, n, pos,
+                     heads, kv_heads, head_dim, max_seq, scale);
+}
+void kiln_k_attention_kvf8_bf16(const kiln_bf16_t *q, const kiln_bf16_t *k,
+                                const kiln_bf16_t *v, uint8_t *k_cache,
+                                uint8_t *v_cache, float *k_scales,
+                                float *v_scales, kiln_bf16_t *out, int64_t n,
+                                int64_t pos, int64_t heads, int64_t kv_heads,
+                                int64_t head_dim, int64_t max_seq,
+                                float scale) {
+  attentionKvf8<Bf16>(q, k, v, k_cache, v_cache, k_scales, v_scales, out, n,
+                      pos, heads, kv_heads, head_dim, max_seq, scale);
 }
 
 // W4A16 (kernel_abi.h): packed 4-bit weights, group-wise scales and zeros.

@@ -1,4 +1,5 @@
-//===- Kernels.h - CPU kernels of the Kiln kernel ABI -------------*- C++ -*-===//
+//===- Kernels.h - CPU kernels of the Kiln kernel ABI -------------*- C++
+//-*-===//
 //
 // The kernel ABI itself is declared in kiln_rt/kernel_abi.h (exported C
 // symbols); this header adds the internal helpers shared with the tests.
@@ -106,17 +107,106 @@ void gemvRowsBf16(const float *x, const uint16_t *w, float *y, int64_t in,
                   int64_t rows);
 
 //===----------------------------------------------------------------------===//
-// int8 weights (W8A16)
+// Quantized kernels on Google Highway (QuantKernelsHwy.cpp)
+//===----------------------------------------------------------------------===//
+//
+// The functions below are compiled once per SIMD target Highway attains
+// (AVX-512, AVX2, SSE4, scalar) and dispatched at run time to the best one
+// this CPU supports.
+
+/// Name of the Highway target the quantized kernels dispatch to now
+/// ("AVX3", "AVX2", "SSE4", "SCALAR", ...).
+const char *quantKernelTarget();
+/// Tests only: restrict the quantized kernels to the Highway targets of
+/// `level` (Generic: HWY_SCALAR; Avx2: AVX2 and below; Avx512: all).
+/// setSimdLevelForTesting calls this, so one switch covers every kernel.
+void setQuantKernelTargetsForTesting(SimdLevel level);
+
+//===----------------------------------------------------------------------===//
+// int8 weights (W8A16, W8A8)
 //===----------------------------------------------------------------------===//
 
 /// dst[i] = float(src[i]) (exact) for i < count. SIMD-dispatched.
 void widenI8(const int8_t *src, float *dst, int64_t count);
 
-/// y[r] = scales[r] * dot(float(q[r, :in]), x[:in]) for r in [0, rows); q
-/// row-major int8 read directly (widened in registers), x, scales, y float32.
+/// dst[k] = scales[g] * float(q[begin + k]), g = (begin + k) / groupSize
+/// (groupSize > 0), for k < count: elements [begin, begin + count) of one
+/// group-wise int8 row dequantized (one rounding). SIMD-dispatched.
+void dequantRowI8(const int8_t *q, const float *scales, float *dst,
+                  int64_t begin, int64_t count, int64_t groupSize);
+
+/// For r in [0, rows), q row-major int8 [rows, in] read directly (widened in
+/// registers), x float32 [in]:
+///   groupSize == 0: y[r] = scales[r] * dot(float(q[r, :]), x), scales [rows];
+///   groupSize > 0:  y[r] = sum_g scales[r, g] * sum_{i in g} float(q[r, i])
+///                   * x[i], scales [rows, ceil(in / groupSize)].
 /// Single-threaded; SIMD-dispatched.
 void gemvRowsI8(const float *x, const int8_t *q, const float *scales, float *y,
-                int64_t in, int64_t rows);
+                int64_t in, int64_t rows, int64_t groupSize);
+
+/// acc[t * rows + r] = sum_i int32(xq[t, i]) * int32(q[r, i]) for t < n,
+/// r < rows: xq [n, in] and q [rows, in] row-major int8. Exact (int32) for
+/// in < 133,000, hence bit-identical on every SIMD target. Single-threaded.
+void gemmRowsI8I8(const int8_t *xq, int64_t n, const int8_t *q, int64_t in,
+                  int64_t rows, int32_t *acc);
+
+/// SmoothQuant-style activation quantization of one row (kernel_abi.h,
+/// kiln_k_linear_w8a8): with actScale == 0 the scale is max_i |x[i]| / 127
+/// (dynamic per token), else actScale (static per tensor);
+/// xq[i] = clamp(roundf(x[i] / scale), -127, 127), round half away from zero;
+/// a zero dynamic scale gives xq = 0. Returns the scale.
+float quantizeActivationRow(const float *x, int8_t *xq, int64_t in,
+                            float actScale);
+
+//===----------------------------------------------------------------------===//
+// FP8 E4M3FN (OCP 8-bit floating point, E4M3 "FN" variant)
+//===----------------------------------------------------------------------===//
+//
+// OCP 8-bit Floating Point Specification (OFP8) rev. 1.0, 2023, E4M3: bit 7
+// sign, bits 6..3 exponent (bias 7), bits 2..0 mantissa. Exponent 0 is
+// subnormal, value (-1)^s * 2^-6 * m/8; exponents 1..15 are normal,
+// (-1)^s * 2^(e-7) * (1 + m/8), except S.1111.111 which is NaN (the only NaN
+// encodings, 0x7f and 0xff). There are no infinities: the largest finite
+// magnitude is S.1111.110 = 448, the smallest subnormal 2^-9.
+
+/// Exact E4M3FN -> float (every code is exactly representable).
+inline float e4m3ToFloat(uint8_t code) {
+  const uint32_t sign = uint32_t(code & 0x80u) << 24;
+  const uint32_t exp = (code >> 3) & 0x0fu, mant = code & 0x07u;
+  if (exp == 0x0f && mant == 0x07)
+    return bitsFloat(sign | 0x7fc00000u); // NaN
+  if (exp != 0) // normal: rebias 7 -> 127, mantissa to the top
+    return bitsFloat(sign | ((exp + 120u) << 23) | (mant << 20));
+  float mag = float(mant) * 0x1p-9f; // zero or subnormal, exact
+  return sign ? -mag : mag;
+}
+
+/// float -> E4M3FN with round to nearest, ties to even, saturating (the OCP
+/// spec's "saturation mode"): magnitudes >= 448 (and infinities) become
+/// +-448 (0x7e / 0xfe); NaN becomes the NaN code of its sign (0x7f / 0xff);
+/// magnitudes below 2^-6 round on the subnormal grid of 2^-9 (ties to even;
+/// 2^-10 and below become +-0, with the sign kept).
+inline uint8_t floatToE4M3(float f) {
+  const uint32_t x = floatBits(f);
+  const uint8_t sign = uint8_t((x >> 24) & 0x80u);
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) // NaN
+    return uint8_t(sign | 0x7f);
+  if (ax >= 0x43e00000u) // >= 448 or inf: saturate
+    return uint8_t(sign | 0x7e);
+  if (ax >= 0x3c800000u) { // >= 2^-6: normal, drop 20 mantissa bits with RNE
+    const uint32_t r = ax + 0x7ffffu + ((ax >> 20) & 1u);
+    // Rebias 127 -> 7 (subtract 120 << 23); r < 448 * (1 + 2^-4) keeps the
+    // result <= 0x7e (a tie at 464 cannot occur below the 448 cut).
+    return uint8_t(sign | ((r - 0x3c000000u) >> 20));
+  }
+  // Subnormal range: |f| * 2^9 in [0, 8) rounded to an integer with the FPU's
+  // round-to-nearest-even (adding 2^23 leaves no fraction bits); 8 is the
+  // smallest normal, 0x08, so the code is that integer.
+  const float scaled = bitsFloat(ax) * 512.0f;
+  const float rounded = (scaled + 8388608.0f) - 8388608.0f;
+  return uint8_t(sign | uint8_t(rounded));
+}
 
 //===----------------------------------------------------------------------===//
 // packed 4-bit weights (W4A16)

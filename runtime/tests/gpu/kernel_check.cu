@@ -8,15 +8,21 @@
 // run, and KV-cache rows past the visible ones are poisoned too, so skipped
 // writes or out-of-range reads show up as NaN. The INT8 KV cache attention
 // (kiln_cuda_attention_kv8) is checked against kiln_k_attention_kv8, its
-// appended int8 rows and float scales against the CPU's.
+// appended int8 rows and float scales against the CPU's. Group-wise W8A16,
+// SmoothQuant W8A8 (per token and static per tensor) and the FP8 E4M3 KV
+// cache (kiln_cuda_attention_kvf8) are checked against host references
+// written from kernel_abi.h's formulas and the OCP OFP8 spec; that E4M3
+// reference is itself compared with cuda_fp8.h first (host only, so it also
+// runs without a GPU: a disagreement exits 1).
 //
 //   kiln-gpu-kernel-check          correctness; one "PASS|FAIL kernel dtype
 //                                  shape relerr" line per case, then
 //                                  "kernel-check: N passed, M failed";
 //                                  exit 0, 1 on failure, 77 without a GPU
-//   kiln-gpu-kernel-check --bench  decode GEMV bandwidth (bf16, W8A16, W4A16),
-//                                  W8A16 tiled and cuBLASLt GEMM throughput
-//                                  (bf16), median of 20 runs
+//   kiln-gpu-kernel-check --bench  decode GEMV bandwidth (bf16, W8A16,
+//                                  W4A16, grouped W8A16, W8A8), W8A16 tiled,
+//                                  W8A8 __dp4a tiled and cuBLASLt GEMM
+//                                  throughput (bf16), median of 20 runs
 //
 // relerr = max|gpu - ref| / max|ref|; limits: f32 1e-5, f16 5e-3, bf16 1e-2.
 //
@@ -32,6 +38,15 @@
 #include <random>
 #include <string>
 #include <vector>
+
+/// Kernel ABI 2 (kernel_abi.h) has the CPU kernels of group-wise W8A16
+/// (trailing group_size), W8A8 and the FP8 KV cache: the new CUDA kernels
+/// are then compared with them as well as with the host references below.
+#if defined(KILN_ABI_VERSION) && KILN_ABI_VERSION >= 2
+#define KILN_CPU_QUANT_ABI 1
+#else
+#define KILN_CPU_QUANT_ABI 0
+#endif
 
 namespace {
 
@@ -338,8 +353,13 @@ template <typename T, typename Y> void checkLinearW8(Context &c) {
                            dy.data(), s.n, s.in, s.out);
     std::string err = c.finish();
     std::vector<float> ref(static_cast<size_t>(s.n * s.out));
+#if KILN_CPU_QUANT_ABI
+    kiln_k_linear_w8a16(x.data(), q.data(), scales.data(), ref.data(), s.n,
+                        s.in, s.out, /*group_size=*/0);
+#else
     kiln_k_linear_w8a16(x.data(), q.data(), scales.data(), ref.data(), s.n,
                         s.in, s.out);
+#endif
     std::vector<float> got = dy.download(ref.size());
     for (int64_t i = 0; i < s.n; ++i)
       if (got[size_t(i * s.out)] != 0.0f && err.empty())
@@ -652,6 +672,511 @@ template <typename T> void checkAttentionKv8(Context &c) {
   }
 }
 
+//===----------------------------------------------------------------------===//
+// Group-wise W8A16, SmoothQuant W8A8 and FP8 KV: host references written
+// from the formulas of kernel_abi.h (and the OCP OFP8 spec for E4M3), so the
+// CUDA kernels are checked independently of the CPU kernels' code.
+//===----------------------------------------------------------------------===//
+
+/// FP8 E4M3 ("E4M3FN"; OCP 8-bit Floating Point Specification (OFP8) v1.0,
+/// sec. 5.3): sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 is
+/// subnormal (m * 2^-9), no infinities, S.1111.111 is NaN, so the largest
+/// finite value is 1.75 * 2^8 = 448. Encoding as the kernels do: round to
+/// nearest, ties to even, and saturate values beyond 448 (and +-inf) to
+/// +-448; NaN gives 0x7F with the sign.
+uint8_t e4m3Encode(float x) {
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
+  if (std::isnan(x))
+    return uint8_t(sign | 0x7F);
+  const double a = std::fabs(double(x));
+  if (a >= 448.0)
+    return uint8_t(sign | 0x7E);
+  int e = 0;
+  std::frexp(a, &e); // a = f 2^e, f in [0.5, 1): binade 2^(e - 1)
+  int binade = e - 1;
+  if (a == 0.0 || binade < -6)
+    binade = -6; // subnormals share the quantum of the lowest normal binade
+  // 3 mantissa bits: the quantum of the binade is 2^(binade - 3); the
+  // division by a power of two is exact, nearbyint rounds ties to even.
+  double m = std::nearbyint(std::ldexp(a, 3 - binade));
+  if (m >= 16.0) { // rounded up into the next binade
+    ++binade;
+    m = 8.0;
+  }
+  int code = (binade == -6 && m < 8.0)
+                 ? int(m) // subnormal (or zero): exponent field 0
+                 : ((binade + 7) << 3) | (int(m) - 8);
+  if (code > 0x7E)
+    code = 0x7E;
+  return uint8_t(sign | code);
+}
+
+/// The value of an E4M3 byte (NaN for S.1111.111).
+float e4m3Decode(uint8_t b) {
+  const int exp = (b >> 3) & 15, man = b & 7;
+  if (exp == 15 && man == 7)
+    return std::nanf("");
+  const float v = exp == 0 ? std::ldexp(float(man), -9)
+                           : std::ldexp(float(8 + man), exp - 10);
+  return (b & 0x80) ? -v : v;
+}
+
+/// Compares the host E4M3 reference with cuda_fp8.h's conversions (their
+/// host paths): every code decoded, and the encoder on every representable
+/// value, every midpoint between neighbours (ties), the floats just around
+/// each midpoint, the saturation and underflow boundaries and random
+/// floats. Needs no GPU; returns the number of disagreements.
+long checkE4m3Host() {
+  long bad = 0, count = 0;
+  auto cmpEncode = [&](float v) {
+    ++count;
+    const uint8_t mine = e4m3Encode(v);
+    const uint8_t nv =
+        uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+    if (mine != nv && bad++ < 10)
+      std::printf("e4m3 encode mismatch: %a -> 0x%02x, cuda_fp8.h 0x%02x\n",
+                  double(v), mine, nv);
+  };
+  std::vector<float> finite;
+  for (int b = 0; b < 256; ++b) {
+    ++count;
+    const float mine = e4m3Decode(uint8_t(b));
+    const float nv = __half2float(
+        __half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b), __NV_E4M3)));
+    const bool same = std::isnan(mine) ? std::isnan(nv)
+                                       : std::memcmp(&mine, &nv, 4) == 0;
+    if (!same && bad++ < 10)
+      std::printf("e4m3 decode mismatch: 0x%02x -> %a, cuda_fp8.h %a\n", b,
+                  double(mine), double(nv));
+    if (b < 0x80 && !std::isnan(mine))
+      finite.push_back(mine); // ascending: codes 0x00 .. 0x7E
+  }
+  for (size_t i = 0; i < finite.size(); ++i) {
+    for (float s : {1.0f, -1.0f})
+      cmpEncode(s * finite[i]);
+    if (i + 1 < finite.size()) {
+      const float mid = 0.5f * (finite[i] + finite[i + 1]); // exact
+      for (float s : {1.0f, -1.0f})
+        for (float v : {mid, std::nextafter(mid, 0.0f),
+                        std::nextafter(mid, 1000.0f)})
+          cmpEncode(s * v);
+    }
+  }
+  for (float v : {448.0f, 449.0f, 463.99f, 464.0f, 464.01f, 480.0f, 1e6f,
+                  3.4e38f, INFINITY, 0.0f, 0x1p-10f, 0x1.000002p-10f,
+                  0x1.fffffep-11f, 0x1p-12f, 1e-30f, 1e-45f, 0x1.7p-7f})
+    for (float s : {1.0f, -1.0f})
+      cmpEncode(s * v);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  std::uniform_int_distribution<int> expo(-14, 10);
+  for (int i = 0; i < 200000; ++i)
+    cmpEncode(((gRng() & 1) ? -1.0f : 1.0f) *
+              std::ldexp(mant(gRng), expo(gRng)));
+  std::printf("kiln-gpu-kernel-check: host E4M3 reference vs cuda_fp8.h: "
+              "%ld values, %ld disagree\n",
+              count, bad);
+  return bad;
+}
+
+/// Group-wise symmetric int8 quantization of w [out, in]: per (row, group of
+/// `group` columns) scale = max|w| / 127, q = round(w / scale); row 0 is
+/// made all zero (scales 0).
+void quantizeGroups(std::vector<float> &w, int64_t out, int64_t in,
+                    int64_t group, std::vector<int8_t> &q,
+                    std::vector<float> &scales) {
+  const int64_t groups = (in + group - 1) / group;
+  std::fill(w.begin(), w.begin() + in, 0.0f);
+  q.assign(size_t(out * in), 0);
+  scales.assign(size_t(out * groups), 0.0f);
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t i0 = g * group, i1 = std::min(in, i0 + group);
+      float maxAbs = 0.0f;
+      for (int64_t i = i0; i < i1; ++i)
+        maxAbs = std::max(maxAbs, std::fabs(w[size_t(o * in + i)]));
+      const float scale = maxAbs / 127.0f;
+      scales[size_t(o * groups + g)] = scale;
+      for (int64_t i = i0; i < i1; ++i) {
+        const float v =
+            scale > 0.0f ? std::nearbyint(w[size_t(o * in + i)] / scale) : 0.0f;
+        q[size_t(o * in + i)] = int8_t(std::min(127.0f, std::max(-127.0f, v)));
+      }
+    }
+}
+
+/// Group-wise W8A16 (kiln_cuda_linear_w8a16 with group_size > 0) against
+/// y[r, o] = sum_i scales[o, i / G] * q[o, i] * x[r, i] in double. Shapes
+/// cover the 16-byte GEMV path (G = 32, GGUF Q8_0; G = 48, 128), the
+/// element path (in or G not a multiple of 16, misaligned q), the tiled
+/// kernel, a short last group; row 0 has zero scales (must give 0).
+template <typename T, typename Y> void checkLinearW8Group(Context &c) {
+  struct Shape {
+    int64_t n, in, out, group, padX, padQ, padY;
+  };
+  const Shape shapes[] = {
+      {1, 4096, 1001, 32, 0, 0, 0}, {1, 11008, 37, 32, 0, 0, 0},
+      {1, 4096, 64, 128, 1, 0, 1},  {1, 96, 5, 48, 0, 0, 0},
+      {1, 172, 65, 32, 0, 0, 0},    {1, 333, 7, 32, 0, 0, 0},
+      {1, 4096, 77, 32, 0, 3, 0},   {1, 100, 9, 7, 0, 0, 0},
+      {1, 13, 1, 32, 0, 0, 0},      {2, 333, 7, 32, 0, 0, 0},
+      {5, 172, 65, 32, 0, 0, 0},    {17, 1100, 301, 32, 0, 0, 0},
+      {64, 512, 1023, 32, 0, 0, 0}, {9, 130, 66, 7, 1, 1, 1},
+      {100, 4096, 128, 64, 0, 0, 0}};
+  for (const Shape &s : shapes) {
+    std::vector<float> x = randomRounded<T>(size_t(s.n * s.in), -1, 1);
+    std::vector<float> w = randomRounded<float>(size_t(s.out * s.in), -1, 1);
+    std::vector<int8_t> q;
+    std::vector<float> scales;
+    quantizeGroups(w, s.out, s.in, s.group, q, scales);
+    const int64_t groups = (s.in + s.group - 1) / s.group;
+    DevBuf<T> dx(x.size(), size_t(s.padX));
+    DevBuf<int8_t> dq(q.size(), size_t(s.padQ));
+    DevBuf<float> dScales(scales.size());
+    DevBuf<Y> dy(size_t(s.n * s.out), size_t(s.padY));
+    dx.upload(x);
+    CHECK_CUDA(cudaMemcpy(dq.data(), q.data(), q.size(),
+                          cudaMemcpyHostToDevice));
+    dScales.upload(scales);
+    kiln_cuda_linear_w8a16(&c.ctx, dx.data(), dq.data(), dScales.data(),
+                           dy.data(), s.n, s.in, s.out, s.group);
+    std::string err = c.finish();
+    std::vector<float> ref(static_cast<size_t>(s.n * s.out));
+    for (int64_t r = 0; r < s.n; ++r)
+      for (int64_t o = 0; o < s.out; ++o) {
+        double acc = 0.0;
+        for (int64_t i = 0; i < s.in; ++i)
+          acc += double(scales[size_t(o * groups + i / s.group)]) *
+                 double(q[size_t(o * s.in + i)]) * double(x[size_t(r * s.in + i)]);
+        ref[size_t(r * s.out + o)] = Dtype<Y>::to(Dtype<Y>::from(float(acc)));
+      }
+    std::vector<float> got = dy.download(ref.size());
+    for (int64_t i = 0; i < s.n; ++i)
+      if (got[size_t(i * s.out)] != 0.0f && err.empty())
+        err = "zero row (scales 0) gave " +
+              std::to_string(got[size_t(i * s.out)]);
+    std::string name =
+        std::is_same<Y, float>::value && !std::is_same<T, float>::value
+            ? "linear_w8a16_grouped->f32"
+            : "linear_w8a16_grouped";
+    const double tol = std::is_same<Y, float>::value ? Dtype<T>::tol / 4 + 1e-5
+                                                     : Dtype<T>::tol;
+    const std::string shape =
+        fmt("n=%lld in=%lld out=%lld g=%lld pad=%lld/%lld", s.n, s.in, s.out,
+            s.group, s.padX, s.padQ);
+    report(name.c_str(), Dtype<T>::name, shape, got, ref, tol, err);
+#if KILN_CPU_QUANT_ABI
+    std::vector<float> cpu(ref.size());
+    kiln_k_linear_w8a16(x.data(), q.data(), scales.data(), cpu.data(), s.n,
+                        s.in, s.out, s.group);
+    for (float &v : cpu)
+      v = Dtype<Y>::to(Dtype<Y>::from(v));
+    report((name + "-vs-cpu").c_str(), Dtype<T>::name, shape, got, cpu, tol,
+           err);
+#endif
+  }
+  { // A negative group_size is refused with an argument error.
+    DevBuf<T> dx(64);
+    DevBuf<int8_t> dq(64 * 4);
+    DevBuf<float> dScales(4);
+    DevBuf<Y> dy(4);
+    kiln_cuda_linear_w8a16(&c.ctx, dx.data(), dq.data(), dScales.data(),
+                           dy.data(), 1, 64, 4, -32);
+    std::string err = c.finish();
+    report("linear_w8a16(negative group)", Dtype<T>::name,
+           "n=1 in=64 out=4 g=-32", {}, {}, 0.0,
+           err.find("group_size") != std::string::npos
+               ? std::string()
+               : "expected a group_size argument error, got '" + err + "'");
+  }
+}
+
+/// kernel_abi.h kiln_k_linear_w8a8, written from its formula: sx[r] =
+/// actScale > 0 ? actScale : max_i |x[r, i]| / 127; xq = clamp(roundf(x /
+/// sx), -127, 127) (0 when sx == 0); y[r, o] = sx[r] * scales[o] *
+/// (float) sum_i xq[r, i] q[o, i] (int32 sum).
+std::vector<float> refW8A8(const std::vector<float> &x,
+                           const std::vector<int8_t> &q,
+                           const std::vector<float> &scales, int64_t n,
+                           int64_t in, int64_t out, float actScale) {
+  std::vector<float> y(size_t(n * out));
+  std::vector<int32_t> xq(static_cast<size_t>(in));
+  for (int64_t r = 0; r < n; ++r) {
+    float sx = actScale;
+    if (!(actScale > 0.0f)) {
+      float amax = 0.0f;
+      for (int64_t i = 0; i < in; ++i)
+        amax = std::max(amax, std::fabs(x[size_t(r * in + i)]));
+      sx = amax / 127.0f;
+    }
+    for (int64_t i = 0; i < in; ++i) {
+      const float v =
+          sx == 0.0f ? 0.0f : std::round(x[size_t(r * in + i)] / sx);
+      xq[size_t(i)] = int32_t(std::min(127.0f, std::max(-127.0f, v)));
+    }
+    for (int64_t o = 0; o < out; ++o) {
+      int32_t acc = 0;
+      for (int64_t i = 0; i < in; ++i)
+        acc += xq[size_t(i)] * int32_t(q[size_t(o * in + i)]);
+      const float prod = sx * scales[size_t(o)];
+      y[size_t(r * out + o)] = prod * float(acc);
+    }
+  }
+  return y;
+}
+
+/// SmoothQuant W8A8 (kiln_cuda_linear_w8a8) against refW8A8, per token
+/// (act_scale 0) and static per tensor (act_scale = 0.6 max|x| / 127, so
+/// the largest activations clip at +-127). x row 1 (when n > 1) is all zero
+/// (per token: sx = 0 must give y = 0, not NaN); weight row 0 is zero.
+/// Shapes cover the 16-byte __dp4a GEMV, its byte path (in % 16 != 0,
+/// misaligned q), the tiled kernel with word and byte weight loads, and (a
+/// 100 KB workspace) the chunking of the quantized activations.
+template <typename T, typename Y> void checkLinearW8A8(Context &c, bool perTensor) {
+  struct Shape {
+    int64_t n, in, out, padX, padQ, padY;
+    uint64_t workspace; // 0: the context's
+  };
+  const Shape shapes[] = {{1, 4096, 1001, 0, 0, 0, 0}, {1, 11008, 37, 0, 0, 0, 0},
+                          {1, 333, 7, 0, 0, 0, 0},     {1, 4096, 77, 1, 3, 1, 0},
+                          {1, 13, 1, 0, 0, 0, 0},      {2, 333, 7, 0, 0, 0, 0},
+                          {5, 172, 65, 0, 0, 0, 0},    {17, 1100, 301, 0, 0, 0, 0},
+                          {64, 512, 1023, 0, 0, 0, 0}, {9, 130, 66, 1, 1, 1, 0},
+                          {100, 4096, 128, 0, 2, 0, 0},
+                          {300, 1000, 70, 0, 0, 0, 100000}};
+  for (const Shape &s : shapes) {
+    std::vector<float> x = randomRounded<T>(size_t(s.n * s.in), -1, 1);
+    if (s.n > 1)
+      std::fill(x.begin() + s.in, x.begin() + 2 * s.in, 0.0f);
+    std::vector<float> w = randomRounded<float>(size_t(s.out * s.in), -1, 1);
+    std::fill(w.begin(), w.begin() + s.in, 0.0f);
+    std::vector<int8_t> q;
+    std::vector<float> scales;
+    quantizeRows(w, s.out, s.in, q, scales);
+    float actScale = 0.0f;
+    if (perTensor) {
+      float amax = 0.0f;
+      for (float v : x)
+        amax = std::max(amax, std::fabs(v));
+      actScale = 0.6f * amax / 127.0f;
+    }
+    DevBuf<T> dx(x.size(), size_t(s.padX));
+    DevBuf<int8_t> dq(q.size(), size_t(s.padQ));
+    DevBuf<float> dScales(scales.size());
+    DevBuf<Y> dy(size_t(s.n * s.out), size_t(s.padY));
+    dx.upload(x);
+    CHECK_CUDA(cudaMemcpy(dq.data(), q.data(), q.size(),
+                          cudaMemcpyHostToDevice));
+    dScales.upload(scales);
+    const uint64_t fullWorkspace = c.ctx.workspace_bytes;
+    if (s.workspace != 0)
+      c.ctx.workspace_bytes = s.workspace;
+    kiln_cuda_linear_w8a8(&c.ctx, dx.data(), dq.data(), dScales.data(),
+                          dy.data(), s.n, s.in, s.out, actScale);
+    std::string err = c.finish();
+    c.ctx.workspace_bytes = fullWorkspace;
+    std::vector<float> ref = refW8A8(x, q, scales, s.n, s.in, s.out, actScale);
+    for (float &v : ref)
+      v = Dtype<Y>::to(Dtype<Y>::from(v));
+    std::vector<float> got = dy.download(ref.size());
+    for (int64_t i = 0; i < s.n; ++i)
+      if (got[size_t(i * s.out)] != 0.0f && err.empty())
+        err = "zero weight row gave " + std::to_string(got[size_t(i * s.out)]);
+    if (s.n > 1 && !perTensor)
+      for (int64_t o = 0; o < s.out && err.empty(); ++o)
+        if (got[size_t(s.out + o)] != 0.0f)
+          err = "zero activation row gave " +
+                std::to_string(got[size_t(s.out + o)]);
+    std::string name = std::string("linear_w8a8_") +
+                       (perTensor ? "static" : "per_token") +
+                       (std::is_same<Y, float>::value &&
+                                !std::is_same<T, float>::value
+                            ? "->f32"
+                            : "");
+    // Integer sums are exact: only the final roundings may differ.
+    const double tol = std::is_same<Y, float>::value ? Dtype<T>::tol / 4 + 1e-5
+                                                     : Dtype<T>::tol;
+    const std::string shape =
+        fmt("n=%lld in=%lld out=%lld pad=%lld/%lld ws=%lld", s.n, s.in, s.out,
+            s.padX, s.padQ, (long long)s.workspace);
+    report(name.c_str(), Dtype<T>::name, shape, got, ref, tol, err);
+#if KILN_CPU_QUANT_ABI
+    std::vector<float> cpu(ref.size());
+    kiln_k_linear_w8a8(x.data(), q.data(), scales.data(), cpu.data(), s.n,
+                       s.in, s.out, actScale);
+    for (float &v : cpu)
+      v = Dtype<Y>::to(Dtype<Y>::from(v));
+    report((name + "-vs-cpu").c_str(), Dtype<T>::name, shape, got, cpu, tol,
+           err);
+#endif
+  }
+  { // A negative act_scale is refused with an argument error.
+    DevBuf<T> dx(64);
+    DevBuf<int8_t> dq(64 * 4);
+    DevBuf<float> dScales(4);
+    DevBuf<Y> dy(4);
+    kiln_cuda_linear_w8a8(&c.ctx, dx.data(), dq.data(), dScales.data(),
+                          dy.data(), 1, 64, 4, -1.0f);
+    std::string err = c.finish();
+    report("linear_w8a8(negative act_scale)", Dtype<T>::name,
+           "n=1 in=64 out=4", {}, {}, 0.0,
+           err.find("act_scale") != std::string::npos
+               ? std::string()
+               : "expected an act_scale argument error, got '" + err + "'");
+  }
+}
+
+/// FP8 KV quantization of rows [n, kvHeads * headDim] per (row, kv head):
+/// scale = amax / 448, code = e4m3Encode(x / scale) (0 when scale == 0);
+/// codes / scales are written at row `row0` on of caches of max rows.
+void quantizeFp8Rows(const std::vector<float> &x, int64_t n, int64_t kvHeads,
+                     int64_t headDim, int64_t row0, std::vector<uint8_t> &codes,
+                     std::vector<float> &scales) {
+  const int64_t kvDim = kvHeads * headDim;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t h = 0; h < kvHeads; ++h) {
+      const float *xr = x.data() + i * kvDim + h * headDim;
+      float amax = 0.0f;
+      for (int64_t d = 0; d < headDim; ++d)
+        amax = std::max(amax, std::fabs(xr[d]));
+      const float sc = amax / 448.0f;
+      scales[size_t((row0 + i) * kvHeads + h)] = sc;
+      for (int64_t d = 0; d < headDim; ++d)
+        codes[size_t((row0 + i) * kvDim + h * headDim + d)] =
+            sc == 0.0f ? 0 : e4m3Encode(xr[d] / sc);
+    }
+}
+
+/// Dequantized cache rows [0, rows): scale * e4m3Decode(code).
+std::vector<float> dequantFp8(const std::vector<uint8_t> &codes,
+                              const std::vector<float> &scales, int64_t rows,
+                              int64_t kvHeads, int64_t headDim) {
+  const int64_t kvDim = kvHeads * headDim;
+  std::vector<float> v(size_t(rows * kvDim));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t e = 0; e < kvDim; ++e)
+      v[size_t(r * kvDim + e)] = scales[size_t(r * kvHeads + e / headDim)] *
+                                 e4m3Decode(codes[size_t(r * kvDim + e)]);
+  return v;
+}
+
+/// kiln_cuda_attention_kvf8 (prefill n > 1 and flash-decoding n == 1)
+/// against the f32 CPU attention kiln_k_attention run on the dequantized
+/// cache: rows [0, pos) quantized on the host and uploaded (rows >= pos stay
+/// poisoned), the new K/V rows quantized on the host for the reference and
+/// by the GPU append kernel. Cache check: appended codes equal the host
+/// encoder's and scales are bit-exact (a code one apart, a division tie
+/// resolved differently, is tolerated and counted).
+template <typename T> void checkAttentionKvf8(Context &c) {
+  struct Shape {
+    int64_t n, pos, heads, kvHeads, headDim;
+  };
+  const Shape shapes[] = {
+      {1, 0, 4, 4, 64},     {1, 300, 8, 2, 128}, {1, 1000, 4, 1, 8},
+      {1, 77, 3, 3, 80},    {1, 5, 2, 1, 256},   {7, 0, 4, 2, 64},
+      {33, 50, 4, 1, 128},  {5, 3, 2, 2, 8},     {20, 10, 2, 1, 256},
+      {64, 100, 8, 8, 64},  {17, 0, 3, 1, 96},   {2, 0, 1, 1, 16}};
+  for (const Shape &s : shapes) {
+    const int64_t maxSeq = s.pos + s.n + 13;
+    const int64_t qDim = s.heads * s.headDim, kvDim = s.kvHeads * s.headDim;
+    std::vector<float> q = randomRounded<T>(size_t(s.n * qDim), -4, 4);
+    std::vector<float> k = randomRounded<T>(size_t(s.n * kvDim), -2, 2);
+    std::vector<float> v = randomRounded<T>(size_t(s.n * kvDim), -1, 1);
+    // Large outliers in some rows: the scale follows them, small values
+    // land in E4M3's subnormal range.
+    if (s.n > 2) {
+      k[size_t(kvDim + 1)] = Dtype<T>::to(Dtype<T>::from(300.0f));
+      v[size_t(2 * kvDim)] = Dtype<T>::to(Dtype<T>::from(-900.0f));
+    }
+    std::vector<uint8_t> kc(size_t(maxSeq * kvDim), 0), vc(kc.size(), 0);
+    std::vector<float> ks(size_t(maxSeq * s.kvHeads), 0.0f), vs(ks.size(), 0);
+    if (s.pos > 0) {
+      quantizeFp8Rows(randomRounded<T>(size_t(s.pos * kvDim), -2, 2), s.pos,
+                      s.kvHeads, s.headDim, 0, kc, ks);
+      quantizeFp8Rows(randomRounded<T>(size_t(s.pos * kvDim), -1, 1), s.pos,
+                      s.kvHeads, s.headDim, 0, vc, vs);
+    }
+    std::vector<uint8_t> kcPast(kc), vcPast(vc);
+    std::vector<float> ksPast(ks), vsPast(vs);
+    quantizeFp8Rows(k, s.n, s.kvHeads, s.headDim, s.pos, kc, ks);
+    quantizeFp8Rows(v, s.n, s.kvHeads, s.headDim, s.pos, vc, vs);
+    DevBuf<T> dq(q.size()), dk(k.size()), dv(v.size()), dOut(q.size());
+    RawBuf<uint8_t> dkc(kc.size()), dvc(vc.size());
+    RawBuf<float> dks(ks.size()), dvs(vs.size());
+    dq.upload(q);
+    dk.upload(k);
+    dv.upload(v);
+    if (s.pos > 0) { // rows >= pos stay poisoned (0xFF: NaN code and scale)
+      dkc.upload(kcPast.data(), size_t(s.pos * kvDim));
+      dvc.upload(vcPast.data(), size_t(s.pos * kvDim));
+      dks.upload(ksPast.data(), size_t(s.pos * s.kvHeads));
+      dvs.upload(vsPast.data(), size_t(s.pos * s.kvHeads));
+    }
+    c.setPos(s.pos);
+    const float scale = 1.0f / std::sqrt(float(s.headDim));
+    kiln_cuda_attention_kvf8(&c.ctx, dq.data(), dk.data(), dv.data(), dkc.p,
+                             dvc.p, dks.p, dvs.p, dOut.data(), s.n,
+                             /*pos ignored*/ -1, s.heads, s.kvHeads,
+                             s.headDim, maxSeq, scale);
+    std::string err = c.finish();
+    // Reference: f32 attention over the dequantized cache; the new rows
+    // enter as their dequantized values (what the kernel must read back).
+    const int64_t rows = s.pos + s.n;
+    std::vector<float> kd = dequantFp8(kc, ks, rows, s.kvHeads, s.headDim);
+    std::vector<float> vd = dequantFp8(vc, vs, rows, s.kvHeads, s.headDim);
+    std::vector<float> kcRef(size_t(maxSeq * kvDim), 0.0f), vcRef(kcRef.size(), 0.0f);
+    std::copy(kd.begin(), kd.begin() + s.pos * kvDim, kcRef.begin());
+    std::copy(vd.begin(), vd.begin() + s.pos * kvDim, vcRef.begin());
+    std::vector<float> kNew(kd.begin() + s.pos * kvDim, kd.end());
+    std::vector<float> vNew(vd.begin() + s.pos * kvDim, vd.end());
+    std::vector<float> ref(q.size());
+    kiln_k_attention(q.data(), kNew.data(), vNew.data(), kcRef.data(),
+                     vcRef.data(), ref.data(), s.n, s.pos, s.heads, s.kvHeads,
+                     s.headDim, maxSeq, scale);
+    const std::string shape =
+        fmt("n=%lld pos=%lld heads=%lld kv_heads=%lld head_dim=%lld", s.n,
+            s.pos, s.heads, s.kvHeads, s.headDim);
+    const std::vector<float> gotOut = dOut.download(ref.size());
+    report("attention-kvf8", Dtype<T>::name, shape, gotOut, ref,
+           Dtype<T>::tol, err);
+#if KILN_CPU_QUANT_ABI
+    { // The CPU kernel on the same past cache: output and appended bytes.
+      std::vector<uint8_t> ckc(kcPast), cvc(vcPast);
+      std::vector<float> cks(ksPast), cvs(vsPast), cpu(q.size());
+      kiln_k_attention_kvf8(q.data(), k.data(), v.data(), ckc.data(),
+                            cvc.data(), cks.data(), cvs.data(), cpu.data(), s.n,
+                            s.pos, s.heads, s.kvHeads, s.headDim, maxSeq,
+                            scale);
+      report("attention-kvf8-vs-cpu", Dtype<T>::name, shape, gotOut, cpu,
+             Dtype<T>::tol, err);
+      long diff = 0;
+      for (size_t i = 0; i < ckc.size(); ++i)
+        diff += ckc[i] != kc[i] || cvc[i] != vc[i];
+      for (size_t i = 0; i < cks.size(); ++i)
+        diff += std::memcmp(&cks[i], &ks[i], 4) != 0 ||
+                std::memcmp(&cvs[i], &vs[i], 4) != 0;
+      report("kvf8-host-encoder-vs-cpu", Dtype<T>::name, shape,
+             {float(diff)}, {0.0f}, 0.0, "");
+    }
+#endif
+    std::vector<uint8_t> gk = dkc.download(size_t(rows * kvDim)),
+                         gv = dvc.download(size_t(rows * kvDim));
+    std::vector<float> gks = dks.download(size_t(rows * s.kvHeads)),
+                       gvs = dvs.download(size_t(rows * s.kvHeads));
+    long off1 = 0, bad = 0;
+    for (size_t i = 0; i < gk.size(); ++i)
+      for (int d : {int(gk[i]) - int(kc[i]), int(gv[i]) - int(vc[i])})
+        (d == 0 ? 0 : (d == 1 || d == -1) ? ++off1 : ++bad);
+    for (size_t i = 0; i < gks.size(); ++i)
+      bad += std::memcmp(&gks[i], &ks[i], 4) != 0 ||
+             std::memcmp(&gvs[i], &vs[i], 4) != 0;
+    const bool ok = bad == 0;
+    (ok ? gPassed : gFailed)++;
+    std::printf("%s attention-kvf8-append %s %s mismatches=%ld off_by_one=%ld\n",
+                ok ? "PASS" : "FAIL", Dtype<T>::name, shape.c_str(), bad, off1);
+    std::fflush(stdout);
+  }
+}
+
 enum class Ew { Swiglu, Silu, Add, Mul };
 
 template <typename T> void checkElementwise(Context &c, Ew op) {
@@ -946,6 +1471,52 @@ int bench(Context &c) {
     std::printf("%-34s %10.4f %12.1f %9.0f%%\n", name, ms, gbs,
                 100.0 * gbs / copyGBs);
   }
+  for (Gemv g : {Gemv{4096, 4096}, Gemv{11008, 4096}, Gemv{4096, 11008}}) {
+    for (int variant = 0; variant < 2; ++variant) { // grouped W8A16, W8A8
+      const int64_t group = 32, groups = variant == 0 ? g.in / group : 1;
+      DevBuf<int8_t> q(static_cast<size_t>(g.out * g.in));
+      DevBuf<float> scales(static_cast<size_t>(g.out * groups));
+      DevBuf<B> x(static_cast<size_t>(g.in)), y(static_cast<size_t>(g.out));
+      CHECK_CUDA(cudaMemset(q.data(), 0x11, size_t(g.out * g.in)));
+      CHECK_CUDA(cudaMemset(scales.data(), 0,
+                            sizeof(float) * size_t(g.out * groups)));
+      CHECK_CUDA(cudaMemset(x.data(), 0x3c, sizeof(B) * size_t(g.in)));
+      const double ms = medianMs(c.stream, [&] {
+        if (variant == 0)
+          kiln_cuda_linear_w8a16(&c.ctx, x.data(), q.data(), scales.data(),
+                                 y.data(), 1, g.in, g.out, group);
+        else
+          kiln_cuda_linear_w8a8(&c.ctx, x.data(), q.data(), scales.data(),
+                                y.data(), 1, g.in, g.out, 0.0f);
+      });
+      const double bytes = double(g.out * g.in) +
+                           double(sizeof(float) * g.out * groups) +
+                           double(sizeof(B) * (g.in + g.out));
+      const double gbs = bytes / (ms * 1e6);
+      char name[64];
+      std::snprintf(name, sizeof(name), "gemv %s bf16 %lldx%lld",
+                    variant == 0 ? "w8a16 g32" : "w8a8 dyn", (long long)g.out,
+                    (long long)g.in);
+      std::printf("%-34s %10.4f %12.1f %9.0f%%\n", name, ms, gbs,
+                  100.0 * gbs / copyGBs);
+    }
+  }
+  {
+    const int64_t n = 512, in = 4096, out = 4096;
+    DevBuf<B> x(static_cast<size_t>(n * in)), y(static_cast<size_t>(n * out));
+    DevBuf<int8_t> q(static_cast<size_t>(out * in));
+    DevBuf<float> scales(static_cast<size_t>(out));
+    CHECK_CUDA(cudaMemset(x.data(), 0x3c, sizeof(B) * size_t(n * in)));
+    CHECK_CUDA(cudaMemset(q.data(), 0x11, size_t(out * in)));
+    CHECK_CUDA(cudaMemset(scales.data(), 0, sizeof(float) * size_t(out)));
+    const double ms = medianMs(c.stream, [&] {
+      kiln_cuda_linear_w8a8(&c.ctx, x.data(), q.data(), scales.data(),
+                            y.data(), n, in, out, 0.0f);
+    });
+    const double tops = 2.0 * double(n) * double(in) * double(out) / (ms * 1e9);
+    std::printf("%-34s %10.4f %12.1f %10s\n", "w8a8 dp4a tiled bf16 512x4096x4096",
+                ms, tops, "-");
+  }
   {
     const int64_t n = 512, in = 4096, out = 4096;
     DevBuf<B> x(static_cast<size_t>(n * in)), y(static_cast<size_t>(n * out));
@@ -988,6 +1559,11 @@ int bench(Context &c) {
 } // namespace
 
 int main(int argc, char **argv) {
+  // The host E4M3 reference is checked first, with or without a GPU.
+  if (checkE4m3Host() != 0) {
+    std::printf("kiln-gpu-kernel-check: FAIL: host E4M3 reference\n");
+    return 1;
+  }
   int devices = 0;
   cudaError_t err = cudaGetDeviceCount(&devices);
   if (err != cudaSuccess || devices == 0) {
@@ -1016,6 +1592,16 @@ int main(int argc, char **argv) {
   checkLinearW8<__nv_bfloat16, __nv_bfloat16>(c);
   checkLinearW8<__half, float>(c);
   checkLinearW8<__nv_bfloat16, float>(c);
+  checkLinearW8Group<float, float>(c);
+  checkLinearW8Group<__half, __half>(c);
+  checkLinearW8Group<__nv_bfloat16, __nv_bfloat16>(c);
+  checkLinearW8Group<__nv_bfloat16, float>(c);
+  for (bool perTensor : {false, true}) {
+    checkLinearW8A8<float, float>(c, perTensor);
+    checkLinearW8A8<__half, __half>(c, perTensor);
+    checkLinearW8A8<__nv_bfloat16, __nv_bfloat16>(c, perTensor);
+    checkLinearW8A8<__half, float>(c, perTensor);
+  }
   checkLinearW4<float, float>(c);
   checkLinearW4<__half, __half>(c);
   checkLinearW4<__nv_bfloat16, __nv_bfloat16>(c);
@@ -1030,6 +1616,9 @@ int main(int argc, char **argv) {
   checkAttentionKv8<float>(c);
   checkAttentionKv8<__half>(c);
   checkAttentionKv8<__nv_bfloat16>(c);
+  checkAttentionKvf8<float>(c);
+  checkAttentionKvf8<__half>(c);
+  checkAttentionKvf8<__nv_bfloat16>(c);
   for (Ew op : {Ew::Swiglu, Ew::Silu, Ew::Add, Ew::Mul}) {
     checkElementwise<float>(c, op);
     checkElementwise<__half>(c, op);

@@ -9,9 +9,11 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include "gtest/gtest.h"
 
+#include <cmath>
 #include <cstring>
 #include <xxhash.h>
 
@@ -100,6 +102,88 @@ TEST(WeightWriter, Errors) {
   msg = errorMessage(written);
   EXPECT_NE(msg.find("gone.bin"), std::string::npos) << msg;
   EXPECT_FALSE(llvm::sys::fs::exists(out));
+}
+
+/// 8-bit "quantize" with group_size > 0 (GGUF Q8_0-like groups): scales
+/// [rows, ceil(cols / G)], each max|w_group| / 127, q = round(w / scale)
+/// (ties away from zero), the last group of a row shorter; group_size 0
+/// keeps one scale per row.
+TEST(WeightWriter, GroupwiseInt8) {
+  const int64_t rows = 3, cols = 70, group = 32, groups = 3; // 32 + 32 + 6
+  std::vector<float> w(rows * cols);
+  for (int64_t i = 0; i < rows * cols; ++i)
+    w[i] = float((i * 37) % 101 - 50) / (i % 7 == 0 ? 8.0f : 64.0f);
+  for (int64_t c = 32; c < 64; ++c) // row 0, group 1: all zero (scale 0)
+    w[c] = 0.0f;
+  w[1 * cols + 64] = 127.0f; // row 1, last group: scale 1, exact
+  w[1 * cols + 65] = 2.5f;   // a tie: rounds away from zero to 3
+  w[1 * cols + 66] = -2.5f;
+  TempDir dir;
+  std::string src = dir.path("w.bin");
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(src, ec);
+    ASSERT_FALSE(ec);
+    os.write(reinterpret_cast<const char *>(w.data()), w.size() * 4);
+  }
+  auto desc = [&](llvm::StringRef name, int64_t gs,
+                  WeightTransform::QuantPart part) {
+    WeightDesc d;
+    d.name = name.str();
+    d.source.file = src;
+    d.source.tensor = "w";
+    d.source.shape = {rows, cols};
+    d.source.bytes = rows * cols * 4;
+    WeightTransform t;
+    t.kind = WeightTransform::Kind::Quantize;
+    t.bits = 8;
+    t.groupSize = gs;
+    t.part = part;
+    d.transforms.push_back(t);
+    return d;
+  };
+  std::vector<WeightDesc> ws = {
+      desc("g.qweight", group, WeightTransform::QuantPart::QWeight),
+      desc("g.scales", group, WeightTransform::QuantPart::Scales),
+      desc("c.scales", 0, WeightTransform::QuantPart::Scales)};
+  std::string out = dir.path("weights.bin");
+  llvm::Expected<std::vector<WrittenTensor>> written =
+      writeWeightsFile(out, ws);
+  ASSERT_TRUE(bool(written)) << errorMessage(written);
+  ASSERT_EQ(written->size(), 3u);
+  const WrittenTensor &q = (*written)[0], &s = (*written)[1],
+                      &sc = (*written)[2];
+  EXPECT_EQ(q.shape, (llvm::SmallVector<int64_t, 2>{rows, cols}));
+  EXPECT_EQ(q.dtype, "i8");
+  EXPECT_EQ(s.shape, (llvm::SmallVector<int64_t, 2>{rows, groups}));
+  EXPECT_EQ(s.bytes, uint64_t(rows * groups * 4));
+  EXPECT_EQ(sc.shape, (llvm::SmallVector<int64_t, 2>{rows}));
+  std::string bytes = readFileBytes(out);
+  ASSERT_LE(sc.offset + sc.bytes, bytes.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    float rowMax = 0.0f;
+    for (int64_t g = 0; g < groups; ++g) {
+      int64_t c0 = g * group, c1 = std::min(cols, c0 + group);
+      float amax = 0.0f;
+      for (int64_t c = c0; c < c1; ++c)
+        amax = std::max(amax, std::fabs(w[r * cols + c]));
+      rowMax = std::max(rowMax, amax);
+      float scale;
+      std::memcpy(&scale, bytes.data() + s.offset + 4 * (r * groups + g), 4);
+      EXPECT_EQ(scale, amax / 127.0f) << r << "," << g;
+      for (int64_t c = c0; c < c1; ++c) {
+        int got = int8_t(bytes[q.offset + r * cols + c]);
+        int want = scale > 0 ? int(std::lround(w[r * cols + c] / scale)) : 0;
+        EXPECT_EQ(got, want) << r << "," << c;
+      }
+    }
+    float perRow;
+    std::memcpy(&perRow, bytes.data() + sc.offset + 4 * r, 4);
+    EXPECT_EQ(perRow, rowMax / 127.0f) << r;
+  }
+  EXPECT_EQ(int8_t(bytes[q.offset + 1 * cols + 64]), 127);
+  EXPECT_EQ(int8_t(bytes[q.offset + 1 * cols + 65]), 3);
+  EXPECT_EQ(int8_t(bytes[q.offset + 1 * cols + 66]), -3);
 }
 
 TEST(WeightWriter, HashFileXXH3) {
