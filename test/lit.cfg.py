@@ -49,3 +49,10 @@ try:
     config.available_features.add("numpy")
 except ImportError:
     pass
+
+# SmoothQuant W8A8 artifacts need the int8-activation kernels
+# (kiln_k_linear_w8a8 in the kernel ABI); tests that run them require this.
+with open(os.path.join(config.kiln_src_root, "runtime", "include", "kiln_rt",
+                       "kernel_abi.h")) as _abi:
+    if "kiln_k_linear_w8a8" in _abi.read():
+        config.available_features.add("w8a8-kernels")

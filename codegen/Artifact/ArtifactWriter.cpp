@@ -7,6 +7,7 @@
 #include "dialects/Kiln/IR/KilnOps.h"
 #include "dialects/Kiln/Import/Prequantized.h"
 #include "dialects/Plan/IR/PlanOps.h"
+#include "passes/Transforms/WeightRecipe.h"
 #include "kiln_rt/cuda_abi.h"
 #include "kiln_rt/kernel_abi.h"
 
@@ -37,85 +38,13 @@ static constexpr const char *kCudaKernelsHeader =
 #include "codegen/Artifact/CudaKernelsHeader.inc"
     ;
 
-static FailureOr<StorageType> parseStorage(WeightOp op, StringRef s) {
-  if (s == "f32")
-    return StorageType::F32;
-  if (s == "f16")
-    return StorageType::F16;
-  if (s == "bf16")
-    return StorageType::BF16;
-  if (s == "q8_0")
-    return StorageType::Q8_0;
-  if (s == "q4_0")
-    return StorageType::Q4_0;
-  if (s == "i32")
-    return StorageType::I32;
-  if (s == "synthetic")
-    return StorageType::Synthetic;
-  return op.emitOpError() << "unknown storage type '" << s << "'";
-}
-
 FailureOr<std::vector<WeightDesc>> mlir::kiln::collectWeightRecipes(ModuleOp graph) {
   std::vector<WeightDesc> out;
   for (WeightOp op : graph.getOps<WeightOp>()) {
-    WeightDesc w;
-    w.name = op.getSymName().str();
-    WeightSourceAttr src = op.getSource();
-    w.source.file = src.getFile().str();
-    w.source.tensor = src.getTensor().str();
-    FailureOr<StorageType> storage = parseStorage(op, src.getStorage());
-    if (failed(storage))
+    FailureOr<WeightDesc> w = getWeightRecipe(op);
+    if (failed(w))
       return failure();
-    w.source.storage = *storage;
-    w.source.offset = src.getOffset();
-    w.source.bytes = src.getBytes();
-    w.source.seed = src.getSeed();
-    if (src.getScale())
-      w.source.scale = src.getScale().getValueAsDouble();
-    if (src.getCenter())
-      w.source.center = src.getCenter().getValueAsDouble();
-    for (int64_t d : src.getShape().asArrayRef())
-      w.source.shape.push_back(d);
-    for (Attribute a : op.getTransforms()) {
-      auto t = cast<WeightTransformAttr>(a);
-      if (t.getKind() == "dequantize")
-        continue; // implied by the storage type
-      if (t.getKind() == "rope_half_to_adjacent") {
-        WeightTransform wt{WeightTransform::Kind::RopeHalfToAdjacent};
-        wt.heads = t.getParams().getAs<IntegerAttr>("heads").getInt();
-        w.transforms.push_back(wt);
-        continue;
-      }
-      if (t.getKind() == "quantize") {
-        WeightTransform wt{WeightTransform::Kind::Quantize};
-        wt.bits = t.getParams().getAs<IntegerAttr>("bits").getInt();
-        wt.groupSize = t.getParams().getAs<IntegerAttr>("group_size").getInt();
-        StringRef part = t.getParams().getAs<StringAttr>("part").getValue();
-        wt.part = part == "scales"  ? WeightTransform::QuantPart::Scales
-                  : part == "zeros" ? WeightTransform::QuantPart::Zeros
-                                    : WeightTransform::QuantPart::QWeight;
-        w.transforms.push_back(wt);
-        continue;
-      }
-      if (t.getKind() == "repack") { // pre-quantized checkpoints
-        DictionaryAttr p = t.getParams();
-        WeightTransform wt{WeightTransform::Kind::Repack};
-        wt.format = p.getAs<StringAttr>("format").getValue().str();
-        StringRef part = p.getAs<StringAttr>("part").getValue();
-        wt.part = part == "scales"  ? WeightTransform::QuantPart::Scales
-                  : part == "zeros" ? WeightTransform::QuantPart::Zeros
-                                    : WeightTransform::QuantPart::QWeight;
-        wt.bits = p.getAs<IntegerAttr>("bits").getInt();
-        wt.groupSize = p.getAs<IntegerAttr>("group_size").getInt();
-        wt.rows = p.getAs<IntegerAttr>("rows").getInt();
-        wt.cols = p.getAs<IntegerAttr>("cols").getInt();
-        w.transforms.push_back(wt);
-        continue;
-      }
-      return op.emitOpError() << "transform '" << t.getKind()
-                              << "' cannot be materialized yet";
-    }
-    out.push_back(std::move(w));
+    out.push_back(std::move(*w));
   }
   return out;
 }

@@ -1,6 +1,8 @@
 //===- WeightWriter.cpp - weights.bin writer and file hashing -------------===//
 
 #include "codegen/Artifact/WeightWriter.h"
+#include "passes/Quantization/Calibration.h"
+#include "passes/Quantization/QuantMath.h"
 
 #include "dialects/Kiln/Import/Prequantized.h"
 
@@ -40,11 +42,65 @@ static std::string sourceKey(const WeightDesc &w) {
     std::memcpy(&center, &s.center, 4);
     os << '|' << s.seed << '|' << scale << '|' << center;
   }
-  for (const WeightTransform &t : w.transforms)
+  for (const WeightTransform &t : w.transforms) {
     os << "|t" << static_cast<int>(t.kind) << ':' << t.heads << ':' << t.bits
        << ':' << t.groupSize << ':' << static_cast<int>(t.part) << ':'
        << t.format << ':' << t.rows << ':' << t.cols;
+    if (t.kind == WeightTransform::Kind::Quantize &&
+        t.method == WeightTransform::QuantMethod::GPTQ)
+      os << ":gptq:" << t.calibration.size() << ':' << t.calibration << ':'
+         << t.hessian << ':' << t.actOrder << ':' << format("%a", t.damp);
+    if (t.kind == WeightTransform::Kind::Scale) {
+      os << ":scale" << t.axis << ':' << t.factors.size() << ':';
+      for (float f : t.factors)
+        os << format_hex_no_prefix(llvm::bit_cast<uint32_t>(f), 8);
+    }
+  }
   return key;
+}
+
+/// The recipe of `w` without its final Quantize step's `part`: the three
+/// parts of one quantized weight share it (GPTQ runs once for all three).
+static std::string quantizedKey(const WeightDesc &w) {
+  WeightDesc copy = w;
+  copy.transforms.back().part = WeightTransform::QuantPart::QWeight;
+  return sourceKey(copy);
+}
+
+/// GPTQ for one materialized weight `buffer` [rows, cols]: reads the
+/// weight's Hessian from the calibration file named by the recipe; when the
+/// recipe scaled the weight's columns by s (AWQ/SmoothQuant), the input it
+/// sees is x / s, whose Hessian is diag(1/s) H diag(1/s).
+static Expected<Quantized4> runGptq(const WeightDesc &w,
+                                    const WeightTransform &quant,
+                                    ArrayRef<float> buffer, int64_t rows,
+                                    int64_t cols) {
+  Expected<CalibrationFile> calib = CalibrationFile::open(quant.calibration);
+  if (!calib)
+    return calib.takeError();
+  Expected<std::vector<float>> h = calib->read(quant.hessian, {cols, cols});
+  if (!h)
+    return h.takeError();
+  std::vector<double> hessian(h->begin(), h->end());
+  std::vector<double> colScale(cols, 1.0);
+  for (const WeightTransform &t : w.transforms)
+    if (t.kind == WeightTransform::Kind::Scale && t.axis == 1)
+      for (int64_t c = 0; c < cols; ++c)
+        colScale[c] *= t.factors[c];
+  for (int64_t i = 0; i < cols; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      hessian[i * cols + j] /= colScale[i] * colScale[j];
+  GptqOptions options;
+  options.groupSize = quant.groupSize;
+  options.actOrder = quant.actOrder;
+  options.damp = quant.damp;
+  Expected<Quantized4> q = quantizeGptq4(buffer, rows, cols, hessian, options);
+  if (!q)
+    return createStringError(inconvertibleErrorCode(),
+                             "weight '" + w.name + "' (Hessian '" +
+                                 quant.hessian + "' of " + quant.calibration +
+                                 "): " + toString(q.takeError()));
+  return q;
 }
 
 /// The Quantize step ending `w`'s recipe, if any.
@@ -53,40 +109,6 @@ static const WeightTransform *quantizeStep(const WeightDesc &w) {
       w.transforms.back().kind != WeightTransform::Kind::Quantize)
     return nullptr;
   return &w.transforms.back();
-}
-
-/// One row of asymmetric 4-bit group quantization, as GPTQ's quantizer does
-/// it (Frantar et al. 2022, `Quantizer` with sym=False, maxq = 15): per group
-/// lo = min(w, 0), hi = max(w, 0) (both 0: -1 and 1), scale = (hi - lo) / 15,
-/// zero = round(-lo / scale), q = clamp(round(w / scale) + zero, 0, 15);
-/// rounding is to nearest even, as torch.round. Values are packed two per
-/// byte, element 2j in the low nibble.
-static void quantizeRow4(ArrayRef<float> row, int64_t groupSize,
-                         MutableArrayRef<uint8_t> packed,
-                         MutableArrayRef<float> scales,
-                         MutableArrayRef<uint8_t> zeros) {
-  std::fill(packed.begin(), packed.end(), 0);
-  int64_t cols = row.size();
-  for (int64_t g = 0, begin = 0; begin < cols; ++g, begin += groupSize) {
-    int64_t end = std::min(cols, begin + groupSize);
-    float lo = 0.0f, hi = 0.0f;
-    for (int64_t c = begin; c < end; ++c) {
-      lo = std::min(lo, row[c]);
-      hi = std::max(hi, row[c]);
-    }
-    if (lo == 0.0f && hi == 0.0f) {
-      lo = -1.0f;
-      hi = 1.0f;
-    }
-    float scale = (hi - lo) / 15.0f;
-    float zero = std::nearbyint(-lo / scale);
-    scales[g] = scale;
-    zeros[g] = static_cast<uint8_t>(zero);
-    for (int64_t c = begin; c < end; ++c) {
-      float q = std::clamp(std::nearbyint(row[c] / scale) + zero, 0.0f, 15.0f);
-      packed[c / 2] |= static_cast<uint8_t>(static_cast<int>(q) << ((c % 2) * 4));
-    }
-  }
 }
 
 /// Symmetric int8 quantization (round to nearest, ties away from zero as
@@ -159,6 +181,10 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights,
   };
 
   std::vector<WrittenTensor> written;
+  // The last 4-bit result, so the qweight/scales/zeros parts of one weight
+  // (declared next to each other) quantize it once.
+  std::string cachedKey;
+  Quantized4 cached;
   written.reserve(weights.size());
   StringMap<size_t> firstBySource; // source key -> index into `written`
   std::vector<float> buffer;
@@ -273,17 +299,23 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights,
         bytes.assign(reinterpret_cast<uint8_t *>(q.data()),
                      reinterpret_cast<uint8_t *>(q.data()) + q.size());
       } else {
-        std::vector<uint8_t> packed(rows * packedCols), zeroPoints(rows * groups);
-        scaleValues.resize(rows * groups);
-        for (int64_t r = 0; r < rows; ++r)
-          quantizeRow4(ArrayRef<float>(buffer).slice(r * cols, cols),
-                       quant->groupSize,
-                       MutableArrayRef<uint8_t>(packed).slice(r * packedCols, packedCols),
-                       MutableArrayRef<float>(scaleValues).slice(r * groups, groups),
-                       MutableArrayRef<uint8_t>(zeroPoints).slice(r * groups, groups));
+        std::string qkey = quantizedKey(w);
+        if (qkey != cachedKey) {
+          cachedKey.clear();
+          if (quant->method == WeightTransform::QuantMethod::GPTQ) {
+            Expected<Quantized4> q = runGptq(w, *quant, buffer, rows, cols);
+            if (!q)
+              return fail(writerError(path, toString(q.takeError())));
+            cached = std::move(*q);
+          } else {
+            cached = quantizeRtn4(buffer, rows, cols, quant->groupSize);
+          }
+          cachedKey = std::move(qkey);
+        }
+        scaleValues = cached.scales;
         bytes = quant->part == WeightTransform::QuantPart::Zeros
-                    ? std::move(zeroPoints)
-                    : std::move(packed);
+                    ? cached.zeros
+                    : cached.packed;
       }
       if (quant->part == WeightTransform::QuantPart::Scales) {
         if constexpr (!sys::IsLittleEndianHost)

@@ -37,10 +37,13 @@ struct WrittenTensor {
 
 /// Writes `weights` to `path` in order as `dtype` (f32, or f16/bf16 rounded
 /// to nearest even from the f32 materialization; a weight whose recipe ends
-/// in a Quantize transform is written as its int8 values or f32 scales
-/// instead; a part of a pre-quantized checkpoint's linear, whose recipe
-/// starts with a Repack transform, is written in Kiln's quantized layout by
-/// materializeRepacked(), see Prequantized.h), each tensor 64-byte
+/// in a Quantize transform is written as its integer values, f32 scales or
+/// zero points instead: round-to-nearest, or GPTQ (Frantar et al. 2022)
+/// with the Hessian its recipe names in a calibration file, computed once
+/// for the three parts of one weight; a part of a pre-quantized
+/// checkpoint's linear, whose recipe starts with a Repack transform, is
+/// written in Kiln's quantized layout by materializeRepacked(), see
+/// Prequantized.h), each tensor 64-byte
 /// aligned (zero padding; the file ends after the last tensor's padding).
 /// Weights whose sources are identical (same file, offset, storage, shape,
 /// synthetic parameters and transforms), e.g. a tied "output" and

@@ -40,7 +40,7 @@ def MemoryPlanPass : Pass<"kiln-memory-plan", "::mlir::func::FuncOp"> {
 }
 
 def QuantizeWeightsPass : Pass<"kiln-quantize-weights", "::mlir::ModuleOp"> {
-  let summary = "Weight-only quantization of every kiln.linear (W8A16, W4A16 RTN)";
+  let summary = "Weight quantization of every kiln.linear (W8A16, W4A16 RTN/GPTQ, W8A8)";
   let description = [{
     Rewrites each `kiln.linear` whose weight is a `kiln.weight` into a
     `kiln.quantized_linear` over new weights `@<w>.qweight`, `@<w>.scales`
@@ -58,15 +58,91 @@ def QuantizeWeightsPass : Pass<"kiln-quantize-weights", "::mlir::ModuleOp"> {
       `hi = max(w, 0)`, `scale = (hi - lo) / 15`, `zero = round(-lo / scale)`,
       `q = clamp(round(w / scale) + zero, 0, 15)`. A row whose width is not
       a multiple of the group size ends with a shorter group.
-
-    GPTQ, AWQ and SmoothQuant need calibration data and are not implemented
-    yet; other schemes are rejected with a diagnostic.
+    * `scheme=w4a16-gptq`: the same layout, values from GPTQ (Frantar et
+      al. 2022, Algorithm 1) with each weight's input Hessian from the
+      `calibration` file (its `input:<W>` metadata names the tap, the tensor
+      is `<tap>.hessian`); `act-order` visits columns in descending diag(H)
+      order with static groups; `damp` is the dampening fraction of
+      mean(diag H). The pass checks the file and records the recipe; the
+      artifact writer computes GPTQ one weight at a time.
+    * `scheme=w8a8`: SmoothQuant's W8A8 (Xiao et al. 2023): int8 weights as
+      w8a16, plus int8 activations, `act-quant=per-token` (dynamic, no
+      calibration needed) or `per-tensor` (a static `act_scale` = max over
+      input channels j of absmax_j / s_j / 127 from the `calibration`
+      file's `<tap>.absmax`, where s is the product of the column scales
+      already in the weight's recipe, e.g. from `kiln-smooth`).
   }];
   let options = [
     Option<"scheme", "scheme", "std::string", /*default=*/"\"w8a16\"",
-           "Quantization recipe: w8a16 or w4a16-rtn">,
+           "Quantization recipe: w8a16, w4a16-rtn, w4a16-gptq or w8a8">,
     Option<"groupSize", "group-size", "int64_t", /*default=*/"128",
            "Inputs per scale/zero-point group for 4-bit schemes (positive, even)">,
+    Option<"calibration", "calibration", "std::string", /*default=*/"\"\"",
+           "kiln-calibration file (w4a16-gptq; w8a8 with act-quant=per-tensor)">,
+    Option<"actOrder", "act-order", "bool", /*default=*/"false",
+           "GPTQ: quantize columns in descending diag(H) order (static groups)">,
+    Option<"damp", "damp", "double", /*default=*/"0.01",
+           "GPTQ: dampening added to diag(H), as a fraction of its mean (>= 0)">,
+    Option<"actQuant", "act-quant", "std::string", /*default=*/"\"per-token\"",
+           "w8a8: int8 activation scales per-token (dynamic) or per-tensor (static)">,
+  ];
+  let dependentDialects = ["::mlir::kiln::KilnDialect"];
+}
+
+def AwqPass : Pass<"kiln-awq", "::mlir::ModuleOp"> {
+  let summary = "AWQ activation-aware per-channel weight scaling (Lin et al. 2023)";
+  let description = [{
+    For each group of `kiln.linear`s sharing one input (q/k/v after the
+    attention RMSNorm; w1/w3 after the FFN RMSNorm; w2 after SwiGLU; wo
+    after attention), searches AWQ's per-input-channel scale (section 3.2):
+    for alpha = k / `grid`, `s = absmean^alpha`, normalized by
+    `sqrt(max(s) * min(s))`, minimizing the sum over the group of
+    `trace(dW H dW^T)`, `dW = W - Q(W diag(s)) diag(s)^-1`, with Q the
+    4-bit RTN quantizer in groups of `group-size` and H, absmean the
+    calibration file's statistics of the tap (the mean squared output error
+    over the calibration tokens). Then appends `#kiln.transform<"scale">`
+    steps: W's columns times s, and 1/s folded into the op that produces the
+    input: the RMSNorm weight, the rows of w3 (`silu(w1 x) * (w3 x) / s`),
+    or the rows of wv (with grouped-query attention one scale per (KV head,
+    channel), shared by the query heads reading it). The unquantized model
+    computes the same function; run `kiln-quantize-weights` after it.
+    Weight values are read at compile time, one group at a time. Groups
+    whose producing weight is shared (tied) or used elsewhere are skipped.
+  }];
+  let options = [
+    Option<"calibration", "calibration", "std::string", /*default=*/"\"\"",
+           "kiln-calibration file (required)">,
+    Option<"groupSize", "group-size", "int64_t", /*default=*/"128",
+           "Group size of the 4-bit quantizer the search optimizes for">,
+    Option<"grid", "grid", "int64_t", /*default=*/"20",
+           "Number of alpha values searched in [0, 1)">,
+    Option<"report", "report", "bool", /*default=*/"false",
+           "Emit a remark per group with the chosen alpha and the output "
+           "error against RTN's">,
+  ];
+  let dependentDialects = ["::mlir::kiln::KilnDialect"];
+}
+
+def SmoothPass : Pass<"kiln-smooth", "::mlir::ModuleOp"> {
+  let summary = "SmoothQuant activation smoothing (Xiao et al. 2023, eq. 4)";
+  let description = [{
+    For each group of `kiln.linear`s sharing one input (as `kiln-awq`),
+    computes `s_j = max|X_j|^alpha / max|W_j|^(1 - alpha)` (max|X_j| from the
+    calibration file's `<tap>.absmax`, max|W_j| over column j of all the
+    group's weights) and appends `#kiln.transform<"scale">` steps: W's
+    columns times s, the producing op's weight (RMSNorm weight, rows of w3,
+    rows of wv with shared scales under grouped-query attention) times 1/s,
+    so the unquantized model computes the same function while activation
+    outliers move into the weights. Channels never active in calibration
+    (absmax 0) keep s = 1. Run `kiln-quantize-weights{scheme=w8a8}` after it.
+  }];
+  let options = [
+    Option<"calibration", "calibration", "std::string", /*default=*/"\"\"",
+           "kiln-calibration file (required)">,
+    Option<"alpha", "alpha", "double", /*default=*/"0.5",
+           "Migration strength in [0, 1]">,
+    Option<"report", "report", "bool", /*default=*/"false",
+           "Emit a remark per smoothed group">,
   ];
   let dependentDialects = ["::mlir::kiln::KilnDialect"];
 }

@@ -29,6 +29,8 @@
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdio>
+
 using namespace mlir;
 using namespace mlir::kiln;
 namespace cl = llvm::cl;
@@ -57,15 +59,39 @@ static cl::opt<Emit> emit(
     cl::init(Emit::Artifact), cl::cat(category));
 static cl::opt<std::string> quant(
     "quant", cl::desc("Quantization recipe (docs/quantization.md): none, "
-                      "w8a16 (int8 weights, per-channel scales) or w4a16-rtn "
-                      "(4-bit weights, group-wise scales and zero points); "
-                      "w4a16-gptq, w4a16-awq and smoothquant are not "
-                      "implemented yet"),
-    cl::init("none"), cl::value_desc("none|w8a16|w4a16-rtn"), cl::cat(category));
+                      "w8a16 (int8 weights, per-channel scales), w4a16-rtn "
+                      "(4-bit weights, group-wise scales and zero points), "
+                      "w4a16-gptq (GPTQ), w4a16-awq (AWQ scaling + RTN), "
+                      "smoothquant (SmoothQuant W8A8) or smooth-only "
+                      "(SmoothQuant's smoothing without quantization); the "
+                      "last four need --calibration"),
+    cl::init("none"),
+    cl::value_desc("none|w8a16|w4a16-rtn|w4a16-gptq|w4a16-awq|smoothquant|"
+                   "smooth-only"),
+    cl::cat(category));
 static cl::opt<int64_t> groupSize(
     "group-size", cl::desc("Inputs per scale/zero-point group for 4-bit "
                            "recipes (positive and even; default 128)"),
     cl::init(128), cl::cat(category));
+static cl::opt<std::string> calibrationPath(
+    "calibration", cl::desc("Activation statistics from kiln-calibrate "
+                            "(required by w4a16-gptq, w4a16-awq, smoothquant "
+                            "and smooth-only)"),
+    cl::value_desc("FILE"), cl::cat(category));
+static cl::opt<bool> actOrder(
+    "act-order", cl::desc("GPTQ: quantize columns in descending Hessian "
+                          "diagonal order (static groups)"),
+    cl::init(false), cl::cat(category));
+static cl::opt<double> smoothAlpha(
+    "smoothquant-alpha", cl::desc("SmoothQuant migration strength in [0, 1] "
+                                  "(default 0.5)"),
+    cl::init(0.5), cl::cat(category));
+static cl::opt<std::string> actScales(
+    "act-scales", cl::desc("SmoothQuant activation scales: per-token "
+                           "(dynamic, default) or static (one per-tensor "
+                           "scale from calibration)"),
+    cl::init("per-token"), cl::value_desc("per-token|static"),
+    cl::cat(category));
 static cl::opt<std::string> kvCache(
     "kv", cl::desc("KV-cache storage: the compute dtype (default), int8 or "
                    "fp8 (FP8 E4M3; both with per-token, per-KV-head scales, "
@@ -88,6 +114,141 @@ static constexpr const char *kPipeline =
     "kiln-verify,canonicalize,kiln-memory-plan,kiln-lower-to-plan,canonicalize,"
     "kiln-plan-to-emitc";
 
+/// `v` as printf's %g (0.5, not 0.500000).
+static std::string shortDouble(double v) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", v);
+  return text;
+}
+
+static bool isFourBit(StringRef q) {
+  return q == "w4a16-rtn" || q == "w4a16-gptq" || q == "w4a16-awq";
+}
+static bool needsCalibration(StringRef q) {
+  return q == "w4a16-gptq" || q == "w4a16-awq" || q == "smoothquant" ||
+         q == "smooth-only";
+}
+
+/// Validates the quantization flags together (docs/quantization.md).
+static llvm::Error checkQuantFlags() {
+  auto error = [](const llvm::Twine &msg) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+  };
+  if (!llvm::is_contained(ArrayRef<StringRef>{"none", "w8a16", "w4a16-rtn",
+                                              "w4a16-gptq", "w4a16-awq",
+                                              "smoothquant", "smooth-only"},
+                          StringRef(quant)))
+    return error("--quant=" + quant +
+                 " is not a quantization recipe (expected none, w8a16, "
+                 "w4a16-rtn, w4a16-gptq, w4a16-awq, smoothquant or "
+                 "smooth-only)");
+  if (groupSize <= 0 || groupSize % 2 != 0)
+    return error("unsupported --group-size=" + std::to_string(groupSize) +
+                 " (expected a positive even number, e.g. 32, 64 or 128)");
+  if (groupSize.getNumOccurrences() && !isFourBit(quant))
+    return error("--group-size applies to 4-bit recipes (--quant=w4a16-rtn, "
+                 "w4a16-gptq, w4a16-awq), not --quant=" + quant);
+  if (needsCalibration(quant) && calibrationPath.empty())
+    return error("--quant=" + quant +
+                 " needs calibration data: run `kiln-calibrate " + modelPath +
+                 " -o calib.safetensors` and pass --calibration "
+                 "calib.safetensors");
+  if (!calibrationPath.empty() && !needsCalibration(quant))
+    return error("--calibration applies to --quant=w4a16-gptq, w4a16-awq, "
+                 "smoothquant and smooth-only, not --quant=" + quant);
+  if (actOrder && quant != "w4a16-gptq")
+    return error("--act-order applies to --quant=w4a16-gptq, not --quant=" +
+                 quant);
+  if (smoothAlpha.getNumOccurrences() && quant != "smoothquant" &&
+      quant != "smooth-only")
+    return error("--smoothquant-alpha applies to --quant=smoothquant and "
+                 "smooth-only, not --quant=" + quant);
+  if (!(smoothAlpha >= 0.0 && smoothAlpha <= 1.0))
+    return error("--smoothquant-alpha=" + shortDouble(smoothAlpha) +
+                 " is outside [0, 1]");
+  if (actScales != "per-token" && actScales != "static")
+    return error("unsupported --act-scales=" + actScales +
+                 " (expected per-token or static)");
+  if (actScales.getNumOccurrences() && quant != "smoothquant")
+    return error("--act-scales applies to --quant=smoothquant, not --quant=" +
+                 quant);
+  return llvm::Error::success();
+}
+
+/// The graph passes of the quantization recipe, as a textual pipeline
+/// (without the surrounding builtin.module) and the recipe's name with its
+/// options for the manifest's recipe.quant.
+static std::pair<std::string, std::string> quantPipeline() {
+  std::string g = std::to_string(groupSize);
+  std::string calib = calibrationPath;
+  std::string alpha = shortDouble(smoothAlpha);
+  if (quant == "w8a16")
+    return {"kiln-quantize-weights{scheme=w8a16}", "w8a16"};
+  if (quant == "w4a16-rtn")
+    return {"kiln-quantize-weights{scheme=w4a16-rtn group-size=" + g + "}",
+            "w4a16-rtn"};
+  if (quant == "w4a16-gptq")
+    return {"kiln-quantize-weights{scheme=w4a16-gptq group-size=" + g +
+                " calibration=" + calib +
+                " act-order=" + (actOrder ? "true" : "false") + " damp=0.01}",
+            "w4a16-gptq group-size=" + g + (actOrder ? " act-order" : "")};
+  if (quant == "w4a16-awq")
+    return {"kiln-awq{calibration=" + calib + " group-size=" + g +
+                " grid=20},kiln-quantize-weights{scheme=w4a16-rtn group-size=" +
+                g + "}",
+            "w4a16-awq group-size=" + g};
+  std::string smooth = "kiln-smooth{calibration=" + calib + " alpha=" + alpha + "}";
+  if (quant == "smooth-only")
+    return {smooth, "smooth-only alpha=" + alpha};
+  if (quant == "smoothquant") {
+    bool isStatic = actScales == "static";
+    return {smooth + ",kiln-quantize-weights{scheme=w8a8 act-quant=" +
+                (isStatic ? "per-tensor calibration=" + calib : "per-token") +
+                "}",
+            "smoothquant alpha=" + alpha + " act-scales=" +
+                std::string(actScales)};
+  }
+  return {"", "none"};
+}
+
+/// Adds the passes quantPipeline() describes.
+static void addQuantPasses(OpPassManager &pm) {
+  if (quant == "none")
+    return;
+  bool smooth = quant == "smoothquant" || quant == "smooth-only";
+  if (smooth) {
+    SmoothPassOptions o;
+    o.calibration = calibrationPath;
+    o.alpha = smoothAlpha;
+    pm.addPass(createSmoothPass(o));
+    if (quant == "smooth-only")
+      return;
+  }
+  if (quant == "w4a16-awq") {
+    AwqPassOptions o;
+    o.calibration = calibrationPath;
+    o.groupSize = groupSize;
+    o.grid = 20;
+    pm.addPass(createAwqPass(o));
+  }
+  QuantizeWeightsPassOptions o;
+  o.scheme = quant == "w4a16-awq"     ? std::string("w4a16-rtn")
+             : quant == "smoothquant" ? std::string("w8a8")
+                                      : std::string(quant);
+  o.groupSize = groupSize;
+  if (quant == "w4a16-gptq") {
+    o.calibration = calibrationPath;
+    o.actOrder = actOrder;
+    o.damp = 0.01;
+  }
+  if (quant == "smoothquant") {
+    o.actQuant = actScales == "static" ? "per-tensor" : "per-token";
+    if (actScales == "static")
+      o.calibration = calibrationPath;
+  }
+  pm.addPass(createQuantizeWeightsPass(o));
+}
+
 static int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "kiln-compile") << message << "\n";
   return 1;
@@ -100,7 +261,10 @@ int main(int argc, char **argv) {
       argc, argv,
       "Kiln ahead-of-time compiler: checkpoint -> artifact\n\n"
       "  kiln-compile MODEL -o ARTIFACT [--target=cpu|cuda] [--dtype=f32|f16|bf16]\n"
-      "               [--quant=none|w8a16|w4a16-rtn] [--group-size G] [--kv=int8|fp8]\n"
+      "               [--quant=none|w8a16|w4a16-rtn|w4a16-gptq|w4a16-awq|\n"
+      "                        smoothquant|smooth-only] [--group-size G]\n"
+      "               [--calibration FILE] [--act-order] [--smoothquant-alpha A]\n"
+      "               [--act-scales=per-token|static] [--kv=int8|fp8]\n"
       "               [--emit=kiln|plan|cpp] [--tokenizer FILE]\n"
       "               [--max-seq-len N] [--max-prefill-tokens N]\n\n"
       "MODEL is a llama2.c checkpoint (.bin), a GGUF file, a Hugging Face\n"
@@ -118,23 +282,10 @@ int main(int argc, char **argv) {
                 outputDir + " or --emit");
   if (emit.getNumOccurrences() > 1)
     return fail("--emit given more than once");
-  if (quant != "none" && quant != "w8a16" && quant != "w4a16-rtn") {
-    bool known = quant == "w4a16-gptq" || quant == "w4a16-awq" ||
-                 quant == "smoothquant";
-    return fail("--quant=" + quant +
-                (known ? " is not implemented yet (implemented: none, w8a16, "
-                         "w4a16-rtn)"
-                       : " is not a quantization recipe (expected none, w8a16, "
-                         "w4a16-rtn, w4a16-gptq, w4a16-awq or smoothquant)"));
-  }
+  if (llvm::Error err = checkQuantFlags())
+    return fail(llvm::toString(std::move(err)));
   if (!kvCache.empty() && kvCache != "int8" && kvCache != "fp8")
     return fail("unsupported --kv='" + kvCache + "' (expected int8 or fp8)");
-  if (groupSize <= 0 || groupSize % 2 != 0)
-    return fail("unsupported --group-size=" + std::to_string(groupSize) +
-                " (expected a positive even number, e.g. 32, 64 or 128)");
-  if (groupSize.getNumOccurrences() && quant != "w4a16-rtn")
-    return fail("--group-size applies to 4-bit recipes (--quant=w4a16-rtn), "
-                "not --quant=" + quant);
   if ((maxSeqLen.getNumOccurrences() && maxSeqLen <= 0) ||
       (maxPrefillTokens.getNumOccurrences() && maxPrefillTokens <= 0) ||
       maxSeqLen < 0 || maxPrefillTokens < 0)
@@ -191,23 +342,15 @@ int main(int argc, char **argv) {
   options.kvCache = kvCache;
   options.maxSeqLen = maxSeqLen;
   options.maxPrefillTokens = maxPrefillTokens;
+  auto [quantPasses, quantName] = quantPipeline();
   if (quant != "none")
-    options.addGraphPasses = [&](OpPassManager &pm) {
-      QuantizeWeightsPassOptions quantOptions;
-      quantOptions.scheme = quant;
-      quantOptions.groupSize = groupSize;
-      pm.addPass(createQuantizeWeightsPass(quantOptions));
-    };
-  options.pipeline = quant == "none"
+    options.addGraphPasses = [&](OpPassManager &pm) { addQuantPasses(pm); };
+  options.pipeline = quantPasses.empty()
                        ? std::string(kPipeline)
-                       : "kiln-verify,canonicalize,kiln-quantize-weights{scheme=" +
-                             quant +
-                             (quant == "w4a16-rtn"
-                                  ? " group-size=" + std::to_string(groupSize)
-                                  : std::string()) +
-                             "},kiln-memory-plan,kiln-lower-to-plan,"
+                       : "kiln-verify,canonicalize," + quantPasses +
+                             ",kiln-memory-plan,kiln-lower-to-plan,"
                              "canonicalize,kiln-plan-to-emitc";
-  options.quant = quant;
+  options.quant = quantName;
   switch (emit) {
   case Emit::Kiln:
     options.stop = CompileStage::Kiln;

@@ -183,10 +183,12 @@ LogicalResult LlamaGraphBuilder::declareWeights() {
                                                       t.heads))})));
         break;
       case WeightTransform::Kind::Quantize:
-        // Importers describe checkpoints; quantization is a pass's decision.
+      case WeightTransform::Kind::Scale:
+        // Importers describe checkpoints; quantization and activation-aware
+        // scaling are passes' decisions.
         return emitError(loc) << "weight '" << name
-                              << "' arrives with a quantize transform; "
-                                 "importers do not produce those";
+                              << "' arrives with a quantize or scale "
+                                 "transform; importers do not produce those";
       case WeightTransform::Kind::Repack:
         return emitError(loc) << "weight '" << name
                               << "' has a repack transform outside a "

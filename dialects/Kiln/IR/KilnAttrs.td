@@ -52,7 +52,14 @@ def Kiln_WeightTransformAttr : AttrDef<Kiln_Dialect, "WeightTransform"> {
     * `"quantize"` — symmetric round-to-nearest integer quantization of the
       rows (params: `bits` = 8, `group_size` (0: one scale per row), `part`
       = `"qweight"` for the integers or `"scales"` for the f32 scales:
-      `scale = max|w| / 127`, `q = round(w / scale)`).
+      `scale = max|w| / 127`, `q = round(w / scale)`; `bits` = 4: GPTQ's
+      asymmetric group quantizer, `part` also `"zeros"`; optional `method` =
+      `"rtn"` (default) or `"gptq"` with `calibration` (file), `hessian`
+      (tensor name in it), `act_order` (bool) and `damp` (f64): GPTQ
+      computed by the artifact writer, docs/quantization.md);
+    * `"scale"` — multiply the rows (`axis = 0`; the elements of a vector)
+      or the columns (`axis = 1`) of the weight by `factors` (1-D f32), as
+      written by the AWQ and SmoothQuant passes;
     * `"repack"` — exact conversion of a pre-quantized checkpoint tensor into
       one part of Kiln's quantized-linear layout (always first; params:
       `format` = `"gptq"` (v1 zeros stored minus one), `"gptq_v2"`, `"awq"`,
@@ -62,6 +69,7 @@ def Kiln_WeightTransformAttr : AttrDef<Kiln_Dialect, "WeightTransform"> {
 
     ```mlir
     #kiln.transform<"rope_half_to_adjacent", {heads = 8 : i64}>
+    #kiln.transform<"scale", {axis = 1 : i64, factors = dense<[0.5, 2.0]> : tensor<2xf32>}>
     ```
   }];
   let parameters = (ins StringRefParameter<>:$kind, "::mlir::DictionaryAttr":$params);

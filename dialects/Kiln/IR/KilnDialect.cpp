@@ -5,6 +5,7 @@
 #include "dialects/Kiln/IR/KilnTypes.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -164,6 +165,45 @@ WeightTransformAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                             "\"scales\" or \"zeros\"";
     if (part.getValue() == "zeros" && bits.getInt() != 4)
       return emitError() << "only 4-bit 'quantize' has zero points";
+    auto method = params.getAs<StringAttr>("method");
+    if (method && method.getValue() != "rtn" && method.getValue() != "gptq")
+      return emitError() << "'quantize' transform 'method' must be \"rtn\" "
+                            "or \"gptq\", got \""
+                         << method.getValue() << "\"";
+    if (method && method.getValue() == "gptq") {
+      if (bits.getInt() != 4)
+        return emitError() << "GPTQ 'quantize' is implemented for 4 bits";
+      auto calib = params.getAs<StringAttr>("calibration");
+      auto hessian = params.getAs<StringAttr>("hessian");
+      if (!calib || calib.getValue().empty() || !hessian ||
+          hessian.getValue().empty())
+        return emitError() << "GPTQ 'quantize' needs non-empty 'calibration' "
+                              "(file) and 'hessian' (tensor) strings";
+      auto actOrder = params.get("act_order");
+      if (actOrder && !isa<BoolAttr>(actOrder))
+        return emitError() << "GPTQ 'act_order' must be a bool";
+      auto damp = params.getAs<FloatAttr>("damp");
+      if (params.get("damp") &&
+          (!damp || !(damp.getValueAsDouble() >= 0.0)))
+        return emitError() << "GPTQ 'damp' must be a non-negative float";
+    }
+    return success();
+  }
+  if (kind == "scale") {
+    auto axis = params ? params.getAs<IntegerAttr>("axis") : IntegerAttr();
+    auto factors =
+        params ? params.getAs<DenseFPElementsAttr>("factors") : DenseFPElementsAttr();
+    if (!axis || (axis.getInt() != 0 && axis.getInt() != 1))
+      return emitError() << "'scale' transform needs 'axis' = 0 (rows or "
+                            "vector elements) or 1 (columns)";
+    if (!factors || factors.getType().getRank() != 1 ||
+        !factors.getElementType().isF32() || factors.getNumElements() == 0)
+      return emitError() << "'scale' transform needs 'factors', a non-empty "
+                            "1-D dense f32 tensor";
+    for (const APFloat &f : factors.getValues<APFloat>())
+      if (!f.isFiniteNonZero())
+        return emitError() << "'scale' transform factors must be finite and "
+                              "non-zero";
     return success();
   }
   if (kind == "repack")

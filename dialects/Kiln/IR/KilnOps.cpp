@@ -100,6 +100,22 @@ LogicalResult WeightOp::verify() {
       repacked = true;
       continue;
     }
+    if (t.getKind() == "scale") {
+      // Applies to the source-shaped tensor, before any quantize step.
+      int64_t axis = t.getParams().getAs<IntegerAttr>("axis").getInt();
+      int64_t n = t.getParams().getAs<DenseElementsAttr>("factors").getNumElements();
+      if (produced != SmallVector<int64_t, 2>(sourceShape.begin(), sourceShape.end()))
+        return emitOpError() << "'scale' must come before 'quantize'";
+      bool fits = sourceShape.size() <= 2 &&
+                  (axis == 0 ? n == sourceShape[0]
+                             : sourceShape.size() == 2 && n == sourceShape[1]);
+      if (!fits)
+        return emitOpError() << "'scale' with " << n << " factors along axis "
+                             << axis << " does not fit shape ["
+                             << llvm::join(llvm::map_range(sourceShape, dimStr), ", ")
+                             << "]";
+      continue;
+    }
     if (t.getKind() != "rope_half_to_adjacent")
       continue;
     // Applies to the source-shaped tensor, before any quantize step (or to

@@ -209,6 +209,27 @@ static Error ropeHalfToAdjacent(const WeightDesc &w, int64_t heads,
   return Error::success();
 }
 
+/// Multiplies rows (axis 0; the elements of a vector) or columns (axis 1)
+/// of `data` by `t.factors`.
+static Error applyScale(const WeightDesc &w, const WeightTransform &t,
+                        MutableArrayRef<float> data) {
+  ArrayRef<int64_t> shape = w.source.shape;
+  bool fits = (t.axis == 0 && !shape.empty() &&
+               static_cast<int64_t>(t.factors.size()) == shape[0]) ||
+              (t.axis == 1 && shape.size() == 2 &&
+               static_cast<int64_t>(t.factors.size()) == shape[1]);
+  if (!fits || shape.size() > 2)
+    return makeError("weight '" + w.name + "': scale transform with " +
+                     Twine(t.factors.size()) + " factors along axis " +
+                     Twine(t.axis) + " does not fit shape " +
+                     formatShape(shape));
+  size_t rows = shape[0], cols = shape.size() == 2 ? shape[1] : 1;
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c)
+      data[r * cols + c] *= t.factors[t.axis == 0 ? r : c];
+  return Error::success();
+}
+
 Error materializeWeight(const WeightDesc &w, MutableArrayRef<float> out) {
   const TensorSource &s = w.source;
   std::optional<uint64_t> numel = numElements(s.shape);
@@ -232,6 +253,10 @@ Error materializeWeight(const WeightDesc &w, MutableArrayRef<float> out) {
     switch (t.kind) {
     case WeightTransform::Kind::RopeHalfToAdjacent:
       if (Error e = ropeHalfToAdjacent(w, t.heads, out))
+        return e;
+      break;
+    case WeightTransform::Kind::Scale:
+      if (Error e = applyScale(w, t, out))
         return e;
       break;
     case WeightTransform::Kind::Quantize:

@@ -78,7 +78,9 @@ struct WeightTransform {
     /// byte zero points [out, ceil(in / groupSize)]. `part` selects which of
     /// these the weight holds. Always last; materializeWeight stops before it
     /// (it yields the f32 tensor being quantized) and the artifact writer
-    /// applies it.
+    /// applies it. With `method` GPTQ (4 bits only) the writer runs GPTQ
+    /// (Frantar et al. 2022, Algorithm 1) with the Hessian `hessian` of the
+    /// calibration file `calibration` instead of plain rounding.
     Quantize,
     /// Exact conversion of a pre-quantized checkpoint tensor into one part of
     /// Kiln's quantized-linear layout (kernel_abi.h W8A16 / W4A16), see
@@ -87,8 +89,15 @@ struct WeightTransform {
     /// artifact writer calls materializeRepacked() instead; row transforms
     /// after it (RopeHalfToAdjacent) permute the repacked rows.
     Repack,
+    /// Multiplies the rows (`axis` 0) or columns (`axis` 1) of a matrix, or
+    /// the elements of a vector (`axis` 0), by `factors` (one per row /
+    /// column / element). Written by the activation-aware passes (AWQ,
+    /// SmoothQuant) that move a per-channel scale s from an op's input into
+    /// its weight's columns and 1/s into the previous op's weight.
+    Scale,
   };
   enum class QuantPart { QWeight, Scales, Zeros };
+  enum class QuantMethod { RTN, GPTQ };
   Kind kind;
   int64_t heads = 0;        ///< RopeHalfToAdjacent
   int64_t bits = 0;         ///< Quantize: 8 or 4; Repack: 8 or 4
@@ -97,6 +106,13 @@ struct WeightTransform {
   std::string format;       ///< Repack: gptq, gptq_v2, awq, q8_0, q4_0
   int64_t rows = 0;         ///< Repack: out_features of the linear
   int64_t cols = 0;         ///< Repack: in_features of the linear
+  QuantMethod method = QuantMethod::RTN; ///< Quantize
+  std::string calibration;  ///< Quantize/GPTQ: calibration file path
+  std::string hessian;      ///< Quantize/GPTQ: Hessian tensor in that file
+  bool actOrder = false;    ///< Quantize/GPTQ: descending diag(H) order
+  double damp = 0.01;       ///< Quantize/GPTQ: dampening, fraction of mean diag(H)
+  int64_t axis = 0;         ///< Scale: 0 rows / vector elements, 1 columns
+  std::vector<float> factors; ///< Scale: one factor per row/column/element
 };
 
 struct QuantizedWeight;

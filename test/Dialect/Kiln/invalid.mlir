@@ -392,6 +392,41 @@ func.func @negative_w8_grouped_scales(%x: tensor<?x64xf32>, %q: tensor<8x64xi8>,
 
 // -----
 
+// expected-error @+1 {{'scale' transform needs 'axis' = 0 (rows or vector elements) or 1 (columns)}}
+kiln.weight @w : tensor<4x2xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [4, 2], offset = 0, bytes = 32>, transforms = [#kiln.transform<"scale", {axis = 2 : i64, factors = dense<[1.0, 2.0]> : tensor<2xf32>}>]}
+
+// -----
+
+// expected-error @+1 {{'scale' transform factors must be finite and non-zero}}
+kiln.weight @w : tensor<4x2xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [4, 2], offset = 0, bytes = 32>, transforms = [#kiln.transform<"scale", {axis = 1 : i64, factors = dense<[1.0, 0.0]> : tensor<2xf32>}>]}
+
+// -----
+
+// expected-error @+1 {{'kiln.weight' op 'scale' with 3 factors along axis 1 does not fit shape [4, 2]}}
+kiln.weight @w : tensor<4x2xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [4, 2], offset = 0, bytes = 32>, transforms = [#kiln.transform<"scale", {axis = 1 : i64, factors = dense<[1.0, 2.0, 3.0]> : tensor<3xf32>}>]}
+
+// -----
+
+// expected-error @+1 {{'kiln.weight' op 'scale' must come before 'quantize'}}
+kiln.weight @w.scales : tensor<4xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [4, 2], offset = 0, bytes = 32>, transforms = [#kiln.transform<"quantize", {bits = 8 : i64, group_size = 0 : i64, part = "scales"}>, #kiln.transform<"scale", {axis = 0 : i64, factors = dense<[1.0, 2.0, 3.0, 4.0]> : tensor<4xf32>}>]}
+
+// -----
+
+// expected-error @+1 {{'quantize' transform 'method' must be "rtn" or "gptq", got "awq"}}
+kiln.weight @w.scales : tensor<4x1xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [4, 2], offset = 0, bytes = 32>, transforms = [#kiln.transform<"quantize", {bits = 4 : i64, group_size = 2 : i64, part = "scales", method = "awq"}>]}
+
+// -----
+
+// expected-error @+1 {{GPTQ 'quantize' needs non-empty 'calibration' (file) and 'hessian' (tensor) strings}}
+kiln.weight @w.scales : tensor<4x1xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [4, 2], offset = 0, bytes = 32>, transforms = [#kiln.transform<"quantize", {bits = 4 : i64, group_size = 2 : i64, part = "scales", method = "gptq"}>]}
+
+// -----
+
+// expected-error @+1 {{GPTQ 'quantize' is implemented for 4 bits}}
+kiln.weight @w.scales : tensor<4xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [4, 2], offset = 0, bytes = 32>, transforms = [#kiln.transform<"quantize", {bits = 8 : i64, group_size = 0 : i64, part = "scales", method = "gptq", calibration = "c", hessian = "h"}>]}
+
+// -----
+
 func.func @negative_observe_empty_tap(%x: tensor<?x16xf32>) {
   // expected-error @+1 {{'kiln.observe' op expects a non-empty tap name}}
   kiln.observe %x {tap = ""} : tensor<?x16xf32>

@@ -1,0 +1,71 @@
+//===- Calibration.h - kiln-calibration file reader --------------*- C++ -*-===//
+//
+// Reads the activation statistics written by kiln-calibrate (docs/
+// quantization.md, "Calibration file"): a safetensors file
+// (https://huggingface.co/docs/safetensors: 8-byte little-endian header
+// length N, N bytes of JSON, then raw little-endian data) whose
+// `__metadata__` has format = "kiln-calibration", version = "1", the model
+// name and, for every linear weight W, "input:<W>" = "<tap>". Per tap T with
+// C channels it holds F32 tensors T.absmax [C] (max_t |x_c|), T.absmean [C]
+// (mean_t |x_c|) and T.hessian [C, C] ((1/N) sum_t x_t x_t^T).
+//
+// Only the header is parsed when the file is opened; tensors are read one
+// at a time on request. Every error names the file and, where there is one,
+// the tensor or weight and what was expected.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_PASSES_QUANTIZATION_CALIBRATION_H
+#define KILN_PASSES_QUANTIZATION_CALIBRATION_H
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mlir::kiln {
+
+/// The version of the calibration format this reader understands.
+constexpr llvm::StringLiteral kCalibrationVersion = "1";
+
+/// An opened calibration file: its metadata and tensor table.
+class CalibrationFile {
+public:
+  /// Opens `path` and parses its safetensors header. Fails (naming the
+  /// file) if it cannot be read, is not safetensors, its metadata format is
+  /// not "kiln-calibration" or its version is not kCalibrationVersion.
+  static llvm::Expected<CalibrationFile> open(llvm::StringRef path);
+
+  llvm::StringRef path() const { return filePath; }
+  /// A metadata string ("" if absent).
+  llvm::StringRef metadata(llvm::StringRef key) const;
+  /// The tap feeding linear weight `weight` (metadata "input:<weight>");
+  /// an error naming the file and the weight if there is none.
+  llvm::Expected<std::string> tapOf(llvm::StringRef weight) const;
+  /// Checks that `tensor` exists, is F32 and has shape `shape`; the error
+  /// names the file, the tensor, the shape found and the one expected (a
+  /// mismatch usually means the file was calibrated on another model).
+  llvm::Error check(llvm::StringRef tensor, llvm::ArrayRef<int64_t> shape) const;
+  /// check() then reads the tensor as f32 (row-major).
+  llvm::Expected<std::vector<float>> read(llvm::StringRef tensor,
+                                          llvm::ArrayRef<int64_t> shape) const;
+
+private:
+  struct Entry {
+    std::string dtype;
+    llvm::SmallVector<int64_t, 2> shape;
+    uint64_t begin = 0, end = 0; ///< absolute byte range in the file
+  };
+  std::string filePath;
+  llvm::StringMap<std::string> meta;
+  llvm::StringMap<Entry> tensors;
+};
+
+} // namespace mlir::kiln
+
+#endif // KILN_PASSES_QUANTIZATION_CALIBRATION_H

@@ -1,0 +1,141 @@
+//===- WeightRecipe.cpp - kiln.weight <-> WeightDesc ----------------------===//
+
+#include "passes/Transforms/WeightRecipe.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+
+namespace mlir::kiln {
+
+static FailureOr<StorageType> parseStorage(WeightOp op, StringRef s) {
+  if (s == "f32")
+    return StorageType::F32;
+  if (s == "f16")
+    return StorageType::F16;
+  if (s == "bf16")
+    return StorageType::BF16;
+  if (s == "q8_0")
+    return StorageType::Q8_0;
+  if (s == "q4_0")
+    return StorageType::Q4_0;
+  if (s == "i32")
+    return StorageType::I32;
+  if (s == "synthetic")
+    return StorageType::Synthetic;
+  return op.emitOpError() << "unknown storage type '" << s << "'";
+}
+
+FailureOr<WeightDesc> getWeightRecipe(WeightOp op) {
+  WeightDesc w;
+  w.name = op.getSymName().str();
+  WeightSourceAttr src = op.getSource();
+  w.source.file = src.getFile().str();
+  w.source.tensor = src.getTensor().str();
+  FailureOr<StorageType> storage = parseStorage(op, src.getStorage());
+  if (failed(storage))
+    return failure();
+  w.source.storage = *storage;
+  w.source.offset = src.getOffset();
+  w.source.bytes = src.getBytes();
+  w.source.seed = src.getSeed();
+  if (src.getScale())
+    w.source.scale = src.getScale().getValueAsDouble();
+  if (src.getCenter())
+    w.source.center = src.getCenter().getValueAsDouble();
+  for (int64_t d : src.getShape().asArrayRef())
+    w.source.shape.push_back(d);
+  for (Attribute a : op.getTransforms()) {
+    auto t = cast<WeightTransformAttr>(a);
+    DictionaryAttr params = t.getParams();
+    if (t.getKind() == "dequantize")
+      continue; // implied by the storage type
+    if (t.getKind() == "rope_half_to_adjacent") {
+      WeightTransform wt{WeightTransform::Kind::RopeHalfToAdjacent};
+      wt.heads = params.getAs<IntegerAttr>("heads").getInt();
+      w.transforms.push_back(wt);
+      continue;
+    }
+    if (t.getKind() == "quantize") {
+      WeightTransform wt{WeightTransform::Kind::Quantize};
+      wt.bits = params.getAs<IntegerAttr>("bits").getInt();
+      wt.groupSize = params.getAs<IntegerAttr>("group_size").getInt();
+      StringRef part = params.getAs<StringAttr>("part").getValue();
+      wt.part = part == "scales"  ? WeightTransform::QuantPart::Scales
+                : part == "zeros" ? WeightTransform::QuantPart::Zeros
+                                  : WeightTransform::QuantPart::QWeight;
+      auto method = params.getAs<StringAttr>("method");
+      if (method && method.getValue() == "gptq") {
+        wt.method = WeightTransform::QuantMethod::GPTQ;
+        wt.calibration = params.getAs<StringAttr>("calibration").str();
+        wt.hessian = params.getAs<StringAttr>("hessian").str();
+        if (auto b = params.getAs<BoolAttr>("act_order"))
+          wt.actOrder = b.getValue();
+        if (auto d = params.getAs<FloatAttr>("damp"))
+          wt.damp = d.getValueAsDouble();
+      }
+      w.transforms.push_back(wt);
+      continue;
+    }
+    if (t.getKind() == "repack") { // pre-quantized checkpoints
+      WeightTransform wt{WeightTransform::Kind::Repack};
+      wt.format = params.getAs<StringAttr>("format").getValue().str();
+      StringRef part = params.getAs<StringAttr>("part").getValue();
+      wt.part = part == "scales"  ? WeightTransform::QuantPart::Scales
+                : part == "zeros" ? WeightTransform::QuantPart::Zeros
+                                  : WeightTransform::QuantPart::QWeight;
+      wt.bits = params.getAs<IntegerAttr>("bits").getInt();
+      wt.groupSize = params.getAs<IntegerAttr>("group_size").getInt();
+      wt.rows = params.getAs<IntegerAttr>("rows").getInt();
+      wt.cols = params.getAs<IntegerAttr>("cols").getInt();
+      w.transforms.push_back(wt);
+      continue;
+    }
+    if (t.getKind() == "scale") {
+      WeightTransform wt{WeightTransform::Kind::Scale};
+      wt.axis = params.getAs<IntegerAttr>("axis").getInt();
+      for (const APFloat &f :
+           params.getAs<DenseFPElementsAttr>("factors").getValues<APFloat>())
+        wt.factors.push_back(f.convertToFloat());
+      w.transforms.push_back(std::move(wt));
+      continue;
+    }
+    return op.emitOpError() << "transform '" << t.getKind()
+                            << "' cannot be materialized yet";
+  }
+  return w;
+}
+
+FailureOr<std::vector<float>> materializeWeightOp(WeightOp op) {
+  FailureOr<WeightDesc> w = getWeightRecipe(op);
+  if (failed(w))
+    return failure();
+  size_t numel = 1;
+  for (int64_t d : w->source.shape)
+    numel *= static_cast<size_t>(d);
+  std::vector<float> out(numel);
+  if (llvm::Error e = materializeWeight(*w, out))
+    return op.emitOpError() << "cannot read the weight's values: "
+                            << llvm::toString(std::move(e));
+  return out;
+}
+
+WeightTransformAttr makeScaleTransform(MLIRContext *ctx, int64_t axis,
+                                       ArrayRef<float> factors) {
+  Builder b(ctx);
+  auto type = RankedTensorType::get({static_cast<int64_t>(factors.size())},
+                                    b.getF32Type());
+  return WeightTransformAttr::get(
+      ctx, "scale",
+      b.getDictionaryAttr(
+          {b.getNamedAttr("axis", b.getI64IntegerAttr(axis)),
+           b.getNamedAttr("factors", DenseElementsAttr::get(type, factors))}));
+}
+
+void appendTransform(WeightOp op, WeightTransformAttr transform) {
+  SmallVector<Attribute> transforms(op.getTransforms().begin(),
+                                    op.getTransforms().end());
+  transforms.push_back(transform);
+  op.setTransformsAttr(ArrayAttr::get(op.getContext(), transforms));
+}
+
+} // namespace mlir::kiln

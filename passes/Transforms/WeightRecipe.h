@@ -1,0 +1,38 @@
+//===- WeightRecipe.h - kiln.weight <-> WeightDesc ---------------*- C++ -*-===//
+//
+// The bridge between a `kiln.weight` op (source + `#kiln.transform` list)
+// and the WeightDesc recipe materializeWeight() and the artifact writer
+// execute; used by the writer and by the passes that read weight values at
+// compile time (AWQ, SmoothQuant).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_PASSES_TRANSFORMS_WEIGHTRECIPE_H
+#define KILN_PASSES_TRANSFORMS_WEIGHTRECIPE_H
+
+#include "dialects/Kiln/IR/KilnOps.h"
+#include "dialects/Kiln/Import/ModelDesc.h"
+
+#include "mlir/Support/LLVM.h"
+
+namespace mlir::kiln {
+
+/// The recipe of `op`: its source and transforms in order ("dequantize" is
+/// implied by the storage type and skipped). Emits an error on `op` for an
+/// unknown storage type or transform.
+FailureOr<WeightDesc> getWeightRecipe(WeightOp op);
+
+/// Materializes `op` (all its transforms up to a final quantize step) as
+/// f32, row-major. Emits an error on `op` naming the file on failure.
+FailureOr<std::vector<float>> materializeWeightOp(WeightOp op);
+
+/// `#kiln.transform<"scale", {axis, factors}>`.
+WeightTransformAttr makeScaleTransform(MLIRContext *ctx, int64_t axis,
+                                       ArrayRef<float> factors);
+
+/// Appends `transform` to `op`'s recipe.
+void appendTransform(WeightOp op, WeightTransformAttr transform);
+
+} // namespace mlir::kiln
+
+#endif // KILN_PASSES_TRANSFORMS_WEIGHTRECIPE_H
