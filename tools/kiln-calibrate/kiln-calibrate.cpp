@@ -93,6 +93,14 @@ static cl::opt<uint64_t>
          cl::desc("Seed of the splitmix64 generator picking the window "
                   "offsets (default 0)"),
          cl::init(0), cl::value_desc("S"), cl::cat(category));
+static cl::opt<bool> selfGenerate(
+    "self-generate",
+    cl::desc("Calibrate on text the model samples itself instead of --text "
+             "(data-free calibration, as in LLM-QAT, Liu et al. 2023): each "
+             "window is BOS followed by --ctx - 1 tokens sampled at "
+             "temperature 1 from the unquantized model, the sampler seeded "
+             "with --seed (runtime xorshift sampler, reproducible)"),
+    cl::cat(category));
 static cl::opt<std::string>
     tokenizerPath("tokenizer",
                   cl::desc("Tokenizer file for llama2.c checkpoints (default: "
@@ -321,15 +329,23 @@ int main(int argc, char **argv) {
                   " is not writable");
   }
 
-  auto textBuffer =
-      llvm::MemoryBuffer::getFile(textPath, /*IsText=*/false,
-                                  /*RequiresNullTerminator=*/false);
-  if (!textBuffer)
-    return fail(textPath + ": cannot read the calibration text: " +
-                textBuffer.getError().message());
-  llvm::StringRef text = (*textBuffer)->getBuffer();
-  if (text.trim().empty())
-    return fail(textPath + ": the calibration text is empty");
+  if (selfGenerate && textPath.getNumOccurrences())
+    return fail("--self-generate and --text both choose the calibration "
+                "text: pass one of them");
+  std::unique_ptr<llvm::MemoryBuffer> textHolder;
+  llvm::StringRef text;
+  if (!selfGenerate) {
+    auto textBuffer =
+        llvm::MemoryBuffer::getFile(textPath, /*IsText=*/false,
+                                    /*RequiresNullTerminator=*/false);
+    if (!textBuffer)
+      return fail(textPath + ": cannot read the calibration text: " +
+                  textBuffer.getError().message());
+    textHolder = std::move(*textBuffer);
+    text = textHolder->getBuffer();
+    if (text.trim().empty())
+      return fail(textPath + ": the calibration text is empty");
+  }
 
   auto desc = importModel(modelPath, tokenizerPath);
   if (!desc)
@@ -404,20 +420,62 @@ int main(int argc, char **argv) {
   kiln_rt_model_info_t info;
   kiln_rt_artifact_info(rt.artifact, &info);
 
-  auto tokens = tokenize(rt.artifact, text);
+  std::vector<std::vector<int32_t>> windows;
+  int64_t window = 0;
+  if (selfGenerate) {
+    window = ctxLen.getNumOccurrences() ? int64_t(ctxLen)
+                                        : std::min<int64_t>(128, info.max_seq_len);
+    kiln_rt_sampler_params_t params{/*temperature=*/1.0f, /*top_k=*/0,
+                                    /*top_p=*/1.0f, seed.getValue()};
+    kiln_rt_sampler_t *sampler = nullptr;
+    if (kiln_rt_status_t st =
+            kiln_rt_sampler_create(&params, info.vocab_size, &sampler))
+      return fail(takeStatus(st, "creating the sampler"));
+    auto releaseSampler =
+        llvm::make_scope_exit([&] { kiln_rt_sampler_release(sampler); });
+    // Generation is not observed: only the prefill of the finished window.
+    if (kiln_rt_status_t st =
+            kiln_rt_session_set_observer(rt.session, nullptr, nullptr))
+      return fail(takeStatus(st, "pausing the observer"));
+    for (int64_t s = 0; s < numSamples; ++s) {
+      std::vector<int32_t> w = {info.bos_id};
+      kiln_rt_session_reset(rt.session);
+      if (kiln_rt_status_t st = kiln_rt_session_prefill(rt.session, w.data(), 1))
+        return fail(takeStatus(st, "generating calibration text"));
+      while (int64_t(w.size()) < window) {
+        int32_t next = 0;
+        if (kiln_rt_status_t st =
+                kiln_rt_session_sample(rt.session, sampler, &next))
+          return fail(takeStatus(st, "generating calibration text"));
+        w.push_back(next);
+        if (int64_t(w.size()) == window)
+          break;
+        if (kiln_rt_status_t st = kiln_rt_session_decode(rt.session, next))
+          return fail(takeStatus(st, "generating calibration text"));
+      }
+      windows.push_back(std::move(w));
+    }
+    if (kiln_rt_status_t st =
+            kiln_rt_session_set_observer(rt.session, observe, &acc))
+      return fail(takeStatus(st, "registering the observer"));
+  }
+
+  auto tokens = selfGenerate
+                    ? llvm::Expected<std::vector<int32_t>>(std::vector<int32_t>{})
+                    : tokenize(rt.artifact, text);
   if (!tokens)
     return fail(llvm::toString(tokens.takeError()));
   int64_t numTokens = tokens->size();
-  if (numTokens < 2)
+  if (!selfGenerate && numTokens < 2)
     return fail(textPath + ": the calibration text has " +
                 std::to_string(numTokens) +
                 " token(s); calibration needs at least 2");
 
   // Window length L (BOS + L - 1 text tokens), capped at the text.
-  int64_t window = ctxLen.getNumOccurrences()
-                       ? int64_t(ctxLen)
-                       : std::min<int64_t>(128, info.max_seq_len);
-  if (window - 1 > numTokens) {
+  if (!selfGenerate)
+    window = ctxLen.getNumOccurrences() ? int64_t(ctxLen)
+                                        : std::min<int64_t>(128, info.max_seq_len);
+  if (!selfGenerate && window - 1 > numTokens) {
     if (ctxLen.getNumOccurrences())
       llvm::errs() << kTool << ": note: " << textPath << " has " << numTokens
                    << " tokens; --ctx=" << window << " capped to "
@@ -425,10 +483,9 @@ int main(int argc, char **argv) {
     window = numTokens + 1;
   }
   int64_t span = window - 1;
-  uint64_t offsets = uint64_t(numTokens - span + 1);
+  uint64_t offsets = uint64_t(std::max<int64_t>(numTokens - span + 1, 1));
   uint64_t state = seed.getValue();
-  std::vector<std::vector<int32_t>> windows;
-  for (int64_t s = 0; s < numSamples; ++s) {
+  for (int64_t s = 0; !selfGenerate && s < numSamples; ++s) {
     int64_t offset = int64_t(splitmix64(state) % offsets);
     std::vector<int32_t> w;
     w.reserve(window);
@@ -493,7 +550,8 @@ int main(int argc, char **argv) {
       {"format", "kiln-calibration"},
       {"version", "1"},
       {"model", modelPath.getValue()},
-      {"text", textPath.getValue()},
+      {"text", selfGenerate ? std::string("self-generated")
+                            : textPath.getValue()},
       {"seed", std::to_string(seed.getValue())},
       {"samples", std::to_string(numSamples.getValue())},
       {"ctx", std::to_string(window)},
