@@ -551,6 +551,75 @@ static void linear16(const typename E::T *x, const typename E::T *w, OutT *y,
   }
 }
 
+/// Prefill (n > 1) of a weight-quantized linear y[n, out] = x[n, in] * W^T:
+/// x as float (widened once for 16-bit); each thread owns a slice of the
+/// output rows and runs a single-threaded sgemm per tile of kTileRows x
+/// kTileDepth weights that `dequantRow(o, k0, depth, dst)` writes as float
+/// (row o, columns [k0, k0 + depth)), accumulating over depth. With
+/// `rowScales`, the finished sums of row o are multiplied by rowScales[o]
+/// (W8A16 per channel). Memory beyond x: one 256 KiB tile (+ n x 128
+/// outputs for 16-bit y) per thread.
+template <class E, class OutT, class DequantRow>
+static void prefillDequantized(const typename E::T *x, OutT *y, int64_t n,
+                               int64_t in, int64_t out,
+                               const float *rowScales, DequantRow dequantRow) {
+  constexpr bool floatOut = std::is_same_v<OutT, float>;
+  setBlasSingleThreaded();
+  std::vector<float> xBuf;
+  const float *xf;
+  if constexpr (kIsF32<E>) {
+    xf = x;
+  } else {
+    xBuf.resize(size_t(n * in));
+    xf = xBuf.data();
+  }
+  bool parallel = n * out * in > kParallelGrain;
+#pragma omp parallel if (parallel)
+  {
+    if constexpr (!kIsF32<E>) {
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < n; ++i)
+        E::widen(x + i * in, xBuf.data() + i * in, in);
+    }
+    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    int64_t chunk = ((out + nt - 1) / nt + 15) / 16 * 16;
+    int64_t begin = std::min<int64_t>(out, t * chunk);
+    int64_t end = std::min<int64_t>(out, begin + chunk);
+    float *wTile = scratch(1, kTileRows * kTileDepth);
+    for (int64_t r0 = begin; r0 < end; r0 += kTileRows) {
+      int64_t rows = std::min(kTileRows, end - r0);
+      float *c;
+      int64_t ldc;
+      if constexpr (floatOut) {
+        c = y + r0;
+        ldc = out;
+      } else {
+        c = scratch(2, n * rows);
+        ldc = rows;
+      }
+      for (int64_t k0 = 0; k0 < in; k0 += kTileDepth) {
+        int64_t depth = std::min(kTileDepth, in - k0);
+        for (int64_t r = 0; r < rows; ++r)
+          dequantRow(r0 + r, k0, depth, wTile + r * depth);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),
+                    int(depth), 1.0f, xf + k0, int(in), wTile, int(depth),
+                    k0 == 0 ? 0.0f : 1.0f, c, int(ldc));
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        float *ci = c + i * ldc;
+        if (rowScales) {
+          const float *s = rowScales + r0;
+#pragma omp simd
+          for (int64_t r = 0; r < rows; ++r)
+            ci[r] *= s[r];
+        }
+        if constexpr (!floatOut)
+          E::narrow(ci, y + i * out + r0, rows);
+      }
+    }
+  }
+}
+
 /// W8A16: y[n, out] = x[n, in] * W^T for x of E::T (float32 or 16-bit) and
 /// int8 q, W[o, i] = scales[o] * q[o, i] (groupSize 0) or scales[o, g] *
 /// q[o, i], g = i / groupSize; OutT is E::T, or float for 16-bit x with
@@ -596,71 +665,20 @@ static void linearW8(const typename E::T *x, const int8_t *q,
     }
     return;
   }
-  // Prefill: x as float (widened once for 16-bit); each thread owns a slice
-  // of the rows and runs a single-threaded sgemm per tile of int8 weights
-  // widened to float (exact), accumulating over depth; the row scales are
-  // applied to the finished sums. Group-wise weights are dequantized into the
-  // tile instead (scale * q, one rounding).
-  setBlasSingleThreaded();
-  std::vector<float> xBuf;
-  const float *xf;
-  if constexpr (kIsF32<E>) {
-    xf = x;
-  } else {
-    xBuf.resize(size_t(n * in));
-    xf = xBuf.data();
-  }
-  bool parallel = n * out * in > kParallelGrain;
-#pragma omp parallel if (parallel)
-  {
-    if constexpr (!kIsF32<E>) {
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < n; ++i)
-        E::widen(x + i * in, xBuf.data() + i * in, in);
-    }
-    int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    int64_t chunk = ((out + nt - 1) / nt + 15) / 16 * 16;
-    int64_t begin = std::min<int64_t>(out, t * chunk);
-    int64_t end = std::min<int64_t>(out, begin + chunk);
-    float *wTile = scratch(1, kTileRows * kTileDepth);
-    for (int64_t r0 = begin; r0 < end; r0 += kTileRows) {
-      int64_t rows = std::min(kTileRows, end - r0);
-      float *c;
-      int64_t ldc;
-      if constexpr (floatOut) {
-        c = y + r0;
-        ldc = out;
-      } else {
-        c = scratch(2, n * rows);
-        ldc = rows;
-      }
-      for (int64_t k0 = 0; k0 < in; k0 += kTileDepth) {
-        int64_t depth = std::min(kTileDepth, in - k0);
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t o = r0 + r;
-          if (groupSize > 0)
-            dequantRowI8(q + o * in, scales + o * groups, wTile + r * depth, k0,
-                         depth, groupSize);
-          else
-            widenI8(q + o * in + k0, wTile + r * depth, depth);
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),
-                    int(depth), 1.0f, xf + k0, int(in), wTile, int(depth),
-                    k0 == 0 ? 0.0f : 1.0f, c, int(ldc));
-      }
-      const float *s = scales + r0;
-      for (int64_t i = 0; i < n; ++i) {
-        float *ci = c + i * ldc;
-        if (groupSize == 0) {
-#pragma omp simd
-          for (int64_t r = 0; r < rows; ++r)
-            ci[r] *= s[r];
-        }
-        if constexpr (!floatOut)
-          E::narrow(ci, y + i * out + r0, rows);
-      }
-    }
-  }
+  // Prefill: int8 weights widened to float (exact) with the row scales
+  // applied to the finished sums; group-wise weights are dequantized into
+  // the tile instead (scale * q, one rounding).
+  if (groupSize > 0)
+    prefillDequantized<E>(x, y, n, in, out, /*rowScales=*/nullptr,
+                          [&](int64_t o, int64_t k0, int64_t depth, float *dst) {
+                            dequantRowI8(q + o * in, scales + o * groups, dst,
+                                         k0, depth, groupSize);
+                          });
+  else
+    prefillDequantized<E>(x, y, n, in, out, scales,
+                          [&](int64_t o, int64_t k0, int64_t depth, float *dst) {
+                            widenI8(q + o * in + k0, dst, depth);
+                          });
 }
 
 /// W4A16: y[n, out] = x[n, in] * W^T with W[o, i] = scales[o, g] * (q[o, i]
@@ -707,61 +725,14 @@ static void linearW4(const typename E::T *x, const int8_t *q,
     }
     return;
   }
-  // Prefill: x as float (widened once for 16-bit); each thread owns a slice
-  // of the rows and runs a single-threaded sgemm per tile of weights
-  // dequantized to float (scale * (q - zero), rounded once), accumulating
-  // over depth. Memory beyond x: one 256 KiB tile (+ n x 128 outputs for
-  // 16-bit y) per thread.
-  setBlasSingleThreaded();
-  std::vector<float> xBuf;
-  const float *xf;
-  if constexpr (kIsF32<E>) {
-    xf = x;
-  } else {
-    xBuf.resize(size_t(n * in));
-    xf = xBuf.data();
-  }
-  bool parallel = n * out * in > kParallelGrain;
-#pragma omp parallel if (parallel)
-  {
-    if constexpr (!kIsF32<E>) {
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < n; ++i)
-        E::widen(x + i * in, xBuf.data() + i * in, in);
-    }
-    int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    int64_t chunk = ((out + nt - 1) / nt + 15) / 16 * 16;
-    int64_t begin = std::min<int64_t>(out, t * chunk);
-    int64_t end = std::min<int64_t>(out, begin + chunk);
-    float *wTile = scratch(1, kTileRows * kTileDepth);
-    for (int64_t r0 = begin; r0 < end; r0 += kTileRows) {
-      int64_t rows = std::min(kTileRows, end - r0);
-      float *c;
-      int64_t ldc;
-      if constexpr (floatOut) {
-        c = y + r0;
-        ldc = out;
-      } else {
-        c = scratch(2, n * rows);
-        ldc = rows;
-      }
-      for (int64_t k0 = 0; k0 < in; k0 += kTileDepth) {
-        int64_t depth = std::min(kTileDepth, in - k0);
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t o = r0 + r;
-          dequantRowQ4(q + o * rowBytes, scales + o * groups,
-                       zeros + o * groups, wTile + r * depth, k0, depth,
-                       groupSize);
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),
-                    int(depth), 1.0f, xf + k0, int(in), wTile, int(depth),
-                    k0 == 0 ? 0.0f : 1.0f, c, int(ldc));
-      }
-      if constexpr (!floatOut)
-        for (int64_t i = 0; i < n; ++i)
-          E::narrow(c + i * rows, y + i * out + r0, rows);
-    }
-  }
+  // Prefill: weights dequantized to float (scale * (q - zero), rounded
+  // once) tile by tile.
+  prefillDequantized<E>(x, y, n, in, out, /*rowScales=*/nullptr,
+                        [&](int64_t o, int64_t k0, int64_t depth, float *dst) {
+                          dequantRowQ4(q + o * rowBytes, scales + o * groups,
+                                       zeros + o * groups, dst, k0, depth,
+                                       groupSize);
+                        });
 }
 
 float quantizeActivationRow(const float *x, int8_t *xq, int64_t in,
