@@ -7,6 +7,7 @@
 // are checked bit for bit, at every SIMD level this CPU supports.
 //
 //===----------------------------------------------------------------------===//
+#include "SimdLevels.h"
 #include "cpu/Kernels.h"
 #include "kiln_rt/kernel_abi.h"
 
@@ -22,6 +23,9 @@
 
 using kiln::rt::cpu::SimdLevel;
 namespace cpu = kiln::rt::cpu;
+using kiln::rt::test::levelName;
+using kiln::rt::test::ScopedSimdLevel;
+using kiln::rt::test::supportedLevels;
 
 namespace {
 
@@ -59,39 +63,6 @@ struct Bf16Api {
   static constexpr auto silu = kiln_k_silu_bf16;
   static constexpr auto add = kiln_k_add_bf16;
   static constexpr auto mul = kiln_k_mul_bf16;
-};
-
-/// Every SIMD level of the 16-bit paths this CPU can run.
-std::vector<SimdLevel> supportedLevels() {
-  std::vector<SimdLevel> levels = {SimdLevel::Generic};
-  if (cpu::maxSimdLevel() >= SimdLevel::Avx2)
-    levels.push_back(SimdLevel::Avx2);
-  if (cpu::maxSimdLevel() >= SimdLevel::Avx512)
-    levels.push_back(SimdLevel::Avx512);
-  return levels;
-}
-
-const char *levelName(SimdLevel level) {
-  switch (level) {
-  case SimdLevel::Generic:
-    return "generic";
-  case SimdLevel::Avx2:
-    return "avx2";
-  case SimdLevel::Avx512:
-    return "avx512";
-  }
-  return "?";
-}
-
-/// Runs the enclosing scope at one SIMD level, restoring the previous one.
-class ScopedSimdLevel {
-public:
-  explicit ScopedSimdLevel(SimdLevel level)
-      : previous_(cpu::setSimdLevelForTesting(level)) {}
-  ~ScopedSimdLevel() { cpu::setSimdLevelForTesting(previous_); }
-
-private:
-  SimdLevel previous_;
 };
 
 /// Random values already representable in the 16-bit type of Api: the bits

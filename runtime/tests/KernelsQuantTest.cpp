@@ -13,6 +13,7 @@
 // target: scalar, AVX2, AVX-512).
 //
 //===----------------------------------------------------------------------===//
+#include "SimdLevels.h"
 #include "cpu/Kernels.h"
 #include "kiln_rt/kernel_abi.h"
 
@@ -28,39 +29,11 @@
 
 using kiln::rt::cpu::SimdLevel;
 namespace cpu = kiln::rt::cpu;
+using kiln::rt::test::levelName;
+using kiln::rt::test::ScopedSimdLevel;
+using kiln::rt::test::supportedLevels;
 
 namespace {
-
-std::vector<SimdLevel> supportedLevels() {
-  std::vector<SimdLevel> levels = {SimdLevel::Generic};
-  if (cpu::maxSimdLevel() >= SimdLevel::Avx2)
-    levels.push_back(SimdLevel::Avx2);
-  if (cpu::maxSimdLevel() >= SimdLevel::Avx512)
-    levels.push_back(SimdLevel::Avx512);
-  return levels;
-}
-
-const char *levelName(SimdLevel level) {
-  switch (level) {
-  case SimdLevel::Generic:
-    return "generic";
-  case SimdLevel::Avx2:
-    return "avx2";
-  case SimdLevel::Avx512:
-    return "avx512";
-  }
-  return "?";
-}
-
-class ScopedSimdLevel {
-public:
-  explicit ScopedSimdLevel(SimdLevel level)
-      : previous_(cpu::setSimdLevelForTesting(level)) {}
-  ~ScopedSimdLevel() { cpu::setSimdLevelForTesting(previous_); }
-
-private:
-  SimdLevel previous_;
-};
 
 /// Symmetric per-row int8 quantization as the weight writer does it:
 /// scale = max|row| / 127, q = round(w / scale); an all-zero row gets

@@ -13,6 +13,7 @@
 // summation order, and the dispatched target changes with the level.
 //
 //===----------------------------------------------------------------------===//
+#include "SimdLevels.h"
 #include "cpu/Kernels.h"
 #include "kiln_rt/kernel_abi.h"
 
@@ -28,27 +29,11 @@
 
 using kiln::rt::cpu::SimdLevel;
 namespace cpu = kiln::rt::cpu;
+using kiln::rt::test::levelName;
+using kiln::rt::test::ScopedSimdLevel;
+using kiln::rt::test::supportedLevels;
 
 namespace {
-
-std::vector<SimdLevel> supportedLevels() {
-  std::vector<SimdLevel> levels = {SimdLevel::Generic};
-  if (cpu::maxSimdLevel() >= SimdLevel::Avx2)
-    levels.push_back(SimdLevel::Avx2);
-  if (cpu::maxSimdLevel() >= SimdLevel::Avx512)
-    levels.push_back(SimdLevel::Avx512);
-  return levels;
-}
-
-class ScopedSimdLevel {
-public:
-  explicit ScopedSimdLevel(SimdLevel level)
-      : previous_(cpu::setSimdLevelForTesting(level)) {}
-  ~ScopedSimdLevel() { cpu::setSimdLevelForTesting(previous_); }
-
-private:
-  SimdLevel previous_;
-};
 
 /// The W8A8 formula of kernel_abi.h, written here from scratch: float32
 /// activations in, float32 results (before any 16-bit rounding) out.
