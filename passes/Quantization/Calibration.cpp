@@ -167,6 +167,17 @@ Error CalibrationFile::check(StringRef tensor, ArrayRef<int64_t> shape) const {
   return Error::success();
 }
 
+Expected<CalibrationFile::TensorLocation>
+CalibrationFile::locate(StringRef tensor, ArrayRef<int64_t> shape) const {
+  // Read it once (it is small) so non-finite values are refused here, with
+  // the tensor's name, rather than poisoning the artifact.
+  Expected<std::vector<float>> values = read(tensor, shape);
+  if (!values)
+    return values.takeError();
+  const Entry &e = tensors.find(tensor)->second;
+  return TensorLocation{e.begin, e.end - e.begin};
+}
+
 Expected<std::vector<float>>
 CalibrationFile::read(StringRef tensor, ArrayRef<int64_t> shape) const {
   if (Error e = check(tensor, shape))

@@ -51,6 +51,15 @@ public:
   /// names the file, the tensor, the shape found and the one expected (a
   /// mismatch usually means the file was calibrated on another model).
   llvm::Error check(llvm::StringRef tensor, llvm::ArrayRef<int64_t> shape) const;
+  /// Where a tensor's bytes lie in the file.
+  struct TensorLocation {
+    uint64_t offset = 0; ///< absolute byte offset of the first element
+    uint64_t bytes = 0;  ///< stored byte count
+  };
+  /// check() then the tensor's byte range, so that a kiln.weight can name it
+  /// as its source without reading it.
+  llvm::Expected<TensorLocation> locate(llvm::StringRef tensor,
+                                        llvm::ArrayRef<int64_t> shape) const;
   /// check() then reads the tensor as f32 (row-major).
   llvm::Expected<std::vector<float>> read(llvm::StringRef tensor,
                                           llvm::ArrayRef<int64_t> shape) const;

@@ -123,6 +123,29 @@ def AwqPass : Pass<"kiln-awq", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::kiln::KilnDialect"];
 }
 
+def CenterKeysPass : Pass<"kiln-center-keys", "::mlir::ModuleOp"> {
+  let summary = "Calibrated key centering for 8-bit KV caches";
+  let description = [{
+    For every `kiln.attention` with an 8-bit KV cache (int8 or f8E4M3FN)
+    whose key comes from `kiln.rope`, adds the weight
+    `@layers.<l>.key_mean` ([num_kv_heads * head_dim] f32; its source is the
+    tensor `layers.<l>.key.mean` of the kiln-calibrate file, the mean of the
+    pre-RoPE key over the calibration tokens) and sets the attention's
+    `key_mean`, `key_mean_theta` and `key_mean_rotary_dim` (copied from the
+    kiln.rope). The cache then stores keys relative to the rotated mean and
+    attention adds it back: exact in real arithmetic, and the per-channel
+    offset of the keys no longer sets the 8-bit scale of every token
+    (docs/quantization.md, "Key centering"; cf. KVQuant, Hooper et al. 2024).
+    Values are unchanged. Errors: no or unreadable calibration file, a
+    missing `layers.<l>.key.mean` or one of the wrong shape.
+  }];
+  let options = [
+    Option<"calibration", "calibration", "std::string", /*default=*/"\"\"",
+           "kiln-calibration file with layers.<l>.key.mean (required)">,
+  ];
+  let dependentDialects = ["::mlir::kiln::KilnDialect"];
+}
+
 def SmoothPass : Pass<"kiln-smooth", "::mlir::ModuleOp"> {
   let summary = "SmoothQuant activation smoothing (Xiao et al. 2023, eq. 4)";
   let description = [{

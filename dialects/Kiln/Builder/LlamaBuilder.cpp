@@ -245,7 +245,9 @@ void LlamaGraphBuilder::buildEntryPoint(StringRef name, int64_t numTokens,
     Value a = AttentionOp::create(builder, loc, act(qDim), q, k, v, cache, pos,
                                   i64(i), i64(cfg.nHeads), i64(cfg.nKvHeads),
                                   i64(cfg.headDim), scale,
-                                  builder.getBoolAttr(true));
+                                  builder.getBoolAttr(true), /*key_mean=*/Value(),
+                                  /*key_mean_theta=*/FloatAttr(),
+                                  /*key_mean_rotary_dim=*/IntegerAttr());
     Value o = linear(cfg.dim, a, p + "wo");
     h = AddOp::create(builder, loc, h, o);
     // FFN block: h += w2(silu(w1 x) * w3 x).

@@ -13,6 +13,8 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/MathExtras.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace mlir::kiln;
 
@@ -361,6 +363,31 @@ LogicalResult AttentionOp::verify() {
                          << cache.getElementType();
   if (!getCausal())
     return emitOpError() << "supports only causal attention";
+  bool hasMean = bool(getKeyMean()), hasTheta = getKeyMeanThetaAttr() != nullptr,
+       hasRot = getKeyMeanRotaryDimAttr() != nullptr;
+  if (hasMean != hasTheta || hasMean != hasRot)
+    return emitOpError() << "expects key_mean, key_mean_theta and "
+                            "key_mean_rotary_dim together (key centering) or "
+                            "none of them";
+  if (hasMean) {
+    if (!cache.isQuantized())
+      return emitOpError() << "key centering (key_mean) needs an 8-bit "
+                              "kv_cache (i8 or f8E4M3FN), got "
+                           << cache.getElementType();
+    auto mean = cast<RankedTensorType>(getKeyMean().getType());
+    if (mean.getDimSize(0) != kvHeads * headDim)
+      return emitOpError() << "expects key_mean of num_kv_heads * head_dim ("
+                           << kvHeads * headDim << ") elements, got "
+                           << dimStr(mean.getDimSize(0));
+    int64_t rot = static_cast<int64_t>(*getKeyMeanRotaryDim());
+    if (rot % 2 != 0 || rot > headDim)
+      return emitOpError() << "expects an even key_mean_rotary_dim <= head_dim ("
+                           << headDim << "), got " << rot;
+    float theta = getKeyMeanThetaAttr().getValueAsDouble();
+    if (!(theta > 0.0f) || !std::isfinite(theta))
+      return emitOpError() << "expects a positive finite key_mean_theta, got "
+                           << theta;
+  }
   return success();
 }
 

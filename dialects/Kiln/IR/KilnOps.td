@@ -232,6 +232,25 @@ def Kiln_AttentionOp : Kiln_Op<"attention", [
         : tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>,
           !kiln.kv_cache<5, 512, 4, 8, f32> -> tensor<?x64xf32>
     ```
+
+    Key centering (8-bit caches only, written by `kiln-center-keys`): with
+    `key_mean` mu (`[num_kv_heads * head_dim]` f32, the calibrated mean of
+    the pre-RoPE key), `key_mean_theta` and `key_mean_rotary_dim`, the cache
+    stores each key of position `t` as `k - m_t` and attention reads
+    `dequant + m_t`, where `m_t` is mu rotated by RoPE (adjacent pairs,
+    angle `t * theta^(-2i / head_dim)` for `2i < key_mean_rotary_dim`).
+    Exact in real arithmetic; it takes the per-channel offset of the keys
+    out of the 8-bit quantization (kernel_abi.h,
+    kiln_k_attention_kv8_centered; cf. KVQuant, Hooper et al. 2024).
+
+    ```mlir
+    %o = kiln.attention %q, %k, %v, %cache, %pos key_mean(%mu : tensor<32xf32>)
+        {layer = 0 : i64, num_heads = 8 : i64, num_kv_heads = 4 : i64,
+         head_dim = 8 : i64, scale = 0.353553385 : f32,
+         key_mean_theta = 1.0e+04 : f32, key_mean_rotary_dim = 8 : i64}
+        : tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>,
+          !kiln.kv_cache<5, 512, 4, 8, f8E4M3FN> -> tensor<?x64xf32>
+    ```
   }];
   let arguments = (ins Kiln_Activation:$query, Kiln_Activation:$key,
                        Kiln_Activation:$value, Kiln_KVCacheType:$kv_cache,
@@ -241,10 +260,14 @@ def Kiln_AttentionOp : Kiln_Op<"attention", [
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_kv_heads,
                        ConfinedAttr<I64Attr, [IntPositive]>:$head_dim,
                        F32Attr:$scale,
-                       DefaultValuedAttr<BoolAttr, "true">:$causal);
+                       DefaultValuedAttr<BoolAttr, "true">:$causal,
+                       Optional<1DTensorOf<[F32]>>:$key_mean,
+                       OptionalAttr<F32Attr>:$key_mean_theta,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$key_mean_rotary_dim);
   let results = (outs Kiln_Activation:$result);
   let assemblyFormat = [{
-    $query `,` $key `,` $value `,` $kv_cache `,` $position attr-dict `:`
+    $query `,` $key `,` $value `,` $kv_cache `,` $position
+    (`key_mean` `(` $key_mean^ `:` type($key_mean) `)`)? attr-dict `:`
     type($query) `,` type($key) `,` type($value) `,` qualified(type($kv_cache))
     `->` type($result)
   }];

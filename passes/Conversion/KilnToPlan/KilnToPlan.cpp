@@ -237,10 +237,24 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
               callee = cache.isFp8() ? "kiln_k_attention_kvf8"
                                      : "kiln_k_attention_kv8";
             }
+            // Key centering (kernel_abi.h kiln_k_attention_kv8_centered):
+            // the key mean after the scales, the rotary dim after head_dim
+            // and theta last.
+            bool centered = bool(a.getKeyMean());
+            if (centered) {
+              args.push_back(in(a.getKeyMean()));
+              callee = cache.isFp8() ? "kiln_k_attention_kvf8_centered"
+                                     : "kiln_k_attention_kv8_centered";
+            }
             args.append({*out, rows(a.getQuery()), position,
                          indexConst(a.getNumHeads()), indexConst(a.getNumKvHeads()),
-                         indexConst(a.getHeadDim()), indexConst(cache.getMaxSeq()),
-                         f32Const(a.getScale())});
+                         indexConst(a.getHeadDim())});
+            if (centered)
+              args.push_back(indexConst(
+                  static_cast<int64_t>(*a.getKeyMeanRotaryDim())));
+            args.append({indexConst(cache.getMaxSeq()), f32Const(a.getScale())});
+            if (centered)
+              args.push_back(f32Const(*a.getKeyMeanTheta()));
             call(callee, args);
             return success();
           })

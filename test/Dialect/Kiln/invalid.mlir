@@ -450,3 +450,51 @@ func.func @negative_observe_f16(%x: tensor<?x16xf16>) {
   kiln.observe %x {tap = "t"} : tensor<?x16xf16>
   return
 }
+
+// -----
+
+func.func @negative_key_mean_f32_cache(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %mu: tensor<8xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, f32>, %pos: index) {
+  // expected-error @+1 {{'kiln.attention' op key centering (key_mean) needs an 8-bit kv_cache (i8 or f8E4M3FN), got 'f32'}}
+  %o = kiln.attention %q, %k, %k, %c, %pos key_mean(%mu : tensor<8xf32>) {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32, key_mean_theta = 1.0e4 : f32, key_mean_rotary_dim = 4 : i64} : tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<1, 64, 2, 4, f32> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_key_mean_size(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %mu: tensor<6xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, f8E4M3FN>, %pos: index) {
+  // expected-error @+1 {{'kiln.attention' op expects key_mean of num_kv_heads * head_dim (8) elements, got 6}}
+  %o = kiln.attention %q, %k, %k, %c, %pos key_mean(%mu : tensor<6xf32>) {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32, key_mean_theta = 1.0e4 : f32, key_mean_rotary_dim = 4 : i64} : tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<1, 64, 2, 4, f8E4M3FN> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_key_mean_no_theta(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %mu: tensor<8xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, i8>, %pos: index) {
+  // expected-error @+1 {{'kiln.attention' op expects key_mean, key_mean_theta and key_mean_rotary_dim together (key centering) or none of them}}
+  %o = kiln.attention %q, %k, %k, %c, %pos key_mean(%mu : tensor<8xf32>) {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32, key_mean_rotary_dim = 4 : i64} : tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<1, 64, 2, 4, i8> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_key_mean_attrs_only(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %mu: tensor<8xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, i8>, %pos: index) {
+  // expected-error @+1 {{'kiln.attention' op expects key_mean, key_mean_theta and key_mean_rotary_dim together (key centering) or none of them}}
+  %o = kiln.attention %q, %k, %k, %c, %pos {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32, key_mean_theta = 1.0e4 : f32, key_mean_rotary_dim = 4 : i64} : tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<1, 64, 2, 4, i8> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_key_mean_odd_rotary(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %mu: tensor<8xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, f8E4M3FN>, %pos: index) {
+  // expected-error @+1 {{'kiln.attention' op expects an even key_mean_rotary_dim <= head_dim (4), got 3}}
+  %o = kiln.attention %q, %k, %k, %c, %pos key_mean(%mu : tensor<8xf32>) {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32, key_mean_theta = 1.0e4 : f32, key_mean_rotary_dim = 3 : i64} : tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<1, 64, 2, 4, f8E4M3FN> -> tensor<?x16xf32>
+  return
+}
+
+// -----
+
+func.func @negative_key_mean_theta(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %mu: tensor<8xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, f8E4M3FN>, %pos: index) {
+  // expected-error @+1 {{'kiln.attention' op expects a positive finite key_mean_theta, got 0}}
+  %o = kiln.attention %q, %k, %k, %c, %pos key_mean(%mu : tensor<8xf32>) {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32, key_mean_theta = 0.0 : f32, key_mean_rotary_dim = 4 : i64} : tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<1, 64, 2, 4, f8E4M3FN> -> tensor<?x16xf32>
+  return
+}

@@ -81,3 +81,13 @@ func.func @observe_activation(%x: tensor<?x64xf32>) {
   kiln.observe %x {tap = "layers.0.attn_in"} : tensor<?x64xf32>
   return
 }
+
+// Key centering on an 8-bit cache (kiln-center-keys): the calibrated
+// pre-RoPE key mean and the RoPE parameters it is rotated with.
+// CHECK-LABEL: func.func @centered_keys
+// CHECK: kiln.attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} key_mean(%{{.*}} : tensor<8xf32>) {head_dim = 4 : i64, key_mean_rotary_dim = 4 : i64, key_mean_theta = 1.000000e+04 : f32, layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, scale = 5.000000e-01 : f32}
+// CHECK-SAME: !kiln.kv_cache<1, 64, 2, 4, i8>
+func.func @centered_keys(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %mu: tensor<8xf32>, %cache: !kiln.kv_cache<1, 64, 2, 4, i8>, %pos: index) -> tensor<?x16xf32> {
+  %a = kiln.attention %q, %k, %k, %cache, %pos key_mean(%mu : tensor<8xf32>) {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32, key_mean_theta = 1.0e4 : f32, key_mean_rotary_dim = 4 : i64} : tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<1, 64, 2, 4, i8> -> tensor<?x16xf32>
+  return %a : tensor<?x16xf32>
+}
