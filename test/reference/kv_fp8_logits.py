@@ -5,8 +5,20 @@ Kiln's FP8 append / dequantize / attention from the (expected) quantization
 error.
 
 usage: kv_fp8_logits.py --model MODEL --tokens 1,403,... --kiln-logits FILE
+                        [--kv fp8|int8] [--calibration CALIB [--centered-gap G]]
                         [--tol 1e-3] [--min-gap 0]
        kv_fp8_logits.py --self-check
+
+--kv int8 checks the INT8 cache instead (kernel_abi.h kiln_k_attention_kv8:
+scale = amax / 127, q = round half away from zero, clamp to +-127).
+
+--calibration CALIB checks key centering (kiln-center-keys, kernel_abi.h
+kiln_k_attention_kv8_centered): mu = CALIB's `layers.<l>.key.mean` (the mean
+pre-RoPE key, Kiln's adjacent-pair layout), m_t = mu rotated by RoPE to the
+key's position t (llama_ref.rope, an independent rotation), and the cache
+returns quant(k - m_t) + m_t for keys; values as without it. With
+--centered-gap G it also requires the uncentered reference to be more than G
+away from the logits, i.e. that the check would notice centering being off.
 
 The quantization is the formula of kernel_abi.h (kiln_k_attention_kvf8), per
 token and KV head over head_dim values: scale = amax / 448,
@@ -62,6 +74,38 @@ def fp8_kv(x):
     return np.where(scale > 0, e4m3_round(x / safe) * scale, 0.0)
 
 
+def int8_kv(x):
+    """Per (token, kv head) symmetric INT8 of x [n, kv_heads, head_dim]."""
+    amax = np.abs(x).max(axis=-1, keepdims=True)
+    scale = amax / 127.0
+    safe = np.where(scale > 0, scale, 1.0)
+    r = x / safe
+    q = np.clip(np.sign(r) * np.floor(np.abs(r) + 0.5), -127, 127)  # half away
+    return np.where(scale > 0, q * scale, 0.0)
+
+
+def centered_keys(model, calibration, quant):
+    """key_quant hook of llama_ref.forward for key centering."""
+    tensors, _ = llama_ref.read_safetensors(calibration)
+    c = model.cfg
+    KV, hd = c["n_kv_heads"], c["dim"] // c["n_heads"]
+    mus = []
+    for l in range(c["n_layers"]):
+        name = "layers.%d.key.mean" % l
+        if name not in tensors:
+            sys.exit("kv_fp8_logits: %s has no %s" % (calibration, name))
+        mu = np.asarray(tensors[name], dtype=np.float64).reshape(KV, hd)
+        if model.rope_style == "half":  # Kiln's pair order -> this model's
+            mu = np.concatenate([mu[:, 0::2], mu[:, 1::2]], axis=-1)
+        mus.append(mu)
+
+    def key_quant(l, k, positions):
+        m = llama_ref.rope(np.broadcast_to(mus[l], k.shape).copy(), positions,
+                           c["rope_theta"], model.rope_style)
+        return quant(k - m) + m
+    return key_quant
+
+
 def self_check():
     # All finite E4M3 values from the spec formula map to themselves, and
     # midpoints go to the neighbour with an even mantissa.
@@ -97,6 +141,9 @@ def main():
     ap.add_argument("--kiln-logits")
     ap.add_argument("--tol", type=float, default=1e-3)
     ap.add_argument("--min-gap", type=float, default=0.0)
+    ap.add_argument("--kv", choices=["fp8", "int8"], default="fp8")
+    ap.add_argument("--calibration")
+    ap.add_argument("--centered-gap", type=float, default=0.0)
     ap.add_argument("--self-check", action="store_true")
     a = ap.parse_args()
     if a.self_check:
@@ -106,8 +153,13 @@ def main():
         ap.error("--model, --tokens and --kiln-logits are required")
     model = llama_ref.load_model(a.model)
     tokens = [int(t) for t in a.tokens.split(",")]
-    ref = np.asarray(llama_ref.forward(model, tokens, kv_quant=fp8_kv))
+    quant = fp8_kv if a.kv == "fp8" else int8_kv
+    key_quant = centered_keys(model, a.calibration, quant) if a.calibration else None
+    ref = np.asarray(llama_ref.forward(model, tokens, kv_quant=quant,
+                                       key_quant=key_quant))
     plain = np.asarray(llama_ref.forward(model, tokens))
+    uncentered = (np.asarray(llama_ref.forward(model, tokens, kv_quant=quant))
+                  if a.calibration else None)
     n, k = len(tokens), (len(tokens) + 1) // 2
     got = np.fromfile(a.kiln_logits, "<f4").astype(np.float64)
     if got.size != (n - k + 1) * ref.shape[-1]:
@@ -117,13 +169,21 @@ def main():
     rows = list(enumerate(range(k - 1, n)))
     worst = max(float(np.abs(got[r] - ref[p]).max() / np.abs(ref[p]).max()) for r, p in rows)
     gap = max(float(np.abs(got[r] - plain[p]).max() / np.abs(plain[p]).max()) for r, p in rows)
-    print("kv_fp8_logits: %d rows, max rel_err %.3e vs FP8-KV reference (tol %.1e), "
-          "%.3e vs unquantized" % (len(rows), worst, a.tol, gap))
+    what = ("centered " if a.calibration else "") + a.kv.upper()
+    print("kv_fp8_logits: %d rows, max rel_err %.3e vs %s-KV reference (tol %.1e), "
+          "%.3e vs unquantized" % (len(rows), worst, what, a.tol, gap))
     if not np.isfinite(worst) or worst > a.tol:
         sys.exit("kv_fp8_logits: FAIL")
     if gap <= a.min_gap:
         sys.exit("kv_fp8_logits: FAIL: only %.3e from the unquantized reference "
-                 "(expected > %.1e): is the cache FP8?" % (gap, a.min_gap))
+                 "(expected > %.1e): is the cache %s?" % (gap, a.min_gap, a.kv))
+    if uncentered is not None:
+        ugap = max(float(np.abs(got[r] - uncentered[p]).max() / np.abs(uncentered[p]).max())
+                   for r, p in rows)
+        print("kv_fp8_logits: %.3e vs the uncentered %s-KV reference" % (ugap, a.kv.upper()))
+        if ugap <= a.centered_gap:
+            sys.exit("kv_fp8_logits: FAIL: only %.3e from the uncentered reference "
+                     "(expected > %.1e): are keys centered?" % (ugap, a.centered_gap))
     print("kv_fp8_logits: PASS")
 
 

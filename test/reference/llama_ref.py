@@ -609,7 +609,8 @@ class KVCache:
         self.pos = 0
 
 
-def forward(model, tokens, cache=None, observe=None, kv_quant=None):
+def forward(model, tokens, cache=None, observe=None, kv_quant=None,
+            key_quant=None):
     """Run tokens at positions cache.pos .. cache.pos+n-1; returns logits [n, vocab].
 
     observe(tap, x), if given, sees the input x [n, C] of every linear layer
@@ -619,6 +620,9 @@ def forward(model, tokens, cache=None, observe=None, kv_quant=None):
     kv_quant, if given, maps the new keys / values [n, n_kv_heads, head_dim]
     (keys after RoPE) to what a quantized KV cache returns when read back
     (quantize + dequantize); they are stored and attended to in that form.
+    key_quant(layer, k, positions), if given, does the same for the keys
+    alone (and sees the layer and the absolute positions [n], e.g. for key
+    centering); kv_quant then applies to the values only.
     """
     c = model.cfg
     D, H, KV = c["dim"], c["n_heads"], c["n_kv_heads"]
@@ -648,8 +652,12 @@ def forward(model, tokens, cache=None, observe=None, kv_quant=None):
         v = (h @ L["wv"].T).reshape(n, KV, hd)
         q = rope(q, positions, theta, model.rope_style)
         k = rope(k, positions, theta, model.rope_style)
+        if key_quant is not None:
+            k = key_quant(l, k, positions)
+        elif kv_quant is not None:
+            k = kv_quant(k)
         if kv_quant is not None:
-            k, v = kv_quant(k), kv_quant(v)
+            v = kv_quant(v)
         if cache.k[l] is None:
             cache.k[l], cache.v[l] = k, v
         else:
