@@ -7,7 +7,11 @@
 // `__metadata__` has format = "kiln-calibration", version = "1", the model
 // name and, for every linear weight W, "input:<W>" = "<tap>". Per tap T with
 // C channels it holds F32 tensors T.absmax [C] (max_t |x_c|), T.absmean [C]
-// (mean_t |x_c|) and T.hessian [C, C] ((1/N) sum_t x_t x_t^T).
+// (mean_t |x_c|) and, for a linear-layer input, T.hessian [C, C]
+// ((1/N) sum_t x_t x_t^T). The pre-RoPE key taps layers.<l>.key feed no
+// weight: they have T.mean [C] ((1/N) sum_t x_t[c]) instead of a Hessian and
+// no "input:" entry. Nothing here enumerates taps: tensors are looked up by
+// name (tapOf() for a weight's tap, then check()/read()/locate()).
 //
 // Only the header is parsed when the file is opened; tensors are read one
 // at a time on request. Every error names the file and, where there is one,
@@ -56,8 +60,10 @@ public:
     uint64_t offset = 0; ///< absolute byte offset of the first element
     uint64_t bytes = 0;  ///< stored byte count
   };
-  /// check() then the tensor's byte range, so that a kiln.weight can name it
-  /// as its source without reading it.
+  /// check() (so F32 and `shape`) then the tensor's byte range, so that a
+  /// kiln.weight can name the tensor inside the file as its source (e.g.
+  /// `layers.<l>.key.mean` for kiln-center-keys). The values are read once
+  /// and a non-finite one is refused, naming the tensor.
   llvm::Expected<TensorLocation> locate(llvm::StringRef tensor,
                                         llvm::ArrayRef<int64_t> shape) const;
   /// check() then reads the tensor as f32 (row-major).

@@ -3,7 +3,9 @@
 // Calibration support: every activation that feeds a model-weight
 // kiln.linear gets one kiln.observe, named after the weights it feeds, and
 // the module records which tap feeds which weight (the "input:<W>" metadata
-// of the calibration file, docs/quantization.md).
+// of the calibration file, docs/quantization.md). The pre-RoPE key of every
+// kiln.attention (the input of the kiln.rope giving its `key`) is observed
+// too, as tap `layers.<layer>.key`, for the key means of key centering.
 //
 //===----------------------------------------------------------------------===//
 
@@ -86,12 +88,46 @@ void InsertObserversPass::runOnOperation() {
       taps.insert(tap.getValue());
       return success();
     };
+    // The pre-RoPE key of `attention` (the input of the kiln.rope giving its
+    // key; nothing without one) as tap "layers.<layer>.key". Not a linear
+    // input: it gets no kiln.observe_inputs entry.
+    auto observeKey = [&](AttentionOp attention) -> LogicalResult {
+      auto rope = attention.getKey().getDefiningOp<RopeOp>();
+      if (!rope)
+        return success();
+      Value key = rope.getInput();
+      StringAttr want = builder.getStringAttr(
+          "layers." + Twine(attention.getLayer()) + ".key");
+      if (StringAttr tap = tapOf.lookup(key)) {
+        if (tap == want)
+          return success();
+        return attention.emitOpError()
+               << "pre-RoPE key is already observed as tap '" << tap.getValue()
+               << "' in '" << func.getSymName() << "'; key taps must be named '"
+               << want.getValue() << "'";
+      }
+      auto type = cast<RankedTensorType>(key.getType());
+      if (!type.getElementType().isF32())
+        return rope.emitOpError()
+               << "input (the pre-RoPE key of layer " << attention.getLayer()
+               << ") has element type " << type.getElementType()
+               << "; calibration observes f32 activations (compile with "
+                  "--dtype=f32)";
+      if (failed(claim(key, want, attention)))
+        return failure();
+      builder.setInsertionPoint(rope);
+      ObserveOp::create(builder, rope.getLoc(), key, want);
+      return success();
+    };
     WalkResult walk = func.walk([&](Operation *op) {
       if (auto observe = dyn_cast<ObserveOp>(op)) {
         if (failed(claim(observe.getInput(), observe.getTapAttr(), op)))
           return WalkResult::interrupt();
         return WalkResult::advance();
       }
+      if (auto attention = dyn_cast<AttentionOp>(op))
+        return succeeded(observeKey(attention)) ? WalkResult::advance()
+                                                : WalkResult::interrupt();
       auto linear = dyn_cast<LinearOp>(op);
       if (!linear)
         return WalkResult::advance();

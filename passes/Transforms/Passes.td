@@ -171,7 +171,7 @@ def SmoothPass : Pass<"kiln-smooth", "::mlir::ModuleOp"> {
 }
 
 def InsertObserversPass : Pass<"kiln-insert-observers", "::mlir::ModuleOp"> {
-  let summary = "Observe the input of every linear layer for calibration";
+  let summary = "Observe linear-layer inputs and pre-RoPE keys for calibration";
   let description = [{
     For calibration (kiln-calibrate, docs/quantization.md): for each
     `kiln.linear` whose weight is a model weight (`kiln.weight_ref`), inserts
@@ -183,12 +183,21 @@ def InsertObserversPass : Pass<"kiln-insert-observers", "::mlir::ModuleOp"> {
     weight `W` gives the tap `W.input`. An input that is already observed
     keeps its tap (the pass is idempotent).
 
+    For each `kiln.attention` whose `key` is the result of a `kiln.rope`, it
+    also observes the pre-RoPE key (the rope's input, `[n, num_kv_heads *
+    head_dim]`) before the rope, as tap `layers.<l>.key` with `l` the
+    attention's `layer` (the key means of calibrated key centering,
+    `kiln-center-keys`). This tap feeds no weight, so it has no
+    `kiln.observe_inputs` entry; kiln-calibrate stores its mean instead of a
+    Hessian. Attentions whose key is not a rope result are not observed.
+
     Records on the module `kiln.observe_taps`, the tap names in order of
     first appearance (the index `kiln_k_observe` reports), and
     `kiln.observe_inputs`, a dictionary from weight name to the tap feeding
-    it. Errors: an observed input that is not f32 (calibrate an f32
-    compile), two different activations of one function given the same
-    tap, or one weight fed by different taps in different functions.
+    it. Errors: an observed input or pre-RoPE key that is not f32 (calibrate
+    an f32 compile), two different activations of one function given the
+    same tap, one weight fed by different taps in different functions, or a
+    pre-RoPE key already observed under another tap than `layers.<l>.key`.
   }];
   let dependentDialects = ["::mlir::kiln::KilnDialect"];
 }

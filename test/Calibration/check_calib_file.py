@@ -2,7 +2,7 @@
 """Checks a kiln-calibrate file against the calibration file contract
 (docs/quantization.md, "Calibration") without a reference model:
 
-  check_calib_file.py FILE --layers L --dim D --hidden F
+  check_calib_file.py FILE --layers L --dim D --hidden F --kv-dim K
                       [--samples N --ctx C --seed S]
 
 * safetensors layout: u64 LE header length, JSON header (8-byte aligned),
@@ -10,11 +10,13 @@
 * metadata: format, version, model, text, seed, samples, ctx, tokens
   (= samples * ctx), and "input:layers.i.<w>" = the contract's tap for
   every linear weight wq wk wv wo w1 w2 w3 of every layer, nothing else;
-* tensors: <tap>.absmax [C], .absmean [C], .hessian [C, C] for the 4 taps
-  of every layer (C = dim, except ffn_down_in: hidden), and only those;
+* tensors: <tap>.absmax [C], .absmean [C], .hessian [C, C] for the 4
+  linear-input taps of every layer (C = dim, except ffn_down_in: hidden),
+  and layers.i.key.absmax, .absmean, .mean [K] (the pre-RoPE key, K =
+  n_kv_heads * head_dim; no Hessian), and only those;
 * consistency of the statistics: finite, hessian symmetric,
-  0 <= absmean <= absmax, and diag(H) = mean(x^2) >= absmean^2 (Jensen)
-  and <= absmax^2.
+  0 <= absmean <= absmax, diag(H) = mean(x^2) >= absmean^2 (Jensen)
+  and <= absmax^2, and |mean| <= absmean for the keys.
 Exit 1 with one message per problem.
 """
 
@@ -35,6 +37,8 @@ def main():
     ap.add_argument("--layers", type=int, required=True)
     ap.add_argument("--dim", type=int, required=True)
     ap.add_argument("--hidden", type=int, required=True)
+    ap.add_argument("--kv-dim", type=int, required=True,
+                    help="n_kv_heads * head_dim (width of the key taps)")
     ap.add_argument("--samples", type=int)
     ap.add_argument("--ctx", type=int)
     ap.add_argument("--seed")
@@ -73,6 +77,8 @@ def main():
             want_tensors[t + ".absmax"] = [c]
             want_tensors[t + ".absmean"] = [c]
             want_tensors[t + ".hessian"] = [c, c]
+        for s in ("absmax", "absmean", "mean"):
+            want_tensors["layers.%d.key.%s" % (i, s)] = [args.kv_dim]
     got_inputs = {k: v for k, v in meta.items() if k.startswith("input:")}
     if got_inputs != want_inputs:
         errors.append("input: metadata differs: missing %s, extra %s, wrong %s" % (
@@ -121,6 +127,20 @@ def main():
             errors.append("%s: diag(H) < absmean^2" % t)
         if np.any(d > amax.astype(np.float64) ** 2 * (1 + 1e-5)):
             errors.append("%s: diag(H) > absmax^2" % t)
+    for name in sorted(tensors):
+        if not name.endswith(".key.mean"):
+            continue
+        t = name[:-len(".mean")]
+        mean, amax, amean = tensors[name], tensors.get(t + ".absmax"), tensors.get(t + ".absmean")
+        if amax is None or amean is None:
+            continue
+        if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(amax)) and np.all(np.isfinite(amean))):
+            errors.append("%s: non-finite statistics" % t)
+            continue
+        if np.any(amean < 0) or np.any(amean > amax * (1 + 1e-6)):
+            errors.append("%s: absmean outside [0, absmax]" % t)
+        if np.any(np.abs(mean) > amean * (1 + 1e-6)):
+            errors.append("%s: |mean| > absmean" % t)
     if errors:
         sys.stderr.write("\n".join("%s: %s" % (args.file, e) for e in errors) + "\n")
         sys.exit(1)

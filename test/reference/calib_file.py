@@ -7,13 +7,16 @@ A calibration file is safetensors (https://huggingface.co/docs/safetensors:
 with `__metadata__` format = "kiln-calibration", version = "1", model,
 text, seed, samples, ctx, tokens and one "input:<W>" = "<tap>" per linear
 weight; per tap T with C channels, F32 tensors T.absmax [C] (max_t |x_c|),
-T.absmean [C] (mean_t |x_c|) and T.hessian [C, C] ((1/N) sum_t x_t x_t^T,
-accumulated in float64).
+T.absmean [C] (mean_t |x_c|) and, for a linear-layer input, T.hessian
+[C, C] ((1/N) sum_t x_t x_t^T, accumulated in float64) or, for a pre-RoPE
+key tap layers.<l>.key (C = n_kv_heads * head_dim; no "input:" entry),
+T.mean [C] ((1/N) sum_t x_t[c]).
 
 Library:
     write_calibration(path, meta, tensors)     tensors: name -> array (F32)
     read_calibration(path) -> (meta, tensors)  tensors as float64
     stats(X) -> (absmax, absmean, hessian)     X: [N, C] activations
+    key_stats(X) -> (absmax, absmean, mean)     X: [N, C] pre-RoPE keys
 
 Command line (test helpers):
     calib_file.py capture MODEL -o FILE [--samples N] [--ctx L] [--seed S]
@@ -24,16 +27,22 @@ Command line (test helpers):
         `kiln-calibrate --dump-tokens` writes) or N windows of BOS then
         text the model samples itself at temperature 1 with seed S
         (self-generated calibration text, until kiln-calibrate lands);
-    calib_file.py random MODEL -o FILE [--seed S] [--tokens N]
+    calib_file.py random MODEL -o FILE [--seed S] [--tokens N] [--no-keys]
         random activations (correlated channels, a few outliers) for every
         tap, shapes taken from MODEL: for algorithm tests that need a
-        well-conditioned, non-diagonal Hessian;
+        well-conditioned, non-diagonal Hessian; random pre-RoPE keys with
+        per-channel offsets (a few large ones) for the key taps, drawn from
+        a generator of their own, so the linear taps are those of a file
+        without keys; --no-keys leaves the key taps out (a file as
+        kiln-calibrate wrote before key taps existed);
     calib_file.py identity MODEL -o FILE
         H = I and unit absmax/absmean for every tap (GPTQ then has nothing
-        to compensate and must equal RTN);
+        to compensate and must equal RTN), key means 0 (centering is a
+        no-op);
     calib_file.py bad KIND IN -o OUT
         a broken copy for error tests (KIND: format, version, notap,
-        shape, truncated).
+        shape, notensor, truncated; keymean: no layers.0.key.mean;
+        keyshape: layers.0.key.mean one channel short).
 """
 import argparse
 import json
@@ -45,6 +54,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_ref  # noqa: E402
+import calib_ref  # noqa: E402
 
 LINEARS = ("wq", "wk", "wv", "wo", "w1", "w2", "w3")
 TAP_OF = {"wq": "attn_in", "wk": "attn_in", "wv": "attn_in", "wo": "attn_out",
@@ -81,9 +91,18 @@ def stats(X):
             X.T @ X / X.shape[0])
 
 
+def key_stats(X):
+    X = np.asarray(X, dtype=np.float64)
+    return np.abs(X).max(axis=0), np.abs(X).mean(axis=0), X.mean(axis=0)
+
+
 def tap_tensors(model, taps):
     out = {}
     for name, X in taps.items():
+        if calib_ref.is_key_tap(name):
+            amax, amean, mean = key_stats(X)
+            out[name + ".absmax"], out[name + ".absmean"], out[name + ".mean"] = amax, amean, mean
+            continue
         amax, amean, hess = stats(X)
         out[name + ".absmax"], out[name + ".absmean"], out[name + ".hessian"] = amax, amean, hess
     meta = {"format": "kiln-calibration", "version": "1"}
@@ -110,7 +129,7 @@ def sample_windows(model, samples, ctx, seed):
     return windows
 
 
-def random_taps(model, seed, n):
+def random_taps(model, seed, n, keys=True):
     rng = np.random.default_rng(seed)
     c = model.cfg
     dims = {"attn_in": c["dim"], "attn_out": c["dim"], "ffn_in": c["dim"],
@@ -122,6 +141,18 @@ def random_taps(model, seed, n):
             X = rng.standard_normal((n, C)) @ mix
             X[:, rng.choice(C, size=max(1, C // 16), replace=False)] *= 8.0  # outliers
             taps["layers.%d.%s" % (l, t)] = X
+    if not keys:
+        return taps
+    # Pre-RoPE keys: unit noise around per-channel offsets, a few of them
+    # large (as in stories260K). Own generator: the taps above stay those of
+    # a file without keys.
+    krng = np.random.default_rng([seed, 1])
+    kv = c["n_kv_heads"] * (c["dim"] // c["n_heads"])
+    for l in range(c["n_layers"]):
+        mu = krng.standard_normal(kv) * 0.5
+        big = krng.choice(kv, size=max(1, kv // 16), replace=False)
+        mu[big] = krng.choice([-1.0, 1.0], size=big.size) * krng.uniform(5.0, 15.0, size=big.size)
+        taps["layers.%d.key" % l] = mu + krng.standard_normal((n, kv))
     return taps
 
 
@@ -137,6 +168,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--windows")
+    ap.add_argument("--no-keys", action="store_true")
     a = ap.parse_args(argv)
     if a.mode == "bad":
         meta, tensors = read_calibration(a.input)
@@ -154,6 +186,10 @@ def main(argv=None):
         elif kind == "notensor":
             for s in ("absmax", "absmean", "hessian"):
                 tensors.pop("layers.0.attn_in." + s)
+        elif kind == "keymean":
+            tensors.pop("layers.0.key.mean")
+        elif kind == "keyshape":
+            tensors["layers.0.key.mean"] = tensors["layers.0.key.mean"][:-1]
         if kind == "truncated":
             raw = open(a.input, "rb").read()
             open(a.o, "wb").write(raw[:len(raw) // 2])
@@ -162,7 +198,6 @@ def main(argv=None):
         return 0
     model = llama_ref.load_model(a.model)
     if a.mode == "capture":
-        import calib_ref
         if a.windows:
             windows = calib_ref.read_windows(a.windows)
         else:
@@ -170,14 +205,15 @@ def main(argv=None):
         tensors, meta = calib_ref.statistics(model, windows)
         meta.update({"model": a.model, "text": a.windows or "self-generated (seed %d)" % a.seed,
                      "seed": a.seed, "samples": len(windows), "ctx": len(windows[0])})
-        taps = {k[:-len(".hessian")] for k in tensors if k.endswith(".hessian")}
+        taps = {k[:-len(".absmax")] for k in tensors if k.endswith(".absmax")}
     else:
-        taps = random_taps(model, a.seed, a.tokens)
+        taps = random_taps(model, a.seed, a.tokens, keys=not a.no_keys)
         meta, tensors = tap_tensors(model, taps)
         if a.mode == "identity":
             for k in tensors:
                 C = tensors[k].shape[0]
-                tensors[k] = np.eye(C) if k.endswith(".hessian") else np.ones(C)
+                tensors[k] = (np.eye(C) if k.endswith(".hessian") else
+                              np.zeros(C) if k.endswith(".mean") else np.ones(C))
         meta.update({"model": a.model, "text": "random", "seed": a.seed,
                      "samples": 1, "ctx": a.tokens, "tokens": a.tokens})
     write_calibration(a.o, meta, tensors)

@@ -2,19 +2,23 @@
 """Independent numpy reference for kiln-calibrate's statistics.
 
 Runs the float64 reference model (llama_ref.forward) over token windows and
-accumulates, for every linear-layer input ("tap"), over all N observed
-positions t with activation x_t [C]:
+accumulates, for every linear-layer input and pre-RoPE key ("tap"), over all
+N observed positions t with activation x_t [C]:
 
     absmax[c]  = max_t |x_t[c]|
     absmean[c] = (1/N) sum_t |x_t[c]|
     hessian    = (1/N) sum_t x_t x_t^T          ([C, C]; GPTQ's H / 2)
+                 linear-layer inputs only
+    mean[c]    = (1/N) sum_t x_t[c]             pre-RoPE keys only
 
-Taps of layer i: layers.i.attn_in (input of wq/wk/wv), layers.i.attn_out
-(input of wo), layers.i.ffn_in (input of w1/w3), layers.i.ffn_down_in (input
-of w2). The file format is Kiln's calibration file (docs/quantization.md):
-safetensors, F32 tensors "<tap>.absmax", "<tap>.absmean", "<tap>.hessian",
+Taps of layer i: layers.i.attn_in (input of wq/wk/wv), layers.i.key (the key
+wk x before RoPE, [n_kv_heads * head_dim], Kiln's adjacent-pair layout),
+layers.i.attn_out (input of wo), layers.i.ffn_in (input of w1/w3),
+layers.i.ffn_down_in (input of w2). The file format is Kiln's calibration
+file (docs/quantization.md): safetensors, F32 tensors "<tap>.absmax",
+"<tap>.absmean" and "<tap>.hessian" (linear inputs) or "<tap>.mean" (keys),
 string metadata format=kiln-calibration, version=1, tokens=N and
-"input:<weight>" = "<tap>" for every linear weight.
+"input:<weight>" = "<tap>" for every linear weight (keys feed none).
 
 Usage:
   calib_ref.py --model MODEL --tokens WINDOWS --out REF.safetensors
@@ -41,6 +45,12 @@ TAP_OF = {"wq": "attn_in", "wk": "attn_in", "wv": "attn_in", "wo": "attn_out",
           "w1": "ffn_in", "w3": "ffn_in", "w2": "ffn_down_in"}
 
 
+def is_key_tap(tap):
+    """layers.<i>.key: the pre-RoPE key (mean, no Hessian)."""
+    parts = tap.split(".")
+    return len(parts) == 3 and parts[0] == "layers" and parts[1].isdigit() and parts[2] == "key"
+
+
 def read_windows(path):
     windows = []
     with open(path) as f:
@@ -64,26 +74,27 @@ def statistics(model_path, windows):
     def observe(tap, x):
         x = np.asarray(x, dtype=np.float64)
         a = np.abs(x)
+        key = is_key_tap(tap)
         if tap not in acc:
             c = x.shape[1]
-            acc[tap] = [np.zeros(c), np.zeros(c), np.zeros((c, c)), 0]
+            acc[tap] = [np.zeros(c), np.zeros(c), np.zeros(c) if key else np.zeros((c, c)), 0]
         s = acc[tap]
         s[0] = np.maximum(s[0], a.max(axis=0))
         s[1] += a.sum(axis=0)
-        s[2] += x.T @ x
+        s[2] += x.sum(axis=0) if key else x.T @ x
         s[3] += x.shape[0]
 
     for w in windows:
         llama_ref.forward(model, w, llama_ref.KVCache(model), observe=observe)
     tensors = {}
     n = None
-    for tap, (amax, asum, xtx, count) in acc.items():
+    for tap, (amax, asum, second, count) in acc.items():
         n = count if n is None else n
         if count != n:
             raise SystemExit("internal: tap %s saw %d positions, others %d" % (tap, count, n))
         tensors[tap + ".absmax"] = amax
         tensors[tap + ".absmean"] = asum / count
-        tensors[tap + ".hessian"] = xtx / count
+        tensors[tap + (".mean" if is_key_tap(tap) else ".hessian")] = second / count
     meta = {"format": "kiln-calibration", "version": "1", "tokens": str(n),
             "model": str(model_path)}
     for i in range(model.cfg["n_layers"]):
@@ -167,7 +178,7 @@ def main(argv=None):
     tensors, meta = statistics(args.model, read_windows(args.tokens))
     write_safetensors(args.out, tensors, meta)
     print("calib_ref: wrote %s (%d taps, %s positions)"
-          % (args.out, len(tensors) // 3, meta["tokens"]))
+          % (args.out, sum(k.endswith(".absmax") for k in tensors), meta["tokens"]))
 
 
 if __name__ == "__main__":

@@ -615,7 +615,11 @@ def forward(model, tokens, cache=None, observe=None, kv_quant=None,
 
     observe(tap, x), if given, sees the input x [n, C] of every linear layer
     group: tap "layers.i.attn_in" (wq/wk/wv), "layers.i.attn_out" (wo),
-    "layers.i.ffn_in" (w1/w3), "layers.i.ffn_down_in" (w2).
+    "layers.i.ffn_in" (w1/w3), "layers.i.ffn_down_in" (w2); and the pre-RoPE
+    key, tap "layers.i.key" [n, n_kv_heads * head_dim], always in Kiln's
+    adjacent-pair layout (for rope_style "half", pair j = (x[j], x[j + hd/2])
+    is stored at channels 2j, 2j+1 of its head, as Kiln's importer permutes
+    HF's k_proj rows).
 
     kv_quant, if given, maps the new keys / values [n, n_kv_heads, head_dim]
     (keys after RoPE) to what a quantized KV cache returns when read back
@@ -650,6 +654,11 @@ def forward(model, tokens, cache=None, observe=None, kv_quant=None,
         q = (h @ L["wq"].T).reshape(n, H, hd)
         k = (h @ L["wk"].T).reshape(n, KV, hd)
         v = (h @ L["wv"].T).reshape(n, KV, hd)
+        if observe:
+            kp = k
+            if model.rope_style == "half":
+                kp = np.stack([k[..., :hd // 2], k[..., hd // 2:]], axis=-1)
+            observe("layers.%d.key" % l, kp.reshape(n, KV * hd))
         q = rope(q, positions, theta, model.rope_style)
         k = rope(k, positions, theta, model.rope_style)
         if key_quant is not None:

@@ -4,18 +4,24 @@
 //                  [--ctx L] [--seed S] [--tokenizer F] [--dump-tokens FILE]
 //
 // Runs the unquantized model on text and writes the statistics the
-// calibrated quantization recipes (GPTQ, AWQ, SmoothQuant) need, per linear
-// layer input ("tap") with C channels, over all N observed positions:
+// calibrated quantization recipes (GPTQ, AWQ, SmoothQuant) and key centering
+// need, per observed activation ("tap") with C channels, over all N observed
+// positions:
 //   absmax[c]  = max_t |x_t[c]|             (SmoothQuant's max|X_j|)
 //   absmean[c] = (1/N) sum_t |x_t[c]|       (AWQ's mean activation magnitude)
+// and, for a linear-layer input (a tap named by some "input:<W>"),
 //   hessian    = (1/N) sum_t x_t x_t^T      (GPTQ's H = 2 X X^T, without the 2)
+// or, for a tap that feeds no linear weight (the pre-RoPE keys
+// layers.<l>.key, kiln-insert-observers), instead of the Hessian
+//   mean[c]    = (1/N) sum_t x_t[c]         (kiln-center-keys' key mean)
 // as the calibration file of docs/quantization.md (safetensors).
 //
 // The model runs through Kiln itself: the same import and pipeline as
 // kiln-compile (codegen/Pipeline) plus kiln-insert-observers, compiled for
 // the CPU in f32 into a temporary directory and run with the runtime, whose
 // session observer (kiln_rt_session_set_observer) receives every observed
-// activation. Sums are accumulated in float64 (the Hessian with BLAS dsyrk).
+// activation. Sums are accumulated in float64 (the Hessian with BLAS dsyrk)
+// and rounded to f32 once, after the division by N.
 //
 // Windows: the text is tokenized without BOS (T tokens); each of the
 // --samples windows is BOS followed by L - 1 consecutive text tokens from
@@ -41,6 +47,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
@@ -135,10 +142,14 @@ static uint64_t splitmix64(uint64_t &state) {
 namespace {
 /// Running sums of one tap: C channels, float64 accumulators.
 struct TapStats {
+  /// A linear-layer input: accumulate X^T X (GPTQ's Hessian). Otherwise (a
+  /// pre-RoPE key) the plain sum for the mean; no C x C matrix is kept.
+  bool hessian = true;
   int64_t channels = 0;
   int64_t rows = 0;
   std::vector<float> absmax;   ///< [C]
   std::vector<double> abssum;  ///< [C]
+  std::vector<double> sum;     ///< [C], taps without a Hessian only
   std::vector<double> xtx;     ///< [C, C], upper triangle (dsyrk)
   std::vector<double> scratch; ///< the rows of one call as float64
 };
@@ -165,24 +176,35 @@ static void observe(void *user, int64_t tap, const float *x, int64_t rows,
     s.channels = cols;
     s.absmax.assign(cols, 0.0f);
     s.abssum.assign(cols, 0.0);
-    s.xtx.assign(size_t(cols) * cols, 0.0);
+    if (s.hessian)
+      s.xtx.assign(size_t(cols) * cols, 0.0);
+    else
+      s.sum.assign(cols, 0.0);
   } else if (s.channels != cols) {
     if (acc.error.empty())
       acc.error = "tap " + std::to_string(tap) + " changed width from " +
                   std::to_string(s.channels) + " to " + std::to_string(cols);
     return;
   }
-  s.scratch.resize(size_t(rows) * cols);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       float v = x[r * cols + c];
-      s.scratch[r * cols + c] = v;
       s.absmax[c] = std::max(s.absmax[c], std::fabs(v));
       s.abssum[c] += std::fabs(double(v));
     }
-  // xtx += X^T X (upper triangle), X [rows, cols] row-major.
-  cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)cols, (int)rows, 1.0,
-              s.scratch.data(), (int)cols, 1.0, s.xtx.data(), (int)cols);
+  if (s.hessian) {
+    s.scratch.resize(size_t(rows) * cols);
+    for (int64_t i = 0; i < rows * cols; ++i)
+      s.scratch[i] = x[i];
+    // xtx += X^T X (upper triangle), X [rows, cols] row-major.
+    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)cols, (int)rows,
+                1.0, s.scratch.data(), (int)cols, 1.0, s.xtx.data(),
+                (int)cols);
+  } else {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        s.sum[c] += double(x[r * cols + c]);
+  }
   s.rows += rows;
 }
 
@@ -293,8 +315,8 @@ int main(int argc, char **argv) {
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(
       argc, argv,
-      "Kiln calibration: activation statistics for GPTQ, AWQ and "
-      "SmoothQuant\n\n"
+      "Kiln calibration: activation statistics for GPTQ, AWQ, SmoothQuant "
+      "and key centering\n\n"
       "  kiln-calibrate MODEL [-o calib.safetensors] [--text FILE] [--samples "
       "N]\n"
       "                 [--ctx L] [--seed S] [--tokenizer F] [--dump-tokens "
@@ -302,7 +324,8 @@ int main(int argc, char **argv) {
       "Runs the unquantized (f32) model on --samples windows of --ctx tokens\n"
       "(each BOS + consecutive text tokens at seeded offsets) and writes, for\n"
       "every linear-layer input, per-channel absmax and absmean and the\n"
-      "Hessian X^T X / N (docs/quantization.md, \"Calibration\").\n");
+      "Hessian X^T X / N, and for every pre-RoPE key, absmax, absmean and\n"
+      "the mean (docs/quantization.md, \"Calibration\").\n");
 
   // Flags first: nothing is read or compiled for a bad command line.
   if (numSamples <= 0 || numSamples > (int64_t(1) << 24))
@@ -387,7 +410,7 @@ int main(int argc, char **argv) {
     options.onGraph = [&](ModuleOp graph) -> LogicalResult {
       auto taps = graph->getAttrOfType<ArrayAttr>("kiln.observe_taps");
       auto inputs = graph->getAttrOfType<DictionaryAttr>("kiln.observe_inputs");
-      if (!taps || !inputs || taps.empty())
+      if (!taps || !inputs || inputs.empty())
         return graph.emitError()
                << "the model has no linear layers over model weights to "
                   "calibrate";
@@ -414,6 +437,15 @@ int main(int argc, char **argv) {
     return fail(takeStatus(st, "creating a session"));
   Accumulator acc;
   acc.taps.resize(tapNames.size());
+  {
+    // Only linear-layer inputs get a Hessian; the other taps (pre-RoPE keys)
+    // a mean.
+    llvm::StringSet<> linearInputs;
+    for (const auto &entry : weightInputs)
+      linearInputs.insert(entry.second);
+    for (auto [index, name] : llvm::enumerate(tapNames))
+      acc.taps[index].hessian = linearInputs.contains(name);
+  }
   if (kiln_rt_status_t st =
           kiln_rt_session_set_observer(rt.session, observe, &acc))
     return fail(takeStatus(st, "registering the observer"));
@@ -529,21 +561,30 @@ int main(int argc, char **argv) {
                   std::to_string(s.rows) + " positions, expected " +
                   std::to_string(positions));
     int64_t c = s.channels;
-    std::vector<float> absmean(c), hessian(size_t(c) * c);
+    std::vector<float> absmean(c);
     for (int64_t i = 0; i < c; ++i)
       absmean[i] = float(s.abssum[i] / double(positions));
-    for (int64_t i = 0; i < c; ++i)
-      for (int64_t j = i; j < c; ++j) {
-        float h = float(s.xtx[i * c + j] / double(positions));
-        hessian[i * c + j] = h;
-        hessian[j * c + i] = h;
-      }
     tensors[name + ".absmax"] = s.absmax;
     shapes[name + ".absmax"] = {c};
     tensors[name + ".absmean"] = std::move(absmean);
     shapes[name + ".absmean"] = {c};
-    tensors[name + ".hessian"] = std::move(hessian);
-    shapes[name + ".hessian"] = {c, c};
+    if (s.hessian) {
+      std::vector<float> hessian(size_t(c) * c);
+      for (int64_t i = 0; i < c; ++i)
+        for (int64_t j = i; j < c; ++j) {
+          float h = float(s.xtx[i * c + j] / double(positions));
+          hessian[i * c + j] = h;
+          hessian[j * c + i] = h;
+        }
+      tensors[name + ".hessian"] = std::move(hessian);
+      shapes[name + ".hessian"] = {c, c};
+    } else {
+      std::vector<float> mean(c);
+      for (int64_t i = 0; i < c; ++i)
+        mean[i] = float(s.sum[i] / double(positions));
+      tensors[name + ".mean"] = std::move(mean);
+      shapes[name + ".mean"] = {c};
+    }
   }
 
   llvm::json::Object metadata{

@@ -16,21 +16,25 @@
 // CHECK: plan.call_kernel "kiln_k_observe"(%[[X]], %[[N]], %[[C16]], %[[TAP0]])
 // CHECK-NEXT: plan.arena_view
 // CHECK: plan.call_kernel "kiln_k_linear"(%[[X]],
-// CHECK: plan.call_kernel "kiln_k_attention"
+// The pre-RoPE key (tap 1, layers.0.key) is the buffer the key's rope reads.
+// CHECK: plan.call_kernel "kiln_k_rope"
+// CHECK: %[[C8:.*]] = arith.constant 8 : index
 // CHECK: %[[TAP1:.*]] = arith.constant 1 : index
-// CHECK: plan.call_kernel "kiln_k_observe"({{.*}}, %[[N]], %{{.*}}, %[[TAP1]])
+// CHECK: plan.call_kernel "kiln_k_observe"(%[[K:[0-9]+]], %[[N]], %[[C8]], %[[TAP1]]) : memref<?x8xf32>
+// CHECK: plan.call_kernel "kiln_k_rope"(%[[K]],
+// CHECK: plan.call_kernel "kiln_k_attention"
 // CHECK: %[[TAP2:.*]] = arith.constant 2 : index
 // CHECK: plan.call_kernel "kiln_k_observe"({{.*}}, %[[N]], %{{.*}}, %[[TAP2]])
+// CHECK: %[[TAP3:.*]] = arith.constant 3 : index
+// CHECK: plan.call_kernel "kiln_k_observe"({{.*}}, %[[N]], %{{.*}}, %[[TAP3]])
 // CHECK: plan.call_kernel "kiln_k_swiglu"
 // CHECK: %[[C24:.*]] = arith.constant 24 : index
-// CHECK: %[[TAP3:.*]] = arith.constant 3 : index
-// CHECK: plan.call_kernel "kiln_k_observe"({{.*}}, %[[N]], %[[C24]], %[[TAP3]])
+// CHECK: %[[TAP4:.*]] = arith.constant 4 : index
+// CHECK: plan.call_kernel "kiln_k_observe"({{.*}}, %[[N]], %[[C24]], %[[TAP4]])
 // Decode observes its single row with the same tap indices.
 // CHECK-LABEL: func.func @decode
-// CHECK: plan.call_kernel "kiln_k_observe"
-// CHECK: plan.call_kernel "kiln_k_observe"
-// CHECK: plan.call_kernel "kiln_k_observe"
-// CHECK: plan.call_kernel "kiln_k_observe"
+// CHECK-COUNT-5: plan.call_kernel "kiln_k_observe"
+// CHECK-NOT: plan.call_kernel "kiln_k_observe"
 
 // On the CPU target the observer kernel gets the execution context first.
 // CPP: extern "C" void kiln_prefill(kiln_exec_ctx* [[CTX:v[0-9]+]], int64_t [[N:v[0-9]+]], int64_t
