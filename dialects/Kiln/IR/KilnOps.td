@@ -356,7 +356,8 @@ def Kiln_ObserveOp : Kiln_Op<"observe", [
   let summary = "Hand an activation to the calibration observer";
   let description = [{
     Calibration (kiln-calibrate, docs/quantization.md) needs the statistics
-    of the inputs of the linear layers. `kiln.observe` passes every row of
+    of the inputs of the linear layers and of the pre-RoPE keys (for key
+    centering of 8-bit KV caches). `kiln.observe` passes every row of
     `input` (`[n, C]` f32, one row per token) to the observer registered on
     the running session (`kiln_rt_session_set_observer`), tagged with the tap
     name `tap`; it computes nothing and has no result. Its side effect on the
