@@ -15,6 +15,7 @@
 // on the unquantized K/V (3 mantissa bits: up to 2^-4 relative per value).
 //
 //===----------------------------------------------------------------------===//
+#include "KvCacheTestUtil.h"
 #include "cpu/Kernels.h"
 #include "kiln_rt/kernel_abi.h"
 
@@ -29,40 +30,9 @@
 #include <vector>
 
 namespace cpu = kiln::rt::cpu;
+using namespace kiln::rt::test;
 
 namespace {
-
-/// The OCP E4M3FN value of `code` from the spec's formula; NaN for
-/// S.1111.111.
-double specValue(int code) {
-  int s = code >> 7, e = (code >> 3) & 15, m = code & 7;
-  if (e == 15 && m == 7)
-    return std::numeric_limits<double>::quiet_NaN();
-  double mag =
-      e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7);
-  return s ? -mag : mag;
-}
-
-/// Nearest E4M3FN code of x by exhaustive search over the finite codes,
-/// ties to the even code (mantissa LSB 0), magnitudes beyond 448 saturated;
-/// the sign of zero follows x.
-uint8_t nearestCode(double x) {
-  if (std::isnan(x))
-    return std::signbit(x) ? 0xff : 0x7f;
-  double a = std::fabs(x);
-  int best = 0;
-  double bestDiff = INFINITY;
-  for (int c = 0; c < 0x7f; ++c) { // positive finite codes 0x00..0x7e
-    double d = std::fabs(a - specValue(c));
-    if (d < bestDiff || (d == bestDiff && (c & 1) == 0 && (best & 1) == 1)) {
-      best = c;
-      bestDiff = d;
-    }
-  }
-  if (a > 448.0)
-    best = 0x7e;
-  return uint8_t(best | (std::signbit(x) ? 0x80 : 0));
-}
 
 TEST(E4M3, DecodeAll256Codes) {
   for (int c = 0; c < 256; ++c) {
@@ -152,96 +122,26 @@ TEST(E4M3, EncodeMatchesNearestSearch) {
 // kiln_k_attention_kvf8
 //===----------------------------------------------------------------------===//
 
-struct F32Api {
-  using T = float;
-  static constexpr const char *kName = "f32";
-  static constexpr double kTol = 1e-5;
-  static T round(float f) { return f; }
-  static float widen(T f) { return f; }
-  static T poison() { return std::numeric_limits<float>::quiet_NaN(); }
+struct F32Api : F32Elems {
   static constexpr auto attention = kiln_k_attention_kvf8;
 };
-struct F16Api {
-  using T = kiln_f16_t;
-  static constexpr const char *kName = "f16";
-  static constexpr double kTol = 2e-3;
-  static T round(float f) { return cpu::floatToF16(f); }
-  static float widen(T h) { return cpu::f16ToFloat(h); }
-  static T poison() { return 0x7e00; }
+struct F16Api : F16Elems {
   static constexpr auto attention = kiln_k_attention_kvf8_f16;
 };
-struct Bf16Api {
-  using T = kiln_bf16_t;
-  static constexpr const char *kName = "bf16";
-  static constexpr double kTol = 1e-2;
-  static T round(float f) { return cpu::floatToBf16(f); }
-  static float widen(T h) { return cpu::bf16ToFloat(h); }
-  static T poison() { return 0x7fc0; }
+struct Bf16Api : Bf16Elems {
   static constexpr auto attention = kiln_k_attention_kvf8_bf16;
 };
 
-/// The append formula of kernel_abi.h with the exhaustive-search encoder.
-float refQuantize(const float *x, uint8_t *q, int64_t headDim) {
-  float amax = 0.0f;
-  for (int64_t d = 0; d < headDim; ++d)
-    amax = std::max(amax, std::fabs(x[d]));
-  float scale = amax / 448.0f;
-  for (int64_t d = 0; d < headDim; ++d)
-    q[d] = scale == 0.0f ? 0 : nearestCode(double(x[d] / scale));
-  return scale;
-}
-
-double relError(const std::vector<float> &got, const std::vector<float> &ref) {
-  EXPECT_EQ(got.size(), ref.size());
-  double maxDiff = 0, maxRef = 1e-30;
-  for (size_t i = 0; i < got.size() && i < ref.size(); ++i) {
-    if (std::isnan(got[i]) != std::isnan(ref[i]))
-      return INFINITY;
-    maxDiff = std::max(maxDiff, std::fabs(double(got[i]) - double(ref[i])));
-    maxRef = std::max(maxRef, std::fabs(double(ref[i])));
-  }
-  return maxDiff / maxRef;
-}
-
-template <class Api> struct Input {
-  std::vector<typename Api::T> elems;
-  std::vector<float> values;
-};
-template <class Api>
-Input<Api> randomInput(size_t n, std::mt19937 &gen, float sigma = 1.0f) {
-  std::normal_distribution<float> dist(0.0f, sigma);
-  Input<Api> in;
-  in.elems.resize(n);
-  in.values.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    in.elems[i] = Api::round(dist(gen));
-    in.values[i] = Api::widen(in.elems[i]);
-  }
-  return in;
-}
-
 template <class Api> class Fp8KvKernels : public ::testing::Test {};
 using KvTypes = ::testing::Types<F32Api, F16Api, Bf16Api>;
-class KvName {
-public:
-  template <class T> static std::string GetName(int) { return T::kName; }
-};
 TYPED_TEST_SUITE(Fp8KvKernels, KvTypes, KvName);
 
-struct KvShape {
-  int64_t heads, kvHeads, headDim, maxSeq;
-  std::vector<int64_t> steps; ///< tokens per call: prefill, chunks, decodes
-};
 const KvShape kShapes[] = {
     {8, 4, 8, 16, {5, 1, 1, 3, 1}},   // GQA, head_dim 8 (stories260K)
     {8, 2, 16, 96, {70, 4, 1, 1, 1}}, // GQA, across 64-row chunks
     {4, 4, 64, 24, {1, 1, 7, 1, 1}},  // MHA, starts with decode
     {8, 1, 64, 40, {12, 1, 1, 1}},    // MQA
 };
-std::string shapeName(const KvShape &s) {
-  return "h" + std::to_string(s.heads) + "_kvh" + std::to_string(s.kvHeads) +
-         "_hd" + std::to_string(s.headDim);
-}
 
 TYPED_TEST(Fp8KvKernels, AppendMatchesFormula) {
   using Api = TypeParam;
@@ -286,8 +186,8 @@ TYPED_TEST(Fp8KvKernels, AppendMatchesFormula) {
           int64_t src = i * kvDim + h * s.headDim;
           int64_t dst = (pos + i) * kvDim + h * s.headDim;
           int64_t si = (pos + i) * s.kvHeads + h;
-          expKs[si] = refQuantize(&k.values[src], &expK[dst], s.headDim);
-          expVs[si] = refQuantize(&v.values[src], &expV[dst], s.headDim);
+          expKs[si] = refQuantizeFp8(&k.values[src], &expK[dst], s.headDim);
+          expVs[si] = refQuantizeFp8(&v.values[src], &expV[dst], s.headDim);
         }
       std::vector<T> out(n * qDim, Api::poison());
       Api::attention(q.elems.data(), k.elems.data(), v.elems.data(), kc.data(),

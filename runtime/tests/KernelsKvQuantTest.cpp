@@ -12,6 +12,7 @@
 // with GQA / MHA / MQA and head_dim 8, 16, 64.
 //
 //===----------------------------------------------------------------------===//
+#include "KvCacheTestUtil.h"
 #include "cpu/Kernels.h"
 #include "kiln_rt/kernel_abi.h"
 
@@ -26,103 +27,23 @@
 #include <vector>
 
 namespace cpu = kiln::rt::cpu;
+using namespace kiln::rt::test;
 
 namespace {
 
-struct F32Api {
-  using T = float;
-  static constexpr const char *kName = "f32";
-  static constexpr double kTol = 1e-5;
-  static T round(float f) { return f; }
-  static float widen(T f) { return f; }
-  static T poison() { return std::numeric_limits<float>::quiet_NaN(); }
+struct F32Api : F32Elems {
   static constexpr auto attention = kiln_k_attention_kv8;
 };
-struct F16Api {
-  using T = kiln_f16_t;
-  static constexpr const char *kName = "f16";
-  static constexpr double kTol = 2e-3;
-  static T round(float f) { return cpu::floatToF16(f); }
-  static float widen(T h) { return cpu::f16ToFloat(h); }
-  static T poison() { return 0x7e00; }
+struct F16Api : F16Elems {
   static constexpr auto attention = kiln_k_attention_kv8_f16;
 };
-struct Bf16Api {
-  using T = kiln_bf16_t;
-  static constexpr const char *kName = "bf16";
-  static constexpr double kTol = 1e-2;
-  static T round(float f) { return cpu::floatToBf16(f); }
-  static float widen(T h) { return cpu::bf16ToFloat(h); }
-  static T poison() { return 0x7fc0; }
+struct Bf16Api : Bf16Elems {
   static constexpr auto attention = kiln_k_attention_kv8_bf16;
 };
 
-/// The quantization formula of kernel_abi.h, written independently of the
-/// runtime: returns the scale, fills q.
-float refQuantize(const float *x, int8_t *q, int64_t headDim) {
-  float amax = 0.0f;
-  for (int64_t d = 0; d < headDim; ++d)
-    amax = std::max(amax, std::fabs(x[d]));
-  float scale = amax / 127.0f;
-  for (int64_t d = 0; d < headDim; ++d) {
-    if (scale == 0.0f) {
-      q[d] = 0;
-      continue;
-    }
-    float r = x[d] / scale;
-    // Round half away from zero, by hand.
-    // (in double, where |r| + 0.5 is exact).
-    float a = float(std::floor(std::fabs(double(r)) + 0.5));
-    float v = std::copysign(a, r);
-    v = std::min(127.0f, std::max(-127.0f, v));
-    q[d] = int8_t(v);
-  }
-  return scale;
-}
-
-/// max |got - ref| / max |ref|.
-double relError(const std::vector<float> &got, const std::vector<float> &ref) {
-  EXPECT_EQ(got.size(), ref.size());
-  double maxDiff = 0, maxRef = 1e-30;
-  for (size_t i = 0; i < got.size() && i < ref.size(); ++i) {
-    if (std::isnan(got[i]) != std::isnan(ref[i]))
-      return INFINITY;
-    maxDiff = std::max(maxDiff, std::fabs(double(got[i]) - double(ref[i])));
-    maxRef = std::max(maxRef, std::fabs(double(ref[i])));
-  }
-  return maxDiff / maxRef;
-}
-
-/// Random values representable in Api::T: the elements and their widened
-/// float values.
-template <class Api> struct Input {
-  std::vector<typename Api::T> elems;
-  std::vector<float> values;
-};
-template <class Api> Input<Api> randomInput(size_t n, std::mt19937 &gen) {
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  Input<Api> in;
-  in.elems.resize(n);
-  in.values.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    in.elems[i] = Api::round(dist(gen));
-    in.values[i] = Api::widen(in.elems[i]);
-  }
-  return in;
-}
-
 template <class Api> class KvQuantKernels : public ::testing::Test {};
 using KvTypes = ::testing::Types<F32Api, F16Api, Bf16Api>;
-class KvName {
-public:
-  template <class T> static std::string GetName(int) { return T::kName; }
-};
 TYPED_TEST_SUITE(KvQuantKernels, KvTypes, KvName);
-
-struct KvShape {
-  int64_t heads, kvHeads, headDim, maxSeq;
-  std::vector<int64_t> steps; ///< tokens per call: prefill, chunks, decodes
-};
 
 const KvShape kShapes[] = {
     {8, 4, 8, 16, {5, 1, 1, 3, 1}},           // GQA, head_dim 8
@@ -131,11 +52,6 @@ const KvShape kShapes[] = {
     {8, 1, 64, 40, {12, 1, 1, 1}},            // MQA
     {32, 8, 64, 48, {9, 1, 1}},               // Llama-3-like heads
 };
-
-std::string shapeName(const KvShape &s) {
-  return "h" + std::to_string(s.heads) + "_kvh" + std::to_string(s.kvHeads) +
-         "_hd" + std::to_string(s.headDim);
-}
 
 // (1) Appended rows are the formula's q and scales, bit for bit.
 TYPED_TEST(KvQuantKernels, KvAppendMatchesFormula) {
@@ -180,8 +96,8 @@ TYPED_TEST(KvQuantKernels, KvAppendMatchesFormula) {
           int64_t src = i * kvDim + h * s.headDim;
           int64_t dst = (pos + i) * kvDim + h * s.headDim;
           int64_t si = (pos + i) * s.kvHeads + h;
-          expKs[si] = refQuantize(&k.values[src], &expK[dst], s.headDim);
-          expVs[si] = refQuantize(&v.values[src], &expV[dst], s.headDim);
+          expKs[si] = refQuantizeInt8(&k.values[src], &expK[dst], s.headDim);
+          expVs[si] = refQuantizeInt8(&v.values[src], &expV[dst], s.headDim);
           // Dequantization error at most half a step.
           for (int64_t d = 0; d < s.headDim; ++d) {
             EXPECT_LE(std::fabs(k.values[src + d] - expKs[si] * expK[dst + d]),

@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 2
+#define KILN_ABI_VERSION 3
 
 /// Execution context handed to an entry point. Owned by the runtime.
 typedef struct kiln_exec_ctx {
@@ -393,6 +393,88 @@ void kiln_k_attention_kvf8_bf16(const kiln_bf16_t *q, const kiln_bf16_t *k,
                                 float *v_scales, kiln_bf16_t *out, int64_t n,
                                 int64_t pos, int64_t heads, int64_t kv_heads,
                                 int64_t head_dim, int64_t max_seq, float scale);
+
+/*===-- Centered keys: calibrated per-channel key mean, 8-bit KV caches ---===*
+ *
+ * The INT8 / FP8 caches above with keys stored relative to a calibrated mean
+ * (kiln.attention with key_mean). One scale per (token, kv head) is set by
+ * the largest |k[d]|; models whose keys have large per-channel offsets (the
+ * same channel large for every token) waste the 8-bit grid on the offset, and
+ * its rounding error lands in every attention logit. KVQuant (Hooper et al.
+ * 2024, "KVQuant: Towards 10 Million Context Length LLM Inference with KV
+ * Cache Quantization", sections 3.1-3.2) therefore quantizes keys per channel
+ * before RoPE; here the cache keeps post-RoPE keys with per-token scales and
+ * subtracts the calibrated pre-RoPE mean rotated to the key's position, which
+ * is exact in real arithmetic since RoPE is linear.
+ *
+ * k_mean: float32 [kv_heads * head_dim] (also for the 16-bit variants), the
+ * mean pre-RoPE key (the input of kiln_k_rope, adjacent-pair layout) of kv
+ * head h and channel d at k_mean[h * head_dim + d]. The mean rotated to
+ * position t, m_t, uses the rotation of kiln_k_rope (pairs (2i, 2i+1),
+ * 2i < rot_dim, frequency theta^(-2i/head_dim)) evaluated in double:
+ *   w_i = pow(double(theta), -double(2i) / double(head_dim)),
+ *   c = cos(double(t) * w_i),  s = sin(double(t) * w_i),
+ *   m_t[h, 2i]     = float(double(mu[h, 2i]) * c - double(mu[h, 2i+1]) * s),
+ *   m_t[h, 2i + 1] = float(double(mu[h, 2i]) * s + double(mu[h, 2i+1]) * c),
+ *   m_t[h, d]      = mu[h, d]   for d >= rot_dim (rot_dim even, <= head_dim),
+ * with mu = k_mean. Implementations may evaluate c, s by an anchored
+ * recurrence (exact at t a multiple of 64, then complex multiplication by
+ * e^(i w_i) in double) that matches the direct formula to 1e-12 relative
+ * before the rounding to float.
+ * Append (new token i, row t = pos + i, kv head h): keys only, the quantizer
+ * of the uncentered kernel sees x[d] = k[i, h * head_dim + d] - m_t[h, d]
+ * (float32 subtraction, k widened exactly) and stores codes and scale exactly
+ * as it would for x; values are stored as in the uncentered kernel. Read:
+ *   K[t, h, d] = k_scales[t, h] * dequant(k_cache[t, h * head_dim + d])
+ *                + m_t[h, d]        (float32),
+ * V as in the uncentered kernel, then exactly the attention of the uncentered
+ * kernel. With k_mean all zero the outputs and cache contents are
+ * bit-identical to kiln_k_attention_kv8 / kiln_k_attention_kvf8. rot_dim and
+ * theta are those of the kiln_k_rope call that rotated k. Element types,
+ * shapes, aliasing and unspecified non-finite inputs as for
+ * kiln_k_attention_kv8.
+ *===----------------------------------------------------------------------===*/
+
+void kiln_k_attention_kv8_centered(const float *q, const float *k,
+                                   const float *v, int8_t *k_cache,
+                                   int8_t *v_cache, float *k_scales,
+                                   float *v_scales, const float *k_mean,
+                                   float *out, int64_t n, int64_t pos,
+                                   int64_t heads, int64_t kv_heads,
+                                   int64_t head_dim, int64_t rot_dim,
+                                   int64_t max_seq, float scale, float theta);
+void kiln_k_attention_kv8_centered_f16(
+    const kiln_f16_t *q, const kiln_f16_t *k, const kiln_f16_t *v,
+    int8_t *k_cache, int8_t *v_cache, float *k_scales, float *v_scales,
+    const float *k_mean, kiln_f16_t *out, int64_t n, int64_t pos, int64_t heads,
+    int64_t kv_heads, int64_t head_dim, int64_t rot_dim, int64_t max_seq,
+    float scale, float theta);
+void kiln_k_attention_kv8_centered_bf16(
+    const kiln_bf16_t *q, const kiln_bf16_t *k, const kiln_bf16_t *v,
+    int8_t *k_cache, int8_t *v_cache, float *k_scales, float *v_scales,
+    const float *k_mean, kiln_bf16_t *out, int64_t n, int64_t pos,
+    int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t rot_dim,
+    int64_t max_seq, float scale, float theta);
+void kiln_k_attention_kvf8_centered(const float *q, const float *k,
+                                    const float *v, uint8_t *k_cache,
+                                    uint8_t *v_cache, float *k_scales,
+                                    float *v_scales, const float *k_mean,
+                                    float *out, int64_t n, int64_t pos,
+                                    int64_t heads, int64_t kv_heads,
+                                    int64_t head_dim, int64_t rot_dim,
+                                    int64_t max_seq, float scale, float theta);
+void kiln_k_attention_kvf8_centered_f16(
+    const kiln_f16_t *q, const kiln_f16_t *k, const kiln_f16_t *v,
+    uint8_t *k_cache, uint8_t *v_cache, float *k_scales, float *v_scales,
+    const float *k_mean, kiln_f16_t *out, int64_t n, int64_t pos, int64_t heads,
+    int64_t kv_heads, int64_t head_dim, int64_t rot_dim, int64_t max_seq,
+    float scale, float theta);
+void kiln_k_attention_kvf8_centered_bf16(
+    const kiln_bf16_t *q, const kiln_bf16_t *k, const kiln_bf16_t *v,
+    uint8_t *k_cache, uint8_t *v_cache, float *k_scales, float *v_scales,
+    const float *k_mean, kiln_bf16_t *out, int64_t n, int64_t pos,
+    int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t rot_dim,
+    int64_t max_seq, float scale, float theta);
 
 #ifdef __cplusplus
 }

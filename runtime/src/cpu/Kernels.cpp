@@ -22,7 +22,9 @@
 // code in QuantKernelsHwy.cpp (dynamic dispatch: AVX-512, AVX2, SSE4, scalar).
 // The INT8 and FP8 E4M3 KV cache attentions share the attention code: new K/V
 // rows are quantized per (token, kv head) on append, cache rows dequantized
-// into the per-thread float buffers the 16-bit attention widens into.
+// into the per-thread float buffers the 16-bit attention widens into; the
+// centered variants subtract the rotated calibrated key mean (one table per
+// call) before quantizing keys and add it back after dequantizing.
 //
 //===----------------------------------------------------------------------===//
 #include "cpu/Kernels.h"
@@ -918,46 +920,6 @@ static float quantizeKvRow(const float *x, int8_t *q, int64_t headDim) {
   return s;
 }
 
-/// Cache access of attention() for the INT8 KV cache: new rows quantized on
-/// append, cache rows dequantized (scale * q) into scratch slot 2 when read.
-template <class E> struct Int8Kv {
-  using T = typename E::T;
-  int8_t *kCache, *vCache;
-  float *kScales, *vScales;
-  int64_t kvHeads, headDim;
-  void append(const T *k, const T *v, int64_t n, int64_t pos) const {
-    const int64_t kvDim = kvHeads * headDim, rows = n * kvHeads;
-#pragma omp parallel for schedule(static) if (rows * headDim > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
-      int64_t i = r / kvHeads, h = r % kvHeads;
-      int64_t src = i * kvDim + h * headDim;
-      int64_t dst = (pos + i) * kvDim + h * headDim;
-      int64_t sIdx = (pos + i) * kvHeads + h;
-      kScales[sIdx] =
-          quantizeKvRow(loadRow<E>(k + src, headDim, 1), kCache + dst, headDim);
-      vScales[sIdx] =
-          quantizeKvRow(loadRow<E>(v + src, headDim, 1), vCache + dst, headDim);
-    }
-  }
-  const float *rows(bool isV, int64_t t0, int64_t count, int64_t kvh,
-                    int64_t &stride) const {
-    const int64_t kvDim = kvHeads * headDim;
-    const int8_t *q = (isV ? vCache : kCache) + t0 * kvDim + kvh * headDim;
-    const float *sc = (isV ? vScales : kScales) + t0 * kvHeads + kvh;
-    float *buf = scratch(2, count * headDim);
-    for (int64_t t = 0; t < count; ++t) {
-      float s = sc[t * kvHeads];
-      const int8_t *qt = q + t * kvDim;
-      float *bt = buf + t * headDim;
-#pragma omp simd
-      for (int64_t d = 0; d < headDim; ++d)
-        bt[d] = s * float(qt[d]);
-    }
-    stride = headDim;
-    return buf;
-  }
-};
-
 /// Per-token, per-kv-head FP8 E4M3FN quantization of one row of `headDim`
 /// floats (kernel_abi.h, kiln_k_attention_kvf8): returns the scale.
 static float quantizeKvRowFp8(const float *x, uint8_t *q, int64_t headDim) {
@@ -985,13 +947,104 @@ static const float *e4m3Table() {
   return table.data();
 }
 
-/// Cache access of attention() for the FP8 E4M3 KV cache: new rows quantized
-/// on append, cache rows dequantized (scale * e4m3) into scratch slot 2.
-template <class E> struct Fp8Kv {
+/// INT8 codes of the KV cache (kiln_k_attention_kv8): value float(code).
+struct Int8Codec {
+  using Code = int8_t;
+  static float quantize(const float *x, int8_t *q, int64_t headDim) {
+    return quantizeKvRow(x, q, headDim);
+  }
+  float operator()(int8_t c) const { return float(c); }
+};
+
+/// FP8 E4M3FN codes of the KV cache (kiln_k_attention_kvf8): value looked up
+/// in e4m3Table.
+struct Fp8Codec {
+  using Code = uint8_t;
+  static float quantize(const float *x, uint8_t *q, int64_t headDim) {
+    return quantizeKvRowFp8(x, q, headDim);
+  }
+  const float *table = e4m3Table();
+  float operator()(uint8_t c) const { return table[c]; }
+};
+
+/// Rows between exact cos / sin evaluations of rotatedKeyMeans (kernel_abi.h:
+/// anchors at multiples of 64, complex multiplication in between).
+static constexpr int64_t kKeyMeanAnchor = 64;
+
+/// Row t of rotatedKeyMeans from c[i] = cos(t w_i), s[i] = sin(t w_i): per
+/// kv head h, out[h, 2i] = float(mu[h, 2i] c[i] - mu[h, 2i+1] s[i]),
+/// out[h, 2i+1] = float(mu[h, 2i] s[i] + mu[h, 2i+1] c[i]) in double,
+/// out[h, d] = mu[h, d] from d = 2 pairs (+ 0 turns -0 into +0: a zero mean
+/// leaves k unchanged bit for bit). muD is mu widened to double.
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+rotatedKeyMeanRow(const double *__restrict muD, const double *__restrict c,
+                  const double *__restrict s, float *__restrict out,
+                  int64_t kvHeads, int64_t headDim, int64_t pairs) {
+  for (int64_t h = 0; h < kvHeads; ++h) {
+    const double *mh = muD + h * headDim;
+    float *oh = out + h * headDim;
+    for (int64_t i = 0; i < pairs; ++i) {
+      const double m0 = mh[2 * i], m1 = mh[2 * i + 1];
+      oh[2 * i] = float(m0 * c[i] - m1 * s[i] + 0.0);
+      oh[2 * i + 1] = float(m0 * s[i] + m1 * c[i] + 0.0);
+    }
+    for (int64_t d = 2 * pairs; d < headDim; ++d)
+      oh[d] = float(mh[d] + 0.0);
+  }
+}
+
+void rotatedKeyMeans(const float *mu, int64_t rows, int64_t kvHeads,
+                     int64_t headDim, int64_t rotDim, float theta, float *out) {
+  const int64_t pairs = std::max<int64_t>(0, std::min(rotDim, headDim) / 2);
+  const int64_t kvDim = kvHeads * headDim;
+  // Per pair: w_i and the one-step rotation e^(i w_i); mu widened once.
+  const size_t np = static_cast<size_t>(pairs);
+  std::vector<double> w(np), cw(np), sw(np), muD(mu, mu + kvDim);
+  for (size_t i = 0; i < np; ++i) {
+    w[i] = std::pow(double(theta), -double(2 * i) / double(headDim));
+    cw[i] = std::cos(w[i]);
+    sw[i] = std::sin(w[i]);
+  }
+  const int64_t blocks = (rows + kKeyMeanAnchor - 1) / kKeyMeanAnchor;
+#pragma omp parallel if (rows * kvDim > kParallelGrain)
+  {
+    std::vector<double> c(np), s(np);
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t t0 = b * kKeyMeanAnchor;
+      const int64_t t1 = std::min(rows, t0 + kKeyMeanAnchor);
+      for (size_t i = 0; i < np; ++i) { // exact at the anchor
+        c[i] = std::cos(double(t0) * w[i]);
+        s[i] = std::sin(double(t0) * w[i]);
+      }
+      for (int64_t t = t0; t < t1; ++t) {
+        rotatedKeyMeanRow(muD.data(), c.data(), s.data(), out + t * kvDim,
+                          kvHeads, headDim, pairs);
+        for (size_t i = 0; i < np; ++i) { // advance by e^(i w_i)
+          const double ci = c[i], si = s[i];
+          c[i] = ci * cw[i] - si * sw[i];
+          s[i] = ci * sw[i] + si * cw[i];
+        }
+      }
+    }
+  }
+}
+
+/// Cache access of attention() for the 8-bit KV caches (INT8: Int8Codec,
+/// FP8 E4M3: Fp8Codec): new rows quantized per (token, kv head) on append,
+/// cache rows dequantized (scale * value) into scratch slot 2 when read.
+/// With `keyMean` (the centered caches) keys are stored as k - m_t and read
+/// back as scale * value + m_t.
+template <class E, class Codec> struct QuantKv {
   using T = typename E::T;
-  uint8_t *kCache, *vCache;
+  using Code = typename Codec::Code;
+  Code *kCache, *vCache;
   float *kScales, *vScales;
   int64_t kvHeads, headDim;
+  /// Rotated key means m_t [pos + n, kvHeads * headDim] (rotatedKeyMeans);
+  /// null for uncentered caches.
+  const float *keyMean = nullptr;
+
   void append(const T *k, const T *v, int64_t n, int64_t pos) const {
     const int64_t kvDim = kvHeads * headDim, rows = n * kvHeads;
 #pragma omp parallel for schedule(static) if (rows * headDim > kParallelGrain)
@@ -1000,25 +1053,44 @@ template <class E> struct Fp8Kv {
       int64_t src = i * kvDim + h * headDim;
       int64_t dst = (pos + i) * kvDim + h * headDim;
       int64_t sIdx = (pos + i) * kvHeads + h;
-      kScales[sIdx] = quantizeKvRowFp8(loadRow<E>(k + src, headDim, 1),
-                                       kCache + dst, headDim);
-      vScales[sIdx] = quantizeKvRowFp8(loadRow<E>(v + src, headDim, 1),
-                                       vCache + dst, headDim);
+      const float *x = loadRow<E>(k + src, headDim, 1);
+      if (keyMean) {
+        const float *m = keyMean + dst;
+        float *centered = scratch(3, headDim);
+        for (int64_t d = 0; d < headDim; ++d)
+          centered[d] = x[d] - m[d];
+        x = centered;
+      }
+      kScales[sIdx] = Codec::quantize(x, kCache + dst, headDim);
+      vScales[sIdx] = Codec::quantize(loadRow<E>(v + src, headDim, 1),
+                                      vCache + dst, headDim);
     }
   }
+  /// Rows [t0, t0 + count) of kv head kvh of the K (isV false) or V cache as
+  /// float, row stride in `stride`.
   const float *rows(bool isV, int64_t t0, int64_t count, int64_t kvh,
                     int64_t &stride) const {
     const int64_t kvDim = kvHeads * headDim;
-    const uint8_t *q = (isV ? vCache : kCache) + t0 * kvDim + kvh * headDim;
+    const Code *q = (isV ? vCache : kCache) + t0 * kvDim + kvh * headDim;
     const float *sc = (isV ? vScales : kScales) + t0 * kvHeads + kvh;
-    const float *table = e4m3Table();
+    const float *mean =
+        isV || !keyMean ? nullptr : keyMean + t0 * kvDim + kvh * headDim;
+    const Codec value;
     float *buf = scratch(2, count * headDim);
     for (int64_t t = 0; t < count; ++t) {
       float s = sc[t * kvHeads];
-      const uint8_t *qt = q + t * kvDim;
+      const Code *qt = q + t * kvDim;
       float *bt = buf + t * headDim;
+      if (mean) {
+        const float *mt = mean + t * kvDim;
+#pragma omp simd
+        for (int64_t d = 0; d < headDim; ++d)
+          bt[d] = s * value(qt[d]) + mt[d];
+        continue;
+      }
+#pragma omp simd
       for (int64_t d = 0; d < headDim; ++d)
-        bt[d] = s * table[qt[d]];
+        bt[d] = s * value(qt[d]);
     }
     stride = headDim;
     return buf;
@@ -1102,26 +1174,24 @@ static void attention(const typename E::T *q, const typename E::T *k,
                scale);
 }
 
-template <class E>
-static void attentionKv8(const typename E::T *q, const typename E::T *k,
-                         const typename E::T *v, int8_t *k_cache,
-                         int8_t *v_cache, float *k_scales, float *v_scales,
-                         typename E::T *out, int64_t n, int64_t pos,
-                         int64_t heads, int64_t kv_heads, int64_t head_dim,
-                         int64_t max_seq, float scale) {
-  Int8Kv<E> kv{k_cache, v_cache, k_scales, v_scales, kv_heads, head_dim};
-  attention<E>(q, k, v, kv, out, n, pos, heads, kv_heads, head_dim, max_seq,
-               scale);
-}
-
-template <class E>
-static void attentionKvf8(const typename E::T *q, const typename E::T *k,
-                          const typename E::T *v, uint8_t *k_cache,
-                          uint8_t *v_cache, float *k_scales, float *v_scales,
-                          typename E::T *out, int64_t n, int64_t pos,
-                          int64_t heads, int64_t kv_heads, int64_t head_dim,
-                          int64_t max_seq, float scale) {
-  Fp8Kv<E> kv{k_cache, v_cache, k_scales, v_scales, kv_heads, head_dim};
+/// Attention over an 8-bit KV cache (kiln_k_attention_kv8 / _kvf8), with
+/// keys centered on the rotated k_mean when it is non-null (the _centered
+/// kernels). The m_t table covers rows [0, pos + n), is computed once per
+/// call into the calling thread's scratch slot 0 and shared by all heads.
+template <class E, class Codec>
+static void attentionQuantKv(
+    const typename E::T *q, const typename E::T *k, const typename E::T *v,
+    typename Codec::Code *k_cache, typename Codec::Code *v_cache,
+    float *k_scales, float *v_scales, const float *k_mean, typename E::T *out,
+    int64_t n, int64_t pos, int64_t heads, int64_t kv_heads, int64_t head_dim,
+    int64_t rot_dim, int64_t max_seq, float scale, float theta) {
+  QuantKv<E, Codec> kv{k_cache, v_cache, k_scales, v_scales, kv_heads,
+                       head_dim};
+  if (k_mean) {
+    float *table = scratch(0, (pos + n) * kv_heads * head_dim);
+    rotatedKeyMeans(k_mean, pos + n, kv_heads, head_dim, rot_dim, theta, table);
+    kv.keyMean = table;
+  }
   attention<E>(q, k, v, kv, out, n, pos, heads, kv_heads, head_dim, max_seq,
                scale);
 }
@@ -1340,8 +1410,9 @@ void kiln_k_attention_kv8(const float *q, const float *k, const float *v,
                           float *v_scales, float *out, int64_t n, int64_t pos,
                           int64_t heads, int64_t kv_heads, int64_t head_dim,
                           int64_t max_seq, float scale) {
-  attentionKv8<F32>(q, k, v, k_cache, v_cache, k_scales, v_scales, out, n, pos,
-                    heads, kv_heads, head_dim, max_seq, scale);
+  attentionQuantKv<F32, Int8Codec>(q, k, v, k_cache, v_cache, k_scales,
+                                   v_scales, nullptr, out, n, pos, heads,
+                                   kv_heads, head_dim, 0, max_seq, scale, 0.0f);
 }
 void kiln_k_attention_kv8_f16(const kiln_f16_t *q, const kiln_f16_t *k,
                               const kiln_f16_t *v, int8_t *k_cache,
@@ -1349,8 +1420,9 @@ void kiln_k_attention_kv8_f16(const kiln_f16_t *q, const kiln_f16_t *k,
                               kiln_f16_t *out, int64_t n, int64_t pos,
                               int64_t heads, int64_t kv_heads, int64_t head_dim,
                               int64_t max_seq, float scale) {
-  attentionKv8<F16>(q, k, v, k_cache, v_cache, k_scales, v_scales, out, n, pos,
-                    heads, kv_heads, head_dim, max_seq, scale);
+  attentionQuantKv<F16, Int8Codec>(q, k, v, k_cache, v_cache, k_scales,
+                                   v_scales, nullptr, out, n, pos, heads,
+                                   kv_heads, head_dim, 0, max_seq, scale, 0.0f);
 }
 void kiln_k_attention_kv8_bf16(const kiln_bf16_t *q, const kiln_bf16_t *k,
                                const kiln_bf16_t *v, int8_t *k_cache,
@@ -1358,8 +1430,9 @@ void kiln_k_attention_kv8_bf16(const kiln_bf16_t *q, const kiln_bf16_t *k,
                                float *v_scales, kiln_bf16_t *out, int64_t n,
                                int64_t pos, int64_t heads, int64_t kv_heads,
                                int64_t head_dim, int64_t max_seq, float scale) {
-  attentionKv8<Bf16>(q, k, v, k_cache, v_cache, k_scales, v_scales, out, n, pos,
-                     heads, kv_heads, head_dim, max_seq, scale);
+  attentionQuantKv<Bf16, Int8Codec>(
+      q, k, v, k_cache, v_cache, k_scales, v_scales, nullptr, out, n, pos,
+      heads, kv_heads, head_dim, 0, max_seq, scale, 0.0f);
 }
 
 // W8A16 (kernel_abi.h): int8 weights, per-output-channel float32 scales.
@@ -1412,8 +1485,9 @@ void kiln_k_attention_kvf8(const float *q, const float *k, const float *v,
                            float *v_scales, float *out, int64_t n, int64_t pos,
                            int64_t heads, int64_t kv_heads, int64_t head_dim,
                            int64_t max_seq, float scale) {
-  attentionKvf8<F32>(q, k, v, k_cache, v_cache, k_scales, v_scales, out, n, pos,
-                     heads, kv_heads, head_dim, max_seq, scale);
+  attentionQuantKv<F32, Fp8Codec>(q, k, v, k_cache, v_cache, k_scales, v_scales,
+                                  nullptr, out, n, pos, heads, kv_heads,
+                                  head_dim, 0, max_seq, scale, 0.0f);
 }
 void kiln_k_attention_kvf8_f16(const kiln_f16_t *q, const kiln_f16_t *k,
                                const kiln_f16_t *v, uint8_t *k_cache,
@@ -1421,8 +1495,9 @@ void kiln_k_attention_kvf8_f16(const kiln_f16_t *q, const kiln_f16_t *k,
                                float *v_scales, kiln_f16_t *out, int64_t n,
                                int64_t pos, int64_t heads, int64_t kv_heads,
                                int64_t head_dim, int64_t max_seq, float scale) {
-  attentionKvf8<F16>(q, k, v, k_cache, v_cache, k_scales, v_scales, out, n, pos,
-                     heads, kv_heads, head_dim, max_seq, scale);
+  attentionQuantKv<F16, Fp8Codec>(q, k, v, k_cache, v_cache, k_scales, v_scales,
+                                  nullptr, out, n, pos, heads, kv_heads,
+                                  head_dim, 0, max_seq, scale, 0.0f);
 }
 void kiln_k_attention_kvf8_bf16(const kiln_bf16_t *q, const kiln_bf16_t *k,
                                 const kiln_bf16_t *v, uint8_t *k_cache,
@@ -1431,9 +1506,62 @@ void kiln_k_attention_kvf8_bf16(const kiln_bf16_t *q, const kiln_bf16_t *k,
                                 int64_t pos, int64_t heads, int64_t kv_heads,
                                 int64_t head_dim, int64_t max_seq,
                                 float scale) {
-  attentionKvf8<Bf16>(q, k, v, k_cache, v_cache, k_scales, v_scales, out, n,
-                      pos, heads, kv_heads, head_dim, max_seq, scale);
+  attentionQuantKv<Bf16, Fp8Codec>(q, k, v, k_cache, v_cache, k_scales,
+                                   v_scales, nullptr, out, n, pos, heads,
+                                   kv_heads, head_dim, 0, max_seq, scale, 0.0f);
 }
+
+// Centered 8-bit KV caches (kernel_abi.h): keys relative to the rotated
+// calibrated mean.
+void kiln_k_attention_kv8_centered(const float *q, const float *k,
+                                   const float *v, int8_t *k_cache,
+                                   int8_t *v_cache, float *k_scales,
+                                   float *v_scales, const float *k_mean,
+                                   float *out, int64_t n, int64_t pos,
+                                   int64_t heads, int64_t kv_heads,
+                                   int64_t head_dim, int64_t rot_dim,
+                                   int64_t max_seq, float scale, float theta) {
+  attentionQuantKv<F32, Int8Codec>(
+      q, k, v, k_cache, v_cache, k_scales, v_scales, k_mean, out, n, pos, heads,
+      kv_heads, head_dim, rot_dim, max_seq, scale, theta);
+}
+void kiln_k_attention_kvf8_centered(const float *q, const float *k,
+                                    const float *v, uint8_t *k_cache,
+                                    uint8_t *v_cache, float *k_scales,
+                                    float *v_scales, const float *k_mean,
+                                    float *out, int64_t n, int64_t pos,
+                                    int64_t heads, int64_t kv_heads,
+                                    int64_t head_dim, int64_t rot_dim,
+                                    int64_t max_seq, float scale, float theta) {
+  attentionQuantKv<F32, Fp8Codec>(q, k, v, k_cache, v_cache, k_scales, v_scales,
+                                  k_mean, out, n, pos, heads, kv_heads,
+                                  head_dim, rot_dim, max_seq, scale, theta);
+}
+#define KILN_DEFINE_CENTERED_KV_KERNELS(sfx, E, T)                             \
+  void kiln_k_attention_kv8_centered_##sfx(                                    \
+      const T *q, const T *k, const T *v, int8_t *k_cache, int8_t *v_cache,    \
+      float *k_scales, float *v_scales, const float *k_mean, T *out,           \
+      int64_t n, int64_t pos, int64_t heads, int64_t kv_heads,                 \
+      int64_t head_dim, int64_t rot_dim, int64_t max_seq, float scale,         \
+      float theta) {                                                           \
+    attentionQuantKv<E, Int8Codec>(                                            \
+        q, k, v, k_cache, v_cache, k_scales, v_scales, k_mean, out, n, pos,    \
+        heads, kv_heads, head_dim, rot_dim, max_seq, scale, theta);            \
+  }                                                                            \
+  void kiln_k_attention_kvf8_centered_##sfx(                                   \
+      const T *q, const T *k, const T *v, uint8_t *k_cache, uint8_t *v_cache,  \
+      float *k_scales, float *v_scales, const float *k_mean, T *out,           \
+      int64_t n, int64_t pos, int64_t heads, int64_t kv_heads,                 \
+      int64_t head_dim, int64_t rot_dim, int64_t max_seq, float scale,         \
+      float theta) {                                                           \
+    attentionQuantKv<E, Fp8Codec>(                                             \
+        q, k, v, k_cache, v_cache, k_scales, v_scales, k_mean, out, n, pos,    \
+        heads, kv_heads, head_dim, rot_dim, max_seq, scale, theta);            \
+  }
+
+KILN_DEFINE_CENTERED_KV_KERNELS(f16, F16, kiln_f16_t)
+KILN_DEFINE_CENTERED_KV_KERNELS(bf16, Bf16, kiln_bf16_t)
+#undef KILN_DEFINE_CENTERED_KV_KERNELS
 
 // W4A16 (kernel_abi.h): packed 4-bit weights, group-wise scales and zeros.
 void kiln_k_linear_w4a16(const float *x, const int8_t *qweight,

@@ -23,6 +23,16 @@ void gemvRows(const float *x, const float *w, float *y, int64_t in,
 /// Restricts OpenBLAS to one thread (kernels thread with OpenMP instead).
 void setBlasSingleThreaded();
 
+/// The rotated key means m_t of the centered 8-bit KV caches (kernel_abi.h,
+/// kiln_k_attention_kv8_centered) for t in [0, rows): out [rows, kvHeads *
+/// headDim] from mu [kvHeads * headDim]. cos / sin exact at multiples of 64,
+/// by complex multiplication in double in between: within 1e-12 of the direct
+/// formula up to t = 20000 (4e-13 at 8192; beyond, the rounding of
+/// double(t) * w_i in the direct formula dominates, ~t * 6e-17). -0 is
+/// stored as +0. Threads with OpenMP.
+void rotatedKeyMeans(const float *mu, int64_t rows, int64_t kvHeads,
+                     int64_t headDim, int64_t rotDim, float theta, float *out);
+
 //===----------------------------------------------------------------------===//
 // 16-bit element types (f16, bf16)
 //===----------------------------------------------------------------------===//
