@@ -44,6 +44,7 @@ FailureOr<std::vector<WeightDesc>> mlir::kiln::collectWeightRecipes(ModuleOp gra
     FailureOr<WeightDesc> w = getWeightRecipe(op);
     if (failed(w))
       return failure();
+    w->keepF32 = op.getTensorType().getElementType().isF32();
     out.push_back(std::move(*w));
   }
   return out;

@@ -249,8 +249,11 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights,
         break;
       }
     }
+    // Float weights take the model's dtype, except those the graph keeps
+    // in f32 whatever it (calibration data such as key means).
+    const StorageType floatType = w.keepF32 ? StorageType::F32 : dtype;
     t.dtype = quant ? (quant->part == WeightTransform::QuantPart::Scales ? "f32" : "i8")
-                    : std::string(stringifyStorageType(dtype));
+                    : std::string(stringifyStorageType(floatType));
     uint64_t numel = 1;
     for (int64_t d : w.source.shape) {
       if (d < 0 || __builtin_mul_overflow(numel, static_cast<uint64_t>(d),
@@ -265,7 +268,7 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights,
     uint64_t writtenElems = 1;
     for (int64_t d : t.shape)
       writtenElems *= static_cast<uint64_t>(d);
-    t.bytes = !quant ? numel * storageBytes(dtype)
+    t.bytes = !quant ? numel * storageBytes(floatType)
               : writtenElems *
                     (quant->part == WeightTransform::QuantPart::Scales ? 4 : 1);
 
@@ -329,7 +332,7 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights,
       } else {
         os.write(reinterpret_cast<const char *>(bytes.data()), t.bytes);
       }
-    } else if (dtype == StorageType::F32) {
+    } else if (floatType == StorageType::F32) {
       os.write(reinterpret_cast<const char *>(buffer.data()), t.bytes);
     } else {
       narrow.resize(numel);

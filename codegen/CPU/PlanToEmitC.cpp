@@ -41,8 +41,8 @@ static constexpr const char *kPointerMacros = R"(
 
 static constexpr const char *kCpuPrologue =
     R"(// Emitted by kiln-compile (CPU target). Do not edit.
-#if KILN_ABI_VERSION != 2
-#error "emitted for kernel ABI version 2"
+#if KILN_ABI_VERSION != 3
+#error "emitted for kernel ABI version 3"
 #endif)";
 
 static constexpr const char *kCudaPrologue =

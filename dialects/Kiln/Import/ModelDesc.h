@@ -133,6 +133,10 @@ struct WeightDesc {
   /// checkpoint (Prequantized.h); `source` then names the checkpoint's
   /// packed weight tensor (for messages) and the graph reads the parts.
   std::shared_ptr<const QuantizedWeight> quantized;
+  /// Written as f32 even when the model is compiled to f16/bf16 (set by the
+  /// artifact writer for kiln.weight ops typed f32 in a 16-bit graph, e.g.
+  /// the key means of key centering, which the kernels read as float).
+  bool keepF32 = false;
 };
 
 /// A linear weight kept in Kiln's quantized layout: `bits`, `groupSize` as
