@@ -25,8 +25,11 @@
 //   kiln_cuda_rope,
 //   kiln_cuda_attention, kiln_cuda_attention_kv8 (int8 KV cache with
 //   per-(token, kv head) float scales), kiln_cuda_attention_kvf8 (FP8 E4M3
-//   KV cache, same scales), kiln_cuda_swiglu, kiln_cuda_silu, kiln_cuda_add,
-//   kiln_cuda_mul, kiln_cuda_argmax, kiln_cuda_sample_topk_topp.
+//   KV cache, same scales), kiln_cuda_attention_kv8_centered /
+//   kiln_cuda_attention_kvf8_centered (keys stored relative to a calibrated
+//   mean rotated to their position), kiln_cuda_swiglu, kiln_cuda_silu,
+//   kiln_cuda_add, kiln_cuda_mul, kiln_cuda_argmax,
+//   kiln_cuda_sample_topk_topp.
 // Each enqueues on (cudaStream_t)ctx->stream and never synchronizes, so all of
 // them may be captured into a CUDA graph. Errors never abort: the first
 // failure stores a status and "<call> failed at <file>:<line>: <reason>" in
@@ -1357,9 +1360,11 @@ __global__ void __launch_bounds__(256)
 }
 
 /// How the attention kernels read the KV cache: element `off` of the K / V
-/// cache (row `row`, kv head `kvh`) is kScale(row, kvh) * kAt(off) (V alike).
+/// cache (row `row`, kv head `kvh`) is kScale(row, kvh) * kAt(off) (V alike),
+/// plus m_t[kvh, d] for the keys of a trait with kCentered (KvCentered).
 /// KvPlain: a T cache, scale 1 (x * 1.0f == x, folded away).
 template <typename T> struct KvPlain {
+  static constexpr bool kCentered = false;
   const T *__restrict__ k;
   const T *__restrict__ v;
   __device__ __forceinline__ float kScale(int64_t, int) const { return 1.0f; }
@@ -1369,6 +1374,7 @@ template <typename T> struct KvPlain {
 };
 /// KvInt8: int8 caches with float scales [max_seq][kv_heads] (kv=int8).
 struct KvInt8 {
+  static constexpr bool kCentered = false;
   const int8_t *__restrict__ k;
   const int8_t *__restrict__ v;
   const float *__restrict__ ks;
@@ -1388,18 +1394,97 @@ struct KvInt8 {
   }
 };
 
+/// Rotated calibrated key mean of one channel d of kv head h along positions
+/// (kernel_abi.h, centered keys): m_t[h, d] = float(a c + b s + 0) with
+/// (c, s) = (cos, sin)(t w_i), (a, b) = (mu[2i], -mu[2i+1]) for d = 2i and
+/// (mu[2i+1], mu[2i]) for d = 2i + 1 (i < rotDim / 2, w_i = theta^(-2i /
+/// headDim), all double), (a, b) = (mu[d], 0) and w = 0 beyond (+ 0 turns -0
+/// into +0: a zero mean leaves keys bit for bit). seek(t) evaluates cos / sin
+/// exactly, next() moves to t + 1 by complex multiplication with e^(i w)
+/// (the brief's anchored recurrence: a few dozen steps stay within 1e-14).
+struct KeyMeanChannel {
+  double a, b, w, cw, sw, c, s;
+  __device__ void init(const float *__restrict__ mu, int h, int d, int headDim,
+                       int rotDim, float theta) {
+    const float *mh = mu + int64_t(h) * headDim;
+    const int i = d / 2;
+    if (i < rotDim / 2) {
+      const double m0 = mh[2 * i], m1 = mh[2 * i + 1];
+      a = d % 2 == 0 ? m0 : m1;
+      b = d % 2 == 0 ? -m1 : m0;
+      w = pow(double(theta), -double(2 * i) / double(headDim));
+      sincos(w, &sw, &cw);
+    } else {
+      a = mh[d];
+      b = 0.0;
+      w = 0.0;
+      cw = 1.0;
+      sw = 0.0;
+    }
+    c = 1.0;
+    s = 0.0;
+  }
+  __device__ __forceinline__ void seek(int64_t t) {
+    sincos(double(t) * w, &s, &c);
+  }
+  __device__ __forceinline__ float value() const {
+    return float(a * c + b * s + 0.0);
+  }
+  __device__ __forceinline__ void next() {
+    const double c1 = c * cw - s * sw;
+    s = c * sw + s * cw;
+    c = c1;
+  }
+};
+
+/// Most head dims one lane covers in the append kernels (head_dim <= 256).
+constexpr int kAppendLaneDims = KILN_CUDA_ATTN_MAX_HEAD_DIM / 32;
+
+/// m_t[h, d] of row `row` for the lane's dims d = lane + 32 j (kernel_abi.h,
+/// centered keys; 0 where d >= headDim), or all 0 when mu is null: the
+/// append kernels quantize x - m[j] (x - 0 == x, also for -0).
+__device__ __forceinline__ void
+keyMeanLanes(float (&m)[kAppendLaneDims], const float *__restrict__ mu, int h,
+             int headDim, int rotDim, float theta, int64_t row, int lane) {
+#pragma unroll
+  for (int j = 0; j < kAppendLaneDims; ++j) {
+    const int d = lane + 32 * j;
+    m[j] = 0.0f;
+    if (mu != nullptr && d < headDim) {
+      KeyMeanChannel ch;
+      ch.init(mu, h, d, headDim, rotDim, theta);
+      ch.seek(row);
+      m[j] = ch.value();
+    }
+  }
+}
+
+/// KvCentered<KvInt8 | KvFp8>: an 8-bit cache whose keys hold k - m_t
+/// (kernel_abi.h, kiln_k_attention_kv8_centered): the attention kernels read
+/// keys as kScale * kAt + m_t, m_t from KeyMeanChannel with kMean (a device
+/// pointer, float [kv_heads * head_dim]), rotDim and theta.
+template <typename Kv> struct KvCentered : Kv {
+  static constexpr bool kCentered = true;
+  const float *__restrict__ kMean;
+  int rotDim;
+  float theta;
+};
+
 /// INT8 KV append (kernel_abi.h, kiln_k_attention_kv8): one warp per (new
 /// token i, kv head h, K or V). amax = max_d |x[d]| by warp reduction, scale =
 /// amax / 127, q = clamp(roundf(x / scale), -127, 127) (0 when scale == 0),
 /// with correctly rounded divisions (__fdiv_rn: same bits as the CPU even
-/// under --use_fast_math). Rows p + i >= maxSeq are dropped.
+/// under --use_fast_math). Rows p + i >= maxSeq are dropped. With kMean (the
+/// centered caches) keys are quantized as x - m_t (keyMeanLanes).
 template <typename T>
 __global__ void __launch_bounds__(256)
     kvAppendInt8Kernel(const T *__restrict__ k, const T *__restrict__ v,
                        int8_t *__restrict__ kCache, int8_t *__restrict__ vCache,
                        float *__restrict__ kScales, float *__restrict__ vScales,
                        int64_t n, int kvHeads, int headDim, int64_t maxSeq,
-                       const int64_t *__restrict__ dPos) {
+                       const int64_t *__restrict__ dPos,
+                       const float *__restrict__ kMean, int rotDim,
+                       float theta) {
   const int64_t p = *dPos;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
@@ -1414,14 +1499,23 @@ __global__ void __launch_bounds__(256)
     if (row < 0 || row >= maxSeq)
       continue; // uniform over the warp
     const T *x = (isV ? v : k) + i * kvDim + int64_t(h) * headDim;
+    float m[kAppendLaneDims];
+    keyMeanLanes(m, isV ? nullptr : kMean, h, headDim, rotDim, theta, row,
+                 lane);
     float amax = 0.0f;
-    for (int d = lane; d < headDim; d += 32)
-      amax = fmaxf(amax, fabsf(toF(x[d])));
+#pragma unroll
+    for (int j = 0; j < kAppendLaneDims; ++j)
+      if (lane + 32 * j < headDim)
+        amax = fmaxf(amax, fabsf(toF(x[lane + 32 * j]) - m[j]));
     amax = warpMax(amax);
     const float sc = __fdiv_rn(amax, 127.0f);
     int8_t *qd = (isV ? vCache : kCache) + row * kvDim + int64_t(h) * headDim;
-    for (int d = lane; d < headDim; d += 32) {
-      float r = sc == 0.0f ? 0.0f : roundf(__fdiv_rn(toF(x[d]), sc));
+#pragma unroll
+    for (int j = 0; j < kAppendLaneDims; ++j) {
+      const int d = lane + 32 * j;
+      if (d >= headDim)
+        break;
+      float r = sc == 0.0f ? 0.0f : roundf(__fdiv_rn(toF(x[d]) - m[j], sc));
       r = fminf(127.0f, fmaxf(-127.0f, r));
       qd[d] = int8_t(r);
     }
@@ -1448,6 +1542,7 @@ __device__ __forceinline__ uint8_t fToE4m3(float v) {
 /// KvFp8: FP8 E4M3 caches (bytes) with float scales [max_seq][kv_heads]
 /// (kv=fp8).
 struct KvFp8 {
+  static constexpr bool kCentered = false;
   const uint8_t *__restrict__ k;
   const uint8_t *__restrict__ v;
   const float *__restrict__ ks;
@@ -1472,14 +1567,18 @@ struct KvFp8 {
 /// = amax / 448 (E4M3's largest finite value), code = e4m3(x / scale) with
 /// round to nearest even and saturation to +-448 (0 when scale == 0);
 /// correctly rounded divisions (__fdiv_rn), as the CPU. Rows p + i >= maxSeq
-/// are dropped.
+/// are dropped. With kMean (the centered caches) keys are quantized as
+/// x - m_t (keyMeanLanes).
 template <typename T>
 __global__ void __launch_bounds__(256)
     kvAppendFp8Kernel(const T *__restrict__ k, const T *__restrict__ v,
-                      uint8_t *__restrict__ kCache, uint8_t *__restrict__ vCache,
-                      float *__restrict__ kScales, float *__restrict__ vScales,
-                      int64_t n, int kvHeads, int headDim, int64_t maxSeq,
-                      const int64_t *__restrict__ dPos) {
+                      uint8_t *__restrict__ kCache,
+                      uint8_t *__restrict__ vCache, float *__restrict__ kScales,
+                      float *__restrict__ vScales, int64_t n, int kvHeads,
+                      int headDim, int64_t maxSeq,
+                      const int64_t *__restrict__ dPos,
+                      const float *__restrict__ kMean, int rotDim,
+                      float theta) {
   const int64_t p = *dPos;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
@@ -1494,14 +1593,25 @@ __global__ void __launch_bounds__(256)
     if (row < 0 || row >= maxSeq)
       continue; // uniform over the warp
     const T *x = (isV ? v : k) + i * kvDim + int64_t(h) * headDim;
+    float m[kAppendLaneDims];
+    keyMeanLanes(m, isV ? nullptr : kMean, h, headDim, rotDim, theta, row,
+                 lane);
     float amax = 0.0f;
-    for (int d = lane; d < headDim; d += 32)
-      amax = fmaxf(amax, fabsf(toF(x[d])));
+#pragma unroll
+    for (int j = 0; j < kAppendLaneDims; ++j)
+      if (lane + 32 * j < headDim)
+        amax = fmaxf(amax, fabsf(toF(x[lane + 32 * j]) - m[j]));
     amax = warpMax(amax);
     const float sc = __fdiv_rn(amax, 448.0f);
     uint8_t *qd = (isV ? vCache : kCache) + row * kvDim + int64_t(h) * headDim;
-    for (int d = lane; d < headDim; d += 32)
-      qd[d] = sc == 0.0f ? uint8_t(0) : fToE4m3(__fdiv_rn(toF(x[d]), sc));
+#pragma unroll
+    for (int j = 0; j < kAppendLaneDims; ++j) {
+      const int d = lane + 32 * j;
+      if (d >= headDim)
+        break;
+      qd[d] =
+          sc == 0.0f ? uint8_t(0) : fToE4m3(__fdiv_rn(toF(x[d]) - m[j], sc));
+    }
     if (lane == 0)
       (isV ? vScales : kScales)[row * kvHeads + h] = sc;
   }
@@ -1575,6 +1685,20 @@ __global__ void __launch_bounds__(kAttnThreads)
     last[r] = qi < n ? p + qi : -1;
   }
 
+  // Centered keys: thread owns channels d = threadIdx.x + kAttnThreads c and
+  // walks each tile's kPrefillBc keys with the m_t recurrence.
+  constexpr int kCh =
+      Kv::kCentered ? (HDM + kAttnThreads - 1) / kAttnThreads : 1;
+  [[maybe_unused]] KeyMeanChannel km[kCh];
+  if constexpr (Kv::kCentered) {
+#pragma unroll
+    for (int c = 0; c < kCh; ++c) {
+      const int d = threadIdx.x + kAttnThreads * c;
+      if (d < hd)
+        km[c].init(cache.kMean, kvh, d, hd, cache.rotDim, cache.theta);
+    }
+  }
+
   for (int64_t kt = 0; kt < kEnd; kt += kPrefillBc) {
     __syncthreads(); // previous tile fully consumed (and sQ written)
     for (int e = threadIdx.x; e < kPrefillBc * hd; e += blockDim.x) {
@@ -1583,11 +1707,32 @@ __global__ void __launch_bounds__(kAttnThreads)
       float kv = 0.0f, vv = 0.0f;
       if (kj < kEnd) {
         const int64_t off = kj * kvDim + int64_t(kvh) * hd + d;
-        kv = cache.kScale(kj, kvh) * cache.kAt(off);
+        if constexpr (!Kv::kCentered)
+          kv = cache.kScale(kj, kvh) * cache.kAt(off);
         vv = cache.vScale(kj, kvh) * cache.vAt(off);
       }
-      sK[j * (hd + 1) + d] = kv;
+      if constexpr (!Kv::kCentered)
+        sK[j * (hd + 1) + d] = kv;
       sV[j * hd + d] = vv;
+    }
+    if constexpr (Kv::kCentered) {
+#pragma unroll
+      for (int c = 0; c < kCh; ++c) {
+        const int d = threadIdx.x + kAttnThreads * c;
+        if (d >= hd)
+          continue;
+        km[c].seek(kt);
+        for (int j = 0; j < kPrefillBc; ++j) {
+          const int64_t kj = kt + j;
+          float kv = 0.0f;
+          if (kj < kEnd)
+            kv = cache.kScale(kj, kvh) *
+                     cache.kAt(kj * kvDim + int64_t(kvh) * hd + d) +
+                 km[c].value();
+          sK[j * (hd + 1) + d] = kv;
+          km[c].next();
+        }
+      }
     }
     __syncthreads();
 
@@ -1682,15 +1827,27 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int64_t end = start + chunk < L ? start + chunk : L;
 
   float qr[kT], acc[kT];
+  // Centered keys: m_t of the lane's dims, exact at each step's first key,
+  // then the recurrence over its kKB keys.
+  [[maybe_unused]] KeyMeanChannel km[Kv::kCentered ? kT : 1];
 #pragma unroll
   for (int t = 0; t < kT; ++t) {
     const int d = lane + 32 * t;
     qr[t] = d < hd ? toF(q[int64_t(h) * hd + d]) : 0.0f;
     acc[t] = 0.0f;
+    if constexpr (Kv::kCentered)
+      if (d < hd)
+        km[t].init(cache.kMean, kvh, d, hd, cache.rotDim, cache.theta);
   }
   float m = -INFINITY, l = 0.0f;
   for (int64_t kb = start + int64_t(warp) * kKB; kb < end;
        kb += int64_t(kAttnWarps) * kKB) {
+    if constexpr (Kv::kCentered) {
+#pragma unroll
+      for (int t = 0; t < kT; ++t)
+        if (lane + 32 * t < hd)
+          km[t].seek(kb);
+    }
     float sc[kKB];
 #pragma unroll
     for (int jj = 0; jj < kKB; ++jj) {
@@ -1701,8 +1858,14 @@ __global__ void __launch_bounds__(kAttnThreads)
 #pragma unroll
         for (int t = 0; t < kT; ++t) {
           const int d = lane + 32 * t;
-          if (d < hd)
-            part = fmaf(qr[t], ks * cache.kAt(kr + d), part);
+          if (d >= hd)
+            continue;
+          float kd = ks * cache.kAt(kr + d);
+          if constexpr (Kv::kCentered) {
+            kd += km[t].value();
+            km[t].next();
+          }
+          part = fmaf(qr[t], kd, part);
         }
       }
       sc[jj] = part;
@@ -1892,6 +2055,46 @@ inline void attentionDispatch(kiln_cuda_ctx *ctx, const T *q, const Kv &cache,
                                    headDim, maxSeq, scale);
   attentionLaunch<T, 256>(ctx, q, cache, out, n, heads, kvHeads, headDim,
                           maxSeq, scale);
+}
+
+/// The 8-bit KV attention wrappers: `append` (kvAppendInt8Kernel /
+/// kvAppendFp8Kernel) quantizes the new rows, then the prefill /
+/// flash-decoding kernels read `cache` (KvInt8 / KvFp8), wrapped in
+/// KvCentered with kCentered (keys relative to the rotated k_mean).
+template <bool kCentered, typename T, typename Kv, typename Code>
+inline void
+attentionQuantKv(kiln_cuda_ctx *ctx, const char *call, const char *appendName,
+                 void (*append)(const T *, const T *, Code *, Code *, float *,
+                                float *, int64_t, int, int, int64_t,
+                                const int64_t *, const float *, int, float),
+                 const Kv &cache, const T *q, const T *k, const T *v,
+                 Code *k_cache, Code *v_cache, float *k_scales, float *v_scales,
+                 const float *k_mean, T *out, int64_t n, int64_t heads,
+                 int64_t kv_heads, int64_t head_dim, int64_t rot_dim,
+                 int64_t max_seq, float scale, float theta) {
+  if (skip(ctx) || n <= 0)
+    return;
+  if (!attentionArgsOk(ctx, call, heads, kv_heads, head_dim, max_seq))
+    return;
+  if (kCentered &&
+      !KILN_CUDA_ARG(ctx,
+                     k_mean != nullptr && rot_dim >= 0 && rot_dim <= head_dim,
+                     call, "needs k_mean and rot_dim in [0, head_dim]"))
+    return;
+  const int64_t warps = 2 * n * kv_heads; // (token, kv head, K|V)
+  append<<<gridFor(ctx, warps * 32, 256), 256, 0, streamOf(ctx)>>>(
+      k, v, k_cache, v_cache, k_scales, v_scales, n, int(kv_heads),
+      int(head_dim), max_seq, ctx->d_pos, kCentered ? k_mean : nullptr,
+      int(rot_dim), theta);
+  if (!KILN_CUDA_LAUNCHED(ctx, appendName))
+    return;
+  if constexpr (kCentered)
+    attentionDispatch(ctx, q,
+                      KvCentered<Kv>{cache, k_mean, int(rot_dim), theta}, out,
+                      n, heads, kv_heads, head_dim, max_seq, scale);
+  else
+    attentionDispatch(ctx, q, cache, out, n, heads, kv_heads, head_dim, max_seq,
+                      scale);
 }
 
 //===----------------------------------------------------------------------===//
@@ -2567,22 +2770,36 @@ inline void kiln_cuda_attention_kv8(kiln_cuda_ctx *ctx, const T *q, const T *k,
   using namespace kiln_cuda_detail;
   static_assert(IsElem<T>::value, "T must be float, __half or __nv_bfloat16");
   (void)pos; // graph replays read the position from ctx->d_pos
-  if (skip(ctx) || n <= 0)
-    return;
-  if (!attentionArgsOk(ctx, "kiln_cuda_attention_kv8", heads, kv_heads,
-                       head_dim, max_seq))
-    return;
-  const int64_t warps = 2 * n * kv_heads; // (token, kv head, K|V)
-  kvAppendInt8Kernel<T>
-      <<<gridFor(ctx, warps * 32, 256), 256, 0, streamOf(ctx)>>>(
-          k, v, k_cache, v_cache, k_scales, v_scales, n, int(kv_heads),
-          int(head_dim), max_seq, ctx->d_pos);
-  if (!KILN_CUDA_LAUNCHED(ctx, "kvAppendInt8Kernel<<<>>>"))
-    return;
-  attentionDispatch(ctx, q,
-                    KvInt8{k_cache, v_cache, k_scales, v_scales,
-                           int(kv_heads)},
-                    out, n, heads, kv_heads, head_dim, max_seq, scale);
+  attentionQuantKv<false>(
+      ctx, "kiln_cuda_attention_kv8", "kvAppendInt8Kernel<<<>>>",
+      kvAppendInt8Kernel<T>,
+      KvInt8{k_cache, v_cache, k_scales, v_scales, int(kv_heads)}, q, k, v,
+      k_cache, v_cache, k_scales, v_scales, nullptr, out, n, heads, kv_heads,
+      head_dim, 0, max_seq, scale, 0.0f);
+}
+
+/// kiln_cuda_attention_kv8 with centered keys (kernel_abi.h
+/// kiln_k_attention_kv8_centered; p = *ctx->d_pos, `pos` ignored): keys are
+/// quantized as k - m_t and read as scale * q + m_t (KvCentered<KvInt8>), m_t
+/// the calibrated pre-RoPE key mean k_mean (device float [kv_heads *
+/// head_dim], in the weights) rotated to position t as kiln_cuda_rope with
+/// rot_dim and theta would, in double. Same workspace and limits.
+template <typename T>
+inline void kiln_cuda_attention_kv8_centered(
+    kiln_cuda_ctx *ctx, const T *q, const T *k, const T *v, int8_t *k_cache,
+    int8_t *v_cache, float *k_scales, float *v_scales, const float *k_mean,
+    T *out, int64_t n, int64_t pos, int64_t heads, int64_t kv_heads,
+    int64_t head_dim, int64_t rot_dim, int64_t max_seq, float scale,
+    float theta) {
+  using namespace kiln_cuda_detail;
+  static_assert(IsElem<T>::value, "T must be float, __half or __nv_bfloat16");
+  (void)pos; // graph replays read the position from ctx->d_pos
+  attentionQuantKv<true>(
+      ctx, "kiln_cuda_attention_kv8_centered", "kvAppendInt8Kernel<<<>>>",
+      kvAppendInt8Kernel<T>,
+      KvInt8{k_cache, v_cache, k_scales, v_scales, int(kv_heads)}, q, k, v,
+      k_cache, v_cache, k_scales, v_scales, k_mean, out, n, heads, kv_heads,
+      head_dim, rot_dim, max_seq, scale, theta);
 }
 
 /// kiln_cuda_attention over an FP8 E4M3 KV cache (kernel_abi.h
@@ -2604,21 +2821,33 @@ inline void kiln_cuda_attention_kvf8(kiln_cuda_ctx *ctx, const T *q, const T *k,
   using namespace kiln_cuda_detail;
   static_assert(IsElem<T>::value, "T must be float, __half or __nv_bfloat16");
   (void)pos; // graph replays read the position from ctx->d_pos
-  if (skip(ctx) || n <= 0)
-    return;
-  if (!attentionArgsOk(ctx, "kiln_cuda_attention_kvf8", heads, kv_heads,
-                       head_dim, max_seq))
-    return;
-  const int64_t warps = 2 * n * kv_heads; // (token, kv head, K|V)
-  kvAppendFp8Kernel<T>
-      <<<gridFor(ctx, warps * 32, 256), 256, 0, streamOf(ctx)>>>(
-          k, v, k_cache, v_cache, k_scales, v_scales, n, int(kv_heads),
-          int(head_dim), max_seq, ctx->d_pos);
-  if (!KILN_CUDA_LAUNCHED(ctx, "kvAppendFp8Kernel<<<>>>"))
-    return;
-  attentionDispatch(ctx, q,
-                    KvFp8{k_cache, v_cache, k_scales, v_scales, int(kv_heads)},
-                    out, n, heads, kv_heads, head_dim, max_seq, scale);
+  attentionQuantKv<false>(
+      ctx, "kiln_cuda_attention_kvf8", "kvAppendFp8Kernel<<<>>>",
+      kvAppendFp8Kernel<T>,
+      KvFp8{k_cache, v_cache, k_scales, v_scales, int(kv_heads)}, q, k, v,
+      k_cache, v_cache, k_scales, v_scales, nullptr, out, n, heads, kv_heads,
+      head_dim, 0, max_seq, scale, 0.0f);
+}
+
+/// kiln_cuda_attention_kvf8 with centered keys (kernel_abi.h
+/// kiln_k_attention_kvf8_centered), as kiln_cuda_attention_kv8_centered
+/// (KvCentered<KvFp8>).
+template <typename T>
+inline void kiln_cuda_attention_kvf8_centered(
+    kiln_cuda_ctx *ctx, const T *q, const T *k, const T *v, uint8_t *k_cache,
+    uint8_t *v_cache, float *k_scales, float *v_scales, const float *k_mean,
+    T *out, int64_t n, int64_t pos, int64_t heads, int64_t kv_heads,
+    int64_t head_dim, int64_t rot_dim, int64_t max_seq, float scale,
+    float theta) {
+  using namespace kiln_cuda_detail;
+  static_assert(IsElem<T>::value, "T must be float, __half or __nv_bfloat16");
+  (void)pos; // graph replays read the position from ctx->d_pos
+  attentionQuantKv<true>(
+      ctx, "kiln_cuda_attention_kvf8_centered", "kvAppendFp8Kernel<<<>>>",
+      kvAppendFp8Kernel<T>,
+      KvFp8{k_cache, v_cache, k_scales, v_scales, int(kv_heads)}, q, k, v,
+      k_cache, v_cache, k_scales, v_scales, k_mean, out, n, heads, kv_heads,
+      head_dim, rot_dim, max_seq, scale, theta);
 }
 
 /// kiln_cuda_attention_kvf8 with the FP8 codes held as int8_t (a plan that
@@ -2635,6 +2864,20 @@ inline void kiln_cuda_attention_kvf8(kiln_cuda_ctx *ctx, const T *q, const T *k,
                            reinterpret_cast<uint8_t *>(v_cache), k_scales,
                            v_scales, out, n, pos, heads, kv_heads, head_dim,
                            max_seq, scale);
+}
+
+/// kiln_cuda_attention_kvf8_centered with the FP8 codes held as int8_t.
+template <typename T>
+inline void kiln_cuda_attention_kvf8_centered(
+    kiln_cuda_ctx *ctx, const T *q, const T *k, const T *v, int8_t *k_cache,
+    int8_t *v_cache, float *k_scales, float *v_scales, const float *k_mean,
+    T *out, int64_t n, int64_t pos, int64_t heads, int64_t kv_heads,
+    int64_t head_dim, int64_t rot_dim, int64_t max_seq, float scale,
+    float theta) {
+  kiln_cuda_attention_kvf8_centered(
+      ctx, q, k, v, reinterpret_cast<uint8_t *>(k_cache),
+      reinterpret_cast<uint8_t *>(v_cache), k_scales, v_scales, k_mean, out, n,
+      pos, heads, kv_heads, head_dim, rot_dim, max_seq, scale, theta);
 }
 
 /// y = silu(gate) * up, count elements of T (any alignment; in-place ok).

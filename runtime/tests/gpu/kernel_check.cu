@@ -13,7 +13,10 @@
 // cache (kiln_cuda_attention_kvf8) are checked both against host references
 // written from kernel_abi.h's formulas and the OCP OFP8 spec and against the
 // CPU kernels (kiln_k_linear_w8a16 with group_size, kiln_k_linear_w8a8,
-// kiln_k_attention_kvf8, "-vs-cpu" cases); that E4M3
+// kiln_k_attention_kvf8, "-vs-cpu" cases); the centered 8-bit caches
+// (kiln_cuda_attention_kv8_centered / kvf8_centered) against kiln_k_attention
+// on their own cache read back through kernel_abi.h's formula (m_t from
+// double cos / sin here) and against the CPU centered kernels; that E4M3
 // reference is itself compared with cuda_fp8.h first (host only, so it also
 // runs without a GPU: a disagreement exits 1).
 //
@@ -1159,6 +1162,171 @@ template <typename T> void checkAttentionKvf8(Context &c) {
   }
 }
 
+/// m_t of kernel_abi.h's centered keys straight from the formula (double cos
+/// / sin per element), [kvHeads * headDim].
+std::vector<float> hostRotatedMean(const std::vector<float> &mu, int64_t t,
+                                   int64_t kvHeads, int64_t headDim,
+                                   int64_t rotDim, float theta) {
+  std::vector<float> m(mu.size());
+  for (int64_t h = 0; h < kvHeads; ++h)
+    for (int64_t d = 0; d < headDim; ++d) {
+      const float *mh = mu.data() + h * headDim;
+      if (d >= rotDim / 2 * 2) {
+        m[size_t(h * headDim + d)] = mh[d];
+        continue;
+      }
+      const int64_t i = d / 2;
+      const double w =
+          std::pow(double(theta), -double(2 * i) / double(headDim));
+      const double c = std::cos(double(t) * w), sn = std::sin(double(t) * w);
+      const double m0 = mh[2 * i], m1 = mh[2 * i + 1];
+      m[size_t(h * headDim + d)] =
+          d % 2 == 0 ? float(m0 * c - m1 * sn) : float(m0 * sn + m1 * c);
+    }
+  return m;
+}
+
+/// The 8-bit caches of checkAttentionCentered: INT8 (kiln_k_attention_kv8)
+/// or FP8 E4M3 (kiln_k_attention_kvf8).
+template <bool kFp8> struct CenteredKv;
+template <> struct CenteredKv<false> {
+  using Code = int8_t;
+  static constexpr const char *name = "attention-kv8-centered";
+  static float value(int8_t c) { return float(c); }
+  static constexpr auto cpu = kiln_k_attention_kv8_centered;
+  template <typename T, typename... A> static void gpu(A... a) {
+    kiln_cuda_attention_kv8_centered<T>(a...);
+  }
+};
+template <> struct CenteredKv<true> {
+  using Code = uint8_t;
+  static constexpr const char *name = "attention-kvf8-centered";
+  static float value(uint8_t c) { return e4m3Decode(c); }
+  static constexpr auto cpu = kiln_k_attention_kvf8_centered;
+  template <typename T, typename... A> static void gpu(A... a) {
+    kiln_cuda_attention_kvf8_centered<T>(a...);
+  }
+};
+
+/// kiln_cuda_attention_kv8_centered / kvf8_centered (prefill n > 1 and
+/// flash-decoding n == 1; key means with stories260K-like offsets, partial
+/// rotary, positions past several 64-row anchors). Rows [0, pos) come from
+/// the CPU centered kernel and are uploaded (rows >= pos stay poisoned).
+/// Checks: (1) the output against the f32 CPU attention kiln_k_attention on
+/// the GPU's own cache bytes dequantized as scale * value + m_t, m_t from
+/// hostRotatedMean (the read path, independently of the CPU's m_t code);
+/// (2) the output against the CPU centered kernel ("-vs-cpu"); (3) the
+/// appended codes and scales against the CPU's: m_t on the two sides may
+/// differ in the last float bit (direct sincos vs recurrence, both within
+/// the brief's 1e-12), so a code one apart or a scale one ulp apart is
+/// tolerated and counted.
+template <typename T, bool kFp8> void checkAttentionCentered(Context &c) {
+  using Kv = CenteredKv<kFp8>;
+  using Code = typename Kv::Code;
+  struct Shape {
+    int64_t n, pos, heads, kvHeads, headDim, rotDim;
+    float theta;
+  };
+  const Shape shapes[] = {
+      {1, 0, 4, 4, 64, 64, 1e4f},     {1, 300, 8, 2, 128, 128, 5e5f},
+      {1, 1000, 4, 1, 8, 8, 1e4f},    {1, 77, 3, 3, 80, 40, 1e4f},
+      {1, 5, 2, 1, 256, 256, 1e4f},   {7, 0, 4, 2, 64, 32, 1e4f},
+      {33, 50, 4, 1, 128, 128, 1e4f}, {5, 3, 8, 4, 8, 8, 1e4f},
+      {20, 10, 2, 1, 256, 128, 5e5f}, {64, 100, 8, 8, 64, 64, 1e4f},
+      {17, 0, 3, 1, 96, 96, 1e4f},    {1, 4000, 8, 2, 64, 64, 1e4f},
+      {40, 1990, 4, 2, 64, 64, 1e4f}};
+  for (const Shape &s : shapes) {
+    const int64_t maxSeq = s.pos + s.n + 13, rows = s.pos + s.n;
+    const int64_t qDim = s.heads * s.headDim, kvDim = s.kvHeads * s.headDim;
+    const float scale = 1.0f / std::sqrt(float(s.headDim));
+    std::vector<float> mu = randomRounded<float>(size_t(kvDim), -0.5f, 0.5f);
+    for (int64_t e = 0; e < kvDim; e += 5)
+      mu[size_t(e)] += e % 2 ? -19.0f : 12.0f;
+    std::vector<float> q = randomRounded<T>(size_t(s.n * qDim), -4, 4);
+    std::vector<float> k = randomRounded<T>(size_t(s.n * kvDim), -2, 2);
+    std::vector<float> v = randomRounded<T>(size_t(s.n * kvDim), -1, 1);
+    std::vector<Code> kc(size_t(maxSeq * kvDim), 0), vc(kc.size(), 0);
+    std::vector<float> ks(size_t(maxSeq * s.kvHeads), 0.0f), vs(ks.size(), 0);
+    if (s.pos > 0) { // past rows, by the CPU centered kernel
+      std::vector<float> pk = randomRounded<T>(size_t(s.pos * kvDim), -2, 2);
+      std::vector<float> pv = randomRounded<T>(size_t(s.pos * kvDim), -1, 1);
+      std::vector<float> pq(size_t(s.pos * qDim), 0.0f), po(pq.size());
+      Kv::cpu(pq.data(), pk.data(), pv.data(), kc.data(), vc.data(), ks.data(),
+              vs.data(), mu.data(), po.data(), s.pos, 0, s.heads, s.kvHeads,
+              s.headDim, s.rotDim, maxSeq, scale, s.theta);
+    }
+    DevBuf<T> dq(q.size()), dk(k.size()), dv(v.size()), dOut(q.size());
+    DevBuf<float> dMu(mu.size());
+    RawBuf<Code> dkc(kc.size()), dvc(vc.size());
+    RawBuf<float> dks(ks.size()), dvs(vs.size());
+    dq.upload(q);
+    dk.upload(k);
+    dv.upload(v);
+    dMu.upload(mu);
+    if (s.pos > 0) { // rows >= pos stay poisoned
+      dkc.upload(kc.data(), size_t(s.pos * kvDim));
+      dvc.upload(vc.data(), size_t(s.pos * kvDim));
+      dks.upload(ks.data(), size_t(s.pos * s.kvHeads));
+      dvs.upload(vs.data(), size_t(s.pos * s.kvHeads));
+    }
+    c.setPos(s.pos);
+    Kv::template gpu<T>(&c.ctx, dq.data(), dk.data(), dv.data(), dkc.p, dvc.p,
+                        dks.p, dvs.p, dMu.data(), dOut.data(), s.n,
+                        /*pos ignored*/ int64_t(-1), s.heads, s.kvHeads,
+                        s.headDim, s.rotDim, maxSeq, scale, s.theta);
+    std::string err = c.finish();
+    const std::string shape =
+        fmt("n=%lld pos=%lld heads=%lld kv_heads=%lld head_dim=%lld rot=%lld",
+            s.n, s.pos, s.heads, s.kvHeads, s.headDim, s.rotDim);
+    const std::vector<float> gotOut = dOut.download(q.size());
+    std::vector<Code> gk = dkc.download(size_t(rows * kvDim)),
+                      gv = dvc.download(size_t(rows * kvDim));
+    std::vector<float> gks = dks.download(size_t(rows * s.kvHeads)),
+                       gvs = dvs.download(size_t(rows * s.kvHeads));
+    // (1) The GPU's cache read back through the contract.
+    std::vector<float> kd(size_t(maxSeq * kvDim), 0.0f), vd(kd.size(), 0.0f);
+    for (int64_t t = 0; t < rows; ++t) {
+      std::vector<float> m =
+          hostRotatedMean(mu, t, s.kvHeads, s.headDim, s.rotDim, s.theta);
+      for (int64_t e = 0; e < kvDim; ++e) {
+        const size_t i = size_t(t * kvDim + e),
+                     si = size_t(t * s.kvHeads + e / s.headDim);
+        kd[i] = gks[si] * Kv::value(gk[i]) + m[size_t(e)];
+        vd[i] = gvs[si] * Kv::value(gv[i]);
+      }
+    }
+    std::vector<float> ref(q.size());
+    kiln_k_attention(q.data(), kd.data() + s.pos * kvDim,
+                     vd.data() + s.pos * kvDim, kd.data(), vd.data(),
+                     ref.data(), s.n, s.pos, s.heads, s.kvHeads, s.headDim,
+                     maxSeq, scale);
+    report(Kv::name, Dtype<T>::name, shape, gotOut, ref, Dtype<T>::tol, err);
+    // (2) The CPU centered kernel on the same past cache.
+    std::vector<float> cpu(q.size());
+    Kv::cpu(q.data(), k.data(), v.data(), kc.data(), vc.data(), ks.data(),
+            vs.data(), mu.data(), cpu.data(), s.n, s.pos, s.heads, s.kvHeads,
+            s.headDim, s.rotDim, maxSeq, scale, s.theta);
+    report((std::string(Kv::name) + "-vs-cpu").c_str(), Dtype<T>::name, shape,
+           gotOut, cpu, Dtype<T>::tol, err);
+    // (3) Appended bytes against the CPU's.
+    long off1 = 0, bad = 0;
+    for (size_t i = 0; i < gk.size(); ++i)
+      for (int d : {int(gk[i]) - int(kc[i]), int(gv[i]) - int(vc[i])})
+        (d == 0 ? 0 : (d == 1 || d == -1) ? ++off1 : ++bad);
+    for (size_t i = 0; i < gks.size(); ++i)
+      for (auto [g, r] : {std::pair{gks[i], ks[i]}, std::pair{gvs[i], vs[i]}})
+        (std::memcmp(&g, &r, 4) == 0 ? 0
+         : std::nextafter(r, g) == g ? ++off1
+                                     : ++bad);
+    const bool ok = bad == 0;
+    (ok ? gPassed : gFailed)++;
+    std::printf("%s %s-append %s %s mismatches=%ld off_by_one=%ld\n",
+                ok ? "PASS" : "FAIL", Kv::name, Dtype<T>::name, shape.c_str(),
+                bad, off1);
+    std::fflush(stdout);
+  }
+}
+
 enum class Ew { Swiglu, Silu, Add, Mul };
 
 template <typename T> void checkElementwise(Context &c, Ew op) {
@@ -1601,6 +1769,12 @@ int main(int argc, char **argv) {
   checkAttentionKvf8<float>(c);
   checkAttentionKvf8<__half>(c);
   checkAttentionKvf8<__nv_bfloat16>(c);
+  checkAttentionCentered<float, false>(c);
+  checkAttentionCentered<__half, false>(c);
+  checkAttentionCentered<__nv_bfloat16, false>(c);
+  checkAttentionCentered<float, true>(c);
+  checkAttentionCentered<__half, true>(c);
+  checkAttentionCentered<__nv_bfloat16, true>(c);
   for (Ew op : {Ew::Swiglu, Ew::Silu, Ew::Add, Ew::Mul}) {
     checkElementwise<float>(c, op);
     checkElementwise<__half>(c, op);
