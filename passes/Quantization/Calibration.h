@@ -55,6 +55,8 @@ public:
   /// names the file, the tensor, the shape found and the one expected (a
   /// mismatch usually means the file was calibrated on another model).
   llvm::Error check(llvm::StringRef tensor, llvm::ArrayRef<int64_t> shape) const;
+  /// True if the file has a tensor named `tensor` (any dtype or shape).
+  bool has(llvm::StringRef tensor) const { return tensors.count(tensor) != 0; }
   /// Where a tensor's bytes lie in the file.
   struct TensorLocation {
     uint64_t offset = 0; ///< absolute byte offset of the first element

@@ -24,6 +24,8 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 
+#include <cmath>
+
 namespace mlir::kiln {
 #define GEN_PASS_DEF_CENTERKEYSPASS
 #include "passes/Transforms/Passes.h.inc"
@@ -66,7 +68,8 @@ void CenterKeysPass::runOnOperation() {
       return WalkResult::advance();
     auto rope = att.getKey().getDefiningOp<RopeOp>();
     if (!rope) {
-      att.emitOpError() << "key is not produced by kiln.rope; kiln-center-keys "
+      att.emitError() << "kiln.attention of layer " << att.getLayer()
+                      << ": the key is not produced by kiln.rope; kiln-center-keys "
                            "needs the RoPE parameters of the key";
       return WalkResult::interrupt();
     }
@@ -75,18 +78,45 @@ void CenterKeysPass::runOnOperation() {
     WeightOp weight = means.lookup(name);
     if (!weight) {
       if (symbols.lookup(name)) {
-        att.emitOpError() << "symbol '" << name
+        att.emitError() << "symbol '" << name
                           << "' already exists; cannot add the key mean";
         return WalkResult::interrupt();
       }
       std::string tensor =
           ("layers." + Twine(att.getLayer()) + ".key.mean").str();
+      bool missing = !file->has(tensor);
       auto where = file->locate(tensor, {width});
       if (!where) {
-        att.emitOpError() << llvm::toString(where.takeError())
-                          << " (files from kiln-calibrate before key taps "
-                             "existed lack it: rerun kiln-calibrate)";
+        InFlightDiagnostic diag = att.emitError()
+                                  << llvm::toString(where.takeError());
+        if (missing)
+          diag << " (files from kiln-calibrate before key taps existed lack "
+                  "it: rerun kiln-calibrate, or compile with "
+                  "--kv-centering=false)";
         return WalkResult::interrupt();
+      }
+      // A mean never exceeds the largest magnitude seen (the file's
+      // `.absmax` of the same tap): refuse corrupt or foreign means rather
+      // than silently degrading every key.
+      std::string absmaxName =
+          ("layers." + Twine(att.getLayer()) + ".key.absmax").str();
+      if (file->has(absmaxName)) {
+        auto mean = file->read(tensor, {width});
+        auto absmax = file->read(absmaxName, {width});
+        if (!mean || !absmax) {
+          att.emitError() << llvm::toString(mean ? absmax.takeError()
+                                                 : mean.takeError());
+          return WalkResult::interrupt();
+        }
+        for (int64_t c = 0; c < width; ++c)
+          if (std::fabs((*mean)[c]) > (*absmax)[c] * (1.0f + 1e-5f)) {
+            att.emitError() << "calibration file " << path << ": tensor '"
+                            << tensor << "' element " << c << " is "
+                            << (*mean)[c] << ", larger in magnitude than "
+                            << absmaxName << " (" << (*absmax)[c]
+                            << "): the file is corrupt";
+            return WalkResult::interrupt();
+          }
       }
       auto type = RankedTensorType::get({width}, builder.getF32Type());
       auto source = WeightSourceAttr::get(

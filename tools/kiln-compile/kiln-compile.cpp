@@ -329,13 +329,17 @@ int main(int argc, char **argv) {
     return fail("unsupported --kv='" + kvCache + "' (expected int8 or fp8)");
   if (llvm::Error err = checkQuantFlags())
     return fail(llvm::toString(std::move(err)));
-  if (!kvCache.empty() && calibrationPath.empty())
+  if (kvCache.getNumOccurrences() && kvCache.empty())
+    return fail("--kv= needs a value (int8 or fp8)");
+  if (!kvCache.empty() && calibrationPath.empty() &&
+      !kvCentering.getNumOccurrences())
     llvm::errs() << "kiln-compile: note: --kv=" << kvCache
                  << " without --calibration stores keys uncentered; keys "
-                    "with per-channel offsets then lose accuracy (e.g. FP8 "
-                    "+2.9% perplexity on stories260K, about 0% centered): "
-                    "run kiln-calibrate and pass --calibration "
-                    "(docs/quantization.md)\n";
+                    "with per-channel offsets then lose accuracy (on "
+                    "stories260K "
+                 << (kvCache == "fp8" ? "+2.9%" : "+0.4%")
+                 << " perplexity, about 0% centered): run kiln-calibrate and "
+                    "pass --calibration (docs/quantization.md)\n";
   if ((maxSeqLen.getNumOccurrences() && maxSeqLen <= 0) ||
       (maxPrefillTokens.getNumOccurrences() && maxPrefillTokens <= 0) ||
       maxSeqLen < 0 || maxPrefillTokens < 0)
