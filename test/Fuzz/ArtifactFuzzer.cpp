@@ -1,4 +1,4 @@
-//===- ArtifactFuzzer.cpp - libFuzzer target: artifact manifest/loader ===//
+//===- ArtifactFuzzer.cpp - libFuzzer target: artifact manifest/loader ----===//
 //
 // Input: parts separated by kPartSeparator (FuzzUtils.h): 0 manifest.json,
 // 1 the tokenizer file. parseManifest() runs on part 0; if it accepts a
@@ -16,8 +16,17 @@
 #include "FuzzUtils.h"
 
 #include "artifact/Artifact.h"
+#include "session/Executor.h"
 
 using namespace kiln::rt;
+
+namespace kiln::rt {
+/// Artifact::createExecutor() needs this; loading never calls it, and the
+/// CPU kernels are not linked into this target.
+Status createCpuExecutor(const Artifact &, std::unique_ptr<Executor> &) {
+  return internalError("kiln-fuzz-artifact has no CPU executor");
+}
+} // namespace kiln::rt
 
 /// Listed files larger than this are not created (the loader then reports
 /// them missing).

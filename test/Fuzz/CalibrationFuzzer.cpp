@@ -1,4 +1,4 @@
-//===- CalibrationFuzzer.cpp - libFuzzer target: calibration files --===//
+//===- CalibrationFuzzer.cpp - libFuzzer target: calibration files --------===//
 //
 // Input: a kiln-calibration safetensors file. Opens it with
 // CalibrationFile::open(); if that succeeds, asks tapOf() for every

@@ -18,7 +18,7 @@ using namespace mlir::kiln;
 namespace kiln::fuzz {
 
 /// Elements decoded per input at most (keeps executions fast).
-static constexpr uint64_t kMaxElements = uint64_t(1) << 22;
+static constexpr uint64_t kMaxElements = uint64_t(1) << 18;
 
 static uint64_t elementsOf(const TensorSource &s) {
   uint64_t n = 1;

@@ -17,7 +17,7 @@ namespace kiln::fuzz {
 
 /// Decodes the weights of `model` (plain ones with materializeWeight,
 /// pre-quantized ones with materializeRepacked) while the total stays under
-/// a few million elements; errors are dropped.
+/// a quarter million elements; errors are dropped.
 void materializeWeights(const mlir::kiln::ModelDesc &model);
 
 /// With KILN_FUZZ_STRICT=1: aborts, printing both messages, when the

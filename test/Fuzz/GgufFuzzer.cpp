@@ -1,4 +1,4 @@
-//===- GgufFuzzer.cpp - libFuzzer target: GGUF importer -------------------------===//
+//===- GgufFuzzer.cpp - libFuzzer target: GGUF importer -------------------===//
 //
 // Input: a GGUF file. Runs importGguf() (metadata, tensor table, embedded
 // tokenizer), decodes the weights of what imports, and reads the tokenizer

@@ -1,4 +1,4 @@
-//===- HfFuzzer.cpp - libFuzzer target: Hugging Face importer -------------------===//
+//===- HfFuzzer.cpp - libFuzzer target: Hugging Face importer -------------===//
 //
 // Input: parts separated by kPartSeparator (FuzzUtils.h):
 //   0 config.json

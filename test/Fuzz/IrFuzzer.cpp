@@ -1,4 +1,4 @@
-//===- IrFuzzer.cpp - libFuzzer target: kiln IR parser and verifier --===//
+//===- IrFuzzer.cpp - libFuzzer target: kiln IR parser and verifier -------===//
 //
 // Input: MLIR text. Parsed (and so verified) with the dialects kiln-opt
 // registers (kiln, plan, func, arith, emitc); what parses is verified again

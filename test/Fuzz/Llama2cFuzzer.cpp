@@ -1,4 +1,4 @@
-//===- Llama2cFuzzer.cpp - libFuzzer target: llama2.c importer ------------------===//
+//===- Llama2cFuzzer.cpp - libFuzzer target: llama2.c importer ------------===//
 //
 // Input: parts separated by kPartSeparator (FuzzUtils.h): 0 the checkpoint
 // (.bin), 1 its tok*.bin (when empty, none is written and the importer

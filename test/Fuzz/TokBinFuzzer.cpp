@@ -1,4 +1,4 @@
-//===- TokBinFuzzer.cpp - libFuzzer target: llama2.c tok*.bin -------------------===//
+//===- TokBinFuzzer.cpp - libFuzzer target: llama2.c tok*.bin -------------===//
 //
 // Input: a llama2.c tokenizer file (tokenizer.bin / tok*.bin), read with
 // readLlama2cTokenizer(). With KILN_FUZZ_STRICT=1, what it accepts must be

@@ -1,4 +1,4 @@
-//===- TokJsonFuzzer.cpp - libFuzzer target: HF tokenizer.json ------------------===//
+//===- TokJsonFuzzer.cpp - libFuzzer target: HF tokenizer.json ------------===//
 //
 // Input: parts separated by kPartSeparator (FuzzUtils.h): 0 a Hugging Face
 // tokenizer.json, 1 the tokenizer_config.json beside it (not written when

@@ -1,4 +1,4 @@
-//===- TokenizerFuzzer.cpp - libFuzzer target: runtime tokenizer -----===//
+//===- TokenizerFuzzer.cpp - libFuzzer target: runtime tokenizer ----------===//
 //
 // The runtime tokenizer (runtime/src/tokenizer) on arbitrary bytes. At start
 // the real tokenizers of ../shared/models (or $KILN_FUZZ_MODELS) are
