@@ -14,7 +14,8 @@
 # FILE`, then add the result under test/Fuzz/regressions/TARGET/).
 # Environment: KILN_FUZZ_RUNS=N runs N inputs per target instead of a time
 # limit; KILN_FUZZ_ARGS adds libFuzzer flags; KILN_FUZZ_JOBS sets ninja's
-# -j (default 2). A target fails when libFuzzer reports a crash, leak-free
+# -j (default 2); KILN_FUZZ_NO_BUILD=1 uses the binaries already built.
+# A target fails when libFuzzer reports a crash, leak-free
 # OOM or timeout; the script ends with lit-style "Passed: N" / "Failed: N"
 # lines and exits non-zero if any target failed.
 set -uo pipefail
@@ -41,10 +42,12 @@ declare -A maxlen=([gguf]=524288 [hf]=262144 [llama2c]=131072 [tokbin]=65536
 declare -A dict=([gguf]=gguf [hf]=json [tokjson]=json [tokenizer]=json
   [calibration]=json [artifact]=json [ir]=mlir)
 
-bash "$root/scripts/setup.sh" || exit 1
+[ "${KILN_FUZZ_NO_BUILD:-0}" = 1 ] || bash "$root/scripts/setup.sh" || exit 1
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/kiln-ccache}"
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
-if [ ! -f "$build/build.ninja" ]; then
+if [ "${KILN_FUZZ_NO_BUILD:-0}" = 1 ]; then
+  :
+elif [ ! -f "$build/build.ninja" ]; then
   # RelWithDebInfo without -DNDEBUG: asserts stay on while fuzzing.
   CC=clang-22 CXX=clang++-22 cmake -G Ninja -S "$root" -B "$build" \
     -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir \
@@ -55,7 +58,8 @@ if [ ! -f "$build/build.ninja" ]; then
     -DKILN_ENABLE_FUZZERS=ON -DKILN_ENABLE_CUDA=OFF >/dev/null ||
     { echo "fuzz.sh: configure failed"; echo "  Failed: 1"; exit 1; }
 fi
-ninja -C "$build" -j "${KILN_FUZZ_JOBS:-2}" kiln-fuzzers ||
+[ "${KILN_FUZZ_NO_BUILD:-0}" = 1 ] ||
+  ninja -C "$build" -j "${KILN_FUZZ_JOBS:-2}" kiln-fuzzers ||
   { echo "fuzz.sh: build failed"; echo "  Failed: 1"; exit 1; }
 
 # ASan: allow_user_poisoning=0 makes LLVM's BumpPtrAllocator poisoning (from

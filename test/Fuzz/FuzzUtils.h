@@ -52,10 +52,11 @@ inline std::vector<std::string_view> splitParts(const uint8_t *data,
 /// written through it) at exit.
 class ScratchDir {
 public:
-  /// The process-wide instance.
+  /// The process-wide instance (never destroyed: the atexit handler that
+  /// removes the directory runs after static destructors).
   static ScratchDir &get() {
-    static ScratchDir dir;
-    return dir;
+    static ScratchDir *dir = new ScratchDir();
+    return *dir;
   }
 
   const std::string &path() const { return path_; }
