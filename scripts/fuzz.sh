@@ -15,9 +15,9 @@
 # Environment: KILN_FUZZ_RUNS=N runs N inputs per target instead of a time
 # limit; KILN_FUZZ_ARGS adds libFuzzer flags; KILN_FUZZ_JOBS sets ninja's
 # -j (default 2); KILN_FUZZ_NO_BUILD=1 uses the binaries already built.
-# A target fails when libFuzzer reports a crash, leak-free
-# OOM or timeout; the script ends with lit-style "Passed: N" / "Failed: N"
-# lines and exits non-zero if any target failed.
+# A target fails when libFuzzer reports a crash, an out-of-memory or a
+# timeout (an input running over 25 s); the script ends with lit-style
+# "Passed: N" / "Failed: N" lines and exits non-zero if any target failed.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${KILN_FUZZ_BUILD_DIR:-$root/build-fuzz}"
