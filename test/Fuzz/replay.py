@@ -7,7 +7,7 @@ Every file under REGRESSIONS_DIR/<target>/ runs through BIN_DIR/kiln-fuzz-
 <target> (libFuzzer binary with KILN_ENABLE_FUZZERS, replay driver
 otherwise), and where a Kiln tool reads that kind of file, through the tool
 too: kiln-compile --emit=kiln for checkpoints and tokenizers, kiln-opt for
-IR. Neither may crash (die by a signal or print a sanitizer report); the tool
+IR, kiln-run for manifests. Neither may crash (die by a signal or print a sanitizer report); the tool
 may fail with an error, which must name something (non-empty stderr).
 Prints one line per run and exits 1 on the first crash.
 """
@@ -89,6 +89,16 @@ def tool_commands(target, path, bindir, shared, tmp):
                             "--tokenizer", str(tok), "--emit=kiln"]]
     if target == "ir":
         return [[str(bindir / "kiln-opt"), str(path)]]
+    if target == "artifact":
+        # No model.so is written: nothing fuzzed is ever dlopen'd.
+        manifest, tok = parts(path, 2)[:2]
+        d = tmp / "a.kiln"
+        d.mkdir()
+        (d / "manifest.json").write_bytes(manifest)
+        if tok:
+            (d / "tokenizer.json").write_bytes(tok)
+        return [[str(bindir / "kiln-run"), str(d), "--prompt", "hi",
+                 "--max-tokens", "1"]]
     return []
 
 
