@@ -17,8 +17,9 @@
 namespace mlir::kiln {
 
 /// The kiln-tokenizer JSON document for `tok` (pieces hex-encoded).
-/// Fails if pieces, scores and types disagree in length or a special id is
-/// out of range.
+/// Fails unless `tok` is valid by detail::checkTokenizer, the rules the
+/// runtime's loader applies (so an artifact's tokenizer always loads), and
+/// on an empty vocabulary.
 llvm::Expected<llvm::json::Value> tokenizerToJson(const TokenizerDesc &tok);
 
 /// Writes tokenizerToJson(tok) to `path`.
