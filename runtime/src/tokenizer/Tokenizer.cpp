@@ -630,7 +630,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text,
 
   std::string normalised;
   normalised.reserve(text.size() * 3 + 3);
-  if (addDummyPrefix_ && !(dummyPrefixUnlessSpace_ && text[0] == ' '))
+  // Metaspace prepends "▁" unless the text, spaces replaced, starts with one.
+  bool startsWithSpace =
+      text[0] == ' ' || text.substr(0, kSpaceMarker.size()) == kSpaceMarker;
+  if (addDummyPrefix_ && !(dummyPrefixUnlessSpace_ && startsWithSpace))
     normalised += kSpaceMarker;
   for (char c : text) {
     if (c == ' ')

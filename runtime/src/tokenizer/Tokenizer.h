@@ -70,7 +70,8 @@ struct TokenizerConfig {
   bool addBos = true;
   bool addDummyPrefix = true;
   /// With addDummyPrefix: prepend only if the text does not already start
-  /// with a space (Hugging Face Metaspace) instead of always (SentencePiece).
+  /// with a space or "▁" (Hugging Face Metaspace) instead of always
+  /// (SentencePiece).
   bool dummyPrefixUnlessSpace = false;
   bool byteFallback = true;
   /// Consecutive unknown code points give one unkId (HF BPE fuse_unk,

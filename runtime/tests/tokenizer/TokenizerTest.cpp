@@ -538,7 +538,7 @@ TEST(TokenizerEncode, UnknownCodePointsAndFuseUnk) {
 }
 
 // dummy_prefix_unless_space (Hugging Face Metaspace): the "▁" prefix is not
-// added to text that already starts with a space.
+// added to text that already starts with a space or "▁".
 TEST(TokenizerEncode, DummyPrefixUnlessSpace) {
   TokenizerConfig config = unknownsConfig();
   config.addDummyPrefix = true;
@@ -549,6 +549,7 @@ TEST(TokenizerEncode, DummyPrefixUnlessSpace) {
   Tokenizer unless = build(config);
   EXPECT_EQ(unless.encode("a", false), Ids{5});
   EXPECT_EQ(unless.encode(" a", false), Ids{5});
+  EXPECT_EQ(unless.encode("\xe2\x96\x81" "a", false), Ids{5});
   nlohmann::json j = toKilnJson(config);
   j["dummy_prefix_unless_space"] = true;
   Tokenizer loaded;
