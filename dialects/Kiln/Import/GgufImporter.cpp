@@ -514,13 +514,12 @@ static Expected<TokenizerDesc> tokenizerFromGguf(const GgufFile &g) {
     return tok; // No vocabulary in this file.
   std::string modelName = model->value_or("llama");
   if (modelName != "llama")
-    return fileError(g.path, "unsupported tokenizer.ggml.model '" + modelName +
-                                 "' (" +
-                                 (modelName == "gpt2"
-                                      ? "GPT-2 style byte-level BPE is not "
-                                        "implemented; "
-                                      : "") +
-                                 "expected 'llama', SentencePiece)");
+    return fileError(
+        g.path, "unsupported tokenizer.ggml.model '" + modelName + "' (" +
+                    (modelName == "gpt2" ? "GPT-2 style byte-level BPE is not "
+                                           "implemented; "
+                                         : "") +
+                    "expected 'llama', SentencePiece)");
   if (tokens->type != kArray || tokens->elemType != kString)
     return fileError(g.path, "key 'tokenizer.ggml.tokens' at offset " +
                                  Twine(tokens->offset) +

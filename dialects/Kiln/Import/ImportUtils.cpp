@@ -410,8 +410,8 @@ Error checkTokenizer(const TokenizerDesc &tok, StringRef file) {
   for (auto [rank, m] : llvm::enumerate(tok.merges)) {
     StringRef merge(m);
     auto [left, right] = merge.split(' ');
-    std::string where = "merge " + std::to_string(rank) + " " +
-                        quotePiece(merge);
+    std::string where =
+        "merge " + std::to_string(rank) + " " + quotePiece(merge);
     if (left.empty() || right.empty() || right.contains(' '))
       return fileError(file, where + " is not two non-empty pieces "
                                      "separated by one space");

@@ -197,11 +197,10 @@ static Error flattenComponents(StringRef path, const json::Value *v,
   }
   const json::Array *items = o->getArray(listKey);
   if (!items)
-    return fileError(path, field + " Sequence has no '" + listKey +
-                               "' array");
+    return fileError(path, field + " Sequence has no '" + listKey + "' array");
   for (const json::Value &item : *items)
-    if (Error e = flattenComponents(path, &item, field, listKey, out,
-                                    depth + 1))
+    if (Error e =
+            flattenComponents(path, &item, field, listKey, out, depth + 1))
       return e;
   return Error::success();
 }
@@ -222,8 +221,7 @@ static Error byteLevelError(StringRef path, StringRef field) {
 /// Reads an optional boolean field: absent or null gives `dflt`, anything
 /// but a boolean is an error naming `field`.
 static Expected<bool> optionalBool(StringRef path, const json::Object &o,
-                                   StringRef key, StringRef field,
-                                   bool dflt) {
+                                   StringRef key, StringRef field, bool dflt) {
   const json::Value *v = o.get(key);
   if (!v || v->kind() == json::Value::Null)
     return dflt;
@@ -266,11 +264,11 @@ static Expected<TextPrep> readTextPrep(StringRef path,
     StringRef type = componentType(*o);
     if (type == "Prepend") {
       if (o->getString("prepend") != StringRef(kSpace) || prep.prepend)
-        return fileError(path, "normalizer Prepend of " +
-                                   quotePiece(o->getString("prepend")
-                                                  .value_or("")) +
-                                   " is not implemented (Kiln prepends "
-                                   "one '\xe2\x96\x81' at most)");
+        return fileError(path,
+                         "normalizer Prepend of " +
+                             quotePiece(o->getString("prepend").value_or("")) +
+                             " is not implemented (Kiln prepends "
+                             "one '\xe2\x96\x81' at most)");
       prep.prepend = true;
       continue;
     }
@@ -289,9 +287,9 @@ static Expected<TextPrep> readTextPrep(StringRef path,
                                "Prepend('\xe2\x96\x81') and Replace(' ', "
                                "'\xe2\x96\x81') only)");
   }
-  if (Error e = flattenComponents(path, top.get("pre_tokenizer"),
-                                  "pre_tokenizer", "pretokenizers",
-                                  preTokenizers))
+  if (Error e =
+          flattenComponents(path, top.get("pre_tokenizer"), "pre_tokenizer",
+                            "pretokenizers", preTokenizers))
     return std::move(e);
   for (const json::Object *o : preTokenizers) {
     StringRef type = componentType(*o);
@@ -302,11 +300,11 @@ static Expected<TextPrep> readTextPrep(StringRef path,
                                  "' is not implemented (Kiln implements "
                                  "one Metaspace('\xe2\x96\x81') only)");
     if (o->getString("replacement") != StringRef(kSpace))
-      return fileError(path, "pre_tokenizer Metaspace with replacement " +
-                                 quotePiece(o->getString("replacement")
-                                                .value_or("")) +
-                                 " is not implemented (expected "
-                                 "'\xe2\x96\x81')");
+      return fileError(
+          path, "pre_tokenizer Metaspace with replacement " +
+                    quotePiece(o->getString("replacement").value_or("")) +
+                    " is not implemented (expected "
+                    "'\xe2\x96\x81')");
     prep.metaspace = true;
     if (std::optional<StringRef> scheme = o->getString("prepend_scheme")) {
       if (*scheme != "always" && *scheme != "first" && *scheme != "never")
@@ -346,8 +344,7 @@ static Error checkDecoder(StringRef path, const json::Object &top) {
     StringRef type = componentType(*o);
     if (type == "ByteFallback" || type == "Fuse" || type == "Strip")
       continue;
-    if (type == "Metaspace" &&
-        o->getString("replacement") == StringRef(kSpace))
+    if (type == "Metaspace" && o->getString("replacement") == StringRef(kSpace))
       continue;
     if (type == "Replace" && isStringPattern(o->get("pattern"), kSpace) &&
         o->getString("content") == StringRef(" "))
@@ -375,10 +372,10 @@ static Error readBpeOptions(StringRef path, const json::Object &model,
     if (const json::Value *v = model.get(key);
         v && v->kind() != json::Value::Null &&
         v->getAsString().value_or("x") != "")
-      return fileError(path, "model." + key +
-                                 " is not implemented; expected null");
-  Expected<bool> ignoreMerges = optionalBool(
-      path, model, "ignore_merges", "model.ignore_merges", false);
+      return fileError(path,
+                       "model." + key + " is not implemented; expected null");
+  Expected<bool> ignoreMerges =
+      optionalBool(path, model, "ignore_merges", "model.ignore_merges", false);
   if (!ignoreMerges)
     return ignoreMerges.takeError();
   if (*ignoreMerges)
@@ -388,8 +385,8 @@ static Error readBpeOptions(StringRef path, const json::Object &model,
       optionalBool(path, model, "fuse_unk", "model.fuse_unk", false);
   if (!fuse)
     return fuse.takeError();
-  Expected<bool> fallback = optionalBool(path, model, "byte_fallback",
-                                         "model.byte_fallback", false);
+  Expected<bool> fallback =
+      optionalBool(path, model, "byte_fallback", "model.byte_fallback", false);
   if (!fallback)
     return fallback.takeError();
   tok.fuseUnk = *fuse;
@@ -463,10 +460,9 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
         return fileError(path, "added_tokens[" + Twine(i) +
                                    "]: expected an object with integer 'id' "
                                    "and string 'content'");
-      Expected<bool> special =
-          optionalBool(path, *o, "special",
-                       "added_tokens[" + std::to_string(i) + "].special",
-                       false);
+      Expected<bool> special = optionalBool(
+          path, *o, "special",
+          "added_tokens[" + std::to_string(i) + "].special", false);
       if (!special)
         return special.takeError();
       // Kiln never matches added tokens inside text (prompts are plain
@@ -540,8 +536,8 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
       if (std::optional<StringRef> s = v.getAsString()) {
         auto [l, r] = s->split(' ');
         if (l.empty() || r.empty() || r.contains(' '))
-          return fileError(path, "model.merges[" + Twine(rank) + "]: " +
-                                     quotePiece(*s) +
+          return fileError(path, "model.merges[" + Twine(rank) +
+                                     "]: " + quotePiece(*s) +
                                      " is not of the form 'left right'");
         left = l.str();
         right = r.str();
@@ -550,10 +546,10 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
                  (*pair)[1].getAsString()) {
         left = (*pair)[0].getAsString()->str();
         right = (*pair)[1].getAsString()->str();
-        if (left.empty() || right.empty() ||
-            StringRef(left).contains(' ') || StringRef(right).contains(' '))
-          return fileError(path, "model.merges[" + Twine(rank) + "]: " +
-                                     quotePiece(left) + " + " +
+        if (left.empty() || right.empty() || StringRef(left).contains(' ') ||
+            StringRef(right).contains(' '))
+          return fileError(path, "model.merges[" + Twine(rank) +
+                                     "]: " + quotePiece(left) + " + " +
                                      quotePiece(right) +
                                      ": pieces holding a space or empty "
                                      "pieces are not implemented");
@@ -569,10 +565,9 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
                                      " is not in the vocabulary");
       auto it = ids.find(left + right);
       if (it == ids.end())
-        return fileError(path, "model.merges[" + Twine(rank) +
-                                   "]: merged piece " +
-                                   quotePiece(left + right) +
-                                   " is not in the vocabulary");
+        return fileError(
+            path, "model.merges[" + Twine(rank) + "]: merged piece " +
+                      quotePiece(left + right) + " is not in the vocabulary");
       if (!scored[it->second]) {
         scored[it->second] = true;
         tok.scores[it->second] = -static_cast<float>(rank);
@@ -696,8 +691,9 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
                                  Twine(tok.bosId) + ")");
     if (configAddBos && *configAddBos != special.has_value())
       return fileError(path, "post_processor TemplateProcessing " +
-                                 Twine(special ? "prepends" : "does not "
-                                                              "prepend") +
+                                 Twine(special ? "prepends"
+                                               : "does not "
+                                                 "prepend") +
                                  " BOS but tokenizer_config.json has "
                                  "add_bos_token " +
                                  (*configAddBos ? "true" : "false"));

@@ -229,8 +229,8 @@ using Json = nlohmann::json;
 static std::string describe(const Json &v) {
   if (v.is_structured())
     return std::string("an ") + v.type_name();
-  std::string text = v.dump(-1, ' ', /*ensure_ascii=*/true,
-                            Json::error_handler_t::replace);
+  std::string text =
+      v.dump(-1, ' ', /*ensure_ascii=*/true, Json::error_handler_t::replace);
   if (text.size() > 64)
     text = text.substr(0, 64) + "...";
   return text;
@@ -388,10 +388,10 @@ static TokenizerStatus parseFields(const Json &root,
     *out = v->get<bool>();
   }
   // Optional (added in a later Kiln; absent means false).
-  for (auto [name, out] : {std::pair<const char *, bool *>{
-                               "dummy_prefix_unless_space",
-                               &config.dummyPrefixUnlessSpace},
-                           {"fuse_unk", &config.fuseUnk}}) {
+  for (auto [name, out] :
+       {std::pair<const char *, bool *>{"dummy_prefix_unless_space",
+                                        &config.dummyPrefixUnlessSpace},
+        {"fuse_unk", &config.fuseUnk}}) {
     auto it = root.find(name);
     if (it == root.end())
       continue;
@@ -420,8 +420,7 @@ TokenizerStatus Tokenizer::parse(std::string_view jsonText,
                             /*allow_exceptions=*/false);
     if (tooDeep)
       return TokenizerStatus::error(sourceName + ": JSON nests deeper than " +
-                                    std::to_string(kMaxJsonDepth) +
-                                    " levels");
+                                    std::to_string(kMaxJsonDepth) + " levels");
     if (root.is_discarded())
       return TokenizerStatus::error(sourceName + ": invalid JSON");
     if (TokenizerStatus s = parseFields(root, sourceName, config); !s)
@@ -449,10 +448,10 @@ TokenizerStatus Tokenizer::load(const std::string &path, Tokenizer &out) {
   }
   if (static_cast<uint64_t>(st.st_size) > kMaxTokenizerBytes) {
     ::close(fd);
-    return TokenizerStatus::error(
-        path + ": " + std::to_string(st.st_size) + " bytes, more than the " +
-        std::to_string(kMaxTokenizerBytes >> 20) +
-        " MiB a tokenizer.json may have");
+    return TokenizerStatus::error(path + ": " + std::to_string(st.st_size) +
+                                  " bytes, more than the " +
+                                  std::to_string(kMaxTokenizerBytes >> 20) +
+                                  " MiB a tokenizer.json may have");
   }
   std::string contents(static_cast<size_t>(st.st_size), '\0');
   size_t done = 0;
@@ -516,8 +515,8 @@ void Tokenizer::initialSymbols(std::string_view text,
         allBytes = byteIds_[static_cast<unsigned char>(text[pos + k])] >= 0;
       if (allBytes) {
         for (size_t k = 0; k < len; ++k)
-          push(byteIds_[static_cast<unsigned char>(text[pos + k])], pos + k,
-               1, false);
+          push(byteIds_[static_cast<unsigned char>(text[pos + k])], pos + k, 1,
+               false);
       } else if (unkId_ >= 0) {
         unk = true;
         if (fuseUnk_ && prevUnk)

@@ -479,8 +479,8 @@ TEST(TokenizerLoad, RejectsNonFiniteScores) {
 TEST(TokenizerLoad, RejectsDeepJson) {
   std::string text = validJsonWith("add_bos", true);
   text.pop_back(); // '}'
-  text += ", \"x\": " + std::string(100000, '[') + std::string(100000, ']') +
-          "}";
+  text +=
+      ", \"x\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
   expectParseError(text, {"JSON nests deeper than 16 levels"});
   expectParseError(validJsonWith("format", {{1, 2}, {3}}),
                    {"'format' must be \"kiln-tokenizer\", got an array"});
@@ -502,7 +502,11 @@ namespace {
 /// <unk> <s> </s> ▁ a ▁a <0xC3>; no byte piece for 0xA9.
 TokenizerConfig unknownsConfig() {
   TokenizerConfig config;
-  config.pieces = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a",
+  config.pieces = {"<unk>",
+                   "<s>",
+                   "</s>",
+                   "\xe2\x96\x81",
+                   "a",
                    "\xe2\x96\x81"
                    "a",
                    "<0xC3>"};
@@ -549,7 +553,10 @@ TEST(TokenizerEncode, DummyPrefixUnlessSpace) {
   Tokenizer unless = build(config);
   EXPECT_EQ(unless.encode("a", false), Ids{5});
   EXPECT_EQ(unless.encode(" a", false), Ids{5});
-  EXPECT_EQ(unless.encode("\xe2\x96\x81" "a", false), Ids{5});
+  EXPECT_EQ(unless.encode("\xe2\x96\x81"
+                          "a",
+                          false),
+            Ids{5});
   nlohmann::json j = toKilnJson(config);
   j["dummy_prefix_unless_space"] = true;
   Tokenizer loaded;

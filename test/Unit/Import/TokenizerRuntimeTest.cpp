@@ -1,4 +1,5 @@
-//===- TokenizerRuntimeTest.cpp - What kiln-compile writes, kiln-run loads -===//
+//===- TokenizerRuntimeTest.cpp - What kiln-compile writes, kiln-run loads
+//-===//
 //
 // The compile-time guarantee of docs/artifact.md ("Validity"): every
 // tokenizer the importers accept is written by TokenizerWriter and loaded by
@@ -105,8 +106,7 @@ TEST(TokenizerRuntime, TinyStoriesFusesUnknownRuns) {
   // Without fuse_unk: one unk per code point.
   tok->fuseUnk = false;
   ASSERT_TRUE(runtimeLoad(writerText(*tok, error), rt).ok) << error;
-  std::vector<int32_t> unfused =
-      rt.encode("a\xe2\x82\xac\xe2\x82\xac", false);
+  std::vector<int32_t> unfused = rt.encode("a\xe2\x82\xac\xe2\x82\xac", false);
   ASSERT_EQ(unfused.size(), fused.size() + 1);
   EXPECT_EQ(unfused[unfused.size() - 1], tok->unkId);
   EXPECT_EQ(unfused[unfused.size() - 2], tok->unkId);
@@ -170,7 +170,9 @@ TEST(TokenizerRuntime, CheckAcceptsExactlyWhatTheWriterWrites) {
       {"merge one part", [](TokenizerDesc &t) { t.merges = {"ab"}; }},
       {"merge leading space", [](TokenizerDesc &t) { t.merges = {" ab"}; }},
       {"merge repeated",
-       [](TokenizerDesc &t) { t.merges = {"a b", "a b"}; }},
+       [](TokenizerDesc &t) {
+         t.merges = {"a b", "a b"};
+       }},
   };
   int accepted = 0, rejected = 0;
   for (const TokenizerDesc &base : {spm, bpe}) {

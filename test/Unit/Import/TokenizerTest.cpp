@@ -180,7 +180,8 @@ TEST(Tokenizer, HuggingFaceUnimplementedFeatures) {
        "normalizer 'Lowercase' is not implemented"},
       {"NFKC normalizer",
        [](llvm::json::Value &v) {
-         (*v.getAsObject())["normalizer"] = llvm::json::Object{{"type", "NFKC"}};
+         (*v.getAsObject())["normalizer"] =
+             llvm::json::Object{{"type", "NFKC"}};
        },
        "normalizer 'NFKC' is not implemented"},
       {"Replace of another string",
@@ -192,9 +193,7 @@ TEST(Tokenizer, HuggingFaceUnimplementedFeatures) {
        },
        "normalizer Replace other than ' ' -> "},
       {"no space rule",
-       [](llvm::json::Value &v) {
-         (*v.getAsObject())["normalizer"] = nullptr;
-       },
+       [](llvm::json::Value &v) { (*v.getAsObject())["normalizer"] = nullptr; },
        "neither the normalizer nor the pre_tokenizer turns ' ' into"},
       {"Digits pre_tokenizer",
        [](llvm::json::Value &v) {
@@ -231,8 +230,8 @@ TEST(Tokenizer, HuggingFaceUnimplementedFeatures) {
        "unsupported tokenizer model.type 'WordPiece'"},
       {"non-special added token",
        [](llvm::json::Value &v) {
-         (*(*v.getAsObject()->getArray("added_tokens"))[2].getAsObject())
-             ["special"] = false;
+         (*(*v.getAsObject()->getArray("added_tokens"))[2]
+               .getAsObject())["special"] = false;
        },
        "added_tokens[2] '</s>' is not special: matching added tokens inside "
        "text is not implemented"},
@@ -289,11 +288,11 @@ TEST(Tokenizer, HuggingFaceUnimplementedFeatures) {
       {"Metaspace splitting inside pieces",
        [](llvm::json::Value &v) {
          (*v.getAsObject())["normalizer"] = nullptr;
-         (*v.getAsObject())["pre_tokenizer"] = llvm::json::Object{
-             {"type", "Metaspace"},
-             {"replacement", "\xe2\x96\x81"},
-             {"prepend_scheme", "first"},
-             {"split", true}};
+         (*v.getAsObject())["pre_tokenizer"] =
+             llvm::json::Object{{"type", "Metaspace"},
+                                {"replacement", "\xe2\x96\x81"},
+                                {"prepend_scheme", "first"},
+                                {"split", true}};
          obj(v, "model").getObject("vocab")->insert({"a\xe2\x96\x81", 8});
        },
        "pre_tokenizer Metaspace splits words at"},
@@ -316,11 +315,11 @@ TEST(Tokenizer, HuggingFaceMetaspace) {
   for (const char *scheme : {"first", "always", "never"}) {
     llvm::json::Value v = hfBase();
     (*v.getAsObject())["normalizer"] = nullptr;
-    (*v.getAsObject())["pre_tokenizer"] = llvm::json::Object{
-        {"type", "Metaspace"},
-        {"replacement", "\xe2\x96\x81"},
-        {"prepend_scheme", scheme},
-        {"split", false}};
+    (*v.getAsObject())["pre_tokenizer"] =
+        llvm::json::Object{{"type", "Metaspace"},
+                           {"replacement", "\xe2\x96\x81"},
+                           {"prepend_scheme", scheme},
+                           {"split", false}};
     ASSERT_EQ(hfError(dir, v), "") << scheme;
     llvm::Expected<TokenizerDesc> tok =
         readTokenizer(dir.path("tokenizer.json"));
