@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "codegen/CPU/Passes.h"
+#include "codegen/Artifact/SafeOutput.h"
 #include "dialects/Plan/IR/PlanOps.h"
 
 #include "mlir/IR/IRMapping.h"
@@ -384,18 +385,30 @@ LogicalResult emitCpp(ModuleOp module, llvm::raw_ostream &os) {
   return emitc::translateToCpp(module, os);
 }
 
-/// Runs `argv` (argv[0] is the program), capturing its output; on failure
-/// the error names the file being compiled and carries the diagnostics.
-static llvm::Error runCompiler(ArrayRef<StringRef> argv, StringRef what) {
-  SmallString<128> log;
-  if (std::error_code ec =
-          llvm::sys::fs::createTemporaryFile("kiln-cxx", "log", log))
-    return llvm::createStringError(ec, "cannot create a temporary file");
+/// Runs `argv` (argv[0] is the program), capturing its output in
+/// `buildDir`/compiler.log; on failure the error names the file being
+/// compiled and carries the diagnostics. While it runs, the child is in the
+/// cleanup registry (SafeOutput.h), so a SIGINT or SIGTERM to Kiln stops the
+/// compiler too instead of leaving it writing into a removed directory.
+static llvm::Error runCompiler(ArrayRef<StringRef> argv, StringRef what,
+                               StringRef buildDir) {
+  SmallString<256> log(buildDir);
+  llvm::sys::path::append(log, "compiler.log");
   std::optional<StringRef> redirects[] = {std::nullopt, StringRef(log),
                                           StringRef(log)};
   std::string errMsg;
-  int rc = llvm::sys::ExecuteAndWait(argv[0], argv, std::nullopt, redirects, 0,
-                                     0, &errMsg);
+  bool executionFailed = false;
+  llvm::sys::ProcessInfo child =
+      llvm::sys::ExecuteNoWait(argv[0], argv, std::nullopt, redirects, 0,
+                               &errMsg, &executionFailed);
+  int rc = -1;
+  if (!executionFailed && child.Pid != llvm::sys::ProcessInfo::InvalidPid) {
+    int registered = cleanup::addChild(child.Pid);
+    llvm::sys::ProcessInfo done =
+        llvm::sys::Wait(child, /*SecondsToWait=*/std::nullopt, &errMsg);
+    cleanup::forget(registered);
+    rc = done.ReturnCode;
+  }
   auto diagnostics = llvm::MemoryBuffer::getFile(log);
   std::string text = diagnostics ? (*diagnostics)->getBuffer().str() : "";
   llvm::sys::fs::remove(log);
@@ -419,7 +432,7 @@ llvm::Error compileSharedObject(StringRef cppPath, StringRef soPath,
   std::string include = ("-I" + includeDir).str();
   return runCompiler({*exe, "-std=c++17", "-O2", "-fPIC", "-shared", include,
                       cppPath, "-o", soPath},
-                     cppPath);
+                     cppPath, includeDir);
 }
 
 llvm::Error compileCudaSharedObject(StringRef cuPath, StringRef soPath,
@@ -447,7 +460,7 @@ llvm::Error compileCudaSharedObject(StringRef cuPath, StringRef soPath,
                       "-gencode=arch=compute_80,code=sm_80",
                       "-gencode=arch=compute_90a,code=sm_90a", include, cuPath,
                       "-o", soPath, libPath, rpath, "-lcublasLt"},
-                     cuPath);
+                     cuPath, includeDir);
 }
 
 } // namespace mlir::kiln
