@@ -24,15 +24,24 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <mutex>
+#include <pthread.h>
+#include <spawn.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+extern char **environ;
+
 using namespace mlir::kiln;
 namespace fs = llvm::sys::fs;
 namespace path = llvm::sys::path;
+
+static llvm::Error errnoError(int err, const llvm::Twine &what) {
+  std::error_code ec(err, std::generic_category());
+  return llvm::createStringError(ec, what + ": " + ec.message());
+}
 
 //===----------------------------------------------------------------------===//
 // removeTree
@@ -120,6 +129,9 @@ std::atomic<Entry *> slots[kSlots];
 std::atomic<bool> cleaning{false};
 constexpr int kInterruptSignals[] = {SIGINT, SIGTERM, SIGHUP};
 struct sigaction previousActions[NSIG];
+/// The thread that installed the handlers; interrupt signals are handled
+/// there.
+std::atomic<pid_t> ownerThread{0};
 } // namespace
 
 static void freeEntry(Entry *entry) {
@@ -128,21 +140,29 @@ static void freeEntry(Entry *entry) {
   delete entry;
 }
 
-/// Stops `pid` with `sig` and reaps it, escalating to SIGKILL after about
-/// two seconds so a compiler that ignores the signal cannot hang the exit.
+/// Stops the process group led by `pid` with `sig` and reaps the leader,
+/// escalating to SIGKILL after about two seconds so a compiler that ignores
+/// the signal cannot hang the exit; then gives the rest of the group (a
+/// driver's cc1plus, as) a moment to go.
 static void stopChild(pid_t pid, int sig) {
-  if (::kill(pid, sig) != 0)
+  if (::kill(-pid, sig) != 0 && ::kill(pid, sig) != 0)
     return;
   struct timespec tick = {0, 10 * 1000 * 1000};
-  for (int i = 0; i < 200; ++i) {
+  bool reaped = false;
+  for (int i = 0; i < 200 && !reaped; ++i) {
     pid_t r = ::waitpid(pid, nullptr, WNOHANG);
     if (r == pid || (r < 0 && errno != EINTR))
-      return;
+      reaped = true;
+    else
+      ::nanosleep(&tick, nullptr);
+  }
+  if (!reaped) {
+    ::kill(-pid, SIGKILL);
+    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+  for (int i = 0; i < 50 && ::kill(-pid, 0) == 0; ++i)
     ::nanosleep(&tick, nullptr);
-  }
-  ::kill(pid, SIGKILL);
-  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-  }
 }
 
 /// Takes every entry out of the registry and performs it: children first
@@ -185,6 +205,12 @@ static void cleanupOnce(int childSignal) {
 /// the default action), so the process still dies of the signal.
 static void onInterruptSignal(int sig) {
   int savedErrno = errno;
+  pid_t owner = ownerThread.load();
+  if (owner != 0 && owner != static_cast<pid_t>(::syscall(SYS_gettid)) &&
+      ::syscall(SYS_tgkill, ::getpid(), owner, sig) == 0) {
+    errno = savedErrno;
+    return; // handled on the owner thread, in step with its work
+  }
   cleanupOnce(sig);
   ::sigaction(sig, &previousActions[sig], nullptr);
   // Blocked while this handler runs: delivered as soon as it returns.
@@ -199,6 +225,7 @@ static void onExit() { cleanupOnce(SIGTERM); }
 static void installHandlers() {
   static std::once_flag once;
   std::call_once(once, [] {
+    ownerThread.store(static_cast<pid_t>(::syscall(SYS_gettid)));
     // Registers LLVM's handlers first (if InitLLVM did not), so ours sit on
     // top of them and run first.
     llvm::sys::AddSignalHandler(onCrash, nullptr);
@@ -256,6 +283,18 @@ void cleanup::forget(int handle) {
     freeEntry(entry);
 }
 
+cleanup::DeferSignals::DeferSignals() {
+  sigset_t held;
+  sigemptyset(&held);
+  for (int sig : kInterruptSignals)
+    sigaddset(&held, sig);
+  ::pthread_sigmask(SIG_BLOCK, &held, &previous);
+}
+
+cleanup::DeferSignals::~DeferSignals() {
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+}
+
 void cleanup::runForTest(int signal) {
   Entry *taken[kSlots];
   int count = runCleanup(signal, taken);
@@ -264,13 +303,81 @@ void cleanup::runForTest(int signal) {
 }
 
 //===----------------------------------------------------------------------===//
-// ScratchDir
+// Child processes
 //===----------------------------------------------------------------------===//
 
-static llvm::Error errnoError(int err, const llvm::Twine &what) {
-  std::error_code ec(err, std::generic_category());
-  return llvm::createStringError(ec, what + ": " + ec.message());
+llvm::Expected<int> mlir::kiln::runProcess(llvm::ArrayRef<llvm::StringRef> argv,
+                                           llvm::StringRef logPath) {
+  if (argv.empty())
+    return llvm::createStringError("no program to run");
+  std::vector<std::string> storage(argv.begin(), argv.end());
+  std::vector<char *> args;
+  for (std::string &arg : storage)
+    args.push_back(arg.data());
+  args.push_back(nullptr);
+  std::string log = logPath.str();
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(),
+                                   O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW,
+                                   0600);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  // Its own process group, so stopping it reaches what it starts; the
+  // child gets the signal mask and dispositions Kiln had before.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  for (int sig : kInterruptSignals)
+    sigaddset(&defaults, sig);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setpgroup(&attr, 0);
+
+  pid_t pid = 0;
+  int spawnError = 0;
+  int handle = -1;
+  {
+    // A signal between the spawn and the registration would orphan the
+    // child: hold it until both are done.
+    installHandlers();
+    cleanup::DeferSignals defer;
+    sigset_t childMask;
+    ::pthread_sigmask(SIG_SETMASK, nullptr, &childMask);
+    for (int sig : kInterruptSignals)
+      sigdelset(&childMask, sig);
+    posix_spawnattr_setsigmask(&attr, &childMask);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP |
+                                        POSIX_SPAWN_SETSIGMASK |
+                                        POSIX_SPAWN_SETSIGDEF);
+    spawnError = ::posix_spawn(&pid, args[0], &actions, &attr, args.data(),
+                               environ);
+    if (spawnError == 0)
+      handle = cleanup::addChild(pid);
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (spawnError != 0)
+    return errnoError(spawnError, "cannot run " + argv[0]);
+
+  int status = 0;
+  pid_t r;
+  do
+    r = ::waitpid(pid, &status, 0);
+  while (r < 0 && errno == EINTR);
+  int waitError = errno;
+  cleanup::forget(handle);
+  if (r < 0)
+    return errnoError(waitError, "cannot wait for " + argv[0]);
+  if (WIFSIGNALED(status))
+    return -WTERMSIG(status);
+  return WEXITSTATUS(status);
 }
+
+//===----------------------------------------------------------------------===//
+// ScratchDir
+//===----------------------------------------------------------------------===//
 
 llvm::Expected<ScratchDir> ScratchDir::create(llvm::StringRef parent,
                                               llvm::StringRef prefix) {

@@ -23,9 +23,11 @@
 #ifndef KILN_CODEGEN_ARTIFACT_SAFEOUTPUT_H
 #define KILN_CODEGEN_ARTIFACT_SAFEOUTPUT_H
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <csignal>
 #include <string>
 #include <sys/types.h>
 #include <vector>
@@ -49,8 +51,11 @@ int removeTree(const char *path);
 /// the cleanup and then the previous disposition of the signal (LLVM's
 /// handler, then the default, so the exit status still reports the
 /// signal); crash signals run it through llvm::sys::AddSignalHandler; exit()
-/// runs it through atexit. Registration allocates and is not signal-safe;
-/// the cleanup itself is.
+/// runs it through atexit. An interrupt signal that lands on another thread
+/// is passed on to the thread that installed the handlers (the one that
+/// registers and writes the output, normally the main thread), so the
+/// cleanup never races with that thread's own steps. Registration allocates
+/// and is not signal-safe; the cleanup itself is.
 namespace cleanup {
 /// Removes the directory tree at `path` on abnormal exit. Returns a handle
 /// for forget(), or -1 if the registry is full (then nothing is done on a
@@ -59,8 +64,9 @@ int addTree(llvm::StringRef path);
 /// On abnormal exit renames `from` back to `to` (before removing trees), if
 /// `from` still exists and `to` does not.
 int addRestore(llvm::StringRef from, llvm::StringRef to);
-/// Sends the signal (SIGTERM for crashes and exit) to child process `pid`
-/// on abnormal exit and waits up to about two seconds for it (then SIGKILL).
+/// Sends the signal (SIGTERM for crashes and exit) to the process group of
+/// child `pid` (which leads its own group, see runProcess) on abnormal exit
+/// and reaps it, with SIGKILL after about two seconds.
 int addChild(pid_t pid);
 /// Drops the entry `handle` (from addTree, addRestore or addChild); -1 is
 /// ignored.
@@ -68,7 +74,29 @@ void forget(int handle);
 /// Runs the cleanup now, as a signal would (for tests). `signal` is what
 /// children get.
 void runForTest(int signal);
+/// While an object of this type lives, SIGINT, SIGTERM and SIGHUP are held
+/// pending for the calling thread, so a short step (starting a child and
+/// registering it) cannot be cut in half; they are delivered at its end.
+class DeferSignals {
+public:
+  DeferSignals();
+  ~DeferSignals();
+  DeferSignals(const DeferSignals &) = delete;
+  DeferSignals &operator=(const DeferSignals &) = delete;
+
+private:
+  sigset_t previous;
+};
 } // namespace cleanup
+
+/// Runs `argv` (argv[0] is the program's path) with stdin from /dev/null and
+/// stdout and stderr appended to `logPath`, in a process group of its own
+/// that is registered with the cleanup registry until it ends, so a
+/// SIGINT/SIGTERM/SIGHUP to Kiln stops it and everything it started (a
+/// compiler driver's cc1plus and as). Returns its exit status, or minus the
+/// signal that killed it; an error if it could not be started.
+llvm::Expected<int> runProcess(llvm::ArrayRef<llvm::StringRef> argv,
+                               llvm::StringRef logPath);
 
 /// A private directory `<parent>/<prefix>XXXXXX` (mkdtemp), holding
 /// kScratchMarker, locked (flock LOCK_EX on the directory) and registered

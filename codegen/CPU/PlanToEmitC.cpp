@@ -387,36 +387,29 @@ LogicalResult emitCpp(ModuleOp module, llvm::raw_ostream &os) {
 
 /// Runs `argv` (argv[0] is the program), capturing its output in
 /// `buildDir`/compiler.log; on failure the error names the file being
-/// compiled and carries the diagnostics. While it runs, the child is in the
-/// cleanup registry (SafeOutput.h), so a SIGINT or SIGTERM to Kiln stops the
-/// compiler too instead of leaving it writing into a removed directory.
+/// compiled and carries the diagnostics. The compiler runs in a process
+/// group of its own, registered with the cleanup registry (runProcess,
+/// SafeOutput.h), so a SIGINT or SIGTERM to Kiln stops it and its
+/// subprocesses too instead of leaving them writing into a removed
+/// directory.
 static llvm::Error runCompiler(ArrayRef<StringRef> argv, StringRef what,
                                StringRef buildDir) {
   SmallString<256> log(buildDir);
   llvm::sys::path::append(log, "compiler.log");
-  std::optional<StringRef> redirects[] = {std::nullopt, StringRef(log),
-                                          StringRef(log)};
-  std::string errMsg;
-  bool executionFailed = false;
-  llvm::sys::ProcessInfo child =
-      llvm::sys::ExecuteNoWait(argv[0], argv, std::nullopt, redirects, 0,
-                               &errMsg, &executionFailed);
-  int rc = -1;
-  if (!executionFailed && child.Pid != llvm::sys::ProcessInfo::InvalidPid) {
-    int registered = cleanup::addChild(child.Pid);
-    llvm::sys::ProcessInfo done =
-        llvm::sys::Wait(child, /*SecondsToWait=*/std::nullopt, &errMsg);
-    cleanup::forget(registered);
-    rc = done.ReturnCode;
-  }
+  llvm::sys::fs::remove(log);
+  llvm::Expected<int> status = runProcess(argv, log);
+  if (!status)
+    return status.takeError();
+  int rc = *status;
   auto diagnostics = llvm::MemoryBuffer::getFile(log);
   std::string text = diagnostics ? (*diagnostics)->getBuffer().str() : "";
   llvm::sys::fs::remove(log);
   if (rc != 0)
     return llvm::createStringError(
-        "compiling " + what + " with " + argv[0] + " failed (exit " +
-        std::to_string(rc) + ")" + (errMsg.empty() ? "" : ": " + errMsg) +
-        (text.empty() ? "" : "\n" + text));
+        "compiling " + what + " with " + argv[0] + " failed (" +
+        (rc < 0 ? "killed by signal " + std::to_string(-rc)
+                : "exit " + std::to_string(rc)) +
+        ")" + (text.empty() ? "" : "\n" + text));
   return llvm::Error::success();
 }
 
