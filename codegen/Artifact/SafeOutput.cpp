@@ -132,6 +132,21 @@ struct sigaction previousActions[NSIG];
 /// The thread that installed the handlers; interrupt signals are handled
 /// there.
 std::atomic<pid_t> ownerThread{0};
+/// The interrupt signals the process inherited as ignored (a background job
+/// of a non-interactive shell, nohup, a test runner), recorded before main()
+/// and before LLVM installs its handlers over them: those stay ignored, so
+/// the output is not removed under a process that goes on running.
+struct InheritedDispositions {
+  bool ignored[NSIG] = {};
+  InheritedDispositions() {
+    for (int sig : kInterruptSignals) {
+      struct sigaction current;
+      ignored[sig] = ::sigaction(sig, nullptr, &current) == 0 &&
+                     current.sa_handler == SIG_IGN;
+    }
+  }
+};
+InheritedDispositions inherited;
 } // namespace
 
 static void freeEntry(Entry *entry) {
@@ -238,7 +253,7 @@ static void installHandlers() {
       sigaddset(&action.sa_mask, sig);
     for (int sig : kInterruptSignals) {
       struct sigaction current;
-      if (::sigaction(sig, nullptr, &current) != 0 ||
+      if (inherited.ignored[sig] || ::sigaction(sig, nullptr, &current) != 0 ||
           current.sa_handler == SIG_IGN)
         continue; // e.g. SIGHUP under nohup: keep ignoring it
       ::sigaction(sig, &action, &previousActions[sig]);

@@ -2,10 +2,10 @@
 """Interrupts a Kiln tool in the middle of its work, for the output-safety
 tests (test/Tools/output-signals.test, docs/artifact.md).
 
-    interrupt.py --signal INT|TERM|HUP|KILL --when GLOB [--fake-cxx DIR]
-                 -- COMMAND...
+    interrupt.py --signal INT|TERM|HUP|KILL --when GLOB [--when GLOB...]
+                 [--fake-cxx DIR [--real-cxx]] -- COMMAND...
 
-Starts COMMAND, waits until GLOB matches a path (the tool reached the stage
+Starts COMMAND, waits until a GLOB matches a path (the tool reached the stage
 to interrupt: its scratch directory, weights.bin, the compiler running...),
 sends the signal to COMMAND's process only (not its group, as `kill PID`
 would), waits for it to end and checks that it died of that signal.
@@ -14,7 +14,11 @@ would), waits for it to end and checks that it died of that signal.
 in DIR/cxx.pid and then sleeps, and passes it to COMMAND as KILN_HOST_CXX:
 the compile cannot finish before the signal comes, so the test does not
 depend on timing, and the helper can check that the tool stopped its child
-(for every signal but KILL, which the tool cannot catch).
+(for every signal but KILL, which the tool cannot catch). With --real-cxx
+the stand-in first runs the real host compiler ($KILN_HOST_CXX, else c++),
+then touches DIR/cxx.done and sleeps: give --when the compiler's temporary
+files and DIR/cxx.done, and the signal lands while the real compiler runs or,
+if that was too quick to see, just after, never after the tool finished.
 
 No timing assertions: the generous time limits only turn a hang into a
 failure.
@@ -23,6 +27,7 @@ failure.
 import argparse
 import glob
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,8 +54,9 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--signal", required=True,
                         choices=["INT", "TERM", "HUP", "KILL"])
-    parser.add_argument("--when", required=True)
+    parser.add_argument("--when", required=True, action="append")
     parser.add_argument("--fake-cxx")
+    parser.add_argument("--real-cxx", action="store_true")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -66,21 +72,36 @@ def main():
         pidfile = cxx + ".pid"
         if os.path.exists(pidfile):
             os.remove(pidfile)
+        real = ""
+        if args.real_cxx:
+            found = shutil.which(env.get("KILN_HOST_CXX", "c++"))
+            if not found:
+                fail("no host C++ compiler for --real-cxx")
+            real = "'%s' \"$@\"\ntouch '%s.done'\n" % (found, cxx)
+            if os.path.exists(cxx + ".done"):
+                os.remove(cxx + ".done")
         with open(cxx, "w") as f:
-            f.write("#!/bin/sh\necho $$ > '%s'\nexec sleep %d\n" %
-                    (pidfile, LIMIT_S))
+            f.write("#!/bin/sh\necho $$ > '%s'\n%sexec sleep %d\n" %
+                    (pidfile, real, LIMIT_S))
         os.chmod(cxx, 0o755)
         env["KILN_HOST_CXX"] = cxx
 
-    proc = subprocess.Popen(command, env=env)
+    # As a foreground command in a terminal: the signal's default action
+    # (test runners start their commands with SIGINT ignored, which a tool
+    # rightly keeps ignoring).
+    def default_signals():
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_DFL)
+
+    proc = subprocess.Popen(command, env=env, preexec_fn=default_signals)
     deadline = time.monotonic() + LIMIT_S
-    while not glob.glob(args.when):
+    while not any(glob.glob(pattern) for pattern in args.when):
         if proc.poll() is not None:
-            fail("%s exited (status %d) before %s appeared" %
+            fail("%s exited (status %d) before any of %s appeared" %
                  (command[0], proc.returncode, args.when))
         if time.monotonic() > deadline:
             proc.kill()
-            fail("%s did not appear within %d s" % (args.when, LIMIT_S))
+            fail("none of %s appeared within %d s" % (args.when, LIMIT_S))
         time.sleep(0.01)
     child = None
     if pidfile and os.path.exists(pidfile):
