@@ -15,6 +15,8 @@
 #include "gtest/gtest.h"
 
 #include <csignal>
+#include <cstdlib>
+#include <utility>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -145,6 +147,64 @@ TEST(SafeOutput, CleanupStopsChildProcessGroups) {
   // Reaped by the cleanup: nothing left to wait for.
   EXPECT_EQ(::waitpid(child, nullptr, WNOHANG), -1);
   EXPECT_EQ(errno, ECHILD);
+}
+
+/// Signals this process inherited as ignored (lit starts its tests with
+/// SIGINT ignored), recorded before main(): Kiln rightly keeps ignoring
+/// them, so they cannot be tested here.
+struct InheritedIgnored {
+  bool ignored[NSIG] = {};
+  InheritedIgnored() {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+      struct sigaction current;
+      ignored[sig] = ::sigaction(sig, nullptr, &current) == 0 &&
+                     current.sa_handler == SIG_IGN;
+    }
+  }
+} inheritedIgnored;
+
+/// Runs `end` in a child process that holds a ScratchDir (and is compiling,
+/// as far as it knows) and returns the child's wait status; the directory
+/// must be gone afterwards, however the child ended.
+int statusOfChildThatEnds(void (*end)()) {
+  TempDir dir;
+  std::string pathFile = dir.path("scratch-path");
+  pid_t child = ::fork();
+  if (child == 0) {
+    llvm::Expected<ScratchDir> scratch = ScratchDir::create(dir.root(), "c-");
+    if (!scratch)
+      ::_exit(100);
+    writeFileBytes(pathFile, scratch->path());
+    ::mkdir(scratch->child("artifact").c_str(), 0755);
+    writeFileBytes(scratch->child("artifact/weights.bin"), "w");
+    end();
+    ::_exit(101);
+  }
+  int status = 0;
+  EXPECT_EQ(::waitpid(child, &status, 0), child);
+  std::string scratchPath = readFileBytes(pathFile);
+  EXPECT_FALSE(scratchPath.empty());
+  EXPECT_FALSE(exists(scratchPath)) << scratchPath;
+  return status;
+}
+
+TEST(SafeOutput, ScratchDirRemovedOnSignalsCrashesAndExit) {
+  for (auto [sig, end] :
+       {std::pair<int, void (*)()>{SIGINT, [] { ::raise(SIGINT); }},
+        {SIGTERM, [] { ::kill(::getpid(), SIGTERM); }},
+        {SIGHUP, [] { ::raise(SIGHUP); }},
+        {SIGABRT, [] { std::abort(); }}}) {
+    SCOPED_TRACE(sig);
+    if (inheritedIgnored.ignored[sig])
+      continue;
+    int status = statusOfChildThatEnds(end);
+    // The cleanup ran, then the signal still ended the process.
+    ASSERT_TRUE(WIFSIGNALED(status)) << status;
+    EXPECT_EQ(WTERMSIG(status), sig);
+  }
+  int status = statusOfChildThatEnds([] { std::exit(3); });
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 3);
 }
 
 TEST(SafeOutput, RunProcessReportsStatusAndOutput) {
