@@ -322,7 +322,8 @@ void cleanup::runForTest(int signal) {
 //===----------------------------------------------------------------------===//
 
 llvm::Expected<int> mlir::kiln::runProcess(llvm::ArrayRef<llvm::StringRef> argv,
-                                           llvm::StringRef logPath) {
+                                           llvm::StringRef logPath,
+                                           llvm::StringRef tmpDir) {
   if (argv.empty())
     return llvm::createStringError("no program to run");
   std::vector<std::string> storage(argv.begin(), argv.end());
@@ -331,6 +332,16 @@ llvm::Expected<int> mlir::kiln::runProcess(llvm::ArrayRef<llvm::StringRef> argv,
     args.push_back(arg.data());
   args.push_back(nullptr);
   std::string log = logPath.str();
+  std::vector<std::string> envStorage;
+  for (char **e = environ; *e; ++e)
+    if (tmpDir.empty() || !llvm::StringRef(*e).starts_with("TMPDIR="))
+      envStorage.push_back(*e);
+  if (!tmpDir.empty())
+    envStorage.push_back(("TMPDIR=" + tmpDir).str());
+  std::vector<char *> envp;
+  for (std::string &entry : envStorage)
+    envp.push_back(entry.data());
+  envp.push_back(nullptr);
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
@@ -367,7 +378,7 @@ llvm::Expected<int> mlir::kiln::runProcess(llvm::ArrayRef<llvm::StringRef> argv,
                                         POSIX_SPAWN_SETSIGMASK |
                                         POSIX_SPAWN_SETSIGDEF);
     spawnError = ::posix_spawn(&pid, args[0], &actions, &attr, args.data(),
-                               environ);
+                               envp.data());
     if (spawnError == 0)
       handle = cleanup::addChild(pid);
   }

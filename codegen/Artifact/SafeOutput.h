@@ -93,10 +93,14 @@ private:
 /// stdout and stderr appended to `logPath`, in a process group of its own
 /// that is registered with the cleanup registry until it ends, so a
 /// SIGINT/SIGTERM/SIGHUP to Kiln stops it and everything it started (a
-/// compiler driver's cc1plus and as). Returns its exit status, or minus the
-/// signal that killed it; an error if it could not be started.
+/// compiler driver's cc1plus and as). A non-empty `tmpDir` becomes its
+/// TMPDIR, so its temporary files (gcc's, nvcc's) land in a directory Kiln
+/// removes even when the signal gives the program no chance to. Returns its
+/// exit status, or minus the signal that killed it; an error if it could not
+/// be started.
 llvm::Expected<int> runProcess(llvm::ArrayRef<llvm::StringRef> argv,
-                               llvm::StringRef logPath);
+                               llvm::StringRef logPath,
+                               llvm::StringRef tmpDir = "");
 
 /// A private directory `<parent>/<prefix>XXXXXX` (mkdtemp), holding
 /// kScratchMarker, locked (flock LOCK_EX on the directory) and registered

@@ -23,7 +23,8 @@ LogicalResult emitCpp(ModuleOp module, llvm::raw_ostream &os);
 /// compiler ($KILN_HOST_CXX, else c++), adding `includeDir` to the include
 /// path. `includeDir` is a scratch directory the caller owns and removes:
 /// the compiler's output is captured in `includeDir`/compiler.log (and
-/// removed) rather than in the system temporary directory. A SIGINT/SIGTERM
+/// removed) and `includeDir`/tmp is its TMPDIR, so nothing goes to the
+/// system temporary directory. A SIGINT/SIGTERM
 /// meanwhile stops the compiler as well. Errors carry the compiler's exit
 /// status and diagnostics.
 llvm::Error compileSharedObject(llvm::StringRef cppPath, llvm::StringRef soPath,

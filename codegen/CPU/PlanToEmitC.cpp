@@ -386,7 +386,7 @@ LogicalResult emitCpp(ModuleOp module, llvm::raw_ostream &os) {
 }
 
 /// Runs `argv` (argv[0] is the program), capturing its output in
-/// `buildDir`/compiler.log; on failure the error names the file being
+/// `buildDir`/compiler.log, with `buildDir`/tmp as its TMPDIR; on failure the error names the file being
 /// compiled and carries the diagnostics. The compiler runs in a process
 /// group of its own, registered with the cleanup registry (runProcess,
 /// SafeOutput.h), so a SIGINT or SIGTERM to Kiln stops it and its
@@ -397,7 +397,12 @@ static llvm::Error runCompiler(ArrayRef<StringRef> argv, StringRef what,
   SmallString<256> log(buildDir);
   llvm::sys::path::append(log, "compiler.log");
   llvm::sys::fs::remove(log);
-  llvm::Expected<int> status = runProcess(argv, log);
+  SmallString<256> tmp(buildDir);
+  llvm::sys::path::append(tmp, "tmp");
+  if (std::error_code ec = llvm::sys::fs::create_directories(tmp))
+    return llvm::createStringError(ec, "cannot create " + tmp + ": " +
+                                           ec.message());
+  llvm::Expected<int> status = runProcess(argv, log, tmp);
   if (!status)
     return status.takeError();
   int rc = *status;

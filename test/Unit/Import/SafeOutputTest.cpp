@@ -218,6 +218,13 @@ TEST(SafeOutput, RunProcessReportsStatusAndOutput) {
       runProcess({"/bin/sh", "-c", "kill -TERM $$"}, log);
   ASSERT_TRUE(bool(killed)) << errorMessage(killed);
   EXPECT_EQ(*killed, -SIGTERM);
+  // The child's TMPDIR, when given.
+  ::mkdir(dir.path("t").c_str(), 0700);
+  ::unlink(log.c_str());
+  llvm::Expected<int> env =
+      runProcess({"/bin/sh", "-c", "echo \"$TMPDIR\""}, log, dir.path("t"));
+  ASSERT_TRUE(bool(env)) << errorMessage(env);
+  EXPECT_EQ(readFileBytes(log), dir.path("t") + "\n");
   llvm::Expected<int> missing = runProcess({dir.path("no-such-program")}, log);
   ASSERT_FALSE(bool(missing));
   EXPECT_NE(errorMessage(missing).find("cannot run"), std::string::npos);
