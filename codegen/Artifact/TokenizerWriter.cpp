@@ -57,13 +57,21 @@ Error writeTokenizerJson(StringRef path, const TokenizerDesc &tok) {
   if (!doc)
     return createStringError(inconvertibleErrorCode(),
                              path + ": " + toString(doc.takeError()));
+  std::string text;
+  raw_string_ostream(text) << *doc << '\n';
+  if (text.size() > kMaxTokenizerJsonBytes)
+    return createStringError(
+        inconvertibleErrorCode(),
+        path + ": would be " + Twine(text.size()) + " bytes, more than the " +
+            Twine(kMaxTokenizerJsonBytes >> 20) +
+            " MiB the runtime reads (vocabulary too large)");
   std::error_code ec;
   raw_fd_ostream os(path, ec, sys::fs::OF_None);
   if (ec)
     return createStringError(inconvertibleErrorCode(),
                              path + ": cannot open for writing: " +
                                  ec.message());
-  os << *doc << '\n';
+  os << text;
   os.close();
   if (os.has_error()) {
     std::string msg = os.error().message();

@@ -237,6 +237,7 @@ static std::string describe(const Json &v) {
 }
 
 /// Far above any real vocabulary (Llama 3's 128K pieces are a few MB).
+/// kiln-compile's TokenizerWriter (kMaxTokenizerJsonBytes) stays within it.
 constexpr uint64_t kMaxTokenizerBytes = uint64_t(512) << 20;
 
 /// The Kiln tokenizer format nests 3 deep (object, merges, pair); deeper
