@@ -102,8 +102,10 @@ static llvm::Error checkReplaceable(StringRef dir) {
   auto buffer = mlir::kiln::detail::readRegularFile(
       manifestPath, mlir::kiln::detail::kMaxJsonConfigBytes, "a manifest file");
   if (!buffer) {
-    llvm::consumeError(buffer.takeError());
-    return refuse("is a non-empty directory without manifest.json");
+    std::string why = llvm::toString(buffer.takeError());
+    if (!fs::exists(manifestPath))
+      return refuse("is a non-empty directory without manifest.json");
+    return refuse("has a manifest.json that cannot be read (" + why + ")");
   }
   if (llvm::Error e = mlir::kiln::detail::checkJsonDepth(
           (*buffer)->getBuffer(), manifestPath))

@@ -112,6 +112,8 @@ def main(argv=None):
            files={"tokenizer.json": deep})
     hf_dir("hf-deep-tokenizer-config", "tokenizer_config.json is %d nested arrays" % DEEP,
            files={"tokenizer_config.json": deep})
+    hf_dir("hf-deep-index", "model.safetensors.index.json is %d nested arrays" % DEEP,
+           files={"model.safetensors.index.json": deep})
     hf_dir("hf-deep-header", "safetensors header is %d nested arrays" % DEEP,
            st=st_bytes({}, b"", header_text=deep))
     # The depth is in a value, after a string full of brackets.
