@@ -6,6 +6,7 @@
 #include "codegen/Artifact/WeightWriter.h"
 #include "codegen/CPU/Passes.h"
 #include "dialects/Kiln/IR/KilnOps.h"
+#include "dialects/Kiln/Import/ImportUtils.h"
 #include "dialects/Kiln/Import/Prequantized.h"
 #include "dialects/Plan/IR/PlanOps.h"
 #include "passes/Transforms/WeightRecipe.h"
@@ -95,9 +96,20 @@ static llvm::Error checkReplaceable(StringRef dir) {
   };
   SmallString<256> manifestPath(dir);
   llvm::sys::path::append(manifestPath, "manifest.json");
-  auto buffer = llvm::MemoryBuffer::getFile(manifestPath);
-  if (!buffer)
-    return refuse("is a non-empty directory without manifest.json");
+  // A regular file of bounded size (a FIFO here must not hang us), nested
+  // at most kMaxJsonDepth deep (json::parse recurses).
+  auto buffer = mlir::kiln::detail::readRegularFile(
+      manifestPath, mlir::kiln::detail::kMaxJsonConfigBytes, "a manifest file");
+  if (!buffer) {
+    std::string why = llvm::toString(buffer.takeError());
+    if (!fs::exists(manifestPath))
+      return refuse("is a non-empty directory without manifest.json");
+    return refuse("has a manifest.json that cannot be read (" + why + ")");
+  }
+  if (llvm::Error e = mlir::kiln::detail::checkJsonDepth(
+          (*buffer)->getBuffer(), manifestPath))
+    return refuse("has a manifest.json that is not valid JSON (" +
+                  llvm::toString(std::move(e)) + ")");
   llvm::Expected<llvm::json::Value> manifest =
       llvm::json::parse((*buffer)->getBuffer());
   if (!manifest) {

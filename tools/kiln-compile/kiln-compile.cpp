@@ -348,6 +348,8 @@ int main(int argc, char **argv) {
   auto desc = importModel(modelPath, tokenizerPath);
   if (!desc)
     return fail(llvm::toString(desc.takeError()));
+  for (const std::string &note : desc->notes)
+    llvm::errs() << "kiln-compile: note: " << note << "\n";
   if (maxSeqLen > desc->config.maxSeqLen)
     return fail("--max-seq-len=" + std::to_string(maxSeqLen) +
                 " exceeds the model's context of " +

@@ -20,6 +20,7 @@
 // timing on stderr. Errors: "kiln-eval: error: ..." on stderr, exit status 1.
 //
 //===----------------------------------------------------------------------===//
+#include "dialects/Kiln/Import/ImportUtils.h"
 #include "kiln_rt/api.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -112,25 +113,14 @@ double nowSec() {
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
+/// Reads the --text file: a regular file (a FIFO or device is refused
+/// before anything blocks) of at most kMaxTextBytes.
 std::string readTextFile(const std::string &path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0)
-    fail("--text " + path + ": cannot open: " + std::strerror(errno));
-  if (S_ISDIR(st.st_mode))
-    fail("--text " + path + ": is a directory, expected a text file");
-  std::FILE *f = std::fopen(path.c_str(), "rb");
-  if (!f)
-    fail("--text " + path + ": cannot open: " + std::strerror(errno));
-  std::string text;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
-    text.append(buf, n);
-  bool bad = std::ferror(f);
-  int err = errno;
-  std::fclose(f);
-  if (bad)
-    fail("--text " + path + ": read failed: " + std::strerror(err));
+  auto buf = mlir::kiln::detail::readRegularFile(
+      path, mlir::kiln::detail::kMaxTextBytes, "a text file");
+  if (!buf)
+    fail("--text " + llvm::toString(buf.takeError()));
+  std::string text = (*buf)->getBuffer().str();
   if (text.empty())
     fail("--text " + path + ": the file is empty");
   return text;
