@@ -70,7 +70,8 @@ namespace fs = llvm::sys::fs;
 static bool isArtifactFile(StringRef name) {
   return llvm::is_contained(ArrayRef<StringRef>{"manifest.json", "model.so",
                                                 "model.cpp", "model.cu",
-                                                "weights.bin", "tokenizer.json"},
+                                                "weights.bin", "tokenizer.json",
+                                                "manifest.sig"},
                             name);
 }
 
@@ -244,8 +245,13 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
     auto hash = hashFileXXH3(p);
     if (!hash)
       return hash.takeError();
+    // BLAKE2b-256: what a signature of the manifest binds the contents to.
+    auto blake = hashFileBlake2b(p);
+    if (!blake)
+      return blake.takeError();
     files[name] = llvm::json::Object{{"bytes", static_cast<int64_t>(size)},
-                                     {"xxh3_64", *hash}};
+                                     {"xxh3_64", *hash},
+                                     {"blake2b_256", *blake}};
   }
   auto getI64 = [&](Operation *op, StringRef name) -> int64_t {
     auto a = op->getAttrOfType<IntegerAttr>(name);
@@ -299,6 +305,13 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest))) << "\n";
   if (auto err = writeFile(pathIn("manifest.json"), text))
     return err;
+  if (in.signKey) {
+    ::kiln::sign::Signature sig = ::kiln::sign::signMessage(*in.signKey, text);
+    if (auto err = writeFile(pathIn(::kiln::sign::kSignatureFile),
+                             StringRef(reinterpret_cast<const char *>(sig.data()),
+                                       sig.size())))
+      return err;
+  }
 
   // Swap into place.
   if (fs::exists(outDir))

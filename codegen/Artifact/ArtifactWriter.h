@@ -5,6 +5,7 @@
 
 #include "dialects/Kiln/Import/ModelDesc.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "runtime/src/sign/Signing.h"
 #include "llvm/Support/Error.h"
 
 #include <vector>
@@ -25,13 +26,17 @@ struct ArtifactInputs {
   std::string kvDtype = "f32"; ///< KV cache: f32, f16, bf16, int8 or fp8_e4m3
   std::string pipeline;                ///< pass pipeline, for the manifest
   std::string quant = "none";          ///< quantization recipe, for the manifest
+  /// When set, manifest.sig (its Ed25519 signature of manifest.json) is
+  /// written too (docs/security.md).
+  const ::kiln::sign::SecretKey *signKey = nullptr;
 };
 
 /// Writes the artifact directory `outDir` (docs/artifact.md): weights.bin
 /// streamed one tensor at a time at the plan's offsets in `dtype`,
 /// tokenizer.json, the emitted code (model.cpp compiled by the host compiler
 /// for the cpu target, model.cu compiled by nvcc for sm_80/sm_90a for the
-/// cuda target) as model.so, and manifest.json with the checksums.
+/// cuda target) as model.so, manifest.json with the checksums (XXH3-64 and
+/// BLAKE2b-256 of every file) and, given `signKey`, manifest.sig.
 /// Everything is written into a sibling temporary directory first and
 /// renamed into place at the end, so a failure leaves any previous artifact
 /// untouched. Refuses to replace a non-empty directory that is not a Kiln

@@ -57,6 +57,10 @@ writeWeightsFile(llvm::StringRef path, llvm::ArrayRef<WeightDesc> weights,
 /// XXH3-64 of the file at `path` as 16 lowercase hex digits (streamed).
 llvm::Expected<std::string> hashFileXXH3(llvm::StringRef path);
 
+/// BLAKE2b-256 (unkeyed, libsodium crypto_generichash) of the file at `path`
+/// as 64 lowercase hex digits (streamed): the manifest's files.*.blake2b_256.
+llvm::Expected<std::string> hashFileBlake2b(llvm::StringRef path);
+
 } // namespace mlir::kiln
 
 #endif // KILN_CODEGEN_ARTIFACT_WEIGHTWRITER_H

@@ -87,6 +87,7 @@ LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
                                            : opts.kvCache;
   inputs.pipeline = opts.pipeline;
   inputs.quant = opts.quant;
+  inputs.signKey = opts.signKey;
   if (auto err = writeArtifact(opts.outputDir, inputs))
     return emitError(UnknownLoc::get(&context))
            << llvm::toString(std::move(err));

@@ -54,6 +54,11 @@ void kiln_plan_info(kiln_plan_info_t *out) {
   out->vocab_size = 16;
   out->kv_cache_bytes = 1 * 2 * 32 * 1 * 2 * 4;
   out->max_seq = 32;
+  // weights.bin is 256 bytes; the fake model reads only its first float, but
+  // claims prefill reads it all (the extent check compares these with the
+  // size of weights.bin).
+  out->prefill_weights_extent = 256;
+  out->decode_weights_extent = 4;
 }
 
 } // extern "C"
