@@ -9,7 +9,21 @@
 //===----------------------------------------------------------------------===//
 #include "kiln_rt/kernel_abi.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+
+#ifdef KILN_RT_FAKE_MODEL_MARKER
+/// The marker model (built from this file with KILN_RT_FAKE_MODEL_MARKER):
+/// proof that it was loaded. Constructors run inside dlopen(), before any
+/// check after it could refuse the artifact, so a test that finds no file
+/// at $KILN_RT_TEST_MARKER knows the library was never dlopen()ed.
+__attribute__((constructor)) static void markLoaded() {
+  if (const char *path = std::getenv("KILN_RT_TEST_MARKER"))
+    if (std::FILE *f = std::fopen(path, "w"))
+      std::fclose(f);
+}
+#endif
 
 extern "C" {
 
