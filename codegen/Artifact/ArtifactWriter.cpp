@@ -242,16 +242,13 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
     uint64_t size = 0;
     if (std::error_code ec = fs::file_size(p, size))
       return llvm::createStringError(ec, "cannot stat " + p);
-    auto hash = hashFileXXH3(p);
-    if (!hash)
-      return hash.takeError();
-    // BLAKE2b-256: what a signature of the manifest binds the contents to.
-    auto blake = hashFileBlake2b(p);
-    if (!blake)
-      return blake.takeError();
+    // BLAKE2b-256 is what a signature of the manifest binds contents to.
+    auto hashes = hashFileForManifest(p);
+    if (!hashes)
+      return hashes.takeError();
     files[name] = llvm::json::Object{{"bytes", static_cast<int64_t>(size)},
-                                     {"xxh3_64", *hash},
-                                     {"blake2b_256", *blake}};
+                                     {"xxh3_64", hashes->xxh3},
+                                     {"blake2b_256", hashes->blake2b}};
   }
   auto getI64 = [&](Operation *op, StringRef name) -> int64_t {
     auto a = op->getAttrOfType<IntegerAttr>(name);

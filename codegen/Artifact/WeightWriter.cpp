@@ -409,13 +409,25 @@ Expected<std::string> hashFileXXH3(StringRef path) {
   return hex;
 }
 
-Expected<std::string> hashFileBlake2b(StringRef path) {
-  ::kiln::sign::Blake2b hasher;
-  if (Error err = streamFile(path, [&](const char *data, size_t n) {
-        hasher.update(data, n);
-      }))
+Expected<FileHashes> hashFileForManifest(StringRef path) {
+  XXH3_state_t *state = XXH3_createState();
+  if (!state)
+    return writerError(path, "cannot allocate an XXH3 state");
+  XXH3_64bits_reset(state);
+  ::kiln::sign::Blake2b blake;
+  Error err = streamFile(path, [&](const char *data, size_t n) {
+    XXH3_64bits_update(state, data, n);
+    blake.update(data, n);
+  });
+  uint64_t hash = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  if (err)
     return std::move(err);
-  return hasher.hexDigest();
+  FileHashes out;
+  raw_string_ostream(out.xxh3) << format_hex_no_prefix(hash, 16,
+                                                       /*Upper=*/false);
+  out.blake2b = blake.hexDigest();
+  return out;
 }
 
 } // namespace mlir::kiln

@@ -57,9 +57,15 @@ writeWeightsFile(llvm::StringRef path, llvm::ArrayRef<WeightDesc> weights,
 /// XXH3-64 of the file at `path` as 16 lowercase hex digits (streamed).
 llvm::Expected<std::string> hashFileXXH3(llvm::StringRef path);
 
-/// BLAKE2b-256 (unkeyed, libsodium crypto_generichash) of the file at `path`
-/// as 64 lowercase hex digits (streamed): the manifest's files.*.blake2b_256.
-llvm::Expected<std::string> hashFileBlake2b(llvm::StringRef path);
+/// The hashes manifest.json lists for a file (docs/artifact.md).
+struct FileHashes {
+  std::string xxh3;    ///< XXH3-64, 16 lowercase hex digits (files.*.xxh3_64)
+  std::string blake2b; ///< unkeyed BLAKE2b-256 (libsodium crypto_generichash),
+                       ///< 64 lowercase hex digits (files.*.blake2b_256)
+};
+
+/// Both hashes of the file at `path`, in one streamed pass.
+llvm::Expected<FileHashes> hashFileForManifest(llvm::StringRef path);
 
 } // namespace mlir::kiln
 

@@ -101,6 +101,20 @@ TEST(ArtifactFiles, WeightExtentBeyondWeightsFile) {
   EXPECT_EQ(code, KILN_RT_DATA_LOSS);
 }
 
+// A model.so built against the plan_info.h of kernel ABI 3 (no weight
+// extents) behind a manifest edited to claim ABI 4 is refused, not trusted.
+TEST(ArtifactFiles, PlanInfoWithoutWeightExtents) {
+  FakeArtifact f;
+  f.files["model.so"] = readFile(KILN_RT_OLD_PLAN_MODEL);
+  f.write();
+  kiln_rt_status_code_t code = KILN_RT_OK;
+  EXPECT_EQ(f.openWith(nullptr, 0, &code),
+            f.dir + "/model.so: kiln_plan_info reports no weight extents "
+                    "(built against an older plan_info.h; recompile the "
+                    "artifact)");
+  EXPECT_EQ(code, KILN_RT_UNIMPLEMENTED);
+}
+
 /// A key pair and a directory holding its public key, for one test.
 struct TestKey {
   TestKey() {

@@ -71,8 +71,10 @@ void kiln_plan_info(kiln_plan_info_t *out) {
   // weights.bin is 256 bytes; the fake model reads only its first float, but
   // claims prefill reads it all (the extent check compares these with the
   // size of weights.bin).
+#ifndef KILN_RT_FAKE_MODEL_OLD_PLAN_INFO // built like a kernel ABI 3 model
   out->prefill_weights_extent = 256;
   out->decode_weights_extent = 4;
+#endif
 }
 
 } // extern "C"
