@@ -213,8 +213,10 @@ bool readSecretKeyFile(const std::string &path, SecretKey &out,
   mode_t mode;
   if (!readKeyFile(path, text, mode, error))
     return false;
-  bool ok = true;
-  if (mode & (S_IRWXG | S_IRWXO)) {
+  // The kind of file first (a public key given by mistake is not a
+  // permission problem), then who may read it.
+  bool ok = parseSecretKey(text, path, out, error);
+  if (ok && (mode & (S_IRWXG | S_IRWXO))) {
     char octal[8];
     std::snprintf(octal, sizeof(octal), "%04o", unsigned(mode & 07777));
     error = path + ": permissions " + octal +
@@ -222,7 +224,6 @@ bool readSecretKeyFile(const std::string &path, SecretKey &out,
             path + ")";
     ok = false;
   }
-  ok = ok && parseSecretKey(text, path, out, error);
   sodium_memzero(text.data(), text.size());
   return ok;
 }
