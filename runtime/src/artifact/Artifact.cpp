@@ -364,8 +364,9 @@ static std::string errnoText() { return std::strerror(errno); }
 
 /// Largest manifest.json read (a 70B model's lists ~700 tensors: ~150 KB).
 static constexpr uint64_t kMaxManifestBytes = uint64_t(64) << 20;
-/// Largest tokenizer.json read (a 256k-piece vocabulary is ~20 MB).
-static constexpr uint64_t kMaxTokenizerBytes = uint64_t(1) << 30;
+/// Largest tokenizer.json read: the limit of Tokenizer::load (Tokenizer.cpp)
+/// and kiln-compile's TokenizerWriter (a 256k-piece vocabulary is ~20 MB).
+static constexpr uint64_t kMaxTokenizerBytes = uint64_t(512) << 20;
 /// Largest model.so copied into memory to be loaded (signed artifacts).
 static constexpr uint64_t kMaxSignedCodeBytes = uint64_t(4) << 30;
 
