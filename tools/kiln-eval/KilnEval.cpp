@@ -83,6 +83,13 @@ static cl::opt<bool> noVerify("no-verify",
                               cl::desc("Skip XXH3 checksums of artifact files "
                                        "(sizes are still checked)"),
                               cl::cat(evalCategory));
+static cl::opt<std::string> trustedKeys(
+    "trusted-keys",
+    cl::desc("Require the artifact to be signed (manifest.sig) by one of the "
+             "Ed25519 public keys in DIR (its *.pub files, or one key file); "
+             "checked with every file's BLAKE2b-256 before model.so is "
+             "loaded (docs/security.md)"),
+    cl::value_desc("DIR"), cl::cat(evalCategory));
 static cl::opt<std::string> dumpTokens(
     "dump-tokens",
     cl::desc("Test hook: write the evaluated token ids (no BOS), one per line, "
@@ -137,9 +144,14 @@ struct Model {
   }
   void open(const std::string &path) {
     dir = path;
-    check(kiln_rt_artifact_open(path.c_str(),
-                                noVerify ? KILN_RT_OPEN_SKIP_CHECKSUMS : 0,
-                                &artifact));
+    if (noVerify && !trustedKeys.empty())
+      fail("--no-verify and --trusted-keys are mutually exclusive");
+    kiln_rt_open_options_t openOptions{};
+    openOptions.flags = noVerify ? KILN_RT_OPEN_SKIP_CHECKSUMS : 0;
+    openOptions.trusted_keys =
+        trustedKeys.empty() ? nullptr : trustedKeys.c_str();
+    check(kiln_rt_artifact_open_with_options(path.c_str(), &openOptions,
+                                             &artifact));
     kiln_rt_artifact_info(artifact, &info);
     check(kiln_rt_session_create(artifact, &session));
   }
