@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "codegen/CPU/Passes.h"
+#include "codegen/Artifact/SafeOutput.h"
 #include "dialects/Plan/IR/PlanOps.h"
 
 #include "mlir/IR/IRMapping.h"
@@ -41,14 +42,14 @@ static constexpr const char *kPointerMacros = R"(
 
 static constexpr const char *kCpuPrologue =
     R"(// Emitted by kiln-compile (CPU target). Do not edit.
-#if KILN_ABI_VERSION != 3
-#error "emitted for kernel ABI version 3"
+#if KILN_ABI_VERSION != 4
+#error "emitted for kernel ABI version 4"
 #endif)";
 
 static constexpr const char *kCudaPrologue =
     R"(// Emitted by kiln-compile (CUDA target). Do not edit.
-#if KILN_CUDA_ABI_VERSION != 1
-#error "emitted for CUDA ABI version 1"
+#if KILN_CUDA_ABI_VERSION != 2
+#error "emitted for CUDA ABI version 2"
 #endif)";
 
 namespace {
@@ -308,6 +309,22 @@ static std::string planInfoExport(ModuleOp module) {
   };
   int64_t arena = attr(module, "plan.arena_bytes"), maxTokens = 0, vocab = 0,
           kvBytes = 0, maxSeq = 0;
+  // Weight extent of an entry point: the end of the furthest weight it
+  // addresses, which the runtime checks against the size of weights.bin.
+  SymbolTable symbols(module);
+  llvm::StringMap<int64_t> weightExtent;
+  for (func::FuncOp f : module.getOps<func::FuncOp>()) {
+    int64_t &extent = weightExtent[f.getSymName()];
+    f.walk([&](plan::WeightRefOp ref) {
+      auto decl = symbols.lookup<plan::WeightOp>(ref.getName());
+      if (!decl)
+        return;
+      MemRefType t = cast<MemRefType>(decl.getType());
+      int64_t bytes = t.getNumElements() * (int64_t)
+                      llvm::divideCeil(t.getElementTypeBitWidth(), 8);
+      extent = std::max<int64_t>(extent, int64_t(decl.getOffset()) + bytes);
+    });
+  }
   module.walk([&](Operation *op) {
     if (auto f = dyn_cast<func::FuncOp>(op); f && f.getSymName() == "prefill")
       maxTokens = attr(f, "plan.max_tokens");
@@ -329,6 +346,10 @@ static std::string planInfoExport(ModuleOp module) {
      << "  out->vocab_size = " << vocab << ";\n"
      << "  out->kv_cache_bytes = " << kvBytes << ";\n"
      << "  out->max_seq = " << maxSeq << ";\n"
+     << "  out->prefill_weights_extent = " << weightExtent.lookup("prefill")
+     << ";\n"
+     << "  out->decode_weights_extent = " << weightExtent.lookup("decode")
+     << ";\n"
      << "}";
   return text;
 }
@@ -384,26 +405,36 @@ LogicalResult emitCpp(ModuleOp module, llvm::raw_ostream &os) {
   return emitc::translateToCpp(module, os);
 }
 
-/// Runs `argv` (argv[0] is the program), capturing its output; on failure
-/// the error names the file being compiled and carries the diagnostics.
-static llvm::Error runCompiler(ArrayRef<StringRef> argv, StringRef what) {
-  SmallString<128> log;
-  if (std::error_code ec =
-          llvm::sys::fs::createTemporaryFile("kiln-cxx", "log", log))
-    return llvm::createStringError(ec, "cannot create a temporary file");
-  std::optional<StringRef> redirects[] = {std::nullopt, StringRef(log),
-                                          StringRef(log)};
-  std::string errMsg;
-  int rc = llvm::sys::ExecuteAndWait(argv[0], argv, std::nullopt, redirects, 0,
-                                     0, &errMsg);
+/// Runs `argv` (argv[0] is the program), capturing its output in
+/// `buildDir`/compiler.log, with `buildDir`/tmp as its TMPDIR; on failure the error names the file being
+/// compiled and carries the diagnostics. The compiler runs in a process
+/// group of its own, registered with the cleanup registry (runProcess,
+/// SafeOutput.h), so a SIGINT or SIGTERM to Kiln stops it and its
+/// subprocesses too instead of leaving them writing into a removed
+/// directory.
+static llvm::Error runCompiler(ArrayRef<StringRef> argv, StringRef what,
+                               StringRef buildDir) {
+  SmallString<256> log(buildDir);
+  llvm::sys::path::append(log, "compiler.log");
+  llvm::sys::fs::remove(log);
+  SmallString<256> tmp(buildDir);
+  llvm::sys::path::append(tmp, "tmp");
+  if (std::error_code ec = llvm::sys::fs::create_directories(tmp))
+    return llvm::createStringError(ec, "cannot create " + tmp + ": " +
+                                           ec.message());
+  llvm::Expected<int> status = runProcess(argv, log, tmp);
+  if (!status)
+    return status.takeError();
+  int rc = *status;
   auto diagnostics = llvm::MemoryBuffer::getFile(log);
   std::string text = diagnostics ? (*diagnostics)->getBuffer().str() : "";
   llvm::sys::fs::remove(log);
   if (rc != 0)
     return llvm::createStringError(
-        "compiling " + what + " with " + argv[0] + " failed (exit " +
-        std::to_string(rc) + ")" + (errMsg.empty() ? "" : ": " + errMsg) +
-        (text.empty() ? "" : "\n" + text));
+        "compiling " + what + " with " + argv[0] + " failed (" +
+        (rc < 0 ? "killed by signal " + std::to_string(-rc)
+                : "exit " + std::to_string(rc)) +
+        ")" + (text.empty() ? "" : "\n" + text));
   return llvm::Error::success();
 }
 
@@ -419,7 +450,7 @@ llvm::Error compileSharedObject(StringRef cppPath, StringRef soPath,
   std::string include = ("-I" + includeDir).str();
   return runCompiler({*exe, "-std=c++17", "-O2", "-fPIC", "-shared", include,
                       cppPath, "-o", soPath},
-                     cppPath);
+                     cppPath, includeDir);
 }
 
 llvm::Error compileCudaSharedObject(StringRef cuPath, StringRef soPath,
@@ -447,7 +478,7 @@ llvm::Error compileCudaSharedObject(StringRef cuPath, StringRef soPath,
                       "-gencode=arch=compute_80,code=sm_80",
                       "-gencode=arch=compute_90a,code=sm_90a", include, cuPath,
                       "-o", soPath, libPath, rpath, "-lcublasLt"},
-                     cuPath);
+                     cuPath, includeDir);
 }
 
 } // namespace mlir::kiln

@@ -63,7 +63,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         f.bytes <= kMaxFileBytes)
       dir.writeZeros(f.name, f.bytes);
   std::unique_ptr<Artifact> artifact;
-  bool verify = !text.empty() && text[0] == ' ';
-  (void)Artifact::open(dir.path(), verify, artifact);
+  OpenOptions options;
+  options.verifyChecksums = !text.empty() && text[0] == ' ';
+  (void)Artifact::open(dir.path(), options, artifact);
   return 0;
 }

@@ -33,8 +33,10 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "codegen/Artifact/SafeOutput.h"
 #include "codegen/Pipeline/Pipeline.h"
 #include "dialects/Kiln/IR/KilnOps.h"
+#include "dialects/Kiln/Import/ImportUtils.h"
 #include "dialects/Kiln/Import/ModelDesc.h"
 #include "dialects/Plan/IR/PlanOps.h"
 #include "passes/Conversion/Passes.h"
@@ -337,6 +339,14 @@ int main(int argc, char **argv) {
                 "token)");
   if (outputPath.empty())
     return fail("-o needs a file name");
+  // A symbolic link is followed: the file it points to is replaced (via a
+  // temporary file beside it) and the link kept, as kiln-compile's -o does.
+  if (fs::is_symlink_file(outputPath)) {
+    llvm::Expected<ResolvedOutput> resolved = resolveOutputPath(outputPath);
+    if (!resolved)
+      return fail(llvm::toString(resolved.takeError()));
+    outputPath.setValue(resolved->path);
+  }
   if (fs::is_directory(outputPath))
     return fail(outputPath + ": is a directory (expected the calibration "
                              "file to write)");
@@ -358,12 +368,10 @@ int main(int argc, char **argv) {
   std::unique_ptr<llvm::MemoryBuffer> textHolder;
   llvm::StringRef text;
   if (!selfGenerate) {
-    auto textBuffer =
-        llvm::MemoryBuffer::getFile(textPath, /*IsText=*/false,
-                                    /*RequiresNullTerminator=*/false);
+    auto textBuffer = mlir::kiln::detail::readRegularFile(
+        textPath, mlir::kiln::detail::kMaxTextBytes, "a text file");
     if (!textBuffer)
-      return fail(textPath + ": cannot read the calibration text: " +
-                  textBuffer.getError().message());
+      return fail("--text " + llvm::toString(textBuffer.takeError()));
     textHolder = std::move(*textBuffer);
     text = textHolder->getBuffer();
     if (text.trim().empty())
@@ -373,20 +381,26 @@ int main(int argc, char **argv) {
   auto desc = importModel(modelPath, tokenizerPath);
   if (!desc)
     return fail(llvm::toString(desc.takeError()));
+  for (const std::string &note : desc->notes)
+    llvm::errs() << kTool << ": note: " << note << "\n";
   int64_t context = desc->config.maxSeqLen;
   if (ctxLen > context)
     return fail("--ctx=" + std::to_string(ctxLen) +
                 " exceeds the model's context of " + std::to_string(context) +
                 " tokens");
 
-  // Compile the observing artifact into a temporary directory.
-  llvm::SmallString<256> tempDir;
-  if (std::error_code ec = fs::createUniqueDirectory(kTool, tempDir))
-    return fail("cannot create a temporary directory: " + ec.message());
-  llvm::scope_exit removeTemp(
-      [&] { fs::remove_directories(tempDir, /*IgnoreErrors=*/true); });
-  llvm::SmallString<256> artifactDir(tempDir);
-  llvm::sys::path::append(artifactDir, "artifact");
+  // Compile the observing artifact into a private temporary directory,
+  // removed on every exit path, signals included (SafeOutput.h); first
+  // remove what killed runs left.
+  llvm::SmallString<256> systemTemp;
+  llvm::sys::path::system_temp_directory(/*ErasedOnReboot=*/true, systemTemp);
+  std::string tempPrefix = std::string(kTool) + "-";
+  for (const std::string &line : removeStaleScratchDirs(systemTemp, tempPrefix))
+    llvm::errs() << kTool << ": note: " << line << "\n";
+  llvm::Expected<ScratchDir> tempDir = ScratchDir::create(systemTemp, tempPrefix);
+  if (!tempDir)
+    return fail(llvm::toString(tempDir.takeError()));
+  std::string artifactDir = tempDir->child("artifact");
 
   std::vector<std::string> tapNames;
   std::vector<std::pair<std::string, std::string>> weightInputs;
@@ -422,7 +436,7 @@ int main(int argc, char **argv) {
       return success();
     };
     options.pipeline = kPipeline;
-    options.outputDir = artifactDir.str().str();
+    options.outputDir = artifactDir;
     if (failed(compileModel(mlirContext, *desc, options)))
       return 1;
   }

@@ -3,6 +3,7 @@
 #include "dialects/Kiln/Import/ImportUtils.h"
 
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -10,8 +11,13 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstring>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 using namespace llvm;
 
@@ -31,20 +37,149 @@ Error prefixError(StringRef file, Error err) {
   return fileError(file, toString(std::move(err)));
 }
 
-Expected<uint64_t> getFileSize(StringRef path) {
-  sys::fs::file_status status;
-  if (std::error_code ec = sys::fs::status(path, status))
-    return fileError(path, "cannot open: " + ec.message());
-  if (status.type() == sys::fs::file_type::directory_file)
-    return fileError(path, "is a directory, expected a file");
-  return status.getSize();
+//===----------------------------------------------------------------------===//
+// Regular files, bounded reads, JSON depth
+//===----------------------------------------------------------------------===//
+
+/// "a FIFO (named pipe)", "a directory", ... for a non-regular `mode`.
+static StringRef describeFileKind(mode_t mode) {
+  if (S_ISDIR(mode))
+    return "a directory";
+  if (S_ISFIFO(mode))
+    return "a FIFO (named pipe)";
+  if (S_ISCHR(mode))
+    return "a character device";
+  if (S_ISBLK(mode))
+    return "a block device";
+  if (S_ISSOCK(mode))
+    return "a socket";
+  return "not a regular file";
+}
+
+static Error notRegularError(StringRef path, mode_t mode, StringRef what) {
+  return fileError(path, "is " + describeFileKind(mode) + ", expected " + what);
+}
+
+static Error errnoError(StringRef path, int err) {
+  return fileError(path, Twine("cannot open: ") + std::strerror(err));
+}
+
+Error checkRegularFile(StringRef path, StringRef what) {
+  struct stat st;
+  if (::stat(path.str().c_str(), &st) != 0)
+    return errnoError(path, errno);
+  if (!S_ISREG(st.st_mode))
+    return notRegularError(path, st.st_mode, what);
+  return Error::success();
+}
+
+Expected<int> openRegularFile(StringRef path, StringRef what,
+                              uint64_t maxBytes, uint64_t &size) {
+  // stat first so that no device is even opened (opening some has side
+  // effects), then open without blocking and fstat the descriptor, so a
+  // file swapped for a FIFO in between cannot hang us either.
+  if (Error e = checkRegularFile(path, what))
+    return std::move(e);
+  std::string p = path.str();
+  int fd;
+  do {
+    fd = ::open(p.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0)
+    return errnoError(path, errno);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return errnoError(path, err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return notRegularError(path, st.st_mode, what);
+  }
+  // Reads of a regular file never block; clear the flag anyway.
+  if (int flags = ::fcntl(fd, F_GETFL); flags >= 0)
+    (void)::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  size = static_cast<uint64_t>(st.st_size);
+  if (size > maxBytes) {
+    ::close(fd);
+    return fileError(path, "is " + Twine(size) +
+                               " bytes, more than the limit of " +
+                               Twine(maxBytes) + " bytes for " + what);
+  }
+  return fd;
+}
+
+Expected<std::unique_ptr<MemoryBuffer>>
+readRegularFile(StringRef path, uint64_t maxBytes, StringRef what) {
+  uint64_t size = 0;
+  Expected<int> fd = openRegularFile(path, what, maxBytes, size);
+  if (!fd)
+    return fd.takeError();
+  ErrorOr<std::unique_ptr<MemoryBuffer>> buf = MemoryBuffer::getOpenFile(
+      *fd, path, size, /*RequiresNullTerminator=*/false);
+  ::close(*fd);
+  if (!buf)
+    return fileError(path, "cannot read: " + buf.getError().message());
+  return std::move(*buf);
+}
+
+Error checkJsonDepth(StringRef text, StringRef file, uint64_t baseOffset,
+                     unsigned maxDepth) {
+  unsigned depth = 0;
+  bool inString = false;
+  for (size_t i = 0, e = text.size(); i < e; ++i) {
+    char c = text[i];
+    if (inString) {
+      if (c == '\\')
+        ++i; // The escaped character cannot end the string.
+      else if (c == '"')
+        inString = false;
+      continue;
+    }
+    if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > maxDepth)
+        return fileError(file, "JSON nested deeper than " + Twine(maxDepth) +
+                                   " at offset " + Twine(baseOffset + i));
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return Error::success();
+}
+
+Expected<json::Value> readJsonFile(StringRef path, uint64_t maxBytes,
+                                   StringRef what) {
+  Expected<std::unique_ptr<MemoryBuffer>> buf =
+      readRegularFile(path, maxBytes, what);
+  if (!buf)
+    return buf.takeError();
+  StringRef text = (*buf)->getBuffer();
+  if (Error e = checkJsonDepth(text, path))
+    return std::move(e);
+  Expected<json::Value> v = json::parse(text);
+  if (!v)
+    return fileError(path, "invalid JSON: " + toString(v.takeError()));
+  return v;
+}
+
+Expected<uint64_t> getFileSize(StringRef path, StringRef what) {
+  uint64_t size = 0;
+  Expected<int> fd = openRegularFile(path, what, UINT64_MAX, size);
+  if (!fd)
+    return fd.takeError();
+  ::close(*fd);
+  return size;
 }
 
 Error readFileRange(StringRef path, uint64_t offset, MutableArrayRef<char> out,
                     StringRef what) {
-  Expected<sys::fs::file_t> fd = sys::fs::openNativeFileForRead(path);
+  uint64_t size = 0;
+  Expected<int> fd = openRegularFile(path, "a regular file", UINT64_MAX, size);
   if (!fd)
-    return fileError(path, "cannot open: " + toString(fd.takeError()));
+    return fd.takeError();
   uint64_t done = 0;
   Error err = Error::success();
   while (done < out.size()) {
@@ -65,7 +200,7 @@ Error readFileRange(StringRef path, uint64_t offset, MutableArrayRef<char> out,
     }
     done += *n;
   }
-  sys::fs::closeFile(*fd);
+  ::close(*fd);
   return err;
 }
 
@@ -235,7 +370,7 @@ Error checkLimits(const LlamaConfig &c, StringRef file) {
                 {c.nKvHeads, "n_kv_heads", 16},
                 {c.headDim, "head_dim", 16},
                 {c.vocabSize, "vocab_size", 26},
-                {c.maxSeqLen, "max_seq_len", 26}};
+                {c.maxSeqLen, "max_seq_len", 40}};
   for (const Limit &l : limits)
     if (l.value > (int64_t(1) << l.log2))
       return fileError(file, "implausible " + l.what + " " + Twine(l.value) +
@@ -343,26 +478,100 @@ bool isBytePiece(StringRef piece) {
          piece.ends_with(">") && isHexDigit(piece[3]) && isHexDigit(piece[4]);
 }
 
+std::string quotePiece(StringRef piece) {
+  std::string out;
+  raw_string_ostream os(out);
+  os << '\'';
+  printEscapedString(piece, os);
+  os << '\'';
+  return out;
+}
+
 Error checkTokenizer(const TokenizerDesc &tok, StringRef file) {
   size_t n = tok.pieces.size();
   if (tok.scores.size() != n || tok.types.size() != n)
     return fileError(file, "tokenizer has " + Twine(n) + " pieces but " +
                                Twine(tok.scores.size()) + " scores and " +
                                Twine(tok.types.size()) + " types");
+  if (tok.model != "spm" && tok.model != "bpe")
+    return fileError(file, "tokenizer model '" + tok.model +
+                               "' is not implemented (expected 'spm' or "
+                               "'bpe')");
   if (n == 0)
     return Error::success();
-  auto checkId = [&](int32_t id, StringRef what) -> Error {
-    if (id >= 0 && static_cast<size_t>(id) < n)
+  if (n > static_cast<size_t>(INT32_MAX))
+    return fileError(file, "tokenizer has " + Twine(n) +
+                               " pieces, more than ids can address");
+  for (size_t id = 0; id < n; ++id) {
+    if (!std::isfinite(tok.scores[id]))
+      return fileError(file, "token " + Twine(id) + " " +
+                                 quotePiece(tok.pieces[id]) + " has score " +
+                                 formatFloat(tok.scores[id]) +
+                                 ", expected a finite number");
+    int32_t type = tok.types[id];
+    if (type < 1 || type > 6)
+      return fileError(file, "token " + Twine(id) + " " +
+                                 quotePiece(tok.pieces[id]) + " has type " +
+                                 Twine(type) +
+                                 ", expected 1 (normal), 2 (unknown), 3 "
+                                 "(control), 4 (user-defined), 5 (unused) or "
+                                 "6 (byte)");
+  }
+  auto checkId = [&](int32_t id, StringRef what, bool allowNone) -> Error {
+    if ((allowNone && id == -1) || (id >= 0 && static_cast<size_t>(id) < n))
       return Error::success();
     return fileError(file, Twine(what) + " " + Twine(id) +
                                " is out of range for a vocabulary of " +
                                Twine(n) + " pieces");
   };
-  if (Error e = checkId(tok.bosId, "bos id"))
+  if (Error e = checkId(tok.bosId, "bos id", false))
     return e;
-  if (Error e = checkId(tok.eosId, "eos id"))
+  if (Error e = checkId(tok.eosId, "eos id", false))
     return e;
-  return checkId(tok.unkId, "unk id");
+  if (Error e = checkId(tok.unkId, "unk id", true))
+    return e;
+  if (tok.model != "bpe") {
+    if (!tok.merges.empty())
+      return fileError(file, "tokenizer model 'spm' merges by score but has " +
+                                 Twine(tok.merges.size()) + " merges");
+    return Error::success();
+  }
+  // Merges: "left right", both halves and their concatenation are pieces.
+  // The artifact spells a merge with one space, so halves cannot hold one.
+  StringSet<> known;
+  for (const std::string &p : tok.pieces)
+    known.insert(p);
+  for (auto [rank, m] : llvm::enumerate(tok.merges)) {
+    StringRef merge(m);
+    auto [left, right] = merge.split(' ');
+    std::string where =
+        "merge " + std::to_string(rank) + " " + quotePiece(merge);
+    if (left.empty() || right.empty() || right.contains(' '))
+      return fileError(file, where + " is not two non-empty pieces "
+                                     "separated by one space");
+    if (!known.contains(left))
+      return fileError(file, where + ": piece " + quotePiece(left) +
+                                 " is not in the vocabulary");
+    if (!known.contains(right))
+      return fileError(file, where + ": piece " + quotePiece(right) +
+                                 " is not in the vocabulary");
+    if (!known.contains((left + right).str()))
+      return fileError(file, where + ": merged piece " +
+                                 quotePiece((left + right).str()) +
+                                 " is not in the vocabulary");
+  }
+  return Error::success();
+}
+
+Error rejectUserDefinedPieces(const TokenizerDesc &tok, StringRef file) {
+  for (auto [id, type] : llvm::enumerate(tok.types))
+    if (type == 4)
+      return fileError(file, "token " + Twine(id) + " " +
+                                 quotePiece(tok.pieces[id]) +
+                                 " is user-defined (type 4): matching "
+                                 "user-defined pieces inside text is not "
+                                 "implemented");
+  return Error::success();
 }
 
 Error fitTokenizer(TokenizerDesc &tok, StringRef tokFile, int64_t vocabSize,
