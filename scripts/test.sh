@@ -4,7 +4,10 @@
 # suites; numerics against the numpy reference; end-to-end generation on the
 # real models; bad-input cases), then rebuilds the importers, runtime and
 # tools with ASan+UBSan in build-asan/ and reruns the unit, importer and
-# integration tests there. Prints "kiln: N passed, N failed" at the end.
+# integration tests there, and finally builds the libFuzzer targets with
+# clang in build-fuzz/ and runs each briefly (scripts/fuzz.sh, 20 s per
+# target or $KILN_CI_FUZZ_SECONDS; KILN_SKIP_FUZZ=1 skips) plus the fuzz
+# regression inputs. Prints "kiln: N passed, N failed" at the end.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 lit=/usr/lib/llvm-22/bin/lit
@@ -21,10 +24,23 @@ if [ "${KILN_SKIP_ASAN:-0}" != "1" ]; then
        bash "$root/scripts/build.sh" -DKILN_ENABLE_SANITIZERS=ON -DKILN_ENABLE_CUDA=OFF; then
     ASAN_OPTIONS="detect_leaks=0:abort_on_error=0" UBSAN_OPTIONS="print_stacktrace=1" \
       "$lit" -sv "$root/build-asan/test/Unit" "$root/build-asan/test/Integration" \
-      "$root/build-asan/test/Import" 2>&1 | tee -a "$log"
+      "$root/build-asan/test/Import" "$root/build-asan/test/Fuzz" 2>&1 | tee -a "$log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   else
     echo "kiln: ASan build failed"; status=1
+  fi
+fi
+
+if [ "${KILN_SKIP_FUZZ:-0}" != "1" ]; then
+  echo "== Fuzzing (build-fuzz/, ${KILN_CI_FUZZ_SECONDS:-20} s per target) =="
+  # Each target counts as one test in the "Passed:"/"Failed:" lines below.
+  bash "$root/scripts/fuzz.sh" all "${KILN_CI_FUZZ_SECONDS:-20}" 2>&1 | tee -a "$log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  if [ -f "$root/build-fuzz/test/lit.site.cfg.py" ]; then
+    (ulimit -s 1048576 2>/dev/null
+     ASAN_OPTIONS="allow_user_poisoning=0:detect_leaks=0" \
+       "$lit" -sv "$root/build-fuzz/test/Fuzz") 2>&1 | tee -a "$log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   fi
 fi
 

@@ -35,6 +35,8 @@ tools = ["kiln-opt", "kiln-compile", "kiln-calibrate", "kiln-run", "kiln-bench",
          "kiln-keygen",
          "KilnImportTests", "kiln_runtime_tests", "kiln_rt_text_tests",
          "kiln-gpu-kernel-check"]
+tools += ["kiln-fuzz-" + t for t in ("gguf", "hf", "llama2c", "tokbin", "tokjson",
+                                      "tokenizer", "calibration", "artifact", "ir")]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 
 if shutil.which("nvcc") or os.path.exists("/usr/local/cuda/bin/nvcc"):
@@ -45,6 +47,8 @@ if os.environ.get("KILN_TEST_GPU") == "1":
     config.available_features.add("cuda-gpu")
 if config.kiln_sanitizers in ("ON", "1", "TRUE", "YES"):
     config.available_features.add("asan")
+if config.kiln_fuzzers in ("ON", "1", "TRUE", "YES"):
+    config.available_features.add("libfuzzer")
 try:
     import numpy  # noqa: F401
     config.available_features.add("numpy")

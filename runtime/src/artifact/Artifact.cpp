@@ -157,6 +157,9 @@ Status parseManifest(const std::string &text, const std::string &dir,
       what = what.substr(p + 2);
     return dataLoss(where + ": invalid JSON at byte " + std::to_string(e.byte) +
                     ": " + what);
+  } catch (const json::exception &e) {
+    // Parsing throws other errors too, e.g. out_of_range for "1e400".
+    return dataLoss(where + ": invalid JSON: " + e.what());
   }
   if (!root.is_object())
     return dataLoss(where + ": top level must be a JSON object");
