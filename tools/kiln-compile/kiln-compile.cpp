@@ -426,17 +426,18 @@ int main(int argc, char **argv) {
     // --emit: the text goes to -o FILE (written to a temporary file beside
     // it and renamed into place, so a failure leaves FILE as it was) or, by
     // default or with -o -, to stdout.
-    bool compiled = false;
+    bool ran = false, compiled = false;
     llvm::Error err = llvm::writeToOutput(
         outputDir.empty() ? std::string("-") : outputDir.getValue(),
         [&](llvm::raw_ostream &os) -> llvm::Error {
+          ran = true;
           options.emitStream = &os;
           compiled = succeeded(compileModel(context, *desc, options));
           if (!compiled) // diagnosed already; keep FILE as it was
             return llvm::createStringError("compilation failed");
           return llvm::Error::success();
         });
-    if (!compiled) {
+    if (ran && !compiled) {
       llvm::consumeError(std::move(err));
       return 1;
     }
