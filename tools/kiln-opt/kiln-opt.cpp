@@ -35,6 +35,7 @@
 #include "mlir/Transforms/Passes.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
 
 namespace cl = llvm::cl;
 
@@ -92,6 +93,15 @@ int main(int argc, char **argv) {
       registry.getDialectNames(), [&](llvm::StringRef d) { header += d; },
       [&] { header += ","; });
   kiln::tool::parseCommandLine(argc, argv, header);
+  // MlirOptMain reports a missing input without the tool's name; say it
+  // here (without opening the file: it may be a pipe).
+  llvm::sys::fs::file_status status;
+  if (inputFilename != "-")
+    if (std::error_code ec = llvm::sys::fs::status(inputFilename, status)) {
+      llvm::errs() << "kiln-opt: error: cannot open input file '"
+                   << inputFilename << "': " << ec.message() << "\n";
+      return 1;
+    }
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, inputFilename, outputFilename, registry));
 }
