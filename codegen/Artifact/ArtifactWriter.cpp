@@ -1,6 +1,7 @@
 //===- ArtifactWriter.cpp - write a compiled artifact directory -----------===//
 
 #include "codegen/Artifact/ArtifactWriter.h"
+#include "codegen/Artifact/SafeOutput.h"
 #include "codegen/Artifact/TokenizerWriter.h"
 #include "codegen/Artifact/WeightWriter.h"
 #include "codegen/CPU/Passes.h"
@@ -11,13 +12,11 @@
 #include "kiln_rt/cuda_abi.h"
 #include "kiln_rt/kernel_abi.h"
 
-#include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
-#include "llvm/Support/Process.h"
 #include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
@@ -141,27 +140,70 @@ static llvm::json::Object modelJson(const LlamaConfig &c, ModuleOp plan) {
   };
 }
 
-llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in) {
+llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
+                                      const ArtifactInputs &in) {
   ModuleOp planModule = in.plan;
   const LlamaConfig &cfg = in.model->config;
+  auto note = [&](const llvm::Twine &message) {
+    if (in.note)
+      in.note(message);
+    else
+      llvm::errs() << "kiln: note: " << message << "\n";
+  };
+
+  // "out.kiln/" is out.kiln; a symbolic link is followed, so what it points
+  // to is replaced and the link is kept (docs/artifact.md).
+  llvm::Expected<ResolvedOutput> resolved = resolveOutputPath(outPath);
+  if (!resolved)
+    return resolved.takeError();
+  std::string outDir = resolved->path;
+  std::string via = resolved->symlinkVia.empty()
+                        ? std::string()
+                        : " (where the symbolic link " + resolved->symlinkVia +
+                              " points)";
 
   // Refuse to clobber anything but a Kiln artifact: an existing directory
   // may be replaced only if its manifest.json says it is one and it holds
   // nothing but artifact files.
-  if (fs::exists(outDir)) {
+  auto checkTarget = [&]() -> llvm::Error {
+    if (!fs::exists(outDir))
+      return llvm::Error::success();
     if (!fs::is_directory(outDir))
-      return llvm::createStringError(outDir + " exists and is not a directory");
+      return llvm::createStringError(outDir + via +
+                                     " exists and is not a directory");
     if (auto err = checkReplaceable(outDir))
-      return err;
-  }
+      return llvm::createStringError(llvm::toString(std::move(err)) + via);
+    return llvm::Error::success();
+  };
+  if (auto err = checkTarget())
+    return err;
 
-  SmallString<256> tmp(outDir);
-  tmp += ".kiln-tmp-" + std::to_string(llvm::sys::Process::getProcessId());
-  fs::remove_directories(tmp);
-  if (std::error_code ec = fs::create_directories(tmp))
-    return llvm::createStringError(ec, "cannot create " + tmp + ": " +
+  SmallString<256> parent(llvm::sys::path::parent_path(outDir));
+  if (parent.empty())
+    parent = ".";
+  if (std::error_code ec = fs::create_directories(parent))
+    return llvm::createStringError(ec, "cannot create " + parent + ": " +
                                            ec.message());
-  llvm::scope_exit cleanup([&] { fs::remove_directories(tmp); });
+
+  // Everything is written into a private scratch directory beside the
+  // target (same file system, so the final rename is atomic), named
+  // unpredictably and removed on every exit path (SafeOutput.h):
+  //   <name>.kiln-tmp-XXXXXX/artifact/  the new artifact
+  //   <name>.kiln-tmp-XXXXXX/build/     headers and compiler log
+  // First, what killed runs left there.
+  std::string scratchPrefix =
+      (llvm::sys::path::filename(outDir) + ".kiln-tmp-").str();
+  for (const std::string &line : removeStaleScratchDirs(parent, scratchPrefix))
+    note(line);
+  llvm::Expected<ScratchDir> scratch = ScratchDir::create(parent, scratchPrefix);
+  if (!scratch)
+    return scratch.takeError();
+  std::string tmp = scratch->child("artifact");
+  std::string includeDir = scratch->child("build");
+  for (const std::string &dir : {tmp, includeDir})
+    if (std::error_code ec = fs::create_directory(dir, /*IgnoreExisting=*/false))
+      return llvm::createStringError(ec, "cannot create " + dir + ": " +
+                                             ec.message());
   auto pathIn = [&](StringRef name) {
     SmallString<256> p(tmp);
     llvm::sys::path::append(p, name);
@@ -204,13 +246,11 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
     return err;
 
   // Compile the emitted code against the embedded kernel ABI header.
-  SmallString<256> includeDir;
-  if (std::error_code ec = fs::createUniqueDirectory("kiln-include", includeDir))
-    return llvm::createStringError(ec, "cannot create a temporary directory");
-  llvm::scope_exit cleanupInclude([&] { fs::remove_directories(includeDir); });
   SmallString<256> headerDir(includeDir);
   llvm::sys::path::append(headerDir, "kiln_rt");
-  fs::create_directories(headerDir);
+  if (std::error_code ec = fs::create_directory(headerDir))
+    return llvm::createStringError(ec, "cannot create " + headerDir + ": " +
+                                           ec.message());
   auto writeHeader = [&](StringRef dir, StringRef name, StringRef text) {
     SmallString<256> header(dir);
     llvm::sys::path::append(header, name);
@@ -300,14 +340,20 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outDir, const ArtifactInputs &in
   if (auto err = writeFile(pathIn("manifest.json"), text))
     return err;
 
-  // Swap into place.
-  if (fs::exists(outDir))
-    if (std::error_code ec = fs::remove_directories(outDir))
-      return llvm::createStringError(ec, "cannot replace " + outDir + ": " +
-                                            ec.message());
-  if (std::error_code ec = fs::rename(tmp, outDir))
-    return llvm::createStringError(ec, "cannot move the artifact into " +
-                                           outDir + ": " + ec.message());
-  cleanup.release();
+  // Swap into place: renameat2(RENAME_EXCHANGE) over an existing artifact,
+  // so outDir is the old or the new artifact at every instant. Check the
+  // target again first: compiling took a while.
+  if (auto err = checkTarget())
+    return err;
+  llvm::Expected<std::string> old =
+      moveDirectoryIntoPlace(tmp, outDir, scratch->child("old"));
+  if (!old)
+    return llvm::createStringError("cannot move the artifact into " + outDir +
+                                   via + ": " +
+                                   llvm::toString(old.takeError()));
+  // The old artifact (if any) and the build files go with the scratch
+  // directory.
+  if (auto err = scratch->remove())
+    note(llvm::toString(std::move(err)));
   return llvm::Error::success();
 }

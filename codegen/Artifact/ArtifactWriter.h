@@ -7,6 +7,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/Error.h"
 
+#include <functional>
 #include <vector>
 
 namespace mlir::kiln {
@@ -25,18 +26,26 @@ struct ArtifactInputs {
   std::string kvDtype = "f32"; ///< KV cache: f32, f16, bf16, int8 or fp8_e4m3
   std::string pipeline;                ///< pass pipeline, for the manifest
   std::string quant = "none";          ///< quantization recipe, for the manifest
+  /// Receives notes (stale temporary directories removed or left alone);
+  /// unset: printed to stderr as "kiln: note: ...".
+  std::function<void(const llvm::Twine &)> note;
 };
 
-/// Writes the artifact directory `outDir` (docs/artifact.md): weights.bin
+/// Writes the artifact directory `outPath` (docs/artifact.md): weights.bin
 /// streamed one tensor at a time at the plan's offsets in `dtype`,
 /// tokenizer.json, the emitted code (model.cpp compiled by the host compiler
 /// for the cpu target, model.cu compiled by nvcc for sm_80/sm_90a for the
 /// cuda target) as model.so, and manifest.json with the checksums.
-/// Everything is written into a sibling temporary directory first and
-/// renamed into place at the end, so a failure leaves any previous artifact
-/// untouched. Refuses to replace a non-empty directory that is not a Kiln
-/// artifact. Errors name the file and the step that failed.
-llvm::Error writeArtifact(llvm::StringRef outDir, const ArtifactInputs &in);
+/// Trailing slashes are ignored and a symbolic link is followed (what it
+/// points to is replaced, the link kept). Everything, build files included,
+/// is written into a private scratch directory beside the target
+/// (`<name>.kiln-tmp-XXXXXX`, ScratchDir), moved into place with an atomic
+/// rename/exchange at the end and removed on every failure path, signals
+/// included, so a failure leaves any previous artifact untouched. Scratch
+/// directories of killed runs are removed (or reported) first. Refuses to
+/// replace anything but an empty directory or a Kiln artifact. Errors name
+/// the file and the step that failed.
+llvm::Error writeArtifact(llvm::StringRef outPath, const ArtifactInputs &in);
 
 } // namespace mlir::kiln
 

@@ -2,42 +2,32 @@
 
 #include "codegen/Artifact/TokenizerWriter.h"
 
+#include "dialects/Kiln/Import/ImportUtils.h"
+
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
-
-#include <cmath>
 
 using namespace llvm;
 
 namespace mlir::kiln {
 
 Expected<json::Value> tokenizerToJson(const TokenizerDesc &tok) {
-  size_t n = tok.pieces.size();
-  if (tok.scores.size() != n || tok.types.size() != n)
+  // The runtime's loader applies the same rules (docs/artifact.md,
+  // "Validity"): never write a tokenizer kiln-run would refuse.
+  if (Error e = detail::checkTokenizer(tok, "tokenizer"))
+    return std::move(e);
+  if (tok.pieces.empty())
     return createStringError(inconvertibleErrorCode(),
-                             "tokenizer has " + Twine(n) + " pieces but " +
-                                 Twine(tok.scores.size()) + " scores and " +
-                                 Twine(tok.types.size()) + " types");
-  for (auto [what, id] : {std::pair<StringRef, int32_t>{"bos_id", tok.bosId},
-                          {"eos_id", tok.eosId},
-                          {"unk_id", tok.unkId}})
-    if (n > 0 && (id < 0 || static_cast<size_t>(id) >= n))
-      return createStringError(inconvertibleErrorCode(),
-                               "tokenizer " + what + " " + Twine(id) +
-                                   " is out of range for " + Twine(n) +
-                                   " pieces");
+                             "tokenizer has no pieces");
+  size_t n = tok.pieces.size();
   json::Array pieces, scores, types, merges;
   pieces.reserve(n);
   scores.reserve(n);
   types.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     pieces.push_back(toHex(tok.pieces[i], /*LowerCase=*/true));
-    float s = tok.scores[i];
-    // JSON has no infinities or NaN.
-    if (!std::isfinite(s))
-      s = std::isnan(s) ? 0.0f : (s < 0 ? -1e30f : 1e30f);
-    scores.push_back(static_cast<double>(s));
+    scores.push_back(static_cast<double>(tok.scores[i])); // finite
     types.push_back(tok.types[i]);
   }
   merges.reserve(tok.merges.size());
@@ -56,7 +46,9 @@ Expected<json::Value> tokenizerToJson(const TokenizerDesc &tok) {
       {"unk_id", tok.unkId},
       {"add_bos", tok.addBos},
       {"add_dummy_prefix", tok.addDummyPrefix},
+      {"dummy_prefix_unless_space", tok.prefixIfNoSpace},
       {"byte_fallback", tok.byteFallback},
+      {"fuse_unk", tok.fuseUnk},
   };
 }
 
@@ -65,13 +57,21 @@ Error writeTokenizerJson(StringRef path, const TokenizerDesc &tok) {
   if (!doc)
     return createStringError(inconvertibleErrorCode(),
                              path + ": " + toString(doc.takeError()));
+  std::string text;
+  raw_string_ostream(text) << *doc << '\n';
+  if (text.size() > kMaxTokenizerJsonBytes)
+    return createStringError(
+        inconvertibleErrorCode(),
+        path + ": would be " + Twine(text.size()) + " bytes, more than the " +
+            Twine(kMaxTokenizerJsonBytes >> 20) +
+            " MiB the runtime reads (vocabulary too large)");
   std::error_code ec;
   raw_fd_ostream os(path, ec, sys::fs::OF_None);
   if (ec)
     return createStringError(inconvertibleErrorCode(),
                              path + ": cannot open for writing: " +
                                  ec.message());
-  os << *doc << '\n';
+  os << text;
   os.close();
   if (os.has_error()) {
     std::string msg = os.error().message();

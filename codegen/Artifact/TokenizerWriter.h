@@ -14,14 +14,22 @@
 #include "llvm/Support/Error.h"
 #include "llvm/Support/JSON.h"
 
+#include <cstdint>
+
 namespace mlir::kiln {
 
 /// The kiln-tokenizer JSON document for `tok` (pieces hex-encoded).
-/// Fails if pieces, scores and types disagree in length or a special id is
-/// out of range.
+/// Fails unless `tok` is valid by detail::checkTokenizer, the rules the
+/// runtime's loader applies (so an artifact's tokenizer always loads), and
+/// on an empty vocabulary.
 llvm::Expected<llvm::json::Value> tokenizerToJson(const TokenizerDesc &tok);
 
-/// Writes tokenizerToJson(tok) to `path`.
+/// The most bytes the runtime's tokenizer loader reads (kMaxTokenizerBytes
+/// in runtime/src/tokenizer/Tokenizer.cpp); the writer stays within it.
+constexpr uint64_t kMaxTokenizerJsonBytes = uint64_t(512) << 20;
+
+/// Writes tokenizerToJson(tok) to `path`; fails if the text would exceed
+/// kMaxTokenizerJsonBytes.
 llvm::Error writeTokenizerJson(llvm::StringRef path, const TokenizerDesc &tok);
 
 } // namespace mlir::kiln

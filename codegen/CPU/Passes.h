@@ -21,14 +21,20 @@ LogicalResult emitCpp(ModuleOp module, llvm::raw_ostream &os);
 
 /// Compiles `cppPath` into the shared object `soPath` with the host C++
 /// compiler ($KILN_HOST_CXX, else c++), adding `includeDir` to the include
-/// path. Errors carry the compiler's exit status and diagnostics.
+/// path. `includeDir` is a scratch directory the caller owns and removes:
+/// the compiler's output is captured in `includeDir`/compiler.log (and
+/// removed) and `includeDir`/tmp is its TMPDIR, so nothing goes to the
+/// system temporary directory. A SIGINT/SIGTERM
+/// meanwhile stops the compiler as well. Errors carry the compiler's exit
+/// status and diagnostics.
 llvm::Error compileSharedObject(llvm::StringRef cppPath, llvm::StringRef soPath,
                                 llvm::StringRef includeDir);
 
 /// Compiles the CUDA C++ file `cuPath` into the shared object `soPath` with
 /// nvcc ($KILN_NVCC, else nvcc on PATH, else /usr/local/cuda/bin/nvcc) for
 /// sm_80 and sm_90a, linking cuBLASLt and the CUDA runtime (rpath to the
-/// toolkit's lib64). Errors carry nvcc's exit status and diagnostics.
+/// toolkit's lib64). `includeDir` as for compileSharedObject. Errors carry
+/// nvcc's exit status and diagnostics.
 llvm::Error compileCudaSharedObject(llvm::StringRef cuPath,
                                     llvm::StringRef soPath,
                                     llvm::StringRef includeDir);

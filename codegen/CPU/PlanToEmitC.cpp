@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "codegen/CPU/Passes.h"
+#include "codegen/Artifact/SafeOutput.h"
 #include "dialects/Plan/IR/PlanOps.h"
 
 #include "mlir/IR/IRMapping.h"
@@ -384,26 +385,36 @@ LogicalResult emitCpp(ModuleOp module, llvm::raw_ostream &os) {
   return emitc::translateToCpp(module, os);
 }
 
-/// Runs `argv` (argv[0] is the program), capturing its output; on failure
-/// the error names the file being compiled and carries the diagnostics.
-static llvm::Error runCompiler(ArrayRef<StringRef> argv, StringRef what) {
-  SmallString<128> log;
-  if (std::error_code ec =
-          llvm::sys::fs::createTemporaryFile("kiln-cxx", "log", log))
-    return llvm::createStringError(ec, "cannot create a temporary file");
-  std::optional<StringRef> redirects[] = {std::nullopt, StringRef(log),
-                                          StringRef(log)};
-  std::string errMsg;
-  int rc = llvm::sys::ExecuteAndWait(argv[0], argv, std::nullopt, redirects, 0,
-                                     0, &errMsg);
+/// Runs `argv` (argv[0] is the program), capturing its output in
+/// `buildDir`/compiler.log, with `buildDir`/tmp as its TMPDIR; on failure the error names the file being
+/// compiled and carries the diagnostics. The compiler runs in a process
+/// group of its own, registered with the cleanup registry (runProcess,
+/// SafeOutput.h), so a SIGINT or SIGTERM to Kiln stops it and its
+/// subprocesses too instead of leaving them writing into a removed
+/// directory.
+static llvm::Error runCompiler(ArrayRef<StringRef> argv, StringRef what,
+                               StringRef buildDir) {
+  SmallString<256> log(buildDir);
+  llvm::sys::path::append(log, "compiler.log");
+  llvm::sys::fs::remove(log);
+  SmallString<256> tmp(buildDir);
+  llvm::sys::path::append(tmp, "tmp");
+  if (std::error_code ec = llvm::sys::fs::create_directories(tmp))
+    return llvm::createStringError(ec, "cannot create " + tmp + ": " +
+                                           ec.message());
+  llvm::Expected<int> status = runProcess(argv, log, tmp);
+  if (!status)
+    return status.takeError();
+  int rc = *status;
   auto diagnostics = llvm::MemoryBuffer::getFile(log);
   std::string text = diagnostics ? (*diagnostics)->getBuffer().str() : "";
   llvm::sys::fs::remove(log);
   if (rc != 0)
     return llvm::createStringError(
-        "compiling " + what + " with " + argv[0] + " failed (exit " +
-        std::to_string(rc) + ")" + (errMsg.empty() ? "" : ": " + errMsg) +
-        (text.empty() ? "" : "\n" + text));
+        "compiling " + what + " with " + argv[0] + " failed (" +
+        (rc < 0 ? "killed by signal " + std::to_string(-rc)
+                : "exit " + std::to_string(rc)) +
+        ")" + (text.empty() ? "" : "\n" + text));
   return llvm::Error::success();
 }
 
@@ -419,7 +430,7 @@ llvm::Error compileSharedObject(StringRef cppPath, StringRef soPath,
   std::string include = ("-I" + includeDir).str();
   return runCompiler({*exe, "-std=c++17", "-O2", "-fPIC", "-shared", include,
                       cppPath, "-o", soPath},
-                     cppPath);
+                     cppPath, includeDir);
 }
 
 llvm::Error compileCudaSharedObject(StringRef cuPath, StringRef soPath,
@@ -447,7 +458,7 @@ llvm::Error compileCudaSharedObject(StringRef cuPath, StringRef soPath,
                       "-gencode=arch=compute_80,code=sm_80",
                       "-gencode=arch=compute_90a,code=sm_90a", include, cuPath,
                       "-o", soPath, libPath, rpath, "-lcublasLt"},
-                     cuPath);
+                     cuPath, includeDir);
 }
 
 } // namespace mlir::kiln

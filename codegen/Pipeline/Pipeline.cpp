@@ -118,6 +118,9 @@ LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
                                            : opts.kvCache;
   inputs.pipeline = opts.pipeline;
   inputs.quant = opts.quant;
+  inputs.note = [&](const llvm::Twine &message) {
+    emitRemark(UnknownLoc::get(&context)) << "note: " << message.str();
+  };
   if (auto err = writeArtifact(opts.outputDir, inputs))
     return emitError(UnknownLoc::get(&context))
            << llvm::toString(std::move(err));

@@ -33,6 +33,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "codegen/Artifact/SafeOutput.h"
 #include "codegen/Pipeline/Pipeline.h"
 #include "dialects/Kiln/IR/KilnOps.h"
 #include "dialects/Kiln/Import/ModelDesc.h"
@@ -342,6 +343,14 @@ int main(int argc, char **argv) {
                 "token)");
   if (outputPath.empty())
     return fail("-o needs a file name");
+  // A symbolic link is followed: the file it points to is replaced (via a
+  // temporary file beside it) and the link kept, as kiln-compile's -o does.
+  if (fs::is_symlink_file(outputPath)) {
+    llvm::Expected<ResolvedOutput> resolved = resolveOutputPath(outputPath);
+    if (!resolved)
+      return fail(llvm::toString(resolved.takeError()));
+    outputPath.setValue(resolved->path);
+  }
   if (fs::is_directory(outputPath))
     return fail(outputPath + ": is a directory (expected the calibration "
                              "file to write)");
@@ -398,14 +407,18 @@ int main(int argc, char **argv) {
                 " exceeds the model's context of " + std::to_string(context) +
                 " tokens");
 
-  // Compile the observing artifact into a temporary directory.
-  llvm::SmallString<256> tempDir;
-  if (std::error_code ec = fs::createUniqueDirectory(kTool, tempDir))
-    return fail("cannot create a temporary directory: " + ec.message());
-  llvm::scope_exit removeTemp(
-      [&] { fs::remove_directories(tempDir, /*IgnoreErrors=*/true); });
-  llvm::SmallString<256> artifactDir(tempDir);
-  llvm::sys::path::append(artifactDir, "artifact");
+  // Compile the observing artifact into a private temporary directory,
+  // removed on every exit path, signals included (SafeOutput.h); first
+  // remove what killed runs left.
+  llvm::SmallString<256> systemTemp;
+  llvm::sys::path::system_temp_directory(/*ErasedOnReboot=*/true, systemTemp);
+  std::string tempPrefix = std::string(kTool) + "-";
+  for (const std::string &line : removeStaleScratchDirs(systemTemp, tempPrefix))
+    llvm::errs() << kTool << ": note: " << line << "\n";
+  llvm::Expected<ScratchDir> tempDir = ScratchDir::create(systemTemp, tempPrefix);
+  if (!tempDir)
+    return fail(llvm::toString(tempDir.takeError()));
+  std::string artifactDir = tempDir->child("artifact");
 
   std::vector<std::string> tapNames;
   std::vector<std::pair<std::string, std::string>> weightInputs;
@@ -436,7 +449,7 @@ int main(int argc, char **argv) {
       return success();
     };
     options.pipeline = kPipeline;
-    options.outputDir = artifactDir.str().str();
+    options.outputDir = artifactDir;
     if (failed(compileModel(mlirContext, *desc, options)))
       return 1;
   }

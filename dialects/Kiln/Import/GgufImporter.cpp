@@ -18,7 +18,10 @@
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
 
+#include <cfloat>
+#include <cmath>
 #include <cstring>
 
 using namespace llvm;
@@ -511,8 +514,12 @@ static Expected<TokenizerDesc> tokenizerFromGguf(const GgufFile &g) {
     return tok; // No vocabulary in this file.
   std::string modelName = model->value_or("llama");
   if (modelName != "llama")
-    return fileError(g.path, "unsupported tokenizer.ggml.model '" + modelName +
-                                 "' (expected 'llama', SentencePiece)");
+    return fileError(
+        g.path, "unsupported tokenizer.ggml.model '" + modelName + "' (" +
+                    (modelName == "gpt2" ? "GPT-2 style byte-level BPE is not "
+                                           "implemented; "
+                                         : "") +
+                    "expected 'llama', SentencePiece)");
   if (tokens->type != kArray || tokens->elemType != kString)
     return fileError(g.path, "key 'tokenizer.ggml.tokens' at offset " +
                                  Twine(tokens->offset) +
@@ -528,8 +535,16 @@ static Expected<TokenizerDesc> tokenizerFromGguf(const GgufFile &g) {
                                    Twine(scores->offset) + " must be an array "
                                    "of " + Twine(n) + " numbers (one per "
                                    "token)");
-    for (size_t i = 0; i < n; ++i)
-      tok.scores[i] = static_cast<float>(scores->nums[i]);
+    for (size_t i = 0; i < n; ++i) {
+      double d = scores->nums[i];
+      if (!std::isfinite(d) || std::fabs(d) > FLT_MAX)
+        return fileError(g.path, "key 'tokenizer.ggml.scores' at offset " +
+                                     Twine(scores->offset) + ": token " +
+                                     Twine(i) + " has score " +
+                                     (std::isnan(d) ? "nan" : "inf") +
+                                     ", expected a finite number");
+      tok.scores[i] = static_cast<float>(d);
+    }
   }
   if (const GgufValue *types = findKey(g, "tokenizer.ggml.token_type")) {
     if (types->type != kArray || types->nums.size() != n)
@@ -537,8 +552,21 @@ static Expected<TokenizerDesc> tokenizerFromGguf(const GgufFile &g) {
                                    Twine(types->offset) + " must be an array "
                                    "of " + Twine(n) + " integers (one per "
                                    "token)");
-    for (size_t i = 0; i < n; ++i)
-      tok.types[i] = static_cast<int32_t>(types->nums[i]);
+    for (size_t i = 0; i < n; ++i) {
+      double t = types->nums[i];
+      if (!(t >= 1 && t <= 6) || t != std::floor(t)) {
+        std::string shown;
+        raw_string_ostream(shown) << format("%g", t);
+        return fileError(g.path, "key 'tokenizer.ggml.token_type' at "
+                                 "offset " +
+                                     Twine(types->offset) + ": token " +
+                                     Twine(i) + " has type " + shown +
+                                     ", expected 1 (normal), 2 (unknown), "
+                                     "3 (control), 4 (user-defined), 5 "
+                                     "(unused) or 6 (byte)");
+      }
+      tok.types[i] = static_cast<int32_t>(t);
+    }
   } else {
     for (size_t i = 0; i < n; ++i)
       if (isBytePiece(tok.pieces[i]))
@@ -555,9 +583,32 @@ static Expected<TokenizerDesc> tokenizerFromGguf(const GgufFile &g) {
   Expected<int64_t> unk = intKey("tokenizer.ggml.unknown_token_id", 0);
   Expected<int64_t> addBos = intKey("tokenizer.ggml.add_bos_token", 1);
   Expected<int64_t> addSpace = intKey("tokenizer.ggml.add_space_prefix", 1);
-  for (Expected<int64_t> *v : {&bos, &eos, &unk, &addBos, &addSpace})
+  Expected<int64_t> addEos = intKey("tokenizer.ggml.add_eos_token", 0);
+  Expected<int64_t> removeSpaces =
+      intKey("tokenizer.ggml.remove_extra_whitespaces", 0);
+  Expected<int64_t> pad = intKey("tokenizer.ggml.padding_token_id", -1);
+  for (Expected<int64_t> *v :
+       {&bos, &eos, &unk, &addBos, &addSpace, &addEos, &removeSpaces, &pad})
     if (!*v)
       return v->takeError();
+  // Keys whose non-default values change encoding in ways Kiln does not
+  // implement.
+  if (*addEos)
+    return fileError(g.path, "tokenizer.ggml.add_eos_token is true: "
+                             "appending EOS to prompts is not implemented");
+  if (*removeSpaces)
+    return fileError(g.path, "tokenizer.ggml.remove_extra_whitespaces is "
+                             "true, which is not implemented");
+  if (const GgufValue *cm = findKey(g, "tokenizer.ggml.precompiled_charsmap");
+      cm && (!cm->nums.empty() || !cm->strs.empty() || !cm->s.empty()))
+    return fileError(g.path, "tokenizer.ggml.precompiled_charsmap: Unicode "
+                             "normalisation is not implemented");
+  // No padding token is -1, or UINT32_MAX as llama.cpp writes it.
+  if (*pad != -1 && *pad != UINT32_MAX &&
+      (*pad < 0 || static_cast<uint64_t>(*pad) >= n))
+    return fileError(g.path, "tokenizer.ggml.padding_token_id " + Twine(*pad) +
+                                 " is out of range for a vocabulary of " +
+                                 Twine(n) + " pieces");
   auto clampId = [](int64_t id) {
     return id < 0 || id > INT32_MAX ? int32_t(-1) : static_cast<int32_t>(id);
   };
@@ -567,6 +618,8 @@ static Expected<TokenizerDesc> tokenizerFromGguf(const GgufFile &g) {
   tok.addBos = *addBos != 0;
   tok.addDummyPrefix = *addSpace != 0;
   tok.byteFallback = true;
+  if (Error e = rejectUserDefinedPieces(tok, g.path))
+    return std::move(e);
   if (Error e = checkTokenizer(tok, g.path))
     return std::move(e);
   return tok;

@@ -3,6 +3,7 @@
 #include "dialects/Kiln/Import/ImportUtils.h"
 
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -343,26 +344,100 @@ bool isBytePiece(StringRef piece) {
          piece.ends_with(">") && isHexDigit(piece[3]) && isHexDigit(piece[4]);
 }
 
+std::string quotePiece(StringRef piece) {
+  std::string out;
+  raw_string_ostream os(out);
+  os << '\'';
+  printEscapedString(piece, os);
+  os << '\'';
+  return out;
+}
+
 Error checkTokenizer(const TokenizerDesc &tok, StringRef file) {
   size_t n = tok.pieces.size();
   if (tok.scores.size() != n || tok.types.size() != n)
     return fileError(file, "tokenizer has " + Twine(n) + " pieces but " +
                                Twine(tok.scores.size()) + " scores and " +
                                Twine(tok.types.size()) + " types");
+  if (tok.model != "spm" && tok.model != "bpe")
+    return fileError(file, "tokenizer model '" + tok.model +
+                               "' is not implemented (expected 'spm' or "
+                               "'bpe')");
   if (n == 0)
     return Error::success();
-  auto checkId = [&](int32_t id, StringRef what) -> Error {
-    if (id >= 0 && static_cast<size_t>(id) < n)
+  if (n > static_cast<size_t>(INT32_MAX))
+    return fileError(file, "tokenizer has " + Twine(n) +
+                               " pieces, more than ids can address");
+  for (size_t id = 0; id < n; ++id) {
+    if (!std::isfinite(tok.scores[id]))
+      return fileError(file, "token " + Twine(id) + " " +
+                                 quotePiece(tok.pieces[id]) + " has score " +
+                                 formatFloat(tok.scores[id]) +
+                                 ", expected a finite number");
+    int32_t type = tok.types[id];
+    if (type < 1 || type > 6)
+      return fileError(file, "token " + Twine(id) + " " +
+                                 quotePiece(tok.pieces[id]) + " has type " +
+                                 Twine(type) +
+                                 ", expected 1 (normal), 2 (unknown), 3 "
+                                 "(control), 4 (user-defined), 5 (unused) or "
+                                 "6 (byte)");
+  }
+  auto checkId = [&](int32_t id, StringRef what, bool allowNone) -> Error {
+    if ((allowNone && id == -1) || (id >= 0 && static_cast<size_t>(id) < n))
       return Error::success();
     return fileError(file, Twine(what) + " " + Twine(id) +
                                " is out of range for a vocabulary of " +
                                Twine(n) + " pieces");
   };
-  if (Error e = checkId(tok.bosId, "bos id"))
+  if (Error e = checkId(tok.bosId, "bos id", false))
     return e;
-  if (Error e = checkId(tok.eosId, "eos id"))
+  if (Error e = checkId(tok.eosId, "eos id", false))
     return e;
-  return checkId(tok.unkId, "unk id");
+  if (Error e = checkId(tok.unkId, "unk id", true))
+    return e;
+  if (tok.model != "bpe") {
+    if (!tok.merges.empty())
+      return fileError(file, "tokenizer model 'spm' merges by score but has " +
+                                 Twine(tok.merges.size()) + " merges");
+    return Error::success();
+  }
+  // Merges: "left right", both halves and their concatenation are pieces.
+  // The artifact spells a merge with one space, so halves cannot hold one.
+  StringSet<> known;
+  for (const std::string &p : tok.pieces)
+    known.insert(p);
+  for (auto [rank, m] : llvm::enumerate(tok.merges)) {
+    StringRef merge(m);
+    auto [left, right] = merge.split(' ');
+    std::string where =
+        "merge " + std::to_string(rank) + " " + quotePiece(merge);
+    if (left.empty() || right.empty() || right.contains(' '))
+      return fileError(file, where + " is not two non-empty pieces "
+                                     "separated by one space");
+    if (!known.contains(left))
+      return fileError(file, where + ": piece " + quotePiece(left) +
+                                 " is not in the vocabulary");
+    if (!known.contains(right))
+      return fileError(file, where + ": piece " + quotePiece(right) +
+                                 " is not in the vocabulary");
+    if (!known.contains((left + right).str()))
+      return fileError(file, where + ": merged piece " +
+                                 quotePiece((left + right).str()) +
+                                 " is not in the vocabulary");
+  }
+  return Error::success();
+}
+
+Error rejectUserDefinedPieces(const TokenizerDesc &tok, StringRef file) {
+  for (auto [id, type] : llvm::enumerate(tok.types))
+    if (type == 4)
+      return fileError(file, "token " + Twine(id) + " " +
+                                 quotePiece(tok.pieces[id]) +
+                                 " is user-defined (type 4): matching "
+                                 "user-defined pieces inside text is not "
+                                 "implemented");
+  return Error::success();
 }
 
 Error fitTokenizer(TokenizerDesc &tok, StringRef tokFile, int64_t vocabSize,

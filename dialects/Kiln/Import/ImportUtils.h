@@ -106,8 +106,23 @@ float bf16ToFloat(uint16_t h);
 /// Returns true if `piece` is spelled "<0xXX>" (two hex digits).
 bool isBytePiece(llvm::StringRef piece);
 
-/// Checks pieces/scores/types agree and special ids are in range.
+/// `piece` in single quotes, non-printable bytes as \XX escapes.
+std::string quotePiece(llvm::StringRef piece);
+
+/// Checks that `tok` is a valid Kiln tokenizer, the same rules the runtime's
+/// loader applies (docs/artifact.md, "Validity"): pieces, scores and types
+/// agree in length; model is "spm" or "bpe"; every score is finite; every
+/// type is 1..6; bos and eos ids are in range, unk is in range or -1; a "bpe"
+/// tokenizer's merges are "left right" with both halves and their
+/// concatenation in the vocabulary (an "spm" one has none). Errors name
+/// `file`, the token id or merge rank and the piece.
 llvm::Error checkTokenizer(const TokenizerDesc &tok, llvm::StringRef file);
+
+/// Rejects user-defined pieces (type 4): SentencePiece and llama.cpp match
+/// them in the text before merging, which Kiln's encoder does not do.
+/// Called by the readers of source formats (not for synthetic vocabularies).
+llvm::Error rejectUserDefinedPieces(const TokenizerDesc &tok,
+                                    llvm::StringRef file);
 
 /// Makes `tok` (read from `tokFile`) agree with the model's `vocabSize`:
 /// more pieces than vocab_size is an error ("tokenizer FILE has N pieces but

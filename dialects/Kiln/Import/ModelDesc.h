@@ -175,10 +175,17 @@ struct TokenizerDesc {
   std::vector<float> scores;
   std::vector<int32_t> types; ///< 1 normal, 2 unknown, 3 control, 4 user, 6 byte
   std::vector<std::string> merges; ///< bpe only: "left right", rank = index
-  int32_t bosId = 1, eosId = 2, unkId = 0;
+  int32_t bosId = 1, eosId = 2;
+  int32_t unkId = 0; ///< -1: no unknown piece (unknown code points dropped)
   bool addBos = true;
   bool addDummyPrefix = true;
+  /// Add the dummy prefix only when the text does not already start with a
+  /// space (Hugging Face Metaspace); false: always (SentencePiece).
+  bool prefixIfNoSpace = false;
   bool byteFallback = true;
+  /// Consecutive unknown code points give one unk id (HF BPE fuse_unk,
+  /// SentencePiece); false: one unk id per code point.
+  bool fuseUnk = false;
 };
 
 struct ModelDesc {

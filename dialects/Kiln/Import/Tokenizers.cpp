@@ -110,6 +110,11 @@ Expected<TokenizerDesc> readLlama2cTokenizer(StringRef path) {
     int32_t len;
     if (Error e = r.readF32(score, "score of token " + Twine(id)))
       return std::move(e);
+    if (!std::isfinite(score))
+      return fileError(path, "token " + Twine(id) + " has score " +
+                                 (std::isnan(score) ? "nan" : "inf") +
+                                 " at offset " + Twine(r.offset() - 4) +
+                                 ", expected a finite number");
     if (Error e = r.readI32(len, "length of token " + Twine(id)))
       return std::move(e);
     if (len < 0 || len > maxLen)
@@ -167,24 +172,62 @@ static Expected<json::Value> parseJsonFile(StringRef path) {
   return v;
 }
 
-/// True if `v` (a normalizer or pre-tokenizer, possibly a Sequence) contains
-/// an object for which `pred` holds.
-static bool anyComponent(const json::Value *v,
-                         function_ref<bool(const json::Object &)> pred,
-                         int depth = 0) {
-  if (!v || depth > 16)
-    return false;
+/// The "type" field of a tokenizer component ("" if it has none).
+static StringRef componentType(const json::Object &o) {
+  return o.getString("type").value_or("");
+}
+
+/// Appends the components of `v` to `out`: nothing for null, the items of a
+/// "Sequence" (listed under `listKey`, flattened), else `v` itself. Errors
+/// name `field` (e.g. "normalizer").
+static Error flattenComponents(StringRef path, const json::Value *v,
+                               StringRef field, StringRef listKey,
+                               SmallVectorImpl<const json::Object *> &out,
+                               int depth = 0) {
+  if (!v || v->kind() == json::Value::Null)
+    return Error::success();
   const json::Object *o = v->getAsObject();
   if (!o)
-    return false;
-  if (pred(*o))
-    return true;
-  for (StringRef key : {"normalizers", "pretokenizers"})
-    if (const json::Array *items = o->getArray(key))
-      for (const json::Value &item : *items)
-        if (anyComponent(&item, pred, depth + 1))
-          return true;
-  return false;
+    return fileError(path, field + " must be an object or null");
+  if (depth > 16)
+    return fileError(path, field + " nests Sequences more than 16 deep");
+  if (componentType(*o) != "Sequence") {
+    out.push_back(o);
+    return Error::success();
+  }
+  const json::Array *items = o->getArray(listKey);
+  if (!items)
+    return fileError(path, field + " Sequence has no '" + listKey + "' array");
+  for (const json::Value &item : *items)
+    if (Error e =
+            flattenComponents(path, &item, field, listKey, out, depth + 1))
+      return e;
+  return Error::success();
+}
+
+/// True if `v` is {"String": `s`} (a Replace pattern).
+static bool isStringPattern(const json::Value *v, StringRef s) {
+  const json::Object *o = v ? v->getAsObject() : nullptr;
+  return o && o->size() == 1 && o->getString("String") == s;
+}
+
+static Error byteLevelError(StringRef path, StringRef field) {
+  return fileError(path, "unsupported " + field +
+                             " 'ByteLevel' (GPT-2 style byte-level BPE is "
+                             "not implemented); expected a SentencePiece-"
+                             "style BPE tokenizer");
+}
+
+/// Reads an optional boolean field: absent or null gives `dflt`, anything
+/// but a boolean is an error naming `field`.
+static Expected<bool> optionalBool(StringRef path, const json::Object &o,
+                                   StringRef key, StringRef field, bool dflt) {
+  const json::Value *v = o.get(key);
+  if (!v || v->kind() == json::Value::Null)
+    return dflt;
+  if (std::optional<bool> b = v->getAsBoolean())
+    return *b;
+  return fileError(path, field + " must be true or false");
 }
 
 /// Reads a special token given as "text" or {"content": "text"}.
@@ -197,6 +240,158 @@ static std::optional<std::string> tokenContent(const json::Value *v) {
     if (std::optional<StringRef> s = o->getString("content"))
       return s->str();
   return std::nullopt;
+}
+
+/// How the normalizer and pre-tokenizer of a tokenizer.json prepare text.
+/// Kiln implements exactly: optionally prepend "▁", then every ' ' becomes
+/// "▁" (docs/artifact.md, "Hugging Face tokenizer.json").
+struct TextPrep {
+  bool prepend = false;          ///< normalizer Prepend("▁"): always
+  bool replaceSpace = false;     ///< normalizer Replace(' ', "▁")
+  bool metaspace = false;        ///< pre_tokenizer Metaspace("▁")
+  bool metaspacePrepend = false; ///< ... prepending unless a space leads
+  bool metaspaceSplit = false;   ///< ... splitting words at "▁"
+};
+
+static Expected<TextPrep> readTextPrep(StringRef path,
+                                       const json::Object &top) {
+  TextPrep prep;
+  SmallVector<const json::Object *> normalizers, preTokenizers;
+  if (Error e = flattenComponents(path, top.get("normalizer"), "normalizer",
+                                  "normalizers", normalizers))
+    return std::move(e);
+  for (const json::Object *o : normalizers) {
+    StringRef type = componentType(*o);
+    if (type == "Prepend") {
+      if (o->getString("prepend") != StringRef(kSpace) || prep.prepend)
+        return fileError(path,
+                         "normalizer Prepend of " +
+                             quotePiece(o->getString("prepend").value_or("")) +
+                             " is not implemented (Kiln prepends "
+                             "one '\xe2\x96\x81' at most)");
+      prep.prepend = true;
+      continue;
+    }
+    if (type == "Replace") {
+      if (!isStringPattern(o->get("pattern"), " ") ||
+          o->getString("content") != StringRef(kSpace))
+        return fileError(path, "normalizer Replace other than ' ' -> "
+                               "'\xe2\x96\x81' is not implemented");
+      prep.replaceSpace = true;
+      continue;
+    }
+    if (type == "ByteLevel")
+      return byteLevelError(path, "normalizer");
+    return fileError(path, "normalizer '" + type +
+                               "' is not implemented (Kiln implements "
+                               "Prepend('\xe2\x96\x81') and Replace(' ', "
+                               "'\xe2\x96\x81') only)");
+  }
+  if (Error e =
+          flattenComponents(path, top.get("pre_tokenizer"), "pre_tokenizer",
+                            "pretokenizers", preTokenizers))
+    return std::move(e);
+  for (const json::Object *o : preTokenizers) {
+    StringRef type = componentType(*o);
+    if (type == "ByteLevel")
+      return byteLevelError(path, "pre_tokenizer");
+    if (type != "Metaspace" || prep.metaspace)
+      return fileError(path, "pre_tokenizer '" + type +
+                                 "' is not implemented (Kiln implements "
+                                 "one Metaspace('\xe2\x96\x81') only)");
+    if (o->getString("replacement") != StringRef(kSpace))
+      return fileError(
+          path, "pre_tokenizer Metaspace with replacement " +
+                    quotePiece(o->getString("replacement").value_or("")) +
+                    " is not implemented (expected "
+                    "'\xe2\x96\x81')");
+    prep.metaspace = true;
+    if (std::optional<StringRef> scheme = o->getString("prepend_scheme")) {
+      if (*scheme != "always" && *scheme != "first" && *scheme != "never")
+        return fileError(path, "pre_tokenizer Metaspace prepend_scheme '" +
+                                   *scheme + "' is not implemented");
+      prep.metaspacePrepend = *scheme != "never";
+    } else {
+      Expected<bool> b = optionalBool(path, *o, "add_prefix_space",
+                                      "pre_tokenizer Metaspace "
+                                      "add_prefix_space",
+                                      true);
+      if (!b)
+        return b.takeError();
+      prep.metaspacePrepend = *b;
+    }
+    Expected<bool> split =
+        optionalBool(path, *o, "split", "pre_tokenizer Metaspace split", true);
+    if (!split)
+      return split.takeError();
+    prep.metaspaceSplit = *split;
+  }
+  if (!prep.replaceSpace && !prep.metaspace)
+    return fileError(path, "neither the normalizer nor the pre_tokenizer "
+                           "turns ' ' into '\xe2\x96\x81' (expected a "
+                           "Replace normalizer or a Metaspace pre_tokenizer); "
+                           "Kiln's encoder always does");
+  return prep;
+}
+
+/// Rejects decoders Kiln's decoding does not match.
+static Error checkDecoder(StringRef path, const json::Object &top) {
+  SmallVector<const json::Object *> decoders;
+  if (Error e = flattenComponents(path, top.get("decoder"), "decoder",
+                                  "decoders", decoders))
+    return e;
+  for (const json::Object *o : decoders) {
+    StringRef type = componentType(*o);
+    if (type == "ByteFallback" || type == "Fuse" || type == "Strip")
+      continue;
+    if (type == "Metaspace" && o->getString("replacement") == StringRef(kSpace))
+      continue;
+    if (type == "Replace" && isStringPattern(o->get("pattern"), kSpace) &&
+        o->getString("content") == StringRef(" "))
+      continue;
+    if (type == "ByteLevel")
+      return byteLevelError(path, "decoder");
+    return fileError(path, "decoder '" + type +
+                               "' is not implemented (Kiln implements "
+                               "Replace('\xe2\x96\x81', ' '), ByteFallback, "
+                               "Fuse, Strip and Metaspace)");
+  }
+  return Error::success();
+}
+
+/// Reads model.* options that change BPE encoding; rejects those Kiln does
+/// not implement.
+static Error readBpeOptions(StringRef path, const json::Object &model,
+                            TokenizerDesc &tok) {
+  if (const json::Value *d = model.get("dropout");
+      d && d->kind() != json::Value::Null &&
+      d->getAsNumber().value_or(1.0) != 0.0)
+    return fileError(path, "model.dropout is not implemented (BPE dropout "
+                           "skips merges at random); expected null");
+  for (StringRef key : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (const json::Value *v = model.get(key);
+        v && v->kind() != json::Value::Null &&
+        v->getAsString().value_or("x") != "")
+      return fileError(path,
+                       "model." + key + " is not implemented; expected null");
+  Expected<bool> ignoreMerges =
+      optionalBool(path, model, "ignore_merges", "model.ignore_merges", false);
+  if (!ignoreMerges)
+    return ignoreMerges.takeError();
+  if (*ignoreMerges)
+    return fileError(path, "model.ignore_merges is true, which is not "
+                           "implemented (Kiln always applies merges)");
+  Expected<bool> fuse =
+      optionalBool(path, model, "fuse_unk", "model.fuse_unk", false);
+  if (!fuse)
+    return fuse.takeError();
+  Expected<bool> fallback =
+      optionalBool(path, model, "byte_fallback", "model.byte_fallback", false);
+  if (!fallback)
+    return fallback.takeError();
+  tok.fuseUnk = *fuse;
+  tok.byteFallback = *fallback;
+  return Error::success();
 }
 
 Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
@@ -216,14 +411,7 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
   const json::Object *vocab = model->getObject("vocab");
   if (!vocab)
     return fileError(path, "missing object field 'model.vocab'");
-  if (anyComponent(top->get("pre_tokenizer"), [](const json::Object &o) {
-        return o.getString("type") == std::optional<StringRef>("ByteLevel");
-      }))
-    return fileError(path, "unsupported pre_tokenizer 'ByteLevel' (GPT-2 "
-                           "style byte-level BPE); expected a SentencePiece-"
-                           "style BPE tokenizer");
-
-  // Collect (id, piece, type).
+  // Collect (id, piece, type); an id names one piece.
   struct Entry {
     std::string piece;
     int32_t type = 1;
@@ -239,9 +427,14 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
                                  ")");
     if (static_cast<size_t>(id) >= entries.size())
       entries.resize(id + 1);
-    entries[id].piece = piece.str();
-    entries[id].type = ty;
-    entries[id].set = true;
+    Entry &e = entries[id];
+    if (e.set && e.piece != piece)
+      return fileError(path, field + ": id " + Twine(id) +
+                                 " is already the id of " +
+                                 quotePiece(e.piece));
+    e.piece = piece.str();
+    e.type = ty;
+    e.set = true;
     return Error::success();
   };
   for (const auto &kv : *vocab) {
@@ -253,7 +446,11 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
                         "model.vocab['" + StringRef(kv.first) + "']"))
       return std::move(e);
   }
-  if (const json::Array *added = top->getArray("added_tokens")) {
+  if (const json::Value *addedValue = top->get("added_tokens");
+      addedValue && addedValue->kind() != json::Value::Null) {
+    const json::Array *added = addedValue->getAsArray();
+    if (!added)
+      return fileError(path, "added_tokens must be an array");
     for (auto [i, v] : llvm::enumerate(*added)) {
       const json::Object *o = v.getAsObject();
       std::optional<int64_t> id = o ? o->getInteger("id") : std::nullopt;
@@ -263,9 +460,26 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
         return fileError(path, "added_tokens[" + Twine(i) +
                                    "]: expected an object with integer 'id' "
                                    "and string 'content'");
-      bool special = o->getBoolean("special").value_or(false);
-      if (Error e = place(*id, *content, special ? 3 : 4,
-                          "added_tokens[" + Twine(i) + "]"))
+      Expected<bool> special = optionalBool(
+          path, *o, "special",
+          "added_tokens[" + std::to_string(i) + "].special", false);
+      if (!special)
+        return special.takeError();
+      // Kiln never matches added tokens inside text (prompts are plain
+      // text); Hugging Face matches non-special ones, so their ids would
+      // differ. Special ones are control pieces either way.
+      if (!*special)
+        return fileError(path, "added_tokens[" + Twine(i) + "] " +
+                                   quotePiece(*content) +
+                                   " is not special: matching added tokens "
+                                   "inside text is not implemented");
+      if (const json::Value *vid = vocab->get(*content))
+        if (vid->getAsInteger() != id)
+          return fileError(path, "added_tokens[" + Twine(i) + "] " +
+                                     quotePiece(*content) + " has id " +
+                                     Twine(*id) +
+                                     " but model.vocab gives it another");
+      if (Error e = place(*id, *content, 3, "added_tokens[" + Twine(i) + "]"))
         return std::move(e);
     }
   }
@@ -285,20 +499,46 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
     tok.scores.push_back(0.0f);
     ids.try_emplace(e.piece, static_cast<int32_t>(id));
   }
+  // Features: what Kiln does not implement is an error, never other ids.
+  Expected<TextPrep> prep = readTextPrep(path, *top);
+  if (!prep)
+    return prep.takeError();
+  if (Error e = checkDecoder(path, *top))
+    return std::move(e);
+  for (StringRef key : {"truncation", "padding"})
+    if (const json::Value *v = top->get(key);
+        v && v->kind() != json::Value::Null)
+      return fileError(path, key + " is not implemented; expected null");
+  // Metaspace with split=true never merges across a word boundary; Kiln
+  // does not split words, which gives the same ids only if no piece holds
+  // "▁" after its first character.
+  if (prep->metaspace && prep->metaspaceSplit)
+    for (auto [id, p] : llvm::enumerate(tok.pieces))
+      if (tok.types[id] == 1 && StringRef(p).drop_front().contains(kSpace))
+        return fileError(path, "pre_tokenizer Metaspace splits words at "
+                               "'\xe2\x96\x81' but piece " +
+                                   Twine(id) + " " + quotePiece(p) +
+                                   " crosses a word boundary; splitting "
+                                   "words is not implemented");
 
   // Merges: "a b" strings or ["a", "b"] pairs. Each merged piece's score is
   // minus the rank of the first merge producing it, so merging by score
   // (spm) agrees with merging by rank wherever the pair determines the piece.
   std::vector<bool> scored(tok.pieces.size(), false);
-  if (const json::Array *merges = model->getArray("merges")) {
+  if (const json::Value *mergesValue = model->get("merges");
+      mergesValue && mergesValue->kind() != json::Value::Null) {
+    const json::Array *merges = mergesValue->getAsArray();
+    if (!merges)
+      return fileError(path, "model.merges must be an array");
     tok.merges.reserve(merges->size());
     for (auto [rank, v] : llvm::enumerate(*merges)) {
       std::string left, right;
       if (std::optional<StringRef> s = v.getAsString()) {
         auto [l, r] = s->split(' ');
-        if (r.empty() && !s->contains(' '))
-          return fileError(path, "model.merges[" + Twine(rank) + "]: '" + *s +
-                                     "' is not of the form 'left right'");
+        if (l.empty() || r.empty() || r.contains(' '))
+          return fileError(path, "model.merges[" + Twine(rank) +
+                                     "]: " + quotePiece(*s) +
+                                     " is not of the form 'left right'");
         left = l.str();
         right = r.str();
       } else if (const json::Array *pair = v.getAsArray();
@@ -306,13 +546,29 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
                  (*pair)[1].getAsString()) {
         left = (*pair)[0].getAsString()->str();
         right = (*pair)[1].getAsString()->str();
+        if (left.empty() || right.empty() || StringRef(left).contains(' ') ||
+            StringRef(right).contains(' '))
+          return fileError(path, "model.merges[" + Twine(rank) +
+                                     "]: " + quotePiece(left) + " + " +
+                                     quotePiece(right) +
+                                     ": pieces holding a space or empty "
+                                     "pieces are not implemented");
       } else {
         return fileError(path, "model.merges[" + Twine(rank) +
                                    "]: expected a string 'left right' or a "
                                    "pair of strings");
       }
+      for (const std::string *p : {&left, &right})
+        if (!ids.count(*p))
+          return fileError(path, "model.merges[" + Twine(rank) + "]: piece " +
+                                     quotePiece(*p) +
+                                     " is not in the vocabulary");
       auto it = ids.find(left + right);
-      if (it != ids.end() && !scored[it->second]) {
+      if (it == ids.end())
+        return fileError(
+            path, "model.merges[" + Twine(rank) + "]: merged piece " +
+                      quotePiece(left + right) + " is not in the vocabulary");
+      if (!scored[it->second]) {
         scored[it->second] = true;
         tok.scores[it->second] = -static_cast<float>(rank);
       }
@@ -320,22 +576,10 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
     }
   }
 
-  tok.byteFallback = model->getBoolean("byte_fallback").value_or(false);
-  tok.addDummyPrefix =
-      anyComponent(top->get("normalizer"),
-                   [](const json::Object &o) {
-                     return o.getString("type") ==
-                                std::optional<StringRef>("Prepend") &&
-                            o.getString("prepend") ==
-                                std::optional<StringRef>(kSpace);
-                   }) ||
-      anyComponent(top->get("pre_tokenizer"), [](const json::Object &o) {
-        if (o.getString("type") != std::optional<StringRef>("Metaspace"))
-          return false;
-        if (std::optional<StringRef> scheme = o.getString("prepend_scheme"))
-          return *scheme != "never";
-        return o.getBoolean("add_prefix_space").value_or(true);
-      });
+  if (Error e = readBpeOptions(path, *model, tok))
+    return std::move(e);
+  tok.addDummyPrefix = prep->prepend || prep->metaspacePrepend;
+  tok.prefixIfNoSpace = !prep->prepend && prep->metaspacePrepend;
 
   auto idOf = [&](StringRef piece) -> std::optional<int32_t> {
     auto it = ids.find(piece);
@@ -344,17 +588,24 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
     return it->second;
   };
 
-  // unk.
-  tok.unkId = 0;
-  if (std::optional<StringRef> unk = model->getString("unk_token")) {
-    if (std::optional<int32_t> id = idOf(*unk)) {
-      tok.unkId = *id;
-      tok.types[*id] = 2;
-    }
+  // unk: none means unknown code points are dropped, as in Hugging Face.
+  tok.unkId = -1;
+  if (const json::Value *unkValue = model->get("unk_token");
+      unkValue && unkValue->kind() != json::Value::Null) {
+    std::optional<StringRef> unk = unkValue->getAsString();
+    if (!unk)
+      return fileError(path, "model.unk_token must be a string or null");
+    std::optional<int32_t> id = idOf(*unk);
+    if (!id)
+      return fileError(path, "model.unk_token " + quotePiece(*unk) +
+                                 " is not in the vocabulary");
+    tok.unkId = *id;
+    tok.types[*id] = 2;
   }
 
   // bos/eos: tokenizer_config.json, then config.json, then "<s>"/"</s>".
   std::optional<int32_t> bos, eos;
+  std::optional<bool> configAddBos;
   tok.addBos = true;
   StringRef dir = sys::path::parent_path(path);
   std::string tcPath = joinPath(dir, "tokenizer_config.json");
@@ -367,8 +618,10 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
         bos = idOf(*s);
       if (std::optional<std::string> s = tokenContent(o->get("eos_token")))
         eos = idOf(*s);
-      if (std::optional<bool> b = o->getBoolean("add_bos_token"))
-        tok.addBos = *b;
+      configAddBos = o->getBoolean("add_bos_token");
+      if (o->getBoolean("add_eos_token").value_or(false))
+        return fileError(tcPath, "add_eos_token is true: appending EOS to "
+                                 "prompts is not implemented");
     }
   }
   std::string cfgPath = joinPath(dir, "config.json");
@@ -391,6 +644,61 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
     eos = idOf("</s>");
   tok.bosId = bos.value_or(1);
   tok.eosId = eos.value_or(2);
+  if (configAddBos)
+    tok.addBos = *configAddBos;
+
+  // post_processor: what encode() adds around the text. Kiln can prepend
+  // BOS and nothing else.
+  if (const json::Value *pp = top->get("post_processor");
+      pp && pp->kind() != json::Value::Null) {
+    const json::Object *o = pp->getAsObject();
+    StringRef ppType = o ? componentType(*o) : "";
+    const json::Array *single =
+        ppType == "TemplateProcessing" ? o->getArray("single") : nullptr;
+    if (!single)
+      return fileError(path, "post_processor '" + ppType +
+                                 "' is not implemented (Kiln implements "
+                                 "TemplateProcessing with an optional BOS "
+                                 "before the text)");
+    std::optional<std::string> special;
+    bool sawText = false, ok = true;
+    for (const json::Value &item : *single) {
+      const json::Object *io = item.getAsObject();
+      if (!io || io->size() != 1) {
+        ok = false;
+        break;
+      }
+      if (const json::Object *s = io->getObject("SpecialToken");
+          s && !sawText && !special && s->getString("id")) {
+        special = s->getString("id")->str();
+        continue;
+      }
+      if (io->getObject("Sequence") && !sawText) {
+        sawText = true;
+        continue;
+      }
+      ok = false;
+      break;
+    }
+    if (!ok || !sawText)
+      return fileError(path, "post_processor TemplateProcessing 'single' "
+                             "adds tokens Kiln does not (implemented: an "
+                             "optional BOS, then the text)");
+    if (special && idOf(*special) != std::optional<int32_t>(tok.bosId))
+      return fileError(path, "post_processor TemplateProcessing prepends " +
+                                 quotePiece(*special) +
+                                 ", which is not the BOS token (id " +
+                                 Twine(tok.bosId) + ")");
+    if (configAddBos && *configAddBos != special.has_value())
+      return fileError(path, "post_processor TemplateProcessing " +
+                                 Twine(special ? "prepends"
+                                               : "does not "
+                                                 "prepend") +
+                                 " BOS but tokenizer_config.json has "
+                                 "add_bos_token " +
+                                 (*configAddBos ? "true" : "false"));
+    tok.addBos = special.has_value();
+  }
   if (Error e = checkTokenizer(tok, path))
     return std::move(e);
   return tok;
@@ -493,7 +801,13 @@ Expected<TokenizerDesc> readSentencePieceModel(StringRef path) {
   tok.unkId = 0;
   tok.bosId = 1;
   tok.eosId = 2;
+  // SentencePiece merges runs of unknown pieces into one.
+  tok.fuseUnk = true;
   uint64_t modelType = 1; // UNIGRAM is the proto default.
+  // NormalizerSpec defaults (sentencepiece_model.proto).
+  bool removeExtraWhitespaces = true, escapeWhitespaces = true;
+  bool whitespaceAsSuffix = false;
+  std::string normalizerName, charsmap;
   ProtoReader top(path, (*buf)->getBuffer(), 0);
   while (!top.atEnd()) {
     uint32_t num, wt;
@@ -534,16 +848,30 @@ Expected<TokenizerDesc> readSentencePieceModel(StringRef path) {
         StringRef b2;
         if (Error e = sub.field(n2, wt2, v2, b2, at2))
           return std::move(e);
+        if (num == 3 && wt2 == 2) {
+          if (n2 == 1)
+            normalizerName = b2.str();
+          else if (n2 == 2)
+            charsmap = b2.str();
+          continue;
+        }
         if (wt2 != 0)
           continue;
         if (num == 3) {
           if (n2 == 3)
             tok.addDummyPrefix = v2 != 0;
+          else if (n2 == 4)
+            removeExtraWhitespaces = v2 != 0;
+          else if (n2 == 5)
+            escapeWhitespaces = v2 != 0;
           continue;
         }
         switch (n2) {
         case 3:
           modelType = v2;
+          break;
+        case 24:
+          whitespaceAsSuffix = v2 != 0;
           break;
         case 35:
           tok.byteFallback = v2 != 0;
@@ -569,6 +897,23 @@ Expected<TokenizerDesc> readSentencePieceModel(StringRef path) {
                                " (expected 2, BPE; unigram is not supported)");
   if (tok.pieces.empty())
     return fileError(path, "no pieces (is this a SentencePiece model?)");
+  // Kiln's encoder does no normalisation beyond the dummy prefix and
+  // ' ' -> "▁"; anything else would silently give other ids.
+  if (!charsmap.empty())
+    return fileError(path, "normalizer_spec '" + normalizerName +
+                               "' has a precompiled_charsmap: Unicode "
+                               "normalisation is not implemented");
+  if (removeExtraWhitespaces)
+    return fileError(path, "normalizer_spec.remove_extra_whitespaces is "
+                           "true, which is not implemented");
+  if (!escapeWhitespaces)
+    return fileError(path, "normalizer_spec.escape_whitespaces is false, "
+                           "which is not implemented");
+  if (whitespaceAsSuffix)
+    return fileError(path, "trainer_spec.treat_whitespace_as_suffix is "
+                           "true, which is not implemented");
+  if (Error e = rejectUserDefinedPieces(tok, path))
+    return std::move(e);
   if (Error e = checkTokenizer(tok, path))
     return std::move(e);
   return tok;

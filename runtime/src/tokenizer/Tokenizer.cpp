@@ -12,11 +12,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <queue>
-#include <sstream>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace kiln::rt {
 
@@ -105,8 +109,10 @@ TokenizerStatus Tokenizer::create(TokenizerConfig config, Tokenizer &out,
     return fail("field 'types' has " + std::to_string(config.types.size()) +
                 " entries but 'pieces_hex' has " + std::to_string(n));
   for (size_t i = 0; i < n; ++i) {
-    if (std::isnan(config.scores[i]))
-      return fail("scores[" + std::to_string(i) + "] is NaN");
+    if (!std::isfinite(config.scores[i]))
+      return fail("scores[" + std::to_string(i) + "] is " +
+                  (std::isnan(config.scores[i]) ? "NaN" : "infinite") +
+                  ", expected a finite number");
     int32_t t = config.types[i];
     if (t < static_cast<int32_t>(PieceType::Normal) ||
         t > static_cast<int32_t>(PieceType::Byte))
@@ -136,7 +142,9 @@ TokenizerStatus Tokenizer::create(TokenizerConfig config, Tokenizer &out,
   tok.unkId_ = config.unkId;
   tok.addBos_ = config.addBos;
   tok.addDummyPrefix_ = config.addDummyPrefix;
+  tok.dummyPrefixUnlessSpace_ = config.dummyPrefixUnlessSpace;
   tok.byteFallback_ = config.byteFallback;
+  tok.fuseUnk_ = config.fuseUnk;
   tok.byteIds_.assign(256, -1);
   tok.decoded_.resize(n);
 
@@ -215,6 +223,27 @@ TokenizerStatus Tokenizer::create(TokenizerConfig config, Tokenizer &out,
 
 using Json = nlohmann::json;
 
+/// A short rendering of `v` for an error message: scalars as JSON text
+/// (strings cut at 64 bytes), arrays and objects by type only (dumping
+/// them is recursive and unbounded).
+static std::string describe(const Json &v) {
+  if (v.is_structured())
+    return std::string("an ") + v.type_name();
+  std::string text =
+      v.dump(-1, ' ', /*ensure_ascii=*/true, Json::error_handler_t::replace);
+  if (text.size() > 64)
+    text = text.substr(0, 64) + "...";
+  return text;
+}
+
+/// Far above any real vocabulary (Llama 3's 128K pieces are a few MB).
+/// kiln-compile's TokenizerWriter (kMaxTokenizerJsonBytes) stays within it.
+constexpr uint64_t kMaxTokenizerBytes = uint64_t(512) << 20;
+
+/// The Kiln tokenizer format nests 3 deep (object, merges, pair); deeper
+/// input is refused before it can exhaust the stack.
+constexpr int kMaxJsonDepth = 16;
+
 static TokenizerStatus parseFields(const Json &root,
                                    const std::string &sourceName,
                                    TokenizerConfig &config) {
@@ -238,11 +267,12 @@ static TokenizerStatus parseFields(const Json &root,
   if (TokenizerStatus s = field("format", v); !s)
     return s;
   if (!v->is_string() || v->get<std::string>() != "kiln-tokenizer")
-    return fail("field 'format' must be \"kiln-tokenizer\", got " + v->dump());
+    return fail("field 'format' must be \"kiln-tokenizer\", got " +
+                describe(*v));
   if (TokenizerStatus s = field("version", v); !s)
     return s;
   if (!v->is_number_integer() || v->get<int64_t>() != 1)
-    return fail("field 'version' is " + v->dump() +
+    return fail("field 'version' is " + describe(*v) +
                 ", this runtime reads version 1");
 
   if (TokenizerStatus s = field("model", v); !s)
@@ -253,7 +283,7 @@ static TokenizerStatus parseFields(const Json &root,
   else if (model == "bpe")
     config.model = TokenizerModel::Bpe;
   else
-    return fail("field 'model' is " + v->dump() +
+    return fail("field 'model' is " + describe(*v) +
                 ", expected \"spm\" or \"bpe\"");
 
   if (TokenizerStatus s = field("pieces_hex", v); !s)
@@ -291,7 +321,16 @@ static TokenizerStatus parseFields(const Json &root,
     const Json &e = (*v)[i];
     if (!e.is_number())
       return fail("scores[" + std::to_string(i) + "] is not a number");
-    config.scores.push_back(e.get<float>());
+    // Range-check as double: converting an out-of-range double to float is
+    // undefined behaviour.
+    auto d = e.get<double>();
+    if (!std::isfinite(d))
+      return fail("scores[" + std::to_string(i) +
+                  "] overflows to infinity, expected a finite number");
+    if (std::fabs(d) > FLT_MAX)
+      return fail("scores[" + std::to_string(i) + "] is " + e.dump() +
+                  ", beyond float range; expected a finite number");
+    config.scores.push_back(static_cast<float>(d));
   }
 
   if (TokenizerStatus s = field("types", v); !s)
@@ -349,6 +388,18 @@ static TokenizerStatus parseFields(const Json &root,
       return typeError(name, "true or false");
     *out = v->get<bool>();
   }
+  // Optional (added in a later Kiln; absent means false).
+  for (auto [name, out] :
+       {std::pair<const char *, bool *>{"dummy_prefix_unless_space",
+                                        &config.dummyPrefixUnlessSpace},
+        {"fuse_unk", &config.fuseUnk}}) {
+    auto it = root.find(name);
+    if (it == root.end())
+      continue;
+    if (!it->is_boolean())
+      return typeError(name, "true or false");
+    *out = it->get<bool>();
+  }
   return TokenizerStatus::success();
 }
 
@@ -359,8 +410,18 @@ TokenizerStatus Tokenizer::parse(std::string_view jsonText,
 #if defined(__cpp_exceptions)
   try {
 #endif
-    Json root = Json::parse(jsonText.begin(), jsonText.end(), nullptr,
+    bool tooDeep = false;
+    Json::parser_callback_t limitDepth = [&](int depth, Json::parse_event_t,
+                                             Json &) {
+      if (depth > kMaxJsonDepth)
+        tooDeep = true;
+      return !tooDeep;
+    };
+    Json root = Json::parse(jsonText.begin(), jsonText.end(), limitDepth,
                             /*allow_exceptions=*/false);
+    if (tooDeep)
+      return TokenizerStatus::error(sourceName + ": JSON nests deeper than " +
+                                    std::to_string(kMaxJsonDepth) + " levels");
     if (root.is_discarded())
       return TokenizerStatus::error(sourceName + ": invalid JSON");
     if (TokenizerStatus s = parseFields(root, sourceName, config); !s)
@@ -376,14 +437,37 @@ TokenizerStatus Tokenizer::parse(std::string_view jsonText,
 }
 
 TokenizerStatus Tokenizer::load(const std::string &path, Tokenizer &out) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file)
+  // Open without blocking (a FIFO must not hang the caller), then require a
+  // regular file of plausible size before reading it whole.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0)
     return TokenizerStatus::error(path + ": cannot open tokenizer file");
-  std::ostringstream contents;
-  contents << file.rdbuf();
-  if (file.bad())
-    return TokenizerStatus::error(path + ": read error");
-  return parse(contents.str(), path, out);
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return TokenizerStatus::error(path + ": not a regular file");
+  }
+  if (static_cast<uint64_t>(st.st_size) > kMaxTokenizerBytes) {
+    ::close(fd);
+    return TokenizerStatus::error(path + ": " + std::to_string(st.st_size) +
+                                  " bytes, more than the " +
+                                  std::to_string(kMaxTokenizerBytes >> 20) +
+                                  " MiB a tokenizer.json may have");
+  }
+  std::string contents(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < contents.size()) {
+    ssize_t n = ::read(fd, contents.data() + done, contents.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      ::close(fd);
+      return TokenizerStatus::error(path + ": read error");
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return parse(contents, path, out);
 }
 
 const std::string &Tokenizer::piece(int32_t id) const {
@@ -412,27 +496,37 @@ int32_t Tokenizer::lookupText(std::string_view piece) const {
 
 void Tokenizer::initialSymbols(std::string_view text,
                                std::vector<Symbol> &symbols) const {
+  auto push = [&](int32_t id, size_t start, size_t n, bool mergeable) {
+    auto index = static_cast<int32_t>(symbols.size());
+    symbols.push_back({id, index - 1, index + 1, static_cast<uint32_t>(start),
+                       static_cast<uint32_t>(n), mergeable});
+  };
+  bool prevUnk = false;
   for (size_t pos = 0; pos < text.size();) {
     size_t len = codePointLength(text, pos);
-    auto push = [&](int32_t id, size_t start, size_t n, bool mergeable) {
-      auto index = static_cast<int32_t>(symbols.size());
-      symbols.push_back({id, index - 1, index + 1, static_cast<uint32_t>(start),
-                         static_cast<uint32_t>(n), mergeable});
-    };
     int32_t id = lookupText(text.substr(pos, len));
+    bool unk = false;
     if (id >= 0) {
       push(id, pos, len, true);
-    } else if (byteFallback_) {
-      for (size_t k = 0; k < len; ++k) {
-        int32_t byteId = byteIds_[static_cast<unsigned char>(text[pos + k])];
-        if (byteId < 0)
-          byteId = unkId_;
-        if (byteId >= 0)
-          push(byteId, pos + k, 1, false);
+    } else {
+      // Byte fallback only if every byte of the code point has a piece (as
+      // Hugging Face BPE; SentencePiece vocabularies have all 256).
+      bool allBytes = byteFallback_;
+      for (size_t k = 0; allBytes && k < len; ++k)
+        allBytes = byteIds_[static_cast<unsigned char>(text[pos + k])] >= 0;
+      if (allBytes) {
+        for (size_t k = 0; k < len; ++k)
+          push(byteIds_[static_cast<unsigned char>(text[pos + k])], pos + k, 1,
+               false);
+      } else if (unkId_ >= 0) {
+        unk = true;
+        if (fuseUnk_ && prevUnk)
+          symbols.back().len += static_cast<uint32_t>(len);
+        else
+          push(unkId_, pos, len, false);
       }
-    } else if (unkId_ >= 0) {
-      push(unkId_, pos, len, false);
     }
+    prevUnk = unk;
     pos += len;
   }
   if (!symbols.empty())
@@ -536,7 +630,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text,
 
   std::string normalised;
   normalised.reserve(text.size() * 3 + 3);
-  if (addDummyPrefix_)
+  // Metaspace prepends "▁" unless the text, spaces replaced, starts with one.
+  bool startsWithSpace =
+      text[0] == ' ' || text.substr(0, kSpaceMarker.size()) == kSpaceMarker;
+  if (addDummyPrefix_ && !(dummyPrefixUnlessSpace_ && startsWithSpace))
     normalised += kSpaceMarker;
   for (char c : text) {
     if (c == ' ')

@@ -69,7 +69,14 @@ struct TokenizerConfig {
   int32_t unkId = 0;
   bool addBos = true;
   bool addDummyPrefix = true;
+  /// With addDummyPrefix: prepend only if the text does not already start
+  /// with a space or "▁" (Hugging Face Metaspace) instead of always
+  /// (SentencePiece).
+  bool dummyPrefixUnlessSpace = false;
   bool byteFallback = true;
+  /// Consecutive unknown code points give one unkId (HF BPE fuse_unk,
+  /// SentencePiece) instead of one each.
+  bool fuseUnk = false;
 };
 
 /// A validated, immutable vocabulary with encode/decode. Copyable and movable;
@@ -79,7 +86,9 @@ public:
   /// An empty tokenizer (vocabSize() == 0); assign one from load()/create().
   Tokenizer() = default;
 
-  /// Reads and validates a Kiln tokenizer.json file into `out`.
+  /// Reads and validates a Kiln tokenizer.json file into `out`. The path
+  /// must name a regular file of at most 512 MiB (a FIFO or device is an
+  /// error, never a hang).
   static TokenizerStatus load(const std::string &path, Tokenizer &out);
   /// Parses and validates tokenizer.json text; `sourceName` prefixes errors.
   static TokenizerStatus parse(std::string_view jsonText,
@@ -90,7 +99,10 @@ public:
 
   /// Encodes `text` (UTF-8; invalid bytes go through byte fallback / unk),
   /// prepending bosId() when `addBos`. Control pieces are never matched
-  /// inside text.
+  /// inside text. A code point with no piece becomes its bytes' "<0xXX>"
+  /// pieces when byte fallback is on and all of them exist, else unkId (one
+  /// per code point, or one per run with fuseUnk), else nothing (unkId -1).
+  /// Symbols from byte fallback or unk never merge.
   std::vector<int32_t> encode(std::string_view text, bool addBos) const;
 
   /// The bytes to print for `id` when it follows `prevId` (pass -1 for none),
@@ -137,7 +149,9 @@ private:
   int32_t unkId_ = -1;
   bool addBos_ = true;
   bool addDummyPrefix_ = true;
+  bool dummyPrefixUnlessSpace_ = false;
   bool byteFallback_ = true;
+  bool fuseUnk_ = false;
 
   /// Pieces that text may be split into (normal / user-defined, not byte
   /// pieces); the first id wins for duplicate pieces.

@@ -154,7 +154,9 @@ nlohmann::json toKilnJson(const TokenizerConfig &config) {
       {"unk_id", config.unkId},
       {"add_bos", config.addBos},
       {"add_dummy_prefix", config.addDummyPrefix},
+      {"dummy_prefix_unless_space", config.dummyPrefixUnlessSpace},
       {"byte_fallback", config.byteFallback},
+      {"fuse_unk", config.fuseUnk},
   };
 }
 

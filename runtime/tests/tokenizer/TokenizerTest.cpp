@@ -8,6 +8,9 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <limits>
+
+#include <sys/stat.h>
 
 using namespace kiln::rt;
 using namespace kiln::rt::test;
@@ -443,4 +446,134 @@ TEST(TokenizerLoad, CreateValidatesInMemoryFields) {
   status = Tokenizer::create(config, tok);
   EXPECT_TRUE(status.ok) << status.message;
   EXPECT_EQ(tok.encode("xyz", true), Ids{1}); // nothing encodable, all dropped
+}
+
+// Scores must be finite floats; JSON numbers beyond float range are refused
+// instead of being converted (and beyond double range are invalid JSON).
+TEST(TokenizerLoad, RejectsNonFiniteScores) {
+  std::string text = validJsonWith("scores", {0, 0, 12345.5, 0, 0});
+  std::string inf = text;
+  inf.replace(inf.find("12345.5"), 7, "1e999");
+  expectParseError(inf, {"invalid JSON"}); // nlohmann refuses overflow
+  std::string huge = text;
+  huge.replace(huge.find("12345.5"), 7, "1e300");
+  expectParseError(huge, {"scores[2] is 1e+300, beyond float range; "
+                          "expected a finite number"});
+
+  TokenizerConfig config;
+  config.pieces = {"<unk>", "<s>", "</s>"};
+  config.scores = {0, std::numeric_limits<float>::infinity(), 0};
+  config.types = {2, 3, 3};
+  Tokenizer tok;
+  TokenizerStatus status = Tokenizer::create(config, tok);
+  EXPECT_EQ(status.message,
+            "<memory>: scores[1] is infinite, expected a finite number");
+  config.scores[1] = std::numeric_limits<float>::quiet_NaN();
+  status = Tokenizer::create(config, tok);
+  EXPECT_EQ(status.message,
+            "<memory>: scores[1] is NaN, expected a finite number");
+}
+
+// Deeply nested JSON is refused before it can exhaust the stack, and error
+// messages never dump structured values.
+TEST(TokenizerLoad, RejectsDeepJson) {
+  std::string text = validJsonWith("add_bos", true);
+  text.pop_back(); // '}'
+  text +=
+      ", \"x\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  expectParseError(text, {"JSON nests deeper than 16 levels"});
+  expectParseError(validJsonWith("format", {{1, 2}, {3}}),
+                   {"'format' must be \"kiln-tokenizer\", got an array"});
+}
+
+// The optional fields: absent means false; present, they must be booleans.
+TEST(TokenizerLoad, OptionalFlags) {
+  expectParseError(validJsonWith("fuse_unk", "yes"),
+                   {"field 'fuse_unk' must be true or false"});
+  expectParseError(validJsonWith("dummy_prefix_unless_space", 1),
+                   {"field 'dummy_prefix_unless_space' must be true or false"});
+  Tokenizer tok;
+  TokenizerStatus status =
+      Tokenizer::parse(validJsonWith("fuse_unk", true), "ok.json", tok);
+  EXPECT_TRUE(status.ok) << status.message;
+}
+
+namespace {
+/// <unk> <s> </s> ▁ a ▁a <0xC3>; no byte piece for 0xA9.
+TokenizerConfig unknownsConfig() {
+  TokenizerConfig config;
+  config.pieces = {"<unk>",
+                   "<s>",
+                   "</s>",
+                   "\xe2\x96\x81",
+                   "a",
+                   "\xe2\x96\x81"
+                   "a",
+                   "<0xC3>"};
+  config.scores = {0, 0, 0, -1, -2, -0.5f, 0};
+  config.types = {2, 3, 3, 1, 1, 1, 6};
+  config.addDummyPrefix = false;
+  config.byteFallback = true;
+  return config;
+}
+} // namespace
+
+// A code point takes byte fallback only if all its bytes have pieces (as
+// Hugging Face BPE), else one unk; fuse_unk merges a run of unks into one.
+TEST(TokenizerEncode, UnknownCodePointsAndFuseUnk) {
+  const std::string e = "\xc3\xa9"; // é: <0xC3> exists, <0xA9> does not
+  Tokenizer plain = build(unknownsConfig());
+  EXPECT_EQ(plain.encode("a" + e + e + "a", false), (Ids{4, 0, 0, 4}));
+  TokenizerConfig fused = unknownsConfig();
+  fused.fuseUnk = true;
+  Tokenizer fuse = build(fused);
+  EXPECT_EQ(fuse.encode("a" + e + e + "a", false), (Ids{4, 0, 4}));
+  EXPECT_EQ(fuse.encode(e + "a" + e, false), (Ids{0, 4, 0}));
+  // No unk piece: unknown code points are dropped.
+  TokenizerConfig noUnk = unknownsConfig();
+  noUnk.unkId = -1;
+  EXPECT_EQ(build(noUnk).encode("a" + e + "a", false), (Ids{4, 4}));
+  // The flag round-trips through tokenizer.json.
+  Tokenizer loaded;
+  nlohmann::json j = toKilnJson(fused);
+  j["fuse_unk"] = true;
+  ASSERT_TRUE(Tokenizer::parse(j.dump(), "f.json", loaded).ok);
+  EXPECT_EQ(loaded.encode("a" + e + e, false), (Ids{4, 0}));
+}
+
+// dummy_prefix_unless_space (Hugging Face Metaspace): the "▁" prefix is not
+// added to text that already starts with a space or "▁".
+TEST(TokenizerEncode, DummyPrefixUnlessSpace) {
+  TokenizerConfig config = unknownsConfig();
+  config.addDummyPrefix = true;
+  Tokenizer always = build(config);
+  EXPECT_EQ(always.encode("a", false), Ids{5});
+  EXPECT_EQ(always.encode(" a", false), (Ids{3, 5}));
+  config.dummyPrefixUnlessSpace = true;
+  Tokenizer unless = build(config);
+  EXPECT_EQ(unless.encode("a", false), Ids{5});
+  EXPECT_EQ(unless.encode(" a", false), Ids{5});
+  EXPECT_EQ(unless.encode("\xe2\x96\x81"
+                          "a",
+                          false),
+            Ids{5});
+  nlohmann::json j = toKilnJson(config);
+  j["dummy_prefix_unless_space"] = true;
+  Tokenizer loaded;
+  ASSERT_TRUE(Tokenizer::parse(j.dump(), "p.json", loaded).ok);
+  EXPECT_EQ(loaded.encode(" a", false), Ids{5});
+}
+
+// Only regular files are read: a directory or a FIFO is an error, not a
+// hang.
+TEST(TokenizerLoad, RejectsNonRegularFiles) {
+  Tokenizer tok;
+  TokenizerStatus dir = Tokenizer::load(::testing::TempDir(), tok);
+  EXPECT_EQ(dir.message, ::testing::TempDir() + ": not a regular file");
+  std::string fifo = ::testing::TempDir() + "kiln-tok-fifo";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  TokenizerStatus status = Tokenizer::load(fifo, tok);
+  std::remove(fifo.c_str());
+  EXPECT_EQ(status.message, fifo + ": not a regular file");
 }
