@@ -29,9 +29,7 @@ void printToolDiagnostic(Diagnostic &diag, llvm::StringRef tool,
     case DiagnosticSeverity::Warning:
       llvm::WithColor::warning(os, tool);
       break;
-    case DiagnosticSeverity::Remark:
-      llvm::WithColor::remark(os, tool);
-      break;
+    case DiagnosticSeverity::Remark: // informational: the tools' "note:"
     case DiagnosticSeverity::Note:
       llvm::WithColor::note(os, tool);
       break;
@@ -119,7 +117,7 @@ LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
   inputs.pipeline = opts.pipeline;
   inputs.quant = opts.quant;
   inputs.note = [&](const llvm::Twine &message) {
-    emitRemark(UnknownLoc::get(&context)) << "note: " << message.str();
+    emitRemark(UnknownLoc::get(&context)) << message.str();
   };
   if (auto err = writeArtifact(opts.outputDir, inputs))
     return emitError(UnknownLoc::get(&context))

@@ -48,7 +48,7 @@ struct CompileOptions {
 };
 
 /// Prints `diag` as Kiln's tools report: `<tool>: error: <message>` (or
-/// warning, remark, note), then each attached note as `<tool>: note: ...`,
+/// `warning:`, or `note:` for remarks and notes), then each attached note as `<tool>: note: ...`,
 /// one line each. The operation a diagnostic is attached to is not printed
 /// (compileModel() turns MLIRContext::printOpOnDiagnostic off while it runs).
 void printToolDiagnostic(Diagnostic &diag, llvm::StringRef tool,
