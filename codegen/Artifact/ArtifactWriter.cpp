@@ -6,6 +6,7 @@
 #include "codegen/Artifact/WeightWriter.h"
 #include "codegen/CPU/Passes.h"
 #include "dialects/Kiln/IR/KilnOps.h"
+#include "dialects/Kiln/Import/ImportUtils.h"
 #include "dialects/Kiln/Import/Prequantized.h"
 #include "dialects/Plan/IR/PlanOps.h"
 #include "passes/Transforms/WeightRecipe.h"
@@ -69,7 +70,8 @@ namespace fs = llvm::sys::fs;
 static bool isArtifactFile(StringRef name) {
   return llvm::is_contained(ArrayRef<StringRef>{"manifest.json", "model.so",
                                                 "model.cpp", "model.cu",
-                                                "weights.bin", "tokenizer.json"},
+                                                "weights.bin", "tokenizer.json",
+                                                "manifest.sig"},
                             name);
 }
 
@@ -95,9 +97,20 @@ static llvm::Error checkReplaceable(StringRef dir) {
   };
   SmallString<256> manifestPath(dir);
   llvm::sys::path::append(manifestPath, "manifest.json");
-  auto buffer = llvm::MemoryBuffer::getFile(manifestPath);
-  if (!buffer)
-    return refuse("is a non-empty directory without manifest.json");
+  // A regular file of bounded size (a FIFO here must not hang us), nested
+  // at most kMaxJsonDepth deep (json::parse recurses).
+  auto buffer = mlir::kiln::detail::readRegularFile(
+      manifestPath, mlir::kiln::detail::kMaxJsonConfigBytes, "a manifest file");
+  if (!buffer) {
+    std::string why = llvm::toString(buffer.takeError());
+    if (!fs::exists(manifestPath))
+      return refuse("is a non-empty directory without manifest.json");
+    return refuse("has a manifest.json that cannot be read (" + why + ")");
+  }
+  if (llvm::Error e = mlir::kiln::detail::checkJsonDepth(
+          (*buffer)->getBuffer(), manifestPath))
+    return refuse("has a manifest.json that is not valid JSON (" +
+                  llvm::toString(std::move(e)) + ")");
   llvm::Expected<llvm::json::Value> manifest =
       llvm::json::parse((*buffer)->getBuffer());
   if (!manifest) {
@@ -281,11 +294,13 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
     uint64_t size = 0;
     if (std::error_code ec = fs::file_size(p, size))
       return llvm::createStringError(ec, "cannot stat " + p);
-    auto hash = hashFileXXH3(p);
-    if (!hash)
-      return hash.takeError();
+    // BLAKE2b-256 is what a signature of the manifest binds contents to.
+    auto hashes = hashFileForManifest(p);
+    if (!hashes)
+      return hashes.takeError();
     files[name] = llvm::json::Object{{"bytes", static_cast<int64_t>(size)},
-                                     {"xxh3_64", *hash}};
+                                     {"xxh3_64", hashes->xxh3},
+                                     {"blake2b_256", hashes->blake2b}};
   }
   auto getI64 = [&](Operation *op, StringRef name) -> int64_t {
     auto a = op->getAttrOfType<IntegerAttr>(name);
@@ -339,6 +354,13 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest))) << "\n";
   if (auto err = writeFile(pathIn("manifest.json"), text))
     return err;
+  if (in.signKey) {
+    ::kiln::sign::Signature sig = ::kiln::sign::signMessage(*in.signKey, text);
+    if (auto err = writeFile(pathIn(::kiln::sign::kSignatureFile),
+                             StringRef(reinterpret_cast<const char *>(sig.data()),
+                                       sig.size())))
+      return err;
+  }
 
   // Swap into place: renameat2(RENAME_EXCHANGE) over an existing artifact,
   // so outDir is the old or the new artifact at every instant. Check the

@@ -5,6 +5,7 @@
 
 #include "dialects/Kiln/Import/ModelDesc.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "runtime/src/sign/Signing.h"
 #include "llvm/Support/Error.h"
 
 #include <functional>
@@ -29,13 +30,17 @@ struct ArtifactInputs {
   /// Receives notes (stale temporary directories removed or left alone);
   /// unset: printed to stderr as "kiln: note: ...".
   std::function<void(const llvm::Twine &)> note;
+  /// When set, manifest.sig (its Ed25519 signature of manifest.json) is
+  /// written too (docs/security.md).
+  const ::kiln::sign::SecretKey *signKey = nullptr;
 };
 
 /// Writes the artifact directory `outPath` (docs/artifact.md): weights.bin
 /// streamed one tensor at a time at the plan's offsets in `dtype`,
 /// tokenizer.json, the emitted code (model.cpp compiled by the host compiler
 /// for the cpu target, model.cu compiled by nvcc for sm_80/sm_90a for the
-/// cuda target) as model.so, and manifest.json with the checksums.
+/// cuda target) as model.so, manifest.json with the checksums (XXH3-64 and
+/// BLAKE2b-256 of every file) and, given `signKey`, manifest.sig.
 /// Trailing slashes are ignored and a symbolic link is followed (what it
 /// points to is replaced, the link kept). Everything, build files included,
 /// is written into a private scratch directory beside the target

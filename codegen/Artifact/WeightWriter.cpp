@@ -5,6 +5,7 @@
 #include "passes/Quantization/QuantMath.h"
 
 #include "dialects/Kiln/Import/Prequantized.h"
+#include "runtime/src/sign/Signing.h"
 
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Endian.h"
@@ -367,17 +368,13 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights,
   return written;
 }
 
-Expected<std::string> hashFileXXH3(StringRef path) {
+/// Reads the file at `path` in 1 MiB chunks, handing each to `consume`.
+static Error streamFile(StringRef path,
+                        function_ref<void(const char *, size_t)> consume) {
   Expected<sys::fs::file_t> fd = sys::fs::openNativeFileForRead(path);
   if (!fd)
     return writerError(path, "cannot open for hashing: " +
                                  toString(fd.takeError()));
-  XXH3_state_t *state = XXH3_createState();
-  if (!state) {
-    sys::fs::closeFile(*fd);
-    return writerError(path, "cannot allocate an XXH3 state");
-  }
-  XXH3_64bits_reset(state);
   std::vector<char> chunk(size_t(1) << 20);
   Error err = Error::success();
   while (true) {
@@ -389,16 +386,48 @@ Expected<std::string> hashFileXXH3(StringRef path) {
     }
     if (*n == 0)
       break;
-    XXH3_64bits_update(state, chunk.data(), *n);
+    consume(chunk.data(), *n);
   }
+  sys::fs::closeFile(*fd);
+  return err;
+}
+
+Expected<std::string> hashFileXXH3(StringRef path) {
+  XXH3_state_t *state = XXH3_createState();
+  if (!state)
+    return writerError(path, "cannot allocate an XXH3 state");
+  XXH3_64bits_reset(state);
+  Error err = streamFile(path, [&](const char *data, size_t n) {
+    XXH3_64bits_update(state, data, n);
+  });
   uint64_t hash = XXH3_64bits_digest(state);
   XXH3_freeState(state);
-  sys::fs::closeFile(*fd);
   if (err)
     return std::move(err);
   std::string hex;
   raw_string_ostream(hex) << format_hex_no_prefix(hash, 16, /*Upper=*/false);
   return hex;
+}
+
+Expected<FileHashes> hashFileForManifest(StringRef path) {
+  XXH3_state_t *state = XXH3_createState();
+  if (!state)
+    return writerError(path, "cannot allocate an XXH3 state");
+  XXH3_64bits_reset(state);
+  ::kiln::sign::Blake2b blake;
+  Error err = streamFile(path, [&](const char *data, size_t n) {
+    XXH3_64bits_update(state, data, n);
+    blake.update(data, n);
+  });
+  uint64_t hash = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  if (err)
+    return std::move(err);
+  FileHashes out;
+  raw_string_ostream(out.xxh3) << format_hex_no_prefix(hash, 16,
+                                                       /*Upper=*/false);
+  out.blake2b = blake.hexDigest();
+  return out;
 }
 
 } // namespace mlir::kiln

@@ -57,6 +57,16 @@ writeWeightsFile(llvm::StringRef path, llvm::ArrayRef<WeightDesc> weights,
 /// XXH3-64 of the file at `path` as 16 lowercase hex digits (streamed).
 llvm::Expected<std::string> hashFileXXH3(llvm::StringRef path);
 
+/// The hashes manifest.json lists for a file (docs/artifact.md).
+struct FileHashes {
+  std::string xxh3;    ///< XXH3-64, 16 lowercase hex digits (files.*.xxh3_64)
+  std::string blake2b; ///< unkeyed BLAKE2b-256 (libsodium crypto_generichash),
+                       ///< 64 lowercase hex digits (files.*.blake2b_256)
+};
+
+/// Both hashes of the file at `path`, in one streamed pass.
+llvm::Expected<FileHashes> hashFileForManifest(llvm::StringRef path);
+
 } // namespace mlir::kiln
 
 #endif // KILN_CODEGEN_ARTIFACT_WEIGHTWRITER_H

@@ -42,14 +42,14 @@ static constexpr const char *kPointerMacros = R"(
 
 static constexpr const char *kCpuPrologue =
     R"(// Emitted by kiln-compile (CPU target). Do not edit.
-#if KILN_ABI_VERSION != 3
-#error "emitted for kernel ABI version 3"
+#if KILN_ABI_VERSION != 4
+#error "emitted for kernel ABI version 4"
 #endif)";
 
 static constexpr const char *kCudaPrologue =
     R"(// Emitted by kiln-compile (CUDA target). Do not edit.
-#if KILN_CUDA_ABI_VERSION != 1
-#error "emitted for CUDA ABI version 1"
+#if KILN_CUDA_ABI_VERSION != 2
+#error "emitted for CUDA ABI version 2"
 #endif)";
 
 namespace {
@@ -309,6 +309,22 @@ static std::string planInfoExport(ModuleOp module) {
   };
   int64_t arena = attr(module, "plan.arena_bytes"), maxTokens = 0, vocab = 0,
           kvBytes = 0, maxSeq = 0;
+  // Weight extent of an entry point: the end of the furthest weight it
+  // addresses, which the runtime checks against the size of weights.bin.
+  SymbolTable symbols(module);
+  llvm::StringMap<int64_t> weightExtent;
+  for (func::FuncOp f : module.getOps<func::FuncOp>()) {
+    int64_t &extent = weightExtent[f.getSymName()];
+    f.walk([&](plan::WeightRefOp ref) {
+      auto decl = symbols.lookup<plan::WeightOp>(ref.getName());
+      if (!decl)
+        return;
+      MemRefType t = cast<MemRefType>(decl.getType());
+      int64_t bytes = t.getNumElements() * (int64_t)
+                      llvm::divideCeil(t.getElementTypeBitWidth(), 8);
+      extent = std::max<int64_t>(extent, int64_t(decl.getOffset()) + bytes);
+    });
+  }
   module.walk([&](Operation *op) {
     if (auto f = dyn_cast<func::FuncOp>(op); f && f.getSymName() == "prefill")
       maxTokens = attr(f, "plan.max_tokens");
@@ -330,6 +346,10 @@ static std::string planInfoExport(ModuleOp module) {
      << "  out->vocab_size = " << vocab << ";\n"
      << "  out->kv_cache_bytes = " << kvBytes << ";\n"
      << "  out->max_seq = " << maxSeq << ";\n"
+     << "  out->prefill_weights_extent = " << weightExtent.lookup("prefill")
+     << ";\n"
+     << "  out->decode_weights_extent = " << weightExtent.lookup("decode")
+     << ";\n"
      << "}";
   return text;
 }

@@ -116,6 +116,7 @@ LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
                                            : opts.kvCache;
   inputs.pipeline = opts.pipeline;
   inputs.quant = opts.quant;
+  inputs.signKey = opts.signKey;
   inputs.note = [&](const llvm::Twine &message) {
     emitRemark(UnknownLoc::get(&context)) << message.str();
   };

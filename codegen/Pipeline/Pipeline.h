@@ -19,6 +19,10 @@
 #include <functional>
 #include <string>
 
+namespace kiln::sign {
+struct SecretKey;
+} // namespace kiln::sign
+
 namespace mlir::kiln {
 
 /// Where compileModel() stops: after the graph passes (kiln IR), after
@@ -43,6 +47,9 @@ struct CompileOptions {
   CompileStage stop = CompileStage::Artifact;
   /// CompileStage::Artifact: the artifact directory to write.
   std::string outputDir;
+  /// CompileStage::Artifact: when set, the artifact is signed with it
+  /// (manifest.sig, docs/security.md).
+  const ::kiln::sign::SecretKey *signKey = nullptr;
   /// Other stages: where the IR or C++ is printed.
   llvm::raw_ostream *emitStream = nullptr;
 };

@@ -1,6 +1,7 @@
 //===- Calibration.cpp - kiln-calibration file reader ---------------------===//
 
 #include "passes/Quantization/Calibration.h"
+#include "dialects/Kiln/Import/ImportUtils.h"
 
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/Endian.h"
@@ -49,13 +50,15 @@ Expected<CalibrationFile> CalibrationFile::open(StringRef path) {
   CalibrationFile f;
   f.filePath = path.str();
   uint64_t fileSize = 0;
-  if (std::error_code ec = sys::fs::file_size(path, fileSize))
-    return calibError(path, "cannot read: " + ec.message() +
-                                " (create one with `kiln-calibrate MODEL -o "
-                                "FILE`)");
-  Expected<sys::fs::file_t> fd = sys::fs::openNativeFileForRead(path);
+  if (!sys::fs::exists(path))
+    return calibError(path, "cannot read: no such file (create one with "
+                            "`kiln-calibrate MODEL -o FILE`)");
+  // A regular file: a FIFO or device is refused before anything blocks.
+  Expected<int> fd = detail::openRegularFile(path, "a calibration file",
+                                             UINT64_MAX, fileSize);
   if (!fd)
-    return calibError(path, "cannot open: " + toString(fd.takeError()));
+    return createStringError(inconvertibleErrorCode(),
+                             "calibration file " + toString(fd.takeError()));
   scope_exit closeOnExit([&] { sys::fs::closeFile(*fd); });
   if (fileSize < 8)
     return calibError(path, Twine(fileSize) +
@@ -65,7 +68,8 @@ Expected<CalibrationFile> CalibrationFile::open(StringRef path) {
   if (Error e = readAt(path, *fd, 0, lenBytes))
     return std::move(e);
   uint64_t headerLen = support::endian::read64le(lenBytes);
-  if (headerLen == 0 || headerLen > fileSize - 8 || headerLen > (100u << 20))
+  if (headerLen == 0 || headerLen > fileSize - 8 ||
+      headerLen > detail::kMaxSafetensorsHeaderBytes)
     return calibError(path, "header length " + Twine(headerLen) +
                                 " does not fit the file (" + Twine(fileSize) +
                                 " bytes); not a safetensors file");
@@ -73,6 +77,9 @@ Expected<CalibrationFile> CalibrationFile::open(StringRef path) {
   if (Error e = readAt(path, *fd, 8, MutableArrayRef<char>(header.data(),
                                                             header.size())))
     return std::move(e);
+  if (Error e = detail::checkJsonDepth(header, path, /*baseOffset=*/8))
+    return createStringError(inconvertibleErrorCode(),
+                             "calibration file " + toString(std::move(e)));
   Expected<json::Value> parsed = json::parse(header);
   if (!parsed)
     return calibError(path, "header is not valid JSON: " +

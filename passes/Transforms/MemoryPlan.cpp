@@ -30,6 +30,8 @@ struct LiveBuffer {
 } // namespace
 
 static constexpr int64_t kAlignment = 64;
+/// Largest buffer and arena extent (bytes) the plan accepts.
+static constexpr int64_t kMaxBytes = int64_t(1) << 48;
 
 /// Lowest 64-aligned offset where `bytes` fit between the live blocks.
 static int64_t firstFit(ArrayRef<LiveBuffer> live, int64_t bytes) {
@@ -92,7 +94,6 @@ void MemoryPlanPass::runOnOperation() {
     if (!type)
       continue;
     // Buffer size, refusing anything that overflows 2^48 bytes.
-    constexpr int64_t kMaxBytes = int64_t(1) << 48;
     int64_t bytes = llvm::divideCeil(type.getElementTypeBitWidth(), 8);
     for (int64_t d : type.getShape()) {
       if (ShapedType::isDynamic(d)) {
@@ -118,6 +119,12 @@ void MemoryPlanPass::runOnOperation() {
       lastUse = std::max(lastUse, index.lookup(top));
     }
     int64_t offset = firstFit(live, bytes);
+    if (offset > kMaxBytes - bytes) {
+      op.emitOpError() << "would place a buffer of " << bytes
+                       << " bytes at arena offset " << offset
+                       << ", past 2^48 bytes";
+      return signalPassFailure();
+    }
     live.push_back({offset, bytes, lastUse});
     liveBytes += bytes;
     peakBytes = std::max(peakBytes, liveBytes);

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "artifact/Artifact.h"
 #include "kiln_rt/api.h"
+#include "FakeArtifact.h"
 #include "TestFiles.h"
 
 #include <gtest/gtest.h>
@@ -28,96 +29,12 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr int64_t kVocab = 16;
-
+using kiln::rt::test::FakeArtifact;
 using kiln::rt::test::hexOf;
+using kiln::rt::test::kVocab;
 using kiln::rt::test::readFile;
 using kiln::rt::test::writeFile;
 using kiln::rt::test::xxh3Hex;
-
-/// A valid artifact in a fresh temporary directory; tests damage it.
-class FakeArtifact {
-public:
-  FakeArtifact() {
-    char tmpl[] = "/tmp/kiln_rt_test_XXXXXX";
-    dir = mkdtemp(tmpl);
-    // weights.bin: 256 bytes, weights[0] = vocab (read by the fake model).
-    std::string weights(256, '\0');
-    float v = float(kVocab);
-    std::memcpy(&weights[0], &v, sizeof(v));
-    files["weights.bin"] = weights;
-    files["model.so"] = readFile(KILN_RT_FAKE_MODEL);
-    files["model.cpp"] = "// fake\n";
-    json tok;
-    std::vector<std::string> pieces = {"<unk>", "<s>", "</s>"};
-    std::vector<int> types = {2, 3, 3};
-    for (int i = 3; i < kVocab; ++i) {
-      pieces.push_back(i % 2 ? "\xe2\x96\x81" + std::string(1, char('a' + i))
-                             : std::string(1, char('a' + i)));
-      types.push_back(1);
-    }
-    std::vector<std::string> hex;
-    std::vector<float> scores;
-    for (auto &p : pieces) {
-      hex.push_back(hexOf(p));
-      scores.push_back(0.0f);
-    }
-    tok = {{"format", "kiln-tokenizer"}, {"version", 1}, {"model", "spm"},
-           {"pieces_hex", hex}, {"scores", scores}, {"types", types},
-           {"merges", json::array()}, {"bos_id", 1}, {"eos_id", 2},
-           {"unk_id", 0}, {"add_bos", true}, {"add_dummy_prefix", true},
-           {"byte_fallback", false}};
-    files["tokenizer.json"] = tok.dump();
-    manifest = {
-        {"format", "kiln-artifact"},
-        {"version", 1},
-        {"abi_version", KILN_ABI_VERSION},
-        {"target", "cpu"},
-        {"model",
-         {{"name", "fake"}, {"vocab_size", kVocab}, {"max_seq_len", 32}}},
-        {"runtime",
-         {{"arena_bytes", 1024},
-          {"max_prefill_tokens", 3},
-          {"entry_points", {{"prefill", "kiln_prefill"}, {"decode", "kiln_decode"}}},
-          {"kv_cache",
-           {{"layers", 1}, {"kv_heads", 1}, {"head_dim", 2}, {"max_seq", 32},
-            {"dtype", "f32"}, {"bytes", 1 * 2 * 32 * 1 * 2 * 4}}}}},
-        {"weights",
-         {{"file", "weights.bin"},
-          {"tensors",
-           {{{"name", "a"}, {"offset", 0}, {"bytes", 64}, {"dtype", "f32"},
-             {"shape", {16}}},
-            {{"name", "b"}, {"offset", 64}, {"bytes", 192}}}}}},
-        {"tokenizer", {{"file", "tokenizer.json"}}},
-    };
-  }
-  ~FakeArtifact() { fs::remove_all(dir); }
-
-  /// Writes every file and a manifest whose `files` matches them.
-  void write() {
-    json listed = json::object();
-    for (auto &[name, bytes] : files) {
-      writeFile(fs::path(dir) / name, bytes);
-      listed[name] = {{"bytes", bytes.size()}, {"xxh3_64", xxh3Hex(bytes)}};
-    }
-    manifest["files"] = listed;
-    writeFile(fs::path(dir) / "manifest.json", manifest.dump(2));
-  }
-
-  /// Opens; returns "" on success, else the error message.
-  std::string open(uint32_t flags = 0) {
-    kiln_rt_artifact_t *a = nullptr;
-    kiln_rt_status_t st = kiln_rt_artifact_open(dir.c_str(), flags, &a);
-    std::string msg = kiln_rt_status_message(st);
-    kiln_rt_status_free(st);
-    kiln_rt_artifact_release(a);
-    return msg;
-  }
-
-  std::string dir;
-  std::map<std::string, std::string> files;
-  json manifest;
-};
 
 TEST(Artifact, ValidOpens) {
   FakeArtifact f;

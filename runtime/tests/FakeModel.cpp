@@ -9,7 +9,21 @@
 //===----------------------------------------------------------------------===//
 #include "kiln_rt/kernel_abi.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+
+#ifdef KILN_RT_FAKE_MODEL_MARKER
+/// The marker model (built from this file with KILN_RT_FAKE_MODEL_MARKER):
+/// proof that it was loaded. Constructors run inside dlopen(), before any
+/// check after it could refuse the artifact, so a test that finds no file
+/// at $KILN_RT_TEST_MARKER knows the library was never dlopen()ed.
+__attribute__((constructor)) static void markLoaded() {
+  if (const char *path = std::getenv("KILN_RT_TEST_MARKER"))
+    if (std::FILE *f = std::fopen(path, "w"))
+      std::fclose(f);
+}
+#endif
 
 extern "C" {
 
@@ -54,6 +68,13 @@ void kiln_plan_info(kiln_plan_info_t *out) {
   out->vocab_size = 16;
   out->kv_cache_bytes = 1 * 2 * 32 * 1 * 2 * 4;
   out->max_seq = 32;
+  // weights.bin is 256 bytes; the fake model reads only its first float, but
+  // claims prefill reads it all (the extent check compares these with the
+  // size of weights.bin).
+#ifndef KILN_RT_FAKE_MODEL_OLD_PLAN_INFO // built like a kernel ABI 3 model
+  out->prefill_weights_extent = 256;
+  out->decode_weights_extent = 4;
+#endif
 }
 
 } // extern "C"

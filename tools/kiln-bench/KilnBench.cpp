@@ -44,6 +44,13 @@ static cl::opt<int> repeat("repeat", cl::desc("Timed repetitions after a warm-up
 static cl::opt<bool> noVerify("no-verify",
                               cl::desc("Skip XXH3 checksums of artifact files"),
                               cl::cat(benchCategory));
+static cl::opt<std::string> trustedKeys(
+    "trusted-keys",
+    cl::desc("Require the artifact to be signed (manifest.sig) by one of the "
+             "Ed25519 public keys in DIR (its *.pub files, or one key file); "
+             "checked with every file's BLAKE2b-256 before model.so is "
+             "loaded (docs/security.md)"),
+    cl::value_desc("DIR"), cl::cat(benchCategory));
 static cl::opt<int64_t> bandwidthMiB(
     "bandwidth-buffer-mib",
     cl::desc("Buffer for the bandwidth measurement, MiB (default 1024, >> LLC)"),
@@ -142,9 +149,15 @@ int main(int argc, char **argv) {
   if (bandwidthMiB < 1)
     fail("--bandwidth-buffer-mib must be >= 1");
 
+  if (noVerify && !trustedKeys.empty())
+    fail("--no-verify and --trusted-keys are mutually exclusive");
+
   kiln_rt_artifact_t *artifact = nullptr;
-  check(kiln_rt_artifact_open(artifactDir.c_str(),
-                              noVerify ? KILN_RT_OPEN_SKIP_CHECKSUMS : 0, &artifact));
+  kiln_rt_open_options_t openOptions{};
+  openOptions.flags = noVerify ? KILN_RT_OPEN_SKIP_CHECKSUMS : 0;
+  openOptions.trusted_keys = trustedKeys.empty() ? nullptr : trustedKeys.c_str();
+  check(kiln_rt_artifact_open_with_options(artifactDir.c_str(), &openOptions,
+                                           &artifact));
   kiln_rt_model_info_t info;
   kiln_rt_artifact_info(artifact, &info);
   kiln_rt_session_t *session = nullptr;

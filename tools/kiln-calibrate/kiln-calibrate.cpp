@@ -36,6 +36,7 @@
 #include "codegen/Artifact/SafeOutput.h"
 #include "codegen/Pipeline/Pipeline.h"
 #include "dialects/Kiln/IR/KilnOps.h"
+#include "dialects/Kiln/Import/ImportUtils.h"
 #include "dialects/Kiln/Import/ModelDesc.h"
 #include "dialects/Plan/IR/PlanOps.h"
 #include "passes/Conversion/Passes.h"
@@ -386,12 +387,10 @@ int main(int argc, char **argv) {
   std::unique_ptr<llvm::MemoryBuffer> textHolder;
   llvm::StringRef text;
   if (!selfGenerate) {
-    auto textBuffer =
-        llvm::MemoryBuffer::getFile(textPath, /*IsText=*/false,
-                                    /*RequiresNullTerminator=*/false);
+    auto textBuffer = mlir::kiln::detail::readRegularFile(
+        textPath, mlir::kiln::detail::kMaxTextBytes, "a text file");
     if (!textBuffer)
-      return fail(textPath + ": cannot read the calibration text: " +
-                  textBuffer.getError().message());
+      return fail("--text " + llvm::toString(textBuffer.takeError()));
     textHolder = std::move(*textBuffer);
     text = textHolder->getBuffer();
     if (text.trim().empty())
@@ -401,6 +400,8 @@ int main(int argc, char **argv) {
   auto desc = importModel(modelPath, tokenizerPath);
   if (!desc)
     return fail(llvm::toString(desc.takeError()));
+  for (const std::string &note : desc->notes)
+    llvm::errs() << kTool << ": note: " << note << "\n";
   int64_t context = desc->config.maxSeqLen;
   if (ctxLen > context)
     return fail("--ctx=" + std::to_string(ctxLen) +

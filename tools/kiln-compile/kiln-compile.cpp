@@ -20,6 +20,7 @@
 #include "dialects/Plan/IR/PlanOps.h"
 #include "passes/Conversion/Passes.h"
 #include "passes/Transforms/Passes.h"
+#include "runtime/src/sign/Signing.h"
 #include "tools/common/ToolSupport.h"
 
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
@@ -120,6 +121,13 @@ static cl::opt<int64_t> maxPrefillTokens(
     "max-prefill-tokens", cl::desc("Tokens per prefill call the activation "
                                    "plan is sized for (default: min(context, 512))"),
     cl::init(0), cl::cat(category));
+
+static cl::opt<std::string> signKeyPath(
+    "sign-key",
+    cl::desc("Sign the artifact with this Ed25519 secret key (written by "
+             "kiln-keygen, mode 0600): writes manifest.sig, checked by "
+             "kiln-run --trusted-keys (docs/security.md)"),
+    cl::value_desc("KEY"), cl::cat(category));
 
 static constexpr const char *kPipeline =
     "kiln-verify,canonicalize,kiln-memory-plan,kiln-lower-to-plan,canonicalize,"
@@ -318,7 +326,7 @@ int main(int argc, char **argv) {
       "               [--act-scales=per-token|static] [--kv=int8|fp8]\n"
       "               [--kv-centering=true|false]\n"
       "               [--emit=kiln|plan|cpp] [--tokenizer FILE]\n"
-      "               [--max-seq-len N] [--max-prefill-tokens N]\n\n"
+      "               [--max-seq-len N] [--max-prefill-tokens N] [--sign-key KEY]\n\n"
       "MODEL is a llama2.c checkpoint (.bin), a GGUF file, a Hugging Face\n"
       "directory (config.json + *.safetensors) or synthetic:<shape>\n"
       "(llama-2-7b, llama-2-13b, llama-110m, stories260k).\n",
@@ -352,9 +360,21 @@ int main(int argc, char **argv) {
       maxSeqLen < 0 || maxPrefillTokens < 0)
     return fail("--max-seq-len and --max-prefill-tokens must be positive");
 
+  // The signing key is read before compiling, so a bad key fails at once.
+  ::kiln::sign::SecretKey signKey;
+  if (!signKeyPath.empty()) {
+    if (emit != Emit::Artifact)
+      return fail("--sign-key signs an artifact; --emit writes none");
+    std::string error;
+    if (!::kiln::sign::readSecretKeyFile(signKeyPath, signKey, error))
+      return fail("--sign-key: " + error);
+  }
+
   auto desc = importModel(modelPath, tokenizerPath);
   if (!desc)
     return fail(llvm::toString(desc.takeError()));
+  for (const std::string &note : desc->notes)
+    llvm::errs() << "kiln-compile: note: " << note << "\n";
   if (maxSeqLen > desc->config.maxSeqLen)
     return fail("--max-seq-len=" + std::to_string(maxSeqLen) +
                 " exceeds the model's context of " +
@@ -447,6 +467,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   options.outputDir = outputDir;
+  options.signKey = signKeyPath.empty() ? nullptr : &signKey;
   if (failed(compileModel(context, *desc, options)))
     return 1;
   llvm::errs() << "kiln-compile: wrote " << outputDir << "\n";

@@ -20,6 +20,7 @@
 // timing on stderr. Errors: "kiln-eval: error: ..." on stderr, exit status 1.
 //
 //===----------------------------------------------------------------------===//
+#include "dialects/Kiln/Import/ImportUtils.h"
 #include "kiln_rt/api.h"
 #include "tools/common/ToolSupport.h"
 
@@ -83,6 +84,13 @@ static cl::opt<bool> noVerify("no-verify",
                               cl::desc("Skip XXH3 checksums of artifact files "
                                        "(sizes are still checked)"),
                               cl::cat(evalCategory));
+static cl::opt<std::string> trustedKeys(
+    "trusted-keys",
+    cl::desc("Require the artifact to be signed (manifest.sig) by one of the "
+             "Ed25519 public keys in DIR (its *.pub files, or one key file); "
+             "checked with every file's BLAKE2b-256 before model.so is "
+             "loaded (docs/security.md)"),
+    cl::value_desc("DIR"), cl::cat(evalCategory));
 static cl::opt<std::string> dumpTokens(
     "dump-tokens",
     cl::desc("Test hook: write the evaluated token ids (no BOS), one per line, "
@@ -113,25 +121,14 @@ double nowSec() {
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
+/// Reads the --text file: a regular file (a FIFO or device is refused
+/// before anything blocks) of at most kMaxTextBytes.
 std::string readTextFile(const std::string &path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0)
-    fail("--text " + path + ": cannot open: " + std::strerror(errno));
-  if (S_ISDIR(st.st_mode))
-    fail("--text " + path + ": is a directory, expected a text file");
-  std::FILE *f = std::fopen(path.c_str(), "rb");
-  if (!f)
-    fail("--text " + path + ": cannot open: " + std::strerror(errno));
-  std::string text;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
-    text.append(buf, n);
-  bool bad = std::ferror(f);
-  int err = errno;
-  std::fclose(f);
-  if (bad)
-    fail("--text " + path + ": read failed: " + std::strerror(err));
+  auto buf = mlir::kiln::detail::readRegularFile(
+      path, mlir::kiln::detail::kMaxTextBytes, "a text file");
+  if (!buf)
+    fail("--text " + llvm::toString(buf.takeError()));
+  std::string text = (*buf)->getBuffer().str();
   if (text.empty())
     fail("--text " + path + ": the file is empty");
   return text;
@@ -148,9 +145,14 @@ struct Model {
   }
   void open(const std::string &path) {
     dir = path;
-    check(kiln_rt_artifact_open(path.c_str(),
-                                noVerify ? KILN_RT_OPEN_SKIP_CHECKSUMS : 0,
-                                &artifact));
+    if (noVerify && !trustedKeys.empty())
+      fail("--no-verify and --trusted-keys are mutually exclusive");
+    kiln_rt_open_options_t openOptions{};
+    openOptions.flags = noVerify ? KILN_RT_OPEN_SKIP_CHECKSUMS : 0;
+    openOptions.trusted_keys =
+        trustedKeys.empty() ? nullptr : trustedKeys.c_str();
+    check(kiln_rt_artifact_open_with_options(path.c_str(), &openOptions,
+                                             &artifact));
     kiln_rt_artifact_info(artifact, &info);
     check(kiln_rt_session_create(artifact, &session));
   }

@@ -57,6 +57,13 @@ static cl::opt<bool> noVerify("no-verify",
                               cl::desc("Skip XXH3 checksums of artifact files "
                                        "(sizes are still checked)"),
                               cl::cat(runCategory));
+static cl::opt<std::string> trustedKeys(
+    "trusted-keys",
+    cl::desc("Require the artifact to be signed (manifest.sig) by one of the "
+             "Ed25519 public keys in DIR (its *.pub files, or one key file); "
+             "checked with every file's BLAKE2b-256 before model.so is "
+             "loaded (docs/security.md)"),
+    cl::value_desc("DIR"), cl::cat(runCategory));
 static cl::opt<std::string> tokenList(
     "tokens",
     cl::desc("Test hook: comma-separated token ids used instead of --prompt "
@@ -195,10 +202,16 @@ int main(int argc, char **argv) {
   if (!tokenList.empty() && !prompt.empty())
     fail("--tokens and --prompt are mutually exclusive");
 
+  if (noVerify && !trustedKeys.empty())
+    fail("--no-verify and --trusted-keys are mutually exclusive (a signature "
+         "covers the files only if their hashes are checked)");
+
   Runtime rt;
-  check(kiln_rt_artifact_open(artifactDir.c_str(),
-                              noVerify ? KILN_RT_OPEN_SKIP_CHECKSUMS : 0,
-                              &rt.artifact));
+  kiln_rt_open_options_t openOptions{};
+  openOptions.flags = noVerify ? KILN_RT_OPEN_SKIP_CHECKSUMS : 0;
+  openOptions.trusted_keys = trustedKeys.empty() ? nullptr : trustedKeys.c_str();
+  check(kiln_rt_artifact_open_with_options(artifactDir.c_str(), &openOptions,
+                                           &rt.artifact));
   kiln_rt_model_info_t info;
   kiln_rt_artifact_info(rt.artifact, &info);
   check(kiln_rt_session_create(rt.artifact, &rt.session));

@@ -6,6 +6,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Verifier.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/CheckedArithmetic.h"
 #include "llvm/Support/MathExtras.h"
 
 #include <cmath>
@@ -265,6 +266,53 @@ void LlamaGraphBuilder::buildEntryPoint(StringRef name, int64_t numTokens,
   func::ReturnOp::create(builder, loc, logits);
 }
 
+/// Refuses a context whose KV cache (allocated whole when a session starts)
+/// needs more than kMaxKvCacheBytes, or whose size overflows 64 bits, with a
+/// hint to --max-seq-len naming the bytes it would need and the context that
+/// fits.
+static LogicalResult checkKvCacheSize(MLIRContext *context,
+                                      const LlamaConfig &cfg, int64_t maxSeq,
+                                      Type kvType, bool fromFlag) {
+  bool quantized = kvType.isInteger(8) || isa<Float8E4M3FNType>(kvType);
+  int64_t elemBytes = kvType.getIntOrFloatBitWidth() / 8;
+  // Per token and layer: keys and values, plus (8-bit caches) one f32 scale
+  // per kv head for each.
+  std::optional<int64_t> perToken =
+      llvm::checkedMul<int64_t>(cfg.nKvHeads, cfg.headDim);
+  if (perToken)
+    perToken = llvm::checkedMul<int64_t>(*perToken, elemBytes);
+  if (perToken && quantized)
+    perToken = llvm::checkedAdd<int64_t>(*perToken, cfg.nKvHeads * 4);
+  if (perToken)
+    perToken = llvm::checkedMul<int64_t>(*perToken, 2 * cfg.nLayers);
+  std::optional<int64_t> total =
+      perToken ? llvm::checkedMul<int64_t>(*perToken, maxSeq) : std::nullopt;
+  if (total && *total <= kMaxKvCacheBytes)
+    return success();
+  std::string need;
+  llvm::raw_string_ostream os(need);
+  if (total)
+    os << *total << " bytes (" << llvm::divideCeil(*total, int64_t(1) << 30)
+       << " GiB)";
+  else
+    os << "more than 2^63 bytes";
+  std::string typeName; // unquoted, unlike a Type streamed into a diagnostic
+  llvm::raw_string_ostream(typeName) << kvType;
+  InFlightDiagnostic diag = emitError(UnknownLoc::get(context));
+  diag << (fromFlag ? "a context of " : "the model's context of ") << maxSeq
+       << " tokens" << (fromFlag ? " (--max-seq-len)" : " (its max_seq_len)")
+       << " needs a KV cache of " << need << " for " << cfg.nLayers
+       << " layers of " << cfg.nKvHeads << " kv heads x " << cfg.headDim
+       << " " << typeName << ", more than the limit of " << kMaxKvCacheBytes
+       << " bytes (" << (kMaxKvCacheBytes >> 30) << " GiB)";
+  if (perToken && *perToken > 0) {
+    int64_t fits = kMaxKvCacheBytes / *perToken;
+    diag << ": pass --max-seq-len N with N <= " << fits
+         << " to plan a shorter context";
+  }
+  return diag;
+}
+
 FailureOr<OwningOpRef<ModuleOp>>
 mlir::kiln::buildLlamaModule(MLIRContext *context, const ModelDesc &desc,
                              const LlamaBuildOptions &options) {
@@ -315,6 +363,9 @@ mlir::kiln::buildLlamaModule(MLIRContext *context, const ModelDesc &desc,
            << "unsupported KV-cache type '" << options.kvDtype
            << "' (expected int8 or fp8)";
   model.append("dtype", b.getStringAttr(options.dtype));
+  if (failed(checkKvCacheSize(context, cfg, maxSeq, kvType,
+                              /*fromFlag=*/options.maxSeqLen > 0)))
+    return failure();
   (*module)->setAttr("kiln.model", model.getDictionary(context));
   LlamaGraphBuilder graph(context, desc, *module, maxSeq, elementType, kvType);
   if (failed(graph.declareWeights()))

@@ -9,6 +9,11 @@
 
 namespace mlir::kiln {
 
+/// Largest KV cache (bytes, one sequence) a build accepts: 256 GiB, more than
+/// any single accelerator holds; a longer context is refused with a hint to
+/// --max-seq-len.
+constexpr int64_t kMaxKvCacheBytes = int64_t(256) << 30;
+
 struct LlamaBuildOptions {
   /// Tokens one prefill call may take (plans size activations for it);
   /// 0 means min(context, 512).

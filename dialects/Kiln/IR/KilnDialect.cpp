@@ -8,6 +8,7 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/CheckedArithmetic.h"
 
 using namespace mlir;
 using namespace mlir::kiln;
@@ -51,6 +52,24 @@ LogicalResult KVCacheType::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "kv_cache element type must be a float type or i8, "
                           "got "
                        << elementType;
+  // getLayerBytes() and getSizeInBytes() (and the offsets lowered from them)
+  // use plain int64_t arithmetic: bound the total here, overflow-checked.
+  bool quantized = elementType.isInteger(8) || isa<Float8E4M3FNType>(elementType);
+  int64_t elemBytes = std::max<int64_t>(1, elementType.getIntOrFloatBitWidth() / 8);
+  std::optional<int64_t> row = llvm::checkedMul(numKvHeads, headDim);
+  if (row)
+    row = llvm::checkedMul(*row, elemBytes);
+  if (row && quantized)
+    row = llvm::checkedAdd(*row, llvm::checkedMul(numKvHeads, int64_t(4)).value_or(-1));
+  std::optional<int64_t> total = row;
+  for (int64_t factor : {maxSeq, int64_t(2), numLayers})
+    if (total && *total >= 0)
+      total = llvm::checkedMul(*total, factor);
+  if (!total || *total < 0 || *total > kMaxKVCacheBytes)
+    return emitError() << "kv_cache of " << numLayers << " layers x "
+                       << maxSeq << " tokens x " << numKvHeads
+                       << " kv heads x " << headDim << " " << elementType
+                       << " needs more than 2^48 bytes";
   return success();
 }
 

@@ -11,6 +11,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/CheckedArithmetic.h"
 #include "llvm/Support/MathExtras.h"
 
 #include <cmath>
@@ -53,10 +54,27 @@ static LogicalResult verifyTokenDim(Operation *op, RankedTensorType input,
 // WeightOp / WeightRefOp
 //===----------------------------------------------------------------------===//
 
+/// Bytes of a static `type`, overflow-checked; std::nullopt past 2^48 (the
+/// lowering, the weight writer and the runtime use plain int64_t sizes).
+static std::optional<int64_t> checkedStaticBytes(ShapedType type) {
+  int64_t bytes =
+      std::max<int64_t>(1, llvm::divideCeil(type.getElementTypeBitWidth(), 8));
+  for (int64_t d : type.getShape()) {
+    std::optional<int64_t> r = llvm::checkedMul(bytes, d);
+    if (!r || *r > (int64_t(1) << 48))
+      return std::nullopt;
+    bytes = *r;
+  }
+  return bytes;
+}
+
 LogicalResult WeightOp::verify() {
   RankedTensorType type = getTensorType();
   if (!type.hasStaticShape())
     return emitOpError() << "expects a static weight shape, got " << type;
+  if (!checkedStaticBytes(type))
+    return emitOpError() << "weight of type " << type
+                         << " needs more than 2^48 bytes";
   ArrayRef<int64_t> sourceShape = getSource().getShape().asArrayRef();
   // The shape the recipe produces: the source's, unless a quantize step
   // splits it into integer values (same shape) and per-row scales.

@@ -37,6 +37,9 @@ def Kiln_KVCacheType : TypeDef<Kiln_Dialect, "KVCache"> {
     bool isFp8() const {
       return ::llvm::isa<::mlir::Float8E4M3FNType>(getElementType());
     }
+    /// Largest cache the verifier accepts (2^48 bytes), so the byte sizes
+    /// and offsets below cannot overflow.
+    static constexpr int64_t kMaxKVCacheBytes = int64_t(1) << 48;
     /// Bytes of one layer: keys, values and (int8) their scales.
     int64_t getLayerBytes() const;
     /// Bytes of the whole cache.

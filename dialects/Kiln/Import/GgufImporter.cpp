@@ -308,14 +308,11 @@ static Error readValue(ByteReader &r, uint32_t type, GgufValue &v,
 static Expected<GgufFile> parseGguf(StringRef path) {
   GgufFile g;
   g.path = path.str();
-  Expected<uint64_t> size = getFileSize(path);
-  if (!size)
-    return size.takeError();
-  g.fileSize = *size;
-  ErrorOr<std::unique_ptr<MemoryBuffer>> buf = MemoryBuffer::getFile(
-      path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
+  // A regular file (never a FIFO or device), memory-mapped.
+  Expected<std::unique_ptr<MemoryBuffer>> buf =
+      readRegularFile(path, UINT64_MAX, "a GGUF file");
   if (!buf)
-    return fileError(path, "cannot open: " + buf.getError().message());
+    return buf.takeError();
   g.buffer = std::move(*buf);
   g.fileSize = g.buffer->getBufferSize();
   ByteReader r(path, g.buffer->getBuffer());

@@ -72,7 +72,7 @@ static std::string formatJson(const json::Value &v) {
 }
 
 static Error parseSafetensors(StringRef file, SafetensorsIndex &index) {
-  Expected<uint64_t> size = getFileSize(file);
+  Expected<uint64_t> size = getFileSize(file, "a safetensors file");
   if (!size)
     return size.takeError();
   if (*size < 8)
@@ -89,11 +89,14 @@ static Error parseSafetensors(StringRef file, SafetensorsIndex &index) {
     return fileError(file, "header length " + Twine(n) +
                                " at offset 0 exceeds the file (" +
                                Twine(*size) + " bytes)");
-  if (n > (uint64_t(1) << 28))
+  if (n > kMaxSafetensorsHeaderBytes)
     return fileError(file, "header length " + Twine(n) +
-                               " at offset 0 is implausibly large (> 256 MiB)");
+                               " at offset 0 is more than the limit of " +
+                               Twine(kMaxSafetensorsHeaderBytes) + " bytes");
   std::string header(n, '\0');
   if (Error e = readFileRange(file, 8, header, "JSON header"))
+    return e;
+  if (Error e = checkJsonDepth(header, file, /*baseOffset=*/8))
     return e;
   Expected<json::Value> root = json::parse(header);
   if (!root)
@@ -134,8 +137,10 @@ static Error parseSafetensors(StringRef file, SafetensorsIndex &index) {
     for (const json::Value &d : *shape) {
       std::optional<int64_t> v = d.getAsInteger();
       if (!v || *v < 0)
-        return fileError(file, "header entry '" + name +
-                                   "': shape must hold non-negative integers");
+        return fileError(file, "header entry '" + name + "': shape " +
+                                   formatJson(json::Value(json::Array(*shape))) +
+                                   " must hold non-negative integers, got " +
+                                   formatJson(d));
       st.shape.push_back(*v);
     }
     std::optional<int64_t> begin = (*offsets)[0].getAsInteger();
@@ -221,19 +226,87 @@ static Error parseSafetensors(StringRef file, SafetensorsIndex &index) {
   return Error::success();
 }
 
+/// True if `path` is `root` or below it (both real paths).
+static bool isWithin(StringRef path, StringRef root) {
+  if (root.empty() || !path.starts_with(root))
+    return false;
+  return path.size() == root.size() ||
+         sys::path::is_separator(path[root.size()]) ||
+         sys::path::is_separator(root.back());
+}
+
+/// The path of the shard `file` named by weight_map['tensor'] of the index
+/// `indexPath` in the model directory `dir`. The entry must stay inside the
+/// directory: no absolute path, no '..', and its real path (symlinks
+/// resolved) below the real path of `dir`, or, for a Hugging Face hub cache
+/// snapshot (<repo>/snapshots/<rev>), below <repo>/blobs, where the hub
+/// keeps the files the snapshot links to.
+static Expected<std::string> resolveShard(StringRef dir, StringRef indexPath,
+                                          StringRef tensor, StringRef file) {
+  auto refuse = [&](const Twine &why) {
+    return fileError(indexPath, "weight_map['" + tensor + "'] names '" + file +
+                                    "', " + why +
+                                    "; entries must name files inside the "
+                                    "model directory");
+  };
+  if (file.empty())
+    return refuse("an empty path");
+  if (sys::path::is_absolute(file) || sys::path::is_separator(file.front()))
+    return refuse("an absolute path");
+  for (StringRef part : llvm::make_range(sys::path::begin(file),
+                                         sys::path::end(file)))
+    if (part == "..")
+      return refuse("a path with '..'");
+  std::string path = joinPath(dir, file);
+  SmallString<256> realDir, realFile;
+  if (sys::fs::real_path(dir, realDir))
+    return fileError(dir, "cannot resolve the model directory");
+  // A missing shard is reported when it is read.
+  if (sys::fs::real_path(path, realFile))
+    return path;
+  if (isWithin(realFile, realDir))
+    return path;
+  StringRef snapshots = sys::path::parent_path(realDir);
+  if (sys::path::filename(snapshots) == "snapshots") {
+    SmallString<256> blobs(sys::path::parent_path(snapshots));
+    sys::path::append(blobs, "blobs");
+    if (isWithin(realFile, blobs))
+      return path;
+  }
+  return refuse("which resolves to " + realFile +
+                ", outside the model directory " + realDir);
+}
+
+/// True if `a` and `b` hold the same dtype, shape and bytes (compared in
+/// chunks, so a large embedding is never held twice).
+static Expected<bool> sameTensorData(const SafeTensor &a, const SafeTensor &b) {
+  if (a.dtype != b.dtype || a.shape != b.shape || a.bytes != b.bytes)
+    return false;
+  constexpr uint64_t kChunk = uint64_t(1) << 20;
+  std::string x, y;
+  for (uint64_t done = 0; done < a.bytes; done += kChunk) {
+    uint64_t n = std::min(kChunk, a.bytes - done);
+    x.resize(n);
+    y.resize(n);
+    if (Error e = readFileRange(a.file, a.offset + done, x, "tensor data"))
+      return std::move(e);
+    if (Error e = readFileRange(b.file, b.offset + done, y, "tensor data"))
+      return std::move(e);
+    if (x != y)
+      return false;
+  }
+  return true;
+}
+
 /// Lists the safetensors files of `dir`.
 static Expected<std::vector<std::string>> listShards(StringRef dir) {
   std::vector<std::string> files;
   std::string indexPath = joinPath(dir, "model.safetensors.index.json");
   if (sys::fs::exists(indexPath)) {
-    ErrorOr<std::unique_ptr<MemoryBuffer>> buf = MemoryBuffer::getFile(
-        indexPath, /*IsText=*/false, /*RequiresNullTerminator=*/false);
-    if (!buf)
-      return fileError(indexPath, "cannot open: " + buf.getError().message());
-    Expected<json::Value> root = json::parse((*buf)->getBuffer());
+    Expected<json::Value> root =
+        readJsonFile(indexPath, kMaxJsonConfigBytes, "a JSON file");
     if (!root)
-      return fileError(indexPath,
-                       "invalid JSON: " + toString(root.takeError()));
+      return root.takeError();
     const json::Object *top = root->getAsObject();
     const json::Object *map = top ? top->getObject("weight_map") : nullptr;
     if (!map)
@@ -244,8 +317,12 @@ static Expected<std::vector<std::string>> listShards(StringRef dir) {
       if (!f)
         return fileError(indexPath, "weight_map['" + StringRef(kv.first) +
                                         "'] is not a file name");
-      if (seen.insert({*f, true}).second)
-        files.push_back(joinPath(dir, *f));
+      if (!seen.insert({*f, true}).second)
+        continue;
+      Expected<std::string> shard = resolveShard(dir, indexPath, kv.first, *f);
+      if (!shard)
+        return shard.takeError();
+      files.push_back(std::move(*shard));
     }
     llvm::sort(files);
     return files;
@@ -318,14 +395,10 @@ Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
   if (!sys::fs::exists(cfgPath))
     return fileError(dir, "no config.json (expected a Hugging Face model "
                           "directory)");
-  ErrorOr<std::unique_ptr<MemoryBuffer>> cfgBuf = MemoryBuffer::getFile(
-      cfgPath, /*IsText=*/false, /*RequiresNullTerminator=*/false);
-  if (!cfgBuf)
-    return fileError(cfgPath, "cannot open: " + cfgBuf.getError().message());
-  Expected<json::Value> cfgJson = json::parse((*cfgBuf)->getBuffer());
+  Expected<json::Value> cfgJson =
+      readJsonFile(cfgPath, kMaxJsonConfigBytes, "a JSON file");
   if (!cfgJson)
-    return fileError(cfgPath,
-                     "invalid JSON: " + toString(cfgJson.takeError()));
+    return cfgJson.takeError();
   const json::Object *cfg = cfgJson->getAsObject();
   if (!cfg)
     return fileError(cfgPath, "expected a JSON object at the top level");
@@ -373,7 +446,8 @@ Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
     }
     std::optional<int64_t> i = v->getAsInteger();
     if (!i)
-      return fileError(cfgPath, "field '" + key + "' is not an integer");
+      return fileError(cfgPath, "field '" + key + "' is " + formatJson(*v) +
+                                    ", expected an integer");
     dst = *i;
     return Error::success();
   };
@@ -407,7 +481,8 @@ Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
     }
     std::optional<double> d = v->getAsNumber();
     if (!d)
-      return fileError(cfgPath, "field '" + key + "' is not a number");
+      return fileError(cfgPath, "field '" + key + "' is " + formatJson(*v) +
+                                    ", expected a number");
     dst = static_cast<float>(*d);
     return Error::success();
   };
@@ -419,15 +494,35 @@ Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
       v && v->kind() != json::Value::Null)
     return fileError(cfgPath, "field 'rope_scaling' is set; RoPE scaling is "
                               "not supported");
-  for (StringRef key : {"attention_bias", "mlp_bias"})
-    if (cfg->getBoolean(key).value_or(false))
+  // Booleans and strings are strict: "true" (a string) or 1 is an error, not
+  // silently false.
+  auto boolField = [&](StringRef key) -> Expected<std::optional<bool>> {
+    const json::Value *v = cfg->get(key);
+    if (!v || v->kind() == json::Value::Null)
+      return std::nullopt;
+    if (std::optional<bool> b = v->getAsBoolean())
+      return *b;
+    return fileError(cfgPath, "field '" + key + "' is " + formatJson(*v) +
+                                  ", expected true or false");
+  };
+  for (StringRef key : {"attention_bias", "mlp_bias"}) {
+    Expected<std::optional<bool>> bias = boolField(key);
+    if (!bias)
+      return bias.takeError();
+    if (bias->value_or(false))
       return fileError(cfgPath, "field '" + key +
                                     "' is true; biases are not supported");
-  if (std::optional<StringRef> act = cfg->getString("hidden_act");
-      act && *act != "silu")
-    return fileError(cfgPath, "hidden_act '" + *act +
-                                  "' is not supported (expected 'silu')");
-  bool tieFlag = cfg->getBoolean("tie_word_embeddings").value_or(false);
+  }
+  if (const json::Value *act = cfg->get("hidden_act");
+      act && act->kind() != json::Value::Null &&
+      act->getAsString() != std::optional<StringRef>("silu"))
+    return fileError(cfgPath, "hidden_act " + formatJson(*act) +
+                                  " is not supported (expected \"silu\")");
+  // Absent means false, as in transformers' LlamaConfig.
+  Expected<std::optional<bool>> tieField = boolField("tie_word_embeddings");
+  if (!tieField)
+    return tieField.takeError();
+  bool tieFlag = tieField->value_or(false);
   if (Error e = checkConfig(c, cfgPath))
     return std::move(e);
   // GPTQ / AWQ checkpoints: linears stay quantized (Prequantized.h).
@@ -476,9 +571,35 @@ Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
     embed = head; // TinyStories-656K: only lm_head, embed is an alias.
   if (!embed)
     return missing("model.embed_tokens.weight");
-  // No lm_head (or only the one standing in for the embedding) means tied;
-  // with both present, tie_word_embeddings decides, as in transformers.
-  bool tied = !head || head == embed || tieFlag;
+  // Tied embeddings, resolved the safe way. Only an embedding: tied if the
+  // config or a safetensors alias says so, else the classifier is missing
+  // (never a silent tie). Both stored: a tied config whose lm_head differs
+  // from the embedding uses the real lm_head, with a note.
+  bool tied;
+  if (!head || head == embed) {
+    if (!tieFlag && !aliased)
+      return fileError(dir, "missing tensor 'lm_head.weight' (the classifier) "
+                            "in " + Twine(shards->size()) +
+                            " safetensors file(s): config.json has "
+                            "tie_word_embeddings " +
+                            (*tieField ? "false" : "unset (false for Llama)") +
+                            ", so the classifier is not the embedding; set "
+                            "\"tie_word_embeddings\": true if it is");
+    tied = true;
+  } else if (tieFlag) {
+    Expected<bool> same = sameTensorData(*head, *embed);
+    if (!same)
+      return same.takeError();
+    tied = *same;
+    if (!tied)
+      model.notes.push_back(
+          cfgPath + " has tie_word_embeddings true but " + head->file +
+          " stores an 'lm_head.weight' that differs from "
+          "'model.embed_tokens.weight'; using the stored lm_head.weight as "
+          "the classifier");
+  } else {
+    tied = false;
+  }
   c.tiedEmbeddings = tied;
 
   for (const CanonicalWeight &cw : canon) {

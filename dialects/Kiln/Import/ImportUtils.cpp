@@ -11,8 +11,13 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstring>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 using namespace llvm;
 
@@ -32,20 +37,149 @@ Error prefixError(StringRef file, Error err) {
   return fileError(file, toString(std::move(err)));
 }
 
-Expected<uint64_t> getFileSize(StringRef path) {
-  sys::fs::file_status status;
-  if (std::error_code ec = sys::fs::status(path, status))
-    return fileError(path, "cannot open: " + ec.message());
-  if (status.type() == sys::fs::file_type::directory_file)
-    return fileError(path, "is a directory, expected a file");
-  return status.getSize();
+//===----------------------------------------------------------------------===//
+// Regular files, bounded reads, JSON depth
+//===----------------------------------------------------------------------===//
+
+/// "a FIFO (named pipe)", "a directory", ... for a non-regular `mode`.
+static StringRef describeFileKind(mode_t mode) {
+  if (S_ISDIR(mode))
+    return "a directory";
+  if (S_ISFIFO(mode))
+    return "a FIFO (named pipe)";
+  if (S_ISCHR(mode))
+    return "a character device";
+  if (S_ISBLK(mode))
+    return "a block device";
+  if (S_ISSOCK(mode))
+    return "a socket";
+  return "not a regular file";
+}
+
+static Error notRegularError(StringRef path, mode_t mode, StringRef what) {
+  return fileError(path, "is " + describeFileKind(mode) + ", expected " + what);
+}
+
+static Error errnoError(StringRef path, int err) {
+  return fileError(path, Twine("cannot open: ") + std::strerror(err));
+}
+
+Error checkRegularFile(StringRef path, StringRef what) {
+  struct stat st;
+  if (::stat(path.str().c_str(), &st) != 0)
+    return errnoError(path, errno);
+  if (!S_ISREG(st.st_mode))
+    return notRegularError(path, st.st_mode, what);
+  return Error::success();
+}
+
+Expected<int> openRegularFile(StringRef path, StringRef what,
+                              uint64_t maxBytes, uint64_t &size) {
+  // stat first so that no device is even opened (opening some has side
+  // effects), then open without blocking and fstat the descriptor, so a
+  // file swapped for a FIFO in between cannot hang us either.
+  if (Error e = checkRegularFile(path, what))
+    return std::move(e);
+  std::string p = path.str();
+  int fd;
+  do {
+    fd = ::open(p.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0)
+    return errnoError(path, errno);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return errnoError(path, err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return notRegularError(path, st.st_mode, what);
+  }
+  // Reads of a regular file never block; clear the flag anyway.
+  if (int flags = ::fcntl(fd, F_GETFL); flags >= 0)
+    (void)::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  size = static_cast<uint64_t>(st.st_size);
+  if (size > maxBytes) {
+    ::close(fd);
+    return fileError(path, "is " + Twine(size) +
+                               " bytes, more than the limit of " +
+                               Twine(maxBytes) + " bytes for " + what);
+  }
+  return fd;
+}
+
+Expected<std::unique_ptr<MemoryBuffer>>
+readRegularFile(StringRef path, uint64_t maxBytes, StringRef what) {
+  uint64_t size = 0;
+  Expected<int> fd = openRegularFile(path, what, maxBytes, size);
+  if (!fd)
+    return fd.takeError();
+  ErrorOr<std::unique_ptr<MemoryBuffer>> buf = MemoryBuffer::getOpenFile(
+      *fd, path, size, /*RequiresNullTerminator=*/false);
+  ::close(*fd);
+  if (!buf)
+    return fileError(path, "cannot read: " + buf.getError().message());
+  return std::move(*buf);
+}
+
+Error checkJsonDepth(StringRef text, StringRef file, uint64_t baseOffset,
+                     unsigned maxDepth) {
+  unsigned depth = 0;
+  bool inString = false;
+  for (size_t i = 0, e = text.size(); i < e; ++i) {
+    char c = text[i];
+    if (inString) {
+      if (c == '\\')
+        ++i; // The escaped character cannot end the string.
+      else if (c == '"')
+        inString = false;
+      continue;
+    }
+    if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > maxDepth)
+        return fileError(file, "JSON nested deeper than " + Twine(maxDepth) +
+                                   " at offset " + Twine(baseOffset + i));
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return Error::success();
+}
+
+Expected<json::Value> readJsonFile(StringRef path, uint64_t maxBytes,
+                                   StringRef what) {
+  Expected<std::unique_ptr<MemoryBuffer>> buf =
+      readRegularFile(path, maxBytes, what);
+  if (!buf)
+    return buf.takeError();
+  StringRef text = (*buf)->getBuffer();
+  if (Error e = checkJsonDepth(text, path))
+    return std::move(e);
+  Expected<json::Value> v = json::parse(text);
+  if (!v)
+    return fileError(path, "invalid JSON: " + toString(v.takeError()));
+  return v;
+}
+
+Expected<uint64_t> getFileSize(StringRef path, StringRef what) {
+  uint64_t size = 0;
+  Expected<int> fd = openRegularFile(path, what, UINT64_MAX, size);
+  if (!fd)
+    return fd.takeError();
+  ::close(*fd);
+  return size;
 }
 
 Error readFileRange(StringRef path, uint64_t offset, MutableArrayRef<char> out,
                     StringRef what) {
-  Expected<sys::fs::file_t> fd = sys::fs::openNativeFileForRead(path);
+  uint64_t size = 0;
+  Expected<int> fd = openRegularFile(path, "a regular file", UINT64_MAX, size);
   if (!fd)
-    return fileError(path, "cannot open: " + toString(fd.takeError()));
+    return fd.takeError();
   uint64_t done = 0;
   Error err = Error::success();
   while (done < out.size()) {
@@ -66,7 +200,7 @@ Error readFileRange(StringRef path, uint64_t offset, MutableArrayRef<char> out,
     }
     done += *n;
   }
-  sys::fs::closeFile(*fd);
+  ::close(*fd);
   return err;
 }
 
@@ -236,7 +370,7 @@ Error checkLimits(const LlamaConfig &c, StringRef file) {
                 {c.nKvHeads, "n_kv_heads", 16},
                 {c.headDim, "head_dim", 16},
                 {c.vocabSize, "vocab_size", 26},
-                {c.maxSeqLen, "max_seq_len", 26}};
+                {c.maxSeqLen, "max_seq_len", 40}};
   for (const Limit &l : limits)
     if (l.value > (int64_t(1) << l.log2))
       return fileError(file, "implausible " + l.what + " " + Twine(l.value) +

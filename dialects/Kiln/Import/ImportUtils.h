@@ -12,6 +12,8 @@
 
 #include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/Twine.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
 
 #include <optional>
 
@@ -26,8 +28,61 @@ llvm::Error fileError(llvm::StringRef file, const llvm::Twine &msg);
 /// Prefixes the message of `err` (if any) with "<file>: ".
 llvm::Error prefixError(llvm::StringRef file, llvm::Error err);
 
-/// Size of the file at `path`, or an error naming it.
-llvm::Expected<uint64_t> getFileSize(llvm::StringRef path);
+//===----------------------------------------------------------------------===//
+// Reading files that cannot hang or exhaust the machine
+//
+// Every file the compiler side reads (checkpoints, configs, tokenizers,
+// calibration files, texts, manifests) goes through these helpers: it must
+// be a regular file (a FIFO, device, socket or directory is refused before
+// anything could block on it) and whole-file reads are bounded by a limit
+// that fits the format.
+//===----------------------------------------------------------------------===//
+
+/// Size limits for files read whole (README.md, "Hostile inputs").
+constexpr uint64_t kMaxJsonConfigBytes = uint64_t(16) << 20; ///< config.json &c.
+constexpr uint64_t kMaxTokenizerBytes = uint64_t(64) << 20;  ///< tokenizer files
+constexpr uint64_t kMaxTextBytes = uint64_t(256) << 20;      ///< --text inputs
+constexpr uint64_t kMaxSafetensorsHeaderBytes = uint64_t(100) << 20;
+/// Deepest JSON nesting accepted (llvm::json::parse recurses per level).
+constexpr unsigned kMaxJsonDepth = 256;
+
+/// Checks that `path` names a regular file (symlinks are followed) without
+/// opening it, so a FIFO cannot block. The error is "<path>: is a FIFO (named
+/// pipe), expected <what>" (or a directory, a character device, ...), or
+/// "<path>: cannot open: <reason>". `what` has its article: "a GGUF file".
+llvm::Error checkRegularFile(llvm::StringRef path, llvm::StringRef what);
+
+/// Opens `path` for reading without blocking (O_NONBLOCK: a FIFO cannot
+/// hang) and checks with fstat that it is a regular file of at most
+/// `maxBytes`; on success returns the descriptor (the caller closes it) and
+/// sets `size`. Errors as checkRegularFile, plus "<path>: is N bytes, more
+/// than the limit of M for <what>".
+llvm::Expected<int> openRegularFile(llvm::StringRef path, llvm::StringRef what,
+                                    uint64_t maxBytes, uint64_t &size);
+
+/// Reads the whole regular file `path` (at most `maxBytes`) through
+/// openRegularFile; large files are memory-mapped.
+llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
+readRegularFile(llvm::StringRef path, uint64_t maxBytes, llvm::StringRef what);
+
+/// Rejects JSON nested deeper than `maxDepth` arrays/objects with "<file>:
+/// JSON nested deeper than N at offset K" (K = `baseOffset` + the offset in
+/// `text`). A linear scan that skips strings; run it before llvm::json::parse,
+/// which recurses once per level and would overflow the stack.
+llvm::Error checkJsonDepth(llvm::StringRef text, llvm::StringRef file,
+                           uint64_t baseOffset = 0,
+                           unsigned maxDepth = kMaxJsonDepth);
+
+/// Reads (readRegularFile, at most `maxBytes`), depth-checks and parses the
+/// JSON file `path`; a syntax error is "<path>: invalid JSON: <reason>".
+llvm::Expected<llvm::json::Value> readJsonFile(llvm::StringRef path,
+                                               uint64_t maxBytes,
+                                               llvm::StringRef what);
+
+/// Size of the regular file at `path` (checkRegularFile, then stat), or an
+/// error naming it; `what` says what it should be ("a checkpoint file").
+llvm::Expected<uint64_t> getFileSize(llvm::StringRef path,
+                                     llvm::StringRef what = "a regular file");
 
 /// Reads `size` bytes at `offset` of `path` into `out` (pread-like).
 llvm::Error readFileRange(llvm::StringRef path, uint64_t offset,

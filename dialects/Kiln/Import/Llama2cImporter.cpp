@@ -50,6 +50,26 @@ public:
 };
 } // namespace
 
+/// True if the `n` bytes at offsets `a` and `b` of `path` are equal
+/// (compared in chunks).
+static Expected<bool> sameFileBytes(StringRef path, uint64_t a, uint64_t b,
+                                    uint64_t n) {
+  constexpr uint64_t kChunk = uint64_t(1) << 20;
+  std::string x, y;
+  for (uint64_t done = 0; done < n; done += kChunk) {
+    uint64_t len = std::min(kChunk, n - done);
+    x.resize(len);
+    y.resize(len);
+    if (Error e = readFileRange(path, a + done, x, "token_embedding_table"))
+      return std::move(e);
+    if (Error e = readFileRange(path, b + done, y, "wcls"))
+      return std::move(e);
+    if (x != y)
+      return false;
+  }
+  return true;
+}
+
 /// Finds the tokenizer beside a llama2.c checkpoint: tok<vocab>.bin, then
 /// tokenizer.bin, then any other tok*.bin with `vocabSize` pieces.
 static Expected<TokenizerDesc> findLlama2cTokenizer(StringRef modelPath,
@@ -100,7 +120,7 @@ static Expected<TokenizerDesc> findLlama2cTokenizer(StringRef modelPath,
 }
 
 Expected<ModelDesc> importLlama2c(StringRef path, StringRef tokenizer) {
-  Expected<uint64_t> fileSize = getFileSize(path);
+  Expected<uint64_t> fileSize = getFileSize(path, "a llama2.c checkpoint");
   if (!fileSize)
     return fileSize.takeError();
   if (*fileSize < 28)
@@ -193,6 +213,37 @@ Expected<ModelDesc> importLlama2c(StringRef path, StringRef tokenizer) {
   if (l.overflow)
     return fileError(path, "header (" + headerText +
                                ") implies a size that overflows 64 bits");
+  // Tied embeddings, resolved the safe way: an unshared classifier
+  // (negative vocab_size) that the file does not hold is an error, never a
+  // silent tie; a shared one (positive vocab_size) followed by a whole
+  // classifier that differs from the embedding uses that classifier.
+  uint64_t wclsBytes = *numElements({c.vocabSize, dim}) * 4;
+  if (!c.tiedEmbeddings && l.cursor - wclsBytes == *fileSize)
+    return fileError(path,
+                     "llama2.c header: vocab_size is " + Twine(h[5]) +
+                         " at offset 20, which means an unshared classifier, "
+                         "but the file ends at offset " + Twine(*fileSize) +
+                         " where that classifier (missing tensor 'wcls', " +
+                         Twine(wclsBytes) +
+                         " bytes) would begin; a shared classifier is "
+                         "written as a positive vocab_size");
+  if (c.tiedEmbeddings && *fileSize > l.cursor &&
+      *fileSize - l.cursor == wclsBytes) {
+    uint64_t extra = l.add({c.vocabSize, dim});
+    Expected<bool> same = sameFileBytes(path, tokEmb, extra, wclsBytes);
+    if (!same)
+      return same.takeError();
+    if (!*same) {
+      c.tiedEmbeddings = false;
+      wcls = extra;
+      model.notes.push_back(
+          (path + ": the llama2.c header has a positive vocab_size (" +
+           Twine(h[5]) +
+           ", a shared classifier) but the file also holds a classifier "
+           "'wcls' that differs from the embedding; using the stored wcls")
+              .str());
+    }
+  }
   if (l.cursor != *fileSize)
     return fileError(path, "file is " + Twine(*fileSize) +
                                " bytes but the header (" + headerText +

@@ -89,7 +89,9 @@ static Error decodeFromFile(const TensorSource &s, MutableArrayRef<float> out) {
                                  Twine(out.size()) + " " +
                                  stringifyStorageType(s.storage) +
                                  " elements");
-  Expected<sys::fs::file_t> fd = sys::fs::openNativeFileForRead(s.file);
+  uint64_t fileSize = 0;
+  Expected<int> fd = openRegularFile(s.file, "a checkpoint file", UINT64_MAX,
+                                     fileSize);
   if (!fd)
     return fileError(s.file, "cannot open to read tensor '" + s.tensor +
                                  "': " + toString(fd.takeError()));

@@ -95,7 +95,7 @@ Expected<ModelDesc> importModel(StringRef spec, StringRef tokenizer) {
                            "synthetic:<shape>)");
   // Sniff the contents so renamed files still work and files of the wrong
   // kind get a message about what they are, not a llama2.c header error.
-  Expected<uint64_t> size = getFileSize(spec);
+  Expected<uint64_t> size = getFileSize(spec, "a checkpoint file");
   if (!size)
     return size.takeError();
   char head[28] = {};

@@ -192,6 +192,10 @@ struct ModelDesc {
   LlamaConfig config;
   std::vector<WeightDesc> weights; ///< in canonical order (see WeightDesc)
   TokenizerDesc tokenizer;         ///< exactly config.vocabSize pieces
+  /// Things the importer resolved that the user should know (e.g. a tied
+  /// config whose checkpoint carries a different classifier); the tools
+  /// print each as "<tool>: note: <text>" on stderr.
+  std::vector<std::string> notes;
 
   /// Returns the weight with canonical name `name`, or nullptr.
   const WeightDesc *lookup(llvm::StringRef name) const;

@@ -28,14 +28,9 @@ namespace mlir::kiln {
 
 static constexpr StringLiteral kSpace = "\xe2\x96\x81"; // U+2581 "▁"
 
-/// Reads a whole (small) file.
+/// Reads a whole tokenizer file (regular, at most kMaxTokenizerBytes).
 static Expected<std::unique_ptr<MemoryBuffer>> readWholeFile(StringRef path) {
-  ErrorOr<std::unique_ptr<MemoryBuffer>> buf =
-      MemoryBuffer::getFile(path, /*IsText=*/false,
-                            /*RequiresNullTerminator=*/false);
-  if (!buf)
-    return fileError(path, "cannot open: " + buf.getError().message());
-  return std::move(*buf);
+  return readRegularFile(path, kMaxTokenizerBytes, "a tokenizer file");
 }
 
 static std::string replaceSpaces(StringRef s) {
@@ -65,7 +60,7 @@ Expected<TokenizerDesc> readTokenizer(StringRef path) {
     return fileError(path, "directory has no tokenizer.json or "
                            "tokenizer.model");
   }
-  Expected<uint64_t> size = getFileSize(path);
+  Expected<uint64_t> size = getFileSize(path, "a tokenizer file");
   if (!size)
     return size.takeError();
   StringRef ext = sys::path::extension(path);
@@ -163,13 +158,7 @@ Expected<TokenizerDesc> readLlama2cTokenizer(StringRef path) {
 //===----------------------------------------------------------------------===//
 
 static Expected<json::Value> parseJsonFile(StringRef path) {
-  Expected<std::unique_ptr<MemoryBuffer>> buf = readWholeFile(path);
-  if (!buf)
-    return buf.takeError();
-  Expected<json::Value> v = json::parse((*buf)->getBuffer());
-  if (!v)
-    return fileError(path, "invalid JSON: " + toString(v.takeError()));
-  return v;
+  return readJsonFile(path, kMaxTokenizerBytes, "a JSON file");
 }
 
 /// The "type" field of a tokenizer component ("" if it has none).

@@ -4,6 +4,8 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
+#include "llvm/Support/CheckedArithmetic.h"
+#include "llvm/Support/MathExtras.h"
 
 using namespace mlir;
 using namespace mlir::kiln::plan;
@@ -17,6 +19,34 @@ void PlanDialect::initialize() {
       >();
 }
 
+/// Bytes of the static part of `type` (dynamic dimensions count as 1),
+/// overflow-checked; std::nullopt past 2^48.
+static std::optional<int64_t> checkedStaticBytes(MemRefType type) {
+  int64_t bytes =
+      std::max<int64_t>(1, llvm::divideCeil(type.getElementTypeBitWidth(), 8));
+  for (int64_t d : type.getShape()) {
+    if (ShapedType::isDynamic(d))
+      continue;
+    std::optional<int64_t> r = llvm::checkedMul(bytes, d);
+    if (!r || *r > (int64_t(1) << 48))
+      return std::nullopt;
+    bytes = *r;
+  }
+  return bytes;
+}
+
+/// Checks that [offset, offset + size of `type`) fits in 2^48 bytes.
+static LogicalResult verifyExtent(Operation *op, MemRefType type,
+                                  int64_t offset, StringRef what) {
+  std::optional<int64_t> bytes = checkedStaticBytes(type);
+  std::optional<int64_t> end =
+      bytes ? llvm::checkedAdd(offset, *bytes) : std::nullopt;
+  if (!end || *end > (int64_t(1) << 48))
+    return op->emitOpError() << what << " of type " << type << " at offset "
+                             << offset << " ends past 2^48 bytes";
+  return success();
+}
+
 LogicalResult WeightOp::verify() {
   auto type = cast<MemRefType>(getType());
   if (!type.hasStaticShape())
@@ -24,7 +54,7 @@ LogicalResult WeightOp::verify() {
   if (getOffset() % 64 != 0)
     return emitOpError() << "expects a 64-byte aligned offset, got "
                          << getOffset();
-  return success();
+  return verifyExtent(*this, type, getOffset(), "weight");
 }
 
 LogicalResult WeightRefOp::verifySymbolUses(SymbolTableCollection &symbols) {
@@ -48,7 +78,7 @@ LogicalResult ArenaViewOp::verify() {
       static_cast<int64_t>(type.getNumDynamicDims()))
     return emitOpError() << "expects " << type.getNumDynamicDims()
                          << " dynamic sizes, got " << getDynamicSizes().size();
-  return success();
+  return verifyExtent(*this, type, getOffset(), "arena view");
 }
 
 LogicalResult CallKernelOp::verify() {

@@ -13,6 +13,7 @@
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/CheckedArithmetic.h"
 #include "llvm/Support/MathExtras.h"
 
 namespace mlir::kiln {
@@ -335,11 +336,22 @@ void LowerToPlanPass::runOnOperation() {
     auto key = std::make_tuple(Attribute(w.getSource()),
                                Attribute(w.getTransforms()), Type(type));
     auto [it, inserted] = layout.try_emplace(key, weightBytes);
-    if (inserted)
-      weightBytes += llvm::alignTo(
+    if (inserted) {
+      // Each weight is below 2^48 bytes (kiln.weight's verifier); their sum
+      // is checked too, so the offsets written to the plan cannot wrap.
+      int64_t bytes = llvm::alignTo(
           type.getNumElements() *
               llvm::divideCeil(type.getElementTypeBitWidth(), 8),
           64);
+      std::optional<int64_t> end = llvm::checkedAdd(weightBytes, bytes);
+      if (!end || *end > (int64_t(1) << 48)) {
+        w.emitOpError() << "would end the weights file past 2^48 bytes "
+                           "(offset "
+                        << weightBytes << " + " << bytes << " bytes)";
+        return signalPassFailure();
+      }
+      weightBytes = *end;
+    }
     builder.setInsertionPoint(w);
     plan::WeightOp::create(builder, w.getLoc(), w.getSymNameAttr(),
                            TypeAttr::get(toMemRef(type)),

@@ -36,6 +36,8 @@ typedef enum kiln_rt_status_code_e {
   KILN_RT_OUT_OF_RANGE = 5,     /* sequence does not fit the context */
   KILN_RT_RESOURCE_EXHAUSTED = 6, /* allocation failed */
   KILN_RT_INTERNAL = 7,
+  KILN_RT_PERMISSION_DENIED = 8, /* signature required but missing, malformed
+                                    or not by a trusted key */
 } kiln_rt_status_code_t;
 
 typedef struct kiln_rt_status_s *kiln_rt_status_t; /* NULL == OK */
@@ -59,9 +61,33 @@ enum {
 /// Opens and validates the artifact directory `dir` (manifest format, version,
 /// ABI, target; every listed file's size and XXH3-64, weight offsets, KV-cache
 /// size, arena size), mmaps weights.bin read-only, loads tokenizer.json and
-/// dlopen()s model.so (RTLD_NOW | RTLD_LOCAL). `flags`: KILN_RT_OPEN_*.
+/// dlopen()s model.so (RTLD_NOW | RTLD_LOCAL), then checks the sizes model.so
+/// was planned for (plan_info.h) against the manifest and weights.bin.
+/// Files inside the artifact must be regular files: symbolic links, FIFOs
+/// and devices are refused without being followed or read. Every check that
+/// does not need model.so's code is made before it is loaded: an artifact is
+/// code (docs/security.md). `flags`: KILN_RT_OPEN_*.
 kiln_rt_status_t kiln_rt_artifact_open(const char *dir, uint32_t flags,
                                        kiln_rt_artifact_t **out_artifact);
+
+/// Options of kiln_rt_artifact_open_with_options; zero-initialize, then set.
+typedef struct kiln_rt_open_options_t {
+  uint32_t flags; /* KILN_RT_OPEN_* */
+  /* NULL: no signature is required (as kiln_rt_artifact_open). Otherwise a
+   * directory of trusted Ed25519 public keys (its "*.pub" files, written by
+   * kiln-keygen) or one such file: the artifact must carry manifest.sig, a
+   * signature of manifest.json by one of them, and every file's BLAKE2b-256
+   * must match the manifest. Checked before model.so is loaded; a failure is
+   * KILN_RT_PERMISSION_DENIED (signature) or KILN_RT_DATA_LOSS (contents).
+   * Cannot be combined with KILN_RT_OPEN_SKIP_CHECKSUMS. */
+  const char *trusted_keys;
+} kiln_rt_open_options_t;
+
+/// kiln_rt_artifact_open with options (NULL `options`: all zero).
+kiln_rt_status_t
+kiln_rt_artifact_open_with_options(const char *dir,
+                                   const kiln_rt_open_options_t *options,
+                                   kiln_rt_artifact_t **out_artifact);
 void kiln_rt_artifact_release(kiln_rt_artifact_t *artifact);
 
 /// Facts about an opened artifact the caller needs to drive generation.

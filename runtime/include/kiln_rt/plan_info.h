@@ -5,10 +5,15 @@
  *   void kiln_plan_info(kiln_plan_info_t *out);
  *
  * which reports the sizes the compiler planned the code for. The runtime
- * compares them with manifest.json before running anything, so a manifest
- * that disagrees with the code it describes (a hand-edited or mismatched
- * artifact: manifest.json itself carries no checksum) is refused instead of
- * running kernels over buffers of the wrong size.
+ * compares them with manifest.json and with the size of weights.bin before
+ * running anything, so a manifest that disagrees with the code it describes
+ * (a hand-edited or mismatched artifact: manifest.json itself carries no
+ * checksum unless it is signed) or a weights.bin cut short is refused instead
+ * of running kernels over buffers of the wrong size.
+ *
+ * Adding a field changes the layout: bump KILN_ABI_VERSION (kernel_abi.h)
+ * and KILN_CUDA_ABI_VERSION (cuda_abi.h), which both include this header.
+ * Version history: kernel ABI 4 / CUDA ABI 2 added the weight extents.
  *===----------------------------------------------------------------------===*/
 #ifndef KILN_RT_PLAN_INFO_H
 #define KILN_RT_PLAN_INFO_H
@@ -25,6 +30,11 @@ typedef struct kiln_plan_info_t {
   int64_t vocab_size;         /* logits written per call */
   int64_t kv_cache_bytes;     /* KV cache the code addresses, bytes */
   int64_t max_seq;            /* KV-cache rows per layer (context length) */
+  /* Weight extents: the highest offset + size (bytes) of weights.bin that
+   * the prefill / decode entry point addresses (0 if it reads no weight).
+   * weights.bin must be at least this large. */
+  int64_t prefill_weights_extent;
+  int64_t decode_weights_extent;
 } kiln_plan_info_t;
 
 typedef void (*kiln_plan_info_fn)(kiln_plan_info_t *out);

@@ -1,16 +1,22 @@
 //===- Artifact.cpp - Loading and validating a Kiln artifact ------*- C++ -*-===//
 //
-// Validation order: manifest.json parses; format/version/abi_version/target;
-// required fields and their ranges; KV-cache byte count; weight table
-// (64-byte alignment, bounds); every listed file exists with the listed size
-// and XXH3-64; then weights.bin is mmap'd, tokenizer.json loaded and model.so
-// dlopen()ed. Each error names ARTIFACT/<file> and the field or offset.
+// Validation order: manifest.json (a regular file, size-limited) is read;
+// with trusted keys, manifest.sig must verify against those exact bytes;
+// the manifest parses: format/version/abi_version/target; required fields
+// and their ranges; KV-cache byte count; weight table (64-byte alignment,
+// bounds); every listed file is a regular file (symbolic links refused, not
+// followed) with the listed size and XXH3-64 (and BLAKE2b-256 when signed);
+// then weights.bin is mmap'd and tokenizer.json parsed from the descriptors
+// and bytes that were checked, and only then is model.so dlopen()ed and its
+// kiln_plan_info compared with the manifest and the size of weights.bin.
+// Each error names ARTIFACT/<file> and the field or offset.
 //
 //===----------------------------------------------------------------------===//
 #include "artifact/Artifact.h"
 
 #include "cuda/CudaBackend.h"
 #include "session/Executor.h"
+#include "sign/Signing.h"
 
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
@@ -24,7 +30,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <memory>
 #include <sstream>
 
 using json = nlohmann::json;
@@ -277,6 +283,17 @@ Status parseManifest(const std::string &text, const std::string &dir,
     if (!isHex16(f.xxh3))
       return r.error("field '" + at + ".xxh3_64' is \"" + f.xxh3 +
                      "\", expected 16 lowercase hex digits");
+    // blake2b_256 (BLAKE2b-256, 64 lowercase hex digits): optional, but
+    // required when a signature is (docs/security.md).
+    if (e.contains("blake2b_256")) {
+      if (!e["blake2b_256"].is_string() ||
+          !sign::isLowerHex(e["blake2b_256"].get<std::string>(),
+                            2 * sign::kBlake2bBytes))
+        return r.error("field '" + at + ".blake2b_256' is " +
+                       e["blake2b_256"].dump() +
+                       ", expected 64 lowercase hex digits");
+      f.blake2b = e["blake2b_256"].get<std::string>();
+    }
     out.files.push_back(std::move(f));
   }
   auto findFile = [&](const std::string &name) -> const ArtifactFile * {
@@ -345,35 +362,92 @@ Status parseManifest(const std::string &text, const std::string &dir,
 
 static std::string errnoText() { return std::strerror(errno); }
 
-Status hashFile(const std::string &path, std::string &outHex) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return notFound(path + ": cannot open: " + errnoText());
-  XXH3_state_t *state = XXH3_createState();
-  XXH3_64bits_reset(state);
+/// Largest manifest.json read (a 70B model's lists ~700 tensors: ~150 KB).
+static constexpr uint64_t kMaxManifestBytes = uint64_t(64) << 20;
+/// Largest tokenizer.json read: the limit of Tokenizer::load (Tokenizer.cpp)
+/// and kiln-compile's TokenizerWriter (a 256k-piece vocabulary is ~20 MB).
+static constexpr uint64_t kMaxTokenizerBytes = uint64_t(512) << 20;
+/// Largest model.so copied into memory to be loaded (signed artifacts).
+static constexpr uint64_t kMaxSignedCodeBytes = uint64_t(4) << 30;
+
+/// What a non-regular file is, for messages.
+static std::string fileKind(mode_t mode) {
+  if (S_ISDIR(mode))
+    return "a directory";
+  if (S_ISFIFO(mode))
+    return "a FIFO";
+  if (S_ISCHR(mode))
+    return "a character device";
+  if (S_ISBLK(mode))
+    return "a block device";
+  if (S_ISSOCK(mode))
+    return "a socket";
+  return "not a regular file";
+}
+
+static void closeFd(int &fd) {
+  if (fd >= 0)
+    ::close(fd);
+  fd = -1;
+}
+
+namespace {
+/// The hashes of one file's bytes: XXH3-64 and, for signed artifacts,
+/// BLAKE2b-256.
+class FileHasher {
+public:
+  FileHasher(bool blake2b) : state_(XXH3_createState()) {
+    XXH3_64bits_reset(state_);
+    if (blake2b)
+      blake_ = std::make_unique<sign::Blake2b>();
+  }
+  ~FileHasher() { XXH3_freeState(state_); }
+  FileHasher(const FileHasher &) = delete;
+  FileHasher &operator=(const FileHasher &) = delete;
+
+  void update(const void *data, size_t n) {
+    XXH3_64bits_update(state_, data, n);
+    if (blake_)
+      blake_->update(data, n);
+  }
+
+  /// Compares the digests with the manifest entry `f` of file `path`.
+  Status check(const std::string &path, const ArtifactFile &f) {
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%016llx",
+                  (unsigned long long)XXH3_64bits_digest(state_));
+    if (hex != f.xxh3)
+      return dataLoss(path + ": XXH3-64 is " + hex + ", manifest says " +
+                      f.xxh3 + " (corrupted artifact)");
+    if (blake_) {
+      std::string b = blake_->hexDigest();
+      if (b != f.blake2b)
+        return dataLoss(path + ": BLAKE2b-256 is " + b + ", manifest says " +
+                        f.blake2b + " (altered or corrupted artifact)");
+    }
+    return Status::ok();
+  }
+
+private:
+  XXH3_state_t *state_;
+  std::unique_ptr<sign::Blake2b> blake_;
+};
+} // namespace
+
+/// Feeds all of `fd` (from offset 0) to `hasher`.
+static Status hashFd(int fd, const std::string &path, FileHasher &hasher) {
   std::vector<char> buf(size_t(8) << 20);
-  Status st;
-  for (;;) {
-    ssize_t got = ::read(fd, buf.data(), buf.size());
+  for (off_t at = 0;;) {
+    ssize_t got = ::pread(fd, buf.data(), buf.size(), at);
     if (got < 0 && errno == EINTR)
       continue;
-    if (got < 0) {
-      st = dataLoss(path + ": read error: " + errnoText());
-      break;
-    }
+    if (got < 0)
+      return dataLoss(path + ": read error: " + errnoText());
     if (got == 0)
-      break;
-    XXH3_64bits_update(state, buf.data(), size_t(got));
+      return Status::ok();
+    hasher.update(buf.data(), size_t(got));
+    at += got;
   }
-  ::close(fd);
-  uint64_t h = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
-  if (!st.isOk())
-    return st;
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)h);
-  outHex = hex;
-  return Status::ok();
 }
 
 Artifact::~Artifact() {
@@ -382,6 +456,9 @@ Artifact::~Artifact() {
     dlclose(library_);
   if (mapping_)
     munmap(mapping_, mappingBytes_);
+  closeFd(dirFd_);
+  closeFd(weightsFd_);
+  closeFd(modelFd_);
 }
 
 Status Artifact::createExecutor(std::unique_ptr<Executor> &out) const {
@@ -402,79 +479,239 @@ int64_t Artifact::contextLength() const {
   return std::min(manifest_.maxSeqLen, manifest_.kvMaxSeq);
 }
 
-Status Artifact::open(const std::string &dir, bool verifyChecksums,
+Status Artifact::open(const std::string &dir, const OpenOptions &options,
                       std::unique_ptr<Artifact> &out) {
   std::unique_ptr<Artifact> a(new Artifact());
   a->dir_ = dir;
   while (a->dir_.size() > 1 && a->dir_.back() == '/')
     a->dir_.pop_back();
-  KILN_RT_RETURN_IF_ERROR(a->load(verifyChecksums));
+  KILN_RT_RETURN_IF_ERROR(a->load(options));
   out = std::move(a);
   return Status::ok();
 }
 
-Status Artifact::load(bool verifyChecksums) {
+Status Artifact::openMember(const std::string &name, int &fd, uint64_t &bytes,
+                            const std::string &ifMissing) const {
+  const std::string path = dir_ + "/" + name;
+  // O_NOFOLLOW: a symbolic link fails with ELOOP instead of being followed;
+  // O_NONBLOCK: opening a FIFO returns at once (fstat then refuses it).
+  fd = ::openat(dirFd_, name.c_str(),
+                O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    if (errno == ELOOP)
+      return dataLoss(path + ": is a symbolic link; files inside an artifact "
+                             "must be regular files (links are not followed)");
+    if (errno == ENOENT)
+      return notFound(path + ": " + ifMissing);
+    return notFound(path + ": cannot open: " + errnoText());
+  }
   struct stat st;
-  if (::stat(dir_.c_str(), &st) != 0)
-    return notFound(dir_ + ": cannot open artifact directory: " + errnoText());
-  if (!S_ISDIR(st.st_mode))
-    return notFound(dir_ + ": not a directory (an artifact is a directory "
-                           "written by kiln-compile)");
-  const std::string manifestPath = dir_ + "/manifest.json";
-  std::ifstream in(manifestPath, std::ios::binary);
-  if (!in)
-    return notFound(manifestPath + ": cannot open: " + errnoText() +
-                    " (not an artifact directory?)");
-  std::string text((std::istreambuf_iterator<char>(in)),
-                   std::istreambuf_iterator<char>());
-  KILN_RT_RETURN_IF_ERROR(parseManifest(text, dir_, manifest_));
+  if (::fstat(fd, &st) != 0) {
+    Status s = dataLoss(path + ": cannot stat: " + errnoText());
+    closeFd(fd);
+    return s;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    closeFd(fd);
+    return dataLoss(path + ": " + fileKind(st.st_mode) +
+                    ", not a regular file; files inside an artifact must be "
+                    "regular files");
+  }
+  bytes = uint64_t(st.st_size);
+  return Status::ok();
+}
 
-  // Every listed file: present, regular, listed size, listed checksum.
+Status Artifact::readMember(int fd, const std::string &name, uint64_t limit,
+                            std::string &out) const {
+  const std::string path = dir_ + "/" + name;
+  out.clear();
+  std::vector<char> buf(size_t(1) << 20);
+  for (;;) {
+    ssize_t got = ::pread(fd, buf.data(), buf.size(), off_t(out.size()));
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got < 0)
+      return dataLoss(path + ": read error: " + errnoText());
+    if (got == 0)
+      return Status::ok();
+    if (uint64_t(got) > limit - out.size())
+      return dataLoss(path + ": larger than " + std::to_string(limit) +
+                      " bytes, the most the runtime reads for this file");
+    out.append(buf.data(), size_t(got));
+  }
+}
+
+Status Artifact::verifySignature(const std::string &manifestText,
+                                 const std::string &trustedKeys) {
+  std::vector<sign::TrustedKey> keys;
+  std::string error;
+  if (!sign::loadTrustedKeys(trustedKeys, keys, error))
+    return invalidArgument(error);
+  const std::string name = sign::kSignatureFile;
+  const std::string path = dir_ + "/" + name;
+  int fd = -1;
+  uint64_t bytes = 0;
+  Status s = openMember(name, fd, bytes,
+                        "missing: the artifact is not signed, and a signature "
+                        "by a key in " + trustedKeys +
+                        " is required (sign it with kiln-compile --sign-key)");
+  if (!s.isOk())
+    return permissionDenied(s.message());
+  std::string sig;
+  if (bytes != sign::kSignatureBytes) {
+    closeFd(fd);
+    return permissionDenied(path + ": " + std::to_string(bytes) +
+                            " bytes, expected a 64-byte Ed25519 signature of "
+                            "manifest.json (truncated or not a signature)");
+  }
+  s = readMember(fd, name, sign::kSignatureBytes, sig);
+  closeFd(fd);
+  if (!s.isOk())
+    return permissionDenied(s.message());
+  for (const sign::TrustedKey &k : keys)
+    if (sign::verifyMessage(k.key, manifestText, sig)) {
+      signatureVerified_ = true;
+      return Status::ok();
+    }
+  return permissionDenied(
+      path + ": not a valid signature of manifest.json by any of the " +
+      std::to_string(keys.size()) + " trusted key" +
+      (keys.size() == 1 ? "" : "s") + " in " + trustedKeys +
+      " (signed with another key, or manifest.json was changed after "
+      "signing)");
+}
+
+Status Artifact::checkFiles(const OpenOptions &options,
+                            std::string &tokenizerText) {
+  const bool signedArtifact = !options.trustedKeys.empty();
+  const bool hash = options.verifyChecksums || signedArtifact;
+  if (signedArtifact)
+    for (const ArtifactFile &f : manifest_.files)
+      if (f.blake2b.empty())
+        return permissionDenied(
+            dir_ + "/manifest.json: files[\"" + f.name +
+            "\"] has no blake2b_256; the signature covers a file's contents "
+            "only through it (recompile the artifact with kiln-compile "
+            "--sign-key)");
+  // Every listed file: a regular file (no links), listed size, listed hashes.
   for (const ArtifactFile &f : manifest_.files) {
-    std::string path = dir_ + "/" + f.name;
-    if (::stat(path.c_str(), &st) != 0)
-      return notFound(path + ": missing (" + errnoText() +
-                      "); manifest.json lists it under 'files'");
-    if (!S_ISREG(st.st_mode))
-      return dataLoss(path + ": not a regular file");
-    if (uint64_t(st.st_size) != f.bytes)
-      return dataLoss(path + ": size " + std::to_string(st.st_size) +
+    const std::string path = dir_ + "/" + f.name;
+    int fd = -1;
+    uint64_t size = 0;
+    KILN_RT_RETURN_IF_ERROR(openMember(
+        f.name, fd, size,
+        "missing (No such file or directory); manifest.json lists it under "
+        "'files'"));
+    struct Closer {
+      int &fd;
+      ~Closer() { closeFd(fd); }
+    } closer{fd};
+    if (size != f.bytes)
+      return dataLoss(path + ": size " + std::to_string(size) +
                       " bytes, manifest says " + std::to_string(f.bytes) +
                       " (truncated or corrupted artifact)");
-    if (!verifyChecksums)
-      continue;
-    std::string hex;
-    KILN_RT_RETURN_IF_ERROR(hashFile(path, hex));
-    if (hex != f.xxh3)
-      return dataLoss(path + ": XXH3-64 is " + hex + ", manifest says " +
-                      f.xxh3 + " (corrupted artifact)");
+    const bool isModel = f.name == "model.so";
+    const bool isTokenizer = f.name == manifest_.tokenizerFile;
+    // Read into memory what is used from memory, so that the bytes checked
+    // are the bytes used: tokenizer.json, and model.so of a signed artifact
+    // (loaded from a sealed in-memory copy, see loadModelLibrary).
+    std::string *inMemory = isTokenizer ? &tokenizerText
+                            : isModel && signedArtifact ? &modelCode_
+                                                        : nullptr;
+    FileHasher hasher(signedArtifact);
+    if (inMemory) {
+      uint64_t limit = isTokenizer ? kMaxTokenizerBytes : kMaxSignedCodeBytes;
+      if (size > limit)
+        return dataLoss(path + ": " + std::to_string(size) +
+                        " bytes, larger than the " + std::to_string(limit) +
+                        "-byte limit for this file");
+      KILN_RT_RETURN_IF_ERROR(readMember(fd, f.name, limit, *inMemory));
+      if (inMemory->size() != f.bytes)
+        return dataLoss(path + ": changed while being read");
+      if (hash)
+        hasher.update(inMemory->data(), inMemory->size());
+    } else if (hash) {
+      KILN_RT_RETURN_IF_ERROR(hashFd(fd, path, hasher));
+    }
+    if (hash)
+      KILN_RT_RETURN_IF_ERROR(hasher.check(path, f));
+    // Keep the descriptors of what is mapped or loaded later.
+    if (f.name == manifest_.weightsFile)
+      weightsFd_ = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (isModel && !signedArtifact)
+      modelFd_ = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  }
+  if (weightsFd_ < 0 || (!signedArtifact && modelFd_ < 0))
+    return internalError(dir_ + ": cannot keep artifact files open: " +
+                         errnoText());
+  return Status::ok();
+}
+
+Status Artifact::load(const OpenOptions &options) {
+  // Descriptors needed only while loading are closed on every path.
+  struct Cleanup {
+    Artifact &a;
+    ~Cleanup() {
+      closeFd(a.dirFd_);
+      closeFd(a.weightsFd_);
+      closeFd(a.modelFd_);
+      std::string().swap(a.modelCode_);
+    }
+  } cleanup{*this};
+
+  // Files are opened relative to the directory opened once here, so the
+  // directory cannot be swapped for another while it is being checked.
+  dirFd_ = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dirFd_ < 0) {
+    if (errno == ENOTDIR)
+      return notFound(dir_ + ": not a directory (an artifact is a directory "
+                             "written by kiln-compile)");
+    return notFound(dir_ + ": cannot open artifact directory: " + errnoText());
   }
 
-  // weights.bin: mapped read-only; page alignment implies 64-byte alignment.
-  std::string weightsPath = dir_ + "/" + manifest_.weightsFile;
-  int fd = ::open(weightsPath.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return notFound(weightsPath + ": cannot open: " + errnoText());
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
+  // manifest.json: a regular file, read whole up to a size limit. The same
+  // bytes are checked against the signature and parsed.
+  int manifestFd = -1;
+  uint64_t manifestBytes = 0;
+  KILN_RT_RETURN_IF_ERROR(openMember(
+      "manifest.json", manifestFd, manifestBytes,
+      "cannot open: No such file or directory (not an artifact directory?)"));
+  std::string manifestText;
+  Status s = manifestBytes > kMaxManifestBytes
+                 ? dataLoss(dir_ + "/manifest.json: " +
+                            std::to_string(manifestBytes) +
+                            " bytes, larger than the " +
+                            std::to_string(kMaxManifestBytes) +
+                            "-byte limit for a manifest")
+                 : readMember(manifestFd, "manifest.json", kMaxManifestBytes,
+                              manifestText);
+  closeFd(manifestFd);
+  KILN_RT_RETURN_IF_ERROR(s);
+  if (!options.trustedKeys.empty())
+    KILN_RT_RETURN_IF_ERROR(verifySignature(manifestText, options.trustedKeys));
+  KILN_RT_RETURN_IF_ERROR(parseManifest(manifestText, dir_, manifest_));
+  std::string tokenizerText;
+  KILN_RT_RETURN_IF_ERROR(checkFiles(options, tokenizerText));
+
+  // weights.bin: mapped read-only from the descriptor that was checked; page
+  // alignment implies 64-byte alignment.
+  const std::string weightsPath = dir_ + "/" + manifest_.weightsFile;
+  struct stat st;
+  if (::fstat(weightsFd_, &st) != 0)
     return dataLoss(weightsPath + ": cannot stat: " + errnoText());
-  }
   weightsBytes_ = uint64_t(st.st_size);
   if (weightsBytes_ > 0) {
-    void *p = ::mmap(nullptr, weightsBytes_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      Status s = internalError(weightsPath + ": mmap failed: " + errnoText());
-      ::close(fd);
-      return s;
-    }
+    void *p = ::mmap(nullptr, weightsBytes_, PROT_READ, MAP_PRIVATE,
+                     weightsFd_, 0);
+    if (p == MAP_FAILED)
+      return internalError(weightsPath + ": mmap failed: " + errnoText());
     mapping_ = p;
     mappingBytes_ = weightsBytes_;
     weights_ = static_cast<const uint8_t *>(p);
   }
-  ::close(fd);
 
   std::string tokPath = dir_ + "/" + manifest_.tokenizerFile;
-  TokenizerStatus ts = Tokenizer::load(tokPath, tokenizer_);
+  TokenizerStatus ts = Tokenizer::parse(tokenizerText, tokPath, tokenizer_);
   if (!ts.ok)
     return dataLoss(ts.message.rfind(tokPath, 0) == 0
                         ? ts.message
@@ -484,21 +721,68 @@ Status Artifact::load(bool verifyChecksums) {
                     " pieces but manifest.json model.vocab_size is " +
                     std::to_string(manifest_.vocabSize));
 
+  // Everything that can be checked without running model.so's code has been
+  // checked; only now is it loaded (its constructors run).
   if (manifest_.target == Target::Cuda)
     return loadCuda();
   return loadModelLibrary();
 }
 
 Status Artifact::loadModelLibrary() {
-  // model.so: its kiln_k_* references bind to this library's exports.
-  std::string soPath = dir_ + "/model.so";
-  if (soPath[0] != '/' && soPath.rfind("./", 0) != 0)
-    soPath = "./" + soPath; // dlopen must not search the library path
+  // model.so: its kiln_k_* references bind to this library's exports. What
+  // is loaded is what was checked:
+  //  - signed: a sealed in-memory copy of the verified bytes, so nothing
+  //    written to the artifact after verification can be loaded;
+  //  - unsigned: the path, after checking that it is still the regular file
+  //    (same device and inode, not a link) that was opened and hashed. Who
+  //    can swap it in between could as well have re-hashed the manifest:
+  //    unsigned checksums protect against accidents only (docs/security.md).
+  const std::string where = dir_ + "/model.so";
+  std::string loadPath;
+  int codeFd = -1;
+  struct Closer {
+    int &fd;
+    ~Closer() { closeFd(fd); }
+  } closer{codeFd};
+  if (signatureVerified_) {
+    codeFd = ::memfd_create("kiln-model.so", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (codeFd < 0)
+      return internalError(where + ": memfd_create failed: " + errnoText());
+    for (size_t done = 0; done < modelCode_.size();) {
+      ssize_t put = ::write(codeFd, modelCode_.data() + done,
+                            modelCode_.size() - done);
+      if (put < 0 && errno == EINTR)
+        continue;
+      if (put <= 0)
+        return internalError(where + ": cannot copy the verified code into "
+                                     "memory: " + errnoText());
+      done += size_t(put);
+    }
+    if (::fcntl(codeFd, F_ADD_SEALS,
+                F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
+      return internalError(where + ": cannot seal the verified code: " +
+                           errnoText());
+    loadPath = "/proc/self/fd/" + std::to_string(codeFd);
+    if (::access(loadPath.c_str(), R_OK) != 0)
+      return unimplemented(where + ": a signed model.so is loaded through " +
+                           loadPath + ", which is not available (" +
+                           errnoText() + "; is /proc mounted?)");
+  } else {
+    loadPath = where;
+    if (loadPath[0] != '/' && loadPath.rfind("./", 0) != 0)
+      loadPath = "./" + loadPath; // dlopen must not search the library path
+    struct stat checked, now;
+    if (::fstat(modelFd_, &checked) != 0 ||
+        ::lstat(loadPath.c_str(), &now) != 0 || !S_ISREG(now.st_mode) ||
+        now.st_dev != checked.st_dev || now.st_ino != checked.st_ino)
+      return dataLoss(where + ": replaced while the artifact was being "
+                              "opened (not the file that was checked)");
+  }
   dlerror();
-  library_ = dlopen(soPath.c_str(), RTLD_NOW | RTLD_LOCAL);
+  library_ = dlopen(loadPath.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!library_) {
     const char *e = dlerror();
-    return dataLoss(dir_ + "/model.so: cannot load: " +
+    return dataLoss(where + ": cannot load: " +
                     std::string(e ? e : "unknown dlopen error"));
   }
   KILN_RT_RETURN_IF_ERROR(checkPlanInfo());
@@ -522,6 +806,9 @@ Status Artifact::checkPlanInfo() const {
   void *sym = nullptr;
   KILN_RT_RETURN_IF_ERROR(resolveSymbol("kiln_plan_info", nullptr, sym));
   kiln_plan_info_t info{};
+  // A model.so built against an older plan_info.h leaves these untouched.
+  info.prefill_weights_extent = -1;
+  info.decode_weights_extent = -1;
   reinterpret_cast<kiln_plan_info_fn>(sym)(&info);
   auto mismatch = [&](const char *field, int64_t manifestValue,
                       int64_t planned) {
@@ -543,6 +830,22 @@ Status Artifact::checkPlanInfo() const {
                     static_cast<int64_t>(manifest_.kvBytes), info.kv_cache_bytes);
   if (manifest_.kvMaxSeq != info.max_seq)
     return mismatch("runtime.kv_cache.max_seq", manifest_.kvMaxSeq, info.max_seq);
+  // Every weight an entry point addresses lies inside weights.bin: a file
+  // cut short (even with a re-hashed manifest) is an error, not a SIGBUS.
+  if (info.prefill_weights_extent < 0 || info.decode_weights_extent < 0)
+    return unimplemented(dir_ + "/model.so: kiln_plan_info reports no weight "
+                                "extents (built against an older plan_info.h; "
+                                "recompile the artifact)");
+  for (auto [entry, extent] :
+       {std::pair<const char *, int64_t>{"prefill", info.prefill_weights_extent},
+        {"decode", info.decode_weights_extent}})
+    if (uint64_t(extent) > weightsBytes_)
+      return dataLoss(dir_ + "/" + manifest_.weightsFile + ": " +
+                      std::to_string(weightsBytes_) + " bytes, but model.so's " +
+                      entry + " entry point reads weights up to byte " +
+                      std::to_string(extent) +
+                      " (weights file cut short or mismatched artifact; "
+                      "recompile it)");
   return Status::ok();
 }
 

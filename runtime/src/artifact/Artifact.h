@@ -34,11 +34,13 @@ struct WeightTensor {
   std::string dtype; ///< "f32", "f16", "bf16"; empty when not given
 };
 
-/// One entry of manifest files: expected size and XXH3-64 (16 hex digits).
+/// One entry of manifest files: expected size, XXH3-64 (16 hex digits) and,
+/// when listed, BLAKE2b-256 (64 hex digits; required for signed artifacts).
 struct ArtifactFile {
   std::string name;
   uint64_t bytes = 0;
   std::string xxh3;
+  std::string blake2b; ///< empty when the manifest has none
 };
 
 /// What the runtime reads from manifest.json (docs/artifact.md, version 1).
@@ -71,8 +73,13 @@ uint64_t dtypeBytes(const std::string &dtype);
 Status parseManifest(const std::string &text, const std::string &dir,
                      Manifest &out);
 
-/// XXH3-64 of a file's contents as 16 lowercase hex digits.
-Status hashFile(const std::string &path, std::string &outHex);
+/// How Artifact::open validates (api.h kiln_rt_open_options_t).
+struct OpenOptions {
+  bool verifyChecksums = true; ///< false skips XXH3 hashing (sizes checked)
+  /// Non-empty: a directory of trusted *.pub keys or one key file; the
+  /// artifact must be signed by one of them (docs/security.md).
+  std::string trustedKeys;
+};
 
 /// A loaded, validated artifact. Immutable after open() except the scratch
 /// string used by detokenization.
@@ -83,8 +90,8 @@ public:
   Artifact &operator=(const Artifact &) = delete;
 
   /// Validates and loads the artifact in directory `dir` (see api.h
-  /// kiln_rt_artifact_open). `verifyChecksums` = false skips XXH3 hashing.
-  static Status open(const std::string &dir, bool verifyChecksums,
+  /// kiln_rt_artifact_open_with_options).
+  static Status open(const std::string &dir, const OpenOptions &options,
                      std::unique_ptr<Artifact> &out);
 
   const Manifest &manifest() const { return manifest_; }
@@ -109,17 +116,38 @@ public:
 
 private:
   Artifact() = default;
-  Status load(bool verifyChecksums);
+  Status load(const OpenOptions &options);
+  /// Opens `name` inside the artifact directory: never through a symbolic
+  /// link, never blocking on a FIFO; anything but a regular file is refused.
+  /// `ifMissing` ends the message when it does not exist.
+  Status openMember(const std::string &name, int &fd, uint64_t &bytes,
+                    const std::string &ifMissing) const;
+  /// Reads the whole of `fd` (at most `limit` bytes) into `out`.
+  Status readMember(int fd, const std::string &name, uint64_t limit,
+                    std::string &out) const;
+  /// Checks manifest.sig against `manifestText` and the trusted keys.
+  Status verifySignature(const std::string &manifestText,
+                         const std::string &trustedKeys);
+  /// Opens, size-checks and hashes every file manifest.json lists, keeping
+  /// what the runtime uses (weights.bin, tokenizer.json, model.so) open or
+  /// in memory so that what was checked is what is used.
+  Status checkFiles(const OpenOptions &options, std::string &tokenizerText);
   Status loadModelLibrary();
   Status loadCuda();
   /// dlsym in model.so; `field` names the manifest field, nullptr for a
   /// fixed cuda_abi.h symbol.
-  /// Compares model.so's kiln_plan_info with the manifest.
+  /// Compares model.so's kiln_plan_info with the manifest and the size of
+  /// weights.bin.
   Status checkPlanInfo() const;
   Status resolveSymbol(const std::string &name, const char *field,
                        void *&out) const;
 
   std::string dir_;
+  int dirFd_ = -1;        ///< the artifact directory, while loading
+  int weightsFd_ = -1;    ///< weights.bin, while loading
+  int modelFd_ = -1;      ///< model.so as checked, until dlopen
+  std::string modelCode_; ///< model.so's verified bytes (signed artifacts)
+  bool signatureVerified_ = false;
   Manifest manifest_;
   Tokenizer tokenizer_;
   const uint8_t *weights_ = nullptr;

@@ -47,12 +47,36 @@ extern "C" {
 
 kiln_rt_status_t kiln_rt_artifact_open(const char *dir, uint32_t flags,
                                        kiln_rt_artifact_t **out_artifact) {
+  kiln_rt_open_options_t options{};
+  options.flags = flags;
+  return kiln_rt_artifact_open_with_options(dir, &options, out_artifact);
+}
+
+kiln_rt_status_t
+kiln_rt_artifact_open_with_options(const char *dir,
+                                   const kiln_rt_open_options_t *options,
+                                   kiln_rt_artifact_t **out_artifact) {
   return guarded([&]() -> Status {
     if (!dir || !out_artifact)
       return invalidArgument("kiln_rt_artifact_open: null argument");
+    kiln_rt_open_options_t given{};
+    if (options)
+      given = *options;
+    OpenOptions o;
+    o.verifyChecksums = !(given.flags & KILN_RT_OPEN_SKIP_CHECKSUMS);
+    if (given.trusted_keys) {
+      if (!o.verifyChecksums)
+        return invalidArgument(
+            "kiln_rt_artifact_open: KILN_RT_OPEN_SKIP_CHECKSUMS cannot be "
+            "combined with trusted_keys (a signature covers the files' "
+            "contents only if their hashes are checked)");
+      o.trustedKeys = given.trusted_keys;
+      if (o.trustedKeys.empty())
+        return invalidArgument(
+            "kiln_rt_artifact_open: trusted_keys is an empty path");
+    }
     std::unique_ptr<Artifact> a;
-    KILN_RT_RETURN_IF_ERROR(
-        Artifact::open(dir, !(flags & KILN_RT_OPEN_SKIP_CHECKSUMS), a));
+    KILN_RT_RETURN_IF_ERROR(Artifact::open(dir, o, a));
     *out_artifact = new kiln_rt_artifact_s{std::move(a)};
     return Status::ok();
   });

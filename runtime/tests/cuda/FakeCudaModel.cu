@@ -114,6 +114,8 @@ kiln_plan_info(kiln_plan_info_t *out) {
   out->vocab_size = 16;
   out->kv_cache_bytes = 1 * 2 * 32 * 1 * 2 * 4;
   out->max_seq = 32;
+  out->prefill_weights_extent = (int64_t(65) << 20) + 64; // all of weights.bin
+  out->decode_weights_extent = 4;                          // word 0 only
 }
 
 __attribute__((visibility("default"))) uint64_t kiln_cuda_workspace_bytes(void) {

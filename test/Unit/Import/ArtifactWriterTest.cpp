@@ -211,6 +211,21 @@ TEST(WeightWriter, HashFileXXH3) {
   EXPECT_NE(errorMessage(missing).find("nope"), std::string::npos);
 }
 
+// One pass gives both manifest hashes; BLAKE2b-256 of "abc" as Python's
+// hashlib.blake2b(b"abc", digest_size=32).hexdigest().
+TEST(WeightWriter, HashFileForManifest) {
+  TempDir dir;
+  std::string abc = dir.path("abc");
+  writeFileBytes(abc, "abc");
+  llvm::Expected<FileHashes> h = hashFileForManifest(abc);
+  ASSERT_TRUE(bool(h)) << errorMessage(h);
+  EXPECT_EQ(h->blake2b,
+            "bddd813c634239723171ef3fee98579b94964e3bb1cb3e427262c8c068d52319");
+  EXPECT_EQ(h->xxh3, llvm::utohexstr(XXH3_64bits("abc", 3), true, 16));
+  llvm::Expected<FileHashes> missing = hashFileForManifest(dir.path("nope"));
+  EXPECT_NE(errorMessage(missing).find("nope"), std::string::npos);
+}
+
 TEST(TokenizerWriter, Tok512RoundTrip) {
   KILN_REQUIRE_MODELS();
   llvm::Expected<TokenizerDesc> tok =

@@ -65,11 +65,18 @@ TEST(BadInput, Llama2cTruncated) {
   msg = importBytes(dir, "tiny.bin", bin.substr(0, 20));
   EXPECT_CONTAINS(msg, "tiny.bin");
   EXPECT_CONTAINS(msg, "28-byte llama2.c header");
-  // An untied header (negative vocab) needs a wcls the file lacks.
+  // An untied header (negative vocab) needs a wcls the file lacks: an error
+  // naming the missing tensor, never a silent tie.
   std::string untied = bin;
   putU32(untied, 20, static_cast<uint32_t>(-512));
   msg = importBytes(dir, "untied.bin", untied);
-  EXPECT_CONTAINS(msg, "untied.bin: file is 1056540 bytes");
+  EXPECT_CONTAINS(msg, "untied.bin: llama2.c header: vocab_size is -512 at "
+                       "offset 20, which means an unshared classifier, but "
+                       "the file ends at offset 1056540 where that classifier "
+                       "(missing tensor 'wcls', 131072 bytes) would begin");
+  // Cut shorter still, it is a plain size mismatch.
+  msg = importBytes(dir, "untied-cut.bin", untied.substr(0, 1056536));
+  EXPECT_CONTAINS(msg, "untied-cut.bin: file is 1056536 bytes");
   EXPECT_CONTAINS(msg, "implies 1187612");
 }
 
@@ -141,10 +148,10 @@ TEST(BadInput, Llama2cHeaderMessages) {
                   "expected a non-zero value");
   // Each limit is named.
   h = bin;
-  putU32(h, 24, 1 << 30); // seq_len
+  putU32(h, 16, 70000); // n_kv_heads
   EXPECT_CONTAINS(importBytes(dir, "s.bin", h),
-                  "implausible max_seq_len 1073741824: it exceeds the limit "
-                  "of 67108864 (2^26)");
+                  "implausible n_kv_heads 70000: it exceeds the limit "
+                  "of 65536 (2^16)");
   h = bin;
   putU32(h, 8, 5000); // n_layers
   EXPECT_CONTAINS(importBytes(dir, "l.bin", h),
