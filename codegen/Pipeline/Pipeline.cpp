@@ -12,12 +12,41 @@
 #include "passes/Conversion/Passes.h"
 #include "passes/Transforms/Passes.h"
 
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/Transforms/Passes.h"
+#include "llvm/ADT/ScopeExit.h"
+#include "llvm/Support/WithColor.h"
 
 namespace mlir::kiln {
 
+void printToolDiagnostic(Diagnostic &diag, llvm::StringRef tool,
+                         llvm::raw_ostream &os) {
+  auto print = [&](Diagnostic &d) {
+    switch (d.getSeverity()) {
+    case DiagnosticSeverity::Error:
+      llvm::WithColor::error(os, tool);
+      break;
+    case DiagnosticSeverity::Warning:
+      llvm::WithColor::warning(os, tool);
+      break;
+    case DiagnosticSeverity::Remark: // informational: the tools' "note:"
+    case DiagnosticSeverity::Note:
+      llvm::WithColor::note(os, tool);
+      break;
+    }
+    os << d << "\n";
+  };
+  print(diag);
+  for (Diagnostic &note : diag.getNotes())
+    print(note);
+}
+
 LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
                            const CompileOptions &opts) {
+  // A failing pass reports one message, not the module it ran on.
+  bool printOp = context.shouldPrintOpOnDiagnostic();
+  context.printOpOnDiagnostic(false);
+  llvm::scope_exit restore([&] { context.printOpOnDiagnostic(printOp); });
   LlamaBuildOptions options;
   options.maxSeqLen = opts.maxSeqLen;
   options.maxPrefillTokens = opts.maxPrefillTokens;
@@ -89,7 +118,7 @@ LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
   inputs.quant = opts.quant;
   inputs.signKey = opts.signKey;
   inputs.note = [&](const llvm::Twine &message) {
-    emitRemark(UnknownLoc::get(&context)) << "note: " << message.str();
+    emitRemark(UnknownLoc::get(&context)) << message.str();
   };
   if (auto err = writeArtifact(opts.outputDir, inputs))
     return emitError(UnknownLoc::get(&context))

@@ -54,10 +54,19 @@ struct CompileOptions {
   llvm::raw_ostream *emitStream = nullptr;
 };
 
+/// Prints `diag` as Kiln's tools report: `<tool>: error: <message>` (or
+/// `warning:`, or `note:` for remarks and notes), then each attached note as `<tool>: note: ...`,
+/// one line each. The operation a diagnostic is attached to is not printed
+/// (compileModel() turns MLIRContext::printOpOnDiagnostic off while it runs).
+void printToolDiagnostic(Diagnostic &diag, llvm::StringRef tool,
+                         llvm::raw_ostream &os);
+
 /// Runs the pipeline on `desc` (context with the kiln, plan, func, arith and
 /// emitc dialects loaded). Errors are emitted as diagnostics on `context`
 /// (pass failures, and an artifact that cannot be written, whose message
-/// names the file) and return failure.
+/// names the file) and return failure. Diagnostics carry no printed copy
+/// of the module (printOpOnDiagnostic is off during the call and restored
+/// after it): a pass failure is one message, not megabytes of IR.
 LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
                            const CompileOptions &options);
 

@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kiln_rt/api.h"
+#include "tools/common/ToolSupport.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/raw_ostream.h"
@@ -125,19 +126,20 @@ double measureReadBandwidth(size_t bytes, int reps) {
 
 } // namespace
 
+/// llama-bench's names for our flags (-p, -n, -r).
+static const kiln::tool::FlagAlias kBenchAliases[] = {
+    {"p", "prompt-tokens"}, {"n", "decode-tokens"}, {"r", "repeat"},
+    {"repetitions", "repeat"}};
+
 int main(int argc, char **argv) {
+  kiln::tool::ToolMain tool(argc, argv, "kiln-bench",
+                            kiln::tool::ToolKind::Runtime);
   cl::HideUnrelatedOptions(benchCategory);
-  std::string parseErrors;
-  llvm::raw_string_ostream errs(parseErrors);
-  if (!cl::ParseCommandLineOptions(argc, argv,
-                              "Kiln artifact benchmark: prefill and decode "
-                              "throughput against the memory-bandwidth roofline\n", &errs)) {
-    errs.flush();
-    // LLVM prefixes "kiln-bench: "; report as "kiln-bench: error: ...".
-    llvm::StringRef text = llvm::StringRef(parseErrors).trim();
-    text.consume_front("kiln-bench: ");
-    fail(text.empty() ? "invalid command line (see --help)" : text.str());
-  }
+  kiln::tool::parseCommandLine(argc, argv,
+                               "Kiln artifact benchmark: prefill and decode "
+                               "throughput against the memory-bandwidth "
+                               "roofline\n",
+                               kBenchAliases);
   if (promptTokens < 1)
     fail("--prompt-tokens must be >= 1");
   if (decodeTokens < 1)

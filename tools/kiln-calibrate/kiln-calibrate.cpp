@@ -41,6 +41,7 @@
 #include "dialects/Plan/IR/PlanOps.h"
 #include "passes/Conversion/Passes.h"
 #include "passes/Transforms/Passes.h"
+#include "tools/common/ToolSupport.h"
 
 #include "kiln_rt/api.h"
 
@@ -52,7 +53,6 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
-#include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -83,10 +83,9 @@ static cl::opt<std::string>
                cl::cat(category));
 static cl::opt<std::string>
     textPath("text",
-             cl::desc("UTF-8 calibration text (default: "
-                      "../shared/data/tinystories_sample.txt, relative to the "
-                      "current directory)"),
-             cl::init("../shared/data/tinystories_sample.txt"),
+             cl::desc("UTF-8 calibration text (default: the short English "
+                      "text shipped with Kiln, share/kiln/calibration.txt "
+                      "beside the bin/ directory of kiln-calibrate)"),
              cl::value_desc("FILE"), cl::cat(category));
 static cl::opt<int64_t>
     numSamples("samples", cl::desc("Number of windows (positive; default 8)"),
@@ -312,10 +311,15 @@ writeSafetensors(llvm::StringRef path, const llvm::json::Object &metadata,
   return llvm::Error::success();
 }
 
+/// Other tools' spellings of our flags.
+static const ::kiln::tool::FlagAlias kCalibrateAliases[] = {
+    {"nsamples", "samples"}, {"n", "samples"}, {"c", "ctx"},
+    {"seqlen", "ctx"}, {"ctx-size", "ctx"}, {"f", "text"}, {"file", "text"}};
+
 int main(int argc, char **argv) {
-  llvm::InitLLVM init(argc, argv);
+  ::kiln::tool::ToolMain tool(argc, argv, kTool, ::kiln::tool::ToolKind::Compiler);
   cl::HideUnrelatedOptions(category);
-  cl::ParseCommandLineOptions(
+  ::kiln::tool::parseCommandLine(
       argc, argv,
       "Kiln calibration: activation statistics for GPTQ, AWQ, SmoothQuant "
       "and key centering\n\n"
@@ -327,7 +331,8 @@ int main(int argc, char **argv) {
       "(each BOS + consecutive text tokens at seeded offsets) and writes, for\n"
       "every linear-layer input, per-channel absmax and absmean and the\n"
       "Hessian X^T X / N, and for every pre-RoPE key, absmax, absmean and\n"
-      "the mean (docs/quantization.md, \"Calibration\").\n");
+      "the mean (docs/quantization.md, \"Calibration\").\n",
+      kCalibrateAliases);
 
   // Flags first: nothing is read or compiled for a bad command line.
   if (numSamples <= 0 || numSamples > (int64_t(1) << 24))
@@ -365,6 +370,20 @@ int main(int argc, char **argv) {
   if (selfGenerate && textPath.getNumOccurrences())
     return fail("--self-generate and --text both choose the calibration "
                 "text: pass one of them");
+  if (textPath.getNumOccurrences() && textPath.empty())
+    return fail("--text needs a file name");
+  // The default text ships with Kiln (tools/kiln-calibrate/calibration.txt,
+  // copied to share/kiln/): found beside the executable, never relative to
+  // the current directory.
+  if (!selfGenerate && textPath.empty()) {
+    textPath = ::kiln::tool::dataFilePath("calibration.txt");
+    if (textPath.empty() || !fs::is_regular_file(textPath))
+      return fail("Kiln's default calibration text " +
+                  (textPath.empty() ? std::string("share/kiln/calibration.txt")
+                                    : textPath) +
+                  " is missing (rebuild or reinstall Kiln, or pass --text "
+                  "FILE)");
+  }
   std::unique_ptr<llvm::MemoryBuffer> textHolder;
   llvm::StringRef text;
   if (!selfGenerate) {
@@ -409,12 +428,7 @@ int main(int argc, char **argv) {
     mlirContext.loadDialect<KilnDialect, plan::PlanDialect, func::FuncDialect,
                             arith::ArithDialect, emitc::EmitCDialect>();
     ScopedDiagnosticHandler handler(&mlirContext, [](Diagnostic &diag) {
-      llvm::raw_ostream &os = llvm::errs();
-      if (diag.getSeverity() == DiagnosticSeverity::Error)
-        llvm::WithColor::error(os, kTool);
-      else
-        os << kTool << ": ";
-      os << diag << "\n";
+      printToolDiagnostic(diag, kTool, llvm::errs());
       return success();
     });
     CompileOptions options;
@@ -616,7 +630,8 @@ int main(int argc, char **argv) {
   if (auto err = writeSafetensors(outputPath, metadata, tensors, shapes))
     return fail(llvm::toString(std::move(err)));
 
-  llvm::outs() << kTool << ": wrote " << outputPath << ": " << tapNames.size()
+  // A report, not a product: stderr, like every tool's messages.
+  llvm::errs() << kTool << ": wrote " << outputPath << ": " << tapNames.size()
                << " taps, " << weightInputs.size() << " weights, " << positions
                << " positions (" << numSamples.getValue() << " windows of "
                << window << " tokens, seed " << seed.getValue() << ")\n";

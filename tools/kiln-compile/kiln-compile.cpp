@@ -8,7 +8,8 @@
 //   kiln-verify, canonicalize, [kiln-quantize-weights], kiln-memory-plan,
 //   kiln-lower-to-plan, canonicalize, kiln-plan-to-emitc
 // (codegen/Pipeline: compileModel) then writes the artifact. --emit stops
-// early and prints that stage.
+// early and prints that stage to stdout, or with -o FILE writes it to FILE
+// (through a temporary file renamed into place, as clang -S -o does).
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,13 +21,13 @@
 #include "passes/Conversion/Passes.h"
 #include "passes/Transforms/Passes.h"
 #include "runtime/src/sign/Signing.h"
+#include "tools/common/ToolSupport.h"
 
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/CommandLine.h"
-#include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -39,7 +40,9 @@ namespace cl = llvm::cl;
 static cl::OptionCategory category("kiln-compile options");
 static cl::opt<std::string> modelPath(cl::Positional, cl::Required,
                                       cl::desc("MODEL"), cl::cat(category));
-static cl::opt<std::string> outputDir("o", cl::desc("Artifact directory to write"),
+static cl::opt<std::string> outputDir("o", cl::desc("Artifact directory to write "
+                                               "(with --emit: the text file; "
+                                               "default stdout)"),
                                       cl::value_desc("ARTIFACT"), cl::cat(category));
 static cl::opt<std::string> target(
     "target", cl::desc("Code generation target: cpu (C++ compiled by the host "
@@ -52,8 +55,8 @@ static cl::opt<std::string> dtype(
     cl::init("f32"), cl::value_desc("f32|f16|bf16"), cl::cat(category));
 enum class Emit { Artifact, Kiln, Plan, Cpp };
 static cl::opt<Emit> emit(
-    "emit", cl::desc("Print an intermediate stage to stdout instead of "
-                     "writing an artifact"),
+    "emit", cl::desc("Print an intermediate stage instead of writing an "
+                     "artifact (to stdout, or to the file named by -o)"),
     cl::values(clEnumValN(Emit::Kiln, "kiln", "kiln graph IR after import"),
                clEnumValN(Emit::Plan, "plan", "plan IR (buffers and kernel calls)"),
                clEnumValN(Emit::Cpp, "cpp", "the emitted C++")),
@@ -304,10 +307,16 @@ static int fail(const llvm::Twine &message) {
   return 1;
 }
 
+/// Other compilers' spellings of our flags.
+static const ::kiln::tool::FlagAlias kCompileAliases[] = {
+    {"ctx-size", "max-seq-len"}, {"context-length", "max-seq-len"},
+    {"calib", "calibration"}, {"kv-cache", "kv"}};
+
 int main(int argc, char **argv) {
-  llvm::InitLLVM init(argc, argv);
+  ::kiln::tool::ToolMain tool(argc, argv, "kiln-compile",
+                            ::kiln::tool::ToolKind::Compiler);
   cl::HideUnrelatedOptions(category);
-  cl::ParseCommandLineOptions(
+  ::kiln::tool::parseCommandLine(
       argc, argv,
       "Kiln ahead-of-time compiler: checkpoint -> artifact\n\n"
       "  kiln-compile MODEL -o ARTIFACT [--target=cpu|cuda] [--dtype=f32|f16|bf16]\n"
@@ -320,7 +329,8 @@ int main(int argc, char **argv) {
       "               [--max-seq-len N] [--max-prefill-tokens N] [--sign-key KEY]\n\n"
       "MODEL is a llama2.c checkpoint (.bin), a GGUF file, a Hugging Face\n"
       "directory (config.json + *.safetensors) or synthetic:<shape>\n"
-      "(llama-2-7b, llama-2-13b, llama-110m, stories260k).\n");
+      "(llama-2-7b, llama-2-13b, llama-110m, stories260k).\n",
+      kCompileAliases);
 
   if (target != "cpu" && target != "cuda")
     return fail("unsupported --target='" + target + "' (expected cpu or cuda)");
@@ -328,9 +338,6 @@ int main(int argc, char **argv) {
     return fail("unsupported --dtype='" + dtype + "' (expected f32, f16 or bf16)");
   if (emit == Emit::Artifact && outputDir.empty())
     return fail("no output: pass -o ARTIFACT or --emit=kiln|plan|cpp");
-  if (emit != Emit::Artifact && !outputDir.empty())
-    return fail("--emit prints to stdout and writes no artifact: drop -o " +
-                outputDir + " or --emit");
   if (emit.getNumOccurrences() > 1)
     return fail("--emit given more than once");
   if (!kvCache.empty() && kvCache != "int8" && kvCache != "fp8")
@@ -401,12 +408,7 @@ int main(int argc, char **argv) {
                       arith::ArithDialect, emitc::EmitCDialect>();
   // Diagnostics go to stderr with the tool's prefix.
   ScopedDiagnosticHandler handler(&context, [](Diagnostic &diag) {
-    llvm::raw_ostream &os = llvm::errs();
-    if (diag.getSeverity() == DiagnosticSeverity::Error)
-      llvm::WithColor::error(os, "kiln-compile");
-    else
-      os << "kiln-compile: ";
-    os << diag << "\n";
+    printToolDiagnostic(diag, "kiln-compile", llvm::errs());
     return success();
   });
 
@@ -440,13 +442,34 @@ int main(int argc, char **argv) {
     options.stop = CompileStage::Artifact;
     break;
   }
+  if (emit != Emit::Artifact) {
+    // --emit: the text goes to -o FILE (written to a temporary file beside
+    // it and renamed into place, so a failure leaves FILE as it was) or, by
+    // default or with -o -, to stdout.
+    bool ran = false, compiled = false;
+    llvm::Error err = llvm::writeToOutput(
+        outputDir.empty() ? std::string("-") : outputDir.getValue(),
+        [&](llvm::raw_ostream &os) -> llvm::Error {
+          ran = true;
+          options.emitStream = &os;
+          compiled = succeeded(compileModel(context, *desc, options));
+          if (!compiled) // diagnosed already; keep FILE as it was
+            return llvm::createStringError("compilation failed");
+          return llvm::Error::success();
+        });
+    if (ran && !compiled) {
+      llvm::consumeError(std::move(err));
+      return 1;
+    }
+    if (err)
+      return fail(outputDir + ": cannot write: " +
+                  llvm::toString(std::move(err)));
+    return 0;
+  }
   options.outputDir = outputDir;
   options.signKey = signKeyPath.empty() ? nullptr : &signKey;
-  options.emitStream = &llvm::outs();
   if (failed(compileModel(context, *desc, options)))
     return 1;
-  if (emit != Emit::Artifact)
-    return 0;
   llvm::errs() << "kiln-compile: wrote " << outputDir << "\n";
   return 0;
 }

@@ -22,6 +22,7 @@
 //===----------------------------------------------------------------------===//
 #include "dialects/Kiln/Import/ImportUtils.h"
 #include "kiln_rt/api.h"
+#include "tools/common/ToolSupport.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/raw_ostream.h"
@@ -396,11 +397,15 @@ int runCompare() {
 
 } // namespace
 
+/// llama.cpp perplexity's names for our flags (-f FILE, -c N).
+static const kiln::tool::FlagAlias kEvalAliases[] = {
+    {"f", "text"}, {"file", "text"}, {"c", "ctx"}, {"ctx-size", "ctx"}};
+
 int main(int argc, char **argv) {
+  kiln::tool::ToolMain tool(argc, argv, "kiln-eval",
+                            kiln::tool::ToolKind::Runtime);
   cl::HideUnrelatedOptions(evalCategory);
-  std::string parseErrors;
-  llvm::raw_string_ostream errs(parseErrors);
-  if (!cl::ParseCommandLineOptions(
+  kiln::tool::parseCommandLine(
           argc, argv,
           "Kiln artifact evaluation: perplexity and greedy-token agreement\n\n"
           "  kiln-eval ARTIFACT --text FILE [--ctx N] [--max-tokens N]\n"
@@ -417,12 +422,7 @@ int main(int argc, char **argv) {
           "    if the text is shorter) and their argmax is compared at each of the\n"
           "    N positions (after BOS and after each of the first N-1 stream\n"
           "    tokens). Ends with 'agreement: X.XX% (k of n positions)'.\n",
-          &errs)) {
-    errs.flush();
-    llvm::StringRef text = llvm::StringRef(parseErrors).trim();
-    text.consume_front("kiln-eval: ");
-    fail(text.empty() ? "invalid command line (see --help)" : text.str());
-  }
+          kEvalAliases);
 
   if (compareDir.empty()) {
     if (compareTokens.getNumOccurrences())

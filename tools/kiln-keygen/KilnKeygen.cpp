@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "sign/Signing.h"
+#include "tools/common/ToolSupport.h"
 
 #include "llvm/Support/CommandLine.h"
 
@@ -71,8 +72,10 @@ static bool createFile(const std::string &path, const std::string &text,
 }
 
 int main(int argc, char **argv) {
+  kiln::tool::ToolMain tool(argc, argv, "kiln-keygen",
+                            kiln::tool::ToolKind::Runtime);
   cl::HideUnrelatedOptions(keygenCategory);
-  cl::ParseCommandLineOptions(
+  kiln::tool::parseCommandLine(
       argc, argv,
       "Kiln artifact signing keys (Ed25519, docs/security.md)\n\n"
       "  kiln-keygen KEY           write secret key KEY (0600) and KEY.pub\n"

@@ -4,6 +4,16 @@
 // dialects they produce (func, arith, emitc), every Kiln pass, and the
 // upstream canonicalizer/CSE/symbol-DCE.
 //
+// The command line is MlirOptMain's (registered here as
+// mlir::registerAndParseCLIOptions does, then parsed by Kiln's
+// tools/common), with three differences:
+//   * --help lists Kiln's passes and MLIR's options only: the options libLLVM
+//     registers when it is loaded (code generation for every backend, ...)
+//     are hidden (also from --help-hidden) but still accepted;
+//   * --mlir-print-op-on-diagnostic defaults to false, so a failing pass
+//     reports its message without the whole module;
+//   * a mistyped option is one line with a suggestion.
+//
 //===----------------------------------------------------------------------===//
 
 #include "codegen/CPU/Passes.h"
@@ -11,14 +21,33 @@
 #include "dialects/Plan/IR/PlanOps.h"
 #include "passes/Conversion/Passes.h"
 #include "passes/Transforms/Passes.h"
+#include "tools/common/ToolSupport.h"
 
+#include "mlir/Debug/Counter.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/Timing.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+
+namespace cl = llvm::cl;
 
 int main(int argc, char **argv) {
+  kiln::tool::ToolMain tool(argc, argv, "kiln-opt",
+                            kiln::tool::ToolKind::Compiler);
+  // Everything registered so far came with the libraries (libLLVM's backend
+  // options, ...); MLIR's tool options are registered below, on demand.
+  llvm::StringSet<> fromLibraries;
+  for (const auto &entry : cl::getRegisteredOptions())
+    fromLibraries.insert(entry.first);
+
   mlir::DialectRegistry registry;
   registry.insert<mlir::kiln::KilnDialect, mlir::kiln::plan::PlanDialect,
                   mlir::func::FuncDialect, mlir::arith::ArithDialect,
@@ -29,6 +58,50 @@ int main(int argc, char **argv) {
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   mlir::registerSymbolDCEPass();
-  return mlir::asMainReturnCode(mlir::MlirOptMain(
-      argc, argv, "Kiln optimizer driver\n", registry));
+
+  // What mlir::registerAndParseCLIOptions registers.
+  static cl::opt<std::string> inputFilename(
+      cl::Positional, cl::desc("<input file>"), cl::init("-"));
+  static cl::opt<std::string> outputFilename(
+      "o", cl::desc("Output filename"), cl::value_desc("filename"),
+      cl::init("-"));
+  mlir::MlirOptMainConfig::registerCLOptions(registry);
+  mlir::registerAsmPrinterCLOptions();
+  mlir::registerMLIRContextCLOptions();
+  mlir::registerPassManagerCLOptions();
+  mlir::registerDefaultTimingManagerCLOptions();
+  mlir::tracing::DebugCounter::registerCLOptions();
+
+  auto &options = cl::getRegisteredOptions();
+  for (auto &entry : options) {
+    llvm::StringRef name = entry.first;
+    if (fromLibraries.contains(name) && !name.starts_with("mlir-") &&
+        !name.starts_with("help") && name != "version")
+      entry.second->setHiddenFlag(cl::ReallyHidden);
+  }
+  // Registered by registerMLIRContextCLOptions() as cl::opt<bool>
+  // (MLIRContextOptions), default true upstream.
+  if (cl::Option *o = options.lookup("mlir-print-op-on-diagnostic")) {
+    static_cast<cl::opt<bool> *>(o)->setInitialValue(false);
+    o->setDescription("When a diagnostic is emitted on an operation, also "
+                      "print the operation as an attached note (default "
+                      "false in kiln-opt)");
+  }
+
+  std::string header = "Kiln optimizer driver\nAvailable Dialects: ";
+  llvm::interleave(
+      registry.getDialectNames(), [&](llvm::StringRef d) { header += d; },
+      [&] { header += ","; });
+  kiln::tool::parseCommandLine(argc, argv, header);
+  // MlirOptMain reports a missing input without the tool's name; say it
+  // here (without opening the file: it may be a pipe).
+  llvm::sys::fs::file_status status;
+  if (inputFilename != "-")
+    if (std::error_code ec = llvm::sys::fs::status(inputFilename, status)) {
+      llvm::errs() << "kiln-opt: error: cannot open input file '"
+                   << inputFilename << "': " << ec.message() << "\n";
+      return 1;
+    }
+  return mlir::asMainReturnCode(
+      mlir::MlirOptMain(argc, argv, inputFilename, outputFilename, registry));
 }

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kiln_rt/api.h"
+#include "tools/common/ToolSupport.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/raw_ostream.h"
@@ -173,21 +174,22 @@ void writeLogits(Runtime &rt, const std::vector<int32_t> &tokens,
 
 } // namespace
 
+/// Other runners' names for our flags (llama.cpp's -n, -p, --temp, -s).
+static const kiln::tool::FlagAlias kRunAliases[] = {
+    {"n", "max-tokens"},  {"n-predict", "max-tokens"},
+    {"max-new-tokens", "max-tokens"}, {"p", "prompt"},
+    {"temp", "temperature"}, {"s", "seed"}};
+
 int main(int argc, char **argv) {
+  kiln::tool::ToolMain tool(argc, argv, "kiln-run",
+                            kiln::tool::ToolKind::Runtime);
   cl::HideUnrelatedOptions(runCategory);
-  std::string parseErrors;
-  llvm::raw_string_ostream errs(parseErrors);
-  if (!cl::ParseCommandLineOptions(
+  kiln::tool::parseCommandLine(
       argc, argv,
       "Kiln artifact runner: generates text from a compiled model\n\n"
       "  Prints the prompt and the generated text on stdout; TTFT and decode\n"
-      "  throughput on stderr.\n", &errs)) {
-    errs.flush();
-    // LLVM prefixes "kiln-run: "; report as "kiln-run: error: ...".
-    llvm::StringRef text = llvm::StringRef(parseErrors).trim();
-    text.consume_front("kiln-run: ");
-    fail(text.empty() ? "invalid command line (see --help)" : text.str());
-  }
+      "  throughput on stderr.\n",
+      kRunAliases);
 
   if (maxTokens < 0)
     fail("--max-tokens must be >= 0, got " + std::to_string(maxTokens));
