@@ -67,10 +67,6 @@ fi
 # the same slabs) a no-op; see the top-level CMakeLists.txt.
 export ASAN_OPTIONS="allow_user_poisoning=0:detect_leaks=0:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
-# Deeply nested JSON overflowing llvm::json::parse's recursion is a known
-# issue handled by the input hardening; a large stack keeps the fuzzers from
-# rediscovering it within -max_len.
-ulimit -s 1048576 2>/dev/null || ulimit -s unlimited 2>/dev/null || true
 
 seeds="$build/fuzz-seeds"
 rm -rf "$seeds"
