@@ -149,6 +149,9 @@ int main(int argc, char **argv) {
   if (bandwidthMiB < 1)
     fail("--bandwidth-buffer-mib must be >= 1");
 
+  if (trustedKeys.getNumOccurrences() && trustedKeys.empty())
+    fail("--trusted-keys needs a directory of *.pub keys or a key file; "
+           "an empty value would turn signature checks off");
   if (noVerify && !trustedKeys.empty())
     fail("--no-verify and --trusted-keys are mutually exclusive");
 

@@ -362,6 +362,9 @@ int main(int argc, char **argv) {
 
   // The signing key is read before compiling, so a bad key fails at once.
   ::kiln::sign::SecretKey signKey;
+  if (signKeyPath.getNumOccurrences() && signKeyPath.empty())
+    return fail("--sign-key needs a secret key file (from kiln-keygen); an "
+                "empty value would write an unsigned artifact");
   if (!signKeyPath.empty()) {
     if (emit != Emit::Artifact)
       return fail("--sign-key signs an artifact; --emit writes none");

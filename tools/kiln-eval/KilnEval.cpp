@@ -145,6 +145,9 @@ struct Model {
   }
   void open(const std::string &path) {
     dir = path;
+    if (trustedKeys.getNumOccurrences() && trustedKeys.empty())
+      fail("--trusted-keys needs a directory of *.pub keys or a key file; "
+           "an empty value would turn signature checks off");
     if (noVerify && !trustedKeys.empty())
       fail("--no-verify and --trusted-keys are mutually exclusive");
     kiln_rt_open_options_t openOptions{};

@@ -93,15 +93,43 @@ int main(int argc, char **argv) {
       registry.getDialectNames(), [&](llvm::StringRef d) { header += d; },
       [&] { header += ","; });
   kiln::tool::parseCommandLine(argc, argv, header);
-  // MlirOptMain reports a missing input without the tool's name; say it
-  // here (without opening the file: it may be a pipe).
+  // MlirOptMain reports a missing input without the tool's name, and reads
+  // a FIFO (blocking) or a device (without end) as if it were a file; check
+  // here, without opening it. Standard input ("-") stays allowed.
   llvm::sys::fs::file_status status;
-  if (inputFilename != "-")
+  if (inputFilename != "-") {
+    auto refuse = [&](const llvm::Twine &why) {
+      llvm::errs() << "kiln-opt: error: " << inputFilename << ": " << why
+                   << "\n";
+      return 1;
+    };
     if (std::error_code ec = llvm::sys::fs::status(inputFilename, status)) {
       llvm::errs() << "kiln-opt: error: cannot open input file '"
                    << inputFilename << "': " << ec.message() << "\n";
       return 1;
     }
+    switch (status.type()) {
+    case llvm::sys::fs::file_type::regular_file:
+      break;
+    case llvm::sys::fs::file_type::directory_file:
+      return refuse("is a directory, expected an MLIR file");
+    case llvm::sys::fs::file_type::fifo_file:
+      return refuse("is a FIFO (named pipe), expected an MLIR file (pipe "
+                    "the text to standard input instead: kiln-opt - < ...)");
+    case llvm::sys::fs::file_type::character_file:
+    case llvm::sys::fs::file_type::block_file:
+      return refuse("is a device, expected an MLIR file");
+    default:
+      return refuse("is not a regular file, expected an MLIR file");
+    }
+    // Kiln's IR never holds weights (they are symbols): even a 70B model's
+    // graph is well under a megabyte.
+    constexpr uint64_t kMaxInputBytes = uint64_t(1) << 30;
+    if (status.getSize() > kMaxInputBytes)
+      return refuse("is " + llvm::Twine(status.getSize()) +
+                    " bytes, more than the limit of " +
+                    llvm::Twine(kMaxInputBytes) + " bytes for an MLIR file");
+  }
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, inputFilename, outputFilename, registry));
 }

@@ -18,6 +18,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <chrono>
 #include <cstdio>
@@ -193,8 +194,9 @@ int main(int argc, char **argv) {
 
   if (maxTokens < 0)
     fail("--max-tokens must be >= 0, got " + std::to_string(maxTokens));
-  if (!(temperature >= 0.0f))
-    fail("--temperature must be >= 0, got " + std::to_string(temperature));
+  if (!(temperature >= 0.0f) || std::isinf(temperature))
+    fail("--temperature must be a finite number >= 0, got " +
+         std::to_string(temperature));
   if (topK < 0)
     fail("--top-k must be >= 0, got " + std::to_string(topK));
   if (!(topP >= 0.0f && topP <= 1.0f))
@@ -202,6 +204,9 @@ int main(int argc, char **argv) {
   if (!tokenList.empty() && !prompt.empty())
     fail("--tokens and --prompt are mutually exclusive");
 
+  if (trustedKeys.getNumOccurrences() && trustedKeys.empty())
+    fail("--trusted-keys needs a directory of *.pub keys or a key file; an "
+         "empty value would turn signature checks off");
   if (noVerify && !trustedKeys.empty())
     fail("--no-verify and --trusted-keys are mutually exclusive (a signature "
          "covers the files only if their hashes are checked)");

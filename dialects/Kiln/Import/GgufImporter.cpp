@@ -13,6 +13,7 @@
 #include "dialects/Kiln/Import/Prequantized.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/MathExtras.h"
@@ -204,6 +205,32 @@ static Error readString(ByteReader &r, std::string &out, const Twine &what) {
   return Error::success();
 }
 
+/// Reads a key or tensor name, which the GGUF spec makes printable ASCII
+/// (names are echoed in messages: raw bytes would put control sequences and
+/// megabytes of binary on the user's terminal). Names are at most 65535
+/// bytes (GGUF spec: "key ... at most 2^16-1 bytes"; tensor names 64).
+static Error readName(ByteReader &r, std::string &out, const Twine &what) {
+  uint64_t at = r.offset();
+  if (Error e = readString(r, out, what))
+    return e;
+  auto bad = llvm::find_if(out, [](char c) {
+    return static_cast<unsigned char>(c) < 0x20 ||
+           static_cast<unsigned char>(c) > 0x7e;
+  });
+  if (out.size() > 65535 || bad != out.end()) {
+    std::string shown;
+    llvm::raw_string_ostream os(shown);
+    llvm::printEscapedString(StringRef(out).take_front(48), os);
+    return fileError(r.fileName(),
+                     what + " at offset " + Twine(at) + " is " +
+                         (bad != out.end() ? "not printable ASCII"
+                                           : "longer than 65535 bytes") +
+                         " (\"" + shown + (out.size() > 48 ? "..." : "") +
+                         "\"): a corrupted GGUF header");
+  }
+  return Error::success();
+}
+
 /// Reads one scalar of `type` into v.i / v.f / v.s.
 static Error readScalar(ByteReader &r, uint32_t type, GgufValue &v,
                         const Twine &what) {
@@ -357,7 +384,7 @@ static Expected<GgufFile> parseGguf(StringRef path) {
 
   for (uint64_t k = 0; k < kvCount; ++k) {
     std::string key;
-    if (Error e = readString(r, key, "key of KV pair " + Twine(k)))
+    if (Error e = readName(r, key, "key of KV pair " + Twine(k)))
       return std::move(e);
     uint32_t type;
     if (Error e = r.readU32(type, "type of key '" + key + "'"))
@@ -376,7 +403,7 @@ static Expected<GgufFile> parseGguf(StringRef path) {
   for (uint64_t k = 0; k < tensorCount; ++k) {
     GgufTensor t;
     t.infoOffset = r.offset();
-    if (Error e = readString(r, t.name, "name of tensor " + Twine(k)))
+    if (Error e = readName(r, t.name, "name of tensor " + Twine(k)))
       return std::move(e);
     uint32_t nDims;
     if (Error e = r.readU32(nDims, "n_dims of tensor '" + t.name + "'"))
