@@ -259,6 +259,9 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
     return err;
 
   // Compile the emitted code against the embedded kernel ABI header.
+  // Errors name the code as the user knows it: the scratch path is removed
+  // before they are printed.
+  std::string shownCode = codeFile + " (emitted for " + outDir + ")";
   SmallString<256> headerDir(includeDir);
   llvm::sys::path::append(headerDir, "kiln_rt");
   if (std::error_code ec = fs::create_directory(headerDir))
@@ -279,10 +282,10 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
     if (auto err = writeHeader(includeDir, "KilnKernels.cuh", kCudaKernelsHeader))
       return err;
     if (auto err = compileCudaSharedObject(pathIn(codeFile), pathIn("model.so"),
-                                           includeDir))
+                                           includeDir, shownCode))
       return err;
   } else if (auto err = compileSharedObject(pathIn(codeFile), pathIn("model.so"),
-                                            includeDir)) {
+                                            includeDir, shownCode)) {
     return err;
   }
 

@@ -504,6 +504,160 @@ mlir::kiln::resolveOutputPath(llvm::StringRef outPath) {
   return ResolvedOutput{std::string(real.str()), p};
 }
 
+/// What `mode` names, for the refusals of checkFileOutput.
+static const char *fileKindName(mode_t mode) {
+  if (S_ISDIR(mode))
+    return "a directory";
+  if (S_ISFIFO(mode))
+    return "a named pipe (FIFO)";
+  if (S_ISSOCK(mode))
+    return "a socket";
+  if (S_ISBLK(mode))
+    return "a block device";
+  return "not a regular file";
+}
+
+llvm::Expected<FileOutputTarget>
+mlir::kiln::checkFileOutput(llvm::StringRef outPath) {
+  FileOutputTarget target;
+  if (outPath == "-") {
+    target.kind = FileOutputTarget::Stdout;
+    target.path = "-";
+    return target;
+  }
+  if (outPath.empty())
+    return llvm::createStringError("the output path is empty");
+  target.path = outPath.str();
+  struct stat st;
+  if (::lstat(target.path.c_str(), &st) != 0) {
+    if (errno == ENOENT)
+      return target; // a new file
+    return errnoError(errno, "cannot inspect " + target.path);
+  }
+  if (S_ISLNK(st.st_mode)) {
+    llvm::SmallString<256> real;
+    if (std::error_code ec = fs::real_path(target.path, real))
+      return llvm::createStringError(
+          ec, target.path + " is a symbolic link that cannot be resolved (" +
+                  ec.message() + "); point it at a file or remove it");
+    target.via = " (where the symbolic link " + target.path + " points)";
+    target.path = std::string(real.str());
+    if (::stat(target.path.c_str(), &st) != 0)
+      return errnoError(errno, "cannot inspect " + target.path + target.via);
+  }
+  if (S_ISCHR(st.st_mode))
+    target.kind = FileOutputTarget::Device;
+  else if (!S_ISREG(st.st_mode))
+    return llvm::createStringError(
+        target.path + target.via + " is " + fileKindName(st.st_mode) +
+        "; -o writes a regular file (replaced whole) or a character device "
+        "such as /dev/null");
+  return target;
+}
+
+llvm::Error mlir::kiln::writeFileOutput(
+    llvm::StringRef outPath,
+    llvm::function_ref<llvm::Error(llvm::raw_ostream &)> write) {
+  llvm::Expected<FileOutputTarget> target = checkFileOutput(outPath);
+  if (!target)
+    return target.takeError();
+  const std::string &dst = target->path;
+
+  if (target->kind == FileOutputTarget::Stdout) {
+    if (auto err = write(llvm::outs()))
+      return err;
+    llvm::outs().flush();
+    if (llvm::outs().has_error()) {
+      std::error_code ec = llvm::outs().error();
+      llvm::outs().clear_error();
+      return llvm::createStringError(ec, "cannot write to stdout: " +
+                                             ec.message());
+    }
+    return llvm::Error::success();
+  }
+
+  if (target->kind == FileOutputTarget::Device) {
+    // In place, as clang does: never created, truncated, renamed or removed.
+    int fd = ::open(dst.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0)
+      return errnoError(errno, "cannot open " + dst + target->via);
+    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+    if (auto err = write(os))
+      return err;
+    os.close();
+    if (os.has_error()) {
+      std::error_code ec = os.error();
+      os.clear_error();
+      return llvm::createStringError(ec, dst + target->via +
+                                             ": write failed: " + ec.message());
+    }
+    return llvm::Error::success();
+  }
+
+  // A regular file or a new name: a temporary file beside the target (same
+  // file system), renamed over it once complete.
+  llvm::SmallString<256> pattern(dst);
+  pattern.append(".kiln-tmp-XXXXXX");
+  (void)pattern.c_str(); // NUL-terminates the buffer mkostemp edits in place
+  int fd = -1, handle = -1;
+  {
+    installHandlers();
+    cleanup::DeferSignals defer; // no signal between creating and registering
+    fd = ::mkostemp(pattern.data(), O_CLOEXEC);
+    if (fd >= 0)
+      handle = cleanup::addTree(pattern.str());
+  }
+  if (fd < 0) {
+    int err = errno;
+    llvm::SmallString<256> dir(path::parent_path(dst));
+    return errnoError(err, dst + target->via +
+                               ": cannot write: cannot create a temporary "
+                               "file in " +
+                               (dir.empty() ? llvm::StringRef(".")
+                                            : llvm::StringRef(dir)));
+  }
+  std::string tmp(pattern.str());
+  auto discard = [&]() {
+    ::unlink(tmp.c_str());
+    cleanup::forget(handle);
+  };
+  // The new file gets the old one's permissions, or the umask's default.
+  struct stat old;
+  mode_t mode;
+  if (::stat(dst.c_str(), &old) == 0 && S_ISREG(old.st_mode)) {
+    mode = old.st_mode & 07777;
+  } else {
+    mode_t mask = ::umask(0);
+    ::umask(mask);
+    mode = 0666 & ~mask;
+  }
+  ::fchmod(fd, mode);
+  {
+    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+    if (auto err = write(os)) {
+      os.close();
+      os.clear_error();
+      discard();
+      return err;
+    }
+    os.close();
+    if (os.has_error()) {
+      std::error_code ec = os.error();
+      os.clear_error();
+      discard();
+      return llvm::createStringError(ec, dst + target->via +
+                                             ": write failed: " + ec.message());
+    }
+  }
+  if (::rename(tmp.c_str(), dst.c_str()) != 0) {
+    int err = errno;
+    discard();
+    return errnoError(err, "cannot rename " + tmp + " to " + dst);
+  }
+  cleanup::forget(handle);
+  return llvm::Error::success();
+}
+
 llvm::Expected<std::string>
 mlir::kiln::moveDirectoryIntoPlace(llvm::StringRef from, llvm::StringRef to,
                                    llvm::StringRef oldParking,

@@ -24,8 +24,10 @@
 #define KILN_CODEGEN_ARTIFACT_SAFEOUTPUT_H
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <csignal>
 #include <string>
@@ -145,6 +147,39 @@ struct ResolvedOutput {
 /// replaces what the link points to and the link is kept. Errors: an empty
 /// path, a final "." or "..", a dangling link.
 llvm::Expected<ResolvedOutput> resolveOutputPath(llvm::StringRef path);
+
+/// Where a single-file output (`-o FILE` of kiln-calibrate and of
+/// kiln-compile --emit) goes, once checked by checkFileOutput.
+struct FileOutputTarget {
+  enum Kind {
+    Stdout, ///< "-"
+    Device, ///< a character device (/dev/null, a terminal): written in place
+    File,   ///< a regular file, or nothing yet: replaced via a temporary file
+  };
+  Kind kind = File;
+  std::string path; ///< the final target (symbolic links followed)
+  std::string via;  ///< " (where the symbolic link L points)" or ""
+};
+
+/// Classifies a single-file output path: "-" is stdout; symbolic links are
+/// followed to their final target (fs::real_path; a dangling link is an
+/// error); a character device is written in place; a regular file or a
+/// missing name is replaced atomically. A directory, named pipe (FIFO),
+/// socket or block device is refused with one line naming the path and
+/// what it is.
+llvm::Expected<FileOutputTarget> checkFileOutput(llvm::StringRef path);
+
+/// Writes a single-file output: checkFileOutput(`path`), then `write` gets
+/// a stream to stdout, to the device (opened O_WRONLY, never replaced or
+/// removed) or to a temporary file `<name>.kiln-tmp-XXXXXX` beside the
+/// target, which is renamed over the target only if `write` succeeds (the
+/// target keeps a replaced file's permissions). The temporary file is
+/// removed on failure, on SIGINT/SIGTERM/SIGHUP and on a crash (cleanup
+/// registry). An error from `write` is returned as is; other errors name
+/// the path.
+llvm::Error
+writeFileOutput(llvm::StringRef path,
+                llvm::function_ref<llvm::Error(llvm::raw_ostream &)> write);
 
 /// Moves the directory `from` to `to` on the same file system.
 ///  - `to` absent: renameat2(RENAME_NOREPLACE), else rename(2) (which

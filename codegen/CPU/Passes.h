@@ -25,19 +25,23 @@ LogicalResult emitCpp(ModuleOp module, llvm::raw_ostream &os);
 /// the compiler's output is captured in `includeDir`/compiler.log (and
 /// removed) and `includeDir`/tmp is its TMPDIR, so nothing goes to the
 /// system temporary directory. A SIGINT/SIGTERM
-/// meanwhile stops the compiler as well. Errors carry the compiler's exit
-/// status and diagnostics.
+/// meanwhile stops the compiler as well. Errors name the file as
+/// `displayName` (default `cppPath`; a scratch path is gone by the time the
+/// user reads it) and carry the compiler's exit status and the last 20
+/// lines of its output.
 llvm::Error compileSharedObject(llvm::StringRef cppPath, llvm::StringRef soPath,
-                                llvm::StringRef includeDir);
+                                llvm::StringRef includeDir,
+                                llvm::StringRef displayName = "");
 
 /// Compiles the CUDA C++ file `cuPath` into the shared object `soPath` with
 /// nvcc ($KILN_NVCC, else nvcc on PATH, else /usr/local/cuda/bin/nvcc) for
 /// sm_80 and sm_90a, linking cuBLASLt and the CUDA runtime (rpath to the
-/// toolkit's lib64). `includeDir` as for compileSharedObject. Errors carry
-/// nvcc's exit status and diagnostics.
+/// toolkit's lib64). `includeDir` and `displayName` as for
+/// compileSharedObject.
 llvm::Error compileCudaSharedObject(llvm::StringRef cuPath,
                                     llvm::StringRef soPath,
-                                    llvm::StringRef includeDir);
+                                    llvm::StringRef includeDir,
+                                    llvm::StringRef displayName = "");
 
 } // namespace mlir::kiln
 

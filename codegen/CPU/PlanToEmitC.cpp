@@ -406,8 +406,9 @@ LogicalResult emitCpp(ModuleOp module, llvm::raw_ostream &os) {
 }
 
 /// Runs `argv` (argv[0] is the program), capturing its output in
-/// `buildDir`/compiler.log, with `buildDir`/tmp as its TMPDIR; on failure the error names the file being
-/// compiled and carries the diagnostics. The compiler runs in a process
+/// `buildDir`/compiler.log, with `buildDir`/tmp as its TMPDIR; on failure
+/// the error names the file being compiled as `what` and carries the last
+/// 20 lines of the compiler's output. The compiler runs in a process
 /// group of its own, registered with the cleanup registry (runProcess,
 /// SafeOutput.h), so a SIGINT or SIGTERM to Kiln stops it and its
 /// subprocesses too instead of leaving them writing into a removed
@@ -429,17 +430,34 @@ static llvm::Error runCompiler(ArrayRef<StringRef> argv, StringRef what,
   auto diagnostics = llvm::MemoryBuffer::getFile(log);
   std::string text = diagnostics ? (*diagnostics)->getBuffer().str() : "";
   llvm::sys::fs::remove(log);
-  if (rc != 0)
-    return llvm::createStringError(
-        "compiling " + what + " with " + argv[0] + " failed (" +
-        (rc < 0 ? "killed by signal " + std::to_string(-rc)
-                : "exit " + std::to_string(rc)) +
-        ")" + (text.empty() ? "" : "\n" + text));
-  return llvm::Error::success();
+  if (rc == 0)
+    return llvm::Error::success();
+  // The last lines of the log carry the cause (the first error, or "No
+  // space left on device" from the assembler or linker at the end).
+  constexpr size_t kTailLines = 20;
+  StringRef body = StringRef(text).rtrim();
+  SmallVector<StringRef> lines;
+  body.split(lines, '\n');
+  std::string shown;
+  if (body.empty()) {
+    shown = "\n(the compiler printed nothing)";
+  } else {
+    size_t first = lines.size() > kTailLines ? lines.size() - kTailLines : 0;
+    if (first > 0)
+      shown = "\n(last " + std::to_string(kTailLines) + " of " +
+              std::to_string(lines.size()) + " lines of its output)";
+    for (size_t i = first; i < lines.size(); ++i)
+      shown += "\n" + lines[i].str();
+  }
+  return llvm::createStringError(
+      "compiling " + what + " with " + argv[0] + " failed (" +
+      (rc < 0 ? "killed by signal " + std::to_string(-rc)
+              : "exit " + std::to_string(rc)) +
+      ")" + shown);
 }
 
 llvm::Error compileSharedObject(StringRef cppPath, StringRef soPath,
-                                StringRef includeDir) {
+                                StringRef includeDir, StringRef displayName) {
   std::string compiler = "c++";
   if (const char *env = std::getenv("KILN_HOST_CXX"))
     compiler = env;
@@ -450,11 +468,12 @@ llvm::Error compileSharedObject(StringRef cppPath, StringRef soPath,
   std::string include = ("-I" + includeDir).str();
   return runCompiler({*exe, "-std=c++17", "-O2", "-fPIC", "-shared", include,
                       cppPath, "-o", soPath},
-                     cppPath, includeDir);
+                     displayName.empty() ? cppPath : displayName, includeDir);
 }
 
 llvm::Error compileCudaSharedObject(StringRef cuPath, StringRef soPath,
-                                    StringRef includeDir) {
+                                    StringRef includeDir,
+                                    StringRef displayName) {
   std::string nvcc;
   if (const char *env = std::getenv("KILN_NVCC"))
     nvcc = env;
@@ -478,7 +497,7 @@ llvm::Error compileCudaSharedObject(StringRef cuPath, StringRef soPath,
                       "-gencode=arch=compute_80,code=sm_80",
                       "-gencode=arch=compute_90a,code=sm_90a", include, cuPath,
                       "-o", soPath, libPath, rpath, "-lcublasLt"},
-                     cuPath, includeDir);
+                     displayName.empty() ? cuPath : displayName, includeDir);
 }
 
 } // namespace mlir::kiln

@@ -250,8 +250,9 @@ tokenize(const kiln_rt_artifact_t *artifact, llvm::StringRef text) {
 
 /// Writes the safetensors file (https://huggingface.co/docs/safetensors:
 /// u64 little-endian header length, JSON header padded with spaces to a
-/// multiple of 8, then the tensors' little-endian bytes) through a
-/// temporary file renamed into place.
+/// multiple of 8, then the tensors' little-endian bytes) with
+/// writeFileOutput: a regular file through a temporary file renamed into
+/// place, a character device (/dev/null) in place.
 static llvm::Error
 writeSafetensors(llvm::StringRef path, const llvm::json::Object &metadata,
                  const std::map<std::string, std::vector<float>> &tensors,
@@ -274,14 +275,7 @@ writeSafetensors(llvm::StringRef path, const llvm::json::Object &metadata,
   llvm::raw_string_ostream(json) << llvm::json::Value(std::move(header));
   json.append((8 - json.size() % 8) % 8, ' ');
 
-  auto temp = fs::TempFile::create(path + ".tmp-%%%%%%");
-  if (!temp)
-    return llvm::createStringError(path +
-                                   ": cannot create a temporary file "
-                                   "beside it: " +
-                                   llvm::toString(temp.takeError()));
-  {
-    llvm::raw_fd_ostream os(temp->FD, /*shouldClose=*/false);
+  return mlir::kiln::writeFileOutput(path, [&](llvm::raw_ostream &os) {
     uint64_t length = json.size();
     char lengthBytes[8];
     for (int i = 0; i < 8; ++i)
@@ -297,18 +291,8 @@ writeSafetensors(llvm::StringRef path, const llvm::json::Object &metadata,
                       char((bits >> 16) & 0xff), char(bits >> 24)};
         os.write(le, 4);
       }
-    os.flush();
-    if (os.has_error()) {
-      std::string message = os.error().message();
-      os.clear_error();
-      consumeError(temp->discard());
-      return llvm::createStringError(path + ": write failed: " + message);
-    }
-  }
-  if (auto err = temp->keep(path))
-    return llvm::createStringError(
-        path + ": cannot write: " + llvm::toString(std::move(err)));
-  return llvm::Error::success();
+    return llvm::Error::success();
+  });
 }
 
 /// Other tools' spellings of our flags.
@@ -344,19 +328,15 @@ int main(int argc, char **argv) {
                 "token)");
   if (outputPath.empty())
     return fail("-o needs a file name");
-  // A symbolic link is followed: the file it points to is replaced (via a
-  // temporary file beside it) and the link kept, as kiln-compile's -o does.
-  if (fs::is_symlink_file(outputPath)) {
-    llvm::Expected<ResolvedOutput> resolved = resolveOutputPath(outputPath);
-    if (!resolved)
-      return fail(llvm::toString(resolved.takeError()));
-    outputPath.setValue(resolved->path);
-  }
-  if (fs::is_directory(outputPath))
-    return fail(outputPath + ": is a directory (expected the calibration "
-                             "file to write)");
-  {
-    llvm::SmallString<256> parent(llvm::sys::path::parent_path(outputPath));
+  // The policy of every single-file -o (writeFileOutput): a symbolic link
+  // is followed (its target replaced, the link kept), a character device
+  // such as /dev/null is written in place, a FIFO or directory is refused.
+  // Checked now, so nothing is computed for an unusable path.
+  llvm::Expected<FileOutputTarget> target = checkFileOutput(outputPath);
+  if (!target)
+    return fail(llvm::toString(target.takeError()));
+  if (target->kind == FileOutputTarget::File) {
+    llvm::SmallString<256> parent(llvm::sys::path::parent_path(target->path));
     if (parent.empty())
       parent = ".";
     if (!fs::is_directory(parent))

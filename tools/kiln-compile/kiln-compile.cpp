@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "codegen/Artifact/SafeOutput.h"
 #include "codegen/Pipeline/Pipeline.h"
 #include "dialects/Kiln/IR/KilnOps.h"
 #include "dialects/Kiln/Import/ModelDesc.h"
@@ -446,11 +447,13 @@ int main(int argc, char **argv) {
     break;
   }
   if (emit != Emit::Artifact) {
-    // --emit: the text goes to -o FILE (written to a temporary file beside
-    // it and renamed into place, so a failure leaves FILE as it was) or, by
-    // default or with -o -, to stdout.
+    // --emit: the text goes to -o FILE (writeFileOutput: a regular FILE is
+    // written to a temporary file beside it and renamed into place, so a
+    // failure leaves it as it was; a character device such as /dev/null is
+    // written in place; a FIFO or directory is refused) or, by default or
+    // with -o -, to stdout.
     bool ran = false, compiled = false;
-    llvm::Error err = llvm::writeToOutput(
+    llvm::Error err = mlir::kiln::writeFileOutput(
         outputDir.empty() ? std::string("-") : outputDir.getValue(),
         [&](llvm::raw_ostream &os) -> llvm::Error {
           ran = true;
@@ -465,10 +468,13 @@ int main(int argc, char **argv) {
       return 1;
     }
     if (err)
-      return fail(outputDir + ": cannot write: " +
-                  llvm::toString(std::move(err)));
+      return fail(llvm::toString(std::move(err)));
     return 0;
   }
+  if (outputDir == "-")
+    return fail("-o - would write the artifact to a directory named '-'; "
+                "artifacts are directories, use --emit=kiln|plan|cpp to print "
+                "to stdout");
   options.outputDir = outputDir;
   options.signKey = signKeyPath.empty() ? nullptr : &signKey;
   if (failed(compileModel(context, *desc, options)))
