@@ -981,6 +981,13 @@ Expected<ModelDesc> importGguf(StringRef path, StringRef tokenizer) {
   if (Error e = checkConfig(c, path))
     return std::move(e);
 
+  SmallVector<StringRef> tensorNames;
+  for (const GgufTensor &t : g.tensors)
+    tensorNames.push_back(t.name);
+  if (Error e = checkNoExtraLayers(path, tensorNames, "blk.", c.nLayers,
+                                   "llama.block_count"))
+    return std::move(e);
+
   // Tied embeddings: no output.weight, or one byte-identical to token_embd.
   const GgufTensor *embInfo = nullptr;
   for (const CanonicalWeight &cw : canonicalWeights(c)) {

@@ -555,6 +555,14 @@ Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
                               Twine(shards->size()) + " safetensors file(s)");
   };
 
+  SmallVector<StringRef> tensorNames;
+  for (const auto &entry : index.tensors)
+    tensorNames.push_back(entry.getKey());
+  if (Error e = checkNoExtraLayers(dir, tensorNames, "model.layers.",
+                                   c.nLayers,
+                                   "config.json num_hidden_layers"))
+    return std::move(e);
+
   std::vector<CanonicalWeight> canon = canonicalWeights(c);
   if (*quantConfig && find("lm_head.qweight"))
     return fileError(dir, "tensor 'lm_head.qweight': a quantized classifier "

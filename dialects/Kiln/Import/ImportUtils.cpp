@@ -601,3 +601,30 @@ std::string joinPath(StringRef dir, StringRef name) {
 }
 
 } // namespace mlir::kiln::detail
+
+llvm::Error mlir::kiln::detail::checkNoExtraLayers(
+    llvm::StringRef file, llvm::ArrayRef<llvm::StringRef> names,
+    llvm::StringRef layerPrefix, int64_t numLayers,
+    llvm::StringRef layersField) {
+  std::optional<std::pair<uint64_t, llvm::StringRef>> first;
+  for (llvm::StringRef name : names) {
+    if (!name.consume_front(layerPrefix))
+      continue;
+    uint64_t layer;
+    llvm::StringRef rest = name;
+    if (rest.consumeInteger(10, layer) || !rest.starts_with(".") ||
+        layer < static_cast<uint64_t>(numLayers))
+      continue;
+    llvm::StringRef full(name.data() - layerPrefix.size(),
+                         name.size() + layerPrefix.size());
+    if (!first || std::make_pair(layer, full) < *first)
+      first = std::make_pair(layer, full);
+  }
+  if (!first)
+    return llvm::Error::success();
+  return fileError(file, "holds tensor '" + first->second + "' of layer " +
+                             llvm::Twine(first->first) + ", but " +
+                             layersField + " is " + llvm::Twine(numLayers) +
+                             " (layers 0.." + llvm::Twine(numLayers - 1) +
+                             "): the config and the weights disagree");
+}

@@ -148,6 +148,16 @@ llvm::Error checkLimits(const LlamaConfig &config, llvm::StringRef file);
 /// Checks the hyper-parameters are sane; errors name `file`.
 llvm::Error checkConfig(const LlamaConfig &config, llvm::StringRef file);
 
+/// Error "<file>: holds tensor '<name>' of layer N, but <layersField> is L"
+/// when a tensor name `<layerPrefix>N.…` has N >= numLayers: a config that
+/// claims fewer layers than the checkpoint stores would otherwise drop the
+/// rest silently and generate garbage. The message names the smallest such
+/// layer (deterministic whatever the order of `names`).
+llvm::Error checkNoExtraLayers(llvm::StringRef file,
+                               llvm::ArrayRef<llvm::StringRef> names,
+                               llvm::StringRef layerPrefix, int64_t numLayers,
+                               llvm::StringRef layersField);
+
 /// Error "<file>: <tensor>: shape [..] but the config implies [..]" when the
 /// shapes differ.
 llvm::Error checkShape(llvm::StringRef file, llvm::StringRef tensor,
