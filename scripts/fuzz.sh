@@ -8,7 +8,8 @@
 # Targets: gguf hf llama2c tokbin tokjson tokenizer calibration artifact ir
 # (docs/reliability.md says what each covers). Seeds are made from
 # ../shared/models (or $KILN_FUZZ_MODELS) and test/**/*.mlir at every run
-# into BUILD/fuzz-seeds/; what the fuzzer finds accumulates in
+# into a fresh BUILD/fuzz-seeds.XXXXXX/ (removed at exit), so that several
+# runs can go on side by side; what the fuzzer finds accumulates in
 # BUILD/fuzz-corpus/TARGET/; crashing inputs land in BUILD/fuzz-crashes/
 # TARGET/ (minimize with `kiln-fuzz-TARGET -minimize_crash=1 -runs=10000
 # FILE`, then add the result under test/Fuzz/regressions/TARGET/).
@@ -36,8 +37,11 @@ fi
 
 # -max_len per target (bytes): a little above the largest seed, small enough
 # to keep executions fast. Dictionaries: test/Fuzz/dicts.
+# tokenizer: 16 KiB holds the small tokenizer.json seeds and texts long
+# enough for every merge path; longer texts only made each run slower (the
+# BPE encoders are quadratic in a word's length), 5x fewer runs per second.
 declare -A maxlen=([gguf]=524288 [hf]=262144 [llama2c]=131072 [tokbin]=65536
-  [tokjson]=262144 [tokenizer]=262144 [calibration]=65536 [artifact]=262144
+  [tokjson]=262144 [tokenizer]=16384 [calibration]=65536 [artifact]=262144
   [ir]=65536)
 declare -A dict=([gguf]=gguf [hf]=json [tokjson]=json [tokenizer]=json
   [calibration]=json [artifact]=json [ir]=mlir)
@@ -67,17 +71,11 @@ fi
 # the same slabs) a no-op; see the top-level CMakeLists.txt.
 export ASAN_OPTIONS="allow_user_poisoning=0:detect_leaks=0:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
-# MLIR's own parser (libMLIR, used by the ir target) recurses once per
-# nesting level of a type or attribute and has no depth limit: about 4
-# million executions in, the ir target finds inputs like "((((...)" that
-# overflow the default 8 MiB stack inside mlir::detail::Parser
-# (docs/reliability.md, "Findings"). kiln-opt refuses such nesting before
-# parsing; the ir target does not yet, so a large stack keeps the campaign
-# on Kiln's own code.
-ulimit -s 1048576 2>/dev/null || ulimit -s unlimited 2>/dev/null || true
-
-seeds="$build/fuzz-seeds"
-rm -rf "$seeds"
+# A fresh seed folder per run, so that runs of different targets can go on
+# side by side (they share the corpus folder of a target only).
+mkdir -p "$build"
+seeds="$(mktemp -d "$build/fuzz-seeds.XXXXXX")"
+trap 'rm -rf "$seeds"' EXIT
 mkdir -p "$seeds/tokenizer-json"
 KILN_FUZZ_MODELS="$models" KILN_FUZZ_WRITE_SEEDS="$seeds/tokenizer-json" \
   "$build/bin/kiln-fuzz-tokenizer" -runs=0 >/dev/null 2>&1

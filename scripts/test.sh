@@ -37,9 +37,8 @@ if [ "${KILN_SKIP_FUZZ:-0}" != "1" ]; then
   bash "$root/scripts/fuzz.sh" all "${KILN_CI_FUZZ_SECONDS:-20}" 2>&1 | tee -a "$log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   if [ -f "$root/build-fuzz/test/lit.site.cfg.py" ]; then
-    (ulimit -s 1048576 2>/dev/null
-     ASAN_OPTIONS="allow_user_poisoning=0:detect_leaks=0" \
-       "$lit" -sv "$root/build-fuzz/test/Fuzz") 2>&1 | tee -a "$log"
+    ASAN_OPTIONS="allow_user_poisoning=0:detect_leaks=0" \
+      "$lit" -sv "$root/build-fuzz/test/Fuzz" 2>&1 | tee -a "$log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   fi
 fi

@@ -18,6 +18,7 @@
 
 #include "codegen/CPU/Passes.h"
 #include "dialects/Kiln/IR/KilnOps.h"
+#include "dialects/Kiln/IR/ParseLimits.h"
 #include "dialects/Plan/IR/PlanOps.h"
 #include "passes/Conversion/Passes.h"
 #include "passes/Transforms/Passes.h"
@@ -130,37 +131,17 @@ int main(int argc, char **argv) {
       return refuse("is " + llvm::Twine(status.getSize()) +
                     " bytes, more than the limit of " +
                     llvm::Twine(kMaxInputBytes) + " bytes for an MLIR file");
-    // MLIR's parser recurses once per nesting level of a type, attribute or
-    // region and has no depth limit: "((((..." a few thousand deep overflows
-    // the stack (found by the ir fuzz target). Kiln's IR nests a few levels;
-    // refuse anything deeper than kMaxNesting before MLIR parses it.
+    // MLIR's parser has no depth limit (dialects/Kiln/IR/ParseLimits.h):
+    // refuse nesting deeper than kMaxIrNesting before MLIR parses it.
     auto buffer = llvm::MemoryBuffer::getFile(inputFilename);
     if (!buffer)
       return refuse("cannot read input file: " + buffer.getError().message());
-    constexpr int64_t kMaxNesting = 256;
-    int64_t depth = 0;
-    llvm::StringRef text = (*buffer)->getBuffer();
-    for (size_t i = 0; i < text.size(); ++i) {
-      char c = text[i];
-      if (c == '"') { // string literal, with backslash escapes
-        for (++i; i < text.size() && text[i] != '"'; ++i)
-          if (text[i] == '\\')
-            ++i;
-        continue;
-      }
-      if (c == '/' && i + 1 < text.size() && text[i + 1] == '/') {
-        i = std::min(text.find('\n', i), text.size());
-        continue;
-      }
-      if (c == '(' || c == '[' || c == '{' || c == '<') {
-        if (++depth > kMaxNesting)
-          return refuse("nested deeper than " + llvm::Twine(kMaxNesting) +
-                        " brackets at offset " + llvm::Twine(i) +
-                        " (MLIR's parser would overflow the stack)");
-      } else if ((c == ')' || c == ']' || c == '}' || c == '>') && depth > 0) {
-        --depth;
-      }
-    }
+    if (std::optional<size_t> at =
+            mlir::kiln::findExcessiveNesting((*buffer)->getBuffer()))
+      return refuse("nested deeper than " +
+                    llvm::Twine(mlir::kiln::kMaxIrNesting) +
+                    " brackets at offset " + llvm::Twine(*at) +
+                    " (MLIR's parser would overflow the stack)");
   }
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, inputFilename, outputFilename, registry));
