@@ -32,7 +32,7 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.kiln_tools_dir, config.llvm_tools_dir]
 tools = ["kiln-opt", "kiln-compile", "kiln-calibrate", "kiln-run", "kiln-bench", "kiln-eval",
-         "kiln-keygen",
+         "kiln-keygen", "kiln-weight-dump",
          "KilnImportTests", "kiln_runtime_tests", "kiln_rt_text_tests",
          "kiln-gpu-kernel-check"]
 tools += ["kiln-fuzz-" + t for t in ("gguf", "hf", "llama2c", "tokbin", "tokjson",

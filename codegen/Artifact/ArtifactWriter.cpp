@@ -31,6 +31,9 @@ static constexpr const char *kKernelAbiHeader =
 static constexpr const char *kPlanInfoHeader =
 #include "codegen/Artifact/PlanInfoHeader.inc"
     ;
+static constexpr const char *kBlockFormatsHeader =
+#include "codegen/Artifact/BlockFormatsHeader.inc"
+    ;
 static constexpr const char *kCudaAbiHeader =
 #include "codegen/Artifact/CudaAbiHeader.inc"
     ;
@@ -278,6 +281,9 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
     return err;
   if (cuda) {
     if (auto err = writeHeader(headerDir, "cuda_abi.h", kCudaAbiHeader))
+      return err;
+    if (auto err =
+            writeHeader(headerDir, "block_formats.h", kBlockFormatsHeader))
       return err;
     if (auto err = writeHeader(includeDir, "KilnKernels.cuh", kCudaKernelsHeader))
       return err;

@@ -42,14 +42,14 @@ static constexpr const char *kPointerMacros = R"(
 
 static constexpr const char *kCpuPrologue =
     R"(// Emitted by kiln-compile (CPU target). Do not edit.
-#if KILN_ABI_VERSION != 4
-#error "emitted for kernel ABI version 4"
+#if KILN_ABI_VERSION != 5
+#error "emitted for kernel ABI version 5"
 #endif)";
 
 static constexpr const char *kCudaPrologue =
     R"(// Emitted by kiln-compile (CUDA target). Do not edit.
-#if KILN_CUDA_ABI_VERSION != 2
-#error "emitted for CUDA ABI version 2"
+#if KILN_CUDA_ABI_VERSION != 3
+#error "emitted for CUDA ABI version 3"
 #endif)";
 
 namespace {

@@ -3,8 +3,9 @@
 // The CUDA kernels that `--target=cuda` artifacts run. Codegen copies this
 // header next to the emitted model.cu, which includes it once; nvcc compiles
 // both for sm_80 and sm_90a into model.so. Self-contained: it includes only
-// CUDA runtime, cuBLASLt and CCCL headers, the C++ standard library and the
-// runtime contract "kiln_rt/cuda_abi.h".
+// CUDA runtime, cuBLASLt and CCCL headers, the C++ standard library, the
+// runtime contract "kiln_rt/cuda_abi.h" and the GGML block codec
+// "kiln_rt/block_formats.h".
 //
 // Semantics: every kernel computes the math of its CPU twin in
 // runtime/include/kiln_rt/kernel_abi.h (reference implementations in
@@ -22,7 +23,8 @@
 //   scales), kiln_cuda_linear_w8a8 (SmoothQuant: int8 activations quantized
 //   per token or per tensor, int8 weights, __dp4a int32 sums),
 //   kiln_cuda_linear_w4a16 (packed 4-bit weights, group scales / zeros),
-//   kiln_cuda_rope,
+//   kiln_cuda_embedding_blocks / kiln_cuda_linear_blocks (weights kept in a
+//   GGML block format, decoded by kiln_rt/block_formats.h), kiln_cuda_rope,
 //   kiln_cuda_attention, kiln_cuda_attention_kv8 (int8 KV cache with
 //   per-(token, kv head) float scales), kiln_cuda_attention_kvf8 (FP8 E4M3
 //   KV cache, same scales), kiln_cuda_attention_kv8_centered /
@@ -56,6 +58,7 @@
 #ifndef KILN_CODEGEN_CUDA_KILNKERNELS_CUH
 #define KILN_CODEGEN_CUDA_KILNKERNELS_CUH
 
+#include "kiln_rt/block_formats.h"
 #include "kiln_rt/cuda_abi.h"
 
 #include <cublasLt.h>
@@ -2411,6 +2414,111 @@ __global__ void __launch_bounds__(kSampleThreads)
     *outToken = candI[sFound];
 }
 
+//===----------------------------------------------------------------------===//
+// GGML block formats (kiln_rt/block_formats.h): weights kept as GGUF stores
+// them, decoded in registers / shared memory by the shared codec
+//===----------------------------------------------------------------------===//
+
+/// out[i, :] = decode(table row tokens[i]) (zeros for an id outside
+/// [0, vocab)); a CUDA block per token, a thread per GGML block of the row.
+template <int64_t F>
+__global__ void __launch_bounds__(256)
+    blockEmbeddingKernel(const int32_t *__restrict__ tokens, int64_t n,
+                         const uint8_t *__restrict__ table, int64_t vocab,
+                         int64_t dim, float *__restrict__ out) {
+  constexpr int64_t E = kiln_block_elems(F), B = kiln_block_bytes(F);
+  const int64_t blocks = dim / E;
+  for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+    const int64_t tok = tokens[i];
+    const bool ok = tok >= 0 && tok < vocab;
+    float *dst = out + i * dim;
+    for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) {
+      if (ok) {
+        kiln_block_decode(F, table + (tok * blocks + b) * B, dst + b * E);
+      } else {
+        for (int64_t e = 0; e < E; ++e)
+          dst[b * E + e] = 0.0f;
+      }
+    }
+  }
+}
+
+/// Decode GEMV: y[r] = sum_j W[r, j] * x[j]; a warp per row (grid-stride),
+/// lane l decodes blocks l, l + 32, ... into registers and dots them with x;
+/// float accumulation, warp-shuffle reduction.
+template <int64_t F>
+__global__ void __launch_bounds__(kGemvThreads)
+    blockGemvKernel(const float *__restrict__ x, const uint8_t *__restrict__ w,
+                    float *__restrict__ y, int64_t in, int64_t out) {
+  constexpr int64_t E = kiln_block_elems(F), B = kiln_block_bytes(F);
+  const int64_t blocks = in / E, rowBytes = blocks * B;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+  float buf[E];
+  for (int64_t r = int64_t(blockIdx.x) * warps + warp; r < out;
+       r += int64_t(gridDim.x) * warps) {
+    const uint8_t *row = w + r * rowBytes;
+    float acc = 0.0f;
+    for (int64_t b = lane; b < blocks; b += 32) {
+      kiln_block_decode(F, row + b * B, buf);
+      const float *xb = x + b * E;
+#pragma unroll 8
+      for (int64_t j = 0; j < E; ++j)
+        acc = fmaf(buf[j], xb[j], acc);
+    }
+    acc = warpSum(acc);
+    if (lane == 0)
+      y[r] = acc;
+  }
+}
+
+constexpr int kBlockTileRows = 16, kBlockTileTokens = 16, kBlockTileDepth = 256;
+
+/// Prefill GEMM: y[n, out] = x[n, in] * W^T, a 16 x 16 (rows x tokens) output
+/// tile per CUDA block of 256 threads. Per step of kBlockTileDepth inputs the
+/// block decodes its 16 weight rows (whole GGML blocks) and stages 16 token
+/// rows of x in shared memory, then each thread accumulates its output over
+/// the step in float. `in` is a multiple of the block length, so a step
+/// (the last may be shorter) covers whole blocks.
+template <int64_t F>
+__global__ void __launch_bounds__(256)
+    blockGemmKernel(const float *__restrict__ x, const uint8_t *__restrict__ w,
+                    float *__restrict__ y, int64_t n, int64_t in, int64_t out) {
+  constexpr int64_t E = kiln_block_elems(F), B = kiln_block_bytes(F);
+  constexpr int TR = kBlockTileRows, TT = kBlockTileTokens, TK = kBlockTileDepth;
+  __shared__ float ws[TR][TK + 1];
+  __shared__ float xs[TT][TK + 1];
+  const int64_t r0 = int64_t(blockIdx.x) * TR, t0 = int64_t(blockIdx.y) * TT;
+  const int tid = threadIdx.x, tr = tid / TT, tt = tid % TT;
+  const int64_t rowBytes = in / E * B;
+  float acc = 0.0f;
+  for (int64_t k0 = 0; k0 < in; k0 += TK) {
+    const int depth = int(in - k0 < TK ? in - k0 : TK);
+    const int perRow = depth / int(E);
+    for (int u = tid; u < TR * perRow; u += blockDim.x) {
+      const int rr = u / perRow, bb = u % perRow;
+      const int64_t r = r0 + rr;
+      if (r < out) {
+        kiln_block_decode(F, w + r * rowBytes + (k0 / E + bb) * B,
+                          &ws[rr][bb * E]);
+      } else {
+        for (int64_t e = 0; e < E; ++e)
+          ws[rr][bb * E + e] = 0.0f;
+      }
+    }
+    for (int u = tid; u < TT * depth; u += blockDim.x) {
+      const int t = u / depth, k = u % depth;
+      xs[t][k] = t0 + t < n ? x[(t0 + t) * in + k0 + k] : 0.0f;
+    }
+    __syncthreads();
+    for (int k = 0; k < depth; ++k)
+      acc = fmaf(ws[tr][k], xs[tt][k], acc);
+    __syncthreads();
+  }
+  if (r0 + tr < out && t0 + tt < n)
+    y[(t0 + tt) * out + r0 + tr] = acc;
+}
+
 } // namespace kiln_cuda_detail
 
 //===----------------------------------------------------------------------===//
@@ -2433,6 +2541,100 @@ inline void kiln_cuda_embedding(kiln_cuda_ctx *ctx, const int32_t *tokens,
   embeddingKernel<T>
       <<<grid, 256, 0, streamOf(ctx)>>>(tokens, n, table, vocab, dim, out, vec);
   KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_embedding<<<>>>");
+}
+
+/// GGML block formats (kernel_abi.h kiln_k_embedding_blocks): out float
+/// [n, dim] = decoded rows of table ([vocab, dim] in block format `format`,
+/// a kiln_block_format id). An unknown format is refused
+/// (cudaErrorInvalidValue).
+inline void kiln_cuda_embedding_blocks(kiln_cuda_ctx *ctx,
+                                       const int32_t *tokens, int64_t n,
+                                       const int8_t *table, int64_t vocab,
+                                       int64_t dim, float *out,
+                                       int64_t format) {
+  using namespace kiln_cuda_detail;
+  if (skip(ctx) || n <= 0 || dim <= 0)
+    return;
+  if (!KILN_CUDA_ARG(ctx, kiln_block_elems(format) > 0 &&
+                              dim % kiln_block_elems(format) == 0,
+                     "kiln_cuda_embedding_blocks",
+                     "unknown block format or dim not whole blocks"))
+    return;
+  const unsigned grid = unsigned(n < 65535 ? n : 65535);
+  const auto *t = reinterpret_cast<const uint8_t *>(table);
+  switch (format) {
+#define KILN_BLOCK_CASE(f)                                                    \
+  case f:                                                                     \
+    blockEmbeddingKernel<f>                                                   \
+        <<<grid, 256, 0, streamOf(ctx)>>>(tokens, n, t, vocab, dim, out);     \
+    break;
+    KILN_BLOCK_FORMATS(KILN_BLOCK_CASE)
+#undef KILN_BLOCK_CASE
+  default:
+    break;
+  }
+  KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_embedding_blocks<<<>>>");
+}
+
+/// GGML block formats (kernel_abi.h kiln_k_linear_blocks): y float [n, out]
+/// = x float [n, in] * W^T, W [out, in] in block format `format`. n == 1: a
+/// warp-per-row GEMV decoding in registers; n > 1: a 16 x 16 tiled SIMT GEMM
+/// decoding weight tiles into shared memory (float accumulation, no
+/// workspace). An unknown format or an `in` that is not whole blocks is
+/// refused (cudaErrorInvalidValue).
+inline void kiln_cuda_linear_blocks(kiln_cuda_ctx *ctx, const float *x,
+                                    const int8_t *w, float *y, int64_t n,
+                                    int64_t in, int64_t out, int64_t format) {
+  using namespace kiln_cuda_detail;
+  if (skip(ctx) || n <= 0 || out <= 0)
+    return;
+  if (!KILN_CUDA_ARG(ctx, kiln_block_elems(format) > 0 &&
+                              in % kiln_block_elems(format) == 0,
+                     "kiln_cuda_linear_blocks",
+                     "unknown block format or in not whole blocks"))
+    return;
+  if (in <= 0) {
+    KILN_CUDA_CHECK(ctx, cudaMemsetAsync(y, 0, size_t(n * out) * sizeof(float),
+                                         streamOf(ctx)));
+    return;
+  }
+  const auto *wb = reinterpret_cast<const uint8_t *>(w);
+  if (n == 1) {
+    const int warps = kGemvThreads / 32;
+    int64_t blocks = (out + warps - 1) / warps;
+    if (blocks > (int64_t(1) << 20))
+      blocks = int64_t(1) << 20;
+    switch (format) {
+#define KILN_BLOCK_CASE(f)                                                    \
+  case f:                                                                     \
+    blockGemvKernel<f><<<unsigned(blocks), kGemvThreads, 0, streamOf(ctx)>>>( \
+        x, wb, y, in, out);                                                   \
+    break;
+      KILN_BLOCK_FORMATS(KILN_BLOCK_CASE)
+#undef KILN_BLOCK_CASE
+    default:
+      break;
+    }
+    KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_linear_blocks(gemv)<<<>>>");
+    return;
+  }
+  const int64_t gx = (out + kBlockTileRows - 1) / kBlockTileRows;
+  const int64_t gy = (n + kBlockTileTokens - 1) / kBlockTileTokens;
+  if (!KILN_CUDA_ARG(ctx, gx <= INT32_MAX && gy <= 65535,
+                     "kiln_cuda_linear_blocks", "n or out too large"))
+    return;
+  const dim3 grid{unsigned(gx), unsigned(gy), 1u};
+  switch (format) {
+#define KILN_BLOCK_CASE(f)                                                    \
+  case f:                                                                     \
+    blockGemmKernel<f><<<grid, 256, 0, streamOf(ctx)>>>(x, wb, y, n, in, out); \
+    break;
+    KILN_BLOCK_FORMATS(KILN_BLOCK_CASE)
+#undef KILN_BLOCK_CASE
+  default:
+    break;
+  }
+  KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_linear_blocks(gemm)<<<>>>");
 }
 
 /// RMSNorm: y[i, :] = w * x[i, :] / sqrt(mean(x[i, :]^2) + eps). x, y T

@@ -8,20 +8,8 @@
 namespace mlir::kiln {
 
 static FailureOr<StorageType> parseStorage(WeightOp op, StringRef s) {
-  if (s == "f32")
-    return StorageType::F32;
-  if (s == "f16")
-    return StorageType::F16;
-  if (s == "bf16")
-    return StorageType::BF16;
-  if (s == "q8_0")
-    return StorageType::Q8_0;
-  if (s == "q4_0")
-    return StorageType::Q4_0;
-  if (s == "i32")
-    return StorageType::I32;
-  if (s == "synthetic")
-    return StorageType::Synthetic;
+  if (std::optional<StorageType> t = parseStorageType(s))
+    return *t;
   return op.emitOpError() << "unknown storage type '" << s << "'";
 }
 
@@ -80,6 +68,13 @@ FailureOr<WeightDesc> getWeightRecipe(WeightOp op) {
       WeightTransform wt{WeightTransform::Kind::Repack};
       wt.format = params.getAs<StringAttr>("format").getValue().str();
       StringRef part = params.getAs<StringAttr>("part").getValue();
+      wt.rows = params.getAs<IntegerAttr>("rows").getInt();
+      wt.cols = params.getAs<IntegerAttr>("cols").getInt();
+      if (part == "blocks") { // a GGML block-format tensor kept as stored
+        wt.part = WeightTransform::QuantPart::Blocks;
+        w.transforms.push_back(wt);
+        continue;
+      }
       wt.part = part == "scales"  ? WeightTransform::QuantPart::Scales
                 : part == "zeros" ? WeightTransform::QuantPart::Zeros
                                   : WeightTransform::QuantPart::QWeight;

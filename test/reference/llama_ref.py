@@ -19,7 +19,8 @@ importers.  Supported inputs:
 
   * llama2.c `.bin` (legacy version-0 layout: 7 int32 header, f32 weights,
     freq_cis tables that are skipped, negative vocab => untied wcls at the end)
-  * GGUF v2/v3 (F32, F16, Q8_0, Q4_0 tensors; ggml dims reversed; llama.cpp
+  * GGUF v2/v3 (F32, F16, Q8_0, Q4_0 tensors decoded here; Q4_1, Q5_0,
+    Q5_1, Q2_K..Q6_K by gguf-py's gguf.quants.dequantize; ggml dims reversed; llama.cpp
     stores Q/K already in adjacent-pair order)
   * Hugging Face directory (config.json + model.safetensors[.index.json];
     tied lm_head alias via __metadata__; q/k rows are in "rotate-half" order
@@ -177,6 +178,11 @@ GGML_NAMES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8:
               9: "Q8_1", 10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K",
               15: "Q8_K", 30: "BF16"}
 
+# GGML block formats: type -> (elements, bytes) per block (ggml-common.h).
+GGML_BLOCKS = {2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+               10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176),
+               14: (256, 210)}
+
 _GGUF_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
                 10: "<Q", 11: "<q", 12: "<d"}
 
@@ -256,10 +262,12 @@ def parse_gguf(path):
             nb = 4 * n
         elif t == GGML_F16:
             nb = 2 * n
-        elif t in (GGML_Q8_0, GGML_Q4_0):
-            if dims[0] % 32:
-                raise RefError("%s: %s tensor %s row not multiple of 32" % (path, GGML_NAMES[t], name))
-            nb = n // 32 * (34 if t == GGML_Q8_0 else 18)
+        elif t in GGML_BLOCKS:
+            elems, size = GGML_BLOCKS[t]
+            if dims[0] % elems:
+                raise RefError("%s: %s tensor %s row not multiple of %d" %
+                               (path, GGML_NAMES[t], name, elems))
+            nb = n // elems * size
         else:
             raise RefError("%s: tensor %s has unsupported type %s" % (path, name, GGML_NAMES.get(t, t)))
         a = data_start + off
@@ -288,6 +296,13 @@ def dequant(raw, shape, t, off, nb):
         qs = blk[:, 2:].astype(np.int64)
         q = np.concatenate([qs & 15, qs >> 4], axis=1) - 8  # [nblk, 32]
         a = (d * q).reshape(-1)
+    elif t in GGML_BLOCKS:
+        # Q4_1, Q5_0, Q5_1 and the K-quants: gguf-py's decoder (PyPI `gguf`),
+        # independent of Kiln's.
+        from gguf import GGMLQuantizationType
+        from gguf.quants import dequantize as gguf_dequantize
+        blk = np.frombuffer(raw, dtype=np.uint8, count=nb, offset=off)
+        a = gguf_dequantize(blk, GGMLQuantizationType(t)).reshape(-1)
     else:
         raise RefError("unsupported type %d" % t)
     return _f64(a).reshape(shape)

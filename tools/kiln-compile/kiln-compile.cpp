@@ -397,6 +397,15 @@ int main(int argc, char **argv) {
                     "); its linear weights are kept quantized as stored, so "
                     "--quant=" + quant +
                     " would quantize them twice: drop --quant");
+  if (quant != "none")
+    for (const WeightDesc &w : desc->weights)
+      if (const WeightTransform *r = repackStep(w);
+          r && r->part == WeightTransform::QuantPart::Blocks &&
+          w.name != "tok_embeddings" && w.name != "output")
+        return fail(modelPath + " stores its linear weights in GGML block "
+                    "formats (e.g. " + w.source.tensor + " as " + r->format +
+                    "), kept as stored, so --quant=" + quant +
+                    " would quantize them twice: drop --quant");
   if (quant != "none" && !kKeepGgufQ8_0Quantized)
     for (const WeightDesc &w : desc->weights)
       if (w.source.storage == StorageType::Q8_0) {

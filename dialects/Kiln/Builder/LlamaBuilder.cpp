@@ -2,6 +2,7 @@
 
 #include "dialects/Kiln/Builder/LlamaBuilder.h"
 #include "dialects/Kiln/IR/KilnOps.h"
+#include "kiln_rt/block_formats.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Verifier.h"
@@ -52,6 +53,14 @@ private:
   llvm::StringMap<WeightOp> weights;
   /// Weights kept quantized: name -> (bits, group_size).
   llvm::StringMap<std::pair<int64_t, int64_t>> quantized;
+  /// Weights kept in a GGML block format: name -> format ("q4_k").
+  llvm::StringMap<std::string> blockFormats;
+  /// The `format` attribute of an op reading weight `name` (null if plain).
+  StringAttr formatOf(StringRef name) {
+    auto it = blockFormats.find(name);
+    return it == blockFormats.end() ? StringAttr()
+                                    : builder.getStringAttr(it->second);
+  }
   int64_t tokens = ShapedType::kDynamic;
 };
 } // namespace
@@ -120,7 +129,8 @@ LogicalResult LlamaGraphBuilder::declareQuantized(const WeightDesc &w) {
 Value LlamaGraphBuilder::linear(int64_t width, Value x, StringRef name) {
   auto it = quantized.find(name);
   if (it == quantized.end())
-    return LinearOp::create(builder, loc, act(width), x, weight(name));
+    return LinearOp::create(builder, loc, act(width), x, weight(name),
+                            formatOf(name));
   auto [bits, groupSize] = it->second;
   std::string base = name.str();
   Value zeros = bits == 4 ? weight(base + ".zeros") : Value();
@@ -152,6 +162,39 @@ LogicalResult LlamaGraphBuilder::declareWeights() {
                                            [](int64_t d) { return std::to_string(d); }),
                            ", ")
              << "]";
+    const WeightTransform *first =
+        w->transforms.empty() ? nullptr : &w->transforms.front();
+    bool blocks = first && first->kind == WeightTransform::Kind::Repack &&
+                  first->part == WeightTransform::QuantPart::Blocks;
+    if (blocks && f32.isF32()) {
+      // A GGUF tensor kept in its GGML block format: raw blocks, i8 rows.
+      std::optional<int64_t> format = blockFormatOf(w->source.storage);
+      if (!format || shape.size() != 2 || w->transforms.size() != 1)
+        return emitError(loc) << "weight '" << name
+                              << "' cannot be kept in a block format";
+      int64_t rowBytes =
+          shape[1] / kiln_block_elems(*format) * kiln_block_bytes(*format);
+      auto source = WeightSourceAttr::get(
+          ctx, w->source.file, w->source.tensor,
+          stringifyStorageType(w->source.storage),
+          DenseI64ArrayAttr::get(ctx, w->source.shape), w->source.offset,
+          w->source.bytes, 0, FloatAttr(), FloatAttr());
+      auto repack = WeightTransformAttr::get(
+          ctx, "repack",
+          builder.getDictionaryAttr(
+              {builder.getNamedAttr("format",
+                                    builder.getStringAttr(first->format)),
+               builder.getNamedAttr("part", builder.getStringAttr("blocks")),
+               builder.getNamedAttr("rows", builder.getI64IntegerAttr(shape[0])),
+               builder.getNamedAttr("cols",
+                                    builder.getI64IntegerAttr(shape[1]))}));
+      weights[name] = WeightOp::create(
+          builder, loc, name,
+          RankedTensorType::get({shape[0], rowBytes}, builder.getI8Type()),
+          source, builder.getArrayAttr({repack}));
+      blockFormats[name] = first->format;
+      continue;
+    }
     if (w->quantized) {
       if (shape.size() != 2 || name == "tok_embeddings" || name == "output")
         return emitError(loc) << "weight '" << name
@@ -174,7 +217,12 @@ LogicalResult LlamaGraphBuilder::declareWeights() {
         w->source.storage != StorageType::Synthetic)
       transforms.push_back(WeightTransformAttr::get(
           ctx, "dequantize", DictionaryAttr::get(ctx, {})));
-    for (const WeightTransform &t : w->transforms) {
+    // Block formats with a 16-bit compute type: decoded to that type (the
+    // block kernels compute in float32 only).
+    ArrayRef<WeightTransform> pending = w->transforms;
+    if (blocks)
+      pending = pending.drop_front();
+    for (const WeightTransform &t : pending) {
       switch (t.kind) {
       case WeightTransform::Kind::RopeHalfToAdjacent:
         transforms.push_back(WeightTransformAttr::get(
@@ -228,7 +276,8 @@ void LlamaGraphBuilder::buildEntryPoint(StringRef name, int64_t numTokens,
   auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
 
   Value h = EmbeddingOp::create(builder, loc, act(cfg.dim), tokenIds,
-                                weight("tok_embeddings"));
+                                weight("tok_embeddings"),
+                                formatOf("tok_embeddings"));
   for (int64_t i = 0; i < cfg.nLayers; ++i) {
     std::string p = "layers." + std::to_string(i) + ".";
     // Attention block: h += wo(attention(rope(wq x), rope(wk x), wv x)).
@@ -262,7 +311,8 @@ void LlamaGraphBuilder::buildEntryPoint(StringRef name, int64_t numTokens,
     h = AddOp::create(builder, loc, h, down);
   }
   h = RmsNormOp::create(builder, loc, act(cfg.dim), h, weight("norm"), eps);
-  Value logits = LogitsOp::create(builder, loc, logitsType, h, weight("output"));
+  Value logits = LogitsOp::create(builder, loc, logitsType, h, weight("output"),
+                                  formatOf("output"));
   func::ReturnOp::create(builder, loc, logits);
 }
 

@@ -3,6 +3,7 @@
 #include "dialects/Kiln/IR/KilnDialect.h"
 #include "dialects/Kiln/IR/KilnOps.h"
 #include "dialects/Kiln/IR/KilnTypes.h"
+#include "kiln_rt/block_formats.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -95,12 +96,15 @@ WeightSourceAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                          DenseI64ArrayAttr shape, uint64_t offset,
                          uint64_t bytes, uint64_t seed,
                          FloatAttr scale, FloatAttr center) {
-  if (!llvm::is_contained(ArrayRef<StringRef>{"f32", "f16", "bf16", "q8_0",
-                                              "q4_0", "i32", "synthetic"},
-                          storage))
+  if (!llvm::is_contained(
+          ArrayRef<StringRef>{"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1",
+                              "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k",
+                              "q6_k", "i32", "synthetic"},
+          storage))
     return emitError() << "unknown weight storage type '" << storage
-                       << "' (expected f32, f16, bf16, q8_0, q4_0, i32 or "
-                          "synthetic)";
+                       << "' (expected f32, f16, bf16, a GGML block format "
+                          "q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, "
+                          "q5_k, q6_k, i32 or synthetic)";
   if (!shape || llvm::any_of(shape.asArrayRef(), [](int64_t d) { return d <= 0; }))
     return emitError() << "weight source of '" << tensor
                        << "' needs a shape of positive dimensions";
@@ -113,7 +117,9 @@ WeightSourceAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 /// `repack` (pre-quantized checkpoints, dialects/Kiln/Import/Prequantized.h):
 /// `format` gptq | gptq_v2 | awq | q4_0 | q8_0, `part` qweight | scales |
 /// zeros, `bits` 4 (8 for q8_0), `group_size`, `rows` and `cols` (the
-/// linear's out and in features).
+/// linear's out and in features). Or `part` blocks: a GGUF tensor in GGML
+/// block format `format` (q4_0 ... q6_k) kept as stored, `rows` and `cols`
+/// its logical shape.
 static LogicalResult
 verifyRepackParams(function_ref<InFlightDiagnostic()> emitError,
                    DictionaryAttr params) {
@@ -128,6 +134,18 @@ verifyRepackParams(function_ref<InFlightDiagnostic()> emitError,
     return a.getInt();
   };
   StringRef format = str("format"), part = str("part");
+  if (part == "blocks") {
+    if (kiln_block_format_from_name(format.str().c_str()) == 0)
+      return emitError() << "'repack' of part \"blocks\" needs a GGML block "
+                            "'format' (q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, "
+                            "q3_k, q4_k, q5_k or q6_k), got '"
+                         << format << "'";
+    std::optional<int64_t> rows = num("rows"), cols = num("cols");
+    if (!rows || !cols || *rows <= 0 || *cols <= 0)
+      return emitError() << "'repack' transform needs positive 'rows' and "
+                            "'cols'";
+    return success();
+  }
   if (!llvm::is_contained(
           ArrayRef<StringRef>{"gptq", "gptq_v2", "awq", "q4_0", "q8_0"},
           format))
@@ -135,7 +153,7 @@ verifyRepackParams(function_ref<InFlightDiagnostic()> emitError,
                           "\"gptq_v2\", \"awq\", \"q4_0\" or \"q8_0\"";
   if (part != "qweight" && part != "scales" && part != "zeros")
     return emitError() << "'repack' transform needs 'part' = \"qweight\", "
-                          "\"scales\" or \"zeros\"";
+                          "\"scales\", \"zeros\" or \"blocks\"";
   std::optional<int64_t> bits = num("bits"), group = num("group_size"),
                          rows = num("rows"), cols = num("cols");
   int64_t wantBits = format == "q8_0" ? 8 : 4;

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dialects/Kiln/IR/KilnOps.h"
+#include "kiln_rt/block_formats.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
@@ -36,6 +37,43 @@ static LogicalResult verifySameElementType(Operation *op, Type a, Type b,
     return op->emitOpError() << "expects " << aName << " and " << bName
                              << " to have the same element type, got " << ea
                              << " and " << eb;
+  return success();
+}
+
+/// Checks a weight kept in GGML block format `format` (the optional `format`
+/// attribute of kiln.embedding / kiln.linear / kiln.logits): a known format,
+/// an i8 weight whose rows hold `cols` elements as whole blocks, and f32
+/// values on the other side (`valueType`: the activations the kernels read
+/// or write; block kernels compute in float32).
+static LogicalResult verifyBlockWeight(Operation *op, StringRef format,
+                                       RankedTensorType weight, int64_t cols,
+                                       Type valueType, StringRef what) {
+  int64_t id = kiln_block_format_from_name(format.str().c_str());
+  if (id == 0)
+    return op->emitOpError()
+           << "unknown block format '" << format
+           << "' (expected q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, "
+              "q5_k or q6_k)";
+  if (!weight.getElementType().isInteger(8))
+    return op->emitOpError() << "expects the " << what << " in block format '"
+                             << format << "' to be i8 bytes, got "
+                             << weight.getElementType();
+  int64_t elems = kiln_block_elems(id), bytes = kiln_block_bytes(id);
+  if (!ShapedType::isDynamic(cols)) {
+    if (cols % elems != 0)
+      return op->emitOpError() << "expects a row length that is a multiple of "
+                               << elems << " (the block length of '" << format
+                               << "'), got " << cols;
+    if (!compatibleDim(weight.getDimSize(1), cols / elems * bytes))
+      return op->emitOpError()
+             << "expects " << what << " rows of " << cols / elems * bytes
+             << " bytes (" << cols / elems << " blocks of " << bytes
+             << " bytes for " << cols << " elements), got "
+             << dimStr(weight.getDimSize(1));
+  }
+  if (!valueType.isF32())
+    return op->emitOpError() << "block-format weights need f32 activations, got "
+                             << valueType;
   return success();
 }
 
@@ -107,6 +145,27 @@ LogicalResult WeightOp::verify() {
       // quantized-linear layout for a [rows, cols] weight.
       DictionaryAttr p = t.getParams();
       StringRef part = p.getAs<StringAttr>("part").getValue();
+      if (part == "blocks") {
+        // A GGML block-format tensor kept as stored: rows of raw blocks.
+        StringRef format = p.getAs<StringAttr>("format").getValue();
+        int64_t id = kiln_block_format_from_name(format.str().c_str());
+        int64_t rows = p.getAs<IntegerAttr>("rows").getInt();
+        int64_t cols = p.getAs<IntegerAttr>("cols").getInt();
+        if (getSource().getStorage() != format)
+          return emitOpError() << "keeps blocks of format '" << format
+                               << "' but its source is stored as '"
+                               << getSource().getStorage() << "'";
+        if (sourceShape != ArrayRef<int64_t>{rows, cols} ||
+            cols % kiln_block_elems(id) != 0)
+          return emitOpError()
+                 << "'repack' of blocks: rows " << rows << " x cols " << cols
+                 << " must be the source shape and whole " << format
+                 << " blocks of " << kiln_block_elems(id) << " elements";
+        produced = {rows, cols / kiln_block_elems(id) * kiln_block_bytes(id)};
+        quantizedToInt = true;
+        repacked = true;
+        continue;
+      }
       int64_t bits = p.getAs<IntegerAttr>("bits").getInt();
       int64_t group = p.getAs<IntegerAttr>("group_size").getInt();
       int64_t rows = p.getAs<IntegerAttr>("rows").getInt();
@@ -188,6 +247,9 @@ LogicalResult EmbeddingOp::verify() {
     return emitOpError() << "expects one result row per token ("
                          << dimStr(tokens.getDimSize(0)) << "), got "
                          << dimStr(result.getDimSize(0));
+  if (std::optional<StringRef> format = getFormat())
+    return verifyBlockWeight(*this, *format, table, result.getDimSize(1),
+                             result.getElementType(), "table");
   if (!compatibleDim(table.getDimSize(1), result.getDimSize(1)))
     return emitOpError() << "expects the result width "
                          << dimStr(result.getDimSize(1))
@@ -214,6 +276,19 @@ LogicalResult LinearOp::verify() {
   auto input = cast<RankedTensorType>(getInput().getType());
   auto weight = cast<RankedTensorType>(getWeight().getType());
   auto result = cast<RankedTensorType>(getResult().getType());
+  if (std::optional<StringRef> format = getFormat()) {
+    if (failed(verifyBlockWeight(*this, *format, weight, input.getDimSize(1),
+                                 input.getElementType(), "weight")))
+      return failure();
+    if (!compatibleDim(result.getDimSize(1), weight.getDimSize(0)))
+      return emitOpError() << "expects the result width "
+                           << dimStr(result.getDimSize(1))
+                           << " to equal the weight's out_features "
+                           << dimStr(weight.getDimSize(0));
+    if (failed(verifyTokenDim(*this, input, result)))
+      return failure();
+    return verifySameElementType(*this, input, result, "input", "result");
+  }
   if (!compatibleDim(input.getDimSize(1), weight.getDimSize(1)))
     return emitOpError() << "expects the input width "
                          << dimStr(input.getDimSize(1))
@@ -413,6 +488,18 @@ LogicalResult LogitsOp::verify() {
   auto hidden = cast<RankedTensorType>(getHidden().getType());
   auto weight = cast<RankedTensorType>(getWeight().getType());
   auto result = cast<RankedTensorType>(getResult().getType());
+  if (std::optional<StringRef> format = getFormat()) {
+    if (failed(verifyBlockWeight(*this, *format, weight, hidden.getDimSize(1),
+                                 hidden.getElementType(), "weight")))
+      return failure();
+    if (result.getDimSize(0) != 1 ||
+        !compatibleDim(result.getDimSize(1), weight.getDimSize(0)) ||
+        !result.getElementType().isF32())
+      return emitOpError() << "expects a result of shape [1, "
+                           << dimStr(weight.getDimSize(0)) << "] f32, got "
+                           << result;
+    return success();
+  }
   if (!compatibleDim(hidden.getDimSize(1), weight.getDimSize(1)))
     return emitOpError() << "expects the hidden width "
                          << dimStr(hidden.getDimSize(1))

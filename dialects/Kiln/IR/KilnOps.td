@@ -83,11 +83,21 @@ def Kiln_EmbeddingOp : Kiln_Op<"embedding", [Pure]> {
     `result[i, :] = table[tokens[i], :]`; tokens `[n] i32`, table
     `[vocab, dim]`, result `[n, dim]`.
 
+    With `format` (a GGML block format: "q4_0", "q4_1", "q5_0", "q5_1",
+    "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"; layouts in
+    runtime/include/kiln_rt/block_formats.h) the table stays in that format:
+    an i8 tensor `[vocab, dim / block_elems * block_bytes]` of raw blocks,
+    and each looked-up row is decoded (result f32).
+
     ```mlir
     %h = kiln.embedding %tokens, %table : tensor<?xi32>, tensor<512x64xf32> -> tensor<?x64xf32>
+    %e = kiln.embedding %tokens, %qtable {format = "q8_0"}
+        : tensor<?xi32>, tensor<512x68xi8> -> tensor<?x64xf32>
     ```
   }];
-  let arguments = (ins Kiln_TokenTensor:$tokens, 2DTensorOf<[F16, BF16, F32]>:$table);
+  let arguments = (ins Kiln_TokenTensor:$tokens,
+                       2DTensorOf<[F16, BF16, F32, I8]>:$table,
+                       OptionalAttr<StrAttr>:$format);
   let results = (outs Kiln_Activation:$result);
   let assemblyFormat =
       "$tokens `,` $table attr-dict `:` type($tokens) `,` type($table) `->` type($result)";
@@ -116,11 +126,20 @@ def Kiln_LinearOp : Kiln_Op<"linear", [Pure]> {
   let description = [{
     `result[n, out] = input[n, in] * weight[out, in]^T`.
 
+    With `format` (a GGML block format, as on kiln.embedding) the weight is
+    kept as stored in a GGUF file: an i8 tensor `[out, in / block_elems *
+    block_bytes]` of raw blocks, decoded by the kernels while they multiply
+    (f32 activations; GEMV for one token, dequantized tiles for more).
+
     ```mlir
     %q = kiln.linear %x, %wq : tensor<?x64xf32>, tensor<64x64xf32> -> tensor<?x64xf32>
+    %k = kiln.linear %x, %wk {format = "q4_k"}
+        : tensor<?x256xf32>, tensor<128x144xi8> -> tensor<?x128xf32>
     ```
   }];
-  let arguments = (ins Kiln_Activation:$input, 2DTensorOf<[F16, BF16, F32]>:$weight);
+  let arguments = (ins Kiln_Activation:$input,
+                       2DTensorOf<[F16, BF16, F32, I8]>:$weight,
+                       OptionalAttr<StrAttr>:$format);
   let results = (outs Kiln_Activation:$result);
   let assemblyFormat =
       "$input `,` $weight attr-dict `:` type($input) `,` type($weight) `->` type($result)";
@@ -334,13 +353,16 @@ def Kiln_LogitsOp : Kiln_Op<"logits", [Pure]> {
     `result[0, v] = hidden[n - 1, :] . weight[v, :]`: the language-model head
     applied to the last token only (what sampling needs after prefill or a
     decode step). hidden `[n, dim]`, weight `[vocab, dim]`, result
-    `[1, vocab]`.
+    `[1, vocab]`. With `format` the weight is kept in a GGML block format,
+    as on kiln.linear.
 
     ```mlir
     %l = kiln.logits %h, %wcls : tensor<?x64xf32>, tensor<512x64xf32> -> tensor<1x512xf32>
     ```
   }];
-  let arguments = (ins Kiln_Activation:$hidden, 2DTensorOf<[F16, BF16, F32]>:$weight);
+  let arguments = (ins Kiln_Activation:$hidden,
+                       2DTensorOf<[F16, BF16, F32, I8]>:$weight,
+                       OptionalAttr<StrAttr>:$format);
   let results = (outs Kiln_Activation:$result);
   let assemblyFormat =
       "$hidden `,` $weight attr-dict `:` type($hidden) `,` type($weight) `->` type($result)";

@@ -11,6 +11,7 @@
 #include "dialects/Kiln/Import/ImportUtils.h"
 #include "dialects/Kiln/Import/Importers.h"
 #include "dialects/Kiln/Import/Prequantized.h"
+#include "kiln_rt/block_formats.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -686,38 +687,27 @@ static Expected<ResolvedTensor> resolveTensor(const GgufFile &g,
   TensorSource &s = res.source;
   s.file = g.path;
   s.tensor = t.name;
-  switch (t.type) {
-  case 0:
-    s.storage = StorageType::F32;
-    break;
-  case 1:
-    s.storage = StorageType::F16;
-    break;
-  case 2:
-    s.storage = StorageType::Q4_0;
-    break;
-  case 8:
-    s.storage = StorageType::Q8_0;
-    break;
-  case 30:
-    s.storage = StorageType::BF16;
-    break;
-  default:
+  std::optional<StorageType> storage = storageOfGgmlType(t.type);
+  if (!storage)
     return fileError(
         g.path, "tensor '" + name + "' (info at offset " + Twine(t.infoOffset) +
                     ") has unsupported type " + ggmlTypeName(t.type) + " (" +
-                    Twine(t.type) + "); supported: F32, F16, BF16, Q8_0, Q4_0");
-  }
+                    Twine(t.type) +
+                    "); supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, "
+                    "Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K");
+  s.storage = *storage;
   for (uint64_t d : llvm::reverse(t.ne))
     s.shape.push_back(static_cast<int64_t>(d));
   if (Error e = checkShape(g.path, name, s.shape, expected))
     return std::move(e);
-  if ((s.storage == StorageType::Q8_0 || s.storage == StorageType::Q4_0) &&
-      t.ne[0] % 32 != 0)
-    return fileError(g.path,
-                     "tensor '" + name + "' is " + ggmlTypeName(t.type) +
-                         " but its row length ne[0] = " + Twine(t.ne[0]) +
-                         " is not a multiple of 32");
+  if (std::optional<int64_t> format = blockFormatOf(s.storage);
+      format && t.ne[0] % uint64_t(kiln_block_elems(*format)) != 0)
+    return fileError(g.path, "tensor '" + name + "' is " +
+                                 ggmlTypeName(t.type) +
+                                 " but its row length ne[0] = " +
+                                 Twine(t.ne[0]) + " is not a multiple of " +
+                                 Twine(kiln_block_elems(*format)) +
+                                 ", the format's block length");
   std::optional<uint64_t> numel = numElements(s.shape);
   std::optional<uint64_t> bytes =
       numel ? storageBytes(s.storage, *numel) : std::nullopt;
@@ -1006,11 +996,15 @@ Expected<ModelDesc> importGguf(StringRef path, StringRef tokenizer) {
                            emb.source.bytes) == 0;
         if (!tied) {
           model.weights.push_back({cw.name, std::move(out->source), {}});
+          if (blockFormatOf(model.weights.back().source.storage))
+            keepGgufBlocks(model.weights.back());
           continue;
         }
       }
       c.tiedEmbeddings = true;
       model.weights.push_back({cw.name, emb.source, {}});
+      if (blockFormatOf(model.weights.back().source.storage))
+        keepGgufBlocks(model.weights.back());
       continue;
     }
     Expected<ResolvedTensor> t = resolveTensor(g, tensorName, cw.shape);
@@ -1020,11 +1014,17 @@ Expected<ModelDesc> importGguf(StringRef path, StringRef tokenizer) {
       embInfo = t->info;
     // GGUF Q/K rows are already in adjacent-pair order: no transform.
     model.weights.push_back({cw.name, std::move(t->source), {}});
-    // Quantized linears stay quantized (Prequantized.h); the embedding and
-    // the classifier are dequantized.
-    if (cw.shape.size() == 2 && cw.name != "tok_embeddings" &&
-        keepGgufQuantized(model.weights.back().source.storage))
-      makeGgufQuantized(model.weights.back());
+    // Q4_0 / Q8_0 linears are repacked into Kiln's W4A16 / W8A16 layout
+    // (Prequantized.h); every other matrix in a GGML block format (the
+    // embedding and the classifier included) stays in it, raw blocks read by
+    // the block kernels.
+    WeightDesc &w = model.weights.back();
+    bool embeddingOrOutput = cw.name == "tok_embeddings" || cw.name == "output";
+    if (cw.shape.size() == 2 && !embeddingOrOutput &&
+        keepGgufQuantized(w.source.storage))
+      makeGgufQuantized(w);
+    else if (cw.shape.size() == 2 && blockFormatOf(w.source.storage))
+      keepGgufBlocks(w);
   }
 
   // Tensor types and shapes are known to be sane now: check the layout.

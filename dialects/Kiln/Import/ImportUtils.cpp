@@ -2,6 +2,8 @@
 
 #include "dialects/Kiln/Import/ImportUtils.h"
 
+#include "kiln_rt/block_formats.h"
+
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Endian.h"
@@ -336,16 +338,16 @@ std::optional<uint64_t> storageBytes(StorageType storage, uint64_t numel) {
     if (mulOverflow(numel, 2, r))
       return std::nullopt;
     return r;
-  case StorageType::Q8_0:
-    if (numel % 32 != 0)
-      return std::nullopt;
-    return numel / 32 * 34;
-  case StorageType::Q4_0:
-    if (numel % 32 != 0)
-      return std::nullopt;
-    return numel / 32 * 18;
   case StorageType::Synthetic:
     return 0;
+  default:
+    break;
+  }
+  if (std::optional<int64_t> f = blockFormatOf(storage)) {
+    uint64_t elems = uint64_t(kiln_block_elems(*f));
+    if (numel % elems != 0)
+      return std::nullopt;
+    return numel / elems * uint64_t(kiln_block_bytes(*f));
   }
   return std::nullopt;
 }

@@ -2,13 +2,16 @@
 //
 // materializeWeight() reads only the bytes of one tensor (in bounded chunks,
 // so memory stays at the output buffer plus a few MiB), decodes F32 / F16 /
-// BF16 / Q8_0 / Q4_0 to float32, or generates synthetic values, then applies
+// BF16 / the GGML block formats (kiln_rt/block_formats.h) to float32, or
+// generates synthetic values, then applies
 // the pending transforms in place.
 //
 //===----------------------------------------------------------------------===//
 
 #include "dialects/Kiln/Import/ImportUtils.h"
 #include "dialects/Kiln/Import/ModelDesc.h"
+
+#include "kiln_rt/block_formats.h"
 
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/Endian.h"
@@ -113,7 +116,7 @@ static Error decodeFromFile(const TensorSource &s, MutableArrayRef<float> out) {
     return Error::success();
   }
 
-  // Chunked decode: F16/BF16 in 1M-element chunks, Q8_0 in 32K blocks.
+  // Chunked decode: F16/BF16 in 1M-element chunks, block formats in 2 MiB.
   constexpr size_t kChunkBytes = size_t(2) << 20;
   std::vector<char> buf;
   size_t produced = 0;
@@ -132,47 +135,23 @@ static Error decodeFromFile(const TensorSource &s, MutableArrayRef<float> out) {
     }
     return Error::success();
   }
-  if (s.storage == StorageType::Q8_0) {
-    constexpr size_t kBlock = 34;
-    size_t blocksPerChunk = kChunkBytes / kBlock;
-    size_t totalBlocks = out.size() / 32;
+  if (std::optional<int64_t> format = blockFormatOf(s.storage)) {
+    // GGML blocks (kiln_rt/block_formats.h), about 2 MiB at a time.
+    size_t blockBytes = size_t(kiln_block_bytes(*format));
+    size_t blockElems = size_t(kiln_block_elems(*format));
+    size_t blocksPerChunk = kChunkBytes / blockBytes;
+    size_t totalBlocks = out.size() / blockElems;
     size_t block = 0;
     while (block < totalBlocks) {
       size_t nb = std::min(totalBlocks - block, blocksPerChunk);
-      buf.resize(nb * kBlock);
+      buf.resize(nb * blockBytes);
       if (Error e = reader.read(buf, s.tensor))
         return e;
-      for (size_t b = 0; b < nb; ++b) {
-        const char *p = buf.data() + b * kBlock;
-        float d = halfToFloat(support::endian::read16le(p));
-        float *dst = out.data() + (block + b) * 32;
-        for (int j = 0; j < 32; ++j)
-          dst[j] = d * static_cast<float>(static_cast<int8_t>(p[2 + j]));
-      }
-      block += nb;
-    }
-    return Error::success();
-  }
-  if (s.storage == StorageType::Q4_0) {
-    constexpr size_t kBlock = 18;
-    size_t blocksPerChunk = kChunkBytes / kBlock;
-    size_t totalBlocks = out.size() / 32;
-    size_t block = 0;
-    while (block < totalBlocks) {
-      size_t nb = std::min(totalBlocks - block, blocksPerChunk);
-      buf.resize(nb * kBlock);
-      if (Error e = reader.read(buf, s.tensor))
-        return e;
-      for (size_t b = 0; b < nb; ++b) {
-        const char *p = buf.data() + b * kBlock;
-        float d = halfToFloat(support::endian::read16le(p));
-        float *dst = out.data() + (block + b) * 32;
-        for (int j = 0; j < 16; ++j) {
-          uint8_t q = static_cast<uint8_t>(p[2 + j]);
-          dst[j] = d * static_cast<float>((q & 15) - 8);
-          dst[j + 16] = d * static_cast<float>((q >> 4) - 8);
-        }
-      }
+      for (size_t b = 0; b < nb; ++b)
+        kiln_block_decode(*format,
+                          reinterpret_cast<const uint8_t *>(buf.data()) +
+                              b * blockBytes,
+                          out.data() + (block + b) * blockElems);
       block += nb;
     }
     return Error::success();

@@ -2,6 +2,8 @@
 
 #include "dialects/Kiln/Import/ModelDesc.h"
 
+#include "kiln_rt/block_formats.h"
+
 #include "dialects/Kiln/Import/ImportUtils.h"
 #include "dialects/Kiln/Import/Importers.h"
 
@@ -29,12 +31,71 @@ StringRef stringifyStorageType(StorageType t) {
     return "q8_0";
   case StorageType::Q4_0:
     return "q4_0";
+  case StorageType::Q4_1:
+    return "q4_1";
+  case StorageType::Q5_0:
+    return "q5_0";
+  case StorageType::Q5_1:
+    return "q5_1";
+  case StorageType::Q2_K:
+    return "q2_k";
+  case StorageType::Q3_K:
+    return "q3_k";
+  case StorageType::Q4_K:
+    return "q4_k";
+  case StorageType::Q5_K:
+    return "q5_k";
+  case StorageType::Q6_K:
+    return "q6_k";
   case StorageType::I32:
     return "i32";
   case StorageType::Synthetic:
     return "synthetic";
   }
   return "unknown";
+}
+
+static constexpr StorageType kAllStorageTypes[] = {
+    StorageType::F32,  StorageType::F16,  StorageType::BF16, StorageType::Q8_0,
+    StorageType::Q4_0, StorageType::Q4_1, StorageType::Q5_0, StorageType::Q5_1,
+    StorageType::Q2_K, StorageType::Q3_K, StorageType::Q4_K, StorageType::Q5_K,
+    StorageType::Q6_K, StorageType::I32,  StorageType::Synthetic};
+
+std::optional<StorageType> parseStorageType(StringRef name) {
+  for (StorageType t : kAllStorageTypes)
+    if (stringifyStorageType(t) == name)
+      return t;
+  return std::nullopt;
+}
+
+std::optional<int64_t> blockFormatOf(StorageType t) {
+  switch (t) {
+  case StorageType::Q4_0: return KILN_BLOCK_Q4_0;
+  case StorageType::Q4_1: return KILN_BLOCK_Q4_1;
+  case StorageType::Q5_0: return KILN_BLOCK_Q5_0;
+  case StorageType::Q5_1: return KILN_BLOCK_Q5_1;
+  case StorageType::Q8_0: return KILN_BLOCK_Q8_0;
+  case StorageType::Q2_K: return KILN_BLOCK_Q2_K;
+  case StorageType::Q3_K: return KILN_BLOCK_Q3_K;
+  case StorageType::Q4_K: return KILN_BLOCK_Q4_K;
+  case StorageType::Q5_K: return KILN_BLOCK_Q5_K;
+  case StorageType::Q6_K: return KILN_BLOCK_Q6_K;
+  default: return std::nullopt;
+  }
+}
+
+std::optional<StorageType> storageOfGgmlType(uint32_t ggmlType) {
+  switch (ggmlType) {
+  case 0: return StorageType::F32;
+  case 1: return StorageType::F16;
+  case 30: return StorageType::BF16;
+  default:
+    break;
+  }
+  for (StorageType t : kAllStorageTypes)
+    if (std::optional<int64_t> f = blockFormatOf(t); f && *f == int64_t(ggmlType))
+      return t;
+  return std::nullopt;
 }
 
 const WeightDesc *ModelDesc::lookup(StringRef name) const {

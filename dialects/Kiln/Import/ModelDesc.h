@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,14 +39,38 @@ enum class StorageType {
   Q4_0, ///< GGML Q4_0: blocks of 32 weights, f16 scale d then 16 bytes;
         ///< byte j holds element j (low nibble) and j + 16 (high nibble);
         ///< w = d * (q - 8) (ggml-quants.c dequantize_row_q4_0)
+  /// The other GGML block formats, decoded by the codec in
+  /// runtime/include/kiln_rt/block_formats.h (layouts documented there):
+  /// legacy blocks of 32 (Q4_1, Q5_0, Q5_1) and K-quant super-blocks of 256.
+  Q4_1,
+  Q5_0,
+  Q5_1,
+  Q2_K,
+  Q3_K,
+  Q4_K,
+  Q5_K,
+  Q6_K,
   I32,  ///< little-endian int32 (GPTQ/AWQ packed nibbles); only the source
         ///< of a Repack transform, never decoded to float
   Synthetic, ///< no file: deterministic pseudo-random values (see seed)
 };
 
 /// Name used in IR and manifests: "f32", "f16", "bf16", "q8_0", "q4_0",
-/// "i32", "synthetic".
+/// "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "i32",
+/// "synthetic".
 llvm::StringRef stringifyStorageType(StorageType t);
+
+/// The inverse of stringifyStorageType (std::nullopt for other names).
+std::optional<StorageType> parseStorageType(llvm::StringRef name);
+
+/// The GGML type id (kiln_rt/block_formats.h kiln_block_format) of a block
+/// format storage (Q8_0, Q4_0 and the others above); std::nullopt for F32,
+/// F16, BF16, I32 and Synthetic.
+std::optional<int64_t> blockFormatOf(StorageType t);
+
+/// The storage of GGML type id `ggmlType` when Kiln reads it (F32, F16,
+/// BF16 and the block formats); std::nullopt otherwise.
+std::optional<StorageType> storageOfGgmlType(uint32_t ggmlType);
 
 /// Where the bytes of one tensor live.
 struct TensorSource {
@@ -96,14 +121,17 @@ struct WeightTransform {
     /// its weight's columns and 1/s into the previous op's weight.
     Scale,
   };
-  enum class QuantPart { QWeight, Scales, Zeros };
+  /// Blocks: the whole tensor, kept in its GGML block format (Repack with
+  /// `format` q4_0 ... q6_k): written verbatim as rows of raw blocks.
+  enum class QuantPart { QWeight, Scales, Zeros, Blocks };
   enum class QuantMethod { RTN, GPTQ };
   Kind kind;
   int64_t heads = 0;        ///< RopeHalfToAdjacent
   int64_t bits = 0;         ///< Quantize: 8 or 4; Repack: 8 or 4
   int64_t groupSize = 0;    ///< Quantize/Repack: 0 = one scale per row
   QuantPart part = QuantPart::QWeight; ///< Quantize, Repack
-  std::string format;       ///< Repack: gptq, gptq_v2, awq, q8_0, q4_0
+  std::string format;       ///< Repack: gptq, gptq_v2, awq, q8_0, q4_0; for
+                            ///< part Blocks any GGML block format name
   int64_t rows = 0;         ///< Repack: out_features of the linear
   int64_t cols = 0;         ///< Repack: in_features of the linear
   QuantMethod method = QuantMethod::RTN; ///< Quantize

@@ -9,6 +9,7 @@
 #include "dialects/Kiln/Import/Prequantized.h"
 
 #include "dialects/Kiln/Import/ImportUtils.h"
+#include "kiln_rt/block_formats.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Endian.h"
@@ -309,6 +310,15 @@ bool keepGgufQuantized(StorageType storage) {
          (kKeepGgufQ8_0Quantized && storage == StorageType::Q8_0);
 }
 
+void keepGgufBlocks(WeightDesc &w) {
+  WeightTransform r{WeightTransform::Kind::Repack};
+  r.format = stringifyStorageType(w.source.storage).str();
+  r.part = WeightTransform::QuantPart::Blocks;
+  r.rows = w.source.shape[0];
+  r.cols = w.source.shape[1];
+  w.transforms.insert(w.transforms.begin(), r);
+}
+
 void makeGgufQuantized(WeightDesc &w) {
   bool four = w.source.storage == StorageType::Q4_0;
   auto q = std::make_shared<QuantizedWeight>();
@@ -370,6 +380,22 @@ Expected<RepackedLayout> repackedLayout(const WeightDesc &w) {
   if (!r)
     return makeError("weight '" + w.name + "' has no repack step");
   int64_t rows = r->rows, cols = r->cols;
+  if (r->part == WeightTransform::QuantPart::Blocks) {
+    std::optional<int64_t> format = blockFormatOf(w.source.storage);
+    if (!format || r->format != stringifyStorageType(w.source.storage) ||
+        rows <= 0 || cols <= 0 || rows > (int64_t(1) << 24) ||
+        cols > (int64_t(1) << 24) || cols % kiln_block_elems(*format) != 0)
+      return makeError("weight '" + w.name + "': " + r->format +
+                       " blocks of a " + Twine(rows) + " x " + Twine(cols) +
+                       " " + stringifyStorageType(w.source.storage) +
+                       " tensor are not a valid layout");
+    RepackedLayout l;
+    l.shape = {rows, cols / kiln_block_elems(*format) *
+                         kiln_block_bytes(*format)};
+    l.dtype = "i8";
+    l.bytes = uint64_t(l.shape[0]) * uint64_t(l.shape[1]);
+    return l;
+  }
   if (rows <= 0 || cols <= 0 || rows > (int64_t(1) << 24) ||
       cols > (int64_t(1) << 24) || (r->bits != 4 && r->bits != 8) ||
       r->groupSize < 0 || (r->bits == 4 && r->groupSize == 0))
@@ -390,6 +416,7 @@ Expected<RepackedLayout> repackedLayout(const WeightDesc &w) {
     l.dtype = "f32";
     break;
   case WeightTransform::QuantPart::Zeros:
+  case WeightTransform::QuantPart::Blocks: // handled above
     l.shape = {rows, groups};
     l.dtype = "i8";
     break;
@@ -484,6 +511,44 @@ Error materializeRepacked(const WeightDesc &w, std::vector<char> &out) {
   const int64_t rows = r.rows, cols = r.cols, gs = r.groupSize;
   const int64_t groups = gs ? divideCeilSigned(cols, gs) : 0;
   using P = WeightTransform::QuantPart;
+  if (r.part == P::Blocks) {
+    // GGML blocks kept as stored: rows of raw blocks, byte for byte.
+    if (ArrayRef<int64_t>(s.shape) != ArrayRef<int64_t>{rows, cols})
+      return src.error("shape " + formatShape(s.shape) + " but the recipe "
+                       "keeps a " + Twine(rows) + " x " + Twine(cols) +
+                       " weight");
+    if (src.raw.size() != layout->bytes)
+      return src.error(Twine(src.raw.size()) + " stored bytes, expected " +
+                       Twine(layout->bytes));
+    // Every decoded weight must be finite (f16 scales of inf / NaN would
+    // make the kernels' outputs NaN at run time).
+    const int64_t format = *blockFormatOf(s.storage);
+    const int64_t elems = kiln_block_elems(format),
+                  blockBytes = kiln_block_bytes(format);
+    const int64_t perRow = cols / elems;
+    float decoded[256];
+    for (int64_t o = 0; o < rows; ++o)
+      for (int64_t b = 0; b < perRow; ++b) {
+        kiln_block_decode(format,
+                          reinterpret_cast<const uint8_t *>(src.raw.data()) +
+                              (o * perRow + b) * blockBytes,
+                          decoded);
+        for (int64_t j = 0; j < elems; ++j)
+          if (!std::isfinite(decoded[j]))
+            return src.error("row " + Twine(o) + ", block " + Twine(b) +
+                             " (file offset " +
+                             Twine(s.offset + (o * perRow + b) * blockBytes) +
+                             ") decodes to a non-finite weight (a " +
+                             r.format + " scale is infinite or NaN)");
+      }
+    out.assign(src.raw.begin(), src.raw.end());
+    for (const WeightTransform &t : ArrayRef(w.transforms).drop_front())
+      if (t.kind != WeightTransform::Kind::RopeHalfToAdjacent)
+        return src.error("only row reorderings can follow a repack step");
+      else if (Error e = permuteRows(w, t.heads, rows, out))
+        return e;
+    return Error::success();
+  }
   out.assign(layout->bytes, 0);
   auto checkShape = [&](ArrayRef<int64_t> want) -> Error {
     if (ArrayRef<int64_t>(s.shape) != want)
@@ -569,6 +634,8 @@ Error materializeRepacked(const WeightDesc &w, std::vector<char> &out) {
         }
       break;
     }
+    case P::Blocks:
+      break; // handled above
     }
   } else if (r.format == "q4_0" || r.format == "q8_0") {
     bool four = r.format == "q4_0";
@@ -609,6 +676,8 @@ Error materializeRepacked(const WeightDesc &w, std::vector<char> &out) {
             std::memcpy(out.data() + o * cols + b * 32, blk + 2, 32);
           }
           break;
+        case P::Blocks:
+          break; // handled above
         }
       }
   } else {

@@ -108,6 +108,13 @@ bool keepGgufQuantized(StorageType storage);
 /// points 8; Q8_0 -> 8 bits, group 32.
 void makeGgufQuantized(WeightDesc &w);
 
+/// Keeps `w` (a 2-D GGUF tensor in a GGML block format, [rows, cols]) in that
+/// format: a Repack step of part Blocks, so the artifact holds its raw
+/// blocks, [rows, cols / block_elems * block_bytes] bytes, and the graph reads
+/// it with ops carrying a `format` attribute (kiln.linear, kiln.embedding,
+/// kiln.logits).
+void keepGgufBlocks(WeightDesc &w);
+
 /// The recipe name an artifact records for a model whose linears are kept
 /// quantized from its checkpoint: "prequantized-<format>-w<bits>[g<group>]"
 /// (the group size only when all such linears share it), e.g.

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/Conversion/Passes.h"
+#include "kiln_rt/block_formats.h"
 
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/MapVector.h"
@@ -97,6 +98,12 @@ FailureOr<Value> FunctionLowering::bufferFor(Operation *op) {
       .getResult();
 }
 
+/// The GGML type id (kiln_rt/block_formats.h) the kernels take for a
+/// verified `format` attribute.
+static int64_t blockFormatId(StringRef format) {
+  return kiln_block_format_from_name(format.str().c_str());
+}
+
 // kiln.observe %x {tap} -> kiln_k_observe(x, rows, cols, tap index), the
 // index being the tap's position in the module's kiln.observe_taps.
 LogicalResult FunctionLowering::lowerObserve(ObserveOp op) {
@@ -150,6 +157,13 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
       llvm::TypeSwitch<Operation *, LogicalResult>(op)
           .Case([&](EmbeddingOp e) {
             auto table = cast<RankedTensorType>(e.getTable().getType());
+            if (std::optional<StringRef> format = e.getFormat()) {
+              call("kiln_k_embedding_blocks",
+                   {in(e.getTokens()), rows(e.getResult()), in(e.getTable()),
+                    indexConst(table.getDimSize(0)), width(e.getResult()),
+                    *out, indexConst(blockFormatId(*format))});
+              return success();
+            }
             call("kiln_k_embedding",
                  {in(e.getTokens()), rows(e.getResult()), in(e.getTable()),
                   indexConst(table.getDimSize(0)),
@@ -163,6 +177,13 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
             return success();
           })
           .Case([&](LinearOp l) {
+            if (std::optional<StringRef> format = l.getFormat()) {
+              call("kiln_k_linear_blocks",
+                   {in(l.getInput()), in(l.getWeight()), *out,
+                    rows(l.getInput()), width(l.getInput()),
+                    width(l.getResult()), indexConst(blockFormatId(*format))});
+              return success();
+            }
             call("kiln_k_linear",
                  {in(l.getInput()), in(l.getWeight()), *out, rows(l.getInput()),
                   width(l.getInput()), width(l.getResult())});
@@ -288,6 +309,14 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
                                            hidden.getElementType());
             Value row = plan::RowOp::create(builder, loc(), rowType,
                                             in(l.getHidden()), last);
+            if (std::optional<StringRef> format = l.getFormat()) {
+              call("kiln_k_linear_blocks",
+                   {row, in(l.getWeight()), *out, indexConst(1),
+                    indexConst(hidden.getDimSize(1)),
+                    indexConst(weight.getDimSize(0)),
+                    indexConst(blockFormatId(*format))});
+              return success();
+            }
             call("kiln_k_linear",
                  {row, in(l.getWeight()), *out, indexConst(1),
                   indexConst(hidden.getDimSize(1)),

@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 4
+#define KILN_ABI_VERSION 5
 
 /// Execution context handed to an entry point. Owned by the runtime.
 typedef struct kiln_exec_ctx {
@@ -305,6 +305,32 @@ void kiln_k_linear_w4a16_bf16_f32(const kiln_bf16_t *x, const int8_t *qweight,
                                   const float *scales, const int8_t *zeros,
                                   float *y, int64_t n, int64_t in, int64_t out,
                                   int64_t group_size);
+
+/*===-- GGML block formats: weights kept as a GGUF file stores them -------===*
+ *
+ * `format` is a GGML type id of kiln_rt/block_formats.h (Q4_0 2, Q4_1 3,
+ * Q5_0 6, Q5_1 7, Q8_0 8, Q2_K 10, Q3_K 11, Q4_K 12, Q5_K 13, Q6_K 14); a
+ * weight [rows, cols] is int8 bytes [rows, cols / E * B] (E elements of B
+ * bytes per block), each row cols / E whole blocks, decoded with
+ * kiln_block_decode. cols is a multiple of E (the compiler checks).
+ * Activations are float32.
+ *
+ * kiln_k_embedding_blocks: out[i, :] = decode(table row tokens[i]);
+ * table [vocab, dim] in `format`, out [n, dim]. Exact.
+ *
+ * kiln_k_linear_blocks: y[n, out] = x[n, in] * W^T with W [out, in] in
+ * `format`. One token (decode): each row's blocks are decoded into registers
+ * and dotted with x, float accumulation per block then per row. More tokens
+ * (prefill): tiles of W decoded to float and multiplied with sgemm. Equals
+ * kiln_k_linear on the decoded float32 weights up to accumulation order.
+ * y must not alias x.
+ *===----------------------------------------------------------------------===*/
+
+void kiln_k_embedding_blocks(const int32_t *tokens, int64_t n,
+                             const int8_t *table, int64_t vocab, int64_t dim,
+                             float *out, int64_t format);
+void kiln_k_linear_blocks(const float *x, const int8_t *w, float *y, int64_t n,
+                          int64_t in, int64_t out, int64_t format);
 
 /*===-- INT8 KV cache: per-token, per-kv-head symmetric scales -----------===*
  *

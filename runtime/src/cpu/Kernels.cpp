@@ -28,6 +28,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "cpu/Kernels.h"
+#include "kiln_rt/block_formats.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -737,6 +738,65 @@ static void linearW4(const typename E::T *x, const int8_t *q,
                         });
 }
 
+/// GGML block formats (kernel_abi.h, kiln_rt/block_formats.h), specialized
+/// per format so that the decoder's switch folds away.
+template <int64_t F>
+static void gemvRowsBlocks(const float *x, const uint8_t *w, float *y,
+                           int64_t in, int64_t rows) {
+  constexpr int64_t elems = kiln_block_elems(F), bytes = kiln_block_bytes(F);
+  const int64_t blocks = in / elems, rowBytes = blocks * bytes;
+  alignas(64) float buf[elems];
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t *row = w + r * rowBytes;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < blocks; ++b) {
+      kiln_block_decode(F, row + b * bytes, buf);
+      const float *xb = x + b * elems;
+      float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+      for (int64_t j = 0; j < elems; ++j)
+        s += buf[j] * xb[j];
+      acc += s;
+    }
+    y[r] = acc;
+  }
+}
+
+template <int64_t F>
+static void linearBlocks(const float *x, const uint8_t *w, float *y, int64_t n,
+                         int64_t in, int64_t out) {
+  if (n <= 0 || out <= 0)
+    return;
+  if (in <= 0) {
+    std::memset(y, 0, sizeof(float) * size_t(n * out));
+    return;
+  }
+  constexpr int64_t elems = kiln_block_elems(F), bytes = kiln_block_bytes(F);
+  const int64_t rowBytes = in / elems * bytes;
+  if (n == 1) {
+    // Decode: memory-bound GEMV over the raw blocks, rows split over threads.
+    bool parallel = out * in > kParallelGrain;
+#pragma omp parallel if (parallel)
+    {
+      int t = omp_get_thread_num(), nt = omp_get_num_threads();
+      int64_t chunk = (out + nt - 1) / nt;
+      int64_t begin = std::min<int64_t>(out, t * chunk);
+      int64_t end = std::min<int64_t>(out, begin + chunk);
+      if (end > begin)
+        gemvRowsBlocks<F>(x, w + begin * rowBytes, y + begin, in, end - begin);
+    }
+    return;
+  }
+  // Prefill: tiles decoded to float (kTileDepth is a multiple of 256, so a
+  // tile starts on a block boundary; its depth is whole blocks).
+  prefillDequantized<F32>(x, y, n, in, out, /*rowScales=*/nullptr,
+                          [&](int64_t o, int64_t k0, int64_t depth, float *dst) {
+                            kiln_block_decode_row(
+                                F, w + o * rowBytes + k0 / elems * bytes,
+                                depth, dst);
+                          });
+}
+
 float quantizeActivationRow(const float *x, int8_t *xq, int64_t in,
                             float actScale) {
   float s = actScale;
@@ -1283,6 +1343,33 @@ void kiln_k_embedding(const int32_t *tokens, int64_t n, const float *table,
                       int64_t vocab, int64_t dim, float *out) {
   (void)vocab; // ids were validated against vocab by the runtime
   embedding(tokens, n, table, dim, out);
+}
+
+void kiln_k_embedding_blocks(const int32_t *tokens, int64_t n,
+                             const int8_t *table, int64_t vocab, int64_t dim,
+                             float *out, int64_t format) {
+  (void)vocab; // ids were validated against vocab by the runtime
+  const int64_t rowBytes =
+      dim / kiln_block_elems(format) * kiln_block_bytes(format);
+  const auto *t = reinterpret_cast<const uint8_t *>(table);
+  for (int64_t i = 0; i < n; ++i)
+    kiln_block_decode_row(format, t + int64_t(tokens[i]) * rowBytes, dim,
+                          out + i * dim);
+}
+
+void kiln_k_linear_blocks(const float *x, const int8_t *w, float *y, int64_t n,
+                          int64_t in, int64_t out, int64_t format) {
+  const auto *wb = reinterpret_cast<const uint8_t *>(w);
+  switch (format) {
+#define KILN_BLOCK_CASE(f)                                                    \
+  case f:                                                                     \
+    linearBlocks<f>(x, wb, y, n, in, out);                                    \
+    return;
+    KILN_BLOCK_FORMATS(KILN_BLOCK_CASE)
+#undef KILN_BLOCK_CASE
+  default:
+    return; // never emitted: the compiler verifies the format
+  }
 }
 
 void kiln_k_rms_norm(const float *x, const float *w, float *y, int64_t n,

@@ -6,8 +6,8 @@ kiln.weight @w : tensor<?x16xf32> {source = #kiln.source<file = "m.bin", tensor 
 
 // -----
 
-// expected-error @+1 {{unknown weight storage type 'q3_k' (expected f32, f16, bf16, q8_0, q4_0, i32 or synthetic)}}
-kiln.weight @w : tensor<4x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "q3_k", shape = [4, 16], offset = 0, bytes = 64>, transforms = []}
+// expected-error @+1 {{unknown weight storage type 'q7_k' (expected f32, f16, bf16, a GGML block format q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, i32 or synthetic)}}
+kiln.weight @w : tensor<4x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "q7_k", shape = [4, 16], offset = 0, bytes = 64>, transforms = []}
 
 // -----
 

@@ -515,11 +515,21 @@ TEST_F(GgufBadInput, WrongShape) {
 TEST_F(GgufBadInput, UnsupportedType) {
   std::string g = gguf;
   size_t at = afterString(g, "blk.0.attn_q.weight");
-  putU32(g, at + 4 + 16, 12); // Q4_K
-  std::string msg = importBytes(dir, "q4k.gguf", g);
-  EXPECT_CONTAINS(msg, "q4k.gguf");
+  putU32(g, at + 4 + 16, 16); // IQ2_XXS: an i-quant, not read by Kiln
+  std::string msg = importBytes(dir, "iq2.gguf", g);
+  EXPECT_CONTAINS(msg, "iq2.gguf");
   EXPECT_CONTAINS(msg, "tensor 'blk.0.attn_q.weight'");
-  EXPECT_CONTAINS(msg, "unsupported type Q4_K (12)");
+  EXPECT_CONTAINS(msg, "unsupported type IQ2_XXS (16)");
+}
+
+TEST_F(GgufBadInput, PartialKQuantBlocks) {
+  std::string g = gguf;
+  size_t at = afterString(g, "blk.0.attn_q.weight");
+  putU32(g, at + 4 + 16, 12); // Q4_K: rows of 64 are not whole 256-blocks
+  std::string msg = importBytes(dir, "q4k.gguf", g);
+  EXPECT_CONTAINS(msg, "q4k.gguf: tensor 'blk.0.attn_q.weight' is Q4_K but "
+                       "its row length ne[0] = 64 is not a multiple of 256, "
+                       "the format's block length");
 }
 
 TEST_F(GgufBadInput, WrongArchitecture) {

@@ -1,0 +1,117 @@
+//===- KernelsBlocksTest.cpp - GGML block-format kernels vs decode + dot --===//
+//
+// kiln_k_embedding_blocks and kiln_k_linear_blocks (kernel_abi.h) for every
+// block format of kiln_rt/block_formats.h, on random blocks (random quants
+// and scale bits, f16 fields set to random finite values), against rows
+// decoded with kiln_block_decode_row and a float64 dot product: embedding
+// rows are exact, linear outputs (GEMV for one token, decoded tiles + sgemm
+// for several, a depth that is not a multiple of the 512-wide tile for the
+// 32-element formats) agree to 1e-5 of max|y|. (Bit-exact agreement of the
+// decoder with gguf-py is test/Import/gguf-block-formats.test.)
+//
+//===----------------------------------------------------------------------===//
+#include "kiln_rt/block_formats.h"
+#include "kiln_rt/kernel_abi.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+namespace {
+
+struct Format {
+  int64_t id;
+  std::vector<int> halves; ///< byte offsets of the f16 fields in a block
+};
+
+const std::vector<Format> &formats() {
+  static const std::vector<Format> all = {
+      {KILN_BLOCK_Q4_0, {0}},      {KILN_BLOCK_Q4_1, {0, 2}},
+      {KILN_BLOCK_Q5_0, {0}},      {KILN_BLOCK_Q5_1, {0, 2}},
+      {KILN_BLOCK_Q8_0, {0}},      {KILN_BLOCK_Q2_K, {80, 82}},
+      {KILN_BLOCK_Q3_K, {108}},    {KILN_BLOCK_Q4_K, {0, 2}},
+      {KILN_BLOCK_Q5_K, {0, 2}},   {KILN_BLOCK_Q6_K, {208}}};
+  return all;
+}
+
+/// rows x cols weights of `f` with random bytes; f16 fields hold values of
+/// magnitude 2^-10 .. 2^-4 so products stay well inside float range.
+std::vector<int8_t> randomBlocks(const Format &f, int64_t rows, int64_t cols,
+                                 std::mt19937 &rng) {
+  const int64_t elems = kiln_block_elems(f.id), bytes = kiln_block_bytes(f.id);
+  std::vector<int8_t> w(size_t(rows * cols / elems * bytes));
+  std::uniform_int_distribution<int> byte(0, 255), exp(5, 11), man(0, 1023),
+      sign(0, 1);
+  for (int8_t &b : w)
+    b = int8_t(byte(rng));
+  for (size_t blk = 0; blk < w.size() / size_t(bytes); ++blk)
+    for (int off : f.halves) {
+      uint16_t h = uint16_t((sign(rng) << 15) | (exp(rng) << 10) | man(rng));
+      w[blk * bytes + off] = int8_t(h & 0xff);
+      w[blk * bytes + off + 1] = int8_t(h >> 8);
+    }
+  return w;
+}
+
+std::vector<float> decodeAll(const Format &f, const std::vector<int8_t> &w,
+                             int64_t rows, int64_t cols) {
+  std::vector<float> out(size_t(rows * cols));
+  const int64_t rowBytes = cols / kiln_block_elems(f.id) * kiln_block_bytes(f.id);
+  for (int64_t r = 0; r < rows; ++r)
+    kiln_block_decode_row(f.id,
+                          reinterpret_cast<const uint8_t *>(w.data()) +
+                              r * rowBytes,
+                          cols, out.data() + r * cols);
+  return out;
+}
+
+TEST(BlockKernels, EmbeddingRowsAreDecodedRows) {
+  std::mt19937 rng(7);
+  for (const Format &f : formats()) {
+    const int64_t vocab = 5, dim = 512;
+    std::vector<int8_t> table = randomBlocks(f, vocab, dim, rng);
+    std::vector<float> ref = decodeAll(f, table, vocab, dim);
+    std::vector<int32_t> tokens = {4, 0, 2, 4};
+    std::vector<float> out(tokens.size() * dim, -1.0f);
+    kiln_k_embedding_blocks(tokens.data(), int64_t(tokens.size()), table.data(),
+                            vocab, dim, out.data(), f.id);
+    for (size_t i = 0; i < tokens.size(); ++i)
+      for (int64_t j = 0; j < dim; ++j)
+        ASSERT_EQ(out[i * dim + j], ref[tokens[i] * dim + j])
+            << kiln_block_format_name(f.id) << " token " << tokens[i];
+  }
+}
+
+TEST(BlockKernels, LinearMatchesDecodedFloat64) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const Format &f : formats()) {
+    const int64_t elems = kiln_block_elems(f.id);
+    // 32-element formats: 800 inputs, one full 512 tile and a 288 tail.
+    const int64_t in = elems == 32 ? 800 : 768, out = 37;
+    std::vector<int8_t> w = randomBlocks(f, out, in, rng);
+    std::vector<float> wf = decodeAll(f, w, out, in);
+    for (int64_t n : {int64_t(1), int64_t(6)}) {
+      std::vector<float> x(size_t(n * in));
+      for (float &v : x)
+        v = normal(rng);
+      std::vector<float> y(size_t(n * out), NAN);
+      kiln_k_linear_blocks(x.data(), w.data(), y.data(), n, in, out, f.id);
+      double maxRef = 0.0, maxErr = 0.0;
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t o = 0; o < out; ++o) {
+          double ref = 0.0;
+          for (int64_t i = 0; i < in; ++i)
+            ref += double(x[r * in + i]) * double(wf[o * in + i]);
+          maxRef = std::max(maxRef, std::fabs(ref));
+          maxErr = std::max(maxErr, std::fabs(ref - double(y[r * out + o])));
+        }
+      EXPECT_LE(maxErr, 1e-5 * maxRef)
+          << kiln_block_format_name(f.id) << " n " << n;
+    }
+  }
+}
+
+} // namespace
