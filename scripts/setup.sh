@@ -2,7 +2,7 @@
 # Installs every Debian package (and Python test helper) that building and
 # testing Kiln needs. Idempotent: safe to run again.
 set -euo pipefail
-PKGS=(cmake ninja-build ccache g++ python3 python3-numpy
+PKGS=(cmake ninja-build ccache g++ python3 python3-numpy python3-jinja2
       llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
       libxxhash-dev nlohmann-json3-dev libopenblas-dev libgtest-dev libhwy-dev
       libsodium-dev clang-22 libclang-rt-22-dev libomp-22-dev)
@@ -19,4 +19,8 @@ fi
 # lit runs the numpy reference with whatever `python3` is first on PATH.
 if ! python3 -c "import numpy" 2>/dev/null; then
   python3 -m pip install -q numpy
+fi
+# The chat-template tests (test/Chat) compare with jinja2 under that python3.
+if ! python3 -c "import jinja2" 2>/dev/null; then
+  python3 -m pip install -q jinja2
 fi

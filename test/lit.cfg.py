@@ -32,6 +32,7 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.kiln_tools_dir, config.llvm_tools_dir]
 tools = ["kiln-opt", "kiln-compile", "kiln-calibrate", "kiln-run", "kiln-bench", "kiln-eval",
+         "kiln-chat-render",
          "kiln-keygen",
          "KilnImportTests", "kiln_runtime_tests", "kiln_rt_text_tests",
          "kiln-gpu-kernel-check"]
@@ -49,6 +50,11 @@ if config.kiln_sanitizers in ("ON", "1", "TRUE", "YES"):
     config.available_features.add("asan")
 if config.kiln_fuzzers in ("ON", "1", "TRUE", "YES"):
     config.available_features.add("libfuzzer")
+try:
+    import jinja2  # noqa: F401
+    config.available_features.add("jinja2")
+except ImportError:
+    pass
 try:
     import numpy  # noqa: F401
     config.available_features.add("numpy")
