@@ -50,11 +50,11 @@ if config.kiln_sanitizers in ("ON", "1", "TRUE", "YES"):
     config.available_features.add("asan")
 if config.kiln_fuzzers in ("ON", "1", "TRUE", "YES"):
     config.available_features.add("libfuzzer")
-try:
-    import jinja2  # noqa: F401
+# test/Chat compares with jinja2 under the python that runs %python.
+import subprocess
+if subprocess.run([config.python_executable, "-c", "import jinja2"],
+                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0:
     config.available_features.add("jinja2")
-except ImportError:
-    pass
 try:
     import numpy  # noqa: F401
     config.available_features.add("numpy")
