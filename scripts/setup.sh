@@ -2,7 +2,7 @@
 # Installs every Debian package (and Python test helper) that building and
 # testing Kiln needs. Idempotent: safe to run again.
 set -euo pipefail
-PKGS=(cmake ninja-build ccache g++ python3 python3-numpy
+PKGS=(cmake ninja-build ccache g++ python3 python3-numpy python3-jinja2
       llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
       libxxhash-dev nlohmann-json3-dev libopenblas-dev libgtest-dev libhwy-dev
       libsodium-dev clang-22 libclang-rt-22-dev libomp-22-dev)
@@ -26,4 +26,8 @@ fi
 if ! python3 -c "import gguf, sys; sys.exit(gguf.__version__ != '0.19.0')" 2>/dev/null &&
    ! python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('gguf') != '0.19.0')" 2>/dev/null; then
   python3 -m pip install -q gguf==0.19.0
+fi
+# The chat-template tests (test/Chat) compare with jinja2 under that python3.
+if ! python3 -c "import jinja2" 2>/dev/null; then
+  python3 -m pip install -q jinja2
 fi

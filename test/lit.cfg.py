@@ -32,6 +32,7 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.kiln_tools_dir, config.llvm_tools_dir]
 tools = ["kiln-opt", "kiln-compile", "kiln-calibrate", "kiln-run", "kiln-bench", "kiln-eval",
+         "kiln-chat-render",
          "kiln-keygen", "kiln-weight-dump",
          "KilnImportTests", "kiln_runtime_tests", "kiln_rt_text_tests",
          "kiln-gpu-kernel-check"]
@@ -49,6 +50,11 @@ if config.kiln_sanitizers in ("ON", "1", "TRUE", "YES"):
     config.available_features.add("asan")
 if config.kiln_fuzzers in ("ON", "1", "TRUE", "YES"):
     config.available_features.add("libfuzzer")
+# test/Chat compares with jinja2 under the python that runs %python.
+import subprocess
+if subprocess.run([config.python_executable, "-c", "import jinja2"],
+                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0:
+    config.available_features.add("jinja2")
 try:
     import numpy  # noqa: F401
     config.available_features.add("numpy")

@@ -74,6 +74,7 @@ static bool isArtifactFile(StringRef name) {
   return llvm::is_contained(ArrayRef<StringRef>{"manifest.json", "model.so",
                                                 "model.cpp", "model.cu",
                                                 "weights.bin", "tokenizer.json",
+                                                "chat_template.jinja",
                                                 "manifest.sig"},
                             name);
 }
@@ -260,6 +261,10 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
     return err;
   if (auto err = writeFile(pathIn(codeFile), in.cpp))
     return err;
+  const ChatDesc &chat = in.model->chat;
+  if (!chat.tmpl.empty())
+    if (auto err = writeFile(pathIn("chat_template.jinja"), chat.tmpl))
+      return err;
 
   // Compile the emitted code against the embedded kernel ABI header.
   // Errors name the code as the user knows it: the scratch path is removed
@@ -297,8 +302,12 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
 
   // Checksums of every file, then the manifest.
   llvm::json::Object files;
-  for (StringRef name : {StringRef("model.so"), StringRef(codeFile),
-                         StringRef("weights.bin"), StringRef("tokenizer.json")}) {
+  std::vector<StringRef> fileNames = {StringRef("model.so"), StringRef(codeFile),
+                                      StringRef("weights.bin"),
+                                      StringRef("tokenizer.json")};
+  if (!chat.tmpl.empty())
+    fileNames.push_back("chat_template.jinja");
+  for (StringRef name : fileNames) {
     std::string p = pathIn(name);
     uint64_t size = 0;
     if (std::error_code ec = fs::file_size(p, size))
@@ -358,6 +367,30 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
       {"tokenizer", llvm::json::Object{{"file", "tokenizer.json"}}},
       {"files", std::move(files)},
   };
+  // Chat: the template file (when the checkpoint has one), the tokens that
+  // end a turn, and the strings templates use as bos_token / eos_token.
+  {
+    const TokenizerDesc &tok = in.model->tokenizer;
+    std::vector<int32_t> eot = chat.endOfTurnIds;
+    if (eot.empty())
+      eot.push_back(tok.eosId);
+    // llama2.c's run.c also ends a sequence at BOS (its story delimiter).
+    if (cfg.sourceFormat == "llama2c" &&
+        std::find(eot.begin(), eot.end(), tok.bosId) == eot.end())
+      eot.push_back(tok.bosId);
+    auto piece = [&](int32_t id) -> std::string {
+      if (id < 0 || size_t(id) >= tok.pieces.size() ||
+          !llvm::json::isUTF8(tok.pieces[size_t(id)]))
+        return std::string();
+      return tok.pieces[size_t(id)];
+    };
+    llvm::json::Object c{{"end_of_turn_ids", llvm::json::Array(eot)},
+                         {"bos_token", piece(tok.bosId)},
+                         {"eos_token", piece(tok.eosId)}};
+    if (!chat.tmpl.empty())
+      c["template"] = "chat_template.jinja";
+    manifest["chat"] = std::move(c);
+  }
   std::string text;
   llvm::raw_string_ostream os(text);
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest))) << "\n";

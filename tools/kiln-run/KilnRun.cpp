@@ -1,21 +1,26 @@
 //===- KilnRun.cpp - Run a Kiln artifact --------------------------*- C++ -*-===//
 //
-// kiln-run ARTIFACT [--prompt TEXT] [--max-tokens N] [--temperature T]
-//          [--top-k K] [--top-p P] [--seed S]
+// kiln-run ARTIFACT [--prompt TEXT | --prompt-file FILE|-] [--max-tokens N]
+//          [--temperature T] [--top-k K] [--top-p P] [--seed S] [--ctx N]
+// kiln-run ARTIFACT --chat [--system TEXT] [--chat-template FILE] [...]
 //
-// Prints the prompt followed by the generated text on stdout the way llama2.c
-// run.c does (each piece decoded after its predecessor and flushed, a final
-// newline), and TTFT / decode throughput on stderr. Test hooks: --tokens,
+// Prints the prompt as typed followed by the generated text on stdout (each
+// piece decoded after its predecessor and flushed, a final newline), and
+// TTFT / decode throughput on stderr. --chat renders the conversation with
+// the model's chat template (runtime/src/chat) one user turn per line of
+// stdin ("> " prompts on a terminal), keeping the KV cache across turns. Test hooks: --tokens,
 // --dump-logits, --print-tokens (see --help). Errors: "kiln-run: error: ..."
 // on stderr and exit status 1.
 //
 //===----------------------------------------------------------------------===//
+#include "chat/ChatTemplate.h"
 #include "kiln_rt/api.h"
 #include "tools/common/ToolSupport.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -24,6 +29,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -37,6 +46,36 @@ static cl::opt<std::string> artifactDir(cl::Positional, cl::Required,
 static cl::opt<std::string> prompt("prompt", cl::desc("Prompt text (default: BOS only)"),
                                    cl::value_desc("text"), cl::init(""),
                                    cl::cat(runCategory));
+static cl::opt<std::string> promptFile(
+    "prompt-file",
+    cl::desc("Read the prompt from FILE ('-': standard input), as typed "
+             "(a final newline is kept); not with --prompt"),
+    cl::value_desc("FILE"), cl::cat(runCategory));
+static cl::opt<int64_t> ctxSize(
+    "ctx",
+    cl::desc("Context length in tokens for this run, at most the compiled "
+             "maximum (default: the compiled maximum); the KV cache pages of "
+             "positions beyond it are never touched"),
+    cl::value_desc("N"), cl::init(0), cl::cat(runCategory));
+static cl::opt<bool> chatMode(
+    "chat",
+    cl::desc("Chat with an instruct model: one user turn per line of standard "
+             "input ('> ' prompts on a terminal), rendered with the model's "
+             "chat template; each answer ends at the end-of-turn token"),
+    cl::cat(runCategory));
+static cl::opt<std::string> systemPrompt(
+    "system", cl::desc("--chat: a system message first in the conversation"),
+    cl::value_desc("TEXT"), cl::cat(runCategory));
+static cl::opt<std::string> chatTemplateFile(
+    "chat-template",
+    cl::desc("--chat: render with this Jinja2 chat template instead of the "
+             "artifact's"),
+    cl::value_desc("FILE"), cl::cat(runCategory));
+static cl::opt<bool> verbosePrompt(
+    "verbose-prompt",
+    cl::desc("--chat: print each rendered addition to the conversation on "
+             "stderr before it is run"),
+    cl::cat(runCategory));
 static cl::opt<int64_t> maxTokens("max-tokens",
                                   cl::desc("Most tokens to generate (default 256); "
                                            "generation also stops at EOS/BOS and at "
@@ -173,6 +212,188 @@ void writeLogits(Runtime &rt, const std::vector<int32_t> &tokens,
     fail(dumpLogits + ": write failed");
 }
 
+
+/// Reads all of `path` ('-': stdin) for --prompt-file / --chat-template.
+std::string readTextFile(const std::string &flag, const std::string &path) {
+  std::ostringstream ss;
+  if (path == "-") {
+    ss << std::cin.rdbuf();
+    if (std::cin.bad())
+      fail(flag + " -: cannot read standard input");
+    return ss.str();
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    fail(flag + " " + path + ": cannot open: " + std::strerror(errno));
+  ss << in.rdbuf();
+  if (in.bad())
+    fail(flag + " " + path + ": read error");
+  return ss.str();
+}
+
+/// Tokenizes `text` (no BOS unless `addBos`).
+std::vector<int32_t> tokenize(Runtime &rt, const std::string &text, bool addBos) {
+  std::vector<int32_t> tokens(text.size() + 3);
+  size_t count = 0;
+  kiln_rt_status_t st = kiln_rt_tokenize(rt.artifact, text.data(), text.size(),
+                                         addBos, tokens.data(), tokens.size(), &count);
+  if (kiln_rt_status_code(st) == KILN_RT_OUT_OF_RANGE) { // buffer too small
+    kiln_rt_status_free(st);
+    tokens.resize(count);
+    st = kiln_rt_tokenize(rt.artifact, text.data(), text.size(), addBos,
+                          tokens.data(), tokens.size(), &count);
+  }
+  check(st);
+  tokens.resize(count);
+  return tokens;
+}
+
+void contextFullNote(int64_t ctx, bool limited) {
+  std::fflush(stdout);
+  std::fprintf(stderr,
+               "\nkiln-run: note: generation stopped: the context of %lld "
+               "tokens is full%s\n",
+               (long long)ctx,
+               limited ? " (--ctx)" : " (the compiled maximum; see --ctx)");
+}
+
+/// --chat: renders the conversation with the chat template, feeds the model
+/// only what each turn adds (the KV cache is kept; the whole conversation is
+/// re-run only when the template renders earlier turns differently), and
+/// prints each answer up to the end-of-turn token.
+int runChat(Runtime &rt, const kiln_rt_model_info_t &info, int64_t ctx) {
+  kiln_rt_chat_info_t chat;
+  kiln_rt_artifact_chat_info(rt.artifact, &chat);
+  std::string source, sourceName;
+  if (!chatTemplateFile.empty()) {
+    source = readTextFile("--chat-template", chatTemplateFile);
+    sourceName = chatTemplateFile;
+  } else if (chat.template_text) {
+    source.assign(chat.template_text, chat.template_len);
+    sourceName = std::string(artifactDir) + "/chat_template.jinja";
+  } else {
+    fail(std::string(artifactDir) +
+         " has no chat template (its checkpoint had none); pass "
+         "--chat-template FILE");
+  }
+  kiln::chat::Template tmpl;
+  std::string error;
+  if (!tmpl.parse(source, sourceName, error))
+    fail("chat template: " + error);
+  const std::vector<int32_t> eot(chat.end_of_turn_ids,
+                                 chat.end_of_turn_ids + chat.n_end_of_turn_ids);
+  auto isEndOfTurn = [&](int32_t id) {
+    return std::find(eot.begin(), eot.end(), id) != eot.end();
+  };
+
+  kiln::chat::Value messages = kiln::chat::Value::list();
+  auto addMessage = [&](const char *role, const std::string &content) {
+    kiln::chat::Value m = kiln::chat::Value::dict();
+    m.set("role", kiln::chat::Value::string(role));
+    m.set("content", kiln::chat::Value::string(content));
+    messages.asList().push_back(m);
+  };
+  if (!systemPrompt.empty())
+    addMessage("system", systemPrompt);
+  auto render = [&](bool generationPrompt) {
+    kiln::chat::Value context = kiln::chat::Value::dict();
+    context.set("messages", messages);
+    context.set("add_generation_prompt", kiln::chat::Value::boolean(generationPrompt));
+    context.set("bos_token", kiln::chat::Value::string(chat.bos_token));
+    context.set("eos_token", kiln::chat::Value::string(chat.eos_token));
+    std::string text;
+    if (!tmpl.render(context, text, error))
+      fail("chat template: " + error);
+    return text;
+  };
+
+  const bool terminal = ::isatty(STDIN_FILENO);
+  std::string fed;       // the conversation text in the KV cache
+  bool notedReprefill = false;
+  int64_t turns = 0, generatedTotal = 0;
+  double decodeMs = 0;
+  std::string line;
+  for (;;) {
+    if (terminal) {
+      std::fputs("> ", stdout);
+      std::fflush(stdout);
+    }
+    if (!std::getline(std::cin, line))
+      break;
+    if (!line.empty() && line.back() == '\r')
+      line.pop_back();
+    if (line.empty())
+      continue;
+    addMessage("user", line);
+    std::string full = render(true);
+    std::string delta;
+    bool fresh = fed.empty() || full.compare(0, fed.size(), fed) != 0;
+    if (fresh && !fed.empty()) {
+      if (!notedReprefill)
+        std::fprintf(stderr, "kiln-run: note: the chat template renders earlier "
+                             "turns differently once a turn is added; the "
+                             "conversation is run again from the start\n");
+      notedReprefill = true;
+      kiln_rt_session_reset(rt.session);
+    }
+    delta = fresh ? full : full.substr(fed.size());
+    bool addBos = fresh && chat.add_bos &&
+                  !(chat.bos_token[0] && full.rfind(chat.bos_token, 0) == 0);
+    if (verbosePrompt)
+      std::fprintf(stderr, "kiln-run: prompt: %s\n", delta.c_str());
+    std::vector<int32_t> tokens = tokenize(rt, delta, addBos);
+    fed = full;
+    int64_t pos = kiln_rt_session_position(rt.session);
+    if (pos + int64_t(tokens.size()) >= ctx)
+      fail("the conversation needs " + std::to_string(pos + int64_t(tokens.size())) +
+           " tokens of context but the session has " + std::to_string(ctx) +
+           (ctxSize ? " (--ctx)" : " (the compiled maximum)"));
+    ++turns;
+    if (!tokens.empty())
+      check(kiln_rt_session_prefill(rt.session, tokens.data(), int64_t(tokens.size())));
+    int32_t prev = tokens.empty() ? info.bos_id : tokens.back();
+    std::string answer;
+    int64_t generated = 0;
+    double start = nowMs();
+    for (;;) {
+      int32_t next = 0;
+      check(kiln_rt_session_sample(rt.session, rt.sampler, &next));
+      if (isEndOfTurn(next))
+        break;
+      const char *piece = nullptr;
+      size_t len = 0;
+      check(kiln_rt_detokenize(rt.artifact, prev, next, &piece, &len));
+      printPiece(piece, len);
+      answer.append(piece, len);
+      prev = next;
+      ++generated;
+      if (generated >= maxTokens)
+        break;
+      if (kiln_rt_session_position(rt.session) >= ctx) {
+        contextFullNote(ctx, ctxSize != 0);
+        break;
+      }
+      check(kiln_rt_session_decode(rt.session, next));
+    }
+    decodeMs += nowMs() - start;
+    generatedTotal += generated;
+    std::printf("\n");
+    std::fflush(stdout);
+    // The cache now holds the rendered prompt and the answer's tokens; the
+    // next render continues after them (the end-of-turn text included).
+    fed += answer;
+    addMessage("assistant", answer);
+    if (kiln_rt_session_position(rt.session) >= ctx)
+      break;
+  }
+  if (terminal)
+    std::printf("\n");
+  std::fprintf(stderr, "chat: %lld turns, %lld tokens generated, %.1f tokens/s\n",
+               (long long)turns, (long long)generatedTotal,
+               decodeMs > 0 ? double(generatedTotal) * 1000.0 / decodeMs : 0.0);
+  return 0;
+}
+
 } // namespace
 
 /// Other runners' names for our flags (llama.cpp's -n, -p, --temp, -s).
@@ -203,6 +424,27 @@ int main(int argc, char **argv) {
     fail("--top-p must be in [0, 1], got " + std::to_string(topP));
   if (!tokenList.empty() && !prompt.empty())
     fail("--tokens and --prompt are mutually exclusive");
+  if (promptFile.getNumOccurrences() && prompt.getNumOccurrences())
+    fail("--prompt and --prompt-file are mutually exclusive");
+  if (promptFile.getNumOccurrences() && !tokenList.empty())
+    fail("--tokens and --prompt-file are mutually exclusive");
+  if (promptFile.getNumOccurrences() && promptFile.empty())
+    fail("--prompt-file needs a file name, or '-' for standard input");
+  if (ctxSize < 0)
+    fail("--ctx must be >= 1 (or 0 for the compiled maximum), got " +
+         std::to_string(ctxSize));
+  if (chatMode && (prompt.getNumOccurrences() || promptFile.getNumOccurrences() ||
+                   !tokenList.empty() || !dumpLogits.empty()))
+    fail("--chat reads the user's turns from standard input: it cannot be "
+         "combined with --prompt, --prompt-file, --tokens or --dump-logits "
+         "(use --system for a system message)");
+  if (!chatMode && (systemPrompt.getNumOccurrences() ||
+                    chatTemplateFile.getNumOccurrences() || verbosePrompt))
+    fail("--system, --chat-template and --verbose-prompt need --chat");
+  if (chatMode && maxTokens == 0)
+    fail("--chat needs --max-tokens >= 1");
+  if (promptFile.getNumOccurrences())
+    prompt = readTextFile("--prompt-file", promptFile);
 
   if (trustedKeys.getNumOccurrences() && trustedKeys.empty())
     fail("--trusted-keys needs a directory of *.pub keys or a key file; an "
@@ -219,7 +461,27 @@ int main(int argc, char **argv) {
                                            &rt.artifact));
   kiln_rt_model_info_t info;
   kiln_rt_artifact_info(rt.artifact, &info);
-  check(kiln_rt_session_create(rt.artifact, &rt.session));
+  if (ctxSize > info.max_seq_len)
+    fail("--ctx " + std::to_string(ctxSize) +
+         " exceeds the artifact's compiled maximum context of " +
+         std::to_string(info.max_seq_len) +
+         " tokens (recompile with kiln-compile --max-seq-len)");
+  kiln_rt_session_options_t sessionOptions{};
+  sessionOptions.context_length = ctxSize;
+  check(kiln_rt_session_create_with_options(rt.artifact, &sessionOptions,
+                                            &rt.session));
+  const int64_t ctx = kiln_rt_session_context_length(rt.session);
+
+  if (chatMode) {
+    kiln_rt_sampler_params_t params;
+    params.temperature = temperature;
+    params.top_k = topK;
+    params.top_p = topP;
+    params.seed = seed.getNumOccurrences() ? uint64_t(seed)
+                                           : uint64_t(std::time(nullptr));
+    check(kiln_rt_sampler_create(&params, info.vocab_size, &rt.sampler));
+    return runChat(rt, info, ctx);
+  }
 
   double start = nowMs();
   std::vector<int32_t> tokens;
@@ -247,10 +509,10 @@ int main(int argc, char **argv) {
       tokens.push_back(info.bos_id);
   }
   int64_t promptLen = int64_t(tokens.size());
-  if (promptLen > info.max_seq_len)
-    fail("prompt is " + std::to_string(promptLen) +
-         " tokens but the model's context is " + std::to_string(info.max_seq_len) +
-         " tokens");
+  if (promptLen > ctx)
+    fail("prompt is " + std::to_string(promptLen) + " tokens but the " +
+         (ctxSize ? "--ctx context" : "model's context") + " is " +
+         std::to_string(ctx) + " tokens");
 
   if (!dumpLogits.empty()) {
     writeLogits(rt, tokens, info.vocab_size);
@@ -265,13 +527,19 @@ int main(int argc, char **argv) {
                                          : uint64_t(std::time(nullptr));
   check(kiln_rt_sampler_create(&params, info.vocab_size, &rt.sampler));
 
-  // Echo the prompt as run.c does: each token decoded after its predecessor.
+  // Echo the prompt as typed; --tokens has no text, so its tokens are
+  // decoded, each after its predecessor (as run.c does).
   const char *piece = nullptr;
   size_t len = 0;
-  for (int64_t i = 1; i < promptLen; ++i) {
-    check(kiln_rt_detokenize(rt.artifact, tokens[size_t(i - 1)],
-                             tokens[size_t(i)], &piece, &len));
-    printPiece(piece, len);
+  if (tokenList.empty()) {
+    std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+    std::fflush(stdout);
+  } else {
+    for (int64_t i = 1; i < promptLen; ++i) {
+      check(kiln_rt_detokenize(rt.artifact, tokens[size_t(i - 1)],
+                               tokens[size_t(i)], &piece, &len));
+      printPiece(piece, len);
+    }
   }
 
   std::vector<int32_t> generated;
@@ -294,10 +562,13 @@ int main(int argc, char **argv) {
       printPiece(piece, len);
       decodeEnd = nowMs();
       prev = next;
-      // Stop at the token budget or, silently, at the end of the context.
-      if (int64_t(generated.size()) >= maxTokens ||
-          kiln_rt_session_position(rt.session) >= info.max_seq_len)
+      // Stop at the token budget or, with a note, at the end of the context.
+      if (int64_t(generated.size()) >= maxTokens)
         break;
+      if (kiln_rt_session_position(rt.session) >= ctx) {
+        contextFullNote(ctx, ctxSize != 0);
+        break;
+      }
       check(kiln_rt_session_decode(rt.session, next));
     }
   }

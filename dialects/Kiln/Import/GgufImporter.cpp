@@ -855,6 +855,31 @@ static std::string ggufName(StringRef canonical) {
   return canonical.str();
 }
 
+/// tokenizer.chat_template and the end-of-turn ids: tokenizer.ggml.eot_token_id
+/// and eom_token_id when present, then the EOS (llama.cpp's end-of-generation
+/// set).
+static Error chatFromGguf(const GgufFile &g, ModelDesc &model) {
+  Expected<std::optional<std::string>> tmpl =
+      getString(g, "tokenizer.chat_template");
+  if (!tmpl)
+    return tmpl.takeError();
+  if (*tmpl)
+    if (Error e = setChatTemplate(model, **tmpl,
+                                  g.path + " (tokenizer.chat_template)"))
+      return e;
+  int64_t vocab = int64_t(model.tokenizer.pieces.size());
+  for (StringRef key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    Expected<std::optional<int64_t>> id = getInt(g, key);
+    if (!id)
+      return id.takeError();
+    if (*id)
+      if (Error e = addEndOfTurnId(model, **id, vocab, g.path, key))
+        return e;
+  }
+  return addEndOfTurnId(model, model.tokenizer.eosId, vocab, g.path,
+                        "tokenizer.ggml.eos_token_id");
+}
+
 Expected<ModelDesc> importGguf(StringRef path, StringRef tokenizer) {
   Expected<GgufFile> parsed = parseGguf(path);
   if (!parsed)
@@ -1043,6 +1068,8 @@ Expected<ModelDesc> importGguf(StringRef path, StringRef tokenizer) {
                              c.vocabSize, /*allowPadding=*/false))
     return std::move(e);
   model.tokenizer = std::move(*tok);
+  if (Error e = chatFromGguf(g, model))
+    return std::move(e);
   return model;
 }
 

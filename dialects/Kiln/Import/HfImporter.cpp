@@ -390,6 +390,99 @@ static Expected<TensorSource> makeSource(const SafeTensor &st, StringRef name,
   return s;
 }
 
+/// The chat template of a Hugging Face checkpoint: tokenizer_config.json
+/// "chat_template" (a string, or a list of {"name", "template"} of which
+/// "default" is used), else chat_template.jinja beside it; and the
+/// end-of-turn ids: generation_config.json "eos_token_id" (an id or a list),
+/// then the tokenizer's EOS.
+static Error chatFromHf(StringRef dir, ModelDesc &model) {
+  int64_t vocab = int64_t(model.tokenizer.pieces.size());
+  std::string cfgPath = joinPath(dir, "tokenizer_config.json");
+  bool found = false;
+  if (sys::fs::exists(cfgPath)) {
+    Expected<json::Value> root =
+        readJsonFile(cfgPath, kMaxJsonConfigBytes, "a JSON file");
+    if (!root)
+      return root.takeError();
+    const json::Object *obj = root->getAsObject();
+    if (!obj)
+      return fileError(cfgPath, "expected a JSON object");
+    if (const json::Value *t = obj->get("chat_template")) {
+      if (std::optional<StringRef> text = t->getAsString()) {
+        if (Error e = setChatTemplate(model, text->str(),
+                                      cfgPath + " (chat_template)"))
+          return e;
+        found = true;
+      } else if (const json::Array *list = t->getAsArray()) {
+        for (size_t i = 0; i < list->size() && !found; ++i) {
+          const json::Object *entry = (*list)[i].getAsObject();
+          std::optional<StringRef> name =
+              entry ? entry->getString("name") : std::nullopt;
+          std::optional<StringRef> text =
+              entry ? entry->getString("template") : std::nullopt;
+          if (!name || !text)
+            return fileError(cfgPath, "chat_template[" + Twine(i) +
+                                          "] must be an object with string "
+                                          "fields 'name' and 'template'");
+          if (*name != "default")
+            continue;
+          if (Error e = setChatTemplate(model, text->str(),
+                                        cfgPath + " (chat_template \"default\")"))
+            return e;
+          found = true;
+        }
+        if (!found)
+          return fileError(cfgPath, "chat_template is a list of named "
+                                    "templates without one named \"default\"");
+      } else if (!t->getAsNull()) {
+        return fileError(cfgPath, "chat_template must be a string or a list "
+                                  "of {\"name\", \"template\"} objects");
+      }
+    }
+  }
+  std::string jinjaPath = joinPath(dir, "chat_template.jinja");
+  if (!found && sys::fs::exists(jinjaPath)) {
+    Expected<uint64_t> size = getFileSize(jinjaPath, "a chat template file");
+    if (!size)
+      return size.takeError();
+    if (*size > kMaxChatTemplateBytes)
+      return fileError(jinjaPath, "chat template is " + Twine(*size) +
+                                      " bytes, more than the " +
+                                      Twine(kMaxChatTemplateBytes) +
+                                      " Kiln accepts");
+    std::string text(size_t(*size), '\0');
+    if (Error e = readFileRange(jinjaPath, 0, text, "a chat template file"))
+      return e;
+    if (Error e = setChatTemplate(model, std::move(text), jinjaPath))
+      return e;
+  }
+  std::string genPath = joinPath(dir, "generation_config.json");
+  if (sys::fs::exists(genPath)) {
+    Expected<json::Value> root =
+        readJsonFile(genPath, kMaxJsonConfigBytes, "a JSON file");
+    if (!root)
+      return root.takeError();
+    const json::Object *obj = root->getAsObject();
+    const json::Value *eos = obj ? obj->get("eos_token_id") : nullptr;
+    std::vector<const json::Value *> ids;
+    if (eos && eos->getAsArray())
+      for (const json::Value &v : *eos->getAsArray())
+        ids.push_back(&v);
+    else if (eos && !eos->getAsNull())
+      ids.push_back(eos);
+    for (const json::Value *v : ids) {
+      std::optional<int64_t> id = v->getAsInteger();
+      if (!id)
+        return fileError(genPath, "eos_token_id must be a token id or a list "
+                                  "of token ids");
+      if (Error e = addEndOfTurnId(model, *id, vocab, genPath, "eos_token_id"))
+        return e;
+    }
+  }
+  return addEndOfTurnId(model, model.tokenizer.eosId, vocab, dir,
+                        "the tokenizer's EOS id");
+}
+
 Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
   std::string cfgPath = joinPath(dir, "config.json");
   if (!sys::fs::exists(cfgPath))
@@ -690,6 +783,8 @@ Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
                              /*allowPadding=*/true))
     return std::move(e);
   model.tokenizer = std::move(*tok);
+  if (Error e = chatFromHf(dir, model))
+    return std::move(e);
   return model;
 }
 

@@ -1,6 +1,7 @@
 //===- ImportUtils.cpp - Helpers shared by the importers ------------------===//
 
 #include "dialects/Kiln/Import/ImportUtils.h"
+#include "chat/ChatTemplate.h"
 
 #include "kiln_rt/block_formats.h"
 
@@ -600,6 +601,36 @@ std::string joinPath(StringRef dir, StringRef name) {
   SmallString<256> p(dir);
   sys::path::append(p, name);
   return std::string(p);
+}
+
+llvm::Error setChatTemplate(ModelDesc &model, std::string text,
+                            llvm::StringRef source) {
+  if (text.size() > kMaxChatTemplateBytes)
+    return fileError(source, "chat template is " + llvm::Twine(text.size()) +
+                                 " bytes, more than the " +
+                                 llvm::Twine(kMaxChatTemplateBytes) +
+                                 " Kiln accepts");
+  ::kiln::chat::Template parsed;
+  std::string error;
+  if (!parsed.parse(text, source.str(), error))
+    model.notes.push_back("the chat template does not parse (" + error +
+                          "); it is stored, but kiln-run --chat will need "
+                          "--chat-template FILE");
+  model.chat.tmpl = std::move(text);
+  model.chat.source = source.str();
+  return llvm::Error::success();
+}
+
+llvm::Error addEndOfTurnId(ModelDesc &model, int64_t id, int64_t vocab,
+                           llvm::StringRef file, llvm::StringRef field) {
+  if (id < 0 || id >= vocab)
+    return fileError(file, field + " is " + llvm::Twine(id) +
+                               ", outside the vocabulary [0, " +
+                               llvm::Twine(vocab) + ")");
+  std::vector<int32_t> &ids = model.chat.endOfTurnIds;
+  if (std::find(ids.begin(), ids.end(), int32_t(id)) == ids.end())
+    ids.push_back(int32_t(id));
+  return llvm::Error::success();
 }
 
 } // namespace mlir::kiln::detail

@@ -200,6 +200,21 @@ llvm::Error fitTokenizer(TokenizerDesc &tok, llvm::StringRef tokFile,
 /// Returns the path of `name` in `dir`.
 std::string joinPath(llvm::StringRef dir, llvm::StringRef name);
 
+/// Largest chat template accepted (real ones are a few KiB).
+constexpr uint64_t kMaxChatTemplateBytes = uint64_t(1) << 20;
+
+/// Sets model.chat.tmpl from `text` (read from `source`): an error if it is
+/// larger than kMaxChatTemplateBytes; a note (kept in model.notes) if Kiln's
+/// renderer cannot parse it, naming the line and column, since kiln-run
+/// --chat then needs --chat-template FILE.
+llvm::Error setChatTemplate(ModelDesc &model, std::string text,
+                            llvm::StringRef source);
+
+/// Appends `id` to model.chat.endOfTurnIds unless present; an error naming
+/// `field` of `file` if it is outside [0, vocab).
+llvm::Error addEndOfTurnId(ModelDesc &model, int64_t id, int64_t vocab,
+                           llvm::StringRef file, llvm::StringRef field);
+
 } // namespace mlir::kiln::detail
 
 #endif // KILN_DIALECTS_KILN_IMPORT_IMPORTUTILS_H

@@ -216,8 +216,20 @@ struct TokenizerDesc {
   bool fuseUnk = false;
 };
 
+/// The model's chat template (docs/artifact.md, "chat_template.jinja") and
+/// the tokens that end an assistant turn.
+struct ChatDesc {
+  std::string tmpl;   ///< Jinja2 source; empty: the checkpoint has none
+  std::string source; ///< where it came from, for messages
+  /// Generation stops at any of these (as llama.cpp stops at EOS, EOT and
+  /// EOM): GGUF tokenizer.ggml.eot_token_id / eom_token_id, HF
+  /// generation_config.json eos_token_id, then the tokenizer's EOS.
+  std::vector<int32_t> endOfTurnIds;
+};
+
 struct ModelDesc {
   LlamaConfig config;
+  ChatDesc chat;
   std::vector<WeightDesc> weights; ///< in canonical order (see WeightDesc)
   TokenizerDesc tokenizer;         ///< exactly config.vocabSize pieces
   /// Things the importer resolved that the user should know (e.g. a tied

@@ -118,6 +118,29 @@ kiln_rt_status_t kiln_rt_artifact_device_bandwidth(
     const kiln_rt_artifact_t *artifact, uint64_t buffer_bytes, int32_t reps,
     double *out_bytes_per_second);
 
+/// What chat needs from an artifact (manifest "chat", docs/artifact.md).
+typedef struct kiln_rt_chat_info_t {
+  /* chat_template.jinja's text (Jinja2, rendered by the caller, e.g. with
+   * runtime/src/chat), checked against the manifest's hashes like every
+   * file; NULL (and template_len 0) when the artifact has none. */
+  const char *template_text;
+  size_t template_len;
+  /* Token ids that end an assistant turn: the model's EOT/EOM ids, then its
+   * EOS (the EOS alone for artifacts without a "chat" entry). */
+  const int32_t *end_of_turn_ids;
+  size_t n_end_of_turn_ids;
+  /* The BOS and EOS pieces as text, for templates' bos_token / eos_token
+   * ("" when unknown). */
+  const char *bos_token, *eos_token;
+  /* The tokenizer's add_bos: a conversation starts with BOS unless the
+   * rendered text already starts with bos_token (llama.cpp's rule). */
+  int add_bos;
+} kiln_rt_chat_info_t;
+
+/// Fills `out_info`; pointers stay valid while the artifact lives.
+void kiln_rt_artifact_chat_info(const kiln_rt_artifact_t *artifact,
+                                kiln_rt_chat_info_t *out_info);
+
 /*===--------------------------- tokenizer -------------------------------===*/
 
 /// Encodes UTF-8 `text` (length `text_len` bytes) with the artifact's
@@ -148,6 +171,26 @@ typedef struct kiln_rt_session_s kiln_rt_session_t;
 /// After a failed step the session refuses further steps until reset.
 kiln_rt_status_t kiln_rt_session_create(kiln_rt_artifact_t *artifact,
                                         kiln_rt_session_t **out_session);
+
+/// Options of kiln_rt_session_create_with_options; zero-initialize, then set.
+typedef struct kiln_rt_session_options_t {
+  /* Positions the session may use, 1 <= context_length <= the artifact's
+   * max_seq_len (kiln_rt_model_info_t); 0: max_seq_len. The KV-cache layout
+   * is fixed by the compiled plan (rows of max_seq_len per layer), so the
+   * cache is still reserved for max_seq_len positions, but on the cpu target
+   * it is mapped on demand (MAP_NORESERVE): only the pages of the positions
+   * used are ever committed. Beyond the limit prefill/decode return
+   * KILN_RT_OUT_OF_RANGE. Larger than max_seq_len: KILN_RT_INVALID_ARGUMENT. */
+  int64_t context_length;
+} kiln_rt_session_options_t;
+
+/// kiln_rt_session_create with options (NULL `options`: all zero).
+kiln_rt_status_t kiln_rt_session_create_with_options(
+    kiln_rt_artifact_t *artifact, const kiln_rt_session_options_t *options,
+    kiln_rt_session_t **out_session);
+
+/// The session's context length (positions [0, n)).
+int64_t kiln_rt_session_context_length(const kiln_rt_session_t *session);
 void kiln_rt_session_release(kiln_rt_session_t *session);
 
 /// Forgets the sequence: position 0, KV cache zeroed.

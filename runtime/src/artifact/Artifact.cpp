@@ -360,6 +360,46 @@ Status parseManifest(const std::string &text, const std::string &dir,
     }
     out.tensors.push_back(std::move(w));
   }
+
+  // chat (optional): {"template": FILE, "end_of_turn_ids": [...],
+  // "bos_token": "...", "eos_token": "..."}.
+  if (root.contains("chat")) {
+    const json &c = root["chat"];
+    if (!c.is_object())
+      return r.error("field 'chat' must be an object");
+    if (c.contains("template")) {
+      if (!c["template"].is_string())
+        return r.error("field 'chat.template' must be a string");
+      out.chatTemplateFile = c["template"].get<std::string>();
+      if (!findFile(out.chatTemplateFile))
+        return r.error("'files' does not list \"" + out.chatTemplateFile +
+                       "\" (chat.template; its size and checksum are "
+                       "required)");
+    }
+    if (c.contains("end_of_turn_ids")) {
+      const json &ids = c["end_of_turn_ids"];
+      if (!ids.is_array() || ids.empty() || ids.size() > 64)
+        return r.error("field 'chat.end_of_turn_ids' must be an array of 1 "
+                       "to 64 token ids");
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (!ids[i].is_number_integer() || ids[i].get<int64_t>() < 0 ||
+            ids[i].get<int64_t>() >= out.vocabSize)
+          return r.error("field 'chat.end_of_turn_ids[" + std::to_string(i) +
+                         "]' is " + ids[i].dump() +
+                         ", expected a token id in [0, " +
+                         std::to_string(out.vocabSize) + ")");
+        out.endOfTurnIds.push_back(int32_t(ids[i].get<int64_t>()));
+      }
+    }
+    for (const char *key : {"bos_token", "eos_token"})
+      if (c.contains(key)) {
+        if (!c[key].is_string())
+          return r.error(std::string("field 'chat.") + key +
+                         "' must be a string");
+        (std::string(key) == "bos_token" ? out.bosToken : out.eosToken) =
+            c[key].get<std::string>();
+      }
+  }
   return Status::ok();
 }
 
@@ -370,6 +410,8 @@ static constexpr uint64_t kMaxManifestBytes = uint64_t(64) << 20;
 /// Largest tokenizer.json read: the limit of Tokenizer::load (Tokenizer.cpp)
 /// and kiln-compile's TokenizerWriter (a 256k-piece vocabulary is ~20 MB).
 static constexpr uint64_t kMaxTokenizerBytes = uint64_t(512) << 20;
+/// Largest chat_template.jinja read (kiln-compile's limit too).
+static constexpr uint64_t kMaxChatTemplateBytes = uint64_t(1) << 20;
 /// Largest model.so copied into memory to be loaded (signed artifacts).
 static constexpr uint64_t kMaxSignedCodeBytes = uint64_t(4) << 30;
 
@@ -615,15 +657,20 @@ Status Artifact::checkFiles(const OpenOptions &options,
                       " (truncated or corrupted artifact)");
     const bool isModel = f.name == "model.so";
     const bool isTokenizer = f.name == manifest_.tokenizerFile;
+    const bool isChat = f.name == manifest_.chatTemplateFile;
     // Read into memory what is used from memory, so that the bytes checked
-    // are the bytes used: tokenizer.json, and model.so of a signed artifact
-    // (loaded from a sealed in-memory copy, see loadModelLibrary).
+    // are the bytes used: tokenizer.json, chat_template.jinja, and model.so
+    // of a signed artifact (loaded from a sealed in-memory copy, see
+    // loadModelLibrary).
     std::string *inMemory = isTokenizer ? &tokenizerText
+                            : isChat    ? &chatTemplate_
                             : isModel && signedArtifact ? &modelCode_
                                                         : nullptr;
     FileHasher hasher(signedArtifact);
     if (inMemory) {
-      uint64_t limit = isTokenizer ? kMaxTokenizerBytes : kMaxSignedCodeBytes;
+      uint64_t limit = isTokenizer ? kMaxTokenizerBytes
+                       : isChat    ? kMaxChatTemplateBytes
+                                   : kMaxSignedCodeBytes;
       if (size > limit)
         return dataLoss(path + ": " + std::to_string(size) +
                         " bytes, larger than the " + std::to_string(limit) +

@@ -61,6 +61,12 @@ struct Manifest {
   std::string weightsFile, tokenizerFile;
   std::vector<WeightTensor> tensors;
   std::vector<ArtifactFile> files;
+  /// manifest "chat" (optional; docs/artifact.md): the template file (empty:
+  /// none), the ids that end an assistant turn (default: the tokenizer's
+  /// EOS) and the bos_token / eos_token strings templates print.
+  std::string chatTemplateFile;
+  std::vector<int32_t> endOfTurnIds;
+  std::string bosToken, eosToken;
 };
 
 using EntryPoint = void (*)(kiln_exec_ctx *ctx, int64_t n, int64_t pos);
@@ -111,6 +117,9 @@ public:
   Status deviceBandwidth(uint64_t bytes, int32_t reps, double &out) const;
   /// Context length: min(model.max_seq_len, runtime.kv_cache.max_seq).
   int64_t contextLength() const;
+  /// chat_template.jinja's text (hash-checked like every file); empty when
+  /// the artifact has none.
+  const std::string &chatTemplate() const { return chatTemplate_; }
 
   std::string pieceScratch; ///< backing store for kiln_rt_detokenize
 
@@ -132,6 +141,7 @@ private:
   /// what the runtime uses (weights.bin, tokenizer.json, model.so) open or
   /// in memory so that what was checked is what is used.
   Status checkFiles(const OpenOptions &options, std::string &tokenizerText);
+  std::string chatTemplate_;
   Status loadModelLibrary();
   Status loadCuda();
   /// dlsym in model.so; `field` names the manifest field, nullptr for a

@@ -18,6 +18,7 @@ using namespace kiln::rt;
 
 struct kiln_rt_artifact_s {
   std::unique_ptr<Artifact> impl;
+  int32_t eosFallback = 0; ///< end-of-turn id of artifacts without "chat"
 };
 struct kiln_rt_session_s {
   std::unique_ptr<Session> impl;
@@ -77,7 +78,8 @@ kiln_rt_artifact_open_with_options(const char *dir,
     }
     std::unique_ptr<Artifact> a;
     KILN_RT_RETURN_IF_ERROR(Artifact::open(dir, o, a));
-    *out_artifact = new kiln_rt_artifact_s{std::move(a)};
+    int32_t eos = a->tokenizer().eosId();
+    *out_artifact = new kiln_rt_artifact_s{std::move(a), eos};
     return Status::ok();
   });
 }
@@ -162,14 +164,50 @@ kiln_rt_status_t kiln_rt_detokenize(kiln_rt_artifact_t *artifact,
 
 kiln_rt_status_t kiln_rt_session_create(kiln_rt_artifact_t *artifact,
                                         kiln_rt_session_t **out_session) {
+  return kiln_rt_session_create_with_options(artifact, nullptr, out_session);
+}
+
+kiln_rt_status_t kiln_rt_session_create_with_options(
+    kiln_rt_artifact_t *artifact, const kiln_rt_session_options_t *options,
+    kiln_rt_session_t **out_session) {
   return guarded([&]() -> Status {
     if (!artifact || !out_session)
       return invalidArgument("kiln_rt_session_create: null argument");
+    kiln_rt_session_options_t given{};
+    if (options)
+      given = *options;
     std::unique_ptr<Session> s;
-    KILN_RT_RETURN_IF_ERROR(Session::create(*artifact->impl, s));
+    KILN_RT_RETURN_IF_ERROR(
+        Session::create(*artifact->impl, s, given.context_length));
     *out_session = new kiln_rt_session_s{std::move(s)};
     return Status::ok();
   });
+}
+
+int64_t kiln_rt_session_context_length(const kiln_rt_session_t *session) {
+  return session->impl->contextLength();
+}
+
+void kiln_rt_artifact_chat_info(const kiln_rt_artifact_t *artifact,
+                                kiln_rt_chat_info_t *out_info) {
+  const Artifact &a = *artifact->impl;
+  const Manifest &m = a.manifest();
+  kiln_rt_chat_info_t info{};
+  if (!a.chatTemplate().empty()) {
+    info.template_text = a.chatTemplate().c_str();
+    info.template_len = a.chatTemplate().size();
+  }
+  if (!m.endOfTurnIds.empty()) {
+    info.end_of_turn_ids = m.endOfTurnIds.data();
+    info.n_end_of_turn_ids = m.endOfTurnIds.size();
+  } else {
+    info.end_of_turn_ids = &artifact->eosFallback;
+    info.n_end_of_turn_ids = 1;
+  }
+  info.bos_token = m.bosToken.c_str();
+  info.eos_token = m.eosToken.c_str();
+  info.add_bos = a.tokenizer().addBos() ? 1 : 0;
+  *out_info = info;
 }
 
 void kiln_rt_session_release(kiln_rt_session_t *session) { delete session; }

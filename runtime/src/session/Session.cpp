@@ -7,8 +7,17 @@ namespace kiln::rt {
 
 Session::~Session() = default;
 
-Status Session::create(const Artifact &artifact, std::unique_ptr<Session> &out) {
+Status Session::create(const Artifact &artifact, std::unique_ptr<Session> &out,
+                       int64_t contextLength) {
+  int64_t max = artifact.contextLength();
+  if (contextLength < 0 || contextLength > max)
+    return invalidArgument("context length " + std::to_string(contextLength) +
+                           " is outside [1, " + std::to_string(max) +
+                           "]: the artifact was compiled for at most " +
+                           std::to_string(max) +
+                           " positions (kiln-compile --max-seq-len)");
   std::unique_ptr<Session> s(new Session(artifact));
+  s->ctx_ = contextLength ? contextLength : max;
   KILN_RT_RETURN_IF_ERROR(artifact.createExecutor(s->executor_));
   out = std::move(s);
   return Status::ok();
@@ -41,11 +50,12 @@ Status Session::check(const int32_t *tokens, int64_t n) const {
                              " (index " + std::to_string(i) +
                              ") is outside the vocabulary [0, " +
                              std::to_string(vocab) + ")");
-  int64_t ctx = artifact_.contextLength();
+  int64_t ctx = ctx_;
   if (pos_ + n > ctx)
     return outOfRange(std::to_string(n) + " tokens at position " +
-                      std::to_string(pos_) + " exceed the model's context of " +
-                      std::to_string(ctx) + " tokens");
+                      std::to_string(pos_) + " exceed the " +
+                      (ctx < artifact_.contextLength() ? "session's" : "model's") +
+                      " context of " + std::to_string(ctx) + " tokens");
   return Status::ok();
 }
 

@@ -26,7 +26,11 @@ public:
   /// CPU: a zeroed KV cache (runtime.kv_cache.bytes, anonymous mmap), a
   /// 64-byte aligned arena (runtime.arena_bytes) and float32[vocab] logits.
   /// CUDA: the same on the device, plus a stream and token/position buffers.
-  static Status create(const Artifact &artifact, std::unique_ptr<Session> &out);
+  /// `contextLength` 0: the artifact's; else 1 .. the artifact's (checked).
+  static Status create(const Artifact &artifact, std::unique_ptr<Session> &out,
+                       int64_t contextLength = 0);
+  /// Positions this session may use: [0, contextLength()).
+  int64_t contextLength() const { return ctx_; }
 
   /// Position 0 and a zeroed KV cache. A device error while zeroing is
   /// reported by the next prefill/decode.
@@ -58,6 +62,7 @@ private:
   const Artifact &artifact_;
   std::unique_ptr<Executor> executor_;
   int64_t pos_ = 0;
+  int64_t ctx_ = 0;
   bool hasLogits_ = false;
   bool dirty_ = false;
   Status failed_; ///< sticky error of a failed step or reset
