@@ -388,7 +388,7 @@ TEST(TokenizerLoad, Errors) {
                    {"missing field 'scores'"});
   expectParseError(validJsonWith("format", "gguf"),
                    {"'format'", "kiln-tokenizer"});
-  expectParseError(validJsonWith("version", 2), {"'version'", "2"});
+  expectParseError(validJsonWith("version", 3), {"'version'", "3"});
   expectParseError(validJsonWith("model", "wordpiece"),
                    {"'model'", "wordpiece"});
   expectParseError(validJsonWith("scores", {0, 0, 0, 0}),
