@@ -61,6 +61,8 @@ Expected<json::Value> tokenizerToJson(const TokenizerDesc &tok) {
     for (const std::string &r : tok.preTokenizerRegexes)
       regexes.push_back(r);
     doc["pre_tokenizer_regexes"] = std::move(regexes);
+    if (!tok.normalizer.empty())
+      doc["normalizer"] = tok.normalizer;
   }
   return json::Value(std::move(doc));
 }

@@ -58,7 +58,7 @@ def main(argv):
     hf_case("hf-lstrip", lambda t: t["added_tokens"][1].update(lstrip=True),
             "added token with lstrip")
     hf_case("hf-no-decoder", lambda t: t.update(decoder=None), "no ByteLevel decoder")
-    hf_case("hf-nfc", lambda t: t.update(normalizer={"type": "NFC"}), "NFC normalizer")
+    hf_case("hf-nfkc", lambda t: t.update(normalizer={"type": "NFKC"}), "NFKC normalizer")
 
     def missing_byte(t):
         v = t["model"]["vocab"]

@@ -588,6 +588,10 @@ static Expected<TokenizerDesc> byteLevelTokenizerFromGguf(const GgufFile &g,
   bool llama3 = tok.preTokenizer == "llama-bpe" ||
                 tok.preTokenizer == "llama3" || tok.preTokenizer == "llama-v3";
   tok.ignoreMerges = llama3;
+  // Qwen2's tokenizer.json normalises to NFC, which the GGUF does not record
+  // (llama.cpp skips it); Kiln follows Hugging Face.
+  if (tok.preTokenizer == "qwen2")
+    tok.normalizer = "nfc";
 
   auto intKey = [&](StringRef key, int64_t dflt) -> Expected<int64_t> {
     Expected<std::optional<int64_t>> v = getInt(g, key);

@@ -498,6 +498,11 @@ Error checkTokenizer(const TokenizerDesc &tok, StringRef file) {
     return fileError(file, "tokenizer model '" + tok.model +
                                "' is not implemented (expected 'spm', "
                                "'bpe' or 'byte_bpe')");
+  if (!tok.normalizer.empty() &&
+      (tok.normalizer != "nfc" || tok.model != "byte_bpe"))
+    return fileError(file, "tokenizer normalizer '" + tok.normalizer +
+                               "' is not implemented (only 'nfc', for "
+                               "'byte_bpe')");
   if (tok.model != "byte_bpe" && !tok.preTokenizerRegexes.empty())
     return fileError(file, "tokenizer model '" + tok.model +
                                "' has pre-tokenizer patterns (only "

@@ -201,6 +201,9 @@ struct TokenizerDesc {
   /// PCRE2 patterns, applied in order as Hugging Face Split(Isolated).
   std::string preTokenizer;
   std::vector<std::string> preTokenizerRegexes;
+  /// byte_bpe: "" or "nfc" (Unicode NFC of the text between added tokens,
+  /// Hugging Face's NFC normalizer; Qwen2).
+  std::string normalizer;
 };
 
 struct ModelDesc {

@@ -416,19 +416,24 @@ static std::string literalPattern(StringRef s) {
 
 /// Reads the normalizer, pre_tokenizer and decoder of a byte-level BPE
 /// tokenizer.json into `tok.preTokenizerRegexes`. Implemented: no
-/// normalizer; pre_tokenizer a ByteLevel (add_prefix_space false; its
+/// normalizer or NFC; pre_tokenizer a ByteLevel (add_prefix_space false; its
 /// use_regex adds GPT-2's pattern) after any number of Split (behavior
 /// Isolated, invert false; Regex or String pattern) and Digits; decoder
 /// ByteLevel.
 static Error readByteLevelPrep(StringRef path, const json::Object &top,
                                TokenizerDesc &tok) {
-  if (const json::Value *n = top.get("normalizer");
-      n && n->kind() != json::Value::Null) {
-    const json::Object *o = n->getAsObject();
-    return fileError(path, "normalizer '" +
-                               (o ? componentType(*o) : StringRef("?")) +
+  SmallVector<const json::Object *> normalizers;
+  if (Error e = flattenComponents(path, top.get("normalizer"), "normalizer",
+                                  "normalizers", normalizers))
+    return e;
+  for (const json::Object *o : normalizers) {
+    if (componentType(*o) == "NFC" && tok.normalizer.empty()) {
+      tok.normalizer = "nfc";
+      continue;
+    }
+    return fileError(path, "normalizer '" + componentType(*o) +
                                "' is not implemented for byte-level BPE "
-                               "(expected null)");
+                               "(expected null or NFC)");
   }
   SmallVector<const json::Object *> items;
   if (Error e = flattenComponents(path, top.get("pre_tokenizer"),

@@ -15,8 +15,12 @@
 
 #include <cerrno>
 #include <cfloat>
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <deque>
 #include <cstdio>
 #include <queue>
 
@@ -149,6 +153,13 @@ TokenizerStatus Tokenizer::create(TokenizerConfig config, Tokenizer &out,
   tok.fuseUnk_ = config.fuseUnk;
   tok.addEos_ = config.addEos;
   tok.ignoreMerges_ = config.ignoreMerges;
+  if (config.normalizer == "nfc")
+    tok.nfc_ = true;
+  else if (!config.normalizer.empty())
+    return fail("field 'normalizer' is " + quote(config.normalizer) +
+                ", expected \"nfc\" or absent");
+  if (tok.nfc_ && config.model != TokenizerModel::ByteBpe)
+    return fail("field 'normalizer' is set but model is not \"byte_bpe\"");
   tok.byteIds_.assign(256, -1);
   tok.decoded_.resize(n);
 
@@ -491,6 +502,11 @@ static TokenizerStatus parseFields(const Json &root,
     if (!it->is_string())
       return typeError("pre_tokenizer", "a string");
     config.preTokenizer = it->get<std::string>();
+  }
+  if (auto it = root.find("normalizer"); it != root.end()) {
+    if (!it->is_string())
+      return typeError("normalizer", "a string");
+    config.normalizer = it->get<std::string>();
   }
   if (auto it = root.find("pre_tokenizer_regexes"); it != root.end()) {
     if (!it->is_array())
@@ -849,12 +865,26 @@ void Tokenizer::encodeByteLevel(std::string_view text, bool parseSpecial,
   std::unordered_map<std::string_view, std::vector<int32_t>> cache;
   std::vector<std::pair<size_t, size_t>> words;
   std::vector<int32_t> wordIds;
+  std::deque<std::string> normalised; // keeps cache keys alive
   for (const Part &part : parts) {
     if (part.id >= 0) {
       ids.push_back(part.id);
       continue;
     }
     std::string_view partText = text.substr(part.offset, part.length);
+    if (nfc_) {
+      utf8proc_uint8_t *out = nullptr;
+      utf8proc_ssize_t n = utf8proc_map(
+          reinterpret_cast<const utf8proc_uint8_t *>(partText.data()),
+          static_cast<utf8proc_ssize_t>(partText.size()), &out,
+          static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+      if (n >= 0 && out) {
+        normalised.emplace_back(reinterpret_cast<const char *>(out),
+                                static_cast<size_t>(n));
+        partText = normalised.back();
+      }
+      std::free(out);
+    }
     words.clear();
     splitter_->split(partText, words);
     for (auto [offset, length] : words) {

@@ -93,6 +93,10 @@ struct TokenizerConfig {
   /// and its PCRE2 patterns, applied in order (see RegexSplitter).
   std::string preTokenizer;
   std::vector<std::string> preTokenizerRegexes;
+  /// ByteBpe: Unicode normalisation of the text between added tokens before
+  /// pre-tokenization: "" (none) or "nfc" (Hugging Face NFC normalizer, as
+  /// Qwen2 has; utf8proc). Text that is not valid UTF-8 is left as is.
+  std::string normalizer;
 };
 
 /// What encode() adds and recognises besides the text itself.
@@ -203,6 +207,7 @@ private:
   bool fuseUnk_ = false;
   bool addEos_ = false;
   bool ignoreMerges_ = false;
+  bool nfc_ = false;
 
   /// Pieces that text may be split into (normal / user-defined, not byte
   /// pieces); the first id wins for duplicate pieces.

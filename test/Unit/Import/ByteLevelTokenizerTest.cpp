@@ -183,6 +183,28 @@ TEST(ByteLevelTokenizer, IgnoreMergesMatters) {
   EXPECT_NE(rt.encode(" Kiln", false), Ids{510});
 }
 
+/// Qwen2's NFC normalizer (HF tokenizer.json, and implied by GGUF pre
+/// qwen2): decomposed accents compose before the merges.
+TEST(ByteLevelTokenizer, NfcMatters) {
+  for (const char *file : {"qwen2/tokenizer.json", "qwen2.gguf"}) {
+    llvm::Expected<TokenizerDesc> tok = readTokenizer(inputPath(file));
+    ASSERT_TRUE(bool(tok)) << errorMessage(tok);
+    EXPECT_EQ(tok->normalizer, "nfc") << file;
+    kiln::rt::Tokenizer rt;
+    ASSERT_TRUE(toRuntime(*tok, rt));
+    std::string decomposed = "cafe\xcc\x81", composed = "caf\xc3\xa9";
+    EXPECT_EQ(rt.encode(decomposed, false), rt.encode(composed, false));
+    tok->normalizer.clear();
+    ASSERT_TRUE(toRuntime(*tok, rt));
+    EXPECT_NE(rt.encode(decomposed, false), rt.encode(composed, false));
+    // Only NFC, only for byte_bpe.
+    tok->normalizer = "nfkc";
+    EXPECT_NE(errorMessage(detail::checkTokenizer(*tok, "t"))
+                  .find("normalizer 'nfkc' is not implemented"),
+              std::string::npos);
+  }
+}
+
 /// llama.cpp's "default" pre-tokenizer (no Hugging Face twin): loads, and
 /// every string (also invalid UTF-8) decodes back to its bytes.
 TEST(ByteLevelTokenizer, DefaultPreTokenizerAndInvalidUtf8RoundTrip) {
