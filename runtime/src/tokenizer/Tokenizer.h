@@ -1,4 +1,4 @@
-//===- Tokenizer.h - Kiln tokenizer (SentencePiece / HF BPE) ----*- C++ -*-===//
+//===- Tokenizer.h - Kiln tokenizer (SPM / BPE / byte-level BPE) -*- C++ -*-===//
 //
 // Encodes prompts and stream-decodes generated ids for the Kiln runtime. The
 // vocabulary comes from an artifact's tokenizer.json (docs/artifact.md,
