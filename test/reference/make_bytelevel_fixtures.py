@@ -68,6 +68,7 @@ TEXTS = [
 # decomposed accents and a compatibility sign NFC changes (Qwen2).
 EVAL_ONLY = [
     "cafe\u0301 e\u0301le\u0300ve \u212b \u1e9b\u0323",
+    "story one<|endoftext|>story two",
 ]
 
 SPECIALS = {
@@ -125,6 +126,10 @@ def train(name, corpus):
                  "special_tokens": {"<|begin_of_text|>": {
                      "id": "<|begin_of_text|>", "ids": [0],
                      "tokens": ["<|begin_of_text|>"]}}}]}
+    elif name == "smollm":
+        # As SmolLM2's: the unknown token is a special added token (still
+        # matched in text).
+        doc["model"]["unk_token"] = "<|endoftext|>"
     elif name == "qwen2":
         doc["post_processor"] = {"type": "ByteLevel", "add_prefix_space": False,
                                  "trim_offsets": False, "use_regex": False}

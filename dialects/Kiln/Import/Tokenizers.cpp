@@ -832,7 +832,10 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
       return fileError(path, "model.unk_token " + quotePiece(*unk) +
                                  " is not in the vocabulary");
     tok.unkId = *id;
-    tok.types[*id] = 2;
+    // An added token stays what it is (SmolLM2's unk is the special
+    // <|endoftext|>, which is still matched in text).
+    if (!byteLevel || tok.types[*id] == 1)
+      tok.types[*id] = 2;
   }
 
   // bos/eos: tokenizer_config.json, then config.json, then "<s>"/"</s>".
