@@ -149,7 +149,8 @@ kiln_rt_status_t kiln_rt_tokenize_ex(const kiln_rt_artifact_t *artifact,
                                      size_t capacity, size_t *out_count);
 
 /// The text of token `id` following token `prev_id` (the first space after
-/// BOS is stripped; control tokens print nothing; "<0x0A>" gives a byte).
+/// BOS is stripped; control tokens print nothing; "<0x0A>" gives a byte;
+/// byte-level BPE pieces give their bytes, with no space stripped).
 /// Returns a pointer valid until the next call on this artifact, and its byte
 /// length in `*out_len` (may contain no NUL terminator semantics: use length).
 kiln_rt_status_t kiln_rt_detokenize(kiln_rt_artifact_t *artifact,

@@ -65,6 +65,11 @@ void RegexSplitter::splitOne(
   size_t last = 0; // end of the last range emitted
   while (pos < text.size() && md.data) {
     int rc = pcre2_match(re, subject, text.size(), pos, 0, md.data, nullptr);
+    // The JIT's fixed stack can run out where the interpreter (heap
+    // frames) does not: retry without it before giving up.
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH)
+      rc = pcre2_match(re, subject, text.size(), pos, PCRE2_NO_JIT, md.data,
+                       nullptr);
     if (rc < 0)
       break; // no match (or a match error): the rest is one range
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md.data);
