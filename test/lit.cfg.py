@@ -60,6 +60,12 @@ try:
     config.available_features.add("numpy")
 except ImportError:
     pass
+# PyPI gguf (gguf-py) in the Python that runs %python: test helpers that
+# write GGUF files.
+import subprocess
+if subprocess.run([config.python_executable, "-c", "import gguf"],
+                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0:
+    config.available_features.add("gguf-py")
 
 # SmoothQuant W8A8 artifacts need the int8-activation kernels
 # (kiln_k_linear_w8a8 in the kernel ABI); tests that run them require this.

@@ -33,9 +33,11 @@ Expected<json::Value> tokenizerToJson(const TokenizerDesc &tok) {
   merges.reserve(tok.merges.size());
   for (const std::string &m : tok.merges)
     merges.push_back(m);
-  return json::Object{
+  bool byteLevel = tok.model == "byte_bpe";
+  json::Object doc{
       {"format", "kiln-tokenizer"},
-      {"version", 1},
+      // Version 2 adds byte_bpe; older runtimes refuse it by version.
+      {"version", byteLevel || tok.addEos ? 2 : 1},
       {"model", tok.model},
       {"pieces_hex", std::move(pieces)},
       {"scores", std::move(scores)},
@@ -50,6 +52,19 @@ Expected<json::Value> tokenizerToJson(const TokenizerDesc &tok) {
       {"byte_fallback", tok.byteFallback},
       {"fuse_unk", tok.fuseUnk},
   };
+  if (tok.addEos)
+    doc["add_eos"] = true;
+  if (byteLevel) {
+    doc["ignore_merges"] = tok.ignoreMerges;
+    doc["pre_tokenizer"] = tok.preTokenizer;
+    json::Array regexes;
+    for (const std::string &r : tok.preTokenizerRegexes)
+      regexes.push_back(r);
+    doc["pre_tokenizer_regexes"] = std::move(regexes);
+    if (!tok.normalizer.empty())
+      doc["normalizer"] = tok.normalizer;
+  }
+  return json::Value(std::move(doc));
 }
 
 Error writeTokenizerJson(StringRef path, const TokenizerDesc &tok) {

@@ -4,8 +4,9 @@
 // the real tokenizers of ../shared/models (or $KILN_FUZZ_MODELS) are
 // imported, written as artifact tokenizer.json and loaded as the runtime
 // does: stories260K tok512.bin (SentencePiece, 512), the Llama 2 vocabulary
-// (SentencePiece, 32000), TinyStories-656K tokenizer.json (byte-level BPE,
-// 2048), SmolLM2's GGUF vocabulary (BPE, 49152), plus a synthetic one
+// (SentencePiece, 32000), TinyStories-656K tokenizer.json (BPE by rank,
+// 2048), SmolLM2's GGUF vocabulary (byte-level BPE with the smollm regex
+// pre-tokenizer and special tokens, 49152), plus a synthetic one
 // (always there, so the target works without the models).
 //
 // Input: first byte 'J': the rest is a kiln tokenizer.json, parsed with

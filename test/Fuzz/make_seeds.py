@@ -367,6 +367,15 @@ def main():
             note("%s missing, skipped" % path)
             continue
         shrink_gguf(path, out / "gguf" / name)
+    # The committed byte-level BPE fixtures (tokenizer-only GGUFs and
+    # Hugging Face tokenizer.json, test/Inputs/bytelevel).
+    bytelevel = src_root / "test/Inputs/bytelevel"
+    for name in ("llama3", "qwen2", "gpt2", "smollm"):
+        if (bytelevel / (name + ".gguf")).exists():
+            (out / "gguf" / ("bytelevel-" + name)).write_bytes(
+                (bytelevel / (name + ".gguf")).read_bytes())
+            (out / "tokjson" / ("bytelevel-" + name)).write_bytes(
+                (bytelevel / name / "tokenizer.json").read_bytes())
 
     s260 = models / "stories260K"
     if (s260 / "stories260K.bin").exists() and (s260 / "tok512.bin").exists():

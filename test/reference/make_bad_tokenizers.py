@@ -12,7 +12,7 @@ one line per fixture with what is wrong.
 
 The second form corrupts the tokenizer.json of a compiled artifact the way
 CASE says (merge-missing-piece, inf-score: a score beyond float range,
-bad-type, deep) and re-hashes it
+bad-type, deep, bytelevel-bad-regex, bytelevel-missing-byte) and re-hashes it
 in manifest.json (XXH3-64 through libxxhash), so that only the tokenizer
 check can refuse it.
 """
@@ -210,6 +210,12 @@ def edit_artifact(art, case):
     elif case == "inf-score":
         t["scores"][7] = 12345.5
         text = json.dumps(t).replace("12345.5", "1e300")  # beyond float
+    elif case == "bytelevel-bad-regex":
+        t["pre_tokenizer_regexes"][0] = "(\\p{L}"
+    elif case == "bytelevel-missing-byte":
+        bang = bytes("!", "ascii").hex()
+        t["pieces_hex"] = [("3c62616e673e" if p == bang else p) for p in t["pieces_hex"]]
+        t["merges"] = [m for m in t["merges"] if "!" not in m]
     elif case == "deep":
         text = json.dumps(t)[:-1] + ', "x": ' + "[" * 100000 + "]" * 100000 + "}"
     else:

@@ -120,6 +120,17 @@ static cl::opt<bool> printTokens(
     cl::desc("Test hook: print the generated token ids on stderr (one line)"),
     cl::cat(runCategory));
 
+static cl::opt<bool> noSpecial(
+    "no-special",
+    cl::desc("Treat special (control) tokens written in the prompt, such as "
+             "<|im_start|>, as plain text instead of their ids"),
+    cl::cat(runCategory));
+static cl::opt<bool> printPromptTokens(
+    "print-prompt-tokens",
+    cl::desc("Test hook: print the prompt's token ids on stderr (one line, "
+             "\"prompt: ...\") before generating"),
+    cl::cat(runCategory));
+
 namespace {
 
 [[noreturn]] void fail(const std::string &message) {
@@ -495,18 +506,27 @@ int main(int argc, char **argv) {
   } else {
     tokens.resize(prompt.size() + 3);
     size_t count = 0;
-    kiln_rt_status_t st = kiln_rt_tokenize(rt.artifact, prompt.data(), prompt.size(),
-                                           1, tokens.data(), tokens.size(), &count);
+    uint32_t flags = KILN_RT_TOKENIZE_ADD_SPECIAL |
+                     (noSpecial ? KILN_RT_TOKENIZE_NO_SPECIAL : 0u);
+    kiln_rt_status_t st =
+        kiln_rt_tokenize_ex(rt.artifact, prompt.data(), prompt.size(), flags,
+                            tokens.data(), tokens.size(), &count);
     if (kiln_rt_status_code(st) == KILN_RT_OUT_OF_RANGE) { // buffer too small
       kiln_rt_status_free(st);
       tokens.resize(count);
-      st = kiln_rt_tokenize(rt.artifact, prompt.data(), prompt.size(), 1,
-                            tokens.data(), tokens.size(), &count);
+      st = kiln_rt_tokenize_ex(rt.artifact, prompt.data(), prompt.size(),
+                               flags, tokens.data(), tokens.size(), &count);
     }
     check(st);
     tokens.resize(count);
     if (tokens.empty())
       tokens.push_back(info.bos_id);
+  }
+  if (printPromptTokens) {
+    std::string line = "prompt:";
+    for (int32_t id : tokens)
+      line += " " + std::to_string(id);
+    std::fprintf(stderr, "%s\n", line.c_str());
   }
   int64_t promptLen = int64_t(tokens.size());
   if (promptLen > ctx)

@@ -16,6 +16,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -528,6 +529,121 @@ static Expected<int64_t> getRequiredInt(const GgufFile &g, StringRef key) {
 // Tokenizer
 //===----------------------------------------------------------------------===//
 
+/// The rest of a `tokenizer.ggml.model = gpt2` vocabulary (llama.cpp's
+/// LLAMA_VOCAB_TYPE_BPE): merges, the pre-tokenizer named by
+/// `tokenizer.ggml.pre`, special ids and flags with llama.cpp's defaults for
+/// that model (BOS/EOS 11, no unknown piece, no BOS unless the Llama 3
+/// pre-tokenizer or `add_bos_token` asks). `tok` holds the pieces and types.
+static Expected<TokenizerDesc> byteLevelTokenizerFromGguf(const GgufFile &g,
+                                                          TokenizerDesc tok) {
+  size_t n = tok.pieces.size();
+  const GgufValue *merges = findKey(g, "tokenizer.ggml.merges");
+  if (!merges)
+    return fileError(g.path, "missing key 'tokenizer.ggml.merges' (a "
+                             "'gpt2' byte-level BPE vocabulary needs its "
+                             "merges)");
+  if (merges->type != kArray || merges->elemType != kString)
+    return fileError(g.path, "key 'tokenizer.ggml.merges' at offset " +
+                                 Twine(merges->offset) +
+                                 " is not an array of strings");
+  StringSet<> known;
+  for (const std::string &p : tok.pieces)
+    known.insert(p);
+  tok.merges.reserve(merges->strs.size());
+  for (auto [rank, m] : llvm::enumerate(merges->strs)) {
+    auto where = [&, rank = rank, &m = m] {
+      return "key 'tokenizer.ggml.merges' at offset " +
+             std::to_string(merges->offset) + ": merge " +
+             std::to_string(rank) + " " + quotePiece(m);
+    };
+    auto [left, right] = StringRef(m).split(' ');
+    if (left.empty() || right.empty() || right.contains(' '))
+      return fileError(g.path, where() + " is not two pieces separated by "
+                                         "one space");
+    for (StringRef half : {left, right})
+      if (!known.contains(half))
+        return fileError(g.path, where() + ": piece " + quotePiece(half) +
+                                     " is not in tokenizer.ggml.tokens");
+    if (!known.contains((left + right).str()))
+      return fileError(g.path, where() + ": merged piece " +
+                                   quotePiece((left + right).str()) +
+                                   " is not in tokenizer.ggml.tokens");
+    tok.merges.push_back(m);
+  }
+
+  Expected<std::optional<std::string>> pre =
+      getString(g, "tokenizer.ggml.pre");
+  if (!pre)
+    return pre.takeError();
+  // llama.cpp reads a missing name as "default".
+  tok.preTokenizer = pre->value_or("default");
+  std::optional<std::vector<std::string>> regexes =
+      ggufPreTokenizerRegexes(tok.preTokenizer);
+  if (!regexes)
+    return fileError(g.path, "key 'tokenizer.ggml.pre' is " +
+                                 quotePiece(tok.preTokenizer) +
+                                 ": unknown byte-level BPE pre-tokenizer "
+                                 "(Kiln implements 'smollm', 'llama-bpe', "
+                                 "'qwen2', 'gpt2' and 'default')");
+  tok.preTokenizerRegexes = std::move(*regexes);
+  bool llama3 = tok.preTokenizer == "llama-bpe" ||
+                tok.preTokenizer == "llama3" || tok.preTokenizer == "llama-v3";
+  tok.ignoreMerges = llama3;
+  // Qwen2's tokenizer.json normalises to NFC, which the GGUF does not record
+  // (llama.cpp skips it); Kiln follows Hugging Face.
+  if (tok.preTokenizer == "qwen2")
+    tok.normalizer = "nfc";
+
+  auto intKey = [&](StringRef key, int64_t dflt) -> Expected<int64_t> {
+    Expected<std::optional<int64_t>> v = getInt(g, key);
+    if (!v)
+      return v.takeError();
+    return v->value_or(dflt);
+  };
+  Expected<int64_t> bos = intKey("tokenizer.ggml.bos_token_id", 11);
+  Expected<int64_t> eos = intKey("tokenizer.ggml.eos_token_id", 11);
+  Expected<int64_t> unk = intKey("tokenizer.ggml.unknown_token_id", -1);
+  Expected<int64_t> addBos = intKey("tokenizer.ggml.add_bos_token", llama3);
+  Expected<int64_t> addEos = intKey("tokenizer.ggml.add_eos_token", 0);
+  Expected<int64_t> addSpace = intKey("tokenizer.ggml.add_space_prefix", 0);
+  Expected<int64_t> pad = intKey("tokenizer.ggml.padding_token_id", -1);
+  for (Expected<int64_t> *v : {&bos, &eos, &unk, &addBos, &addEos, &addSpace,
+                               &pad})
+    if (!*v)
+      return v->takeError();
+  if (*addSpace)
+    return fileError(g.path, "tokenizer.ggml.add_space_prefix is true for a "
+                             "byte-level BPE vocabulary, which is not "
+                             "implemented");
+  for (auto [key, id] :
+       {std::pair<const char *, int64_t>{"tokenizer.ggml.bos_token_id", *bos},
+        {"tokenizer.ggml.eos_token_id", *eos},
+        {"tokenizer.ggml.unknown_token_id", *unk},
+        {"tokenizer.ggml.padding_token_id", *pad}})
+    if (id != -1 && id != UINT32_MAX &&
+        (id < 0 || static_cast<uint64_t>(id) >= n))
+      return fileError(g.path, Twine(key) + " " + Twine(id) +
+                                   " is out of range for a vocabulary of " +
+                                   Twine(n) + " pieces");
+  auto clampId = [](int64_t id) {
+    return id < 0 || id > INT32_MAX ? int32_t(-1) : static_cast<int32_t>(id);
+  };
+  tok.bosId = clampId(*bos);
+  tok.eosId = clampId(*eos);
+  tok.unkId = clampId(*unk);
+  if (tok.bosId < 0 || tok.eosId < 0)
+    return fileError(g.path, "tokenizer.ggml.bos_token_id and "
+                             "eos_token_id must name pieces (Kiln needs "
+                             "both)");
+  tok.addBos = *addBos != 0;
+  tok.addEos = *addEos != 0;
+  tok.addDummyPrefix = false;
+  tok.byteFallback = false;
+  if (Error e = checkTokenizer(tok, g.path))
+    return std::move(e);
+  return tok;
+}
+
 static Expected<TokenizerDesc> tokenizerFromGguf(const GgufFile &g) {
   TokenizerDesc tok;
   const GgufValue *tokens = findKey(g, "tokenizer.ggml.tokens");
@@ -538,19 +654,17 @@ static Expected<TokenizerDesc> tokenizerFromGguf(const GgufFile &g) {
   if (!tokens)
     return tok; // No vocabulary in this file.
   std::string modelName = model->value_or("llama");
-  if (modelName != "llama")
-    return fileError(
-        g.path, "unsupported tokenizer.ggml.model '" + modelName + "' (" +
-                    (modelName == "gpt2" ? "GPT-2 style byte-level BPE is not "
-                                           "implemented; "
-                                         : "") +
-                    "expected 'llama', SentencePiece)");
+  if (modelName != "llama" && modelName != "gpt2")
+    return fileError(g.path, "unsupported tokenizer.ggml.model '" + modelName +
+                                 "' (expected 'llama', SentencePiece, or "
+                                 "'gpt2', byte-level BPE)");
+  bool byteLevel = modelName == "gpt2";
   if (tokens->type != kArray || tokens->elemType != kString)
     return fileError(g.path, "key 'tokenizer.ggml.tokens' at offset " +
                                  Twine(tokens->offset) +
                                  " is not an array of strings");
   size_t n = tokens->strs.size();
-  tok.model = "spm";
+  tok.model = byteLevel ? "byte_bpe" : "spm";
   tok.pieces = tokens->strs;
   tok.scores.assign(n, 0.0f);
   tok.types.assign(n, 1);
@@ -592,11 +706,13 @@ static Expected<TokenizerDesc> tokenizerFromGguf(const GgufFile &g) {
       }
       tok.types[i] = static_cast<int32_t>(t);
     }
-  } else {
+  } else if (!byteLevel) {
     for (size_t i = 0; i < n; ++i)
       if (isBytePiece(tok.pieces[i]))
         tok.types[i] = 6;
   }
+  if (byteLevel)
+    return byteLevelTokenizerFromGguf(g, std::move(tok));
   auto intKey = [&](StringRef key, int64_t dflt) -> Expected<int64_t> {
     Expected<std::optional<int64_t>> v = getInt(g, key);
     if (!v)

@@ -16,6 +16,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include <fcntl.h>
@@ -496,10 +497,19 @@ Error checkTokenizer(const TokenizerDesc &tok, StringRef file) {
     return fileError(file, "tokenizer has " + Twine(n) + " pieces but " +
                                Twine(tok.scores.size()) + " scores and " +
                                Twine(tok.types.size()) + " types");
-  if (tok.model != "spm" && tok.model != "bpe")
+  if (tok.model != "spm" && tok.model != "bpe" && tok.model != "byte_bpe")
     return fileError(file, "tokenizer model '" + tok.model +
-                               "' is not implemented (expected 'spm' or "
-                               "'bpe')");
+                               "' is not implemented (expected 'spm', "
+                               "'bpe' or 'byte_bpe')");
+  if (!tok.normalizer.empty() &&
+      (tok.normalizer != "nfc" || tok.model != "byte_bpe"))
+    return fileError(file, "tokenizer normalizer '" + tok.normalizer +
+                               "' is not implemented (only 'nfc', for "
+                               "'byte_bpe')");
+  if (tok.model != "byte_bpe" && !tok.preTokenizerRegexes.empty())
+    return fileError(file, "tokenizer model '" + tok.model +
+                               "' has pre-tokenizer patterns (only "
+                               "'byte_bpe' uses them)");
   if (n == 0)
     return Error::success();
   if (n > static_cast<size_t>(INT32_MAX))
@@ -533,7 +543,31 @@ Error checkTokenizer(const TokenizerDesc &tok, StringRef file) {
     return e;
   if (Error e = checkId(tok.unkId, "unk id", true))
     return e;
-  if (tok.model != "bpe") {
+  if (tok.model == "byte_bpe") {
+    StringMap<int32_t> normal;
+    for (auto [id, p] : llvm::enumerate(tok.pieces))
+      if (tok.types[id] == 1)
+        normal.try_emplace(p, static_cast<int32_t>(id));
+    // Bytes a vocabulary was never trained on may lack a symbol (they
+    // encode to unk_id or nothing); printable ASCII, tab, LF, CR may not.
+    for (unsigned b = 0; b < 256; ++b) {
+      std::string symbol = gpt2ByteSymbol(static_cast<uint8_t>(b));
+      bool required = (b >= 0x20 && b < 0x7f) || b == '\t' || b == '\n' ||
+                      b == '\r';
+      if (required && !normal.count(symbol)) {
+        char hex[8];
+        std::snprintf(hex, sizeof(hex), "0x%02x", b);
+        return fileError(file, "byte-level vocabulary has no normal piece "
+                               "for byte " +
+                                   Twine(hex) + " (its GPT-2 symbol " +
+                                   quotePiece(symbol) + ")");
+      }
+    }
+    for (auto [i, pattern] : llvm::enumerate(tok.preTokenizerRegexes))
+      if (Error e = checkPreTokenizerRegex(pattern, i, file))
+        return e;
+  }
+  if (tok.model == "spm") {
     if (!tok.merges.empty())
       return fileError(file, "tokenizer model 'spm' merges by score but has " +
                                  Twine(tok.merges.size()) + " merges");
@@ -589,10 +623,12 @@ Error fitTokenizer(TokenizerDesc &tok, StringRef tokFile, int64_t vocabSize,
   // Padded embedding tables (vocab_size rounded up for GPU efficiency) are
   // common in Hugging Face checkpoints. The extra ids get control pieces:
   // never produced by the encoder and decoded to nothing.
+  // Byte-level vocabularies match control pieces in text, so theirs are
+  // unused (type 5) instead: never matched, never produced.
   for (int64_t id = n; id < vocabSize; ++id) {
     tok.pieces.push_back("<pad_" + std::to_string(id) + ">");
     tok.scores.push_back(0.0f);
-    tok.types.push_back(3);
+    tok.types.push_back(tok.model == "byte_bpe" ? 5 : 3);
   }
   return Error::success();
 }

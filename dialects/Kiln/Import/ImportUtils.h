@@ -176,12 +176,30 @@ std::string quotePiece(llvm::StringRef piece);
 
 /// Checks that `tok` is a valid Kiln tokenizer, the same rules the runtime's
 /// loader applies (docs/artifact.md, "Validity"): pieces, scores and types
-/// agree in length; model is "spm" or "bpe"; every score is finite; every
+/// agree in length; model is "spm", "bpe" or "byte_bpe"; every score is finite; every
 /// type is 1..6; bos and eos ids are in range, unk is in range or -1; a "bpe"
 /// tokenizer's merges are "left right" with both halves and their
-/// concatenation in the vocabulary (an "spm" one has none). Errors name
+/// concatenation in the vocabulary (an "spm" one has none); a "byte_bpe"
+/// one, in addition, has a normal piece for each of the 256 GPT-2 byte
+/// symbols and pre-tokenizer patterns PCRE2 compiles. Errors name
 /// `file`, the token id or merge rank and the piece.
 llvm::Error checkTokenizer(const TokenizerDesc &tok, llvm::StringRef file);
+
+/// The PCRE2 patterns of the byte-level BPE pre-tokenizer that llama.cpp
+/// calls `name` in `tokenizer.ggml.pre` ("gpt2"/"gpt-2", "smollm",
+/// "llama-bpe"/"llama3"/"llama-v3", "qwen2", "default"), applied in order as
+/// Hugging Face Split(Isolated); std::nullopt for other names
+/// (PreTokenizers.cpp).
+std::optional<std::vector<std::string>>
+ggufPreTokenizerRegexes(llvm::StringRef name);
+/// GPT-2's pre-tokenizer pattern (Hugging Face ByteLevel use_regex).
+llvm::StringRef gpt2Pattern();
+/// The UTF-8 spelling of `byte` in GPT-2's byte-to-unicode alphabet.
+std::string gpt2ByteSymbol(uint8_t byte);
+/// Compiles `pattern` as the runtime does (PCRE2, UTF + UCP); an error names
+/// `file`, the pattern's `index`, PCRE2's message and the offset.
+llvm::Error checkPreTokenizerRegex(llvm::StringRef pattern, size_t index,
+                                   llvm::StringRef file);
 
 /// Rejects user-defined pieces (type 4): SentencePiece and llama.cpp match
 /// them in the text before merging, which Kiln's encoder does not do.

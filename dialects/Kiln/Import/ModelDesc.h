@@ -197,8 +197,13 @@ struct LlamaConfig {
 
 /// Tokenizer data, normalised to SentencePiece conventions (docs/artifact.md,
 /// "tokenizer.json"): "▁" for space, "<0xXX>" byte pieces, "<s>"/"</s>".
+/// "byte_bpe" tokenizers (GPT-2 style byte-level BPE) instead spell normal
+/// pieces in the GPT-2 byte alphabet and keep control / user-defined pieces
+/// as their raw text.
 struct TokenizerDesc {
-  std::string model = "spm"; ///< "spm" (merge by score) or "bpe" (by rank)
+  /// "spm" (merge by score), "bpe" (by rank) or "byte_bpe" (byte-level BPE
+  /// by rank after the regex pre-tokenizer).
+  std::string model = "spm";
   std::vector<std::string> pieces;
   std::vector<float> scores;
   std::vector<int32_t> types; ///< 1 normal, 2 unknown, 3 control, 4 user, 6 byte
@@ -214,6 +219,19 @@ struct TokenizerDesc {
   /// Consecutive unknown code points give one unk id (HF BPE fuse_unk,
   /// SentencePiece); false: one unk id per code point.
   bool fuseUnk = false;
+  /// Append EOS to encoded prompts (GGUF add_eos_token, HF post-processor).
+  bool addEos = false;
+  /// byte_bpe: a word that is a piece is one token without merging (HF BPE
+  /// ignore_merges; llama.cpp's Llama 3 vocabulary).
+  bool ignoreMerges = false;
+  /// byte_bpe: the pre-tokenizer's name ("smollm", "llama-bpe", "qwen2",
+  /// "gpt2", "default", or "hf" for one read from a tokenizer.json) and its
+  /// PCRE2 patterns, applied in order as Hugging Face Split(Isolated).
+  std::string preTokenizer;
+  std::vector<std::string> preTokenizerRegexes;
+  /// byte_bpe: "" or "nfc" (Unicode NFC of the text between added tokens,
+  /// Hugging Face's NFC normalizer; Qwen2).
+  std::string normalizer;
 };
 
 /// The model's chat template (docs/artifact.md, "chat_template.jinja") and

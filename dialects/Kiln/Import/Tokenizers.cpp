@@ -367,9 +367,11 @@ static Error readBpeOptions(StringRef path, const json::Object &model,
       optionalBool(path, model, "ignore_merges", "model.ignore_merges", false);
   if (!ignoreMerges)
     return ignoreMerges.takeError();
-  if (*ignoreMerges)
+  if (*ignoreMerges && tok.model != "byte_bpe")
     return fileError(path, "model.ignore_merges is true, which is not "
-                           "implemented (Kiln always applies merges)");
+                           "implemented for SentencePiece-style BPE (only "
+                           "for byte-level BPE)");
+  tok.ignoreMerges = *ignoreMerges;
   Expected<bool> fuse =
       optionalBool(path, model, "fuse_unk", "model.fuse_unk", false);
   if (!fuse)
@@ -380,6 +382,218 @@ static Error readBpeOptions(StringRef path, const json::Object &model,
     return fallback.takeError();
   tok.fuseUnk = *fuse;
   tok.byteFallback = *fallback;
+  if (tok.model == "byte_bpe" && *fallback)
+    return fileError(path, "model.byte_fallback is true in a byte-level BPE "
+                           "tokenizer, which is not implemented (every byte "
+                           "has a symbol); expected false");
+  return Error::success();
+}
+
+/// True if the pre_tokenizer has a ByteLevel component: a GPT-2 style
+/// byte-level BPE tokenizer (GPT-2, Llama 3, Qwen2, SmolLM2).
+static bool isByteLevel(const json::Object &top) {
+  SmallVector<const json::Object *> items;
+  if (Error e = flattenComponents("", top.get("pre_tokenizer"),
+                                  "pre_tokenizer", "pretokenizers", items)) {
+    consumeError(std::move(e));
+    return false;
+  }
+  return llvm::any_of(items, [](const json::Object *o) {
+    return componentType(*o) == "ByteLevel";
+  });
+}
+
+/// A PCRE2 pattern matching `s` literally.
+static std::string literalPattern(StringRef s) {
+  std::string out;
+  for (char c : s) {
+    if (!isAlnum(c) && static_cast<unsigned char>(c) < 0x80)
+      out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
+/// Reads the normalizer, pre_tokenizer and decoder of a byte-level BPE
+/// tokenizer.json into `tok.preTokenizerRegexes`. Implemented: no
+/// normalizer or NFC; pre_tokenizer a ByteLevel (add_prefix_space false; its
+/// use_regex adds GPT-2's pattern) after any number of Split (behavior
+/// Isolated, invert false; Regex or String pattern) and Digits; decoder
+/// ByteLevel.
+static Error readByteLevelPrep(StringRef path, const json::Object &top,
+                               TokenizerDesc &tok) {
+  SmallVector<const json::Object *> normalizers;
+  if (Error e = flattenComponents(path, top.get("normalizer"), "normalizer",
+                                  "normalizers", normalizers))
+    return e;
+  for (const json::Object *o : normalizers) {
+    if (componentType(*o) == "NFC" && tok.normalizer.empty()) {
+      tok.normalizer = "nfc";
+      continue;
+    }
+    return fileError(path, "normalizer '" + componentType(*o) +
+                               "' is not implemented for byte-level BPE "
+                               "(expected null or NFC)");
+  }
+  SmallVector<const json::Object *> items;
+  if (Error e = flattenComponents(path, top.get("pre_tokenizer"),
+                                  "pre_tokenizer", "pretokenizers", items))
+    return e;
+  tok.preTokenizer = "hf";
+  for (auto [i, o] : llvm::enumerate(items)) {
+    StringRef type = componentType(*o);
+    std::string field = "pre_tokenizer " + type.str();
+    if (type == "ByteLevel") {
+      if (i + 1 != items.size())
+        return fileError(path, "pre_tokenizer ByteLevel must come last "
+                               "(a component after it would see "
+                               "byte-level symbols)");
+      Expected<bool> prefix = optionalBool(path, *o, "add_prefix_space",
+                                           field + " add_prefix_space",
+                                           true);
+      if (!prefix)
+        return prefix.takeError();
+      if (*prefix)
+        return fileError(path, "pre_tokenizer ByteLevel add_prefix_space is "
+                               "true, which is not implemented; expected "
+                               "false");
+      Expected<bool> useRegex =
+          optionalBool(path, *o, "use_regex", field + " use_regex", true);
+      if (!useRegex)
+        return useRegex.takeError();
+      if (*useRegex)
+        tok.preTokenizerRegexes.push_back(gpt2Pattern().str());
+      continue;
+    }
+    if (type == "Digits") {
+      Expected<bool> single = optionalBool(
+          path, *o, "individual_digits", field + " individual_digits", false);
+      if (!single)
+        return single.takeError();
+      tok.preTokenizerRegexes.push_back(*single ? "\\p{N}" : "\\p{N}+");
+      continue;
+    }
+    if (type == "Split") {
+      if (o->getString("behavior") != StringRef("Isolated"))
+        return fileError(path, "pre_tokenizer Split behavior '" +
+                                   o->getString("behavior").value_or("") +
+                                   "' is not implemented (expected "
+                                   "'Isolated')");
+      Expected<bool> invert =
+          optionalBool(path, *o, "invert", field + " invert", false);
+      if (!invert)
+        return invert.takeError();
+      if (*invert)
+        return fileError(path, "pre_tokenizer Split invert is true, which "
+                               "is not implemented");
+      const json::Object *pattern = o->getObject("pattern");
+      std::optional<StringRef> regex =
+          pattern ? pattern->getString("Regex") : std::nullopt;
+      std::optional<StringRef> literal =
+          pattern ? pattern->getString("String") : std::nullopt;
+      if (regex)
+        tok.preTokenizerRegexes.push_back(regex->str());
+      else if (literal && !literal->empty())
+        tok.preTokenizerRegexes.push_back(literalPattern(*literal));
+      else
+        return fileError(path, "pre_tokenizer Split pattern must be "
+                               "{\"Regex\": ...} or a non-empty "
+                               "{\"String\": ...}");
+      continue;
+    }
+    return fileError(path, "pre_tokenizer '" + type +
+                               "' is not implemented for byte-level BPE "
+                               "(Kiln implements Split, Digits and "
+                               "ByteLevel)");
+  }
+  SmallVector<const json::Object *> decoders;
+  if (Error e = flattenComponents(path, top.get("decoder"), "decoder",
+                                  "decoders", decoders))
+    return e;
+  if (decoders.size() != 1 || componentType(*decoders[0]) != "ByteLevel")
+    return fileError(path, "decoder must be ByteLevel for a byte-level BPE "
+                           "tokenizer (got " +
+                               (decoders.empty()
+                                    ? std::string("none")
+                                    : "'" +
+                                          componentType(*decoders[0]).str() +
+                                          "'" +
+                                          (decoders.size() > 1 ? ", ..." : "")) +
+                               ")");
+  return Error::success();
+}
+
+/// The post_processor of a byte-level tokenizer.json: null, ByteLevel (ids
+/// unchanged), TemplateProcessing whose `single` is at most one special
+/// token, the text, at most one special token, or a Sequence of these. The
+/// leading token becomes BOS (add_bos), the trailing one must be EOS
+/// (add_eos). Without a TemplateProcessing nothing is added, whatever
+/// tokenizer_config.json says (as Hugging Face's fast tokenizers do).
+static Error readByteLevelPostProcessor(
+    StringRef path, const json::Object &top,
+    function_ref<std::optional<int32_t>(StringRef)> idOf,
+    TokenizerDesc &tok) {
+  tok.addBos = false;
+  tok.addEos = false;
+  SmallVector<const json::Object *> items;
+  if (Error e = flattenComponents(path, top.get("post_processor"),
+                                  "post_processor", "processors", items))
+    return e;
+  for (const json::Object *o : items) {
+    StringRef type = componentType(*o);
+    if (type == "ByteLevel")
+      continue;
+    const json::Array *single =
+        type == "TemplateProcessing" ? o->getArray("single") : nullptr;
+    if (!single)
+      return fileError(path, "post_processor '" + type +
+                                 "' is not implemented (Kiln implements "
+                                 "ByteLevel and TemplateProcessing)");
+    std::optional<std::string> before, after;
+    bool sawText = false, ok = true;
+    for (const json::Value &item : *single) {
+      const json::Object *io = item.getAsObject();
+      const json::Object *special =
+          io && io->size() == 1 ? io->getObject("SpecialToken") : nullptr;
+      if (special && special->getString("id")) {
+        std::optional<std::string> &slot = sawText ? after : before;
+        if (slot) {
+          ok = false;
+          break;
+        }
+        slot = special->getString("id")->str();
+        continue;
+      }
+      if (io && io->size() == 1 && io->getObject("Sequence") && !sawText) {
+        sawText = true;
+        continue;
+      }
+      ok = false;
+      break;
+    }
+    if (!ok || !sawText)
+      return fileError(path, "post_processor TemplateProcessing 'single' "
+                             "adds tokens Kiln does not (implemented: an "
+                             "optional special token, the text, an "
+                             "optional special token)");
+    if (before) {
+      std::optional<int32_t> id = idOf(*before);
+      if (!id)
+        return fileError(path, "post_processor TemplateProcessing token " +
+                                   quotePiece(*before) +
+                                   " is not in the vocabulary");
+      tok.bosId = *id;
+      tok.addBos = true;
+    }
+    if (after) {
+      if (idOf(*after) != std::optional<int32_t>(tok.eosId))
+        return fileError(path, "post_processor TemplateProcessing appends " +
+                                   quotePiece(*after) +
+                                   ", which is not the EOS token (id " +
+                                   Twine(tok.eosId) + ")");
+      tok.addEos = true;
+    }
+  }
   return Error::success();
 }
 
@@ -400,6 +614,7 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
   const json::Object *vocab = model->getObject("vocab");
   if (!vocab)
     return fileError(path, "missing object field 'model.vocab'");
+  bool byteLevel = isByteLevel(*top);
   // Collect (id, piece, type); an id names one piece.
   struct Entry {
     std::string piece;
@@ -431,7 +646,8 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
     if (!id)
       return fileError(path, "model.vocab['" + StringRef(kv.first) +
                                  "']: expected an integer id");
-    if (Error e = place(*id, kv.first, isBytePiece(kv.first) ? 6 : 1,
+    if (Error e = place(*id, kv.first,
+                        !byteLevel && isBytePiece(kv.first) ? 6 : 1,
                         "model.vocab['" + StringRef(kv.first) + "']"))
       return std::move(e);
   }
@@ -454,10 +670,27 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
           "added_tokens[" + std::to_string(i) + "].special", false);
       if (!special)
         return special.takeError();
-      // Kiln never matches added tokens inside text (prompts are plain
-      // text); Hugging Face matches non-special ones, so their ids would
-      // differ. Special ones are control pieces either way.
-      if (!*special)
+      // Byte-level tokenizers match added tokens in text, special ones as
+      // control pieces (type 3), the others as user-defined (type 4), as
+      // Hugging Face does. Other tokenizers never match them, which gives
+      // Hugging Face's ids only for special ones (control pieces).
+      if (byteLevel) {
+        for (StringRef flag : {"lstrip", "rstrip", "single_word"}) {
+          Expected<bool> b = optionalBool(
+              path, *o, flag,
+              "added_tokens[" + std::to_string(i) + "]." + flag.str(), false);
+          if (!b)
+            return b.takeError();
+          if (*b)
+            return fileError(path, "added_tokens[" + Twine(i) + "] " +
+                                       quotePiece(*content) + " has " + flag +
+                                       " true, which is not implemented");
+        }
+        if (content->empty())
+          return fileError(path, "added_tokens[" + Twine(i) +
+                                     "] has empty content");
+      }
+      if (!*special && !byteLevel)
         return fileError(path, "added_tokens[" + Twine(i) + "] " +
                                    quotePiece(*content) +
                                    " is not special: matching added tokens "
@@ -468,7 +701,8 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
                                      quotePiece(*content) + " has id " +
                                      Twine(*id) +
                                      " but model.vocab gives it another");
-      if (Error e = place(*id, *content, 3, "added_tokens[" + Twine(i) + "]"))
+      if (Error e = place(*id, *content, *special ? 3 : 4,
+                          "added_tokens[" + Twine(i) + "]"))
         return std::move(e);
     }
   }
@@ -476,7 +710,7 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
     return fileError(path, "model.vocab is empty");
 
   TokenizerDesc tok;
-  tok.model = "bpe";
+  tok.model = byteLevel ? "byte_bpe" : "bpe";
   StringMap<int32_t> ids;
   for (auto [id, e] : llvm::enumerate(entries)) {
     if (!e.set)
@@ -489,11 +723,18 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
     ids.try_emplace(e.piece, static_cast<int32_t>(id));
   }
   // Features: what Kiln does not implement is an error, never other ids.
-  Expected<TextPrep> prep = readTextPrep(path, *top);
-  if (!prep)
-    return prep.takeError();
-  if (Error e = checkDecoder(path, *top))
-    return std::move(e);
+  TextPrep noPrep;
+  Expected<TextPrep> prep = noPrep;
+  if (byteLevel) {
+    if (Error e = readByteLevelPrep(path, *top, tok))
+      return std::move(e);
+  } else {
+    prep = readTextPrep(path, *top);
+    if (!prep)
+      return prep.takeError();
+    if (Error e = checkDecoder(path, *top))
+      return std::move(e);
+  }
   for (StringRef key : {"truncation", "padding"})
     if (const json::Value *v = top->get(key);
         v && v->kind() != json::Value::Null)
@@ -569,6 +810,8 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
     return std::move(e);
   tok.addDummyPrefix = prep->prepend || prep->metaspacePrepend;
   tok.prefixIfNoSpace = !prep->prepend && prep->metaspacePrepend;
+  if (byteLevel)
+    tok.byteFallback = false;
 
   auto idOf = [&](StringRef piece) -> std::optional<int32_t> {
     auto it = ids.find(piece);
@@ -589,7 +832,10 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
       return fileError(path, "model.unk_token " + quotePiece(*unk) +
                                  " is not in the vocabulary");
     tok.unkId = *id;
-    tok.types[*id] = 2;
+    // An added token stays what it is (SmolLM2's unk is the special
+    // <|endoftext|>, which is still matched in text).
+    if (!byteLevel || tok.types[*id] == 1)
+      tok.types[*id] = 2;
   }
 
   // bos/eos: tokenizer_config.json, then config.json, then "<s>"/"</s>".
@@ -608,7 +854,8 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
       if (std::optional<std::string> s = tokenContent(o->get("eos_token")))
         eos = idOf(*s);
       configAddBos = o->getBoolean("add_bos_token");
-      if (o->getBoolean("add_eos_token").value_or(false))
+      // Byte-level: the post_processor alone decides (below).
+      if (!byteLevel && o->getBoolean("add_eos_token").value_or(false))
         return fileError(tcPath, "add_eos_token is true: appending EOS to "
                                  "prompts is not implemented");
     }
@@ -636,10 +883,14 @@ Expected<TokenizerDesc> readHfTokenizer(StringRef path) {
   if (configAddBos)
     tok.addBos = *configAddBos;
 
+  if (byteLevel) {
+    if (Error e = readByteLevelPostProcessor(path, *top, idOf, tok))
+      return std::move(e);
+  }
   // post_processor: what encode() adds around the text. Kiln can prepend
   // BOS and nothing else.
-  if (const json::Value *pp = top->get("post_processor");
-      pp && pp->kind() != json::Value::Null) {
+  else if (const json::Value *pp = top->get("post_processor");
+           pp && pp->kind() != json::Value::Null) {
     const json::Object *o = pp->getAsObject();
     StringRef ppType = o ? componentType(*o) : "";
     const json::Array *single =

@@ -144,16 +144,36 @@ void kiln_rt_artifact_chat_info(const kiln_rt_artifact_t *artifact,
 /*===--------------------------- tokenizer -------------------------------===*/
 
 /// Encodes UTF-8 `text` (length `text_len` bytes) with the artifact's
-/// tokenizer, prepending BOS when `add_bos`. Writes up to `capacity` ids to
-/// `out_tokens` and the full count to `*out_count`; if the count exceeds
-/// `capacity` returns KILN_RT_OUT_OF_RANGE (call again with a larger buffer).
+/// tokenizer. With `add_bos`, adds the special tokens the tokenizer asks for
+/// (its add_bos: BOS first; its add_eos: EOS last). Special (control) tokens
+/// written in the text are recognised (byte-level BPE tokenizers, as Hugging
+/// Face does by default). Writes up to `capacity` ids to `out_tokens` and
+/// the full count to `*out_count`; if the count exceeds `capacity` returns
+/// KILN_RT_OUT_OF_RANGE (call again with a larger buffer).
 kiln_rt_status_t kiln_rt_tokenize(const kiln_rt_artifact_t *artifact,
                                   const char *text, size_t text_len,
                                   int add_bos, int32_t *out_tokens,
                                   size_t capacity, size_t *out_count);
 
+/// kiln_rt_tokenize() flags.
+enum {
+  /// Add the BOS / EOS the tokenizer asks for (kiln_rt_tokenize's add_bos).
+  KILN_RT_TOKENIZE_ADD_SPECIAL = 1,
+  /// Treat control tokens written in the text as plain text (kiln-run
+  /// --no-special; Hugging Face split_special_tokens=True). User-defined
+  /// added tokens are still matched, as in Hugging Face and llama.cpp.
+  KILN_RT_TOKENIZE_NO_SPECIAL = 2,
+};
+
+/// kiln_rt_tokenize() with `flags`, a bitwise or of KILN_RT_TOKENIZE_*.
+kiln_rt_status_t kiln_rt_tokenize_ex(const kiln_rt_artifact_t *artifact,
+                                     const char *text, size_t text_len,
+                                     uint32_t flags, int32_t *out_tokens,
+                                     size_t capacity, size_t *out_count);
+
 /// The text of token `id` following token `prev_id` (the first space after
-/// BOS is stripped; control tokens print nothing; "<0x0A>" gives a byte).
+/// BOS is stripped; control tokens print nothing; "<0x0A>" gives a byte;
+/// byte-level BPE pieces give their bytes, with no space stripped).
 /// Returns a pointer valid until the next call on this artifact, and its byte
 /// length in `*out_len` (may contain no NUL terminator semantics: use length).
 kiln_rt_status_t kiln_rt_detokenize(kiln_rt_artifact_t *artifact,

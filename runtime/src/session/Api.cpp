@@ -129,11 +129,26 @@ kiln_rt_status_t kiln_rt_tokenize(const kiln_rt_artifact_t *artifact,
                                   const char *text, size_t text_len,
                                   int add_bos, int32_t *out_tokens,
                                   size_t capacity, size_t *out_count) {
+  return kiln_rt_tokenize_ex(artifact, text, text_len,
+                             add_bos ? KILN_RT_TOKENIZE_ADD_SPECIAL : 0,
+                             out_tokens, capacity, out_count);
+}
+
+kiln_rt_status_t kiln_rt_tokenize_ex(const kiln_rt_artifact_t *artifact,
+                                     const char *text, size_t text_len,
+                                     uint32_t flags, int32_t *out_tokens,
+                                     size_t capacity, size_t *out_count) {
   return guarded([&]() -> Status {
     if (!artifact || (!text && text_len) || !out_count)
       return invalidArgument("kiln_rt_tokenize: null argument");
-    std::vector<int32_t> ids = artifact->impl->tokenizer().encode(
-        std::string_view(text ? text : "", text_len), add_bos != 0);
+    const kiln::rt::Tokenizer &tok = artifact->impl->tokenizer();
+    bool addSpecial = (flags & KILN_RT_TOKENIZE_ADD_SPECIAL) != 0;
+    kiln::rt::EncodeOptions options;
+    options.addBos = addSpecial && tok.addBos();
+    options.addEos = addSpecial && tok.addEos();
+    options.parseSpecial = (flags & KILN_RT_TOKENIZE_NO_SPECIAL) == 0;
+    std::vector<int32_t> ids =
+        tok.encode(std::string_view(text ? text : "", text_len), options);
     *out_count = ids.size();
     if (ids.size() > capacity)
       return outOfRange("text encodes to " + std::to_string(ids.size()) +

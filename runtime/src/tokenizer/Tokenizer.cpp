@@ -9,12 +9,18 @@
 //===----------------------------------------------------------------------===//
 
 #include "Tokenizer.h"
+#include "PreTokenizer.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
 #include <cfloat>
+#include <utf8proc.h>
+
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <deque>
 #include <cstdio>
 #include <queue>
 
@@ -145,6 +151,15 @@ TokenizerStatus Tokenizer::create(TokenizerConfig config, Tokenizer &out,
   tok.dummyPrefixUnlessSpace_ = config.dummyPrefixUnlessSpace;
   tok.byteFallback_ = config.byteFallback;
   tok.fuseUnk_ = config.fuseUnk;
+  tok.addEos_ = config.addEos;
+  tok.ignoreMerges_ = config.ignoreMerges;
+  if (config.normalizer == "nfc")
+    tok.nfc_ = true;
+  else if (!config.normalizer.empty())
+    return fail("field 'normalizer' is " + quote(config.normalizer) +
+                ", expected \"nfc\" or absent");
+  if (tok.nfc_ && config.model != TokenizerModel::ByteBpe)
+    return fail("field 'normalizer' is set but model is not \"byte_bpe\"");
   tok.byteIds_.assign(256, -1);
   tok.decoded_.resize(n);
 
@@ -156,6 +171,39 @@ TokenizerStatus Tokenizer::create(TokenizerConfig config, Tokenizer &out,
     auto id = static_cast<int32_t>(i);
     auto type = static_cast<PieceType>(config.types[i]);
     allPieces.emplace(p, id);
+    if (config.model == TokenizerModel::ByteBpe) {
+      if (type == PieceType::Normal && !p.empty())
+        tok.textPieces_.emplace(p, id);
+      if ((type == PieceType::Control || type == PieceType::UserDefined) &&
+          !p.empty()) {
+        int k = type == PieceType::Control ? 0 : 1;
+        if (tok.specials_[k].emplace(p, id).second)
+          tok.specialLengths_[k].push_back(p.size());
+      }
+      if (type == PieceType::Control || type == PieceType::Unused)
+        continue; // decodes to ""
+      if (type != PieceType::Normal) {
+        tok.decoded_[i] = p; // user-defined, unknown, byte: as written
+        continue;
+      }
+      // Normal pieces are spelled in the GPT-2 byte alphabet; a code point
+      // outside it (not produced by the encoder) prints as itself.
+      std::string &text = tok.decoded_[i];
+      for (size_t pos = 0; pos < p.size();) {
+        size_t len = codePointLength(p, pos);
+        uint32_t cp = static_cast<unsigned char>(p[pos]);
+        if (len == 2)
+          cp = ((cp & 0x1f) << 6) | (static_cast<unsigned char>(p[pos + 1]) &
+                                     0x3f);
+        int byte = len <= 2 ? unicodeToByte(cp) : -1;
+        if (byte >= 0)
+          text.push_back(static_cast<char>(byte));
+        else
+          text.append(p, pos, len);
+        pos += len;
+      }
+      continue;
+    }
     int byte = parseBytePiece(p);
     bool isText = type == PieceType::Normal || type == PieceType::UserDefined;
     if (byte >= 0 && type != PieceType::Control && type != PieceType::Unknown) {
@@ -180,7 +228,51 @@ TokenizerStatus Tokenizer::create(TokenizerConfig config, Tokenizer &out,
     }
   }
 
-  if (config.model == TokenizerModel::Bpe) {
+  if (config.model == TokenizerModel::ByteBpe) {
+    // Real vocabularies lack the symbols of bytes their training text never
+    // had (SmolLM2: some control characters and bytes invalid in UTF-8);
+    // those bytes become unk_id, or nothing without one. Printable ASCII,
+    // tab, LF and CR are required: without them it is no byte-level
+    // vocabulary.
+    tok.byteSymbolIds_.assign(256, -1);
+    for (unsigned b = 0; b < 256; ++b) {
+      std::string symbol;
+      appendUtf8(byteToUnicode(static_cast<uint8_t>(b)), symbol);
+      auto it = tok.textPieces_.find(symbol);
+      bool required = (b >= 0x20 && b < 0x7f) || b == '\t' || b == '\n' ||
+                      b == '\r';
+      if (it == tok.textPieces_.end() && !required)
+        continue;
+      if (it == tok.textPieces_.end()) {
+        char hex[8];
+        std::snprintf(hex, sizeof(hex), "0x%02x", b);
+        return fail("byte-level vocabulary has no normal piece for byte " +
+                    std::string(hex) + " (its GPT-2 symbol " + quote(symbol) +
+                    ")");
+      }
+      tok.byteSymbolIds_[b] = it->second;
+    }
+    for (int k = 0; k < 2; ++k) {
+      std::vector<size_t> &lengths = tok.specialLengths_[k];
+      std::sort(lengths.begin(), lengths.end(), std::greater<size_t>());
+      lengths.erase(std::unique(lengths.begin(), lengths.end()),
+                    lengths.end());
+      tok.specialFirstBytes_[k].assign(256, false);
+      for (const auto &entry : tok.specials_[k])
+        tok.specialFirstBytes_[k][static_cast<unsigned char>(
+            entry.first[0])] = true;
+    }
+    std::string error;
+    if (!RegexSplitter::create(config.preTokenizerRegexes, tok.splitter_,
+                               error))
+      return fail("field 'pre_tokenizer_regexes': " + error);
+  } else if (!config.preTokenizerRegexes.empty()) {
+    return fail("field 'pre_tokenizer_regexes' is set but model is not "
+                "\"byte_bpe\"");
+  }
+
+  if (config.model == TokenizerModel::Bpe ||
+      config.model == TokenizerModel::ByteBpe) {
     tok.merges_.reserve(config.merges.size());
     for (size_t r = 0; r < config.merges.size(); ++r) {
       const std::string &m = config.merges[r];
@@ -271,9 +363,10 @@ static TokenizerStatus parseFields(const Json &root,
                 describe(*v));
   if (TokenizerStatus s = field("version", v); !s)
     return s;
-  if (!v->is_number_integer() || v->get<int64_t>() != 1)
+  if (!v->is_number_integer() || v->get<int64_t>() < 1 ||
+      v->get<int64_t>() > 2)
     return fail("field 'version' is " + describe(*v) +
-                ", this runtime reads version 1");
+                ", this runtime reads versions 1 and 2");
 
   if (TokenizerStatus s = field("model", v); !s)
     return s;
@@ -282,9 +375,11 @@ static TokenizerStatus parseFields(const Json &root,
     config.model = TokenizerModel::Spm;
   else if (model == "bpe")
     config.model = TokenizerModel::Bpe;
+  else if (model == "byte_bpe")
+    config.model = TokenizerModel::ByteBpe;
   else
     return fail("field 'model' is " + describe(*v) +
-                ", expected \"spm\" or \"bpe\"");
+                ", expected \"spm\", \"bpe\" or \"byte_bpe\"");
 
   if (TokenizerStatus s = field("pieces_hex", v); !s)
     return s;
@@ -392,13 +487,36 @@ static TokenizerStatus parseFields(const Json &root,
   for (auto [name, out] :
        {std::pair<const char *, bool *>{"dummy_prefix_unless_space",
                                         &config.dummyPrefixUnlessSpace},
-        {"fuse_unk", &config.fuseUnk}}) {
+        {"fuse_unk", &config.fuseUnk},
+        {"add_eos", &config.addEos},
+        {"ignore_merges", &config.ignoreMerges}}) {
     auto it = root.find(name);
     if (it == root.end())
       continue;
     if (!it->is_boolean())
       return typeError(name, "true or false");
     *out = it->get<bool>();
+  }
+  // Version 2, byte_bpe only (absent: no pre-tokenizer).
+  if (auto it = root.find("pre_tokenizer"); it != root.end()) {
+    if (!it->is_string())
+      return typeError("pre_tokenizer", "a string");
+    config.preTokenizer = it->get<std::string>();
+  }
+  if (auto it = root.find("normalizer"); it != root.end()) {
+    if (!it->is_string())
+      return typeError("normalizer", "a string");
+    config.normalizer = it->get<std::string>();
+  }
+  if (auto it = root.find("pre_tokenizer_regexes"); it != root.end()) {
+    if (!it->is_array())
+      return typeError("pre_tokenizer_regexes", "an array of strings");
+    for (size_t i = 0; i < it->size(); ++i) {
+      if (!(*it)[i].is_string())
+        return fail("pre_tokenizer_regexes[" + std::to_string(i) +
+                    "] is not a string");
+      config.preTokenizerRegexes.push_back((*it)[i].get<std::string>());
+    }
   }
   return TokenizerStatus::success();
 }
@@ -600,7 +718,8 @@ void Tokenizer::mergeSymbols(std::string_view normalised,
     });
     return;
   }
-  case TokenizerModel::Bpe: {
+  case TokenizerModel::Bpe:
+  case TokenizerModel::ByteBpe: {
     std::priority_queue<Bigram, std::vector<Bigram>, BpeOrder> queue;
     runMerges(symbols, queue, [&](int32_t l, int32_t r) {
       const Symbol &a = symbols[l], &b = symbols[r];
@@ -621,12 +740,23 @@ void Tokenizer::mergeSymbols(std::string_view normalised,
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text,
-                                       bool addBos) const {
+                                       const EncodeOptions &options) const {
   std::vector<int32_t> ids;
-  if (addBos && isValid(bosId_))
+  if (options.addBos && isValid(bosId_))
     ids.push_back(bosId_);
-  if (text.empty() || pieces_.empty())
-    return ids;
+  if (!text.empty() && !pieces_.empty()) {
+    if (model_ == TokenizerModel::ByteBpe)
+      encodeByteLevel(text, options.parseSpecial, ids);
+    else
+      encodeSentencePieceStyle(text, ids);
+  }
+  if (options.addEos && isValid(eosId_))
+    ids.push_back(eosId_);
+  return ids;
+}
+
+void Tokenizer::encodeSentencePieceStyle(std::string_view text,
+                                         std::vector<int32_t> &ids) const {
 
   std::string normalised;
   normalised.reserve(text.size() * 3 + 3);
@@ -650,7 +780,131 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text,
 
   for (int32_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next)
     ids.push_back(symbols[i].id);
-  return ids;
+}
+
+void Tokenizer::encodeWord(std::string_view word,
+                           std::vector<int32_t> &ids) const {
+  if (ignoreMerges_) {
+    std::string mapped;
+    for (char c : word)
+      appendUtf8(byteToUnicode(static_cast<uint8_t>(c)), mapped);
+    if (int32_t id = lookupText(mapped); id >= 0) {
+      ids.push_back(id);
+      return;
+    }
+  }
+  std::vector<Symbol> symbols;
+  symbols.reserve(word.size());
+  for (size_t k = 0; k < word.size(); ++k) {
+    auto index = static_cast<int32_t>(symbols.size());
+    int32_t id = byteSymbolIds_[static_cast<unsigned char>(word[k])];
+    if (id < 0 && unkId_ < 0)
+      continue; // a byte without a symbol, and no unk: dropped
+    symbols.push_back({id < 0 ? unkId_ : id, index - 1, index + 1,
+                       static_cast<uint32_t>(k), 1, id >= 0});
+  }
+  if (symbols.empty())
+    return;
+  symbols.back().next = -1;
+  mergeSymbols(word, symbols);
+  for (int32_t i = 0; i >= 0; i = symbols[i].next)
+    ids.push_back(symbols[i].id);
+}
+
+void Tokenizer::encodeByteLevel(std::string_view text, bool parseSpecial,
+                                std::vector<int32_t> &ids) const {
+  // 1. Added tokens: control pieces (if parsed), then user-defined pieces
+  //    in what is left, leftmost-longest (Hugging Face AddedVocabulary).
+  struct Part {
+    size_t offset, length;
+    int32_t id; // >= 0: a matched piece; -1: text
+  };
+  std::vector<Part> parts{{0, text.size(), -1}}, next;
+  for (int k = parseSpecial ? 0 : 1; k < 2; ++k) {
+    if (specials_[k].empty())
+      continue;
+    next.clear();
+    for (const Part &part : parts) {
+      if (part.id >= 0) {
+        next.push_back(part);
+        continue;
+      }
+      size_t end = part.offset + part.length, last = part.offset;
+      for (size_t pos = part.offset; pos < end;) {
+        int32_t found = -1;
+        size_t foundLength = 0;
+        if (specialFirstBytes_[k][static_cast<unsigned char>(text[pos])])
+          for (size_t len : specialLengths_[k]) {
+            if (len > end - pos)
+              continue;
+            auto it = specials_[k].find(std::string(text.substr(pos, len)));
+            if (it != specials_[k].end()) {
+              found = it->second;
+              foundLength = len;
+              break;
+            }
+          }
+        if (found < 0) {
+          ++pos;
+          continue;
+        }
+        if (pos > last)
+          next.push_back({last, pos - last, -1});
+        next.push_back({pos, foundLength, found});
+        pos += foundLength;
+        last = pos;
+      }
+      if (last < end)
+        next.push_back({last, end - last, -1});
+    }
+    parts.swap(next);
+  }
+
+  // 2. Pre-tokenize each text part; 3. BPE per word, cached per call
+  //    (running text repeats its words).
+  std::unordered_map<std::string_view, std::vector<int32_t>> cache;
+  std::vector<std::pair<size_t, size_t>> words;
+  std::vector<int32_t> wordIds;
+  std::deque<std::string> normalised; // keeps cache keys alive
+  for (const Part &part : parts) {
+    if (part.id >= 0) {
+      ids.push_back(part.id);
+      continue;
+    }
+    std::string_view partText = text.substr(part.offset, part.length);
+    if (nfc_) {
+      utf8proc_uint8_t *out = nullptr;
+      utf8proc_ssize_t n = utf8proc_map(
+          reinterpret_cast<const utf8proc_uint8_t *>(partText.data()),
+          static_cast<utf8proc_ssize_t>(partText.size()), &out,
+          static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+      if (n >= 0 && out) {
+        normalised.emplace_back(reinterpret_cast<const char *>(out),
+                                static_cast<size_t>(n));
+        partText = normalised.back();
+      }
+      std::free(out);
+    }
+    words.clear();
+    splitter_->split(partText, words);
+    for (auto [offset, length] : words) {
+      std::string_view word = partText.substr(offset, length);
+      if (int32_t id = byteSymbolIds_[static_cast<unsigned char>(word[0])];
+          word.size() == 1 && id >= 0) {
+        ids.push_back(id);
+        continue;
+      }
+      auto it = cache.find(word);
+      if (it == cache.end()) {
+        wordIds.clear();
+        encodeWord(word, wordIds);
+        if (cache.size() > (1u << 16))
+          cache.clear(); // bound memory on huge varied inputs
+        it = cache.emplace(word, wordIds).first;
+      }
+      ids.insert(ids.end(), it->second.begin(), it->second.end());
+    }
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -662,8 +916,8 @@ std::string Tokenizer::decodePiece(int32_t prevId, int32_t id) const {
     return {};
   const std::string &text = decoded_[id];
   // run.c strips the space only from text pieces, never from a <0x20> piece.
-  if (prevId == bosId_ && !text.empty() && text[0] == ' ' &&
-      parseBytePiece(pieces_[id]) < 0)
+  if (model_ != TokenizerModel::ByteBpe && prevId == bosId_ &&
+      !text.empty() && text[0] == ' ' && parseBytePiece(pieces_[id]) < 0)
     return text.substr(1);
   return text;
 }

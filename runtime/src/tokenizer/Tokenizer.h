@@ -1,4 +1,4 @@
-//===- Tokenizer.h - Kiln tokenizer (SentencePiece / HF BPE) ----*- C++ -*-===//
+//===- Tokenizer.h - Kiln tokenizer (SPM / BPE / byte-level BPE) -*- C++ -*-===//
 //
 // Encodes prompts and stream-decodes generated ids for the Kiln runtime. The
 // vocabulary comes from an artifact's tokenizer.json (docs/artifact.md,
@@ -13,6 +13,7 @@
 #define KILN_RUNTIME_SRC_TOKENIZER_TOKENIZER_H
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -41,7 +42,13 @@ enum class TokenizerModel {
   Spm,
   /// Hugging Face BPE: lowest merge rank, leftmost on ties.
   Bpe,
+  /// Byte-level BPE (GPT-2, Llama 3, Qwen2, SmolLM2): special tokens split
+  /// out first, then the regex pre-tokenizer, then each word's bytes mapped
+  /// to the GPT-2 byte alphabet and merged by rank.
+  ByteBpe,
 };
+
+class RegexSplitter;
 
 /// SentencePiece piece types, as stored in `types`.
 enum class PieceType : int32_t {
@@ -77,6 +84,31 @@ struct TokenizerConfig {
   /// Consecutive unknown code points give one unkId (HF BPE fuse_unk,
   /// SentencePiece) instead of one each.
   bool fuseUnk = false;
+  /// Append eosId when special tokens are added (EncodeOptions::addEos).
+  bool addEos = false;
+  /// ByteBpe: a word that is itself a piece is one token, merges or not
+  /// (Hugging Face BPE ignore_merges; llama.cpp for Llama 3).
+  bool ignoreMerges = false;
+  /// ByteBpe: the pre-tokenizer's name (informational, e.g. "llama-bpe")
+  /// and its PCRE2 patterns, applied in order (see RegexSplitter).
+  std::string preTokenizer;
+  std::vector<std::string> preTokenizerRegexes;
+  /// ByteBpe: Unicode normalisation of the text between added tokens before
+  /// pre-tokenization: "" (none) or "nfc" (Hugging Face NFC normalizer, as
+  /// Qwen2 has; utf8proc). Text that is not valid UTF-8 is left as is.
+  std::string normalizer;
+};
+
+/// What encode() adds and recognises besides the text itself.
+struct EncodeOptions {
+  /// Prepend bosId().
+  bool addBos = false;
+  /// Append eosId().
+  bool addEos = false;
+  /// ByteBpe: control pieces (type 3) written in the text are their ids
+  /// (Hugging Face's default, llama.cpp parse_special); false encodes them
+  /// as plain text. User-defined pieces (type 4) are matched either way.
+  bool parseSpecial = true;
 };
 
 /// A validated, immutable vocabulary with encode/decode. Copyable and movable;
@@ -103,12 +135,26 @@ public:
   /// pieces when byte fallback is on and all of them exist, else unkId (one
   /// per code point, or one per run with fuseUnk), else nothing (unkId -1).
   /// Symbols from byte fallback or unk never merge.
-  std::vector<int32_t> encode(std::string_view text, bool addBos) const;
+  std::vector<int32_t> encode(std::string_view text, bool addBos) const {
+    EncodeOptions options;
+    options.addBos = addBos;
+    return encode(text, options);
+  }
+  /// encode() with every option. For ByteBpe: the text is split at control
+  /// pieces (with parseSpecial) and then at user-defined pieces, leftmost
+  /// longest match first (Hugging Face AddedVocabulary); each part between
+  /// them is split by the pre-tokenizer regexes; each word's bytes become
+  /// GPT-2 byte symbols merged by lowest rank (leftmost on ties).
+  std::vector<int32_t> encode(std::string_view text,
+                              const EncodeOptions &options) const;
 
   /// The bytes to print for `id` when it follows `prevId` (pass -1 for none),
   /// as llama2.c run.c decode(): the leading space of a piece following BOS is
   /// stripped, "<0xXX>" pieces give the raw byte, control pieces give "",
-  /// "▁" gives " ". Invalid ids give "".
+  /// "▁" gives " ". Invalid ids give "". ByteBpe: normal pieces map back
+  /// through the GPT-2 byte alphabet, user-defined and unknown pieces give
+  /// their text, control and unused pieces "" (as llama.cpp's llama-cli
+  /// prints generated text), and no space is stripped.
   std::string decodePiece(int32_t prevId, int32_t id) const;
   /// decodePiece over `ids` in order, the first one following `prevId`.
   std::string decode(const std::vector<int32_t> &ids,
@@ -123,6 +169,8 @@ public:
   int32_t unkId() const { return unkId_; }
   /// Whether the source asks for BOS to be prepended (pass to encode()).
   bool addBos() const { return addBos_; }
+  /// Whether the source asks for EOS to be appended.
+  bool addEos() const { return addEos_; }
   TokenizerModel model() const { return model_; }
 
   /// The raw bytes of piece `id` ("" if invalid).
@@ -139,6 +187,11 @@ private:
   void mergeSymbols(std::string_view normalised,
                     std::vector<Symbol> &symbols) const;
   int32_t lookupText(std::string_view piece) const;
+  void encodeSentencePieceStyle(std::string_view text,
+                                std::vector<int32_t> &ids) const;
+  void encodeByteLevel(std::string_view text, bool parseSpecial,
+                       std::vector<int32_t> &ids) const;
+  void encodeWord(std::string_view word, std::vector<int32_t> &ids) const;
 
   TokenizerModel model_ = TokenizerModel::Spm;
   std::vector<std::string> pieces_;
@@ -152,6 +205,9 @@ private:
   bool dummyPrefixUnlessSpace_ = false;
   bool byteFallback_ = true;
   bool fuseUnk_ = false;
+  bool addEos_ = false;
+  bool ignoreMerges_ = false;
+  bool nfc_ = false;
 
   /// Pieces that text may be split into (normal / user-defined, not byte
   /// pieces); the first id wins for duplicate pieces.
@@ -162,6 +218,18 @@ private:
   std::vector<std::string> decoded_;
   /// BPE: (leftId << 32 | rightId) -> (rank, mergedId).
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;
+
+  // ByteBpe only.
+  std::shared_ptr<const RegexSplitter> splitter_;
+  /// Id of the piece spelling byte b in the GPT-2 alphabet.
+  std::vector<int32_t> byteSymbolIds_;
+  /// Pieces matched in text before pre-tokenization, by piece text:
+  /// [0] control (type 3), [1] user-defined (type 4).
+  std::unordered_map<std::string, int32_t> specials_[2];
+  /// Distinct byte lengths of specials_[k], longest first.
+  std::vector<size_t> specialLengths_[2];
+  /// Bit b set if some piece of specials_[k] starts with byte b.
+  std::vector<bool> specialFirstBytes_[2];
 };
 
 } // namespace kiln::rt

@@ -388,7 +388,7 @@ TEST(TokenizerLoad, Errors) {
                    {"missing field 'scores'"});
   expectParseError(validJsonWith("format", "gguf"),
                    {"'format'", "kiln-tokenizer"});
-  expectParseError(validJsonWith("version", 2), {"'version'", "2"});
+  expectParseError(validJsonWith("version", 3), {"'version'", "3"});
   expectParseError(validJsonWith("model", "wordpiece"),
                    {"'model'", "wordpiece"});
   expectParseError(validJsonWith("scores", {0, 0, 0, 0}),
@@ -576,4 +576,139 @@ TEST(TokenizerLoad, RejectsNonRegularFiles) {
   TokenizerStatus status = Tokenizer::load(fifo, tok);
   std::remove(fifo.c_str());
   EXPECT_EQ(status.message, fifo + ": not a regular file");
+}
+
+//===----------------------------------------------------------------------===//
+// Byte-level BPE (model "byte_bpe", tokenizer.json version 2)
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// The GPT-2 byte-to-unicode symbol of `b`, as UTF-8 (openai/gpt-2
+/// encoder.py bytes_to_unicode), computed independently of the library.
+std::string byteSymbol(unsigned b) {
+  auto self = [](unsigned x) {
+    return (x >= 0x21 && x <= 0x7e) || (x >= 0xa1 && x <= 0xac) ||
+           (x >= 0xae && x <= 0xff);
+  };
+  unsigned cp = b;
+  if (!self(b)) {
+    cp = 256;
+    for (unsigned x = 0; x < b; ++x)
+      cp += self(x) ? 0 : 1;
+  }
+  std::string out;
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else {
+    out.push_back(static_cast<char>(0xc0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  }
+  return out;
+}
+
+/// 256 byte symbols (ids 0..255), then "Ġa" (256), "Ġab" (257), control
+/// "<|c|>" (258), user-defined "[[u]]" (259); merges "Ġ a", "Ġa b".
+TokenizerConfig byteLevelConfig() {
+  TokenizerConfig c;
+  c.model = TokenizerModel::ByteBpe;
+  for (unsigned b = 0; b < 256; ++b)
+    c.pieces.push_back(byteSymbol(b));
+  std::string space = byteSymbol(' ');
+  c.pieces.push_back(space + "a");
+  c.pieces.push_back(space + "ab");
+  c.pieces.push_back("<|c|>");
+  c.pieces.push_back("[[u]]");
+  c.types.assign(c.pieces.size(), 1);
+  c.types[258] = 3;
+  c.types[259] = 4;
+  c.scores.assign(c.pieces.size(), 0.0f);
+  c.merges = {space + " a", space + "a b"};
+  c.bosId = 258;
+  c.eosId = 258;
+  c.unkId = -1;
+  c.addBos = false;
+  c.preTokenizerRegexes = {
+      "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|"
+      "\\s+(?!\\S)|\\s+"};
+  return c;
+}
+} // namespace
+
+TEST(ByteLevel, EncodesSpecialsWordsAndBytes) {
+  Tokenizer tok;
+  TokenizerStatus st = Tokenizer::create(byteLevelConfig(), tok);
+  ASSERT_TRUE(st.ok) << st.message;
+  EXPECT_EQ(tok.model(), TokenizerModel::ByteBpe);
+  // " ab" merges to one piece; "x" is a byte symbol; the control and
+  // user-defined pieces are their ids.
+  EXPECT_EQ(tok.encode("x ab<|c|> ab[[u]]", false),
+            (Ids{'x', 257, 258, 257, 259}));
+  EncodeOptions plain;
+  plain.parseSpecial = false; // control as text, user-defined still matched
+  Ids ids = tok.encode("<|c|>[[u]]", plain);
+  EXPECT_EQ(ids, (Ids{'<', '|', 'c', '|', '>', 259}));
+  // Bytes outside ASCII map through the alphabet and back.
+  std::string text = "\xc3\xa9 \xff\x00 ab";
+  text[4] = '\0';
+  Ids bytes = tok.encode(text, false);
+  EXPECT_EQ(tok.decode(bytes), text);
+  // Control pieces print nothing, user-defined ones their text.
+  EXPECT_EQ(tok.decode({258, 257, 259}), " ab[[u]]");
+  // BOS / EOS as asked.
+  EncodeOptions both;
+  both.addBos = both.addEos = true;
+  EXPECT_EQ(tok.encode(" a", both), (Ids{258, 256, 258}));
+}
+
+TEST(ByteLevel, RejectsBadConfigs) {
+  Tokenizer tok;
+  TokenizerConfig c = byteLevelConfig();
+  c.pieces['A'] = "<A>";
+  c.merges.clear();
+  TokenizerStatus st = Tokenizer::create(c, tok);
+  EXPECT_FALSE(st.ok);
+  EXPECT_NE(st.message.find("no normal piece for byte 0x41"),
+            std::string::npos)
+      << st.message;
+
+  c = byteLevelConfig();
+  c.preTokenizerRegexes.push_back("[unclosed");
+  st = Tokenizer::create(c, tok);
+  EXPECT_NE(st.message.find("field 'pre_tokenizer_regexes': pattern 1: "),
+            std::string::npos)
+      << st.message;
+
+  c = byteLevelConfig();
+  c.normalizer = "nfkc";
+  st = Tokenizer::create(c, tok);
+  EXPECT_NE(st.message.find("field 'normalizer'"), std::string::npos)
+      << st.message;
+
+  c = byteLevelConfig();
+  c.model = TokenizerModel::Bpe; // patterns only for byte_bpe
+  c.merges.clear();
+  st = Tokenizer::create(c, tok);
+  EXPECT_NE(st.message.find("model is not \"byte_bpe\""), std::string::npos)
+      << st.message;
+}
+
+TEST(ByteLevel, LongTextIsFast) {
+  Tokenizer tok;
+  ASSERT_TRUE(Tokenizer::create(byteLevelConfig(), tok).ok);
+  std::string text;
+  while (text.size() < 200000)
+    text += "ab ab x12 <|c|> \xe2\x82\xac  \n";
+  auto start = std::chrono::steady_clock::now();
+  Ids ids = tok.encode(text, false);
+  double seconds = std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
+  std::string withoutControl;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t next = text.find("<|c|>", pos);
+    withoutControl += text.substr(pos, next - pos);
+    pos = next == std::string::npos ? text.size() : next + 5;
+  }
+  EXPECT_TRUE(tok.decode(ids) == withoutControl);
+  EXPECT_LT(seconds, 2.0);
 }
