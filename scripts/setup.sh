@@ -20,3 +20,8 @@ fi
 if ! python3 -c "import numpy" 2>/dev/null; then
   python3 -m pip install -q numpy
 fi
+# PyPI gguf (gguf-py) writes the GGUF fixtures of some tests (lit feature
+# gguf-py; those tests are skipped without it).
+if ! python3 -c "import gguf" 2>/dev/null; then
+  python3 -m pip install -q gguf || echo "setup.sh: note: pip install gguf failed; gguf-py tests will be skipped"
+fi
