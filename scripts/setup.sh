@@ -21,8 +21,9 @@ if ! python3 -c "import numpy" 2>/dev/null; then
   python3 -m pip install -q numpy
 fi
 # gguf-py (PyPI `gguf`): the independent reference the GGML block-format
-# tests compare Kiln's decoding with (gguf.quants.dequantize). Pinned so that
-# the reference does not move under the tests.
+# tests compare Kiln's decoding with (gguf.quants.dequantize), and the
+# writer of some tests' GGUF fixtures. Pinned so that the reference does not
+# move under the tests.
 if ! python3 -c "import gguf, sys; sys.exit(gguf.__version__ != '0.19.0')" 2>/dev/null &&
    ! python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('gguf') != '0.19.0')" 2>/dev/null; then
   python3 -m pip install -q gguf==0.19.0

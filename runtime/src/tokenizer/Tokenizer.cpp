@@ -1,8 +1,10 @@
-//===- Tokenizer.cpp - Kiln tokenizer (SentencePiece / HF BPE) ------------===//
+//===- Tokenizer.cpp - Kiln tokenizer (SPM / BPE / byte-level BPE) --------===//
 //
 // Encoding follows llama2.c run.c encode() (SPM) and Hugging Face tokenizers'
-// BPE model; both use a priority queue of adjacent-symbol candidates over a
-// linked list of symbols (as llama.cpp's llm_tokenizer_spm does), which picks
+// BPE model (byte-level: AddedVocabulary, Split/ByteLevel pre-tokenizers,
+// then BPE per word); all use a priority queue of adjacent-symbol
+// candidates over a linked list of symbols (as llama.cpp's
+// llm_tokenizer_spm does), which picks
 // the same pair at every step as run.c's quadratic scan: best score (SPM) or
 // lowest rank (BPE), leftmost on ties.
 //
@@ -12,16 +14,15 @@
 #include "PreTokenizer.h"
 
 #include <nlohmann/json.hpp>
-
-#include <cerrno>
-#include <cfloat>
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cfloat>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
-#include <cstdio>
 #include <queue>
 
 #include <fcntl.h>

@@ -410,3 +410,20 @@ TEST(ByteLevelTokenizer, SmolLM2SharedTextsEqualTransformers) {
                 kv.first.str().c_str(), text.size(), ids.size(), seconds);
   }
 }
+
+/// A checkpoint whose embedding has more rows than the vocabulary (padded
+/// vocab_size) gets unused pieces for the extra ids: never matched in text
+/// (control pieces would be, in a byte-level vocabulary), never produced.
+TEST(ByteLevelTokenizer, PaddedVocabularyUsesUnusedPieces) {
+  llvm::Expected<TokenizerDesc> tok =
+      readTokenizer(inputPath("gpt2/tokenizer.json"));
+  ASSERT_TRUE(bool(tok)) << errorMessage(tok);
+  ASSERT_FALSE(bool(detail::fitTokenizer(*tok, "t", 520, true)));
+  ASSERT_EQ(tok->pieces.size(), 520u);
+  EXPECT_EQ(tok->types[515], 5);
+  kiln::rt::Tokenizer rt;
+  ASSERT_TRUE(toRuntime(*tok, rt));
+  for (int32_t id : rt.encode("<pad_515>", false))
+    EXPECT_LT(id, 512);
+  EXPECT_EQ(rt.decode({515}), "");
+}
