@@ -536,7 +536,7 @@ Error materializeRepacked(const WeightDesc &w, std::vector<char> &out) {
         for (int64_t j = 0; j < elems; ++j)
           if (!std::isfinite(decoded[j]))
             return src.error("row " + Twine(o) + ", block " + Twine(b) +
-                             " (file offset " +
+                             " (the block starts at file offset " +
                              Twine(s.offset + (o * perRow + b) * blockBytes) +
                              ") decodes to a non-finite weight (a " +
                              r.format + " scale is infinite or NaN)");
