@@ -13,7 +13,8 @@
 #      executor unit tests (graph capture, device sampling, weight upload);
 #   2. stories260K in f32: 200 greedy tokens on CUDA identical to the CPU;
 #      then quantized (W8A16, INT8 / FP8 KV cache, SmoothQuant W8A8 per token
-#      and static): 64 greedy tokens, CUDA vs CPU;
+#      and static): 64 greedy tokens, CUDA vs CPU; GGUF block formats (the
+#      kquant mix CUDA vs CPU, SmolLM2 Q4_1 against its reference outputs);
 #   3. synthetic:llama-2-7b in bf16: decode tokens/s at batch 1 (median after
 #      warm-up) next to the HBM roofline (weight bytes per token / measured
 #      device copy bandwidth) and PyTorch eager; prefill tokens/s for a
@@ -40,7 +41,8 @@ declare -A result
 
 say() { echo "$*" | tee -a "$log"; }
 section() { say ""; say "== $* =="; }
-run() { # run CMD...: logs the command and its output
+run() { # run CMD...: logs the command and its output (stdout and stderr
+       # together on stdout, so redirect stdout to capture --print-tokens)
   echo "\$ $*" >> "$log"
   "$@" 2>&1 | tee -a "$log"
   return "${PIPESTATUS[0]}"
@@ -84,10 +86,9 @@ model="$shared/models/stories260K/stories260K.bin"
 run kiln-compile "$model" -o "$work/s260-cpu" &&
   run kiln-compile "$model" --target=cuda -o "$work/s260-cuda"
 run kiln-run "$work/s260-cpu" --temperature 0 --max-tokens 200 --print-tokens \
-  > /dev/null 2> "$work/cpu.tok"
+  > "$work/cpu.tok"
 run kiln-run "$work/s260-cuda" --temperature 0 --max-tokens 200 --print-tokens \
-  > "$work/cuda.txt" 2> "$work/cuda.tok"
-cat "$work/cuda.txt" "$work/cuda.tok" >> "$log"
+  > "$work/cuda.tok"
 cpu_ids="$(grep -E '^[0-9 ]+$' "$work/cpu.tok" | head -1)"
 cuda_ids="$(grep -E '^[0-9 ]+$' "$work/cuda.tok" | head -1)"
 if [ -n "$cpu_ids" ] && [ "$cpu_ids" = "$cuda_ids" ]; then
@@ -125,9 +126,9 @@ quant_case() { # quant_case NAME FLAGS...: CPU vs CUDA greedy tokens
     return
   fi
   run kiln-run "$work/q-$name-cpu" --temperature 0 --max-tokens 64 --print-tokens \
-    > /dev/null 2> "$work/q-$name-cpu.tok"
+    > "$work/q-$name-cpu.tok"
   run kiln-run "$work/q-$name-cuda" --temperature 0 --max-tokens 64 --print-tokens \
-    > /dev/null 2> "$work/q-$name-cuda.tok"
+    > "$work/q-$name-cuda.tok"
   local a b
   a="$(grep -E '^[0-9 ]+$' "$work/q-$name-cpu.tok" | head -1)"
   b="$(grep -E '^[0-9 ]+$' "$work/q-$name-cuda.tok" | head -1)"
@@ -146,6 +147,40 @@ quant_case kv-int8 --kv=int8
 quant_case kv-fp8 --kv=fp8
 quant_case w8a8-token --quant=smoothquant --act-scales=per-token --calibration "$calib"
 quant_case w8a8-static --quant=smoothquant --act-scales=static --calibration "$calib"
+
+section "2c. GGUF block formats on CUDA"
+# Weights kept as GGML blocks (kiln_cuda_linear_blocks / _embedding_blocks):
+# the kquant mix (one format per role) CUDA vs CPU greedy tokens, and
+# SmolLM2-135M-Instruct (Q4_1 + Q8_0) against transformers' reference
+# outputs (prompt ids, greedy ids, top-5 logits within 1e-3).
+block_case() { # block_case NAME MODEL: CPU vs CUDA greedy tokens
+  local name="$1" m="$2"
+  if ! run kiln-compile "$m" -o "$work/b-$name-cpu" ||
+     ! run kiln-compile "$m" --target=cuda -o "$work/b-$name-cuda"; then
+    result[b-$name]="FAIL: compile failed (see details)"; status=1; return
+  fi
+  run kiln-run "$work/b-$name-cpu" --prompt "Once upon a time" --temperature 0 \
+    --max-tokens 64 --print-tokens > "$work/b-$name-cpu.tok"
+  run kiln-run "$work/b-$name-cuda" --prompt "Once upon a time" --temperature 0 \
+    --max-tokens 64 --print-tokens > "$work/b-$name-cuda.tok"
+  local a b
+  a="$(grep -E '^[0-9 ]+$' "$work/b-$name-cpu.tok" | head -1)"
+  b="$(grep -E '^[0-9 ]+$' "$work/b-$name-cuda.tok" | head -1)"
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then
+    result[b-$name]="PASS: $(echo "$b" | wc -w) tokens identical"
+  else
+    result[b-$name]="FAIL: CUDA tokens differ from the CPU (see details)"; status=1
+  fi
+}
+block_case kq-mix "$shared/models/kquant-fixtures/tiny-kq-mix.gguf"
+smol="$shared/models/smollm2-135m-instruct"
+if run kiln-compile "$smol/SmolLM2-135M-Instruct.Q4_1.gguf" --target=cuda -o "$work/smol-cuda" &&
+   run python3 "$root/test/reference/check_reference_outputs.py" "$bin/kiln-run" \
+     "$work/smol-cuda" "$smol/reference_outputs.json"; then
+  result[smol]="PASS: reference prompt/greedy ids and top-5 logits"
+else
+  result[smol]="FAIL: see details"; status=1
+fi
 
 section "3. synthetic:llama-2-7b bf16"
 art7b="$work/llama-2-7b-bf16"
@@ -188,6 +223,8 @@ section "summary"
   for q in "${quant_names[@]}"; do
     printf '%-34s %s\n' "  quantized: $q" "${result[q-$q]:-n/a}"
   done
+  printf '%-34s %s\n' "GGUF blocks: kq-mix CUDA == CPU" "${result[b-kq-mix]:-n/a}"
+  printf '%-34s %s\n' "SmolLM2 Q4_1 CUDA vs reference" "${result[smol]:-n/a}"
   printf '%-34s %s\n' "7B bf16 decode (tokens/s)" "${decode:-n/a}"
   printf '%-34s %s\n' "  HBM roofline (tokens/s)" "${roof:-n/a} (copy bandwidth ${bw:-n/a} GB/s)"
   printf '%-34s %s\n' "  of roofline (target >= 75%)" "$(pct "$decode" "$roof")"

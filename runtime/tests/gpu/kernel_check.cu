@@ -472,6 +472,77 @@ template <typename T, typename Y> void checkLinearW4(Context &c) {
   }
 }
 
+/// GGML block formats (kiln_rt/block_formats.h): kiln_cuda_linear_blocks
+/// (GEMV for n = 1, the 16 x 16 tiled GEMM for n > 1, depths that are not a
+/// multiple of the 256-wide tile for the 32-element formats) and
+/// kiln_cuda_embedding_blocks (an out-of-range id gives a zero row) against
+/// the CPU kernels on random blocks whose f16 fields are finite.
+void checkBlocks(Context &c) {
+  struct Fmt {
+    int64_t id;
+    std::vector<int> halves;
+  };
+  const Fmt fmts[] = {{KILN_BLOCK_Q4_0, {0}},    {KILN_BLOCK_Q4_1, {0, 2}},
+                      {KILN_BLOCK_Q5_0, {0}},    {KILN_BLOCK_Q5_1, {0, 2}},
+                      {KILN_BLOCK_Q8_0, {0}},    {KILN_BLOCK_Q2_K, {80, 82}},
+                      {KILN_BLOCK_Q3_K, {108}},  {KILN_BLOCK_Q4_K, {0, 2}},
+                      {KILN_BLOCK_Q5_K, {0, 2}}, {KILN_BLOCK_Q6_K, {208}}};
+  for (const Fmt &f : fmts) {
+    const int64_t elems = kiln_block_elems(f.id), bytes = kiln_block_bytes(f.id);
+    const int64_t in = elems == 32 ? 800 : 768;
+    auto blocks = [&](int64_t rows) {
+      std::vector<int8_t> w(size_t(rows * in / elems * bytes));
+      for (int8_t &b : w)
+        b = int8_t(gRng() & 0xff);
+      for (size_t k = 0; k < w.size() / size_t(bytes); ++k)
+        for (int off : f.halves) {
+          uint16_t h = uint16_t(((gRng() & 1) << 15) | ((5 + gRng() % 7) << 10) |
+                                (gRng() & 1023));
+          w[k * bytes + off] = int8_t(h & 0xff);
+          w[k * bytes + off + 1] = int8_t(h >> 8);
+        }
+      return w;
+    };
+    for (int64_t n : {int64_t(1), int64_t(20)}) {
+      const int64_t out = n == 1 ? 37 : 70;
+      std::vector<int8_t> w = blocks(out);
+      std::vector<float> x = randomRounded<float>(size_t(n * in), -1, 1);
+      DevBuf<float> dx(x.size()), dy(size_t(n * out));
+      DevBuf<int8_t> dw(w.size());
+      dx.upload(x);
+      CHECK_CUDA(cudaMemcpy(dw.data(), w.data(), w.size(), cudaMemcpyHostToDevice));
+      kiln_cuda_linear_blocks(&c.ctx, dx.data(), dw.data(), dy.data(), n, in,
+                              out, f.id);
+      std::string err = c.finish();
+      std::vector<float> ref(size_t(n * out));
+      kiln_k_linear_blocks(x.data(), w.data(), ref.data(), n, in, out, f.id);
+      report("linear_blocks", kiln_block_format_name(f.id),
+             fmt("n=%lld in=%lld out=%lld", (long long)n, (long long)in,
+                 (long long)out),
+             dy.download(ref.size()), ref, 1e-5, err);
+    }
+    const int64_t vocab = 6;
+    std::vector<int8_t> table = blocks(vocab);
+    std::vector<int32_t> tokens = {5, 0, 3, 5};
+    DevBuf<int8_t> dt(table.size());
+    DevBuf<int32_t> dtok(tokens.size());
+    DevBuf<float> dout(tokens.size() * size_t(in));
+    CHECK_CUDA(cudaMemcpy(dt.data(), table.data(), table.size(),
+                          cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(dtok.data(), tokens.data(), tokens.size() * 4,
+                          cudaMemcpyHostToDevice));
+    kiln_cuda_embedding_blocks(&c.ctx, dtok.data(), int64_t(tokens.size()),
+                               dt.data(), vocab, in, dout.data(), f.id);
+    std::string err = c.finish();
+    std::vector<float> ref(tokens.size() * size_t(in));
+    kiln_k_embedding_blocks(tokens.data(), int64_t(tokens.size()), table.data(),
+                            vocab, in, ref.data(), f.id);
+    report("embedding_blocks", kiln_block_format_name(f.id),
+           fmt("n=4 dim=%lld", (long long)in), dout.download(ref.size()), ref,
+           0.0, err);
+  }
+}
+
 template <typename T> void checkRope(Context &c) {
   struct Shape {
     int64_t n, heads, headDim, rotDim, pos;
@@ -1757,6 +1828,7 @@ int main(int argc, char **argv) {
   checkLinearW4<__nv_bfloat16, __nv_bfloat16>(c);
   checkLinearW4<__half, float>(c);
   checkLinearW4<__nv_bfloat16, float>(c);
+  checkBlocks(c);
   checkRope<float>(c);
   checkRope<__half>(c);
   checkRope<__nv_bfloat16>(c);
