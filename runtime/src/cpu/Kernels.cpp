@@ -474,6 +474,24 @@ static void rmsNorm(const typename E::T *x, const typename E::T *w,
   }
 }
 
+/// Splits output rows [0, out) into one contiguous chunk per OpenMP thread
+/// (one chunk when `parallel` is false) and calls fn(begin, end) for each
+/// non-empty chunk, on the thread that owns it (per-thread scratch buffers
+/// are safe in fn). Used by the decode GEMVs, which are memory-bound: each
+/// thread streams its own rows of the weights.
+template <class Fn>
+static void forRowChunks(int64_t out, bool parallel, Fn &&fn) {
+#pragma omp parallel if (parallel)
+  {
+    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    int64_t chunk = (out + nt - 1) / nt;
+    int64_t begin = std::min<int64_t>(out, t * chunk);
+    int64_t end = std::min<int64_t>(out, begin + chunk);
+    if (end > begin)
+      fn(begin, end);
+  }
+}
+
 /// Output rows and reduction depth of one float weight tile of the 16-bit
 /// prefill GEMM (256 KiB: stays in L2 next to OpenBLAS's packed panels).
 static constexpr int64_t kTileRows = 128, kTileDepth = 512;
@@ -494,23 +512,16 @@ static void linear16(const typename E::T *x, const typename E::T *w, OutT *y,
     // Decode: memory-bound GEMV over the 16-bit weights, rows split over
     // threads; x is widened once.
     const float *xf = loadRow<E>(x, in, 0);
-    bool parallel = out * in > kParallelGrain;
-#pragma omp parallel if (parallel)
-    {
-      int t = omp_get_thread_num(), nt = omp_get_num_threads();
-      int64_t chunk = (out + nt - 1) / nt;
-      int64_t begin = std::min<int64_t>(out, t * chunk);
-      int64_t end = std::min<int64_t>(out, begin + chunk);
-      if (end > begin) {
-        if constexpr (floatOut) {
-          E::gemv(xf, w + begin * in, y + begin, in, end - begin);
-        } else {
-          float *yf = scratch(1, end - begin);
-          E::gemv(xf, w + begin * in, yf, in, end - begin);
-          E::narrow(yf, y + begin, end - begin);
-        }
+    const bool parallel = out * in > kParallelGrain;
+    forRowChunks(out, parallel, [&](int64_t begin, int64_t end) {
+      if constexpr (floatOut) {
+        E::gemv(xf, w + begin * in, y + begin, in, end - begin);
+      } else {
+        float *yf = scratch(1, end - begin);
+        E::gemv(xf, w + begin * in, yf, in, end - begin);
+        E::narrow(yf, y + begin, end - begin);
       }
-    }
+    });
     return;
   }
   // Prefill: x widened once; each thread owns a slice of w's rows and runs a
@@ -647,25 +658,18 @@ static void linearW8(const typename E::T *x, const int8_t *q,
     // Decode: memory-bound GEMV reading one byte per weight, rows split over
     // threads; x is widened once.
     const float *xf = loadRow<E>(x, in, 0);
-    bool parallel = out * in > kParallelGrain;
-#pragma omp parallel if (parallel)
-    {
-      int t = omp_get_thread_num(), nt = omp_get_num_threads();
-      int64_t chunk = (out + nt - 1) / nt;
-      int64_t begin = std::min<int64_t>(out, t * chunk);
-      int64_t end = std::min<int64_t>(out, begin + chunk);
-      if (end > begin) {
-        const float *sb = scales + begin * groups;
-        if constexpr (floatOut) {
-          gemvRowsI8(xf, q + begin * in, sb, y + begin, in, end - begin,
-                     groupSize);
-        } else {
-          float *yf = scratch(1, end - begin);
-          gemvRowsI8(xf, q + begin * in, sb, yf, in, end - begin, groupSize);
-          E::narrow(yf, y + begin, end - begin);
-        }
+    const bool parallel = out * in > kParallelGrain;
+    forRowChunks(out, parallel, [&](int64_t begin, int64_t end) {
+      const float *sb = scales + begin * groups;
+      if constexpr (floatOut) {
+        gemvRowsI8(xf, q + begin * in, sb, y + begin, in, end - begin,
+                   groupSize);
+      } else {
+        float *yf = scratch(1, end - begin);
+        gemvRowsI8(xf, q + begin * in, sb, yf, in, end - begin, groupSize);
+        E::narrow(yf, y + begin, end - begin);
       }
-    }
+    });
     return;
   }
   // Prefill: int8 weights widened to float (exact) with the row scales
@@ -706,26 +710,19 @@ static void linearW4(const typename E::T *x, const int8_t *q,
     // Decode: memory-bound GEMV reading half a byte per weight, nibbles
     // unpacked in registers, rows split over threads; x is widened once.
     const float *xf = loadRow<E>(x, in, 0);
-    bool parallel = out * in > kParallelGrain;
-#pragma omp parallel if (parallel)
-    {
-      int t = omp_get_thread_num(), nt = omp_get_num_threads();
-      int64_t chunk = (out + nt - 1) / nt;
-      int64_t begin = std::min<int64_t>(out, t * chunk);
-      int64_t end = std::min<int64_t>(out, begin + chunk);
-      if (end > begin) {
-        const int8_t *qb = q + begin * rowBytes;
-        const float *sb = scales + begin * groups;
-        const int8_t *zb = zeros + begin * groups;
-        if constexpr (floatOut) {
-          gemvRowsQ4(xf, qb, sb, zb, y + begin, in, end - begin, groupSize);
-        } else {
-          float *yf = scratch(1, end - begin);
-          gemvRowsQ4(xf, qb, sb, zb, yf, in, end - begin, groupSize);
-          E::narrow(yf, y + begin, end - begin);
-        }
+    const bool parallel = out * in > kParallelGrain;
+    forRowChunks(out, parallel, [&](int64_t begin, int64_t end) {
+      const int8_t *qb = q + begin * rowBytes;
+      const float *sb = scales + begin * groups;
+      const int8_t *zb = zeros + begin * groups;
+      if constexpr (floatOut) {
+        gemvRowsQ4(xf, qb, sb, zb, y + begin, in, end - begin, groupSize);
+      } else {
+        float *yf = scratch(1, end - begin);
+        gemvRowsQ4(xf, qb, sb, zb, yf, in, end - begin, groupSize);
+        E::narrow(yf, y + begin, end - begin);
       }
-    }
+    });
     return;
   }
   // Prefill: weights dequantized to float (scale * (q - zero), rounded
@@ -775,16 +772,10 @@ static void linearBlocks(const float *x, const uint8_t *w, float *y, int64_t n,
   const int64_t rowBytes = in / elems * bytes;
   if (n == 1) {
     // Decode: memory-bound GEMV over the raw blocks, rows split over threads.
-    bool parallel = out * in > kParallelGrain;
-#pragma omp parallel if (parallel)
-    {
-      int t = omp_get_thread_num(), nt = omp_get_num_threads();
-      int64_t chunk = (out + nt - 1) / nt;
-      int64_t begin = std::min<int64_t>(out, t * chunk);
-      int64_t end = std::min<int64_t>(out, begin + chunk);
-      if (end > begin)
-        gemvRowsBlocks<F>(x, w + begin * rowBytes, y + begin, in, end - begin);
-    }
+    const bool parallel = out * in > kParallelGrain;
+    forRowChunks(out, parallel, [&](int64_t begin, int64_t end) {
+      gemvRowsBlocks<F>(x, w + begin * rowBytes, y + begin, in, end - begin);
+    });
     return;
   }
   // Prefill: tiles decoded to float (kTileDepth is a multiple of 256, so a
@@ -1383,15 +1374,10 @@ void kiln_k_linear(const float *x, const float *w, float *y, int64_t n,
     return;
   if (n == 1) {
     // Decode: memory-bound GEMV, rows split over threads.
-    bool parallel = out * in > kParallelGrain;
-#pragma omp parallel if (parallel)
-    {
-      int t = omp_get_thread_num(), nt = omp_get_num_threads();
-      int64_t chunk = (out + nt - 1) / nt;
-      int64_t begin = std::min<int64_t>(out, t * chunk);
-      int64_t end = std::min<int64_t>(out, begin + chunk);
+    const bool parallel = out * in > kParallelGrain;
+    forRowChunks(out, parallel, [&](int64_t begin, int64_t end) {
       gemvRows(x, w, y, in, begin, end);
-    }
+    });
     return;
   }
   // Prefill: each OpenMP thread multiplies x by its slice of w's rows with a
