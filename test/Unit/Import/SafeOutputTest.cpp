@@ -359,3 +359,83 @@ TEST(SafeOutput, StaleScratchDirsRemovedOnlyWhenProvablyKilns) {
 }
 
 } // namespace
+
+namespace {
+
+/// Names in `dir` that start with `prefix` (leftover temporary files).
+int countPrefixed(const std::string &dir, const std::string &prefix) {
+  int n = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; it != end && !ec;
+       it.increment(ec))
+    if (llvm::sys::path::filename(it->path()).starts_with(prefix))
+      ++n;
+  return n;
+}
+
+TEST(SafeOutput, WriteFileOutputReplacesAtomically) {
+  TempDir dir;
+  std::string out = dir.path("out.mlir");
+  writeFileBytes(out, "old");
+  ASSERT_EQ(::chmod(out.c_str(), 0640), 0);
+  llvm::Error e = writeFileOutput(out, [](llvm::raw_ostream &os) {
+    os << "new";
+    return llvm::Error::success();
+  });
+  ASSERT_FALSE(bool(e)) << errorMessage(std::move(e));
+  EXPECT_EQ(readFileBytes(out), "new");
+  struct stat st;
+  ASSERT_EQ(::stat(out.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640u) << "a replaced file keeps its mode";
+  EXPECT_EQ(countPrefixed(dir.root(), "out.mlir.kiln-tmp-"), 0);
+
+  // A failing writer leaves the old contents and no temporary file.
+  e = writeFileOutput(out, [](llvm::raw_ostream &os) {
+    os << "partial";
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "writer failed");
+  });
+  ASSERT_TRUE(bool(e));
+  EXPECT_EQ(errorMessage(std::move(e)), "writer failed");
+  EXPECT_EQ(readFileBytes(out), "new");
+  EXPECT_EQ(countPrefixed(dir.root(), "out.mlir.kiln-tmp-"), 0);
+}
+
+TEST(SafeOutput, WriteFileOutputFollowsLinksAndRefusesNonFiles) {
+  TempDir dir;
+  writeFileBytes(dir.path("target.txt"), "old");
+  ASSERT_EQ(::symlink("target.txt", dir.path("link.txt").c_str()), 0);
+  llvm::Error e = writeFileOutput(dir.path("link.txt"), [](llvm::raw_ostream &os) {
+    os << "via link";
+    return llvm::Error::success();
+  });
+  ASSERT_FALSE(bool(e)) << errorMessage(std::move(e));
+  EXPECT_EQ(readFileBytes(dir.path("target.txt")), "via link");
+  struct stat st;
+  ASSERT_EQ(::lstat(dir.path("link.txt").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the link itself is kept";
+
+  makeDir(dir.path("adir"));
+  ASSERT_EQ(::mkfifo(dir.path("fifo").c_str(), 0600), 0);
+  for (const char *name : {"adir", "fifo"}) {
+    bool called = false;
+    e = writeFileOutput(dir.path(name), [&](llvm::raw_ostream &) {
+      called = true;
+      return llvm::Error::success();
+    });
+    ASSERT_TRUE(bool(e)) << name;
+    std::string msg = errorMessage(std::move(e));
+    EXPECT_NE(msg.find(dir.path(name)), std::string::npos) << msg;
+    EXPECT_FALSE(called) << name << ": nothing is written to a refused path";
+  }
+  // A character device is written in place, never replaced.
+  e = writeFileOutput("/dev/null", [](llvm::raw_ostream &os) {
+    os << "discarded";
+    return llvm::Error::success();
+  });
+  ASSERT_FALSE(bool(e)) << errorMessage(std::move(e));
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+}
+
+} // namespace
