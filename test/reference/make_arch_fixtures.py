@@ -21,8 +21,8 @@ Writes, under OUT:
               float32 for the token list TOKENS below, in the call pattern of
               `kiln-run --dump-logits` (prefill k = (n + 1) / 2 tokens, then
               one token per step; rows k-1 .. n-1, every STRIDE-th kept)
-  rope_tables.inc  transformers' inverse-frequency tables (C++ arrays) for
-              runtime/tests/RopeScalingTest.cpp
+and runtime/tests/RopeScalingTables.inc: transformers' inverse-frequency
+tables (C++ arrays) for runtime/tests/RopeScalingTest.cpp.
 
 Weights are rounded to values exact in both bfloat16 and float16 (tiny
 magnitudes flushed to 0), so the BF16 safetensors, the F16 GGUF tensors and
@@ -232,7 +232,9 @@ def rope_tables(out):
         inv, _ = fn(cfg, "cpu", seq_len) if seq_len else fn(cfg, "cpu")
         vals = ", ".join("%.9ef" % v for v in inv.float().numpy())
         lines.append("static const float %s[%d] = {%s};" % (name, len(inv), vals))
-    with open(os.path.join(out, "rope_tables.inc"), "w") as f:
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                        "runtime", "tests", "RopeScalingTables.inc")
+    with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
 
