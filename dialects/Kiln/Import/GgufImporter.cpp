@@ -17,6 +17,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -846,7 +847,7 @@ static Error checkRopeFreqs(const GgufFile &g, const ResolvedTensor &t) {
       return fileError(g.path, "tensor 'rope_freqs.weight' element " +
                                    Twine(i) + " (offset " +
                                    Twine(t.source.offset + 4 * i) + ") is " +
-                                   Twine(double(f)) +
+                                   formatv("{0}", llvm::format("%g", double(f))).str() +
                                    ", expected a positive frequency divisor");
   }
   return Error::success();
@@ -955,7 +956,7 @@ Expected<ModelDesc> importGguf(StringRef path, StringRef tokenizer) {
   if (*scaleFactor) {
     if (!(**scaleFactor > 0.0) || !std::isfinite(**scaleFactor))
       return fileError(path, key("rope.scaling.factor") + " is " +
-                                 Twine(float(**scaleFactor)) +
+                                 formatv("{0}", llvm::format("%g", **scaleFactor)).str() +
                                  ", expected a positive number");
     if (**scaleFactor != 1.0) {
       c.ropeScaling.kind = RopeScaling::Kind::Linear;
