@@ -4,8 +4,9 @@
 // header next to the emitted model.cu, which includes it once; nvcc compiles
 // both for sm_80 and sm_90a into model.so. Self-contained: it includes only
 // CUDA runtime, cuBLASLt and CCCL headers, the C++ standard library, the
-// runtime contract "kiln_rt/cuda_abi.h" and the GGML block codec
-// "kiln_rt/block_formats.h".
+// runtime contract "kiln_rt/cuda_abi.h", the GGML block codec
+// "kiln_rt/block_formats.h" and the RoPE scaling rules
+// "kiln_rt/rope_scaling.h".
 //
 // Semantics: every kernel computes the math of its CPU twin in
 // runtime/include/kiln_rt/kernel_abi.h (reference implementations in
