@@ -8,6 +8,9 @@ usage: mutate_arch_fixture.py KIND SRC DST
   gguf-yarn    GGUF: adds llama.rope.scaling.type = "yarn"
   gguf-freqs   GGUF: rope_freqs.weight[3] = 0
   gguf-window  GGUF: llama.attention.sliding_window = 0
+  gguf-linear  GGUF: rope_freqs.weight dropped, linear scaling factor 2
+  gguf-q5_0    GGUF: matrices with rows of 32k elements (not token_embd)
+               in Q5_0 (gguf-py quants)
 Needs numpy and gguf (PyPI).
 """
 import json
@@ -18,7 +21,7 @@ import sys
 import numpy as np
 
 
-def copy_gguf(src, dst, set_keys=None, tensor_fn=None):
+def copy_gguf(src, dst, set_keys=None, tensor_fn=None, drop=()):
     import gguf
     r = gguf.GGUFReader(src)
     arch = str(r.fields["general.architecture"].contents())
@@ -35,10 +38,16 @@ def copy_gguf(src, dst, set_keys=None, tensor_fn=None):
     for name, (value, vtype) in set_keys.items():
         w.add_key_value(name, value, vtype)
     for t in r.tensors:
+        if t.name in drop:
+            continue
         data = np.array(t.data)
+        raw = None
         if tensor_fn:
-            data = tensor_fn(t.name, data)
-        w.add_tensor(t.name, data)
+            data, raw = tensor_fn(t.name, data)
+        if raw is None:
+            w.add_tensor(t.name, data)
+        else:
+            w.add_tensor(t.name, data, raw_dtype=raw)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -93,8 +102,24 @@ def main():
             if name == "rope_freqs.weight":
                 data = data.copy()
                 data[3] = 0.0
-            return data
+            return data, None
         copy_gguf(src, dst, tensor_fn=zero)
+    elif kind == "gguf-linear":
+        copy_gguf(src, dst, {"llama.rope.scaling.type":
+                             ("linear", gguf.GGUFValueType.STRING),
+                             "llama.rope.scaling.factor":
+                             (2.0, gguf.GGUFValueType.FLOAT32)},
+                  drop=("rope_freqs.weight",))
+    elif kind == "gguf-q5_0":
+        from gguf import quants
+        def q5(name, data):
+            if (data.ndim == 2 and name != "token_embd.weight"
+                    and data.shape[1] % 32 == 0):
+                return (quants.quantize(data.astype(np.float32),
+                                        gguf.GGMLQuantizationType.Q5_0),
+                        gguf.GGMLQuantizationType.Q5_0)
+            return data, None
+        copy_gguf(src, dst, tensor_fn=q5)
     else:
         sys.exit("unknown kind " + kind)
 
