@@ -34,6 +34,9 @@ static constexpr const char *kPlanInfoHeader =
 static constexpr const char *kBlockFormatsHeader =
 #include "codegen/Artifact/BlockFormatsHeader.inc"
     ;
+static constexpr const char *kRopeScalingHeader =
+#include "codegen/Artifact/RopeScalingHeader.inc"
+    ;
 static constexpr const char *kCudaAbiHeader =
 #include "codegen/Artifact/CudaAbiHeader.inc"
     ;
@@ -289,6 +292,9 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
       return err;
     if (auto err =
             writeHeader(headerDir, "block_formats.h", kBlockFormatsHeader))
+      return err;
+    if (auto err =
+            writeHeader(headerDir, "rope_scaling.h", kRopeScalingHeader))
       return err;
     if (auto err = writeHeader(includeDir, "KilnKernels.cuh", kCudaKernelsHeader))
       return err;

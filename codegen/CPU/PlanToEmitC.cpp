@@ -42,8 +42,8 @@ static constexpr const char *kPointerMacros = R"(
 
 static constexpr const char *kCpuPrologue =
     R"(// Emitted by kiln-compile (CPU target). Do not edit.
-#if KILN_ABI_VERSION != 5
-#error "emitted for kernel ABI version 5"
+#if KILN_ABI_VERSION != 6
+#error "emitted for kernel ABI version 6"
 #endif)";
 
 static constexpr const char *kCudaPrologue =

@@ -4,8 +4,9 @@
 // header next to the emitted model.cu, which includes it once; nvcc compiles
 // both for sm_80 and sm_90a into model.so. Self-contained: it includes only
 // CUDA runtime, cuBLASLt and CCCL headers, the C++ standard library, the
-// runtime contract "kiln_rt/cuda_abi.h" and the GGML block codec
-// "kiln_rt/block_formats.h".
+// runtime contract "kiln_rt/cuda_abi.h", the GGML block codec
+// "kiln_rt/block_formats.h" and the RoPE scaling rules
+// "kiln_rt/rope_scaling.h".
 //
 // Semantics: every kernel computes the math of its CPU twin in
 // runtime/include/kiln_rt/kernel_abi.h (reference implementations in
@@ -59,6 +60,7 @@
 #define KILN_CODEGEN_CUDA_KILNKERNELS_CUH
 
 #include "kiln_rt/block_formats.h"
+#include "kiln_rt/rope_scaling.h"
 #include "kiln_rt/cuda_abi.h"
 
 #include <cublasLt.h>
@@ -1337,6 +1339,60 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+/// ropeKernel with scaled inverse frequencies (kernel_abi.h
+/// kiln_k_rope_scaled / kiln_k_rope_factors; kiln_rt/rope_scaling.h):
+/// `factors` non-null gives theta^(-2i/head_dim) / factors[i], else the
+/// `scaling` rule with theta from kiln_rope_theta for L = *dPos + n. The
+/// frequency is computed with the device's powf (a few ulp from the CPU).
+template <typename T>
+__global__ void __launch_bounds__(256)
+    ropeScaledKernel(const T *x, T *y, int64_t n, int64_t heads,
+                     int64_t headDim, int64_t rotDim, float theta,
+                     int64_t scaling, float factor, float low, float high,
+                     int64_t originalMax, const float *__restrict__ factors,
+                     const int64_t *__restrict__ dPos) {
+  const int64_t slots = (headDim + 1) / 2;
+  const int64_t pairs = rotDim / 2;
+  const int64_t total = n * heads * slots;
+  const int64_t p0 = *dPos;
+  const float t = factors ? theta
+                          : kiln_rope_theta(theta, rotDim, scaling, factor,
+                                            originalMax, p0 + n);
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = e % slots;
+    const int64_t rowHead = e / slots;
+    const int64_t row = rowHead / heads;
+    const int64_t base = rowHead * headDim + 2 * i;
+    if (i < pairs) {
+      float freq =
+          factors ? 1.0f / powf(theta, float(2 * i) / float(headDim)) /
+                        factors[i]
+                  : kiln_rope_inv_freq(i, headDim, rotDim, t, scaling, factor,
+                                       low, high, originalMax);
+      float val = float(p0 + row) * freq;
+      float fcr = float(cos(double(val))), fci = float(sin(double(val)));
+      float v0 = toF(x[base]), v1 = toF(x[base + 1]);
+      y[base] = fromF<T>(v0 * fcr - v1 * fci);
+      y[base + 1] = fromF<T>(v0 * fci + v1 * fcr);
+      continue;
+    }
+    y[base] = x[base];
+    if (2 * i + 1 < headDim)
+      y[base + 1] = x[base + 1];
+  }
+}
+
+/// y = x + b per row (kernel_abi.h kiln_k_add_bias).
+template <typename T>
+__global__ void __launch_bounds__(256)
+    addBiasKernel(const T *x, const T *b, T *y, int64_t n, int64_t width) {
+  const int64_t total = n * width;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x)
+    y[e] = fromF<T>(toF(x[e]) + toF(b[e % width]));
+}
+
 //===----------------------------------------------------------------------===//
 // Attention
 //===----------------------------------------------------------------------===//
@@ -1650,7 +1706,7 @@ __global__ void __launch_bounds__(kAttnThreads)
                       T *__restrict__ out,
                       int64_t n, int heads, int group, int headDim,
                       int64_t maxSeq, float scale,
-                      const int64_t *__restrict__ dPos) {
+                      const int64_t *__restrict__ dPos, int64_t window) {
   constexpr int kR = kPrefillRowsPerWarp, kT = HDM / 32;
   extern __shared__ float smem[];
   const int hd = headDim;
@@ -1677,6 +1733,7 @@ __global__ void __launch_bounds__(kAttnThreads)
 
   float m[kR], l[kR], acc[kR][kT];
   int64_t last[kR]; // last visible key of the row, -1 for padding rows
+  int64_t first[kR]; // first visible key (sliding window; else 0)
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
     m[r] = -INFINITY;
@@ -1686,7 +1743,11 @@ __global__ void __launch_bounds__(kAttnThreads)
       acc[r][t] = 0.0f;
     const int64_t qi = i0 + warp * kR + r;
     last[r] = qi < n ? p + qi : -1;
+    first[r] = window > 0 && p + qi - window + 1 > 0 ? p + qi - window + 1 : 0;
   }
+  // Sliding window: no row of the tile sees keys before its first row's.
+  const int64_t kStart =
+      window > 0 && p + i0 - window + 1 > 0 ? p + i0 - window + 1 : 0;
 
   // Centered keys: thread owns channels d = threadIdx.x + kAttnThreads c and
   // walks each tile's kPrefillBc keys with the m_t recurrence.
@@ -1702,7 +1763,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
   }
 
-  for (int64_t kt = 0; kt < kEnd; kt += kPrefillBc) {
+  for (int64_t kt = kStart; kt < kEnd; kt += kPrefillBc) {
     __syncthreads(); // previous tile fully consumed (and sQ written)
     for (int e = threadIdx.x; e < kPrefillBc * hd; e += blockDim.x) {
       const int j = e / hd, d = e % hd;
@@ -1756,7 +1817,9 @@ __global__ void __launch_bounds__(kAttnThreads)
     const int64_t tileKeys = kEnd - kt < kPrefillBc ? kEnd - kt : kPrefillBc;
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
-      const float sr = (kj <= last[r] && kj < kEnd) ? s[r] * scale : -INFINITY;
+      const float sr = (kj <= last[r] && kj >= first[r] && kj < kEnd)
+                           ? s[r] * scale
+                           : -INFINITY;
       const float mNew = fmaxf(m[r], warpMax(sr));
       const float pj = sr == -INFINITY ? 0.0f : expf(sr - mNew);
       const float alpha = m[r] == -INFINITY ? 0.0f : expf(m[r] - mNew);
@@ -1812,7 +1875,7 @@ __global__ void __launch_bounds__(kAttnThreads)
                           float *partM,
                           float *partL, float *partAcc, int heads, int group,
                           int headDim, int64_t maxSeq, float scale,
-                          const int64_t *__restrict__ dPos) {
+                          const int64_t *__restrict__ dPos, int64_t window) {
   constexpr int kT = HDM / 32, kKB = kDecodeKeysPerStep;
   __shared__ float sM[kAttnWarps], sL[kAttnWarps];
   __shared__ float sAcc[kAttnWarps][HDM];
@@ -1825,8 +1888,10 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int h = blockIdx.y, kvh = h / group;
   const int64_t kvDim = int64_t(heads / group) * hd;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t chunk = (L + S - 1) / S;
-  const int64_t start = s * chunk;
+  // Sliding window: keys [L - window, L) only.
+  const int64_t lo = window > 0 && L - window > 0 ? L - window : 0;
+  const int64_t chunk = (L - lo + S - 1) / S;
+  const int64_t start = lo + s * chunk;
   const int64_t end = start + chunk < L ? start + chunk : L;
 
   float qr[kT], acc[kT];
@@ -1984,7 +2049,7 @@ template <typename T, int HDM, typename Kv>
 inline void attentionLaunch(kiln_cuda_ctx *ctx, const T *q, const Kv &cache,
                             T *out, int64_t n, int64_t heads,
                             int64_t kvHeads, int64_t headDim, int64_t maxSeq,
-                            float scale) {
+                            float scale, int64_t window) {
   cudaStream_t stream = streamOf(ctx);
   const int group = int(heads / kvHeads);
   if (n == 1) {
@@ -2005,7 +2070,7 @@ inline void attentionLaunch(kiln_cuda_ctx *ctx, const T *q, const Kv &cache,
     attnDecodeSplitKernel<T, HDM, Kv>
         <<<dim3(unsigned(splits), unsigned(heads)), kAttnThreads, 0, stream>>>(
             q, cache, partM, partL, partAcc, int(heads), group,
-            int(headDim), maxSeq, scale, ctx->d_pos);
+            int(headDim), maxSeq, scale, ctx->d_pos, window);
     if (!KILN_CUDA_LAUNCHED(ctx, "attnDecodeSplitKernel<<<>>>"))
       return;
     attnDecodeReduceKernel<T><<<unsigned(heads), kAttnThreads, 0, stream>>>(
@@ -2023,7 +2088,7 @@ inline void attentionLaunch(kiln_cuda_ctx *ctx, const T *q, const Kv &cache,
   const dim3 grid(unsigned((n + kPrefillBr - 1) / kPrefillBr), unsigned(heads));
   attnPrefillKernel<T, HDM, Kv><<<grid, kAttnThreads, smem, stream>>>(
       q, cache, out, n, int(heads), group, int(headDim), maxSeq, scale,
-      ctx->d_pos);
+      ctx->d_pos, window);
   KILN_CUDA_LAUNCHED(ctx, "attnPrefillKernel<<<>>>");
 }
 
@@ -2046,18 +2111,18 @@ template <typename T, typename Kv>
 inline void attentionDispatch(kiln_cuda_ctx *ctx, const T *q, const Kv &cache,
                               T *out, int64_t n, int64_t heads,
                               int64_t kvHeads, int64_t headDim, int64_t maxSeq,
-                              float scale) {
+                              float scale, int64_t window = 0) {
   if (headDim <= 32)
     return attentionLaunch<T, 32>(ctx, q, cache, out, n, heads, kvHeads,
-                                  headDim, maxSeq, scale);
+                                  headDim, maxSeq, scale, window);
   if (headDim <= 64)
     return attentionLaunch<T, 64>(ctx, q, cache, out, n, heads, kvHeads,
-                                  headDim, maxSeq, scale);
+                                  headDim, maxSeq, scale, window);
   if (headDim <= 128)
     return attentionLaunch<T, 128>(ctx, q, cache, out, n, heads, kvHeads,
-                                   headDim, maxSeq, scale);
+                                   headDim, maxSeq, scale, window);
   attentionLaunch<T, 256>(ctx, q, cache, out, n, heads, kvHeads, headDim,
-                          maxSeq, scale);
+                          maxSeq, scale, window);
 }
 
 /// The 8-bit KV attention wrappers: `append` (kvAppendInt8Kernel /
@@ -2923,6 +2988,66 @@ inline void kiln_cuda_rope(kiln_cuda_ctx *ctx, const T *x, T *y, int64_t n,
   KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_rope<<<>>>");
 }
 
+/// kiln_cuda_rope with scaled frequencies (kernel_abi.h kiln_k_rope_scaled).
+template <typename T>
+inline void kiln_cuda_rope_scaled(kiln_cuda_ctx *ctx, const T *x, T *y,
+                                  int64_t n, int64_t heads, int64_t head_dim,
+                                  int64_t rot_dim, int64_t pos, float theta,
+                                  int64_t scaling, float factor,
+                                  float low_freq_factor,
+                                  float high_freq_factor,
+                                  int64_t original_max) {
+  using namespace kiln_cuda_detail;
+  static_assert(IsElem<T>::value, "T must be float, __half or __nv_bfloat16");
+  (void)pos; // graph replays read the position from ctx->d_pos
+  if (skip(ctx) || n <= 0 || heads <= 0 || head_dim <= 0)
+    return;
+  if (!KILN_CUDA_ARG(ctx, rot_dim >= 0 && rot_dim <= head_dim,
+                     "kiln_cuda_rope_scaled", "rot_dim outside [0, head_dim]"))
+    return;
+  const int64_t work = n * heads * ((head_dim + 1) / 2);
+  ropeScaledKernel<T><<<gridFor(ctx, work, 256), 256, 0, streamOf(ctx)>>>(
+      x, y, n, heads, head_dim, rot_dim, theta, scaling, factor,
+      low_freq_factor, high_freq_factor, original_max, nullptr, ctx->d_pos);
+  KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_rope_scaled<<<>>>");
+}
+
+/// kiln_cuda_rope with per-pair frequency divisors (kernel_abi.h
+/// kiln_k_rope_factors; freq_factors float [rot_dim / 2] on the device).
+template <typename T>
+inline void kiln_cuda_rope_factors(kiln_cuda_ctx *ctx, const T *x, T *y,
+                                   int64_t n, int64_t heads, int64_t head_dim,
+                                   int64_t rot_dim, int64_t pos, float theta,
+                                   const float *freq_factors) {
+  using namespace kiln_cuda_detail;
+  static_assert(IsElem<T>::value, "T must be float, __half or __nv_bfloat16");
+  (void)pos;
+  if (skip(ctx) || n <= 0 || heads <= 0 || head_dim <= 0)
+    return;
+  if (!KILN_CUDA_ARG(ctx, rot_dim >= 0 && rot_dim <= head_dim && freq_factors,
+                     "kiln_cuda_rope_factors",
+                     "rot_dim outside [0, head_dim] or no freq_factors"))
+    return;
+  const int64_t work = n * heads * ((head_dim + 1) / 2);
+  ropeScaledKernel<T><<<gridFor(ctx, work, 256), 256, 0, streamOf(ctx)>>>(
+      x, y, n, heads, head_dim, rot_dim, theta, KILN_ROPE_LINEAR, 1.0f, 0.0f,
+      0.0f, 0, freq_factors, ctx->d_pos);
+  KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_rope_factors<<<>>>");
+}
+
+/// Bias of a linear layer (kernel_abi.h kiln_k_add_bias).
+template <typename T>
+inline void kiln_cuda_add_bias(kiln_cuda_ctx *ctx, const T *x, const T *b,
+                               T *y, int64_t n, int64_t width) {
+  using namespace kiln_cuda_detail;
+  static_assert(IsElem<T>::value, "T must be float, __half or __nv_bfloat16");
+  if (skip(ctx) || n <= 0 || width <= 0)
+    return;
+  addBiasKernel<T><<<gridFor(ctx, n * width, 256), 256, 0, streamOf(ctx)>>>(
+      x, b, y, n, width);
+  KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_add_bias<<<>>>");
+}
+
 /// Causal GQA attention with a KV cache (kernel_abi.h kiln_k_attention), with
 /// p = *ctx->d_pos (the `pos` argument is ignored): stores k, v (T
 /// [n, kv_heads * head_dim]) at rows [p, p + n) of k_cache, v_cache (T
@@ -2953,6 +3078,36 @@ inline void kiln_cuda_attention(kiln_cuda_ctx *ctx, const T *q, const T *k,
     return;
   attentionDispatch(ctx, q, KvPlain<T>{k_cache, v_cache}, out, n, heads,
                     kv_heads, head_dim, max_seq, scale);
+}
+
+/// kiln_cuda_attention with a sliding window (kernel_abi.h
+/// kiln_k_attention_window): row i sees keys [max(0, p + i - window + 1),
+/// p + i].
+template <typename T>
+inline void kiln_cuda_attention_window(kiln_cuda_ctx *ctx, const T *q,
+                                       const T *k, const T *v, T *k_cache,
+                                       T *v_cache, T *out, int64_t n,
+                                       int64_t pos, int64_t heads,
+                                       int64_t kv_heads, int64_t head_dim,
+                                       int64_t max_seq, float scale,
+                                       int64_t window) {
+  using namespace kiln_cuda_detail;
+  static_assert(IsElem<T>::value, "T must be float, __half or __nv_bfloat16");
+  (void)pos; // graph replays read the position from ctx->d_pos
+  if (skip(ctx) || n <= 0)
+    return;
+  if (!attentionArgsOk(ctx, "kiln_cuda_attention_window", heads, kv_heads,
+                       head_dim, max_seq) ||
+      !KILN_CUDA_ARG(ctx, window >= 1, "kiln_cuda_attention_window",
+                     "window must be positive"))
+    return;
+  const int64_t kvDim = kv_heads * head_dim;
+  kvAppendKernel<T><<<gridFor(ctx, n * kvDim, 256), 256, 0, streamOf(ctx)>>>(
+      k, v, k_cache, v_cache, n, kvDim, max_seq, ctx->d_pos);
+  if (!KILN_CUDA_LAUNCHED(ctx, "kvAppendKernel<<<>>>"))
+    return;
+  attentionDispatch(ctx, q, KvPlain<T>{k_cache, v_cache}, out, n, heads,
+                    kv_heads, head_dim, max_seq, scale, window);
 }
 
 /// kiln_cuda_attention over an INT8 KV cache (kernel_abi.h

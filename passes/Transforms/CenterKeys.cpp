@@ -73,6 +73,19 @@ void CenterKeysPass::runOnOperation() {
                            "needs the RoPE parameters of the key";
       return WalkResult::interrupt();
     }
+    if (!rope.isUnscaled()) {
+      att.emitError() << "kiln.attention of layer " << att.getLayer()
+                      << ": the key's kiln.rope uses scaled frequencies "
+                         "(scaling or freq_factors); key centering supports "
+                         "plain RoPE only (compile with --kv-centering=false)";
+      return WalkResult::interrupt();
+    }
+    if (att.getSlidingWindow()) {
+      att.emitError() << "kiln.attention of layer " << att.getLayer()
+                      << ": sliding_window with an 8-bit KV cache is not "
+                         "supported";
+      return WalkResult::interrupt();
+    }
     int64_t width = att.getNumKvHeads() * att.getHeadDim();
     std::string name = ("layers." + Twine(att.getLayer()) + ".key_mean").str();
     WeightOp weight = means.lookup(name);

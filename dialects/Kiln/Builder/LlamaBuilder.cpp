@@ -41,6 +41,9 @@ private:
   /// parts of a weight kept quantized from a pre-quantized checkpoint.
   Value linear(int64_t width, Value x, StringRef name);
   LogicalResult declareQuantized(const WeightDesc &w);
+  /// kiln.rope of `x` ([tokens, width], `heads` heads) with the model's
+  /// scaling or frequency factors.
+  Value rope(int64_t width, Value x, Value pos, int64_t heads);
 
   MLIRContext *ctx;
   const ModelDesc &desc;
@@ -139,6 +142,39 @@ Value LlamaGraphBuilder::linear(int64_t width, Value x, StringRef name) {
       weight(base + ".scales"), zeros, builder.getI64IntegerAttr(bits),
       builder.getI64IntegerAttr(groupSize), /*act_quant=*/StringAttr(),
       /*act_scale=*/FloatAttr());
+}
+
+Value LlamaGraphBuilder::rope(int64_t width, Value x, Value pos,
+                              int64_t heads) {
+  auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
+  auto f32Attr = [&](float v) { return builder.getF32FloatAttr(v); };
+  const RopeScaling &rs = cfg.ropeScaling;
+  StringAttr kind;
+  FloatAttr low, high;
+  IntegerAttr original;
+  switch (rs.kind) {
+  case RopeScaling::Kind::None:
+    break;
+  case RopeScaling::Kind::Linear:
+    kind = builder.getStringAttr("linear");
+    break;
+  case RopeScaling::Kind::Dynamic:
+    kind = builder.getStringAttr("dynamic");
+    original = i64(rs.originalMaxPositions);
+    break;
+  case RopeScaling::Kind::Llama3:
+    kind = builder.getStringAttr("llama3");
+    low = f32Attr(rs.lowFreqFactor);
+    high = f32Attr(rs.highFreqFactor);
+    original = i64(rs.originalMaxPositions);
+    break;
+  }
+  Value factors = cfg.ropeFreqFactors ? weight("rope_freqs") : Value();
+  float factor = rs.kind == RopeScaling::Kind::None ? 1.0f : rs.factor;
+  return RopeOp::create(builder, loc, act(width), x, pos, factors, i64(heads),
+                        i64(cfg.headDim), i64(cfg.headDim),
+                        f32Attr(cfg.ropeTheta), f32Attr(factor), kind, low,
+                        high, original);
 }
 
 LogicalResult LlamaGraphBuilder::declareWeights() {
@@ -244,8 +280,11 @@ LogicalResult LlamaGraphBuilder::declareWeights() {
                                  "kept-quantized weight";
       }
     }
+    // RoPE frequency divisors stay float32 (kiln_k_rope_factors reads
+    // float in every graph dtype).
+    Type elem = name == "rope_freqs" ? builder.getF32Type() : f32;
     auto op = WeightOp::create(builder, loc, name,
-                               RankedTensorType::get(shape, f32), source,
+                               RankedTensorType::get(shape, elem), source,
                                builder.getArrayAttr(transforms));
     weights[name] = op;
   }
@@ -271,7 +310,6 @@ void LlamaGraphBuilder::buildEntryPoint(StringRef name, int64_t numTokens,
 
   int64_t qDim = cfg.nHeads * cfg.headDim, kvDim = cfg.nKvHeads * cfg.headDim;
   auto eps = builder.getF32FloatAttr(cfg.rmsNormEps);
-  auto theta = builder.getF32FloatAttr(cfg.ropeTheta);
   auto scale = builder.getF32FloatAttr(1.0f / std::sqrt(float(cfg.headDim)));
   auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
 
@@ -286,18 +324,19 @@ void LlamaGraphBuilder::buildEntryPoint(StringRef name, int64_t numTokens,
     Value q = linear(qDim, x, p + "wq");
     Value k = linear(kvDim, x, p + "wk");
     Value v = linear(kvDim, x, p + "wv");
-    q = RopeOp::create(builder, loc, act(qDim), q, pos, i64(cfg.nHeads),
-                       i64(cfg.headDim), i64(cfg.headDim), theta,
-                       builder.getF32FloatAttr(1.0f));
-    k = RopeOp::create(builder, loc, act(kvDim), k, pos, i64(cfg.nKvHeads),
-                       i64(cfg.headDim), i64(cfg.headDim), theta,
-                       builder.getF32FloatAttr(1.0f));
-    Value a = AttentionOp::create(builder, loc, act(qDim), q, k, v, cache, pos,
-                                  i64(i), i64(cfg.nHeads), i64(cfg.nKvHeads),
-                                  i64(cfg.headDim), scale,
-                                  builder.getBoolAttr(true), /*key_mean=*/Value(),
-                                  /*key_mean_theta=*/FloatAttr(),
-                                  /*key_mean_rotary_dim=*/IntegerAttr());
+    if (cfg.qkvBias) {
+      q = AddBiasOp::create(builder, loc, q, weight(p + "bq"));
+      k = AddBiasOp::create(builder, loc, k, weight(p + "bk"));
+      v = AddBiasOp::create(builder, loc, v, weight(p + "bv"));
+    }
+    q = rope(qDim, q, pos, cfg.nHeads);
+    k = rope(kvDim, k, pos, cfg.nKvHeads);
+    Value a = AttentionOp::create(
+        builder, loc, act(qDim), q, k, v, cache, pos, i64(i), i64(cfg.nHeads),
+        i64(cfg.nKvHeads), i64(cfg.headDim), scale, builder.getBoolAttr(true),
+        /*key_mean=*/Value(), /*key_mean_theta=*/FloatAttr(),
+        /*key_mean_rotary_dim=*/IntegerAttr(),
+        cfg.slidingWindow > 0 ? i64(cfg.slidingWindow) : IntegerAttr());
     Value o = linear(cfg.dim, a, p + "wo");
     h = AddOp::create(builder, loc, h, o);
     // FFN block: h += w2(silu(w1 x) * w3 x).
@@ -378,7 +417,7 @@ mlir::kiln::buildLlamaModule(MLIRContext *context, const ModelDesc &desc,
   Builder b(context);
   NamedAttrList model;
   model.append("name", b.getStringAttr(cfg.name));
-  model.append("architecture", b.getStringAttr("llama"));
+  model.append("architecture", b.getStringAttr(cfg.architecture));
   model.append("source_format", b.getStringAttr(cfg.sourceFormat));
   model.append("dim", b.getI64IntegerAttr(cfg.dim));
   model.append("hidden_dim", b.getI64IntegerAttr(cfg.hiddenDim));
@@ -391,6 +430,8 @@ mlir::kiln::buildLlamaModule(MLIRContext *context, const ModelDesc &desc,
   model.append("rms_norm_eps", b.getF32FloatAttr(cfg.rmsNormEps));
   model.append("rope_theta", b.getF32FloatAttr(cfg.ropeTheta));
   model.append("tied_embeddings", b.getBoolAttr(cfg.tiedEmbeddings));
+  if (cfg.slidingWindow > 0)
+    model.append("sliding_window", b.getI64IntegerAttr(cfg.slidingWindow));
 
   Type elementType;
   if (options.dtype == "f32")

@@ -202,11 +202,11 @@ LogicalResult WeightOp::verify() {
     ArrayRef<int64_t> rowShape =
         repacked ? ArrayRef<int64_t>(produced) : sourceShape;
     int64_t heads = t.getParams().getAs<IntegerAttr>("heads").getInt();
-    if (rowShape.size() != 2 || rowShape[0] % heads != 0 ||
+    if (rowShape.empty() || rowShape.size() > 2 || rowShape[0] % heads != 0 ||
         (rowShape[0] / heads) % 2 != 0)
       return emitOpError() << "'rope_half_to_adjacent' with " << heads
-                           << " heads needs a matrix whose rows split into "
-                              "heads of even size, got shape ["
+                           << " heads needs a matrix or vector whose rows "
+                              "split into heads of even size, got shape ["
                            << llvm::join(llvm::map_range(rowShape, dimStr),
                                          ", ")
                            << "]";
@@ -404,10 +404,56 @@ LogicalResult RopeOp::verify() {
   if (!(getTheta().convertToFloat() > 0.0f))
     return emitOpError() << "expects a positive theta, got "
                          << getTheta().convertToFloat();
-  if (!(getScalingFactor().convertToFloat() > 0.0f))
+  float factor = getScalingFactor().convertToFloat();
+  if (!(factor > 0.0f) || !std::isfinite(factor))
     return emitOpError() << "expects a positive scaling_factor, got "
-                         << getScalingFactor().convertToFloat();
+                         << factor;
+  StringRef scaling = getScaling().value_or("linear");
+  if (scaling != "linear" && scaling != "dynamic" && scaling != "llama3")
+    return emitOpError() << "has unknown scaling '" << scaling
+                         << "' (expected \"linear\", \"dynamic\" or "
+                            "\"llama3\")";
+  bool llama3 = scaling == "llama3";
+  if (llama3 != bool(getLowFreqFactor()) ||
+      llama3 != bool(getHighFreqFactor()))
+    return emitOpError() << "expects low_freq_factor and high_freq_factor "
+                         << (llama3 ? "with" : "only with")
+                         << " scaling \"llama3\"";
+  if (llama3) {
+    float low = getLowFreqFactor()->convertToFloat();
+    float high = getHighFreqFactor()->convertToFloat();
+    if (!(low > 0.0f) || !(high > low) || !std::isfinite(high))
+      return emitOpError() << "expects 0 < low_freq_factor < "
+                              "high_freq_factor, got "
+                           << low << " and " << high;
+  }
+  bool needsOriginal = llama3 || scaling == "dynamic";
+  if (needsOriginal != bool(getOriginalMaxPositions()))
+    return emitOpError() << "expects original_max_positions "
+                         << (needsOriginal ? "with" : "only with")
+                         << " scaling \"dynamic\" or \"llama3\"";
+  if (Value ff = getFreqFactors()) {
+    if (getScaling() || !getScalingFactor().isExactlyValue(1.0))
+      return emitOpError()
+             << "expects no scaling and scaling_factor 1 with freq_factors";
+    int64_t len = cast<RankedTensorType>(ff.getType()).getDimSize(0);
+    if (len != rotaryDim / 2)
+      return emitOpError() << "expects freq_factors of rotary_dim / 2 = "
+                           << rotaryDim / 2 << " elements, got "
+                           << dimStr(len);
+  }
   return success();
+}
+
+LogicalResult AddBiasOp::verify() {
+  auto input = cast<RankedTensorType>(getInput().getType());
+  auto bias = cast<RankedTensorType>(getBias().getType());
+  if (!compatibleDim(input.getDimSize(1), bias.getDimSize(0)))
+    return emitOpError() << "expects the bias length "
+                         << dimStr(bias.getDimSize(0))
+                         << " to equal the input width "
+                         << dimStr(input.getDimSize(1));
+  return verifySameElementType(*this, input, bias, "input", "bias");
 }
 
 LogicalResult AttentionOp::verify() {
@@ -481,6 +527,10 @@ LogicalResult AttentionOp::verify() {
       return emitOpError() << "expects a positive finite key_mean_theta, got "
                            << theta;
   }
+  if (std::optional<uint64_t> window = getSlidingWindow();
+      window && int64_t(*window) <= 0)
+    return emitOpError() << "expects a positive sliding_window, got "
+                         << int64_t(*window);
   return success();
 }
 

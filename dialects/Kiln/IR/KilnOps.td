@@ -212,24 +212,77 @@ def Kiln_RopeOp : Kiln_Op<"rope", [Pure, AllTypesMatch<["input", "result"]>]> {
     RoFormer (Su et al. 2021), eq. 34, in the layout of Meta's Llama code:
     within each of `num_heads` heads of `head_dim`, the pair `(2i, 2i+1)`,
     `i < rotary_dim / 2`, of token `t` is rotated by angle
-    `(position + t) / scaling_factor * theta^(-2i / head_dim)`.
-    `scaling_factor` is linear position interpolation (Chen et al. 2023);
-    1.0 means none.
+    `(position + t) * inv_freq(i)`, `inv_freq(i) = theta^(-2i / head_dim)`
+    without scaling. Context-extension scaling (formulas in
+    runtime/include/kiln_rt/rope_scaling.h):
+
+    * `scaling` absent or `"linear"`: `inv_freq(i) / scaling_factor`
+      (linear position interpolation, Chen et al. 2023); factor 1.0 is none.
+    * `"dynamic"`: dynamic NTK; when the sequence `position + tokens`
+      exceeds `original_max_positions`, theta grows to
+      `theta * (f * L / original - (f - 1))^(rotary_dim / (rotary_dim - 2))`.
+    * `"llama3"`: Llama 3.1's three frequency bands with `scaling_factor`,
+      `low_freq_factor`, `high_freq_factor`, `original_max_positions`.
+
+    With `freq_factors` (`[rotary_dim / 2]` f32, GGUF `rope_freqs.weight`)
+    `inv_freq(i) = theta^(-2i / head_dim) / freq_factors[i]` instead (no
+    `scaling` allowed then).
 
     ```mlir
     %qr = kiln.rope %q, %pos {num_heads = 8 : i64, head_dim = 8 : i64,
                               rotary_dim = 8 : i64, theta = 1.0e+04 : f32}
         : tensor<?x64xf32>
+    %kr = kiln.rope %k, %pos {num_heads = 2 : i64, head_dim = 8 : i64,
+                              rotary_dim = 8 : i64, theta = 5.0e+05 : f32,
+                              scaling = "llama3", scaling_factor = 8.0 : f32,
+                              low_freq_factor = 1.0 : f32, high_freq_factor = 4.0 : f32,
+                              original_max_positions = 8192 : i64}
+        : tensor<?x16xf32>
+    %fr = kiln.rope %q, %pos freq_factors(%ff : tensor<4xf32>)
+        {num_heads = 8 : i64, head_dim = 8 : i64, rotary_dim = 8 : i64,
+         theta = 5.0e+05 : f32} : tensor<?x64xf32>
     ```
   }];
   let arguments = (ins Kiln_Activation:$input, Index:$position,
+                       Optional<1DTensorOf<[F32]>>:$freq_factors,
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
                        ConfinedAttr<I64Attr, [IntPositive]>:$head_dim,
                        ConfinedAttr<I64Attr, [IntPositive]>:$rotary_dim,
                        F32Attr:$theta,
-                       DefaultValuedAttr<F32Attr, "1.0">:$scaling_factor);
+                       DefaultValuedAttr<F32Attr, "1.0">:$scaling_factor,
+                       OptionalAttr<StrAttr>:$scaling,
+                       OptionalAttr<F32Attr>:$low_freq_factor,
+                       OptionalAttr<F32Attr>:$high_freq_factor,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$original_max_positions);
   let results = (outs Kiln_Activation:$result);
-  let assemblyFormat = "$input `,` $position attr-dict `:` type($input)";
+  let builders = [
+    // Plain RoPE (no scaling, no frequency factors).
+    OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$input,
+                   "::mlir::Value":$position, "::mlir::IntegerAttr":$num_heads,
+                   "::mlir::IntegerAttr":$head_dim,
+                   "::mlir::IntegerAttr":$rotary_dim,
+                   "::mlir::FloatAttr":$theta,
+                   "::mlir::FloatAttr":$scaling_factor), [{
+      build($_builder, $_state, result, input, position, ::mlir::Value(),
+            num_heads, head_dim, rotary_dim, theta, scaling_factor,
+            ::mlir::StringAttr(), ::mlir::FloatAttr(), ::mlir::FloatAttr(),
+            ::mlir::IntegerAttr());
+    }]>
+  ];
+  let extraClassDeclaration = [{
+    /// True when the angles are plain theta^(-2i/head_dim) per position
+    /// (no scaling, no frequency factors).
+    bool isUnscaled() {
+      return !getFreqFactors() &&
+             (!getScaling() || *getScaling() == "linear") &&
+             getScalingFactor().isExactlyValue(1.0);
+    }
+  }];
+  let assemblyFormat = [{
+    $input `,` $position
+    (`freq_factors` `(` $freq_factors^ `:` type($freq_factors) `)`)?
+    attr-dict `:` type($input)
+  }];
   let hasVerifier = 1;
 }
 
@@ -258,6 +311,11 @@ def Kiln_AttentionOp : Kiln_Op<"attention", [
     stores each key of position `t` as `k - m_t` and attention reads
     `dequant + m_t`, where `m_t` is mu rotated by RoPE (adjacent pairs,
     angle `t * theta^(-2i / head_dim)` for `2i < key_mean_rotary_dim`).
+    With `sliding_window` W (Mistral; a banded causal mask) token `i` sees
+    only cached rows `[max(0, position + i - W + 1), position + i]`, the W
+    most recent positions including its own; the cache still keeps every
+    row.
+
     Exact in real arithmetic; it takes the per-channel offset of the keys
     out of the 8-bit quantization (kernel_abi.h,
     kiln_k_attention_kv8_centered; cf. KVQuant, Hooper et al. 2024).
@@ -282,7 +340,8 @@ def Kiln_AttentionOp : Kiln_Op<"attention", [
                        DefaultValuedAttr<BoolAttr, "true">:$causal,
                        Optional<1DTensorOf<[F32]>>:$key_mean,
                        OptionalAttr<F32Attr>:$key_mean_theta,
-                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$key_mean_rotary_dim);
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$key_mean_rotary_dim,
+                       OptionalAttr<I64Attr>:$sliding_window);
   let results = (outs Kiln_Activation:$result);
   let assemblyFormat = [{
     $query `,` $key `,` $value `,` $kv_cache `,` $position
@@ -345,6 +404,25 @@ def Kiln_AddOp : Kiln_ElementwiseBinaryOp<"add", "Elementwise sum (residual)"> {
     %h2 = kiln.add %h, %attn_out : tensor<?x64xf32>
     ```
   }];
+}
+
+def Kiln_AddBiasOp : Kiln_Op<"add_bias", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "Adds a bias vector to every row (the bias of a linear layer)";
+  let description = [{
+    `result[n, j] = input[n, j] + bias[j]`; input `[n, width]`, bias
+    `[width]` of the same element type. Kept apart from `kiln.linear` so
+    that a linear in any weight format (float, block formats, quantized)
+    takes a bias, and passes that rewrite or scale linears need not know
+    about it (Qwen2's q/k/v projection biases).
+
+    ```mlir
+    %qb = kiln.add_bias %q, %bq : tensor<?x64xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$input, 1DTensorOf<[F16, BF16, F32]>:$bias);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = "$input `,` $bias attr-dict `:` type($input) `,` type($bias)";
+  let hasVerifier = 1;
 }
 
 def Kiln_LogitsOp : Kiln_Op<"logits", [Pure]> {

@@ -18,6 +18,7 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -947,10 +948,33 @@ static Error checkTensorLayout(const GgufFile &g) {
   return Error::success();
 }
 
+/// Checks the RoPE frequency divisors `rope_freqs.weight` (F32, as
+/// llama.cpp writes them): each finite and positive.
+static Error checkRopeFreqs(const GgufFile &g, const ResolvedTensor &t) {
+  if (t.source.storage != StorageType::F32)
+    return fileError(g.path, "tensor 'rope_freqs.weight' is " +
+                                 ggmlTypeName(t.info->type) +
+                                 ", expected F32");
+  const char *base = g.buffer->getBufferStart() + t.source.offset;
+  for (uint64_t i = 0; i < t.source.bytes / 4; ++i) {
+    float f;
+    std::memcpy(&f, base + 4 * i, 4);
+    if (!(f > 0.0f) || !std::isfinite(f))
+      return fileError(g.path, "tensor 'rope_freqs.weight' element " +
+                                   Twine(i) + " (offset " +
+                                   Twine(t.source.offset + 4 * i) + ") is " +
+                                   formatv("{0}", llvm::format("%g", double(f))).str() +
+                                   ", expected a positive frequency divisor");
+  }
+  return Error::success();
+}
+
 /// Canonical name -> GGUF tensor name.
 static std::string ggufName(StringRef canonical) {
   if (canonical == "tok_embeddings")
     return "token_embd.weight";
+  if (canonical == "rope_freqs")
+    return "rope_freqs.weight";
   if (canonical == "norm")
     return "output_norm.weight";
   if (canonical == "output")
@@ -968,6 +992,11 @@ static std::string ggufName(StringRef canonical) {
   for (const auto &[from, to] : map)
     if (what == from)
       return ("blk." + index + "." + to + ".weight").str();
+  static const std::pair<StringRef, StringRef> biases[] = {
+      {"bq", "attn_q"}, {"bk", "attn_k"}, {"bv", "attn_v"}};
+  for (const auto &[from, to] : biases)
+    if (what == from)
+      return ("blk." + index + "." + to + ".bias").str();
   return canonical.str();
 }
 
@@ -1008,12 +1037,20 @@ Expected<ModelDesc> importGguf(StringRef path, StringRef tokenizer) {
     return arch.takeError();
   if (!*arch)
     return fileError(path, "missing key 'general.architecture'");
-  if (**arch != "llama")
+  if (**arch != "llama" && **arch != "qwen2")
     return fileError(path, "unsupported architecture '" + **arch +
-                               "' (expected 'llama')");
+                               "' (expected 'llama' or 'qwen2')");
+  // Keys are "<arch>.<name>" (llama.cpp LLM_KV).
+  const std::string a = **arch + ".";
+  auto key = [&](StringRef name) { return a + name.str(); };
 
   ModelDesc model;
   LlamaConfig &c = model.config;
+  c.architecture = **arch;
+  // Qwen2: q/k/v biases, and NEOX-style RoPE (rotate-half pairs), so its
+  // Q/K rows are not permuted by convert_hf_to_gguf as Llama's are.
+  bool qwen2 = **arch == "qwen2";
+  c.qkvBias = qwen2;
   c.sourceFormat = "gguf";
   c.sourcePath = path.str();
   Expected<std::optional<std::string>> name = getString(g, "general.name");
@@ -1021,28 +1058,69 @@ Expected<ModelDesc> importGguf(StringRef path, StringRef tokenizer) {
     return name.takeError();
   c.name = name->value_or(sys::path::stem(path).str());
 
-  Expected<std::optional<int64_t>> experts = getInt(g, "llama.expert_count");
+  Expected<std::optional<int64_t>> experts = getInt(g, key("expert_count"));
   if (!experts)
     return experts.takeError();
   if (experts->value_or(0) > 0)
-    return fileError(path, "mixture-of-experts model (llama.expert_count = " +
-                               Twine(**experts) + ") is not supported");
+    return fileError(path, "mixture-of-experts model (" + key("expert_count") +
+                               " = " + Twine(**experts) +
+                               ") is not supported");
+  // RoPE scaling: "linear" (with its factor) is supported; llama.cpp writes
+  // Llama 3.1's scaling as the rope_freqs.weight tensor instead (below).
   Expected<std::optional<std::string>> scaling =
-      getString(g, "llama.rope.scaling.type");
+      getString(g, key("rope.scaling.type"));
   if (!scaling)
     return scaling.takeError();
-  if (*scaling && **scaling != "none")
-    return fileError(path, "unsupported llama.rope.scaling.type '" +
-                               **scaling + "'");
+  Expected<std::optional<double>> scaleFactor =
+      getFloat(g, key("rope.scaling.factor"));
+  if (!scaleFactor)
+    return scaleFactor.takeError();
+  Expected<std::optional<double>> scaleLinear =
+      getFloat(g, key("rope.scale_linear"));
+  if (!scaleLinear)
+    return scaleLinear.takeError();
+  if (*scaling && **scaling != "none" && **scaling != "linear")
+    return fileError(path, "unsupported " + key("rope.scaling.type") + " '" +
+                               **scaling +
+                               "' (supported: none, linear; Llama 3 scaling "
+                               "comes as the rope_freqs.weight tensor)");
+  if (*scaling && **scaling == "linear") {
+    if (!*scaleFactor)
+      return fileError(path, key("rope.scaling.type") +
+                                 " is 'linear' but " +
+                                 key("rope.scaling.factor") + " is missing");
+  } else if (*scaleLinear && **scaleLinear != 1.0) {
+    *scaleFactor = **scaleLinear; // the older key
+  } else {
+    *scaleFactor = std::nullopt;
+  }
+  if (*scaleFactor) {
+    if (!(**scaleFactor > 0.0) || !std::isfinite(**scaleFactor))
+      return fileError(path, key("rope.scaling.factor") + " is " +
+                                 formatv("{0}", llvm::format("%g", **scaleFactor)).str() +
+                                 ", expected a positive number");
+    if (**scaleFactor != 1.0) {
+      c.ropeScaling.kind = RopeScaling::Kind::Linear;
+      c.ropeScaling.factor = static_cast<float>(**scaleFactor);
+    }
+  }
+  Expected<std::optional<int64_t>> window =
+      getInt(g, key("attention.sliding_window"));
+  if (!window)
+    return window.takeError();
+  if (*window && **window <= 0)
+    return fileError(path, key("attention.sliding_window") + " is " +
+                               Twine(**window) + ", expected a positive "
+                               "window length");
 
   struct IntField {
     int64_t *dst;
-    StringRef key;
-  } required[] = {{&c.dim, "llama.embedding_length"},
-                  {&c.hiddenDim, "llama.feed_forward_length"},
-                  {&c.nLayers, "llama.block_count"},
-                  {&c.nHeads, "llama.attention.head_count"},
-                  {&c.maxSeqLen, "llama.context_length"}};
+    std::string key;
+  } required[] = {{&c.dim, key("embedding_length")},
+                  {&c.hiddenDim, key("feed_forward_length")},
+                  {&c.nLayers, key("block_count")},
+                  {&c.nHeads, key("attention.head_count")},
+                  {&c.maxSeqLen, key("context_length")}};
   for (IntField &f : required) {
     Expected<int64_t> v = getRequiredInt(g, f.key);
     if (!v)
@@ -1052,16 +1130,16 @@ Expected<ModelDesc> importGguf(StringRef path, StringRef tokenizer) {
   for (IntField &f : required)
     if (*f.dst <= 0)
       return fileError(path, f.key + " must be positive, got " + Twine(*f.dst));
-  Expected<std::optional<int64_t>> kv = getInt(g, "llama.attention.head_count_kv");
+  Expected<std::optional<int64_t>> kv = getInt(g, key("attention.head_count_kv"));
   Expected<std::optional<double>> eps =
-      getFloat(g, "llama.attention.layer_norm_rms_epsilon");
-  Expected<std::optional<double>> theta = getFloat(g, "llama.rope.freq_base");
-  Expected<std::optional<int64_t>> vocab = getInt(g, "llama.vocab_size");
-  Expected<std::optional<int64_t>> keyLen = getInt(g, "llama.attention.key_length");
+      getFloat(g, key("attention.layer_norm_rms_epsilon"));
+  Expected<std::optional<double>> theta = getFloat(g, key("rope.freq_base"));
+  Expected<std::optional<int64_t>> vocab = getInt(g, key("vocab_size"));
+  Expected<std::optional<int64_t>> keyLen = getInt(g, key("attention.key_length"));
   Expected<std::optional<int64_t>> valLen =
-      getInt(g, "llama.attention.value_length");
+      getInt(g, key("attention.value_length"));
   Expected<std::optional<int64_t>> ropeDims =
-      getInt(g, "llama.rope.dimension_count");
+      getInt(g, key("rope.dimension_count"));
   if (!kv)
     return kv.takeError();
   if (!eps)
@@ -1090,25 +1168,33 @@ Expected<ModelDesc> importGguf(StringRef path, StringRef tokenizer) {
     c.vocabSize = static_cast<int64_t>(g.tensors[emb->second].ne[1]);
   } else {
     return fileError(path, "cannot determine the vocabulary size: no "
-                           "'llama.vocab_size' or 'tokenizer.ggml.tokens' "
+                           "'" + a + "vocab_size' or 'tokenizer.ggml.tokens' "
                            "key and no 2-D 'token_embd.weight'");
   }
   if (c.nHeads > 0 && !*keyLen && c.dim % c.nHeads != 0)
-    return fileError(path, "llama.embedding_length " + Twine(c.dim) +
-                               " is not a multiple of "
-                               "llama.attention.head_count " +
+    return fileError(path, a + "embedding_length " + Twine(c.dim) +
+                               " is not a multiple of " + a +
+                               "attention.head_count " +
                                Twine(c.nHeads));
   c.headDim = keyLen->value_or(c.nHeads > 0 ? c.dim / c.nHeads : 0);
   if (*valLen && **valLen != c.headDim)
-    return fileError(path, "llama.attention.value_length " + Twine(**valLen) +
+    return fileError(path, a + "attention.value_length " + Twine(**valLen) +
                                " differs from the key length " +
                                Twine(c.headDim) + " (not supported)");
   if (*ropeDims && **ropeDims != c.headDim)
-    return fileError(path, "llama.rope.dimension_count " + Twine(**ropeDims) +
+    return fileError(path, a + "rope.dimension_count " + Twine(**ropeDims) +
                                " differs from the head dimension " +
                                Twine(c.headDim) +
                                " (partial rotary embeddings are not "
                                "supported)");
+  if (*window && **window < c.maxSeqLen)
+    c.slidingWindow = **window;
+  // Per-pair RoPE frequency divisors (Llama 3.1 as llama.cpp converts it).
+  c.ropeFreqFactors = g.tensorIndex.count("rope_freqs.weight") > 0;
+  if (c.ropeFreqFactors && c.ropeScaling.kind != RopeScaling::Kind::None)
+    return fileError(path, "tensor 'rope_freqs.weight' together with " +
+                               key("rope.scaling.type") +
+                               " 'linear' is not supported");
   if (Error e = checkConfig(c, path))
     return std::move(e);
 
@@ -1116,8 +1202,16 @@ Expected<ModelDesc> importGguf(StringRef path, StringRef tokenizer) {
   for (const GgufTensor &t : g.tensors)
     tensorNames.push_back(t.name);
   if (Error e = checkNoExtraLayers(path, tensorNames, "blk.", c.nLayers,
-                                   "llama.block_count"))
+                                   key("block_count")))
     return std::move(e);
+  for (StringRef t : tensorNames)
+    if (t.starts_with("blk.") && t.ends_with(".bias") &&
+        !(c.qkvBias && (t.ends_with(".attn_q.bias") ||
+                        t.ends_with(".attn_k.bias") ||
+                        t.ends_with(".attn_v.bias"))))
+      return fileError(path, "holds bias tensor '" + t + "', which architecture '" +
+                                 **arch + "' does not have (only qwen2's "
+                                 "attn_q/attn_k/attn_v biases are supported)");
 
   // Tied embeddings: no output.weight, or one byte-identical to token_embd.
   const GgufTensor *embInfo = nullptr;
@@ -1153,8 +1247,36 @@ Expected<ModelDesc> importGguf(StringRef path, StringRef tokenizer) {
       return t.takeError();
     if (cw.name == "tok_embeddings")
       embInfo = t->info;
-    // GGUF Q/K rows are already in adjacent-pair order: no transform.
-    model.weights.push_back({cw.name, std::move(t->source), {}});
+    StringRef what = StringRef(cw.name).rsplit('.').second;
+    if (cw.name == "rope_freqs") {
+      if (Error e = checkRopeFreqs(g, *t))
+        return std::move(e);
+      model.weights.push_back({cw.name, std::move(t->source), {}});
+      continue;
+    }
+    if (cw.shape.size() == 1 && blockFormatOf(t->source.storage))
+      return fileError(path, "tensor '" + tensorName + "' is " +
+                                 ggmlTypeName(t->info->type) +
+                                 "; vectors must be F32, F16 or BF16");
+    // Llama's GGUF Q/K rows are already in adjacent-pair order (no
+    // transform); Qwen2's (and their biases) are in rotate-half order.
+    std::vector<WeightTransform> rows;
+    if (qwen2 && (what == "wq" || what == "bq"))
+      rows.push_back({WeightTransform::Kind::RopeHalfToAdjacent, c.nHeads});
+    else if (qwen2 && (what == "wk" || what == "bk"))
+      rows.push_back({WeightTransform::Kind::RopeHalfToAdjacent, c.nKvHeads});
+    model.weights.push_back({cw.name, std::move(t->source), rows});
+    if (!rows.empty() && cw.shape.size() == 2 &&
+        blockFormatOf(model.weights.back().source.storage) &&
+        !keepGgufQuantized(model.weights.back().source.storage)) {
+      // Raw blocks cannot be row-permuted in place: decode to float.
+      model.notes.push_back(
+          "tensor '" + tensorName + "' (" +
+          stringifyStorageType(model.weights.back().source.storage).str() +
+          ") is decoded to float: its rows need reordering into Kiln's "
+          "RoPE layout, which block-format weights cannot take");
+      continue;
+    }
     // Q4_0 / Q8_0 linears are repacked into Kiln's W4A16 / W8A16 layout
     // (Prequantized.h); every other matrix in a GGML block format (the
     // embedding and the classifier included) stays in it, raw blocks read by

@@ -25,11 +25,13 @@
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
+#include <cmath>
 #include <tuple>
 
 using namespace llvm;
@@ -365,7 +367,159 @@ static std::string hfName(StringRef canonical) {
   for (const auto &[from, to] : map)
     if (what == from)
       return ("model.layers." + index + "." + to + ".weight").str();
+  static const std::pair<StringRef, StringRef> biases[] = {
+      {"bq", "self_attn.q_proj"},
+      {"bk", "self_attn.k_proj"},
+      {"bv", "self_attn.v_proj"}};
+  for (const auto &[from, to] : biases)
+    if (what == from)
+      return ("model.layers." + index + "." + to + ".bias").str();
   return canonical.str();
+}
+
+/// Reads a number `key` of the RoPE settings object `obj` (called `where` in
+/// messages) into `dst`; a missing one is an error unless `dflt` is given.
+static Error ropeNumber(const json::Object &obj, StringRef where,
+                        StringRef cfgPath, StringRef key,
+                        std::optional<double> dflt, double &dst) {
+  const json::Value *v = obj.get(key);
+  if (!v || v->kind() == json::Value::Null) {
+    if (!dflt)
+      return fileError(cfgPath, "field '" + where + "." + key +
+                                    "' is missing (needed by its rope_type)");
+    dst = *dflt;
+    return Error::success();
+  }
+  std::optional<double> d = v->getAsNumber();
+  if (!d || !std::isfinite(*d))
+    return fileError(cfgPath, "field '" + where + "." + key + "' is " +
+                                  formatJson(*v) + ", expected a number");
+  dst = *d;
+  return Error::success();
+}
+
+static Error readRopeConfig(const json::Object &cfg, StringRef cfgPath,
+                     LlamaConfig &c) {
+  // transformers 5.x: everything in `rope_parameters` (rope_theta included);
+  // 4.x: top-level `rope_theta` and an optional `rope_scaling` object whose
+  // kind is `rope_type` (older files: `type`).
+  const json::Value *params = cfg.get("rope_parameters");
+  const json::Value *scaling = cfg.get("rope_scaling");
+  bool v5 = params && params->kind() != json::Value::Null;
+  StringRef where = v5 ? "rope_parameters" : "rope_scaling";
+  const json::Value *obj = v5 ? params : scaling;
+  double theta = 10000.0;
+  if (const json::Value *t = cfg.get("rope_theta");
+      t && t->kind() != json::Value::Null) {
+    std::optional<double> d = t->getAsNumber();
+    if (!d)
+      return fileError(cfgPath, "field 'rope_theta' is " + formatJson(*t) +
+                                    ", expected a number");
+    theta = *d;
+  }
+  if (!obj || obj->kind() == json::Value::Null) {
+    c.ropeTheta = static_cast<float>(theta);
+    return Error::success();
+  }
+  const json::Object *o = obj->getAsObject();
+  if (!o)
+    return fileError(cfgPath, "field '" + where + "' is " + formatJson(*obj) +
+                                  ", expected an object");
+  if (v5) {
+    // Per-layer-type RoPE settings (Gemma-style) nest objects here.
+    if (o->getObject("full_attention") || o->getObject("sliding_attention"))
+      return fileError(cfgPath, "field 'rope_parameters' holds per-layer-type "
+                                "RoPE settings, which are not supported");
+    if (Error e = ropeNumber(*o, where, cfgPath, "rope_theta", theta, theta))
+      return e;
+  }
+  c.ropeTheta = static_cast<float>(theta);
+  std::optional<StringRef> type = o->getString("rope_type");
+  if (!type)
+    type = o->getString("type");
+  if (!type)
+    return fileError(cfgPath, "field '" + where +
+                                  "' has no string 'rope_type' (or 'type')");
+  RopeScaling &rs = c.ropeScaling;
+  if (*type == "default")
+    return Error::success();
+  double factor = 0, low = 0, high = 0, original = 0;
+  if (*type == "linear" || *type == "dynamic" || *type == "llama3")
+    if (Error e = ropeNumber(*o, where, cfgPath, "factor", std::nullopt, factor))
+      return e;
+  if (*type == "linear") {
+    rs.kind = RopeScaling::Kind::Linear;
+  } else if (*type == "dynamic") {
+    rs.kind = RopeScaling::Kind::Dynamic;
+    // transformers grows theta past config.max_position_embeddings.
+    rs.originalMaxPositions = c.maxSeqLen;
+  } else if (*type == "llama3") {
+    rs.kind = RopeScaling::Kind::Llama3;
+    for (auto [key, dst] :
+         {std::pair<StringRef, double *>("low_freq_factor", &low),
+          std::pair<StringRef, double *>("high_freq_factor", &high),
+          std::pair<StringRef, double *>("original_max_position_embeddings",
+                                         &original)})
+      if (Error e = ropeNumber(*o, where, cfgPath, key, std::nullopt, *dst))
+        return e;
+    if (!(low > 0) || !(high > low))
+      return fileError(cfgPath, "fields '" + where + ".low_freq_factor' (" +
+                                    formatJson(json::Value(low)) + ") and 'high_freq_factor' (" +
+                                    formatJson(json::Value(high)) +
+                                    ") must satisfy 0 < low < high");
+    if (!(original >= 1) || original != std::floor(original) ||
+        original > double(int64_t(1) << 40))
+      return fileError(cfgPath, "field '" + where +
+                                    ".original_max_position_embeddings' is " +
+                                    formatJson(json::Value(original)) +
+                                    ", expected a positive integer");
+    rs.lowFreqFactor = static_cast<float>(low);
+    rs.highFreqFactor = static_cast<float>(high);
+    rs.originalMaxPositions = static_cast<int64_t>(original);
+  } else {
+    return fileError(cfgPath, "field '" + where + ".rope_type' is '" + *type +
+                                  "', which is not supported (expected "
+                                  "'default', 'linear', 'dynamic' or 'llama3')");
+  }
+  if (!(factor > 0) || !std::isfinite(factor))
+    return fileError(cfgPath, "field '" + where + ".factor' is " +
+                                  formatJson(json::Value(factor)) + ", expected a positive number");
+  if (rs.kind == RopeScaling::Kind::Dynamic && factor < 1)
+    return fileError(cfgPath, "field '" + where + ".factor' is " +
+                                  formatJson(json::Value(factor)) +
+                                  ", dynamic scaling needs a factor >= 1");
+  rs.factor = static_cast<float>(factor);
+  // Dynamic NTK exists to run past the trained context: plan for factor x.
+  if (rs.kind == RopeScaling::Kind::Dynamic)
+    c.maxSeqLen = static_cast<int64_t>(double(c.maxSeqLen) * factor);
+  return Error::success();
+}
+
+static Error readSlidingWindow(const json::Object &cfg, StringRef cfgPath,
+                        StringRef arch, LlamaConfig &c) {
+  const json::Value *v = cfg.get("sliding_window");
+  if (arch == "qwen2") {
+    // Qwen2 applies its window only with use_sliding_window (and then per
+    // layer from max_window_layers): not supported.
+    const json::Value *use = cfg.get("use_sliding_window");
+    if (use && use->getAsBoolean() == std::optional<bool>(true))
+      return fileError(cfgPath, "field 'use_sliding_window' is true; Qwen2's "
+                                "per-layer sliding window is not supported");
+    return Error::success();
+  }
+  if (!v || v->kind() == json::Value::Null)
+    return Error::success();
+  if (arch != "mistral")
+    return fileError(cfgPath, "field 'sliding_window' is set for a '" + arch +
+                                  "' model; only Mistral's is supported");
+  std::optional<int64_t> w = v->getAsInteger();
+  if (!w || *w <= 0)
+    return fileError(cfgPath, "field 'sliding_window' is " + formatJson(*v) +
+                                  ", expected a positive integer (or null for "
+                                  "none)");
+  // A window covering the whole context is plain causal attention.
+  c.slidingWindow = *w < c.maxSeqLen ? *w : 0;
+  return Error::success();
 }
 
 static Expected<TensorSource> makeSource(const SafeTensor &st, StringRef name,
@@ -496,28 +650,40 @@ Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
   if (!cfg)
     return fileError(cfgPath, "expected a JSON object at the top level");
 
-  // Architecture.
+  // Architecture: Llama and the Llama-family variants (Qwen2: q/k/v biases;
+  // Mistral: sliding window).
   const json::Array *archs = cfg->getArray("architectures");
-  bool isLlama = false;
+  std::string arch;
   std::string archList;
+  auto archOf = [](StringRef name) -> StringRef {
+    return StringSwitch<StringRef>(name)
+        .Cases({"LlamaForCausalLM", "llama"}, "llama")
+        .Cases({"Qwen2ForCausalLM", "qwen2"}, "qwen2")
+        .Cases({"MistralForCausalLM", "mistral"}, "mistral")
+        .Default("");
+  };
   if (archs) {
     for (const json::Value &a : *archs) {
       std::optional<StringRef> s = a.getAsString();
       if (!s)
         continue;
       archList += (archList.empty() ? "'" : ", '") + s->str() + "'";
-      isLlama |= *s == "LlamaForCausalLM";
+      if (arch.empty())
+        arch = archOf(*s).str();
     }
   } else {
-    isLlama = cfg->getString("model_type") == std::optional<StringRef>("llama");
+    if (std::optional<StringRef> type = cfg->getString("model_type"))
+      arch = archOf(*type).str();
     archList = "none";
   }
-  if (!isLlama)
+  if (arch.empty())
     return fileError(cfgPath, "unsupported architectures [" + archList +
-                                  "] (expected 'LlamaForCausalLM')");
+                                  "] (expected 'LlamaForCausalLM', "
+                                  "'Qwen2ForCausalLM' or 'MistralForCausalLM')");
 
   ModelDesc model;
   LlamaConfig &c = model.config;
+  c.architecture = arch;
   StringRef trimmed = dir;
   while (trimmed.size() > 1 && sys::path::is_separator(trimmed.back()))
     trimmed = trimmed.drop_back();
@@ -581,12 +747,8 @@ Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
   };
   if (Error e = numField("rms_norm_eps", 1e-6, c.rmsNormEps))
     return std::move(e);
-  if (Error e = numField("rope_theta", 10000.0, c.ropeTheta))
+  if (Error e = readRopeConfig(*cfg, cfgPath, c))
     return std::move(e);
-  if (const json::Value *v = cfg->get("rope_scaling");
-      v && v->kind() != json::Value::Null)
-    return fileError(cfgPath, "field 'rope_scaling' is set; RoPE scaling is "
-                              "not supported");
   // Booleans and strings are strict: "true" (a string) or 1 is an error, not
   // silently false.
   auto boolField = [&](StringRef key) -> Expected<std::optional<bool>> {
@@ -603,9 +765,18 @@ Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
     if (!bias)
       return bias.takeError();
     if (bias->value_or(false))
-      return fileError(cfgPath, "field '" + key +
-                                    "' is true; biases are not supported");
+      return fileError(cfgPath,
+                       "field '" + key + "' is true; " +
+                           (key == "attention_bias"
+                                ? "biases on all four attention projections "
+                                  "(o_proj included) are not supported (only "
+                                  "Qwen2's q/k/v biases are)"
+                                : "MLP biases are not supported"));
   }
+  // Qwen2 always has q/k/v biases (and no o_proj bias).
+  c.qkvBias = arch == "qwen2";
+  if (Error e = readSlidingWindow(*cfg, cfgPath, arch, c))
+    return std::move(e);
   if (const json::Value *act = cfg->get("hidden_act");
       act && act->kind() != json::Value::Null &&
       act->getAsString() != std::optional<StringRef>("silu"))
@@ -656,6 +827,22 @@ Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
                                    "config.json num_hidden_layers"))
     return std::move(e);
 
+  // Bias tensors the configuration does not account for would be dropped
+  // silently: refuse them.
+  for (StringRef t : tensorNames) {
+    if (!t.starts_with("model.layers.") || !t.ends_with(".bias"))
+      continue;
+    bool qkv = t.ends_with(".q_proj.bias") || t.ends_with(".k_proj.bias") ||
+               t.ends_with(".v_proj.bias");
+    if (!(qkv && c.qkvBias))
+      return fileError(dir, "holds bias tensor '" + t + "', but " +
+                                (qkv ? "the '" + arch +
+                                           "' architecture in config.json has "
+                                           "no q/k/v projection biases"
+                                     : std::string("only q/k/v projection "
+                                                   "biases (Qwen2) are "
+                                                   "supported")));
+  }
   std::vector<CanonicalWeight> canon = canonicalWeights(c);
   if (*quantConfig && find("lm_head.qweight"))
     return fileError(dir, "tensor 'lm_head.qweight': a quantized classifier "
@@ -720,10 +907,10 @@ Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
     }
     StringRef what = StringRef(cw.name).rsplit('.').second;
     std::vector<WeightTransform> rowTransforms;
-    if (what == "wq")
+    if (what == "wq" || what == "bq")
       rowTransforms.push_back(
           {WeightTransform::Kind::RopeHalfToAdjacent, c.nHeads});
-    else if (what == "wk")
+    else if (what == "wk" || what == "bk")
       rowTransforms.push_back(
           {WeightTransform::Kind::RopeHalfToAdjacent, c.nKvHeads});
     StringRef prefix = StringRef(name).drop_back(strlen(".weight"));

@@ -167,14 +167,15 @@ static Error decodeFromFile(const TensorSource &s, MutableArrayRef<float> out) {
 static Error ropeHalfToAdjacent(const WeightDesc &w, int64_t heads,
                                 MutableArrayRef<float> data) {
   ArrayRef<int64_t> shape = w.source.shape;
-  if (shape.size() != 2 || heads <= 0 || shape[0] % heads != 0 ||
-      (shape[0] / heads) % 2 != 0)
+  // A vector (the bias of a projection) is a matrix of one column.
+  if (shape.size() < 1 || shape.size() > 2 || heads <= 0 ||
+      shape[0] % heads != 0 || (shape[0] / heads) % 2 != 0)
     return makeError("weight '" + w.name + "' (" + w.source.file + ", tensor '" +
                      w.source.tensor + "'): RopeHalfToAdjacent with " +
                      Twine(heads) + " heads does not fit shape " +
                      formatShape(shape));
   size_t headDim = shape[0] / heads;
-  size_t cols = shape[1];
+  size_t cols = shape.size() == 2 ? shape[1] : 1;
   size_t half = headDim / 2;
   std::vector<float> tmp(headDim * cols);
   for (int64_t h = 0; h < heads; ++h) {

@@ -193,12 +193,19 @@ mlir::kiln::canonicalWeights(const LlamaConfig &c) {
   int64_t qDim = c.nHeads * c.headDim;
   int64_t kvDim = c.nKvHeads * c.headDim;
   ws.push_back({"tok_embeddings", {c.vocabSize, c.dim}});
+  if (c.ropeFreqFactors)
+    ws.push_back({"rope_freqs", {c.headDim / 2}});
   for (int64_t i = 0; i < c.nLayers; ++i) {
     std::string p = "layers." + std::to_string(i) + ".";
     ws.push_back({p + "attention_norm", {c.dim}});
     ws.push_back({p + "wq", {qDim, c.dim}});
     ws.push_back({p + "wk", {kvDim, c.dim}});
     ws.push_back({p + "wv", {kvDim, c.dim}});
+    if (c.qkvBias) {
+      ws.push_back({p + "bq", {qDim}});
+      ws.push_back({p + "bk", {kvDim}});
+      ws.push_back({p + "bv", {kvDim}});
+    }
     ws.push_back({p + "wo", {c.dim, qDim}});
     ws.push_back({p + "ffn_norm", {c.dim}});
     ws.push_back({p + "w1", {c.hiddenDim, c.dim}});

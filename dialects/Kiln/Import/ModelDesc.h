@@ -152,7 +152,9 @@ struct WeightDesc {
   /// "layers.i.wk" / "layers.i.wv" [kv_heads*hd, dim], "layers.i.wo"
   /// [dim, heads*hd], "layers.i.ffn_norm" [dim], "layers.i.w1" (gate)
   /// [hidden, dim], "layers.i.w2" (down) [dim, hidden], "layers.i.w3" (up)
-  /// [hidden, dim]; "norm" [dim]; "output" [vocab, dim] (for tied
+  /// [hidden, dim]; with LlamaConfig::qkvBias "layers.i.bq" / "bk" / "bv"
+  /// after "wv"; with ropeFreqFactors "rope_freqs" [head_dim / 2] after
+  /// "tok_embeddings"; "norm" [dim]; "output" [vocab, dim] (for tied
   /// embeddings its source is the embedding tensor).
   std::string name;
   TensorSource source;
@@ -177,7 +179,25 @@ struct QuantizedWeight {
   std::vector<WeightDesc> parts; ///< qweight, scales[, zeros]
 };
 
+/// RoPE context-extension scaling (kiln.rope `scaling`; the formulas are in
+/// runtime/include/kiln_rt/rope_scaling.h).
+struct RopeScaling {
+  enum class Kind {
+    None,    ///< plain RoPE
+    Linear,  ///< positions / factor (transformers rope_type "linear")
+    Dynamic, ///< dynamic NTK (rope_type "dynamic")
+    Llama3,  ///< Llama 3.1 frequency bands (rope_type "llama3")
+  };
+  Kind kind = Kind::None;
+  float factor = 1.0f;
+  float lowFreqFactor = 0.0f;  ///< Llama3
+  float highFreqFactor = 0.0f; ///< Llama3
+  int64_t originalMaxPositions = 0; ///< Dynamic, Llama3
+};
+
 /// Llama hyper-parameters (Touvron et al. 2023, Llama 2, table 1 / config).
+/// The Llama-family variants Kiln reads are Llama plus the switches below:
+/// Qwen2 (q/k/v biases), Mistral (sliding window), Llama 3.1 (RoPE scaling).
 struct LlamaConfig {
   std::string name;          ///< human-readable model name
   std::string sourceFormat;  ///< "llama2c", "gguf", "hf", "synthetic"
@@ -193,6 +213,18 @@ struct LlamaConfig {
   float rmsNormEps = 1e-5f;
   float ropeTheta = 10000.0f;
   bool tiedEmbeddings = false;
+  /// "llama", "qwen2" or "mistral" (what the checkpoint called itself).
+  std::string architecture = "llama";
+  RopeScaling ropeScaling;
+  /// The checkpoint carries per-pair RoPE frequency divisors (GGUF
+  /// rope_freqs.weight): canonical weight "rope_freqs" [headDim / 2].
+  bool ropeFreqFactors = false;
+  /// q/k/v projection biases (Qwen2): canonical weights "layers.i.bq"
+  /// [heads*hd], "layers.i.bk" / "layers.i.bv" [kv_heads*hd].
+  bool qkvBias = false;
+  /// Sliding-window attention over the last `slidingWindow` positions in
+  /// every layer (Mistral); 0 = full causal attention.
+  int64_t slidingWindow = 0;
 };
 
 /// Tokenizer data, normalised to SentencePiece conventions (docs/artifact.md,

@@ -10,6 +10,7 @@
 
 #include "passes/Conversion/Passes.h"
 #include "kiln_rt/block_formats.h"
+#include "kiln_rt/rope_scaling.h"
 
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/MapVector.h"
@@ -219,19 +220,39 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
             return success();
           })
           .Case([&](RopeOp r) -> LogicalResult {
-            if (!r.getScalingFactor().isExactlyValue(1.0))
-              return r.emitOpError()
-                     << "scaling_factor "
-                     << r.getScalingFactor().convertToFloat()
-                     << " is not supported by the cpu kernels yet";
-            call("kiln_k_rope",
-                 {in(r.getInput()), *out, rows(r.getInput()),
-                  indexConst(r.getNumHeads()), indexConst(r.getHeadDim()),
-                  indexConst(r.getRotaryDim()), position,
-                  f32Const(r.getTheta())});
+            SmallVector<Value> args = {
+                in(r.getInput()),           *out,
+                rows(r.getInput()),         indexConst(r.getNumHeads()),
+                indexConst(r.getHeadDim()), indexConst(r.getRotaryDim()),
+                position,                   f32Const(r.getTheta())};
+            if (r.isUnscaled()) {
+              call("kiln_k_rope", args);
+              return success();
+            }
+            if (Value factors = r.getFreqFactors()) {
+              args.push_back(in(factors));
+              call("kiln_k_rope_factors", args);
+              return success();
+            }
+            // kiln_rt/rope_scaling.h: KILN_ROPE_LINEAR / DYNAMIC / LLAMA3.
+            StringRef scaling = r.getScaling().value_or("linear");
+            int64_t kind = scaling == "dynamic"  ? KILN_ROPE_DYNAMIC
+                           : scaling == "llama3" ? KILN_ROPE_LLAMA3
+                                                 : KILN_ROPE_LINEAR;
+            args.append(
+                {indexConst(kind), f32Const(r.getScalingFactor()),
+                 f32Const(r.getLowFreqFactor().value_or(APFloat(0.0f))),
+                 f32Const(r.getHighFreqFactor().value_or(APFloat(0.0f))),
+                 indexConst(int64_t(r.getOriginalMaxPositions().value_or(0)))});
+            call("kiln_k_rope_scaled", args);
             return success();
           })
-          .Case([&](AttentionOp a) {
+          .Case([&](AddBiasOp b) {
+            call("kiln_k_add_bias", {in(b.getInput()), in(b.getBias()), *out,
+                                     rows(b.getInput()), width(b.getInput())});
+            return success();
+          })
+          .Case([&](AttentionOp a) -> LogicalResult {
             auto cache = cast<KVCacheType>(a.getKvCache().getType());
             int64_t kvDim = cache.getNumKvHeads() * cache.getHeadDim();
             int64_t layerBase = a.getLayer() * cache.getLayerBytes();
@@ -249,6 +270,14 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
             SmallVector<Value> args = {in(a.getQuery()), in(a.getKey()),
                                        in(a.getValue()), keys, values};
             StringRef callee = "kiln_k_attention";
+            std::optional<uint64_t> window = a.getSlidingWindow();
+            if (window && cache.isQuantized())
+              return a.emitOpError()
+                     << "sliding_window with an 8-bit kv_cache ("
+                     << cache.getElementType()
+                     << ") is not supported yet; compile without --kv-dtype";
+            if (window)
+              callee = "kiln_k_attention_window";
             if (cache.isQuantized()) {
               auto scaleType = MemRefType::get(
                   {cache.getMaxSeq(), cache.getNumKvHeads()}, builder.getF32Type());
@@ -277,6 +306,8 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
             args.append({indexConst(cache.getMaxSeq()), f32Const(a.getScale())});
             if (centered)
               args.push_back(f32Const(*a.getKeyMeanTheta()));
+            if (window)
+              args.push_back(indexConst(int64_t(*window)));
             call(callee, args);
             return success();
           })

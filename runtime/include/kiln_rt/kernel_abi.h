@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 5
+#define KILN_ABI_VERSION 6
 
 /// Execution context handed to an entry point. Owned by the runtime.
 typedef struct kiln_exec_ctx {
@@ -74,6 +74,41 @@ void kiln_k_observe(kiln_exec_ctx *ctx, const float *x, int64_t rows,
 /// through. x, y [n, heads * head_dim].
 void kiln_k_rope(const float *x, float *y, int64_t n, int64_t heads,
                  int64_t head_dim, int64_t rot_dim, int64_t pos, float theta);
+
+/// kiln_k_rope with scaled inverse frequencies (kiln.rope with `scaling`;
+/// kiln_rt/rope_scaling.h): pair i of row r rotates by
+/// (pos + r) * kiln_rope_inv_freq(i, ...) with theta from kiln_rope_theta
+/// for seq_len = pos + n. scaling is KILN_ROPE_LINEAR, KILN_ROPE_DYNAMIC or
+/// KILN_ROPE_LLAMA3; factor > 0; the band parameters matter for LLAMA3 only,
+/// original_max for DYNAMIC and LLAMA3.
+void kiln_k_rope_scaled(const float *x, float *y, int64_t n, int64_t heads,
+                        int64_t head_dim, int64_t rot_dim, int64_t pos,
+                        float theta, int64_t scaling, float factor,
+                        float low_freq_factor, float high_freq_factor,
+                        int64_t original_max);
+
+/// kiln_k_rope with per-pair frequency divisors (GGUF `rope_freqs.weight`,
+/// llama.cpp's freq_factors): pair i rotates by
+/// p * theta^(-2i/head_dim) / freq_factors[i]; freq_factors [rot_dim / 2]
+/// float32 (also in 16-bit graphs), all positive.
+void kiln_k_rope_factors(const float *x, float *y, int64_t n, int64_t heads,
+                         int64_t head_dim, int64_t rot_dim, int64_t pos,
+                         float theta, const float *freq_factors);
+
+/// Bias of a linear layer: y[r, j] = x[r, j] + b[j]; x, y [n, width],
+/// b [width] (kiln.add_bias; the q/k/v projection biases of Qwen2).
+void kiln_k_add_bias(const float *x, const float *b, float *y, int64_t n,
+                     int64_t width);
+
+/// kiln_k_attention with a sliding window (Mistral; Beltagy et al. 2020,
+/// Longformer's banded mask): token i attends to rows
+/// j in [max(0, pos + i - window + 1), pos + i], i.e. to the `window` most
+/// recent positions including its own. window >= 1.
+void kiln_k_attention_window(const float *q, const float *k, const float *v,
+                             float *k_cache, float *v_cache, float *out,
+                             int64_t n, int64_t pos, int64_t heads,
+                             int64_t kv_heads, int64_t head_dim,
+                             int64_t max_seq, float scale, int64_t window);
 
 /// Causal grouped-query attention with a KV cache (Ainslie et al. 2023).
 /// q [n, heads * head_dim]; k, v [n, kv_heads * head_dim] for the new tokens.
@@ -139,6 +174,23 @@ void kiln_k_attention_f16(const kiln_f16_t *q, const kiln_f16_t *k,
                           kiln_f16_t *v_cache, kiln_f16_t *out, int64_t n,
                           int64_t pos, int64_t heads, int64_t kv_heads,
                           int64_t head_dim, int64_t max_seq, float scale);
+void kiln_k_rope_scaled_f16(const kiln_f16_t *x, kiln_f16_t *y, int64_t n,
+                            int64_t heads, int64_t head_dim, int64_t rot_dim,
+                            int64_t pos, float theta, int64_t scaling,
+                            float factor, float low_freq_factor,
+                            float high_freq_factor, int64_t original_max);
+void kiln_k_rope_factors_f16(const kiln_f16_t *x, kiln_f16_t *y, int64_t n,
+                             int64_t heads, int64_t head_dim, int64_t rot_dim,
+                             int64_t pos, float theta,
+                             const float *freq_factors);
+void kiln_k_add_bias_f16(const kiln_f16_t *x, const kiln_f16_t *b,
+                         kiln_f16_t *y, int64_t n, int64_t width);
+void kiln_k_attention_window_f16(const kiln_f16_t *q, const kiln_f16_t *k,
+                                 const kiln_f16_t *v, kiln_f16_t *k_cache,
+                                 kiln_f16_t *v_cache, kiln_f16_t *out,
+                                 int64_t n, int64_t pos, int64_t heads,
+                                 int64_t kv_heads, int64_t head_dim,
+                                 int64_t max_seq, float scale, int64_t window);
 void kiln_k_swiglu_f16(const kiln_f16_t *gate, const kiln_f16_t *up,
                        kiln_f16_t *y, int64_t count);
 void kiln_k_silu_f16(const kiln_f16_t *x, kiln_f16_t *y, int64_t count);
@@ -165,6 +217,23 @@ void kiln_k_attention_bf16(const kiln_bf16_t *q, const kiln_bf16_t *k,
                            kiln_bf16_t *v_cache, kiln_bf16_t *out, int64_t n,
                            int64_t pos, int64_t heads, int64_t kv_heads,
                            int64_t head_dim, int64_t max_seq, float scale);
+void kiln_k_rope_scaled_bf16(const kiln_bf16_t *x, kiln_bf16_t *y, int64_t n,
+                            int64_t heads, int64_t head_dim, int64_t rot_dim,
+                            int64_t pos, float theta, int64_t scaling,
+                            float factor, float low_freq_factor,
+                            float high_freq_factor, int64_t original_max);
+void kiln_k_rope_factors_bf16(const kiln_bf16_t *x, kiln_bf16_t *y, int64_t n,
+                             int64_t heads, int64_t head_dim, int64_t rot_dim,
+                             int64_t pos, float theta,
+                             const float *freq_factors);
+void kiln_k_add_bias_bf16(const kiln_bf16_t *x, const kiln_bf16_t *b,
+                         kiln_bf16_t *y, int64_t n, int64_t width);
+void kiln_k_attention_window_bf16(const kiln_bf16_t *q, const kiln_bf16_t *k,
+                                 const kiln_bf16_t *v, kiln_bf16_t *k_cache,
+                                 kiln_bf16_t *v_cache, kiln_bf16_t *out,
+                                 int64_t n, int64_t pos, int64_t heads,
+                                 int64_t kv_heads, int64_t head_dim,
+                                 int64_t max_seq, float scale, int64_t window);
 void kiln_k_swiglu_bf16(const kiln_bf16_t *gate, const kiln_bf16_t *up,
                         kiln_bf16_t *y, int64_t count);
 void kiln_k_silu_bf16(const kiln_bf16_t *x, kiln_bf16_t *y, int64_t count);

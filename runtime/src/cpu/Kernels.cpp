@@ -29,6 +29,7 @@
 //===----------------------------------------------------------------------===//
 #include "cpu/Kernels.h"
 #include "kiln_rt/block_formats.h"
+#include "kiln_rt/rope_scaling.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -867,14 +868,12 @@ static void linearW8A8(const typename E::T *x, const int8_t *q,
   }
 }
 
+/// RoPE over the per-pair inverse frequencies `freq` [rot_dim / 2].
 template <class E>
-static void rope(const typename E::T *x, typename E::T *y, int64_t n,
-                 int64_t heads, int64_t head_dim, int64_t rot_dim, int64_t pos,
-                 float theta) {
+static void ropeWithFreqs(const typename E::T *x, typename E::T *y, int64_t n,
+                          int64_t heads, int64_t head_dim, int64_t rot_dim,
+                          int64_t pos, const std::vector<float> &freq) {
   int64_t pairs = rot_dim / 2;
-  std::vector<float> freq(size_t(pairs > 0 ? pairs : 0));
-  for (int64_t i = 0; i < pairs; ++i) // run.c: head_dim_i / (float)head_size
-    freq[size_t(i)] = 1.0f / powf(theta, float(2 * i) / float(head_dim));
   int64_t width = heads * head_dim;
 #pragma omp parallel if (n * width > kParallelGrain)
   {
@@ -903,6 +902,65 @@ static void rope(const typename E::T *x, typename E::T *y, int64_t n,
       }
       storeRow<E>(yr, y + r * width, width);
     }
+  }
+}
+
+template <class E>
+static void rope(const typename E::T *x, typename E::T *y, int64_t n,
+                 int64_t heads, int64_t head_dim, int64_t rot_dim, int64_t pos,
+                 float theta) {
+  int64_t pairs = rot_dim / 2;
+  std::vector<float> freq(size_t(pairs > 0 ? pairs : 0));
+  for (int64_t i = 0; i < pairs; ++i) // run.c: head_dim_i / (float)head_size
+    freq[size_t(i)] = 1.0f / powf(theta, float(2 * i) / float(head_dim));
+  ropeWithFreqs<E>(x, y, n, heads, head_dim, rot_dim, pos, freq);
+}
+
+/// kiln_k_rope_scaled: the table of kiln_rt/rope_scaling.h for this call.
+template <class E>
+static void ropeScaled(const typename E::T *x, typename E::T *y, int64_t n,
+                       int64_t heads, int64_t head_dim, int64_t rot_dim,
+                       int64_t pos, float theta, int64_t scaling, float factor,
+                       float low, float high, int64_t originalMax) {
+  int64_t pairs = rot_dim / 2;
+  float t = kiln_rope_theta(theta, rot_dim, scaling, factor, originalMax,
+                            pos + n);
+  std::vector<float> freq(size_t(pairs > 0 ? pairs : 0));
+  for (int64_t i = 0; i < pairs; ++i)
+    freq[size_t(i)] = kiln_rope_inv_freq(i, head_dim, rot_dim, t, scaling,
+                                         factor, low, high, originalMax);
+  ropeWithFreqs<E>(x, y, n, heads, head_dim, rot_dim, pos, freq);
+}
+
+/// kiln_k_rope_factors: theta^(-2i/head_dim) / freq_factors[i].
+template <class E>
+static void ropeFactors(const typename E::T *x, typename E::T *y, int64_t n,
+                        int64_t heads, int64_t head_dim, int64_t rot_dim,
+                        int64_t pos, float theta, const float *factors) {
+  int64_t pairs = rot_dim / 2;
+  std::vector<float> freq(size_t(pairs > 0 ? pairs : 0));
+  for (int64_t i = 0; i < pairs; ++i)
+    freq[size_t(i)] =
+        1.0f / powf(theta, float(2 * i) / float(head_dim)) / factors[i];
+  ropeWithFreqs<E>(x, y, n, heads, head_dim, rot_dim, pos, freq);
+}
+
+/// y[r, :] = x[r, :] + b (the bias of a linear layer).
+template <class E>
+static void addBias(const typename E::T *x, const typename E::T *b,
+                    typename E::T *y, int64_t n, int64_t width) {
+  std::vector<float> bf(static_cast<size_t>(width));
+  {
+    const float *w = loadRow<E>(b, width, 0);
+    std::copy(w, w + width, bf.begin());
+  }
+#pragma omp parallel for schedule(static) if (n * width > kParallelGrain)
+  for (int64_t r = 0; r < n; ++r) {
+    const float *xr = loadRow<E>(x + r * width, width, 1);
+    float *yr = rowOut<E>(y + r * width, width, 2);
+    for (int64_t j = 0; j < width; ++j)
+      yr[j] = xr[j] + bf[size_t(j)];
+    storeRow<E>(yr, y + r * width, width);
   }
 }
 
@@ -1152,7 +1210,8 @@ template <class E, class Kv>
 static void attention(const typename E::T *q, const typename E::T *k,
                       const typename E::T *v, const Kv &kv, typename E::T *out,
                       int64_t n, int64_t pos, int64_t heads, int64_t kv_heads,
-                      int64_t head_dim, int64_t max_seq, float scale) {
+                      int64_t head_dim, int64_t max_seq, float scale,
+                      int64_t window = 0) {
   using T = typename E::T;
   (void)max_seq; // pos + n <= max_seq was validated by the runtime
   const int64_t qDim = heads * head_dim;
@@ -1171,9 +1230,11 @@ static void attention(const typename E::T *q, const typename E::T *k,
       int64_t i = w / heads, h = w % heads;
       int64_t kvh = h / group;
       int64_t last = pos + i; // causal: keys [0, pos + i]
+      // Sliding window: only the `window` most recent keys.
+      int64_t first = window > 0 ? std::max<int64_t>(0, last - window + 1) : 0;
       const float *qh = loadRow<E>(q + i * qDim + h * head_dim, head_dim, 1);
       float maxScore = -INFINITY;
-      for (int64_t t0 = 0; t0 <= last; t0 += kKvChunk) {
+      for (int64_t t0 = first; t0 <= last; t0 += kKvChunk) {
         int64_t rows = std::min(kKvChunk, last + 1 - t0), stride;
         const float *kr = kv.rows(false, t0, rows, kvh, stride);
         for (int64_t t = 0; t < rows; ++t) {
@@ -1188,14 +1249,14 @@ static void attention(const typename E::T *q, const typename E::T *k,
       }
       // run.c softmax: exp(x - max), normalised by the sum.
       double sum = 0.0;
-      for (int64_t t = 0; t <= last; ++t) {
+      for (int64_t t = first; t <= last; ++t) {
         float e = expf(att[size_t(t)] - maxScore);
         att[size_t(t)] = e;
         sum += e;
       }
       float inv = float(1.0 / sum);
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t t0 = 0; t0 <= last; t0 += kKvChunk) {
+      for (int64_t t0 = first; t0 <= last; t0 += kKvChunk) {
         int64_t rows = std::min(kKvChunk, last + 1 - t0), stride;
         const float *vr = kv.rows(true, t0, rows, kvh, stride);
         for (int64_t t = 0; t < rows; ++t) {
@@ -1219,10 +1280,11 @@ static void attention(const typename E::T *q, const typename E::T *k,
                       const typename E::T *v, typename E::T *k_cache,
                       typename E::T *v_cache, typename E::T *out, int64_t n,
                       int64_t pos, int64_t heads, int64_t kv_heads,
-                      int64_t head_dim, int64_t max_seq, float scale) {
+                      int64_t head_dim, int64_t max_seq, float scale,
+                      int64_t window = 0) {
   PlainKv<E> kv{k_cache, v_cache, kv_heads * head_dim, head_dim};
   attention<E>(q, k, v, kv, out, n, pos, heads, kv_heads, head_dim, max_seq,
-               scale);
+               scale, window);
 }
 
 /// Attention over an 8-bit KV cache (kiln_k_attention_kv8 / _kvf8), with
@@ -1411,6 +1473,36 @@ void kiln_k_attention(const float *q, const float *k, const float *v,
                  head_dim, max_seq, scale);
 }
 
+void kiln_k_rope_scaled(const float *x, float *y, int64_t n, int64_t heads,
+                        int64_t head_dim, int64_t rot_dim, int64_t pos,
+                        float theta, int64_t scaling, float factor,
+                        float low_freq_factor, float high_freq_factor,
+                        int64_t original_max) {
+  ropeScaled<F32>(x, y, n, heads, head_dim, rot_dim, pos, theta, scaling,
+                  factor, low_freq_factor, high_freq_factor, original_max);
+}
+
+void kiln_k_rope_factors(const float *x, float *y, int64_t n, int64_t heads,
+                         int64_t head_dim, int64_t rot_dim, int64_t pos,
+                         float theta, const float *freq_factors) {
+  ropeFactors<F32>(x, y, n, heads, head_dim, rot_dim, pos, theta,
+                   freq_factors);
+}
+
+void kiln_k_add_bias(const float *x, const float *b, float *y, int64_t n,
+                     int64_t width) {
+  addBias<F32>(x, b, y, n, width);
+}
+
+void kiln_k_attention_window(const float *q, const float *k, const float *v,
+                             float *k_cache, float *v_cache, float *out,
+                             int64_t n, int64_t pos, int64_t heads,
+                             int64_t kv_heads, int64_t head_dim,
+                             int64_t max_seq, float scale, int64_t window) {
+  attention<F32>(q, k, v, k_cache, v_cache, out, n, pos, heads, kv_heads,
+                 head_dim, max_seq, scale, window);
+}
+
 void kiln_k_swiglu(const float *gate, const float *up, float *y,
                    int64_t count) {
   binary<F32>(gate, up, y, count, SwigluFn());
@@ -1459,6 +1551,32 @@ void kiln_k_mul(const float *a, const float *b, float *y, int64_t count) {
       int64_t head_dim, int64_t max_seq, float scale) {                        \
     attention<E>(q, k, v, k_cache, v_cache, out, n, pos, heads, kv_heads,      \
                  head_dim, max_seq, scale);                                    \
+  }                                                                            \
+  void kiln_k_rope_scaled_##sfx(const T *x, T *y, int64_t n, int64_t heads,    \
+                                int64_t head_dim, int64_t rot_dim,             \
+                                int64_t pos, float theta, int64_t scaling,     \
+                                float factor, float low, float high,           \
+                                int64_t original_max) {                        \
+    ropeScaled<E>(x, y, n, heads, head_dim, rot_dim, pos, theta, scaling,      \
+                  factor, low, high, original_max);                            \
+  }                                                                            \
+  void kiln_k_rope_factors_##sfx(const T *x, T *y, int64_t n, int64_t heads,   \
+                                 int64_t head_dim, int64_t rot_dim,            \
+                                 int64_t pos, float theta,                     \
+                                 const float *freq_factors) {                  \
+    ropeFactors<E>(x, y, n, heads, head_dim, rot_dim, pos, theta,              \
+                   freq_factors);                                              \
+  }                                                                            \
+  void kiln_k_add_bias_##sfx(const T *x, const T *b, T *y, int64_t n,          \
+                             int64_t width) {                                  \
+    addBias<E>(x, b, y, n, width);                                             \
+  }                                                                            \
+  void kiln_k_attention_window_##sfx(                                          \
+      const T *q, const T *k, const T *v, T *k_cache, T *v_cache, T *out,      \
+      int64_t n, int64_t pos, int64_t heads, int64_t kv_heads,                 \
+      int64_t head_dim, int64_t max_seq, float scale, int64_t window) {        \
+    attention<E>(q, k, v, k_cache, v_cache, out, n, pos, heads, kv_heads,      \
+                 head_dim, max_seq, scale, window);                            \
   }                                                                            \
   void kiln_k_swiglu_##sfx(const T *gate, const T *up, T *y, int64_t count) {  \
     binary<E>(gate, up, y, count, SwigluFn());                                 \

@@ -25,20 +25,6 @@ func.func @negative_returns_hidden(%tokens: tensor<1xi32>, %pos: index) -> tenso
 
 // -----
 
-// RoPE scaling is representable but has no CPU kernel yet: a clear error,
-// not silently wrong numbers.
-kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", shape = [32, 16], offset = 0, bytes = 2048>, transforms = []}
-func.func @negative_rope_scaling(%tokens: tensor<1xi32>, %pos: index) -> tensor<1x32xf32> {
-  %table = kiln.weight_ref @table : tensor<32x16xf32>
-  %x = kiln.embedding %tokens, %table {kiln.buffer_offset = 0 : i64} : tensor<1xi32>, tensor<32x16xf32> -> tensor<1x16xf32>
-  // expected-error @+1 {{'kiln.rope' op scaling_factor 4.000000e+00 is not supported by the cpu kernels yet}}
-  %r = kiln.rope %x, %pos {num_heads = 4 : i64, head_dim = 4 : i64, rotary_dim = 4 : i64, theta = 1.0e4 : f32, scaling_factor = 4.0 : f32, kiln.buffer_offset = 0 : i64} : tensor<1x16xf32>
-  %logits = kiln.logits %r, %table : tensor<1x16xf32>, tensor<32x16xf32> -> tensor<1x32xf32>
-  return %logits : tensor<1x32xf32>
-}
-
-// -----
-
 // Observer tap indices come from kiln.observe_taps (kiln-insert-observers).
 kiln.weight @table : tensor<32x16xf32> {source = #kiln.source<file = "m.bin", tensor = "t", storage = "f32", shape = [32, 16], offset = 0, bytes = 2048>, transforms = []}
 func.func @negative_observe_unlisted_tap(%tokens: tensor<1xi32>, %pos: index) -> tensor<1x32xf32> {

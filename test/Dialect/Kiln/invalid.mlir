@@ -27,7 +27,7 @@ kiln.weight @w : tensor<4x16xf32> {source = #kiln.source<file = "m.bin", tensor 
 // -----
 
 // 12 rows do not split into 8 heads of even size.
-// expected-error @+1 {{'kiln.weight' op 'rope_half_to_adjacent' with 8 heads needs a matrix whose rows split into heads of even size, got shape [12, 16]}}
+// expected-error @+1 {{'kiln.weight' op 'rope_half_to_adjacent' with 8 heads needs a matrix or vector whose rows split into heads of even size, got shape [12, 16]}}
 kiln.weight @w : tensor<12x16xf32> {source = #kiln.source<file = "m.bin", tensor = "w", storage = "f32", shape = [12, 16], offset = 0, bytes = 768>, transforms = [#kiln.transform<"rope_half_to_adjacent", {heads = 8 : i64}>]}
 
 // -----

@@ -56,5 +56,5 @@ kiln.weight @w : tensor<128x4xi8> {source = #kiln.source<file = "m", tensor = "w
 
 // -----
 
-// expected-error @+1 {{'rope_half_to_adjacent' with 3 heads needs a matrix whose rows split into heads of even size, got shape [128, 64]}}
+// expected-error @+1 {{'rope_half_to_adjacent' with 3 heads needs a matrix or vector whose rows split into heads of even size, got shape [128, 64]}}
 kiln.weight @w : tensor<128x64xi8> {source = #kiln.source<file = "m", tensor = "w", storage = "i32", shape = [16, 128], offset = 0, bytes = 8192>, transforms = [#kiln.transform<"repack", {bits = 4 : i64, cols = 128 : i64, format = "gptq", group_size = 32 : i64, part = "qweight", rows = 128 : i64}>, #kiln.transform<"rope_half_to_adjacent", {heads = 3 : i64}>]}

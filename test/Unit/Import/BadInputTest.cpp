@@ -536,10 +536,10 @@ TEST_F(GgufBadInput, WrongArchitecture) {
   std::string g = gguf;
   size_t at = afterString(g, "general.architecture");
   ASSERT_EQ(g.substr(at + 12, 5), "llama");
-  g.replace(at + 12, 5, "qwen2");
-  std::string msg = importBytes(dir, "qwen.gguf", g);
-  EXPECT_CONTAINS(msg, "qwen.gguf: unsupported architecture 'qwen2' "
-                       "(expected 'llama')");
+  g.replace(at + 12, 5, "gemma");
+  std::string msg = importBytes(dir, "gemma.gguf", g);
+  EXPECT_CONTAINS(msg, "gemma.gguf: unsupported architecture 'gemma' "
+                       "(expected 'llama' or 'qwen2')");
 }
 
 TEST_F(GgufBadInput, WrongKeyType) {
@@ -734,7 +734,8 @@ TEST_F(HfBadInput, WrongArchitecture) {
       },
       nullptr);
   EXPECT_CONTAINS(msg, "config.json: unsupported architectures "
-                       "['GPT2LMHeadModel'] (expected 'LlamaForCausalLM')");
+                       "['GPT2LMHeadModel'] (expected 'LlamaForCausalLM', "
+                       "'Qwen2ForCausalLM' or 'MistralForCausalLM')");
 }
 
 TEST_F(HfBadInput, BadConfigJson) {
