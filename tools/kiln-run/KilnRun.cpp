@@ -13,6 +13,7 @@
 // on stderr and exit status 1.
 //
 //===----------------------------------------------------------------------===//
+#include "base/RegularFile.h"
 #include "chat/ChatTemplate.h"
 #include "kiln_rt/api.h"
 #include "tools/common/ToolSupport.h"
@@ -133,6 +134,13 @@ static cl::opt<bool> printPromptTokens(
 
 namespace {
 
+/// Most bytes kiln-run reads for --chat-template (the artifact loader's
+/// limit for a stored template too) and for --prompt-file (far more text
+/// than any compiled context holds: the prompt is refused before it is
+/// tokenized whole).
+constexpr uint64_t kMaxChatTemplateBytes = uint64_t(1) << 20;
+constexpr uint64_t kMaxPromptBytes = uint64_t(16) << 20;
+
 [[noreturn]] void fail(const std::string &message) {
   std::fflush(stdout);
   std::fprintf(stderr, "kiln-run: error: %s\n", message.c_str());
@@ -224,22 +232,21 @@ void writeLogits(Runtime &rt, const std::vector<int32_t> &tokens,
 }
 
 
-/// Reads all of `path` ('-': stdin) for --prompt-file / --chat-template.
-std::string readTextFile(const std::string &flag, const std::string &path) {
-  std::ostringstream ss;
-  if (path == "-") {
-    ss << std::cin.rdbuf();
-    if (std::cin.bad())
-      fail(flag + " -: cannot read standard input");
-    return ss.str();
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    fail(flag + " " + path + ": cannot open: " + std::strerror(errno));
-  ss << in.rdbuf();
-  if (in.bad())
-    fail(flag + " " + path + ": read error");
-  return ss.str();
+/// Reads all of `path` ('-': stdin) for --prompt-file / --chat-template:
+/// a regular file (a FIFO, device or directory is an error, never a hang,
+/// an endless read or an empty prompt) of at most `maxBytes` bytes.
+std::string readTextFile(const std::string &flag, const std::string &path,
+                         uint64_t maxBytes) {
+  std::string text, error;
+  bool ok = path == "-" ? kiln::rt::readBoundedStdin(maxBytes, text, error)
+                        : kiln::rt::readRegularFile(
+                              path, maxBytes,
+                              flag == "--chat-template" ? "a chat template"
+                                                        : "a prompt file",
+                              text, error);
+  if (!ok)
+    fail(flag + " " + (path == "-" ? "-: " + error : error));
+  return text;
 }
 
 /// Tokenizes `text` (no BOS unless `addBos`).
@@ -277,7 +284,7 @@ int runChat(Runtime &rt, const kiln_rt_model_info_t &info, int64_t ctx) {
   kiln_rt_artifact_chat_info(rt.artifact, &chat);
   std::string source, sourceName;
   if (!chatTemplateFile.empty()) {
-    source = readTextFile("--chat-template", chatTemplateFile);
+    source = readTextFile("--chat-template", chatTemplateFile, kMaxChatTemplateBytes);
     sourceName = chatTemplateFile;
   } else if (chat.template_text) {
     source.assign(chat.template_text, chat.template_len);
@@ -455,7 +462,7 @@ int main(int argc, char **argv) {
   if (chatMode && maxTokens == 0)
     fail("--chat needs --max-tokens >= 1");
   if (promptFile.getNumOccurrences())
-    prompt = readTextFile("--prompt-file", promptFile);
+    prompt = readTextFile("--prompt-file", promptFile, kMaxPromptBytes);
 
   if (trustedKeys.getNumOccurrences() && trustedKeys.empty())
     fail("--trusted-keys needs a directory of *.pub keys or a key file; an "

@@ -5,6 +5,8 @@
 //===----------------------------------------------------------------------===//
 #include "sign/Signing.h"
 
+#include "base/RegularFile.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -159,44 +161,12 @@ bool parseSecretKey(std::string_view text, const std::string &where,
   return true;
 }
 
-/// Reads a small regular file (never a FIFO or device: opened non-blocking
-/// and checked with fstat before reading). `mode` receives its st_mode.
+/// Reads a small regular file (never a FIFO or device: base/RegularFile).
+/// `mode` receives its st_mode.
 static bool readKeyFile(const std::string &path, std::string &out,
                         mode_t &mode, std::string &error) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) {
-    error = path + ": cannot open key file: " + std::strerror(errno);
-    return false;
-  }
-  struct stat st;
-  bool ok = ::fstat(fd, &st) == 0;
-  if (!ok)
-    error = path + ": cannot stat: " + std::strerror(errno);
-  else if (!S_ISREG(st.st_mode))
-    ok = false, error = path + ": not a regular file (expected a key file)";
-  else if (st.st_size > kMaxKeyFileBytes)
-    ok = false, error = path + ": " + std::to_string(st.st_size) +
-                        " bytes, too large for a key file (at most " +
-                        std::to_string(kMaxKeyFileBytes) + ")";
-  if (ok) {
-    mode = st.st_mode;
-    out.assign(size_t(st.st_size), '\0');
-    size_t done = 0;
-    while (done < out.size()) {
-      ssize_t got = ::read(fd, &out[done], out.size() - done);
-      if (got < 0 && errno == EINTR)
-        continue;
-      if (got <= 0) {
-        ok = false;
-        error = path + ": read error: " +
-                (got < 0 ? std::strerror(errno) : "file shrank while reading");
-        break;
-      }
-      done += size_t(got);
-    }
-  }
-  ::close(fd);
-  return ok;
+  return rt::readRegularFile(path, kMaxKeyFileBytes, "a key file", out, error,
+                             &mode);
 }
 
 bool readPublicKeyFile(const std::string &path, PublicKey &out,

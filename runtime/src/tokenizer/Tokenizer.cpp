@@ -13,6 +13,8 @@
 #include "Tokenizer.h"
 #include "PreTokenizer.h"
 
+#include "base/RegularFile.h"
+
 #include <nlohmann/json.hpp>
 #include <utf8proc.h>
 
@@ -556,36 +558,12 @@ TokenizerStatus Tokenizer::parse(std::string_view jsonText,
 }
 
 TokenizerStatus Tokenizer::load(const std::string &path, Tokenizer &out) {
-  // Open without blocking (a FIFO must not hang the caller), then require a
-  // regular file of plausible size before reading it whole.
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0)
-    return TokenizerStatus::error(path + ": cannot open tokenizer file");
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return TokenizerStatus::error(path + ": not a regular file");
-  }
-  if (static_cast<uint64_t>(st.st_size) > kMaxTokenizerBytes) {
-    ::close(fd);
-    return TokenizerStatus::error(path + ": " + std::to_string(st.st_size) +
-                                  " bytes, more than the " +
-                                  std::to_string(kMaxTokenizerBytes >> 20) +
-                                  " MiB a tokenizer.json may have");
-  }
-  std::string contents(static_cast<size_t>(st.st_size), '\0');
-  size_t done = 0;
-  while (done < contents.size()) {
-    ssize_t n = ::read(fd, contents.data() + done, contents.size() - done);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0) {
-      ::close(fd);
-      return TokenizerStatus::error(path + ": read error");
-    }
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
+  // A FIFO must not hang the caller nor a device feed it forever: a regular
+  // file of plausible size, read whole (base/RegularFile).
+  std::string contents, error;
+  if (!readRegularFile(path, kMaxTokenizerBytes, "a tokenizer.json", contents,
+                       error))
+    return TokenizerStatus::error(error);
   return parse(contents, path, out);
 }
 

@@ -379,7 +379,7 @@ TEST(TokenizerLoad, Errors) {
   TokenizerStatus missing = Tokenizer::load("/nonexistent/tokenizer.json", tok);
   EXPECT_FALSE(missing.ok);
   EXPECT_EQ(missing.message,
-            "/nonexistent/tokenizer.json: cannot open tokenizer file");
+            "/nonexistent/tokenizer.json: cannot open: No such file or directory");
 
   expectParseError("{\"format\": ", {"invalid JSON"});
   expectParseError("[1, 2]", {"not a JSON object"});
@@ -569,13 +569,15 @@ TEST(TokenizerEncode, DummyPrefixUnlessSpace) {
 TEST(TokenizerLoad, RejectsNonRegularFiles) {
   Tokenizer tok;
   TokenizerStatus dir = Tokenizer::load(::testing::TempDir(), tok);
-  EXPECT_EQ(dir.message, ::testing::TempDir() + ": not a regular file");
+  EXPECT_EQ(dir.message, ::testing::TempDir() +
+                             ": is a directory, expected a tokenizer.json");
   std::string fifo = ::testing::TempDir() + "kiln-tok-fifo";
   std::remove(fifo.c_str());
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   TokenizerStatus status = Tokenizer::load(fifo, tok);
   std::remove(fifo.c_str());
-  EXPECT_EQ(status.message, fifo + ": not a regular file");
+  EXPECT_EQ(status.message,
+            fifo + ": is a FIFO (named pipe), expected a tokenizer.json");
 }
 
 //===----------------------------------------------------------------------===//
