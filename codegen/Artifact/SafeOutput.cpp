@@ -785,3 +785,31 @@ mlir::kiln::removeStaleScratchDirs(llvm::StringRef parent,
   }
   return notes;
 }
+
+llvm::Error mlir::kiln::checkOutputIsNotAnInput(
+    llvm::StringRef path,
+    llvm::ArrayRef<std::pair<llvm::StringRef, llvm::StringRef>> inputs) {
+  namespace fs = llvm::sys::fs;
+  if (path == "-" || !fs::exists(path))
+    return llvm::Error::success();
+  llvm::SmallString<256> real;
+  if (fs::real_path(path, real))
+    return llvm::Error::success(); // checkFileOutput reports a dangling link
+  for (const auto &[flag, input] : inputs) {
+    if (input.empty() || input == "-")
+      continue;
+    llvm::SmallString<256> in;
+    if (fs::real_path(input, in))
+      continue; // a missing input is reported by its reader
+    bool same = real == in;
+    if (!same && fs::is_directory(in))
+      same = llvm::StringRef(real).starts_with((in + "/").str());
+    if (same)
+      return llvm::createStringError(
+          ("-o " + path + " is " +
+           (real == in ? "the input file " : "a file inside the input ") +
+           input + " (" + flag + "); writing it would destroy the input")
+              .str());
+  }
+  return llvm::Error::success();
+}

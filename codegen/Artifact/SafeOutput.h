@@ -169,6 +169,17 @@ struct FileOutputTarget {
 /// what it is.
 llvm::Expected<FileOutputTarget> checkFileOutput(llvm::StringRef path);
 
+/// Refuses a single-file output `path` that would overwrite one of the
+/// tool's inputs: `inputs` are (flag, path) pairs, e.g. {"MODEL", m},
+/// {"--tokenizer", t}; an input that is a directory (a Hugging Face
+/// checkpoint) is hit by any existing file inside it. "-" and names that do
+/// not exist yet are fine. Error: "-o OUT is the input file IN (FLAG);
+/// writing it would destroy the input" (like gcc's "input file is the same
+/// as output file").
+llvm::Error checkOutputIsNotAnInput(
+    llvm::StringRef path,
+    llvm::ArrayRef<std::pair<llvm::StringRef, llvm::StringRef>> inputs);
+
 /// Writes a single-file output: checkFileOutput(`path`), then `write` gets
 /// a stream to stdout, to the device (opened O_WRONLY, never replaced or
 /// removed) or to a temporary file `<name>.kiln-tmp-XXXXXX` beside the

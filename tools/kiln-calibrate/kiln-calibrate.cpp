@@ -335,6 +335,12 @@ int main(int argc, char **argv) {
   llvm::Expected<FileOutputTarget> target = checkFileOutput(outputPath);
   if (!target)
     return fail(llvm::toString(target.takeError()));
+  if (llvm::Error e = checkOutputIsNotAnInput(
+          outputPath, {{"MODEL", modelPath},
+                       {"--text", textPath},
+                       {"--tokenizer", tokenizerPath},
+                       {"--dump-tokens", dumpTokens}}))
+    return fail(llvm::toString(std::move(e)));
   if (target->kind == FileOutputTarget::File) {
     llvm::SmallString<256> parent(llvm::sys::path::parent_path(target->path));
     if (parent.empty())

@@ -461,6 +461,11 @@ int main(int argc, char **argv) {
     // failure leaves it as it was; a character device such as /dev/null is
     // written in place; a FIFO or directory is refused) or, by default or
     // with -o -, to stdout.
+    if (llvm::Error e = mlir::kiln::checkOutputIsNotAnInput(
+            outputDir, {{"MODEL", modelPath},
+                        {"--tokenizer", tokenizerPath},
+                        {"--calibration", calibrationPath}}))
+      return fail(llvm::toString(std::move(e)));
     bool ran = false, compiled = false;
     llvm::Error err = mlir::kiln::writeFileOutput(
         outputDir.empty() ? std::string("-") : outputDir.getValue(),
