@@ -88,6 +88,12 @@ def convert(hf_json, pre, out, edit=None):
         merges = None
     elif edit == "bos-out-of-range":
         bos = len(tokens) + 7
+    elif edit == "empty-merges":
+        merges = merges[:1]  # GGUFWriter skips an empty array: cut below
+    elif edit == "duplicate-eos":
+        # GGUFWriter will not write a key twice: write a look-alike key and
+        # rename it in the bytes below (same length).
+        extra["tokenizer.ggml.eos_token_iX"] = 0
     if merges is None:
         w = gguf.GGUFWriter(out, "llama")
         w.add_tokenizer_model("gpt2")
@@ -102,6 +108,25 @@ def convert(hf_json, pre, out, edit=None):
         w.close()
         return
     write(tokens, ttypes, merges, pre, out, bos, eos, add_bos, extra)
+    if edit == "empty-merges":
+        # The merges array: key, type 9 (array), element type 8 (string),
+        # count 1, then one string (u64 length + bytes): make it count 0.
+        import struct
+        data = bytearray(open(out, "rb").read())
+        key = b"tokenizer.ggml.merges"
+        at = data.index(struct.pack("<Q", len(key)) + key) + 8 + len(key)
+        assert struct.unpack_from("<IIQ", data, at) == (9, 8, 1)
+        struct.pack_into("<Q", data, at + 8, 0)
+        n = struct.unpack_from("<Q", data, at + 16)[0]
+        del data[at + 16:at + 24 + n]
+        data += bytes(32)  # the (empty) data section starts 32-aligned
+        open(out, "wb").write(bytes(data))
+    if edit == "duplicate-eos":
+        data = open(out, "rb").read()
+        assert data.count(b"tokenizer.ggml.eos_token_iX") == 1
+        data = data.replace(b"tokenizer.ggml.eos_token_iX",
+                            b"tokenizer.ggml.eos_token_id")
+        open(out, "wb").write(data)
 
 
 if __name__ == "__main__":

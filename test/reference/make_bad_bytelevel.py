@@ -33,6 +33,10 @@ def main(argv):
     gguf_case("gguf-missing-byte", "qwen2", "missing-byte", "no symbol for byte '!'")
     gguf_case("gguf-no-merges", "qwen2", "no-merges", "no tokenizer.ggml.merges")
     gguf_case("gguf-bos-out-of-range", "qwen2", "bos-out-of-range", "bos id beyond the vocabulary")
+    gguf_case("gguf-empty-merges", "qwen2", "empty-merges", "tokenizer.ggml.merges is []")
+    gguf_case("gguf-duplicate-eos", "qwen2", "duplicate-eos",
+              "tokenizer.ggml.eos_token_id twice (the second says 0)")
+    gguf_case("gguf-no-pre", None, None, "no tokenizer.ggml.pre key")
 
     base = json.load(open(hf, encoding="utf-8"))
 

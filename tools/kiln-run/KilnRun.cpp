@@ -401,8 +401,20 @@ int runChat(Runtime &rt, const kiln_rt_model_info_t &info, int64_t ctx) {
     // next render continues after them (the end-of-turn text included).
     fed += answer;
     addMessage("assistant", answer);
-    if (kiln_rt_session_position(rt.session) >= ctx)
+    if (kiln_rt_session_position(rt.session) >= ctx) {
+      // Nothing more fits: turns still waiting are an error, not silently
+      // dropped (exit status 1 tells a script its input went unanswered).
+      std::string rest;
+      while (std::getline(std::cin, rest))
+        if (!rest.empty() && rest != "\r")
+          fail("the context of " + std::to_string(ctx) + " tokens is full " +
+               (ctxSize ? "(--ctx)" : "(the compiled maximum)") + " after " +
+               std::to_string(turns) + " turn(s); the next turn ('" +
+               rest.substr(0, 40) + (rest.size() > 40 ? "...')" : "')") +
+               " cannot be answered: start a new conversation or use a "
+               "larger --ctx");
       break;
+    }
   }
   if (terminal)
     std::printf("\n");

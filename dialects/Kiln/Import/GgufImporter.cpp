@@ -399,6 +399,13 @@ static Expected<GgufFile> parseGguf(StringRef path) {
     GgufValue v;
     if (Error e = readValue(r, type, v, "value of key '" + key + "'", 0))
       return std::move(e);
+    // llama.cpp refuses a key that appears twice; taking either value
+    // would silently change the model (e.g. a second eos_token_id).
+    if (g.kvs.count(key))
+      return fileError(path, "duplicate key '" + key + "' (KV pair " +
+                                 Twine(k) + " at offset " +
+                                 Twine(v.offset) +
+                                 "): a GGUF names each key once");
     g.kvs[key] = std::move(v);
   }
 
@@ -547,6 +554,12 @@ static Expected<TokenizerDesc> byteLevelTokenizerFromGguf(const GgufFile &g,
     return fileError(g.path, "key 'tokenizer.ggml.merges' at offset " +
                                  Twine(merges->offset) +
                                  " is not an array of strings");
+  if (merges->strs.empty())
+    return fileError(g.path, "key 'tokenizer.ggml.merges' at offset " +
+                                 Twine(merges->offset) +
+                                 " is an empty array (a 'gpt2' byte-level BPE "
+                                 "vocabulary needs its merges; without them "
+                                 "every text would be split into bytes)");
   StringSet<> known;
   for (const std::string &p : tok.pieces)
     known.insert(p);
@@ -576,8 +589,15 @@ static Expected<TokenizerDesc> byteLevelTokenizerFromGguf(const GgufFile &g,
       getString(g, "tokenizer.ggml.pre");
   if (!pre)
     return pre.takeError();
-  // llama.cpp reads a missing name as "default".
+  // llama.cpp reads a missing name as "default" (with a warning that
+  // quality degrades): files written before the key existed lack it.
   tok.preTokenizer = pre->value_or("default");
+  if (!*pre)
+    tok.notes.push_back(
+        "no 'tokenizer.ggml.pre' key: using the 'default' byte-level "
+        "pre-tokenizer as llama.cpp does; token ids can differ from the "
+        "model's own tokenizer (the file predates the key; a re-converted "
+        "GGUF names its pre-tokenizer)");
   std::optional<std::vector<std::string>> regexes =
       ggufPreTokenizerRegexes(tok.preTokenizer);
   if (!regexes)
@@ -1305,7 +1325,7 @@ Expected<ModelDesc> importGguf(StringRef path, StringRef tokenizer) {
   if (Error e = fitTokenizer(*tok, tokenizer.empty() ? path : tokenizer,
                              c.vocabSize, /*allowPadding=*/false))
     return std::move(e);
-  model.tokenizer = std::move(*tok);
+  model.tokenizer = std::move(*tok); // its notes: importModel
   if (Error e = chatFromGguf(g, model))
     return std::move(e);
   return model;

@@ -142,7 +142,24 @@ static bool plausibleLlama2cHeader(StringRef head) {
          within(vocab, 26) && within(h[6], 26);
 }
 
+static Expected<ModelDesc> importModelImpl(StringRef spec,
+                                           StringRef tokenizer);
+
 Expected<ModelDesc> importModel(StringRef spec, StringRef tokenizer) {
+  Expected<ModelDesc> model = importModelImpl(spec, tokenizer);
+  if (model) {
+    // The tokenizer's notes (e.g. a pre-tokenizer chosen by default), named
+    // by the file it came from, join the model's.
+    for (std::string &note : model->tokenizer.notes)
+      model->notes.push_back(
+          (tokenizer.empty() ? spec : tokenizer).str() + ": " + note);
+    model->tokenizer.notes.clear();
+  }
+  return model;
+}
+
+static Expected<ModelDesc> importModelImpl(StringRef spec,
+                                           StringRef tokenizer) {
   if (spec.consume_front("synthetic:"))
     return importSynthetic(spec);
   if (spec.empty())

@@ -264,6 +264,9 @@ struct TokenizerDesc {
   /// byte_bpe: "" or "nfc" (Unicode NFC of the text between added tokens,
   /// Hugging Face's NFC normalizer; Qwen2).
   std::string normalizer;
+  /// Things the user should know that are not errors (kiln-compile prints
+  /// them as notes), e.g. a pre-tokenizer chosen by default.
+  std::vector<std::string> notes;
 };
 
 /// The model's chat template (docs/artifact.md, "chat_template.jinja") and
