@@ -88,6 +88,8 @@ def convert(hf_json, pre, out, edit=None):
         merges = None
     elif edit == "bos-out-of-range":
         bos = len(tokens) + 7
+    elif edit == "eos-none":
+        eos = 0xFFFFFFFF  # llama.cpp's "no token"
     elif edit == "empty-merges":
         merges = merges[:1]  # GGUFWriter skips an empty array: cut below
     elif edit == "duplicate-eos":

@@ -37,6 +37,7 @@ def main(argv):
     gguf_case("gguf-duplicate-eos", "qwen2", "duplicate-eos",
               "tokenizer.ggml.eos_token_id twice (the second says 0)")
     gguf_case("gguf-no-pre", None, None, "no tokenizer.ggml.pre key")
+    gguf_case("gguf-eos-none", "qwen2", "eos-none", "eos id 4294967295 (none)")
 
     base = json.load(open(hf, encoding="utf-8"))
 

@@ -653,9 +653,12 @@ static Expected<TokenizerDesc> byteLevelTokenizerFromGguf(const GgufFile &g,
   tok.eosId = clampId(*eos);
   tok.unkId = clampId(*unk);
   if (tok.bosId < 0 || tok.eosId < 0)
-    return fileError(g.path, "tokenizer.ggml.bos_token_id and "
-                             "eos_token_id must name pieces (Kiln needs "
-                             "both)");
+    return fileError(g.path, Twine(tok.bosId < 0 ? "tokenizer.ggml.bos_token_id"
+                                                 : "tokenizer.ggml.eos_token_id") +
+                                 " is " +
+                                 Twine(tok.bosId < 0 ? *bos : *eos) +
+                                 ", which names no piece (Kiln needs both a "
+                                 "BOS and an EOS piece)");
   tok.addBos = *addBos != 0;
   tok.addEos = *addEos != 0;
   tok.addDummyPrefix = false;
