@@ -85,9 +85,14 @@ constexpr uint64_t kWorkBudget = 10000000;
 constexpr uint64_t kLoopIterationCost = 10;
 
 thread_local uint64_t tWork = 0;
+/// Set while Template::render runs: the budget counts only renders (not
+/// toPythonString/toJson called on their own).
+thread_local bool tRendering = false;
 
 /// Charges `units` of render work; fails when the budget is spent.
 void charge(uint64_t units) {
+  if (!tRendering)
+    return;
   tWork += units;
   if (tWork > kWorkBudget)
     throw TemplateError{"template exceeds Kiln's render work budget (" +
@@ -2051,6 +2056,12 @@ std::string requireString(const Value &v, const std::string &what) {
 /// Python str.split(sep=None, maxsplit=-1).
 Value pySplit(const std::string &s, const Value &sepV, int64_t maxsplit) {
   ValueList parts;
+  auto addPart = [&parts](Value v) {
+    if (parts.size() >= kMaxListItems)
+      checkListSize(parts.size() + 1);
+    charge(1);
+    parts.push_back(std::move(v));
+  };
   if (sepV.isUndefined() || sepV.isNone()) {
     size_t i = 0;
     std::vector<size_t> at = codePointOffsets(s);
@@ -2065,13 +2076,13 @@ Value pySplit(const std::string &s, const Value &sepV, int64_t maxsplit) {
         size_t e = n;
         while (e > k && isPySpace(decodeAt(s, at[e - 1], len)))
           --e;
-        parts.push_back(Value::string(s.substr(at[k], at[e] - at[k])));
+        addPart(Value::string(s.substr(at[k], at[e] - at[k])));
         break;
       }
       size_t b = k;
       while (k < n && !isPySpace(decodeAt(s, at[k], len)))
         ++k;
-      parts.push_back(Value::string(s.substr(at[b], at[k] - at[b])));
+      addPart(Value::string(s.substr(at[b], at[k] - at[b])));
     }
     (void)i;
     return Value::list(std::move(parts));
@@ -2079,14 +2090,15 @@ Value pySplit(const std::string &s, const Value &sepV, int64_t maxsplit) {
   std::string sep = requireString(sepV, "split() separator");
   if (sep.empty())
     throw TemplateError{"empty separator"};
+  chargeSearch(s, sep);
   size_t b = 0;
   for (;;) {
     size_t e = s.find(sep, b);
     if (e == std::string::npos || (maxsplit >= 0 && int64_t(parts.size()) == maxsplit)) {
-      parts.push_back(Value::string(s.substr(b)));
+      addPart(Value::string(s.substr(b)));
       break;
     }
-    parts.push_back(Value::string(s.substr(b, e - b)));
+    addPart(Value::string(s.substr(b, e - b)));
     b = e + sep.size();
   }
   return Value::list(std::move(parts));
@@ -2254,6 +2266,9 @@ Value method(const Value &obj, const std::string &name) {
         size_t b = 0;
         for (size_t i = 0; i < s.size(); ++i)
           if (s[i] == '\n' || s[i] == '\r') {
+            if (lines.size() >= kMaxListItems)
+              checkListSize(lines.size() + 1);
+            charge(1);
             lines.push_back(Value::string(s.substr(b, i - b)));
             if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n')
               ++i;
@@ -3253,6 +3268,11 @@ bool Template::parse(const std::string &source, const std::string &fileName,
 
 bool Template::render(const Value &context, std::string &out, std::string &error) const {
   tWork = 0; // each render has its own work budget
+  struct Rendering {
+    bool saved = tRendering;
+    Rendering() { tRendering = true; }
+    ~Rendering() { tRendering = saved; }
+  } rendering;
   if (!root_) {
     error = fileName_ + ": no template parsed";
     return false;

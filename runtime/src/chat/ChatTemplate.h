@@ -145,7 +145,9 @@ public:
 
   /// Parses `source`. `fileName` prefixes every error message
   /// ("FILE:LINE:COL: error text"). Returns false with `error` set on a
-  /// syntax error or an unsupported construct.
+  /// syntax error or an unsupported construct, or on expressions or
+  /// statement blocks nested more than 256 levels deep (a template is
+  /// untrusted input: no stack overflow).
   bool parse(const std::string &source, const std::string &fileName,
              std::string &error);
 
@@ -154,7 +156,11 @@ public:
   /// strftime_now() are always defined, as transformers defines them.
   /// Returns false with `error` set ("FILE:LINE:COL: ...") on an evaluation
   /// error or a raise_exception() call (its message follows "template
-  /// raised: ").
+  /// raised: "). Rendering is bounded (docs/chat.md "Limits"): 64-bit
+  /// integers are overflow-checked; strings are at most 64 MiB, lists
+  /// 1,000,000 items and 1000 levels deep; a render has a budget of 10^7
+  /// steps; blocks and macro calls nest at most 200 deep. Past a limit it
+  /// returns false with a "FILE:LINE:COL: ..." error.
   bool render(const Value &context, std::string &out, std::string &error) const;
 
 private:
