@@ -13,6 +13,7 @@
 #include "chat/ChatTemplate.h"
 
 #include <nlohmann/json.hpp>
+#include <utf8proc.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -44,9 +45,11 @@ const Value *Value::find(const std::string &key) const {
 void Value::set(const std::string &key, Value value) {
   for (auto &kv : *dict_)
     if (kv.first.isString() && kv.first.asString() == key) {
+      depth_ = std::max(depth_, value.depth_ + 1);
       kv.second = std::move(value);
       return;
     }
+  depth_ = std::max(depth_, value.depth_ + 1);
   dict_->emplace_back(Value::string(key), std::move(value));
 }
 
@@ -60,6 +63,116 @@ struct TemplateError {
 
 [[noreturn]] void fail(const std::string &message, int line, int col) {
   throw TemplateError{message, line, col};
+}
+
+//--- Limits (a template is untrusted input) --------------------------------
+
+/// Deepest nesting of expressions (parentheses, operators, calls) and of
+/// statement blocks the parser accepts; deeper input is an error, not a
+/// stack overflow.
+constexpr int kMaxParseDepth = 256;
+/// Deepest nesting of lists/dicts a template may build.
+constexpr uint32_t kMaxValueDepth = 1000;
+/// Largest string a template may build (the same cap as the rendered text).
+constexpr size_t kMaxStringBytes = size_t(64) << 20;
+/// Most items a template-built list (or an iterated string) may hold.
+constexpr size_t kMaxListItems = 1000000;
+/// Render work budget: one unit per statement, expression and list item
+/// visited, kLoopIterationCost per loop iteration, one per 256 bytes of
+/// string built or searched.
+constexpr uint64_t kWorkBudget = 10000000;
+/// Work units of one for-loop iteration (it builds the loop object).
+constexpr uint64_t kLoopIterationCost = 10;
+
+thread_local uint64_t tWork = 0;
+/// Set while Template::render runs: the budget counts only renders (not
+/// toPythonString/toJson called on their own).
+thread_local bool tRendering = false;
+
+/// Charges `units` of render work; fails when the budget is spent.
+void charge(uint64_t units) {
+  if (!tRendering)
+    return;
+  tWork += units;
+  if (tWork > kWorkBudget)
+    throw TemplateError{"template exceeds Kiln's render work budget (" +
+                        std::to_string(kWorkBudget) +
+                        " steps: statements, expressions, loop iterations, list items)"};
+}
+
+/// Fails unless a string of `bytes` bytes may be built.
+void checkStringSize(uint64_t bytes) {
+  if (bytes > kMaxStringBytes)
+    throw TemplateError{"string value would exceed 64 MiB (Kiln's limit on a template value)"};
+}
+
+/// Charges building (copying) a string of `bytes` bytes.
+void chargeBytes(uint64_t bytes) { charge(1 + bytes / 256); }
+
+/// Fails unless a string of `bytes` bytes may be built; charges building it.
+void newString(uint64_t bytes) {
+  checkStringSize(bytes);
+  chargeBytes(bytes);
+}
+
+/// Fails unless a list of `items` items may be built; charges its cost.
+void checkListSize(uint64_t items) {
+  if (items > kMaxListItems)
+    throw TemplateError{"list value would exceed " + std::to_string(kMaxListItems) +
+                        " items (Kiln's limit on a template value)"};
+  charge(1 + items);
+}
+
+/// Charges a substring search of `needle` in `hay` by its worst case
+/// (std::string::find is O(|hay| * |needle|)).
+void chargeSearch(const std::string &hay, const std::string &needle) {
+  charge(1 + (uint64_t(hay.size()) / 256) * (1 + uint64_t(needle.size()) / 256));
+}
+
+[[noreturn]] void integerOverflow() {
+  throw TemplateError{"integer overflow: Kiln's templates use 64-bit integers "
+                      "(Jinja2's are unbounded)"};
+}
+int64_t addInt(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r))
+    integerOverflow();
+  return r;
+}
+int64_t subInt(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r))
+    integerOverflow();
+  return r;
+}
+int64_t mulInt(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r))
+    integerOverflow();
+  return r;
+}
+int64_t negInt(int64_t a) { return subInt(0, a); }
+/// a ** b for b >= 0 by repeated squaring, overflow-checked.
+int64_t powInt(int64_t a, int64_t b) {
+  int64_t r = 1;
+  while (b > 0) {
+    if (b & 1)
+      r = mulInt(r, a);
+    b >>= 1;
+    if (b > 0)
+      a = mulInt(a, a);
+  }
+  return r;
+}
+/// A float truncated to an int (Python int(x)); fails outside 64 bits.
+int64_t floatToInt(double d) {
+  if (std::isnan(d))
+    throw TemplateError{"cannot convert float NaN to integer"};
+  if (!(d > -9223372036854775808.0 - 1024 && d < 9223372036854775808.0))
+    integerOverflow();
+  if (d <= -9223372036854775808.0)
+    return INT64_MIN;
+  return int64_t(d);
 }
 
 //--- UTF-8 ------------------------------------------------------------------
@@ -103,6 +216,7 @@ void appendUtf8(std::string &out, uint32_t cp) {
 
 /// Byte offsets of each code point of `s`, plus s.size() at the end.
 std::vector<size_t> codePointOffsets(const std::string &s) {
+  chargeBytes(s.size());
   std::vector<size_t> at;
   for (size_t i = 0; i < s.size();) {
     at.push_back(i);
@@ -144,12 +258,55 @@ std::string pyStrip(const std::string &s, const std::string *chars, bool left,
   return s.substr(at[b], at[e] - at[b]);
 }
 
-std::string mapCase(const std::string &s, int mode /*0 lower 1 upper*/) {
-  std::string out = s;
-  for (char &c : out)
-    c = mode ? char(std::toupper(static_cast<unsigned char>(c)))
-             : char(std::tolower(static_cast<unsigned char>(c)));
+/// Maps each code point of `s` through `f(cp, index)` (Unicode simple case
+/// mappings from utf8proc); bytes that are not valid UTF-8 are kept as they
+/// are.
+template <typename F> std::string mapCodePoints(const std::string &s, F f) {
+  chargeBytes(s.size());
+  std::string out;
+  out.reserve(s.size());
+  size_t index = 0;
+  for (size_t i = 0; i < s.size();) {
+    size_t len = 1;
+    uint32_t cp = decodeAt(s, i, len);
+    if (len == 1 && cp >= 0x80) {
+      out += s[i]; // an invalid byte
+    } else {
+      utf8proc_int32_t m = f(utf8proc_int32_t(cp), index);
+      appendUtf8(out, m >= 0 && m <= 0x10ffff ? uint32_t(m) : cp);
+    }
+    i += len;
+    ++index;
+  }
   return out;
+}
+
+/// Python str.lower()/str.upper() with Unicode simple case mappings
+/// (UnicodeData.txt via utf8proc; Python also applies SpecialCasing.txt's
+/// one-to-many mappings such as "ß".upper() == "SS", which this does not).
+std::string mapCase(const std::string &s, int mode /*0 lower 1 upper*/) {
+  if (mode && s.find("\xc3\x9f") != std::string::npos) {
+    // SpecialCasing.txt's most common entry: "ß".upper() == "SS".
+    std::string out;
+    for (size_t b = 0;;) {
+      size_t e = s.find("\xc3\x9f", b);
+      out += mapCase(s.substr(b, e == std::string::npos ? std::string::npos : e - b), 1);
+      if (e == std::string::npos)
+        return out;
+      out += "SS";
+      b = e + 2;
+    }
+  }
+  return mapCodePoints(s, [mode](utf8proc_int32_t c, size_t) {
+    return mode ? utf8proc_toupper(c) : utf8proc_tolower(c);
+  });
+}
+
+/// Python's "cased" characters (Lu, Ll, Lt).
+bool isCased(utf8proc_int32_t c) {
+  utf8proc_category_t cat = utf8proc_category(c);
+  return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL ||
+         cat == UTF8PROC_CATEGORY_LT;
 }
 
 //--- Python str() / repr() -------------------------------------------------
@@ -234,8 +391,11 @@ std::string repr(const Value &v);
 std::string sequenceRepr(const Value &v) {
   std::string out = v.isTuple() ? "(" : "[";
   const ValueList &l = v.asList();
-  for (size_t i = 0; i < l.size(); ++i)
+  for (size_t i = 0; i < l.size(); ++i) {
     out += (i ? ", " : "") + repr(l[i]);
+    checkStringSize(out.size());
+    charge(1);
+  }
   if (v.isTuple() && l.size() == 1)
     out += ",";
   return out + (v.isTuple() ? ")" : "]");
@@ -277,6 +437,8 @@ std::string toPythonString(const Value &v) {
     bool first = true;
     for (const auto &kv : v.asDict()) {
       out += (first ? "" : ", ") + repr(kv.first) + ": " + repr(kv.second);
+      checkStringSize(out.size());
+    charge(1);
       first = false;
     }
     return out + "}";
@@ -351,6 +513,8 @@ void toJsonInto(const Value &v, int indent, int depth, std::string &out) {
       if (indent >= 0)
         newline(depth + 1);
       toJsonInto(l[i], indent, depth + 1, out);
+      checkStringSize(out.size());
+    charge(1);
     }
     if (indent >= 0)
       newline(depth);
@@ -358,6 +522,8 @@ void toJsonInto(const Value &v, int indent, int depth, std::string &out) {
     return;
   }
   case Value::Kind::Dict: {
+    if (v.isNamespace())
+      throw TemplateError{"tojson: Object of type Namespace is not JSON serializable"};
     const ValueDict &d = v.asDict();
     if (d.empty()) {
       out += "{}";
@@ -381,6 +547,8 @@ void toJsonInto(const Value &v, int indent, int depth, std::string &out) {
         throw TemplateError{"tojson: keys must be str, int, float, bool or None"};
       out += ": ";
       toJsonInto(d[i].second, indent, depth + 1, out);
+      checkStringSize(out.size());
+    charge(1);
     }
     if (indent >= 0)
       newline(depth);
@@ -748,6 +916,7 @@ struct Expr {
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   std::vector<std::string> ops;  ///< Compare operators
   bool negated = false;          ///< Test: "is not"
+  int depth = 1;                 ///< height of this expression tree
 };
 
 } // namespace
@@ -868,6 +1037,7 @@ private:
   /// Parses nodes until a "{% NAME" with NAME in `ends` (left unconsumed
   /// after the "{%"; its name goes to `endedBy`) or the end of the template.
   NodePtr parseBody(const std::vector<std::string> &ends, std::string &endedBy) {
+    Nest nest(*this, peek(), "statement blocks");
     NodePtr body = makeNode(Node::Body, peek());
     for (;;) {
       const Token &t = peek();
@@ -1108,10 +1278,11 @@ private:
         break;
       tuple->args.push_back(parseExpression(withCondexpr));
     }
-    return tuple;
+    return seal(tuple);
   }
 
   ExprPtr parseExpression(bool withCondexpr = true) {
+    Nest nest(*this, peek(), "expression");
     return withCondexpr ? parseCondexpr() : parseOr();
   }
 
@@ -1122,12 +1293,12 @@ private:
       ExprPtr cond = parseOr();
       ExprPtr other;
       if (isName("else")) {
-        next();
+        Nest nest(*this, next(), "expression");
         other = parseCondexpr();
       }
       ExprPtr c = make(Expr::Cond, t);
       c->args = {cond, e, other};
-      e = c;
+      e = seal(c);
     }
     return e;
   }
@@ -1138,7 +1309,7 @@ private:
       const Token &t = next();
       ExprPtr o = make(Expr::Or, t);
       o->args = {e, parseAnd()};
-      e = o;
+      e = seal(o);
     }
     return e;
   }
@@ -1149,7 +1320,7 @@ private:
       const Token &t = next();
       ExprPtr a = make(Expr::And, t);
       a->args = {e, parseNot()};
-      e = a;
+      e = seal(a);
     }
     return e;
   }
@@ -1157,9 +1328,10 @@ private:
   ExprPtr parseNot() {
     if (isName("not")) {
       const Token &t = next();
+      Nest nest(*this, t, "expression");
       ExprPtr n = make(Expr::Not, t);
       n->args = {parseNot()};
-      return n;
+      return seal(n);
     }
     return parseCompare();
   }
@@ -1191,14 +1363,14 @@ private:
       cmp->ops.push_back(op);
       cmp->args.push_back(parseMath1());
     }
-    return cmp ? cmp : e;
+    return cmp ? seal(cmp) : e;
   }
 
   ExprPtr binary(const Token &t, const std::string &op, ExprPtr a, ExprPtr b) {
     ExprPtr e = make(Expr::Binary, t);
     e->name = op;
     e->args = {std::move(a), std::move(b)};
-    return e;
+    return seal(e);
   }
 
   ExprPtr parseMath1() {
@@ -1241,8 +1413,10 @@ private:
     ExprPtr e;
     if (isOp("-") || isOp("+")) {
       const Token &t = next();
+      Nest nest(*this, t, "expression");
       e = make(t.text == "-" ? Expr::Neg : Expr::Pos, t);
       e->args = {parseUnary(false)};
+      e = seal(e);
     } else {
       e = parsePrimary();
     }
@@ -1300,7 +1474,7 @@ private:
             break;
           tuple->args.push_back(parseExpression(true));
         }
-        e = tuple;
+        e = seal(tuple);
       }
       expectOp(")");
       return e;
@@ -1315,7 +1489,7 @@ private:
         next();
       }
       expectOp("]");
-      return e;
+      return seal(e);
     }
     if (isOp("{")) {
       next();
@@ -1329,7 +1503,7 @@ private:
         next();
       }
       expectOp("}");
-      return e;
+      return seal(e);
     }
     failAt(t, "expected an expression, got " + describe(t));
   }
@@ -1348,7 +1522,7 @@ private:
           a->name = expectName();
           a->args = {e};
         }
-        e = a;
+        e = seal(a);
       } else if (isOp("[")) {
         const Token &t = next();
         e = parseSubscript(t, e);
@@ -1384,11 +1558,11 @@ private:
         failAt(t, "empty subscript");
       ExprPtr s = make(Expr::Subscript, t);
       s->args = {obj, parts[0]};
-      return s;
+      return seal(s);
     }
     ExprPtr s = make(Expr::Slice, t);
     s->args = {obj, parts[0], parts[1], parts[2]};
-    return s;
+    return seal(s);
   }
 
   void parseArgs(ExprPtr call) {
@@ -1414,7 +1588,7 @@ private:
     ExprPtr c = make(Expr::Call, peek());
     c->args.push_back(fn);
     parseArgs(c);
-    return c;
+    return seal(c);
   }
 
   ExprPtr parseFilterExpr(ExprPtr e) {
@@ -1429,7 +1603,7 @@ private:
         f->args.push_back(e);
         if (isOp("("))
           parseArgs(f);
-        e = f;
+        e = seal(f);
       } else if (isName("is")) {
         next();
         const Token &t = peek();
@@ -1463,7 +1637,7 @@ private:
           if (argStart)
             te->args.push_back(parsePostfix(parsePrimary()));
         }
-        e = te;
+        e = seal(te);
       } else if (isOp("(")) {
         e = parseCall(e);
       } else {
@@ -1472,8 +1646,41 @@ private:
     }
   }
 
+  /// Counts the parser's recursion (nested expressions and blocks) so that
+  /// hostile nesting fails cleanly instead of overflowing the stack.
+  struct Nest {
+    int &depth;
+    Nest(Parser &p, const Token &at, const char *what)
+        : depth(what[0] == 's' ? p.blockNest_ : p.exprNest_) {
+      if (++depth > kMaxParseDepth)
+        p.failAt(at, std::string(what) + " nested too deeply (Kiln's limit is " +
+                         std::to_string(kMaxParseDepth) + " levels)");
+    }
+    ~Nest() { --depth; }
+  };
+
+  /// Records the height of a freshly built expression node and fails past
+  /// the nesting limit (long operator chains such as 1+1+...+1 build deep
+  /// trees without deep parser recursion).
+  ExprPtr seal(ExprPtr e) {
+    int d = 0;
+    for (const ExprPtr &a : e->args)
+      if (a)
+        d = std::max(d, a->depth);
+    for (const auto &kw : e->kwargs)
+      d = std::max(d, kw.second->depth);
+    e->depth = d + 1;
+    if (e->depth > kMaxParseDepth)
+      fail("expression nested too deeply (Kiln's limit is " + std::to_string(kMaxParseDepth) +
+               " levels)",
+           e->line, e->col);
+    return e;
+  }
+
   std::vector<Token> toks_;
   size_t pos_ = 0;
+  int exprNest_ = 0;  ///< expression recursion
+  int blockNest_ = 0; ///< statement-block recursion
   int loopDepth_ = 0;
   std::vector<std::string> openTag_;
   std::vector<int> openLine_;
@@ -1538,10 +1745,12 @@ bool equals(const Value &a, const Value &b) {
   case Value::Kind::None:
     return true;
   case Value::Kind::String:
+    chargeBytes(std::min(a.asString().size(), b.asString().size()));
     return a.asString() == b.asString();
   case Value::Kind::List: {
     if (a.isTuple() != b.isTuple() || a.asList().size() != b.asList().size())
       return false;
+    charge(a.asList().size());
     for (size_t i = 0; i < a.asList().size(); ++i)
       if (!equals(a.asList()[i], b.asList()[i]))
         return false;
@@ -1552,6 +1761,7 @@ bool equals(const Value &a, const Value &b) {
       return &a.asDict() == &b.asDict();
     if (a.asDict().size() != b.asDict().size())
       return false;
+    charge(uint64_t(a.asDict().size()) * a.asDict().size());
     for (const auto &kv : a.asDict()) {
       bool found = false;
       for (const auto &kw : b.asDict())
@@ -1580,6 +1790,7 @@ int compare(const Value &a, const Value &b, const std::string &op) {
     return x < y ? -1 : x > y ? 1 : 0;
   }
   if (a.isString() && b.isString()) {
+    chargeBytes(std::min(a.asString().size(), b.asString().size()));
     int c = a.asString().compare(b.asString());
     return c < 0 ? -1 : c > 0;
   }
@@ -1599,15 +1810,18 @@ bool contains(const Value &container, const Value &item) {
     if (!item.isString())
       throw TemplateError{std::string("'in <string>' requires string as left operand, not ") +
                           typeName(item)};
+    chargeSearch(container.asString(), item.asString());
     return container.asString().find(item.asString()) != std::string::npos;
   }
   if (container.isList()) {
+    charge(container.asList().size());
     for (const Value &v : container.asList())
       if (equals(v, item))
         return true;
     return false;
   }
   if (container.isDict()) {
+    charge(container.asDict().size());
     for (const auto &kv : container.asDict())
       if (equals(kv.first, item))
         return true;
@@ -1625,8 +1839,10 @@ ValueList iterate(const Value &v) {
   case Value::Kind::Undefined:
     return {};
   case Value::Kind::List:
+    charge(v.asList().size());
     return v.asList();
   case Value::Kind::Dict: {
+    charge(v.asDict().size());
     ValueList keys;
     for (const auto &kv : v.asDict())
       keys.push_back(kv.first);
@@ -1635,6 +1851,7 @@ ValueList iterate(const Value &v) {
   case Value::Kind::String: {
     ValueList chars;
     std::vector<size_t> at = codePointOffsets(v.asString());
+    checkListSize(at.size() - 1);
     for (size_t i = 0; i + 1 < at.size(); ++i)
       chars.push_back(Value::string(v.asString().substr(at[i], at[i + 1] - at[i])));
     return chars;
@@ -1649,7 +1866,14 @@ int64_t lengthOf(const Value &v) {
   case Value::Kind::Undefined:
     return 0;
   case Value::Kind::String:
-    return int64_t(codePointOffsets(v.asString()).size() - 1);
+  {
+    int64_t n = 0;
+    for (char c : v.asString())
+      n += (static_cast<unsigned char>(c) & 0xc0) != 0x80 ? 1 : 0;
+    // Invalid bytes decode as themselves (decodeAt): count as codePointOffsets.
+    return n == int64_t(v.asString().size()) ? n
+                                             : int64_t(codePointOffsets(v.asString()).size() - 1);
+  }
   case Value::Kind::List:
     return int64_t(v.asList().size());
   case Value::Kind::Dict:
@@ -1660,6 +1884,8 @@ int64_t lengthOf(const Value &v) {
 }
 
 int64_t floorDiv(int64_t a, int64_t b) {
+  if (a == INT64_MIN && b == -1)
+    integerOverflow();
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0)))
     --q;
@@ -1673,16 +1899,22 @@ Value arithmetic(const std::string &op, const Value &a, const Value &b) {
     return TemplateError{"unsupported operand type(s) for " + op + ": '" + typeName(a) +
                          "' and '" + typeName(b) + "'"};
   };
-  if (op == "~")
-    return Value::string(toPythonString(a) + toPythonString(b));
+  if (op == "~") {
+    std::string x = toPythonString(a), y = toPythonString(b);
+    newString(uint64_t(x.size()) + y.size());
+    return Value::string(x + y);
+  }
   if (isNumeric(a) && isNumeric(b)) {
     bool ints = isIntLike(a) && isIntLike(b);
     if (op == "+")
-      return ints ? Value::integer(a.asInt() + b.asInt()) : Value::real(a.asFloat() + b.asFloat());
+      return ints ? Value::integer(addInt(a.asInt(), b.asInt()))
+                  : Value::real(a.asFloat() + b.asFloat());
     if (op == "-")
-      return ints ? Value::integer(a.asInt() - b.asInt()) : Value::real(a.asFloat() - b.asFloat());
+      return ints ? Value::integer(subInt(a.asInt(), b.asInt()))
+                  : Value::real(a.asFloat() - b.asFloat());
     if (op == "*")
-      return ints ? Value::integer(a.asInt() * b.asInt()) : Value::real(a.asFloat() * b.asFloat());
+      return ints ? Value::integer(mulInt(a.asInt(), b.asInt()))
+                  : Value::real(a.asFloat() * b.asFloat());
     if (op == "/") {
       if (b.asFloat() == 0)
         throw TemplateError{"division by zero"};
@@ -1691,9 +1923,13 @@ Value arithmetic(const std::string &op, const Value &a, const Value &b) {
     if (op == "//" || op == "%") {
       if (b.asFloat() == 0)
         throw TemplateError{op == "%" ? "modulo by zero" : "integer division or modulo by zero"};
-      if (ints)
-        return op == "//" ? Value::integer(floorDiv(a.asInt(), b.asInt()))
-                          : Value::integer(a.asInt() - floorDiv(a.asInt(), b.asInt()) * b.asInt());
+      if (ints) {
+        if (op == "%" && b.asInt() == -1)
+          return Value::integer(0); // INT64_MIN % -1 is 0, not a trap
+        int64_t q = floorDiv(a.asInt(), b.asInt());
+        return op == "//" ? Value::integer(q)
+                          : Value::integer(subInt(a.asInt(), mulInt(q, b.asInt())));
+      }
       double x = a.asFloat(), y = b.asFloat();
       double m = std::fmod(x, y);
       if (m != 0 && ((m < 0) != (y < 0)))
@@ -1701,33 +1937,44 @@ Value arithmetic(const std::string &op, const Value &a, const Value &b) {
       return op == "//" ? Value::real(std::floor((x - m) / y)) : Value::real(m);
     }
     if (op == "**") {
-      if (ints && b.asInt() >= 0) {
-        int64_t r = 1;
-        for (int64_t i = 0; i < b.asInt(); ++i)
-          r *= a.asInt();
-        return Value::integer(r);
-      }
+      if (ints && b.asInt() >= 0)
+        return Value::integer(powInt(a.asInt(), b.asInt()));
       return Value::real(std::pow(a.asFloat(), b.asFloat()));
     }
   }
-  if (op == "+" && a.isString() && b.isString())
+  if (op == "+" && a.isString() && b.isString()) {
+    newString(uint64_t(a.asString().size()) + b.asString().size());
     return Value::string(a.asString() + b.asString());
+  }
   if (op == "+" && a.isList() && b.isList() && a.isTuple() == b.isTuple()) {
+    checkListSize(uint64_t(a.asList().size()) + b.asList().size());
     ValueList l = a.asList();
     l.insert(l.end(), b.asList().begin(), b.asList().end());
     return a.isTuple() ? Value::tuple(std::move(l)) : Value::list(std::move(l));
   }
   if (op == "*" && ((a.isString() || a.isList()) && isIntLike(b))) {
+    int64_t n = std::max<int64_t>(0, b.asInt());
     if (a.isString()) {
+      const std::string &x = a.asString();
+      if (!x.empty() && uint64_t(n) > kMaxStringBytes / x.size())
+        checkStringSize(kMaxStringBytes + 1);
+      newString(uint64_t(n) * x.size());
       std::string s;
-      for (int64_t i = 0; i < b.asInt(); ++i)
-        s += a.asString();
+      s.reserve(size_t(n) * x.size());
+      for (int64_t i = 0; i < n; ++i)
+        s += x;
       return Value::string(s);
     }
+    const ValueList &x = a.asList();
+    if (!x.empty() && uint64_t(n) > kMaxListItems / x.size())
+      checkListSize(kMaxListItems + 1);
+    checkListSize(uint64_t(n) * x.size());
+    if (x.empty())
+      return a.isTuple() ? Value::tuple({}) : Value::list();
     ValueList l;
-    for (int64_t i = 0; i < b.asInt(); ++i)
-      l.insert(l.end(), a.asList().begin(), a.asList().end());
-    return Value::list(std::move(l));
+    for (int64_t i = 0; i < n; ++i)
+      l.insert(l.end(), x.begin(), x.end());
+    return a.isTuple() ? Value::tuple(std::move(l)) : Value::list(std::move(l));
   }
   if (op == "*" && isIntLike(a) && (b.isString() || b.isList()))
     return arithmetic(op, b, a);
@@ -1766,8 +2013,12 @@ std::vector<int64_t> sliceIndices(int64_t len, const Value &start, const Value &
   int64_t b = adjust(get(start, "start"), st < 0 ? len - 1 : 0);
   int64_t e = adjust(get(stop, "stop"), st < 0 ? -1 : len);
   std::vector<int64_t> idx;
-  for (int64_t i = b; st > 0 ? i < e : i > e; i += st)
+  for (int64_t i = b; st > 0 ? i < e : i > e;) {
     idx.push_back(i);
+    if (__builtin_add_overflow(i, st, &i))
+      break;
+  }
+  charge(idx.size());
   return idx;
 }
 
@@ -1805,6 +2056,12 @@ std::string requireString(const Value &v, const std::string &what) {
 /// Python str.split(sep=None, maxsplit=-1).
 Value pySplit(const std::string &s, const Value &sepV, int64_t maxsplit) {
   ValueList parts;
+  auto addPart = [&parts](Value v) {
+    if (parts.size() >= kMaxListItems)
+      checkListSize(parts.size() + 1);
+    charge(1);
+    parts.push_back(std::move(v));
+  };
   if (sepV.isUndefined() || sepV.isNone()) {
     size_t i = 0;
     std::vector<size_t> at = codePointOffsets(s);
@@ -1819,13 +2076,13 @@ Value pySplit(const std::string &s, const Value &sepV, int64_t maxsplit) {
         size_t e = n;
         while (e > k && isPySpace(decodeAt(s, at[e - 1], len)))
           --e;
-        parts.push_back(Value::string(s.substr(at[k], at[e] - at[k])));
+        addPart(Value::string(s.substr(at[k], at[e] - at[k])));
         break;
       }
       size_t b = k;
       while (k < n && !isPySpace(decodeAt(s, at[k], len)))
         ++k;
-      parts.push_back(Value::string(s.substr(at[b], at[k] - at[b])));
+      addPart(Value::string(s.substr(at[b], at[k] - at[b])));
     }
     (void)i;
     return Value::list(std::move(parts));
@@ -1833,14 +2090,15 @@ Value pySplit(const std::string &s, const Value &sepV, int64_t maxsplit) {
   std::string sep = requireString(sepV, "split() separator");
   if (sep.empty())
     throw TemplateError{"empty separator"};
+  chargeSearch(s, sep);
   size_t b = 0;
   for (;;) {
     size_t e = s.find(sep, b);
     if (e == std::string::npos || (maxsplit >= 0 && int64_t(parts.size()) == maxsplit)) {
-      parts.push_back(Value::string(s.substr(b)));
+      addPart(Value::string(s.substr(b)));
       break;
     }
-    parts.push_back(Value::string(s.substr(b, e - b)));
+    addPart(Value::string(s.substr(b, e - b)));
     b = e + sep.size();
   }
   return Value::list(std::move(parts));
@@ -1848,12 +2106,19 @@ Value pySplit(const std::string &s, const Value &sepV, int64_t maxsplit) {
 
 std::string pyReplace(const std::string &s, const std::string &from, const std::string &to,
                       int64_t count) {
+  chargeSearch(s, from);
+  chargeBytes(s.size());
   std::string out;
+  auto grow = [&](size_t more) {
+    checkStringSize(uint64_t(out.size()) + more);
+    chargeBytes(more);
+  };
   if (from.empty()) {
     std::vector<size_t> at = codePointOffsets(s);
     int64_t done = 0;
     for (size_t i = 0; i + 1 < at.size(); ++i) {
       if (count < 0 || done < count) {
+        grow(to.size());
         out += to;
         ++done;
       }
@@ -1871,38 +2136,51 @@ std::string pyReplace(const std::string &s, const std::string &from, const std::
       out += s.substr(b);
       return out;
     }
+    grow(e - b + to.size());
     out += s.substr(b, e - b) + to;
     b = e + from.size();
     ++done;
   }
 }
 
+/// Python str.title(): a cased character after a cased one is lowercased,
+/// any other is titlecased (simple mappings, as mapCase).
 std::string titleCase(const std::string &s) {
-  std::string out = s;
   bool prevCased = false;
-  for (char &c : out) {
-    unsigned char u = static_cast<unsigned char>(c);
-    if (std::isalpha(u)) {
-      c = prevCased ? char(std::tolower(u)) : char(std::toupper(u));
-      prevCased = true;
-    } else {
-      prevCased = u >= 0x80 && prevCased;
-    }
-  }
-  return out;
+  return mapCodePoints(s, [&prevCased](utf8proc_int32_t c, size_t) {
+    utf8proc_int32_t m = prevCased ? utf8proc_tolower(c) : utf8proc_totitle(c);
+    prevCased = isCased(c);
+    return m;
+  });
 }
 
+/// Jinja2's title filter (do_title), which is not str.title(): words start
+/// after "-", whitespace, "(", "{", "[" or "<"; each word's first character
+/// is uppercased and the rest lowercased.
+std::string jinjaTitle(const std::string &s) {
+  bool wordStart = true;
+  return mapCodePoints(s, [&wordStart](utf8proc_int32_t c, size_t) {
+    bool sep = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' ||
+               (c < 0x110000 && isPySpace(uint32_t(c)));
+    utf8proc_int32_t m = sep ? c : wordStart ? utf8proc_toupper(c) : utf8proc_tolower(c);
+    wordStart = sep;
+    return m;
+  });
+}
+
+/// Python (3.8+) str.capitalize(): the first character titlecased, the rest
+/// lowercased.
 std::string capitalize(const std::string &s) {
-  std::string out = mapCase(s, 0);
-  if (!out.empty())
-    out[0] = char(std::toupper(static_cast<unsigned char>(out[0])));
-  return out;
+  return mapCodePoints(s, [](utf8proc_int32_t c, size_t i) {
+    return i == 0 ? utf8proc_totitle(c) : utf8proc_tolower(c);
+  });
 }
 
 /// A bound method of a str or dict value, or Undefined.
 Value method(const Value &obj, const std::string &name) {
   auto fn = [&](auto body) { return Value::function(name, body); };
   if (obj.isString()) {
+    charge(1 + obj.asString().size() / 256);
     std::string s = obj.asString();
     if (name == "strip" || name == "lstrip" || name == "rstrip")
       return fn([s, name](const ValueList &a, const Kwargs &kw) {
@@ -1955,14 +2233,19 @@ Value method(const Value &obj, const std::string &name) {
         std::vector<Value> p = bindArgs("join", {"iterable"}, a, kw);
         std::string out;
         ValueList items = iterate(p[0]);
-        for (size_t i = 0; i < items.size(); ++i)
-          out += (i ? s : "") + requireString(items[i], "join() item");
+        for (size_t i = 0; i < items.size(); ++i) {
+          const std::string &item = requireString(items[i], "join() item");
+          checkStringSize(uint64_t(out.size()) + s.size() + item.size());
+          chargeBytes(s.size() + item.size());
+          out += (i ? s : "") + item;
+        }
         return Value::string(out);
       });
     if (name == "find" || name == "count")
       return fn([s, name](const ValueList &a, const Kwargs &kw) {
         std::vector<Value> p = bindArgs(name, {"sub"}, a, kw);
         std::string x = requireString(p[0], name + "() argument");
+        chargeSearch(s, x);
         if (name == "find") {
           size_t at = s.find(x);
           return Value::integer(at == std::string::npos
@@ -1983,6 +2266,9 @@ Value method(const Value &obj, const std::string &name) {
         size_t b = 0;
         for (size_t i = 0; i < s.size(); ++i)
           if (s[i] == '\n' || s[i] == '\r') {
+            if (lines.size() >= kMaxListItems)
+              checkListSize(lines.size() + 1);
+            charge(1);
             lines.push_back(Value::string(s.substr(b, i - b)));
             if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n')
               ++i;
@@ -2122,11 +2408,15 @@ private:
       if (st == 0)
         throw TemplateError{"range() arg 3 must not be zero"};
       ValueList l;
-      for (int64_t i = b; st > 0 ? i < e : i > e; i += st) {
+      for (int64_t i = b; st > 0 ? i < e : i > e;) {
         l.push_back(Value::integer(i));
-        if (l.size() > 1000000)
-          throw TemplateError{"range() too large (over 1000000 items)"};
+        if (l.size() > kMaxListItems)
+          throw TemplateError{"range() too large (over " + std::to_string(kMaxListItems) +
+                              " items)"};
+        if (__builtin_add_overflow(i, st, &i))
+          break; // the next item would be past INT64 range, so past the end
       }
+      charge(l.size());
       return Value::list(std::move(l));
     });
   }
@@ -2143,6 +2433,11 @@ private:
   }
 
   LoopControl exec(const Node &n, std::string &out) {
+    try {
+      charge(1);
+    } catch (TemplateError &e) {
+      failAt(n.line, n.col, e.message);
+    }
     if (++depth_ > 200)
       failAt(n.line, n.col, "recursion too deep (over 200 nested calls or blocks)");
     LoopControl lc = execInner(n, out);
@@ -2161,11 +2456,22 @@ private:
       return {};
     case Node::Text:
       out += n.text;
-      return {};
-    case Node::Output:
-      out += toPythonString(eval(*n.expr));
       checkSize(out, n);
       return {};
+    case Node::Output: {
+      Value v = eval(*n.expr);
+      std::string text;
+      try {
+        text = toPythonString(v);
+        chargeBytes(text.size());
+      } catch (TemplateError &e) {
+        failAt(n.expr->line, n.expr->col, e.message);
+      }
+      if (out.size() + text.size() > kMaxStringBytes)
+        failAt(n.line, n.col, "rendered text exceeds 64 MiB");
+      out += text;
+      return {};
+    }
     case Node::If:
       for (const auto &b : n.branches)
         if (truthy(eval(*b.first)))
@@ -2277,6 +2583,11 @@ private:
                  return a[size_t(i) % a.size()];
                }));
       scopes_.back()["loop"] = loop;
+      try {
+        charge(kLoopIterationCost);
+      } catch (TemplateError &e) {
+        failAt(n.line, n.col, e.message);
+      }
       assign(n, n.targets, items[size_t(i)]);
       LoopControl lc = exec(*n.body, out);
       scopes_.pop_back();
@@ -2330,8 +2641,20 @@ private:
 
   Value eval(const Expr &e) {
     try {
-      return evalInner(e);
+      charge(1);
+      // Expressions are at most kMaxParseDepth deep, but macro calls nest
+      // them; bound the total so the C++ stack cannot overflow.
+      if (++evalDepth_ > 2000)
+        throw TemplateError{"expression evaluation nested too deeply (over 2000 levels "
+                            "through macro calls)"};
+      Value v = evalInner(e);
+      if (v.depth() > kMaxValueDepth)
+        throw TemplateError{"value nested too deeply (over " + std::to_string(kMaxValueDepth) +
+                            " levels of lists and dicts)"};
+      --evalDepth_;
+      return v;
     } catch (TemplateError &err) {
+      --evalDepth_;
       if (err.line == 0) {
         err.line = e.line;
         err.col = e.col;
@@ -2361,20 +2684,21 @@ private:
       return e.kind == Expr::TupleLit ? Value::tuple(std::move(l)) : Value::list(std::move(l));
     }
     case Expr::DictLit: {
-      Value d = Value::dict();
+      ValueDict d;
       for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
         Value k = eval(*e.args[i]);
         Value v = eval(*e.args[i + 1]);
         bool replaced = false;
-        for (auto &kv : d.asDict())
+        charge(d.size());
+        for (auto &kv : d)
           if (equals(kv.first, k)) {
             kv.second = v;
             replaced = true;
           }
         if (!replaced)
-          d.asDict().emplace_back(k, v);
+          d.emplace_back(k, v);
       }
-      return d;
+      return Value::dict(std::move(d));
     }
     case Expr::Attr: {
       Value obj = eval(*e.args[0]);
@@ -2449,7 +2773,7 @@ private:
                             (e.kind == Expr::Neg ? "-" : "+") + ": '" + typeName(v) + "'"};
       if (e.kind == Expr::Pos)
         return isIntLike(v) ? Value::integer(v.asInt()) : v;
-      return isIntLike(v) ? Value::integer(-v.asInt()) : Value::real(-v.asFloat());
+      return isIntLike(v) ? Value::integer(negInt(v.asInt())) : Value::real(-v.asFloat());
     }
     case Expr::Not:
       return Value::boolean(!truthy(eval(*e.args[0])));
@@ -2672,7 +2996,7 @@ private:
     }
     if (f == "title" || f == "capitalize") {
       params({});
-      return Value::string(f == "title" ? titleCase(toPythonString(v))
+      return Value::string(f == "title" ? jinjaTitle(toPythonString(v))
                                         : capitalize(toPythonString(v)));
     }
     if (f == "string") {
@@ -2686,6 +3010,7 @@ private:
     if (f == "e" || f == "escape") {
       params({});
       std::string s = toPythonString(v), out;
+      newString(uint64_t(s.size()) * 6);
       for (char c : s)
         out += c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;"
                : c == '"' ? "&#34;" : c == '\'' ? "&#39;" : std::string(1, c);
@@ -2729,7 +3054,10 @@ private:
       ValueList items = iterate(v);
       for (size_t i = 0; i < items.size(); ++i) {
         Value item = p[1].isUndefined() ? items[i] : attrPath(items[i], toPythonString(p[1]));
-        out += (i ? sep : "") + toPythonString(item);
+        std::string text = toPythonString(item);
+        checkStringSize(uint64_t(out.size()) + sep.size() + text.size());
+        chargeBytes(sep.size() + text.size());
+        out += (i ? sep : "") + text;
       }
       return Value::string(out);
     }
@@ -2772,18 +3100,28 @@ private:
       Value dflt = p[0].isUndefined() ? Value::integer(0) : p[0];
       if (isIntLike(v))
         return Value::integer(v.asInt());
-      if (v.kind() == Value::Kind::Float)
-        return Value::integer(int64_t(v.asFloat()));
+      if (v.kind() == Value::Kind::Float) {
+        if (std::isnan(v.asFloat()))
+          return dflt; // Jinja2: int(nan) is a ValueError, so the default
+        return Value::integer(floatToInt(v.asFloat()));
+      }
       if (v.isString()) {
         std::string s = pyStrip(v.asString(), nullptr, true, true);
         char *end = nullptr;
         errno = 0;
         long long x = std::strtoll(s.c_str(), &end, 10);
-        if (!s.empty() && *end == 0 && !errno)
-          return Value::integer(x);
+        if (!s.empty() && *end == 0) {
+          if (errno == ERANGE)
+            integerOverflow();
+          if (!errno)
+            return Value::integer(x);
+        }
         double d = std::strtod(s.c_str(), &end);
-        if (!s.empty() && *end == 0)
-          return Value::integer(int64_t(d));
+        if (!s.empty() && *end == 0) {
+          if (std::isnan(d))
+            return dflt;
+          return Value::integer(floatToInt(d));
+        }
       }
       return dflt;
     }
@@ -2804,7 +3142,7 @@ private:
     if (f == "abs") {
       params({});
       if (isIntLike(v))
-        return Value::integer(v.asInt() < 0 ? -v.asInt() : v.asInt());
+        return Value::integer(v.asInt() < 0 ? negInt(v.asInt()) : v.asInt());
       if (v.kind() == Value::Kind::Float)
         return Value::real(std::fabs(v.asFloat()));
       throw TemplateError{std::string("bad operand type for abs(): '") + typeName(v) + "'"};
@@ -2830,7 +3168,7 @@ private:
       params({});
       ValueList out;
       for (const Value &x : iterate(v))
-        if (std::none_of(out.begin(), out.end(), [&](const Value &y) { return equals(x, y); }))
+        if (charge(out.size()), std::none_of(out.begin(), out.end(), [&](const Value &y) { return equals(x, y); }))
           out.push_back(x);
       return Value::list(std::move(out));
     }
@@ -2838,9 +3176,10 @@ private:
       std::vector<Value> p = params({"width", "first", "blank"});
       std::string pad = p[0].isUndefined() ? "    "
                         : p[0].isString()  ? p[0].asString()
-                                           : std::string(size_t(std::max<int64_t>(0, p[0].asInt())), ' ');
+                                           : std::string(size_t(std::clamp<int64_t>(p[0].asInt(), 0, int64_t(kMaxStringBytes) + 1)), ' ');
       bool first = truthy(p[1]), blank = truthy(p[2]);
       std::string s = toPythonString(v), out;
+      checkStringSize(pad.size());
       size_t b = 0;
       bool firstLine = true;
       for (;;) {
@@ -2849,6 +3188,8 @@ private:
         bool indentIt = firstLine ? first : (blank || !line.empty());
         if (firstLine && !first)
           indentIt = false;
+        checkStringSize(uint64_t(out.size()) + pad.size() + line.size() + 1);
+        chargeBytes(pad.size() + line.size());
         out += (indentIt ? pad : "") + line;
         if (nl == std::string::npos)
           break;
@@ -2878,6 +3219,7 @@ private:
   std::string file_;
   std::vector<Scope> scopes_;
   int depth_ = 0;
+  int evalDepth_ = 0;
 };
 
 std::string formatError(const std::string &file, const TemplateError &e) {
@@ -2925,6 +3267,12 @@ bool Template::parse(const std::string &source, const std::string &fileName,
 }
 
 bool Template::render(const Value &context, std::string &out, std::string &error) const {
+  tWork = 0; // each render has its own work budget
+  struct Rendering {
+    bool saved = tRendering;
+    Rendering() { tRendering = true; }
+    ~Rendering() { tRendering = saved; }
+  } rendering;
   if (!root_) {
     error = fileName_ + ": no template parsed";
     return false;

@@ -29,6 +29,7 @@
 #ifndef KILN_RUNTIME_CHAT_CHATTEMPLATE_H
 #define KILN_RUNTIME_CHAT_CHATTEMPLATE_H
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -60,10 +61,16 @@ public:
     Value v; v.kind_ = Kind::String; v.str_ = std::make_shared<std::string>(std::move(s)); return v;
   }
   static Value list(ValueList items = {}) {
-    Value v; v.kind_ = Kind::List; v.list_ = std::make_shared<ValueList>(std::move(items)); return v;
+    Value v; v.kind_ = Kind::List; v.list_ = std::make_shared<ValueList>(std::move(items));
+    for (const Value &x : *v.list_)
+      v.depth_ = std::max(v.depth_, x.depth_ + 1);
+    return v;
   }
   static Value dict(ValueDict items = {}) {
-    Value v; v.kind_ = Kind::Dict; v.dict_ = std::make_shared<ValueDict>(std::move(items)); return v;
+    Value v; v.kind_ = Kind::Dict; v.dict_ = std::make_shared<ValueDict>(std::move(items));
+    for (const auto &kv : *v.dict_)
+      v.depth_ = std::max({v.depth_, kv.first.depth_ + 1, kv.second.depth_ + 1});
+    return v;
   }
   /// A Python tuple: a list that prints as (a, b).
   static Value tuple(ValueList items) {
@@ -92,6 +99,10 @@ public:
   bool isTuple() const { return kind_ == Kind::List && tuple_; }
   bool isNamespace() const { return kind_ == Kind::Dict && namespace_; }
   bool isCallable() const { return kind_ == Kind::Callable; }
+  /// Nesting height: 0 for a scalar, 1 + the deepest item for a list or
+  /// dict (as built by list()/dict()/set(); the template renderer bounds it
+  /// so printing, comparing and destroying values cannot overflow the stack).
+  uint32_t depth() const { return depth_; }
 
   bool asBool() const { return int_ != 0; }
   int64_t asInt() const { return int_; }
@@ -111,6 +122,7 @@ private:
   Kind kind_ = Kind::Undefined;
   bool namespace_ = false;
   bool tuple_ = false;
+  uint32_t depth_ = 0;
   int64_t int_ = 0; ///< Bool and Int
   double float_ = 0;
   std::shared_ptr<std::string> str_;
@@ -133,7 +145,9 @@ public:
 
   /// Parses `source`. `fileName` prefixes every error message
   /// ("FILE:LINE:COL: error text"). Returns false with `error` set on a
-  /// syntax error or an unsupported construct.
+  /// syntax error or an unsupported construct, or on expressions or
+  /// statement blocks nested more than 256 levels deep (a template is
+  /// untrusted input: no stack overflow).
   bool parse(const std::string &source, const std::string &fileName,
              std::string &error);
 
@@ -142,7 +156,11 @@ public:
   /// strftime_now() are always defined, as transformers defines them.
   /// Returns false with `error` set ("FILE:LINE:COL: ...") on an evaluation
   /// error or a raise_exception() call (its message follows "template
-  /// raised: ").
+  /// raised: "). Rendering is bounded (docs/chat.md "Limits"): 64-bit
+  /// integers are overflow-checked; strings are at most 64 MiB, lists
+  /// 1,000,000 items and 1000 levels deep; a render has a budget of 10^7
+  /// steps; blocks and macro calls nest at most 200 deep. Past a limit it
+  /// returns false with a "FILE:LINE:COL: ..." error.
   bool render(const Value &context, std::string &out, std::string &error) const;
 
 private:
