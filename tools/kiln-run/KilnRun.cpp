@@ -473,6 +473,11 @@ int main(int argc, char **argv) {
     fail("--system, --chat-template and --verbose-prompt need --chat");
   if (chatMode && maxTokens == 0)
     fail("--chat needs --max-tokens >= 1");
+  if (chatMode && noSpecial)
+    fail("--no-special does not apply to --chat: the rendered conversation "
+         "needs the template's special tokens (<|im_start|> and the like) "
+         "recognised, so special-token text is recognised in every turn, as "
+         "Hugging Face and llama.cpp do");
   if (promptFile.getNumOccurrences())
     prompt = readTextFile("--prompt-file", promptFile, kMaxPromptBytes);
 
