@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "codegen/CPU/Passes.h"
+#include "codegen/CPU/TraceSites.h"
 #include "codegen/Artifact/SafeOutput.h"
 #include "dialects/Plan/IR/PlanOps.h"
 
@@ -42,8 +43,8 @@ static constexpr const char *kPointerMacros = R"(
 
 static constexpr const char *kCpuPrologue =
     R"(// Emitted by kiln-compile (CPU target). Do not edit.
-#if KILN_ABI_VERSION != 6
-#error "emitted for kernel ABI version 6"
+#if KILN_ABI_VERSION != 7
+#error "emitted for kernel ABI version 7"
 #endif)";
 
 static constexpr const char *kCudaPrologue =
@@ -120,6 +121,17 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
       emitc::OpaqueType::get(ctx, target.ctxType()));
   auto fnType = builder.getFunctionType({ctxType, i64, i64}, {});
   builder.setInsertionPoint(func);
+  // CPU: the static descriptions of the kernel calls, for the trace
+  // (kernel_abi.h kiln_trace_site), in call order.
+  std::string sitesName = ("kiln_trace_sites_" + func.getSymName()).str();
+  int64_t nextSite = 0;
+  if (!target.cuda) {
+    SmallVector<TraceSite> sites;
+    func.walk([&](plan::CallKernelOp c) {
+      sites.push_back(traceSiteOf(c, target.callee(c)));
+    });
+    emitc::VerbatimOp::create(builder, loc, traceSiteTable(sitesName, sites));
+  }
   auto fn = emitc::FuncOp::create(builder, loc,
                                   ("kiln_" + func.getSymName()).str(), fnType);
   fn.setSpecifiersAttr(builder.getStrArrayAttr({"extern \"C\""}));
@@ -239,9 +251,26 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
                 operands.push_back(ctxValue);
               for (Value a : c.getArgs())
                 operands.push_back(map.lookup(a));
+              if (target.cuda) {
+                emitc::CallOpaqueOp::create(builder, l, TypeRange{},
+                                            target.callee(c), operands);
+                return success();
+              }
+              // uint64_t t = KILN_TRACE_BEGIN(ctx); kernel(...);
+              // KILN_TRACE_END(ctx, sites, i, t, n, pos);
+              Value start = callOpaque(
+                  l, emitc::OpaqueType::get(ctx, "uint64_t"),
+                  "KILN_TRACE_BEGIN", {ctxValue}, {builder.getIndexAttr(0)});
               emitc::CallOpaqueOp::create(builder, l, TypeRange{},
-                                          target.callee(c),
-                                          operands);
+                                          target.callee(c), operands);
+              emitc::CallOpaqueOp::create(
+                  builder, l, TypeRange{}, "KILN_TRACE_END",
+                  ValueRange{ctxValue, start, entry->getArgument(1),
+                             entry->getArgument(2)},
+                  builder.getArrayAttr(
+                      {builder.getIndexAttr(0), opaque(sitesName),
+                       i64Attr(nextSite++), builder.getIndexAttr(1),
+                       builder.getIndexAttr(2), builder.getIndexAttr(3)}));
               return success();
             })
             .Case([&](func::ReturnOp) {

@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 #include "kiln_rt/api.h"
 #include "tools/common/ToolSupport.h"
+#include "tools/common/Trace.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/raw_ostream.h"
@@ -55,6 +56,21 @@ static cl::opt<int64_t> bandwidthMiB(
     "bandwidth-buffer-mib",
     cl::desc("Buffer for the bandwidth measurement, MiB (default 1024, >> LLC)"),
     cl::init(1024), cl::cat(benchCategory));
+
+static cl::opt<std::string> traceFile(
+    "trace",
+    cl::desc("Write a Chrome trace-event JSON file (Perfetto, "
+             "chrome://tracing) of one extra prefill + decode run after the "
+             "timed ones: every kernel call with its op kind, IR location, "
+             "bytes and FLOPs"),
+    cl::value_desc("FILE.json"), cl::cat(benchCategory));
+static cl::opt<bool> profile(
+    "profile",
+    cl::desc("After the timed runs, run prefill + decode once more with "
+             "tracing and print a per-op-kind table for each: share of "
+             "kernel time, achieved GB/s and GFLOP/s against the measured "
+             "bandwidth and FMA peak (cpu artifacts)"),
+    cl::cat(benchCategory));
 
 namespace {
 
@@ -124,6 +140,47 @@ double measureReadBandwidth(size_t bytes, int reps) {
   return best;
 }
 
+/// Multiply-adds on 64 independent lanes: every iteration is 128 FLOPs with
+/// no dependency between lanes, so the loop runs at the FMA units' rate.
+__attribute__((target_clones("arch=skylake-avx512", "arch=haswell",
+                             "default"))) float
+fmaLoop(int64_t iterations, float seed) {
+  float acc[64];
+  for (int l = 0; l < 64; ++l)
+    acc[l] = seed + float(l);
+  const float a = 0.999999f, b = 1e-7f;
+  for (int64_t i = 0; i < iterations; ++i)
+    for (int l = 0; l < 64; ++l)
+      acc[l] = acc[l] * a + b;
+  float total = 0;
+  for (int l = 0; l < 64; ++l)
+    total += acc[l];
+  return total;
+}
+
+/// Best-of-N floating-point peak (FLOP/s) of all threads running fmaLoop:
+/// the arithmetic roof that GFLOP/s in --profile is compared with.
+double measurePeakFlops(int reps) {
+  const int64_t iterations = int64_t(1) << 22;
+  double best = 0;
+  volatile float sink = 0;
+  for (int r = 0; r < reps; ++r) {
+    double t0 = nowSeconds();
+    int threads = 1;
+    float total = 0;
+#pragma omp parallel reduction(+ : total)
+    {
+#pragma omp single
+      threads = omp_get_num_threads();
+      total += fmaLoop(iterations, float(omp_get_thread_num()));
+    }
+    double dt = nowSeconds() - t0;
+    sink = sink + total;
+    best = std::max(best, 128.0 * double(iterations) * threads / dt);
+  }
+  return best;
+}
+
 } // namespace
 
 /// llama-bench's names for our flags (-p, -n, -r).
@@ -154,6 +211,9 @@ int main(int argc, char **argv) {
            "an empty value would turn signature checks off");
   if (noVerify && !trustedKeys.empty())
     fail("--no-verify and --trusted-keys are mutually exclusive");
+
+  if (llvm::Error e = kiln::tool::Trace(traceFile).checkPath())
+    fail(llvm::toString(std::move(e)));
 
   kiln_rt_artifact_t *artifact = nullptr;
   kiln_rt_open_options_t openOptions{};
@@ -243,6 +303,38 @@ int main(int argc, char **argv) {
               weightBytes / 1e6);
   std::printf("decode efficiency: %.1f%% of roofline\n",
               roofline > 0 ? 100.0 * bestDecode / roofline : 0.0);
+
+  kiln::tool::Trace trace(traceFile);
+  if (traceFile.empty() && profile)
+    trace = kiln::tool::Trace("-"); // recorded in memory, not written
+  if (trace.enabled()) {
+    // One more run with events recorded (tracing slows short kernels a
+    // little, so the timed runs above are taken without it).
+    trace.attach(session);
+    kiln_rt_session_reset(session);
+    check(kiln_rt_session_prefill(session, ids.data(), prompt));
+    for (int64_t i = 0; i < decode; ++i)
+      check(kiln_rt_session_decode(session, ids[size_t(prompt + i)]));
+    trace.collect(session);
+    check(kiln_rt_session_set_trace(session, 0));
+  }
+  if (profile) {
+    double peak = cuda ? 0.0 : measurePeakFlops(3);
+    if (!cuda)
+      std::printf("compute peak: %.1f GFLOP/s (FMA loop, %d threads)\n",
+                  peak / 1e9, omp_get_max_threads());
+    else
+      std::printf("profile: kernel events are recorded on the cpu target "
+                  "only (cuda launches are asynchronous)\n");
+    std::string table;
+    llvm::raw_string_ostream os(table);
+    kiln::tool::printProfile(os, trace.records(), "prefill", bandwidth, peak);
+    kiln::tool::printProfile(os, trace.records(), "decode", bandwidth, peak);
+    std::fputs(table.c_str(), stdout);
+  }
+  if (!traceFile.empty())
+    if (llvm::Error e = trace.write("kiln-bench"))
+      fail(llvm::toString(std::move(e)));
 
   kiln_rt_session_release(session);
   kiln_rt_artifact_release(artifact);

@@ -23,6 +23,7 @@
 #include "dialects/Kiln/Import/ImportUtils.h"
 #include "kiln_rt/api.h"
 #include "tools/common/ToolSupport.h"
+#include "tools/common/Trace.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/raw_ostream.h"
@@ -97,6 +98,14 @@ static cl::opt<std::string> dumpTokens(
              "to PATH"),
     cl::value_desc("PATH"), cl::init(""), cl::Hidden, cl::cat(evalCategory));
 
+static cl::opt<std::string> traceFile(
+    "trace",
+    cl::desc("Write a Chrome trace-event JSON file (Perfetto, "
+             "chrome://tracing) of the evaluation: prefill/decode steps and "
+             "every kernel call with its op kind, IR location, bytes and "
+             "FLOPs (at most 4M events are kept)"),
+    cl::value_desc("FILE.json"), cl::cat(evalCategory));
+
 namespace {
 
 const char *const kDefaultPrompt = "Once upon a time";
@@ -134,6 +143,20 @@ std::string readTextFile(const std::string &path) {
   return text;
 }
 
+/// The --trace of this run (off without the flag).
+kiln::tool::Trace &evalTrace() {
+  static kiln::tool::Trace trace(traceFile);
+  return trace;
+}
+
+/// Writes --trace after collecting the events of `sessions`.
+void writeTrace(std::initializer_list<kiln_rt_session_t *> sessions) {
+  for (kiln_rt_session_t *s : sessions)
+    evalTrace().collect(s);
+  if (llvm::Error e = evalTrace().write("kiln-eval"))
+    fail(llvm::toString(std::move(e)));
+}
+
 struct Model {
   std::string dir;
   kiln_rt_artifact_t *artifact = nullptr;
@@ -158,6 +181,7 @@ struct Model {
                                              &artifact));
     kiln_rt_artifact_info(artifact, &info);
     check(kiln_rt_session_create(artifact, &session));
+    evalTrace().attach(session);
   }
   std::string describe() const {
     return dir + " (" + info.name + ", " + info.dtype +
@@ -280,6 +304,7 @@ int runPerplexity() {
       nll -= lp;
       ++scored;
     }
+    evalTrace().collect(m.session);
     double now = nowSec();
     if (now - lastReport >= 2.0 || w + 1 == windows) {
       lastReport = now;
@@ -319,6 +344,7 @@ int runPerplexity() {
               meanNll / std::log(2.0));
   std::printf("perplexity: %.4f\n", std::exp(meanNll));
   std::printf("tokens: %lld\n", (long long)scored);
+  writeTrace({m.session});
   return 0;
 }
 
@@ -395,6 +421,7 @@ int runCompare() {
     std::printf("first disagreement: position %lld\n", (long long)firstDiff);
   std::printf("agreement: %.2f%% (%lld of %lld positions)\n",
               100.0 * double(agree) / double(n), (long long)agree, (long long)n);
+  writeTrace({a.session, b.session});
   return 0;
 }
 
@@ -427,6 +454,8 @@ int main(int argc, char **argv) {
           "    tokens). Ends with 'agreement: X.XX% (k of n positions)'.\n",
           kEvalAliases);
 
+  if (llvm::Error e = evalTrace().checkPath())
+    fail(llvm::toString(std::move(e)));
   if (compareDir.empty()) {
     if (compareTokens.getNumOccurrences())
       fail("--tokens applies only to --compare (use --max-tokens to limit "

@@ -17,6 +17,7 @@
 #include "chat/ChatTemplate.h"
 #include "kiln_rt/api.h"
 #include "tools/common/ToolSupport.h"
+#include "tools/common/Trace.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/raw_ostream.h"
@@ -132,6 +133,14 @@ static cl::opt<bool> printPromptTokens(
              "\"prompt: ...\") before generating"),
     cl::cat(runCategory));
 
+static cl::opt<std::string> traceFile(
+    "trace",
+    cl::desc("Write a Chrome trace-event JSON file (Perfetto, "
+             "chrome://tracing) of the run: prefill/decode steps, every "
+             "kernel call with its op kind, IR location, bytes and FLOPs, "
+             "and sampling/detokenizing; written when the run ends"),
+    cl::value_desc("FILE.json"), cl::cat(runCategory));
+
 namespace {
 
 /// Most bytes kiln-run reads for --chat-template (the artifact loader's
@@ -200,6 +209,13 @@ struct Runtime {
   kiln_rt_artifact_t *artifact = nullptr;
   kiln_rt_session_t *session = nullptr;
   kiln_rt_sampler_t *sampler = nullptr;
+  kiln::tool::Trace trace{traceFile};
+  /// Collects the session's events and writes --trace (if given).
+  void writeTrace() {
+    trace.collect(session);
+    if (llvm::Error e = trace.write("kiln-run"))
+      fail(llvm::toString(std::move(e)));
+  }
   ~Runtime() {
     kiln_rt_sampler_release(sampler);
     kiln_rt_session_release(session);
@@ -375,12 +391,18 @@ int runChat(Runtime &rt, const kiln_rt_model_info_t &info, int64_t ctx) {
     double start = nowMs();
     for (;;) {
       int32_t next = 0;
-      check(kiln_rt_session_sample(rt.session, rt.sampler, &next));
+      {
+        kiln::tool::Trace::Scope span(rt.trace, "sample");
+        check(kiln_rt_session_sample(rt.session, rt.sampler, &next));
+      }
       if (isEndOfTurn(next))
         break;
       const char *piece = nullptr;
       size_t len = 0;
-      check(kiln_rt_detokenize(rt.artifact, prev, next, &piece, &len));
+      {
+        kiln::tool::Trace::Scope span(rt.trace, "detokenize");
+        check(kiln_rt_detokenize(rt.artifact, prev, next, &piece, &len));
+      }
       printPiece(piece, len);
       answer.append(piece, len);
       prev = next;
@@ -421,6 +443,7 @@ int runChat(Runtime &rt, const kiln_rt_model_info_t &info, int64_t ctx) {
   std::fprintf(stderr, "chat: %lld turns, %lld tokens generated, %.1f tokens/s\n",
                (long long)turns, (long long)generatedTotal,
                decodeMs > 0 ? double(generatedTotal) * 1000.0 / decodeMs : 0.0);
+  rt.writeTrace();
   return 0;
 }
 
@@ -489,6 +512,8 @@ int main(int argc, char **argv) {
          "covers the files only if their hashes are checked)");
 
   Runtime rt;
+  if (llvm::Error e = rt.trace.checkPath())
+    fail(llvm::toString(std::move(e)));
   kiln_rt_open_options_t openOptions{};
   openOptions.flags = noVerify ? KILN_RT_OPEN_SKIP_CHECKSUMS : 0;
   openOptions.trusted_keys = trustedKeys.empty() ? nullptr : trustedKeys.c_str();
@@ -506,6 +531,7 @@ int main(int argc, char **argv) {
   check(kiln_rt_session_create_with_options(rt.artifact, &sessionOptions,
                                             &rt.session));
   const int64_t ctx = kiln_rt_session_context_length(rt.session);
+  rt.trace.attach(rt.session);
 
   if (chatMode) {
     kiln_rt_sampler_params_t params;
@@ -560,6 +586,7 @@ int main(int argc, char **argv) {
 
   if (!dumpLogits.empty()) {
     writeLogits(rt, tokens, info.vocab_size);
+    rt.writeTrace();
     return 0;
   }
 
@@ -594,7 +621,10 @@ int main(int argc, char **argv) {
     for (;;) {
       // Host sampling for cpu artifacts, device sampling for cuda ones.
       int32_t next = 0;
-      check(kiln_rt_session_sample(rt.session, rt.sampler, &next));
+      {
+        kiln::tool::Trace::Scope span(rt.trace, "sample");
+        check(kiln_rt_session_sample(rt.session, rt.sampler, &next));
+      }
       if (generated.empty()) {
         ttft = nowMs() - start;
         decodeStart = decodeEnd = nowMs();
@@ -602,7 +632,10 @@ int main(int argc, char **argv) {
       if (next == info.bos_id || next == info.eos_id)
         break;
       generated.push_back(next);
-      check(kiln_rt_detokenize(rt.artifact, prev, next, &piece, &len));
+      {
+        kiln::tool::Trace::Scope span(rt.trace, "detokenize");
+        check(kiln_rt_detokenize(rt.artifact, prev, next, &piece, &len));
+      }
       printPiece(piece, len);
       decodeEnd = nowMs();
       prev = next;
@@ -631,5 +664,6 @@ int main(int argc, char **argv) {
   std::fprintf(stderr, "decode: %.1f tokens/s (%lld tokens)\n",
                decodeMs > 0 ? double(decoded) * 1000.0 / decodeMs : 0.0,
                (long long)decoded);
+  rt.writeTrace();
   return 0;
 }

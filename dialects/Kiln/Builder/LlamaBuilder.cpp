@@ -65,6 +65,12 @@ private:
                                     : builder.getStringAttr(it->second);
   }
   int64_t tokens = ShapedType::kDynamic;
+  /// The location of the ops built next: the op's name in the model
+  /// ("layers.3.wq", "layers.3.attention"), which the trace and
+  /// diagnostics show.
+  Location at(const Twine &name) {
+    return NameLoc::get(builder.getStringAttr(name));
+  }
 };
 } // namespace
 
@@ -130,6 +136,7 @@ LogicalResult LlamaGraphBuilder::declareQuantized(const WeightDesc &w) {
 }
 
 Value LlamaGraphBuilder::linear(int64_t width, Value x, StringRef name) {
+  loc = at(name);
   auto it = quantized.find(name);
   if (it == quantized.end())
     return LinearOp::create(builder, loc, act(width), x, weight(name),
@@ -313,24 +320,32 @@ void LlamaGraphBuilder::buildEntryPoint(StringRef name, int64_t numTokens,
   auto scale = builder.getF32FloatAttr(1.0f / std::sqrt(float(cfg.headDim)));
   auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
 
+  loc = at("tok_embeddings");
   Value h = EmbeddingOp::create(builder, loc, act(cfg.dim), tokenIds,
                                 weight("tok_embeddings"),
                                 formatOf("tok_embeddings"));
   for (int64_t i = 0; i < cfg.nLayers; ++i) {
     std::string p = "layers." + std::to_string(i) + ".";
     // Attention block: h += wo(attention(rope(wq x), rope(wk x), wv x)).
+    loc = at(p + "attention_norm");
     Value x = RmsNormOp::create(builder, loc, act(cfg.dim), h,
                                 weight(p + "attention_norm"), eps);
     Value q = linear(qDim, x, p + "wq");
     Value k = linear(kvDim, x, p + "wk");
     Value v = linear(kvDim, x, p + "wv");
     if (cfg.qkvBias) {
+      loc = at(p + "bq");
       q = AddBiasOp::create(builder, loc, q, weight(p + "bq"));
+      loc = at(p + "bk");
       k = AddBiasOp::create(builder, loc, k, weight(p + "bk"));
+      loc = at(p + "bv");
       v = AddBiasOp::create(builder, loc, v, weight(p + "bv"));
     }
+    loc = at(p + "rope_q");
     q = rope(qDim, q, pos, cfg.nHeads);
+    loc = at(p + "rope_k");
     k = rope(kvDim, k, pos, cfg.nKvHeads);
+    loc = at(p + "attention");
     Value a = AttentionOp::create(
         builder, loc, act(qDim), q, k, v, cache, pos, i64(i), i64(cfg.nHeads),
         i64(cfg.nKvHeads), i64(cfg.headDim), scale, builder.getBoolAttr(true),
@@ -338,21 +353,29 @@ void LlamaGraphBuilder::buildEntryPoint(StringRef name, int64_t numTokens,
         /*key_mean_rotary_dim=*/IntegerAttr(),
         cfg.slidingWindow > 0 ? i64(cfg.slidingWindow) : IntegerAttr());
     Value o = linear(cfg.dim, a, p + "wo");
+    loc = at(p + "attention_residual");
     h = AddOp::create(builder, loc, h, o);
     // FFN block: h += w2(silu(w1 x) * w3 x).
+    loc = at(p + "ffn_norm");
     x = RmsNormOp::create(builder, loc, act(cfg.dim), h,
                           weight(p + "ffn_norm"), eps);
     Value gate = linear(cfg.hiddenDim, x, p + "w1");
     Value up = linear(cfg.hiddenDim, x, p + "w3");
+    loc = at(p + "ffn_swiglu");
     Value act1 = SiluOp::create(builder, loc, gate);
+    loc = at(p + "ffn_swiglu");
     Value prod = MulOp::create(builder, loc, act1, up);
     Value down = linear(cfg.dim, prod, p + "w2");
+    loc = at(p + "ffn_residual");
     h = AddOp::create(builder, loc, h, down);
   }
+  loc = at("norm");
   h = RmsNormOp::create(builder, loc, act(cfg.dim), h, weight("norm"), eps);
+  loc = at("output");
   Value logits = LogitsOp::create(builder, loc, logitsType, h, weight("output"),
                                   formatOf("output"));
   func::ReturnOp::create(builder, loc, logits);
+  loc = UnknownLoc::get(ctx);
 }
 
 /// Refuses a context whose KV cache (allocated whole when a session starts)

@@ -256,6 +256,59 @@ kiln_rt_status_t kiln_rt_session_set_observer(kiln_rt_session_t *session,
                                               kiln_rt_observer_fn fn,
                                               void *user);
 
+/*===--------------------------- tracing ---------------------------------===*/
+
+/// One event of a traced session: a kernel call of the emitted code (kind
+/// is the op kind, loc its IR location) or a step (name "prefill" /
+/// "decode", kind "step", loc ""). Times are kiln_rt_clock_ns()
+/// nanoseconds; bytes and flops come from the compiler's cost model of the
+/// call site (kernel_abi.h kiln_trace_site): bytes moved to or from memory,
+/// counted once per buffer, and floating-point operations (a multiply-add
+/// is 2); 0 for steps. The strings belong to the artifact and stay valid
+/// while it is open.
+typedef struct kiln_rt_trace_event_t {
+  const char *name;  /* kernel function ("kiln_k_linear") or step name */
+  const char *kind;  /* "linear", "attention", "rms_norm", ... or "step" */
+  const char *loc;   /* "layers.3.wq", "file.mlir:12:5", or "" */
+  uint64_t start_ns; /* kiln_rt_clock_ns() at the start */
+  uint64_t dur_ns;   /* duration, nanoseconds */
+  uint64_t bytes;    /* bytes moved (model), 0 for steps */
+  uint64_t flops;    /* floating-point operations (model), 0 for steps */
+  int64_t tokens;    /* tokens of the call (n) */
+  int64_t pos;       /* position of its first token */
+  uint32_t tid;      /* OS thread id of the thread that ran it */
+} kiln_rt_trace_event_t;
+
+/// Monotonic clock (CLOCK_MONOTONIC) in nanoseconds: the clock of trace
+/// events, for callers adding spans of their own (sampling, detokenizing).
+uint64_t kiln_rt_clock_ns(void);
+
+/// OS thread id of the calling thread (the `tid` of its events).
+uint32_t kiln_rt_thread_id(void);
+
+/// Turns event recording on (`enabled` != 0: earlier events are dropped) or
+/// off. While on, every prefill/decode step is recorded, and on the "cpu"
+/// target every kernel call inside it (at most 4,194,304 events; later ones
+/// are counted by kiln_rt_session_trace_dropped). "cuda" steps are recorded
+/// without their kernels (launches are asynchronous). Error: null session.
+kiln_rt_status_t kiln_rt_session_set_trace(kiln_rt_session_t *session,
+                                           int enabled);
+
+/// Number of events recorded (0 when tracing is off).
+size_t kiln_rt_session_trace_size(const kiln_rt_session_t *session);
+
+/// Event `index` < kiln_rt_session_trace_size() in recording order (a step
+/// is recorded after the kernels it ran); returns 0 and leaves `out` alone
+/// for an index out of range, 1 otherwise.
+int kiln_rt_session_trace_event(const kiln_rt_session_t *session,
+                                size_t index, kiln_rt_trace_event_t *out);
+
+/// Events not recorded because the limit was reached.
+uint64_t kiln_rt_session_trace_dropped(const kiln_rt_session_t *session);
+
+/// Drops the recorded events (tracing stays on).
+void kiln_rt_session_trace_clear(kiln_rt_session_t *session);
+
 /*===--------------------------- sampler ---------------------------------===*/
 
 typedef struct kiln_rt_sampler_s kiln_rt_sampler_t;

@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 6
+#define KILN_ABI_VERSION 7
 
 /// Execution context handed to an entry point. Owned by the runtime.
 typedef struct kiln_exec_ctx {
@@ -43,7 +43,63 @@ typedef struct kiln_exec_ctx {
   const int32_t *tokens;   ///< input token ids [n]
   float *logits;           ///< output: logits of the last input token [vocab]
   void *runtime;           ///< opaque, runtime-private (the session's observer)
+  void *trace;             ///< opaque trace recorder; NULL when tracing is off
 } kiln_exec_ctx;
+
+/*===-- Tracing (kiln-run / kiln-bench / kiln-eval --trace) ---------------===*
+ *
+ * Every kernel call of an emitted entry point is bracketed by
+ *
+ *   uint64_t t = KILN_TRACE_BEGIN(ctx);
+ *   kiln_k_...(...);
+ *   KILN_TRACE_END(ctx, kiln_trace_sites_<entry>, i, t, n, pos);
+ *
+ * where kiln_trace_sites_<entry>[i] is a static description of call i of
+ * that entry point, written by the compiler. With ctx->trace NULL (the
+ * default) the cost is one load and branch per call; otherwise the runtime
+ * records one event per call with its duration and the bytes and FLOPs the
+ * site's cost model gives for this call's n tokens at position pos.
+ *===----------------------------------------------------------------------===*/
+
+/// Static description of one kernel call of an entry point (its call site).
+/// Costs are the compiler's model of the call, counted once per buffer:
+/// every weight and activation byte read or written, and the floating-point
+/// operations (a multiply-add is 2).
+///   bytes = bytes_fixed + bytes_per_token * n + kv_bytes_per_pos * kv_rows
+///   flops = flops_fixed + flops_per_token * n + flops_per_pos * attended
+/// where n is the call's token count when `per_token` is 1 (0 otherwise),
+/// kv_rows = min(pos + n, window) cached positions read by attention and
+/// attended = sum over the n new tokens i of min(pos + i + 1, window), the
+/// (query token, key position) pairs; window 0 means unlimited.
+typedef struct kiln_trace_site {
+  const char *kernel;       ///< the called function, "kiln_k_linear_blocks"
+  const char *kind;         ///< op kind: "linear", "attention", "rms_norm", ...
+  const char *loc;          ///< IR location of the op: "layers.3.wq", "file:line:col"
+  int64_t bytes_fixed;      ///< bytes independent of n (weights, fixed-row buffers)
+  int64_t bytes_per_token;  ///< bytes per token of n (activation rows, embedding rows)
+  int64_t kv_bytes_per_pos; ///< attention: K, V (and scale) bytes per cached position
+  int64_t flops_fixed;      ///< FLOPs independent of n (the classifier's last row)
+  int64_t flops_per_token;  ///< FLOPs per token of n (2 * in * out for a linear)
+  int64_t flops_per_pos;    ///< attention: FLOPs per (query, key) pair, 4 * heads * head_dim
+  int64_t window;           ///< attention: sliding window, 0 for none
+  int32_t per_token;        ///< 1: scales with n; 0: fixed rows
+} kiln_trace_site;
+
+/// Monotonic clock (CLOCK_MONOTONIC) in nanoseconds, the clock of every
+/// trace event.
+uint64_t kiln_trace_clock(void);
+
+/// Records one kernel call of `site` that started at `start_ns` and ended
+/// now, for n tokens at position pos, in the recorder ctx->trace (not NULL).
+void kiln_trace_kernel(kiln_exec_ctx *ctx, const kiln_trace_site *site,
+                       uint64_t start_ns, int64_t n, int64_t pos);
+
+#define KILN_TRACE_BEGIN(ctx) ((ctx)->trace ? kiln_trace_clock() : (uint64_t)0)
+#define KILN_TRACE_END(ctx, sites, i, start_ns, n, pos)                        \
+  do {                                                                         \
+    if ((ctx)->trace)                                                          \
+      kiln_trace_kernel((ctx), &(sites)[(i)], (start_ns), (n), (pos));         \
+  } while (0)
 
 /// out[i, :] = table[tokens[i], :]; table [vocab, dim]; out [n, dim].
 /// Token ids are validated by the runtime against vocab before the call.

@@ -265,6 +265,61 @@ const float *kiln_rt_session_logits(const kiln_rt_session_t *session) {
   return session->impl->logits();
 }
 
+uint64_t kiln_rt_clock_ns(void) { return kiln_trace_clock(); }
+
+uint32_t kiln_rt_thread_id(void) { return traceThreadId(); }
+
+kiln_rt_status_t kiln_rt_session_set_trace(kiln_rt_session_t *session,
+                                           int enabled) {
+  return guarded([&]() -> Status {
+    if (!session)
+      return invalidArgument("kiln_rt_session_set_trace: null session");
+    session->impl->setTrace(enabled != 0);
+    return Status::ok();
+  });
+}
+
+size_t kiln_rt_session_trace_size(const kiln_rt_session_t *session) {
+  const TraceRecorder *t = session ? session->impl->trace() : nullptr;
+  return t ? t->events().size() : 0;
+}
+
+int kiln_rt_session_trace_event(const kiln_rt_session_t *session,
+                                size_t index, kiln_rt_trace_event_t *out) {
+  const TraceRecorder *t = session ? session->impl->trace() : nullptr;
+  if (!t || !out || index >= t->events().size())
+    return 0;
+  const TraceEvent &e = t->events()[index];
+  kiln_rt_trace_event_t r{};
+  r.start_ns = e.startNs;
+  r.dur_ns = e.durNs;
+  r.tokens = e.tokens;
+  r.pos = e.pos;
+  r.tid = e.tid;
+  if (e.site) {
+    r.name = e.site->kernel ? e.site->kernel : "";
+    r.kind = e.site->kind ? e.site->kind : "";
+    r.loc = e.site->loc ? e.site->loc : "";
+    traceCost(*e.site, e.tokens, e.pos, r.bytes, r.flops);
+  } else {
+    r.name = e.step ? e.step : "";
+    r.kind = "step";
+    r.loc = "";
+  }
+  *out = r;
+  return 1;
+}
+
+uint64_t kiln_rt_session_trace_dropped(const kiln_rt_session_t *session) {
+  const TraceRecorder *t = session ? session->impl->trace() : nullptr;
+  return t ? t->dropped() : 0;
+}
+
+void kiln_rt_session_trace_clear(kiln_rt_session_t *session) {
+  if (TraceRecorder *t = session ? session->impl->trace() : nullptr)
+    t->clear();
+}
+
 kiln_rt_status_t kiln_rt_sampler_create(const kiln_rt_sampler_params_t *params,
                                         int64_t vocab_size,
                                         kiln_rt_sampler_t **out_sampler) {

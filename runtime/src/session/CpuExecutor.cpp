@@ -81,6 +81,8 @@ public:
 
   const float *logits() override { return logits_.data(); }
 
+  void setTrace(TraceRecorder *recorder) override { trace_ = recorder; }
+
   Status setObserver(kiln_rt_observer_fn fn, void *user) override {
     observer_.fn = fn;
     observer_.user = user;
@@ -96,6 +98,7 @@ private:
     ctx.tokens = tokens;
     ctx.logits = logits_.data();
     ctx.runtime = &observer_; // read by kiln_k_observe (cpu/Observe.cpp)
+    ctx.trace = trace_;       // read by KILN_TRACE_* (kernel_abi.h)
     fn(&ctx, n, pos);
   }
 
@@ -105,6 +108,7 @@ private:
   uint64_t kvBytes_ = 0;
   std::vector<float> logits_;
   ObserverHook observer_;
+  TraceRecorder *trace_ = nullptr;
 };
 
 } // namespace

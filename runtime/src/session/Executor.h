@@ -21,6 +21,7 @@
 namespace kiln::rt {
 
 class Artifact;
+class TraceRecorder;
 
 class Executor {
 public:
@@ -48,6 +49,10 @@ public:
   /// kiln_rt_session_set_observer); fn null removes it. Only the CPU
   /// executor supports it.
   virtual Status setObserver(kiln_rt_observer_fn fn, void *user);
+  /// Kernel events of the following steps go to `recorder` (null: off).
+  /// Executors that cannot time their kernels on the host (CUDA: launches
+  /// are asynchronous) ignore it; the session still records its steps.
+  virtual void setTrace(TraceRecorder *recorder) { (void)recorder; }
 };
 
 /// Host arena (64-byte aligned), anonymous-mmap KV cache, logits vector.

@@ -88,14 +88,42 @@ Status Session::step(Status result, int64_t n) {
   return Status::ok();
 }
 
+void Session::setTrace(bool enabled) {
+  trace_ = enabled ? std::make_unique<TraceRecorder>() : nullptr;
+  executor_->setTrace(trace_.get());
+}
+
+/// Records a step event (when tracing) around `run`.
+template <typename F>
+static Status traced(TraceRecorder *trace, const char *name, int64_t n,
+                     int64_t pos, F run) {
+  if (!trace)
+    return run();
+  TraceEvent e;
+  e.step = name;
+  e.startNs = kiln_trace_clock();
+  Status s = run();
+  uint64_t end = kiln_trace_clock();
+  e.durNs = end > e.startNs ? end - e.startNs : 0;
+  e.tokens = n;
+  e.pos = pos;
+  e.tid = traceThreadId();
+  trace->add(e);
+  return s;
+}
+
 Status Session::prefill(const int32_t *tokens, int64_t n) {
   KILN_RT_RETURN_IF_ERROR(check(tokens, n));
-  return step(executor_->prefill(tokens, n, pos_), n);
+  return step(traced(trace_.get(), "prefill", n, pos_,
+                     [&] { return executor_->prefill(tokens, n, pos_); }),
+              n);
 }
 
 Status Session::decode(int32_t token) {
   KILN_RT_RETURN_IF_ERROR(check(&token, 1));
-  return step(executor_->decode(token, pos_), 1);
+  return step(traced(trace_.get(), "decode", 1, pos_,
+                     [&] { return executor_->decode(token, pos_); }),
+              1);
 }
 
 } // namespace kiln::rt

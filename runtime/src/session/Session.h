@@ -11,6 +11,7 @@
 
 #include "artifact/Artifact.h"
 #include "session/Executor.h"
+#include "trace/Trace.h"
 
 #include <memory>
 #include <vector>
@@ -52,6 +53,13 @@ public:
   const Artifact &artifact() const { return artifact_; }
   Executor &executor() const { return *executor_; }
 
+  /// Turns tracing on (a fresh, empty recorder) or off (events dropped).
+  /// On: every following step is recorded as a "prefill" / "decode" event,
+  /// and the CPU executor records each kernel call of it.
+  void setTrace(bool enabled);
+  /// The recorder, or null when tracing is off.
+  TraceRecorder *trace() const { return trace_.get(); }
+
 private:
   explicit Session(const Artifact &a) : artifact_(a) {}
   Status check(const int32_t *tokens, int64_t n) const;
@@ -66,6 +74,7 @@ private:
   bool hasLogits_ = false;
   bool dirty_ = false;
   Status failed_; ///< sticky error of a failed step or reset
+  std::unique_ptr<TraceRecorder> trace_;
 };
 
 } // namespace kiln::rt

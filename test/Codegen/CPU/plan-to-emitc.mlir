@@ -25,8 +25,22 @@
 
 // CPP: #include "kiln_rt/kernel_abi.h"
 // CPP: #define KILN_ARENA(ctx, off, T) ((T *)((ctx)->arena + (off)))
+// Trace sites (kernel_abi.h kiln_trace_site), one per kernel call in call
+// order: kernel, op kind, IR location, bytes fixed / per token / per cached
+// position, FLOPs fixed / per token / per (query, key) pair, window, per-token.
+// The 16x16 f32 wq: 1024 weight bytes, 64 + 64 activation bytes and
+// 2 * 16 * 16 FLOPs per token. Attention: q, k, v, out rows per token, K and
+// V rows (8 floats each) per cached position, 4 * 16 FLOPs per pair.
+// CPP: static const kiln_trace_site kiln_trace_sites_prefill[] = {
+// CPP-NEXT: {"kiln_k_embedding", "embedding", "tiny-llama.mlir:18:11", 0, 132, 0, 0, 0, 0, 0, 1},
+// CPP-NEXT: {"kiln_k_rms_norm", "rms_norm", "tiny-llama.mlir:20:10", 64, 128, 0, 0, 64, 0, 0, 1},
+// CPP-NEXT: {"kiln_k_linear", "linear", "tiny-llama.mlir:22:10", 1024, 128, 0, 0, 512, 0, 0, 1},
+// CPP: {"kiln_k_attention", "attention", "tiny-llama.mlir:29:12", 0, 192, 64, 0, 0, 64, 0, 1},
 // CPP: extern "C" void kiln_prefill(kiln_exec_ctx* [[CTX:v[0-9]+]], int64_t [[N:v[0-9]+]], int64_t [[POS:v[0-9]+]]) {
-// CPP: kiln_k_embedding(
+// Every kernel call is bracketed by the trace macros with its site index.
+// CPP: uint64_t [[T0:v[0-9]+]] = KILN_TRACE_BEGIN([[CTX]]);
+// CPP-NEXT: kiln_k_embedding(
+// CPP-NEXT: KILN_TRACE_END([[CTX]], kiln_trace_sites_prefill, 0, [[T0]], [[N]], [[POS]]);
 // CPP: kiln_k_rope({{.*}}, [[POS]], {{.*}});
 // CPP: kiln_k_attention(
 // CPP: kiln_k_swiglu(

@@ -1,0 +1,101 @@
+//===- Trace.h - --trace FILE.json and kiln-bench --profile -----*- C++ -*-===//
+//
+// The tools' side of tracing (api.h kiln_rt_session_set_trace): spans of
+// the tool's own work (sampling, detokenizing) and the runtime's step and
+// kernel events, written as Chrome trace-event JSON (the "JSON Object
+// Format" of the Trace Event Format document; opens in Perfetto and
+// chrome://tracing): one complete ("ph": "X") event per kernel call with its
+// op kind, IR location, bytes and FLOPs in "args", one lane per OS thread.
+// Also the per-op-kind profile table of kiln-bench --profile.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_TOOLS_COMMON_TRACE_H
+#define KILN_TOOLS_COMMON_TRACE_H
+
+#include "kiln_rt/api.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln::tool {
+
+/// A recorded event, owned strings (the runtime's point into the artifact).
+struct TraceRecord {
+  std::string name, kind, loc, category; ///< category: "kernel", "step", "tool"
+  uint64_t startNs = 0, durNs = 0, bytes = 0, flops = 0;
+  int64_t tokens = 0, pos = 0;
+  uint32_t tid = 0;
+};
+
+class Trace {
+public:
+  /// `path` empty: tracing is off and every call below does nothing.
+  explicit Trace(std::string path);
+
+  bool enabled() const { return !path_.empty(); }
+  const std::string &path() const { return path_; }
+
+  /// Refuses, before any work is done, a path that names a directory or
+  /// whose directory does not exist (the error names the flag and path).
+  llvm::Error checkPath() const;
+
+  /// Turns event recording on for `session` (its events are collected by
+  /// collect()).
+  void attach(kiln_rt_session_t *session);
+
+  /// Moves the events recorded so far by `session` into this trace and
+  /// clears them there (call before the session is released, and from time
+  /// to time in long runs to keep the runtime's buffer small).
+  void collect(kiln_rt_session_t *session);
+
+  /// Records a span of the tool's own work ("sample", "detokenize").
+  void span(llvm::StringRef name, uint64_t startNs, uint64_t endNs,
+            int64_t tokens = 0);
+
+  /// A span from construction to destruction (nothing when tracing is off).
+  class Scope {
+  public:
+    Scope(Trace &t, const char *name) : trace(t), name(name) {
+      if (trace.enabled())
+        start = kiln_rt_clock_ns();
+    }
+    ~Scope() {
+      if (trace.enabled())
+        trace.span(name, start, kiln_rt_clock_ns());
+    }
+
+  private:
+    Trace &trace;
+    const char *name;
+    uint64_t start = 0;
+  };
+
+  const std::vector<TraceRecord> &records() const { return records_; }
+  uint64_t dropped() const { return dropped_; }
+
+  /// Writes the JSON file (through a temporary file renamed over `path`;
+  /// an existing regular file is replaced, nothing else is).
+  llvm::Error write(llvm::StringRef tool) const;
+
+private:
+  std::string path_;
+  uint64_t originNs_ = 0;
+  std::vector<TraceRecord> records_;
+  uint64_t dropped_ = 0;
+};
+
+/// Per-op-kind totals of the kernel events in `records` whose step (the
+/// enclosing "prefill" / "decode" event) is `step`: share of kernel time,
+/// achieved GB/s and GFLOP/s, and their fraction of `bandwidth` (bytes/s)
+/// and `peakFlops` (FLOP/s). Prints a table to `os`.
+void printProfile(llvm::raw_ostream &os, const std::vector<TraceRecord> &records,
+                  llvm::StringRef step, double bandwidth, double peakFlops);
+
+} // namespace kiln::tool
+
+#endif // KILN_TOOLS_COMMON_TRACE_H
