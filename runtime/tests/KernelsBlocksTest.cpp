@@ -10,6 +10,7 @@
 // decoder with gguf-py is test/Import/gguf-block-formats.test.)
 //
 //===----------------------------------------------------------------------===//
+#include "SimdLevels.h"
 #include "kiln_rt/block_formats.h"
 #include "kiln_rt/kernel_abi.h"
 
@@ -84,7 +85,7 @@ TEST(BlockKernels, EmbeddingRowsAreDecodedRows) {
   }
 }
 
-TEST(BlockKernels, LinearMatchesDecodedFloat64) {
+void linearMatchesDecoded(const char *level) {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (const Format &f : formats()) {
@@ -109,8 +110,18 @@ TEST(BlockKernels, LinearMatchesDecodedFloat64) {
           maxErr = std::max(maxErr, std::fabs(ref - double(y[r * out + o])));
         }
       EXPECT_LE(maxErr, 1e-5 * maxRef)
-          << kiln_block_format_name(f.id) << " n " << n;
+          << kiln_block_format_name(f.id) << " n " << n << " at " << level;
     }
+  }
+}
+
+// The decode GEMV of Q8_0 / Q4_0 / Q4_1 / Q4_K / Q6_K reads the codes in
+// registers (BlockKernelsHwy.cpp), once per SIMD target: every level this
+// CPU runs is checked (37 rows: groups of four and a tail).
+TEST(BlockKernels, LinearMatchesDecodedFloat64) {
+  for (kiln::rt::cpu::SimdLevel level : kiln::rt::test::supportedLevels()) {
+    kiln::rt::test::ScopedSimdLevel scoped(level);
+    linearMatchesDecoded(kiln::rt::test::levelName(level));
   }
 }
 

@@ -774,6 +774,17 @@ static void linearBlocks(const float *x, const uint8_t *w, float *y, int64_t n,
   if (n == 1) {
     // Decode: memory-bound GEMV over the raw blocks, rows split over threads.
     const bool parallel = out * in > kParallelGrain;
+    if (hasSimdBlockGemv(F)) {
+      // Codes widened in registers (BlockKernelsHwy.cpp); the input's
+      // 16-element sums are shared by every row.
+      std::vector<float> xsum16(size_t(in / 16));
+      blockXSums16(x, in, xsum16.data());
+      forRowChunks(out, parallel, [&](int64_t begin, int64_t end) {
+        gemvRowsBlocksSimd(F, x, xsum16.data(), w + begin * rowBytes,
+                           y + begin, in, end - begin);
+      });
+      return;
+    }
     forRowChunks(out, parallel, [&](int64_t begin, int64_t end) {
       gemvRowsBlocks<F>(x, w + begin * rowBytes, y + begin, in, end - begin);
     });

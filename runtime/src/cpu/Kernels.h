@@ -252,6 +252,24 @@ void gemvRowsQ4(const float *x, const int8_t *q, const float *scales,
                 const int8_t *zeros, float *y, int64_t in, int64_t rows,
                 int64_t groupSize);
 
+// GGML block-format decode GEMV on Highway (BlockKernelsHwy.cpp).
+
+/// Whether gemvRowsBlocksSimd handles `format` (kiln_rt/block_formats.h):
+/// Q8_0, Q4_0, Q4_1, Q4_K and Q6_K.
+bool hasSimdBlockGemv(int64_t format);
+
+/// sums[g] = x[16g] + ... + x[16g + 15] for g < in / 16 (in a multiple of
+/// 32): the input sums gemvRowsBlocksSimd shares between rows.
+void blockXSums16(const float *x, int64_t in, float *sums);
+
+/// y[r] = dot(decoded row r, x) for r < rows: rows of in / elems blocks of
+/// `format` (hasSimdBlockGemv) read as stored, codes widened in registers,
+/// each block's scale applied to its integer-times-x sum (the block formula
+/// reassociated; equal to decode-then-dot up to float summation order).
+/// xsum16 from blockXSums16(x). Single-threaded; SIMD-dispatched.
+void gemvRowsBlocksSimd(int64_t format, const float *x, const float *xsum16,
+                        const uint8_t *w, float *y, int64_t in, int64_t rows);
+
 } // namespace kiln::rt::cpu
 
 #endif // KILN_RUNTIME_CPU_KERNELS_H

@@ -1,0 +1,283 @@
+//===- BlockKernelsHwy.cpp - GGML block-format GEMV on Highway -*- C++ -*-===//
+//
+// The decode GEMV of weights kept in GGML block formats (kernel_abi.h
+// kiln_k_linear_blocks, kiln_rt/block_formats.h): the blocks are read as
+// stored and their integers widened in registers, never written out as
+// floats. Per block (or K-quant sub-block) the integer codes are dotted with
+// x in float lanes, and the block's scale is applied once to that sum:
+//   Q8_0:  d * sum(q * x)
+//   Q4_0:  d * sum(q * x) - 8 d * sum(x)
+//   Q4_1:  d * sum(q * x) + m * sum(x)
+//   Q4_K:  sum_g (d * sc_g) * sum_g(q * x) - (dmin * min_g) * sum_g(x)
+//   Q6_K:  sum_g (d * sc_g) * sum_g((q - 32) * x)
+// where sum(x) over each 16 inputs is computed once per call (blockXSums16)
+// and shared by every row. This is the formula of block_formats.h
+// reassociated, so results equal the decode-then-dot kernel up to float
+// summation order. The other formats use that kernel (Kernels.cpp).
+// Written once with Google Highway (1.0.3 API) and dispatched per CPU like
+// QuantKernelsHwy.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS HWY_SSSE3
+#endif
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/BlockKernelsHwy.cpp"
+#include "hwy/foreach_target.h" // IWYU pragma: keep
+
+#include "hwy/highway.h"
+
+#include "cpu/Kernels.h"
+#include "kiln_rt/block_formats.h"
+
+#include <cstring>
+
+HWY_BEFORE_NAMESPACE();
+namespace kiln::rt::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using DI = hn::RebindToSigned<DF>;  // int32, as many lanes as DF
+using DI8 = hn::Rebind<int8_t, DF>; // int8, as many lanes as DF
+using DU8 = hn::Rebind<uint8_t, DF>; // uint8, as many lanes as DF
+
+/// Lanes(df) bytes at p widened to int32 lanes.
+HWY_INLINE hn::Vec<DI> LoadU8AsI32(const uint8_t *HWY_RESTRICT p) {
+  const DI di;
+  const DU8 du8;
+  return hn::PromoteTo(di, hn::LoadU(du8, p));
+}
+
+HWY_INLINE hn::Vec<DF> LoadI8AsF32(const uint8_t *HWY_RESTRICT p) {
+  const DF df;
+  const DI di;
+  const DI8 d8;
+  return hn::ConvertTo(df,
+                       hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t *>(p))));
+}
+
+/// Lanes of DF, a compile-time constant on every x86 target (so that the
+/// per-block loops unroll and their accumulators stay in registers).
+constexpr int64_t kLanes = int64_t(HWY_LANES(float));
+
+/// The f16 field at p as float: the F16C conversion on AVX2 / AVX-512
+/// (GCC and Clang lower _Float16 to vcvtph2ps there), the portable decoder
+/// of block_formats.h elsewhere. Both are exact.
+HWY_INLINE float F16(const uint8_t *HWY_RESTRICT p) {
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || \
+    HWY_TARGET == HWY_AVX3_DL
+  _Float16 h;
+  std::memcpy(&h, p, 2);
+  return float(h);
+#else
+  return kiln_block_f16(p);
+#endif
+}
+
+HWY_INLINE float SumLanes(hn::Vec<DF> v) {
+  const DF df;
+  return hn::GetLane(hn::SumOfLanes(df, v));
+}
+
+void BlockXSums16(const float *HWY_RESTRICT x, int64_t in,
+                  float *HWY_RESTRICT sums) {
+  for (int64_t g = 0; g < in / 16; ++g) {
+    float s = 0.0f;
+    for (int64_t k = 0; k < 16; ++k)
+      s += x[16 * g + k];
+    sums[g] = s;
+  }
+}
+
+/// R rows of Q8_0 / Q4_0 / Q4_1 (32-element blocks).
+template <int64_t F, int R>
+HWY_INLINE void GemvLegacy(const float *HWY_RESTRICT x,
+                           const float *HWY_RESTRICT xs16,
+                           const uint8_t *HWY_RESTRICT w, float *HWY_RESTRICT y,
+                           int64_t in) {
+  const DF df;
+  const DI di;
+  constexpr int64_t N = kLanes;
+  constexpr int64_t kBytes = kiln_block_bytes(F);
+  const int64_t blocks = in / 32, rowBytes = blocks * kBytes;
+  hn::Vec<DF> acc[R];
+  float offset[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = hn::Zero(df);
+    offset[r] = 0.0f;
+  }
+  const auto low = hn::Set(di, 0x0f);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float *xb = x + 32 * b;
+    hn::Vec<DF> s[R];
+    for (int r = 0; r < R; ++r)
+      s[r] = hn::Zero(df);
+    if constexpr (F == KILN_BLOCK_Q8_0) {
+      for (int64_t k = 0; k < 32; k += N) {
+        const auto xv = hn::LoadU(df, xb + k);
+        for (int r = 0; r < R; ++r)
+          s[r] = hn::MulAdd(
+              LoadI8AsF32(w + r * rowBytes + b * kBytes + 2 + k), xv, s[r]);
+      }
+    } else {
+      constexpr int64_t kQs = F == KILN_BLOCK_Q4_1 ? 4 : 2;
+      for (int64_t k = 0; k < 16; k += N) {
+        const auto xl = hn::LoadU(df, xb + k);
+        const auto xh = hn::LoadU(df, xb + 16 + k);
+        for (int r = 0; r < R; ++r) {
+          const auto bytes = LoadU8AsI32(w + r * rowBytes + b * kBytes + kQs + k);
+          s[r] = hn::MulAdd(hn::ConvertTo(df, hn::And(bytes, low)), xl, s[r]);
+          s[r] = hn::MulAdd(hn::ConvertTo(df, hn::ShiftRight<4>(bytes)), xh,
+                            s[r]);
+        }
+      }
+    }
+    const float xsum = xs16[2 * b] + xs16[2 * b + 1];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t *blk = w + r * rowBytes + b * kBytes;
+      const float d = F16(blk);
+      acc[r] = hn::MulAdd(s[r], hn::Set(df, d), acc[r]);
+      if constexpr (F == KILN_BLOCK_Q4_0)
+        offset[r] -= 8.0f * d * xsum;
+      else if constexpr (F == KILN_BLOCK_Q4_1)
+        offset[r] += F16(blk + 2) * xsum;
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    y[r] = SumLanes(acc[r]) + offset[r];
+}
+
+/// One row of Q4_K (256-element super-blocks of 8 sub-blocks of 32).
+HWY_INLINE float GemvQ4K(const float *HWY_RESTRICT x,
+                         const float *HWY_RESTRICT xs16,
+                         const uint8_t *HWY_RESTRICT row, int64_t in) {
+  const DF df;
+  const DI di;
+  constexpr int64_t N = kLanes;
+  const auto low = hn::Set(di, 0x0f);
+  auto acc = hn::Zero(df);
+  float offset = 0.0f;
+  for (int64_t b = 0; b < in / 256; ++b) {
+    const uint8_t *blk = row + b * 144;
+    const float d = F16(blk), dmin = F16(blk + 2);
+    const float *xb = x + 256 * b;
+    for (int g = 0; g < 8; ++g) {
+      const int c = g / 2, nib = g % 2;
+      const uint8_t *qs = blk + 16 + 32 * c;
+      const float *xg = xb + 32 * g;
+      auto s = hn::Zero(df);
+      for (int64_t l = 0; l < 32; l += N) {
+        const auto bytes = LoadU8AsI32(qs + l);
+        const auto q = nib ? hn::ShiftRight<4>(bytes) : hn::And(bytes, low);
+        s = hn::MulAdd(hn::ConvertTo(df, q), hn::LoadU(df, xg + l), s);
+      }
+      uint8_t sc, mn;
+      kiln_block_k4_scale_min(blk + 4, g, &sc, &mn);
+      acc = hn::MulAdd(s, hn::Set(df, d * float(sc)), acc);
+      const int64_t g16 = (256 * b + 32 * g) / 16;
+      offset -= dmin * float(mn) * (xs16[g16] + xs16[g16 + 1]);
+    }
+  }
+  return SumLanes(acc) + offset;
+}
+
+/// One row of Q6_K (256-element super-blocks of 16 groups of 16).
+HWY_INLINE float GemvQ6K(const float *HWY_RESTRICT x,
+                         const uint8_t *HWY_RESTRICT row, int64_t in) {
+  const DF df;
+  const DI di;
+  constexpr int64_t N = kLanes;
+  const auto low = hn::Set(di, 0x0f), two = hn::Set(di, 3),
+             bias = hn::Set(di, 32);
+  auto acc = hn::Zero(df);
+  for (int64_t b = 0; b < in / 256; ++b) {
+    const uint8_t *blk = row + b * 210;
+    const float d = F16(blk + 208);
+    const int8_t *scales = reinterpret_cast<const int8_t *>(blk + 192);
+    const float *xb = x + 256 * b;
+    for (int g = 0; g < 16; ++g) {
+      // Element e = 128h + 32s + l: low nibble s / 2 of ql[64h + 32(s % 2)
+      // + l], high two bits 2s..2s+1 of qh[32h + l].
+      const int e0 = 16 * g, h = e0 / 128, s = (e0 % 128) / 32, l0 = e0 % 32;
+      const uint8_t *ql = blk + 64 * h + 32 * (s % 2) + l0;
+      const uint8_t *qh = blk + 128 + 32 * h + l0;
+      auto sum = hn::Zero(df);
+      for (int64_t k = 0; k < 16; k += N) {
+        const auto lb = LoadU8AsI32(ql + k);
+        const auto nib = s >= 2 ? hn::ShiftRight<4>(lb) : hn::And(lb, low);
+        const auto hi = hn::And(hn::ShiftRightSame(LoadU8AsI32(qh + k), 2 * s),
+                                two);
+        const auto q = hn::Sub(hn::Or(nib, hn::ShiftLeft<4>(hi)), bias);
+        sum = hn::MulAdd(hn::ConvertTo(df, q), hn::LoadU(df, xb + e0 + k), sum);
+      }
+      acc = hn::MulAdd(sum, hn::Set(df, d * float(scales[g])), acc);
+    }
+  }
+  return SumLanes(acc);
+}
+
+template <int64_t F>
+HWY_INLINE void GemvLegacyRows(const float *x, const float *xs16,
+                               const uint8_t *w, float *y, int64_t in,
+                               int64_t rows) {
+  const int64_t rowBytes = in / 32 * kiln_block_bytes(F);
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4)
+    GemvLegacy<F, 4>(x, xs16, w + r * rowBytes, y + r, in);
+  for (; r < rows; ++r)
+    GemvLegacy<F, 1>(x, xs16, w + r * rowBytes, y + r, in);
+}
+
+void GemvBlocks(int64_t format, const float *HWY_RESTRICT x,
+                const float *HWY_RESTRICT xs16, const uint8_t *HWY_RESTRICT w,
+                float *HWY_RESTRICT y, int64_t in, int64_t rows) {
+  switch (format) {
+  case KILN_BLOCK_Q8_0:
+    return GemvLegacyRows<KILN_BLOCK_Q8_0>(x, xs16, w, y, in, rows);
+  case KILN_BLOCK_Q4_0:
+    return GemvLegacyRows<KILN_BLOCK_Q4_0>(x, xs16, w, y, in, rows);
+  case KILN_BLOCK_Q4_1:
+    return GemvLegacyRows<KILN_BLOCK_Q4_1>(x, xs16, w, y, in, rows);
+  case KILN_BLOCK_Q4_K:
+    for (int64_t r = 0; r < rows; ++r)
+      y[r] = GemvQ4K(x, xs16, w + r * (in / 256 * 144), in);
+    return;
+  case KILN_BLOCK_Q6_K:
+    for (int64_t r = 0; r < rows; ++r)
+      y[r] = GemvQ6K(x, w + r * (in / 256 * 210), in);
+    return;
+  default:
+    return;
+  }
+}
+
+} // namespace HWY_NAMESPACE
+} // namespace kiln::rt::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace kiln::rt::cpu {
+
+HWY_EXPORT(BlockXSums16);
+HWY_EXPORT(GemvBlocks);
+
+bool hasSimdBlockGemv(int64_t format) {
+  return format == KILN_BLOCK_Q8_0 || format == KILN_BLOCK_Q4_0 ||
+         format == KILN_BLOCK_Q4_1 || format == KILN_BLOCK_Q4_K ||
+         format == KILN_BLOCK_Q6_K;
+}
+
+void blockXSums16(const float *x, int64_t in, float *sums) {
+  HWY_DYNAMIC_DISPATCH(BlockXSums16)(x, in, sums);
+}
+
+void gemvRowsBlocksSimd(int64_t format, const float *x, const float *xsum16,
+                        const uint8_t *w, float *y, int64_t in, int64_t rows) {
+  HWY_DYNAMIC_DISPATCH(GemvBlocks)(format, x, xsum16, w, y, in, rows);
+}
+
+} // namespace kiln::rt::cpu
+#endif // HWY_ONCE
