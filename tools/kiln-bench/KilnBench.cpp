@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kiln_rt/api.h"
+#include "tools/common/Threads.h"
 #include "tools/common/ToolSupport.h"
 #include "tools/common/Trace.h"
 
@@ -71,6 +72,7 @@ static cl::opt<bool> profile(
              "kernel time, achieved GB/s and GFLOP/s against the measured "
              "bandwidth and FMA peak (cpu artifacts)"),
     cl::cat(benchCategory));
+
 
 namespace {
 
@@ -221,6 +223,7 @@ static const kiln::tool::FlagAlias kBenchAliases[] = {
 int main(int argc, char **argv) {
   kiln::tool::ToolMain tool(argc, argv, "kiln-bench",
                             kiln::tool::ToolKind::Runtime);
+  cl::opt<int64_t> &threadCount = kiln::tool::threadsOption(benchCategory);
   cl::HideUnrelatedOptions(benchCategory);
   kiln::tool::parseCommandLine(argc, argv,
                                "Kiln artifact benchmark: prefill and decode "
@@ -244,6 +247,7 @@ int main(int argc, char **argv) {
 
   if (llvm::Error e = kiln::tool::Trace(traceFile).checkPath())
     fail(llvm::toString(std::move(e)));
+  kiln::tool::applyThreads(threadCount, threadCount.getNumOccurrences() > 0);
 
   kiln_rt_artifact_t *artifact = nullptr;
   kiln_rt_open_options_t openOptions{};

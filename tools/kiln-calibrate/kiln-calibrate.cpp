@@ -41,6 +41,7 @@
 #include "dialects/Plan/IR/PlanOps.h"
 #include "passes/Conversion/Passes.h"
 #include "passes/Transforms/Passes.h"
+#include "tools/common/Threads.h"
 #include "tools/common/ToolSupport.h"
 
 #include "kiln_rt/api.h"
@@ -139,6 +140,7 @@ static uint64_t splitmix64(uint64_t &state) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
+
 
 namespace {
 /// Running sums of one tap: C channels, float64 accumulators.
@@ -302,6 +304,7 @@ static const ::kiln::tool::FlagAlias kCalibrateAliases[] = {
 
 int main(int argc, char **argv) {
   ::kiln::tool::ToolMain tool(argc, argv, kTool, ::kiln::tool::ToolKind::Compiler);
+  cl::opt<int64_t> &threadCount = ::kiln::tool::threadsOption(category);
   cl::HideUnrelatedOptions(category);
   ::kiln::tool::parseCommandLine(
       argc, argv,
@@ -319,6 +322,7 @@ int main(int argc, char **argv) {
       kCalibrateAliases);
 
   // Flags first: nothing is read or compiled for a bad command line.
+  ::kiln::tool::applyThreads(threadCount, threadCount.getNumOccurrences() > 0);
   if (numSamples <= 0 || numSamples > (int64_t(1) << 24))
     return fail("--samples=" + std::to_string(numSamples) +
                 " is out of range (expected 1 to 16777216 windows)");

@@ -22,6 +22,7 @@
 //===----------------------------------------------------------------------===//
 #include "dialects/Kiln/Import/ImportUtils.h"
 #include "kiln_rt/api.h"
+#include "tools/common/Threads.h"
 #include "tools/common/ToolSupport.h"
 #include "tools/common/Trace.h"
 
@@ -105,6 +106,7 @@ static cl::opt<std::string> traceFile(
              "every kernel call with its op kind, IR location, bytes and "
              "FLOPs (at most 4M events are kept)"),
     cl::value_desc("FILE.json"), cl::cat(evalCategory));
+
 
 namespace {
 
@@ -434,6 +436,7 @@ static const kiln::tool::FlagAlias kEvalAliases[] = {
 int main(int argc, char **argv) {
   kiln::tool::ToolMain tool(argc, argv, "kiln-eval",
                             kiln::tool::ToolKind::Runtime);
+  cl::opt<int64_t> &threadCount = kiln::tool::threadsOption(evalCategory);
   cl::HideUnrelatedOptions(evalCategory);
   kiln::tool::parseCommandLine(
           argc, argv,
@@ -456,6 +459,7 @@ int main(int argc, char **argv) {
 
   if (llvm::Error e = evalTrace().checkPath())
     fail(llvm::toString(std::move(e)));
+  kiln::tool::applyThreads(threadCount, threadCount.getNumOccurrences() > 0);
   if (compareDir.empty()) {
     if (compareTokens.getNumOccurrences())
       fail("--tokens applies only to --compare (use --max-tokens to limit "

@@ -16,6 +16,7 @@
 #include "base/RegularFile.h"
 #include "chat/ChatTemplate.h"
 #include "kiln_rt/api.h"
+#include "tools/common/Threads.h"
 #include "tools/common/ToolSupport.h"
 #include "tools/common/Trace.h"
 
@@ -140,6 +141,7 @@ static cl::opt<std::string> traceFile(
              "kernel call with its op kind, IR location, bytes and FLOPs, "
              "and sampling/detokenizing; written when the run ends"),
     cl::value_desc("FILE.json"), cl::cat(runCategory));
+
 
 namespace {
 
@@ -458,6 +460,7 @@ static const kiln::tool::FlagAlias kRunAliases[] = {
 int main(int argc, char **argv) {
   kiln::tool::ToolMain tool(argc, argv, "kiln-run",
                             kiln::tool::ToolKind::Runtime);
+  cl::opt<int64_t> &threadCount = kiln::tool::threadsOption(runCategory);
   cl::HideUnrelatedOptions(runCategory);
   kiln::tool::parseCommandLine(
       argc, argv,
@@ -514,6 +517,7 @@ int main(int argc, char **argv) {
   Runtime rt;
   if (llvm::Error e = rt.trace.checkPath())
     fail(llvm::toString(std::move(e)));
+  kiln::tool::applyThreads(threadCount, threadCount.getNumOccurrences() > 0);
   kiln_rt_open_options_t openOptions{};
   openOptions.flags = noVerify ? KILN_RT_OPEN_SKIP_CHECKSUMS : 0;
   openOptions.trusted_keys = trustedKeys.empty() ? nullptr : trustedKeys.c_str();

@@ -256,6 +256,23 @@ kiln_rt_status_t kiln_rt_session_set_observer(kiln_rt_session_t *session,
                                               kiln_rt_observer_fn fn,
                                               void *user);
 
+/*===--------------------------- threads ---------------------------------===*/
+
+/// Threads the CPU kernels use for the steps run by the calling thread (the
+/// OpenMP thread count of that thread): n >= 1, or 0 for the default,
+/// kiln_rt_default_threads(). Results are identical for every count (each
+/// output element is computed by one thread in a fixed order).
+/// KILN_RT_INVALID_ARGUMENT for n < 0 or n > 4096.
+kiln_rt_status_t kiln_rt_set_threads(int n);
+
+/// The thread count the next step of the calling thread will use.
+int kiln_rt_threads(void);
+
+/// Physical cores available to this process: the CPUs of its affinity mask
+/// with SMT siblings counted once (Linux sysfs topology; every CPU of the
+/// mask when the topology cannot be read). At least 1.
+int kiln_rt_default_threads(void);
+
 /*===--------------------------- tracing ---------------------------------===*/
 
 /// One event of a traced session: a kernel call of the emitted code (kind

@@ -11,6 +11,7 @@
 #include "tokenizer/Sampler.h"
 
 #include <cstring>
+#include <omp.h>
 #include <exception>
 #include <new>
 
@@ -263,6 +264,18 @@ kiln_rt_status_t kiln_rt_session_decode(kiln_rt_session_t *session,
 
 const float *kiln_rt_session_logits(const kiln_rt_session_t *session) {
   return session->impl->logits();
+}
+
+kiln_rt_status_t kiln_rt_set_threads(int n) {
+  return guarded([&]() -> Status {
+    if (n < 0 || n > 4096)
+      return invalidArgument("thread count " + std::to_string(n) +
+                             " is outside [0, 4096] (0: the default, " +
+                             std::to_string(kiln_rt_default_threads()) +
+                             " physical cores)");
+    omp_set_num_threads(n == 0 ? kiln_rt_default_threads() : n);
+    return Status::ok();
+  });
 }
 
 uint64_t kiln_rt_clock_ns(void) { return kiln_trace_clock(); }
