@@ -8,12 +8,15 @@
 //   Q8_0:  d * sum(q * x)
 //   Q4_0:  d * sum(q * x) - 8 d * sum(x)
 //   Q4_1:  d * sum(q * x) + m * sum(x)
-//   Q4_K:  sum_g (d * sc_g) * sum_g(q * x) - (dmin * min_g) * sum_g(x)
+//   Q5_0:  d * sum(q * x) - 16 d * sum(x)    (q with its fifth bit from qh)
+//   Q5_1:  d * sum(q * x) + m * sum(x)
+//   Q4_K / Q5_K:
+//          sum_g (d * sc_g) * sum_g(q * x) - (dmin * min_g) * sum_g(x)
 //   Q6_K:  sum_g (d * sc_g) * sum_g((q - 32) * x)
 // where sum(x) over each 16 inputs is computed once per call (blockXSums16)
 // and shared by every row. This is the formula of block_formats.h
 // reassociated, so results equal the decode-then-dot kernel up to float
-// summation order. The other formats use that kernel (Kernels.cpp).
+// summation order. Q2_K and Q3_K use that kernel (Kernels.cpp).
 // Written once with Google Highway (1.0.3 API) and dispatched per CPU like
 // QuantKernelsHwy.cpp.
 //
@@ -122,6 +125,36 @@ HWY_INLINE void GemvLegacy(const float *HWY_RESTRICT x,
           s[r] = hn::MulAdd(
               LoadI8AsF32(w + r * rowBytes + b * kBytes + 2 + k), xv, s[r]);
       }
+    } else if constexpr (F == KILN_BLOCK_Q5_0 || F == KILN_BLOCK_Q5_1) {
+      // Fifth bit of element i: bit i of the little-endian 32-bit qh.
+      constexpr int64_t kQh = F == KILN_BLOCK_Q5_1 ? 4 : 2, kQs = kQh + 4;
+      const auto lanes = hn::Iota(di, 0);
+      for (int64_t k = 0; k < 16; k += N) {
+        const auto xl = hn::LoadU(df, xb + k);
+        const auto xh = hn::LoadU(df, xb + 16 + k);
+        for (int r = 0; r < R; ++r) {
+          const uint8_t *blk = w + r * rowBytes + b * kBytes;
+          uint32_t qh;
+          std::memcpy(&qh, blk + kQh, 4);
+          const auto bits = hn::Set(di, int32_t(qh));
+          const auto one = hn::Set(di, 1);
+          const auto hiL = hn::ShiftLeft<4>(
+              hn::And(hn::Shr(hn::BitCast(hn::RebindToUnsigned<DI>(), bits),
+                              hn::BitCast(hn::RebindToUnsigned<DI>(),
+                                          hn::Add(lanes, hn::Set(di, int32_t(k))))),
+                      hn::BitCast(hn::RebindToUnsigned<DI>(), one)));
+          const auto hiH = hn::ShiftLeft<4>(
+              hn::And(hn::Shr(hn::BitCast(hn::RebindToUnsigned<DI>(), bits),
+                              hn::BitCast(hn::RebindToUnsigned<DI>(),
+                                          hn::Add(lanes, hn::Set(di, int32_t(k + 16))))),
+                      hn::BitCast(hn::RebindToUnsigned<DI>(), one)));
+          const auto bytes = LoadU8AsI32(blk + kQs + k);
+          const auto ql = hn::Or(hn::And(bytes, low), hn::BitCast(di, hiL));
+          const auto qhv = hn::Or(hn::ShiftRight<4>(bytes), hn::BitCast(di, hiH));
+          s[r] = hn::MulAdd(hn::ConvertTo(df, ql), xl, s[r]);
+          s[r] = hn::MulAdd(hn::ConvertTo(df, qhv), xh, s[r]);
+        }
+      }
     } else {
       constexpr int64_t kQs = F == KILN_BLOCK_Q4_1 ? 4 : 2;
       for (int64_t k = 0; k < 16; k += N) {
@@ -142,7 +175,9 @@ HWY_INLINE void GemvLegacy(const float *HWY_RESTRICT x,
       acc[r] = hn::MulAdd(s[r], hn::Set(df, d), acc[r]);
       if constexpr (F == KILN_BLOCK_Q4_0)
         offset[r] -= 8.0f * d * xsum;
-      else if constexpr (F == KILN_BLOCK_Q4_1)
+      else if constexpr (F == KILN_BLOCK_Q5_0)
+        offset[r] -= 16.0f * d * xsum;
+      else if constexpr (F == KILN_BLOCK_Q4_1 || F == KILN_BLOCK_Q5_1)
         offset[r] += F16(blk + 2) * xsum;
     }
   }
@@ -150,28 +185,37 @@ HWY_INLINE void GemvLegacy(const float *HWY_RESTRICT x,
     y[r] = SumLanes(acc[r]) + offset[r];
 }
 
-/// One row of Q4_K (256-element super-blocks of 8 sub-blocks of 32).
-HWY_INLINE float GemvQ4K(const float *HWY_RESTRICT x,
-                         const float *HWY_RESTRICT xs16,
-                         const uint8_t *HWY_RESTRICT row, int64_t in) {
+/// One row of Q4_K or Q5_K (256-element super-blocks of 8 sub-blocks of
+/// 32; Q5_K adds the fifth bits in qh[32]).
+template <int64_t F>
+HWY_INLINE float GemvQ45K(const float *HWY_RESTRICT x,
+                          const float *HWY_RESTRICT xs16,
+                          const uint8_t *HWY_RESTRICT row, int64_t in) {
+  constexpr bool kQ5 = F == KILN_BLOCK_Q5_K;
+  constexpr int64_t kBytes = kiln_block_bytes(F), kQs = kQ5 ? 48 : 16;
   const DF df;
   const DI di;
   constexpr int64_t N = kLanes;
   const auto low = hn::Set(di, 0x0f);
   auto acc = hn::Zero(df);
   float offset = 0.0f;
+  const auto one = hn::Set(di, 1);
   for (int64_t b = 0; b < in / 256; ++b) {
-    const uint8_t *blk = row + b * 144;
+    const uint8_t *blk = row + b * kBytes;
     const float d = F16(blk), dmin = F16(blk + 2);
     const float *xb = x + 256 * b;
     for (int g = 0; g < 8; ++g) {
       const int c = g / 2, nib = g % 2;
-      const uint8_t *qs = blk + 16 + 32 * c;
+      const uint8_t *qs = blk + kQs + 32 * c;
       const float *xg = xb + 32 * g;
       auto s = hn::Zero(df);
       for (int64_t l = 0; l < 32; l += N) {
         const auto bytes = LoadU8AsI32(qs + l);
-        const auto q = nib ? hn::ShiftRight<4>(bytes) : hn::And(bytes, low);
+        auto q = nib ? hn::ShiftRight<4>(bytes) : hn::And(bytes, low);
+        if constexpr (kQ5) // bit (2c + n) of qh[l]
+          q = hn::Or(q, hn::ShiftLeft<4>(hn::And(
+                            hn::ShiftRightSame(LoadU8AsI32(blk + 16 + l), g),
+                            one)));
         s = hn::MulAdd(hn::ConvertTo(df, q), hn::LoadU(df, xg + l), s);
       }
       uint8_t sc, mn;
@@ -241,9 +285,17 @@ void GemvBlocks(int64_t format, const float *HWY_RESTRICT x,
     return GemvLegacyRows<KILN_BLOCK_Q4_0>(x, xs16, w, y, in, rows);
   case KILN_BLOCK_Q4_1:
     return GemvLegacyRows<KILN_BLOCK_Q4_1>(x, xs16, w, y, in, rows);
+  case KILN_BLOCK_Q5_0:
+    return GemvLegacyRows<KILN_BLOCK_Q5_0>(x, xs16, w, y, in, rows);
+  case KILN_BLOCK_Q5_1:
+    return GemvLegacyRows<KILN_BLOCK_Q5_1>(x, xs16, w, y, in, rows);
   case KILN_BLOCK_Q4_K:
     for (int64_t r = 0; r < rows; ++r)
-      y[r] = GemvQ4K(x, xs16, w + r * (in / 256 * 144), in);
+      y[r] = GemvQ45K<KILN_BLOCK_Q4_K>(x, xs16, w + r * (in / 256 * 144), in);
+    return;
+  case KILN_BLOCK_Q5_K:
+    for (int64_t r = 0; r < rows; ++r)
+      y[r] = GemvQ45K<KILN_BLOCK_Q5_K>(x, xs16, w + r * (in / 256 * 176), in);
     return;
   case KILN_BLOCK_Q6_K:
     for (int64_t r = 0; r < rows; ++r)
@@ -266,8 +318,9 @@ HWY_EXPORT(GemvBlocks);
 
 bool hasSimdBlockGemv(int64_t format) {
   return format == KILN_BLOCK_Q8_0 || format == KILN_BLOCK_Q4_0 ||
-         format == KILN_BLOCK_Q4_1 || format == KILN_BLOCK_Q4_K ||
-         format == KILN_BLOCK_Q6_K;
+         format == KILN_BLOCK_Q4_1 || format == KILN_BLOCK_Q5_0 ||
+         format == KILN_BLOCK_Q5_1 || format == KILN_BLOCK_Q4_K ||
+         format == KILN_BLOCK_Q5_K || format == KILN_BLOCK_Q6_K;
 }
 
 void blockXSums16(const float *x, int64_t in, float *sums) {

@@ -255,7 +255,7 @@ void gemvRowsQ4(const float *x, const int8_t *q, const float *scales,
 // GGML block-format decode GEMV on Highway (BlockKernelsHwy.cpp).
 
 /// Whether gemvRowsBlocksSimd handles `format` (kiln_rt/block_formats.h):
-/// Q8_0, Q4_0, Q4_1, Q4_K and Q6_K.
+/// every block format but Q2_K and Q3_K.
 bool hasSimdBlockGemv(int64_t format);
 
 /// sums[g] = x[16g] + ... + x[16g + 15] for g < in / 16 (in a multiple of
