@@ -10,13 +10,14 @@
 //   Q4_1:  d * sum(q * x) + m * sum(x)
 //   Q5_0:  d * sum(q * x) - 16 d * sum(x)    (q with its fifth bit from qh)
 //   Q5_1:  d * sum(q * x) + m * sum(x)
-//   Q4_K / Q5_K:
+//   Q2_K / Q4_K / Q5_K:
 //          sum_g (d * sc_g) * sum_g(q * x) - (dmin * min_g) * sum_g(x)
+//   Q3_K:  sum_g (d * (sc_g - 32)) * sum_g(q * x), q = low - (high ? 0 : 4)
 //   Q6_K:  sum_g (d * sc_g) * sum_g((q - 32) * x)
 // where sum(x) over each 16 inputs is computed once per call (blockXSums16)
 // and shared by every row. This is the formula of block_formats.h
-// reassociated, so results equal the decode-then-dot kernel up to float
-// summation order. Q2_K and Q3_K use that kernel (Kernels.cpp).
+// reassociated, so results equal decoding to float and then dotting up to float
+// summation order.
 // Written once with Google Highway (1.0.3 API) and dispatched per CPU like
 // QuantKernelsHwy.cpp.
 //
@@ -263,6 +264,59 @@ HWY_INLINE float GemvQ6K(const float *HWY_RESTRICT x,
   return SumLanes(acc);
 }
 
+/// One row of Q2_K or Q3_K (256-element super-blocks of 16 groups of 16,
+/// two-bit codes; Q3_K adds a third bit from hmask and signed scales).
+template <int64_t F>
+HWY_INLINE float GemvQ23K(const float *HWY_RESTRICT x,
+                          const float *HWY_RESTRICT xs16,
+                          const uint8_t *HWY_RESTRICT row, int64_t in) {
+  constexpr bool kQ3 = F == KILN_BLOCK_Q3_K;
+  constexpr int64_t kBytes = kiln_block_bytes(F);
+  const DF df;
+  const DI di;
+  constexpr int64_t N = kLanes;
+  const auto three = hn::Set(di, 3), one = hn::Set(di, 1),
+             four = hn::Set(di, 4);
+  auto acc = hn::Zero(df);
+  float offset = 0.0f;
+  for (int64_t b = 0; b < in / 256; ++b) {
+    const uint8_t *blk = row + b * kBytes;
+    const uint8_t *qs = blk + (kQ3 ? 32 : 16);
+    const float d = F16(blk + (kQ3 ? 108 : 80));
+    const float dmin = kQ3 ? 0.0f : F16(blk + 82);
+    const float *xb = x + 256 * b;
+    for (int g = 0; g < 16; ++g) {
+      // Element e = 128h + 32s + l: bits 2s..2s+1 of qs[32h + l] (Q3_K:
+      // and bit 4h + s of hmask[l], set meaning "no -4").
+      const int e0 = 16 * g, h = e0 / 128, s2 = (e0 % 128) / 32, l0 = e0 % 32;
+      auto sum = hn::Zero(df);
+      for (int64_t k = 0; k < 16; k += N) {
+        auto q = hn::And(
+            hn::ShiftRightSame(LoadU8AsI32(qs + 32 * h + l0 + k), 2 * s2),
+            three);
+        if constexpr (kQ3) {
+          const auto hb = hn::And(
+              hn::ShiftRightSame(LoadU8AsI32(blk + l0 + k), 4 * h + s2), one);
+          q = hn::Add(hn::Sub(q, four), hn::ShiftLeft<2>(hb));
+        }
+        sum = hn::MulAdd(hn::ConvertTo(df, q), hn::LoadU(df, xb + e0 + k), sum);
+      }
+      if constexpr (kQ3) {
+        const uint8_t *sc = blk + 96;
+        int lo = (g < 8 ? sc[g] : sc[g - 8] >> 4) & 0x0f;
+        int hi = (sc[8 + g % 4] >> (2 * (g / 4))) & 3;
+        float scale = float(int8_t(uint8_t(lo | (hi << 4))) - 32);
+        acc = hn::MulAdd(sum, hn::Set(df, d * scale), acc);
+      } else {
+        const uint8_t sc = blk[g];
+        acc = hn::MulAdd(sum, hn::Set(df, d * float(sc & 0x0f)), acc);
+        offset -= dmin * float(sc >> 4) * xs16[(256 * b + e0) / 16];
+      }
+    }
+  }
+  return SumLanes(acc) + offset;
+}
+
 template <int64_t F>
 HWY_INLINE void GemvLegacyRows(const float *x, const float *xs16,
                                const uint8_t *w, float *y, int64_t in,
@@ -289,6 +343,14 @@ void GemvBlocks(int64_t format, const float *HWY_RESTRICT x,
     return GemvLegacyRows<KILN_BLOCK_Q5_0>(x, xs16, w, y, in, rows);
   case KILN_BLOCK_Q5_1:
     return GemvLegacyRows<KILN_BLOCK_Q5_1>(x, xs16, w, y, in, rows);
+  case KILN_BLOCK_Q2_K:
+    for (int64_t r = 0; r < rows; ++r)
+      y[r] = GemvQ23K<KILN_BLOCK_Q2_K>(x, xs16, w + r * (in / 256 * 84), in);
+    return;
+  case KILN_BLOCK_Q3_K:
+    for (int64_t r = 0; r < rows; ++r)
+      y[r] = GemvQ23K<KILN_BLOCK_Q3_K>(x, xs16, w + r * (in / 256 * 110), in);
+    return;
   case KILN_BLOCK_Q4_K:
     for (int64_t r = 0; r < rows; ++r)
       y[r] = GemvQ45K<KILN_BLOCK_Q4_K>(x, xs16, w + r * (in / 256 * 144), in);
@@ -315,13 +377,6 @@ namespace kiln::rt::cpu {
 
 HWY_EXPORT(BlockXSums16);
 HWY_EXPORT(GemvBlocks);
-
-bool hasSimdBlockGemv(int64_t format) {
-  return format == KILN_BLOCK_Q8_0 || format == KILN_BLOCK_Q4_0 ||
-         format == KILN_BLOCK_Q4_1 || format == KILN_BLOCK_Q5_0 ||
-         format == KILN_BLOCK_Q5_1 || format == KILN_BLOCK_Q4_K ||
-         format == KILN_BLOCK_Q5_K || format == KILN_BLOCK_Q6_K;
-}
 
 void blockXSums16(const float *x, int64_t in, float *sums) {
   HWY_DYNAMIC_DISPATCH(BlockXSums16)(x, in, sums);

@@ -736,30 +736,6 @@ static void linearW4(const typename E::T *x, const int8_t *q,
                         });
 }
 
-/// GGML block formats (kernel_abi.h, kiln_rt/block_formats.h), specialized
-/// per format so that the decoder's switch folds away.
-template <int64_t F>
-static void gemvRowsBlocks(const float *x, const uint8_t *w, float *y,
-                           int64_t in, int64_t rows) {
-  constexpr int64_t elems = kiln_block_elems(F), bytes = kiln_block_bytes(F);
-  const int64_t blocks = in / elems, rowBytes = blocks * bytes;
-  alignas(64) float buf[elems];
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t *row = w + r * rowBytes;
-    float acc = 0.0f;
-    for (int64_t b = 0; b < blocks; ++b) {
-      kiln_block_decode(F, row + b * bytes, buf);
-      const float *xb = x + b * elems;
-      float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-      for (int64_t j = 0; j < elems; ++j)
-        s += buf[j] * xb[j];
-      acc += s;
-    }
-    y[r] = acc;
-  }
-}
-
 template <int64_t F>
 static void linearBlocks(const float *x, const uint8_t *w, float *y, int64_t n,
                          int64_t in, int64_t out) {
@@ -773,20 +749,14 @@ static void linearBlocks(const float *x, const uint8_t *w, float *y, int64_t n,
   const int64_t rowBytes = in / elems * bytes;
   if (n == 1) {
     // Decode: memory-bound GEMV over the raw blocks, rows split over threads.
+    // Codes widened in registers (BlockKernelsHwy.cpp); the input's
+    // 16-element sums are shared by every row.
     const bool parallel = out * in > kParallelGrain;
-    if (hasSimdBlockGemv(F)) {
-      // Codes widened in registers (BlockKernelsHwy.cpp); the input's
-      // 16-element sums are shared by every row.
-      std::vector<float> xsum16(size_t(in / 16));
-      blockXSums16(x, in, xsum16.data());
-      forRowChunks(out, parallel, [&](int64_t begin, int64_t end) {
-        gemvRowsBlocksSimd(F, x, xsum16.data(), w + begin * rowBytes,
-                           y + begin, in, end - begin);
-      });
-      return;
-    }
+    std::vector<float> xsum16(size_t(in / 16));
+    blockXSums16(x, in, xsum16.data());
     forRowChunks(out, parallel, [&](int64_t begin, int64_t end) {
-      gemvRowsBlocks<F>(x, w + begin * rowBytes, y + begin, in, end - begin);
+      gemvRowsBlocksSimd(F, x, xsum16.data(), w + begin * rowBytes, y + begin,
+                         in, end - begin);
     });
     return;
   }

@@ -254,16 +254,12 @@ void gemvRowsQ4(const float *x, const int8_t *q, const float *scales,
 
 // GGML block-format decode GEMV on Highway (BlockKernelsHwy.cpp).
 
-/// Whether gemvRowsBlocksSimd handles `format` (kiln_rt/block_formats.h):
-/// every block format but Q2_K and Q3_K.
-bool hasSimdBlockGemv(int64_t format);
-
 /// sums[g] = x[16g] + ... + x[16g + 15] for g < in / 16 (in a multiple of
 /// 32): the input sums gemvRowsBlocksSimd shares between rows.
 void blockXSums16(const float *x, int64_t in, float *sums);
 
 /// y[r] = dot(decoded row r, x) for r < rows: rows of in / elems blocks of
-/// `format` (hasSimdBlockGemv) read as stored, codes widened in registers,
+/// `format` (any of kiln_rt/block_formats.h) read as stored, codes widened in registers,
 /// each block's scale applied to its integer-times-x sum (the block formula
 /// reassociated; equal to decode-then-dot up to float summation order).
 /// xsum16 from blockXSums16(x). Single-threaded; SIMD-dispatched.
