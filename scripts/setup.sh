@@ -28,6 +28,12 @@ if ! python3 -c "import gguf, sys; sys.exit(gguf.__version__ != '0.19.0')" 2>/de
    ! python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('gguf') != '0.19.0')" 2>/dev/null; then
   python3 -m pip install -q gguf==0.19.0
 fi
+# cuobjdump (PyPI nvidia-cuda-cuobjdump): the CUDA codegen tests list the
+# cubins and PTX inside a model.so with it.
+if [ -x /usr/local/cuda/bin/nvcc ] &&
+   ! python3 -c "import glob, nvidia, sys; sys.exit(not any(glob.glob(p + '/*/bin/cuobjdump') for p in nvidia.__path__))" 2>/dev/null; then
+  python3 -m pip install -q nvidia-cuda-cuobjdump
+fi
 # The chat-template tests (test/Chat) compare with jinja2 under that python3.
 if ! python3 -c "import jinja2" 2>/dev/null; then
   python3 -m pip install -q jinja2

@@ -788,7 +788,8 @@ mlir::kiln::removeStaleScratchDirs(llvm::StringRef parent,
 
 llvm::Error mlir::kiln::checkOutputIsNotAnInput(
     llvm::StringRef path,
-    llvm::ArrayRef<std::pair<llvm::StringRef, llvm::StringRef>> inputs) {
+    llvm::ArrayRef<std::pair<llvm::StringRef, llvm::StringRef>> inputs,
+    llvm::StringRef outputFlag) {
   namespace fs = llvm::sys::fs;
   if (path == "-" || !fs::exists(path))
     return llvm::Error::success();
@@ -806,7 +807,7 @@ llvm::Error mlir::kiln::checkOutputIsNotAnInput(
       same = llvm::StringRef(real).starts_with((in + "/").str());
     if (same)
       return llvm::createStringError(
-          ("-o " + path + " is " +
+          (outputFlag + " " + path + " is " +
            (real == in ? "the input file " : "a file inside the input ") +
            input + " (" + flag + "); writing it would destroy the input")
               .str());

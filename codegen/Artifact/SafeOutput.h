@@ -175,10 +175,12 @@ llvm::Expected<FileOutputTarget> checkFileOutput(llvm::StringRef path);
 /// checkpoint) is hit by any existing file inside it. "-" and names that do
 /// not exist yet are fine. Error: "-o OUT is the input file IN (FLAG);
 /// writing it would destroy the input" (like gcc's "input file is the same
-/// as output file").
+/// as output file"); `outputFlag` names the output's flag ("-o",
+/// "--trace").
 llvm::Error checkOutputIsNotAnInput(
     llvm::StringRef path,
-    llvm::ArrayRef<std::pair<llvm::StringRef, llvm::StringRef>> inputs);
+    llvm::ArrayRef<std::pair<llvm::StringRef, llvm::StringRef>> inputs,
+    llvm::StringRef outputFlag = "-o");
 
 /// Writes a single-file output: checkFileOutput(`path`), then `write` gets
 /// a stream to stdout, to the device (opened O_WRONLY, never replaced or

@@ -35,7 +35,8 @@ llvm::Error compileSharedObject(llvm::StringRef cppPath, llvm::StringRef soPath,
 
 /// Compiles the CUDA C++ file `cuPath` into the shared object `soPath` with
 /// nvcc ($KILN_NVCC, else nvcc on PATH, else /usr/local/cuda/bin/nvcc) for
-/// sm_80 and sm_90a, linking cuBLASLt and the CUDA runtime (rpath to the
+/// sm_80 and sm_90a, with compute_90 PTX for newer GPUs to JIT, linking
+/// cuBLASLt and the CUDA runtime (rpath to the
 /// toolkit's lib64). `includeDir` and `displayName` as for
 /// compileSharedObject.
 llvm::Error compileCudaSharedObject(llvm::StringRef cuPath,

@@ -524,7 +524,11 @@ llvm::Error compileCudaSharedObject(StringRef cuPath, StringRef soPath,
   return runCompiler({nvcc, "-std=c++17", "-O3", "-shared",
                       "-Xcompiler=-fPIC", "--cudart=shared",
                       "-gencode=arch=compute_80,code=sm_80",
-                      "-gencode=arch=compute_90a,code=sm_90a", include, cuPath,
+                      "-gencode=arch=compute_90a,code=sm_90a",
+                      // PTX beside the cubins: GPUs newer than sm_90 JIT it
+                      // when the artifact is loaded.
+                      "-gencode=arch=compute_90,code=compute_90", include,
+                      cuPath,
                       "-o", soPath, libPath, rpath, "-lcublasLt"},
                      displayName.empty() ? cuPath : displayName, includeDir);
 }

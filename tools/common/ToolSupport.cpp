@@ -147,6 +147,11 @@ ToolMain::ToolMain(int &argc, char **&argv, llvm::StringRef name,
   llvm::setBugReportMsg(bugReportStorage().c_str());
   llvm::install_fatal_error_handler(fatalErrorHandler, nullptr);
   cl::SetVersionPrinter(printVersion);
+  // libLLVM registers a hidden `--threads` of its own that no Kiln tool
+  // uses; it would accept the flag silently. The tools that run artifacts
+  // register Kiln's (Threads.h threadsOption) after this.
+  if (cl::Option *llvmThreads = cl::getRegisteredOptions().lookup("threads"))
+    llvmThreads->removeArgument();
   // Test hook (test/Tools/crash-banner.test): crash on purpose, after the
   // handlers are in place. SIGABRT, which sanitizers leave to LLVM.
   if (const char *crash = std::getenv("KILN_TEST_CRASH"); crash && *crash)

@@ -2,6 +2,8 @@
 
 #include "tools/common/Trace.h"
 
+#include "codegen/Artifact/SafeOutput.h"
+
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -15,30 +17,44 @@
 
 namespace kiln::tool {
 
-Trace::Trace(std::string path) : path_(std::move(path)) {
+Trace::Trace(std::string path, bool given)
+    : path_(std::move(path)), given_(given) {
   if (enabled())
     originNs_ = kiln_rt_clock_ns();
 }
 
-llvm::Error Trace::checkPath() const {
-  if (!enabled())
+llvm::Error Trace::checkPath(ToolInputs inputs) const {
+  if (!enabled()) {
+    if (given_)
+      return llvm::createStringError(
+          "--trace needs a file name (FILE.json)");
     return llvm::Error::success();
+  }
   if (llvm::sys::fs::is_directory(path_))
     return llvm::createStringError("--trace " + path_ +
                                    ": is a directory (expected a file name "
                                    "for the JSON trace)");
-  llvm::sys::fs::file_status st;
-  if (!llvm::sys::fs::status(path_, st) &&
-      st.type() != llvm::sys::fs::file_type::regular_file)
-    return llvm::createStringError("--trace " + path_ +
-                                   ": exists and is not a regular file");
-  llvm::SmallString<256> dir(path_);
-  llvm::sys::path::remove_filename(dir);
-  if (dir.empty())
-    dir = ".";
-  if (!llvm::sys::fs::is_directory(dir))
-    return llvm::createStringError("--trace " + path_ + ": directory '" + dir +
-                                   "' does not exist");
+  llvm::Expected<mlir::kiln::FileOutputTarget> target =
+      mlir::kiln::checkFileOutput(path_);
+  if (!target)
+    return llvm::createStringError("--trace: " +
+                                   llvm::toString(target.takeError()));
+  if (llvm::Error e =
+          mlir::kiln::checkOutputIsNotAnInput(path_, inputs, "--trace"))
+    return e;
+  if (target->kind == mlir::kiln::FileOutputTarget::File) {
+    // The file is written beside its target and renamed: the directory
+    // must exist and be writable.
+    llvm::SmallString<256> dir(llvm::sys::path::parent_path(target->path));
+    if (dir.empty())
+      dir = ".";
+    if (!llvm::sys::fs::is_directory(dir))
+      return llvm::createStringError("--trace " + path_ + ": directory '" +
+                                     dir + "' does not exist");
+    if (::access(dir.c_str(), W_OK) != 0)
+      return llvm::createStringError("--trace " + path_ + ": directory '" +
+                                     dir + "' is not writable");
+  }
   return llvm::Error::success();
 }
 
@@ -53,6 +69,10 @@ void Trace::collect(kiln_rt_session_t *session) {
   if (!enabled() || !session)
     return;
   size_t n = kiln_rt_session_trace_size(session);
+  size_t room = kMaxRecords - std::min(kMaxRecords, records_.size());
+  if (n > room)
+    dropped_ += n - room;
+  n = std::min(n, room);
   records_.reserve(records_.size() + n);
   for (size_t i = 0; i < n; ++i) {
     kiln_rt_trace_event_t e;
@@ -76,109 +96,99 @@ void Trace::collect(kiln_rt_session_t *session) {
   kiln_rt_session_trace_clear(session);
 }
 
-void Trace::span(llvm::StringRef name, uint64_t startNs, uint64_t endNs,
-                 int64_t tokens) {
+void Trace::span(llvm::StringRef name, uint64_t startNs, uint64_t endNs) {
   if (!enabled())
     return;
+  if (records_.size() >= kMaxRecords) {
+    ++dropped_;
+    return;
+  }
   TraceRecord r;
   r.name = name.str();
   r.kind = "tool";
   r.category = "tool";
   r.startNs = startNs;
   r.durNs = endNs > startNs ? endNs - startNs : 0;
-  r.tokens = tokens;
   r.tid = kiln_rt_thread_id();
   records_.push_back(std::move(r));
 }
 
-llvm::Error Trace::write(llvm::StringRef tool) const {
+llvm::Error Trace::write(llvm::StringRef tool, ToolInputs inputs) const {
   if (!enabled())
     return llvm::Error::success();
-  if (llvm::Error e = checkPath())
+  if (llvm::Error e = checkPath(inputs))
     return e;
-  llvm::SmallString<256> tmp(path_);
-  tmp += ".tmp-%%%%%%";
-  int fd = -1;
-  if (std::error_code ec = llvm::sys::fs::createUniqueFile(tmp, fd, tmp))
-    return llvm::createStringError(ec, "--trace " + path_ +
-                                           ": cannot create a file beside it: " +
-                                           ec.message());
-  {
-    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
-    llvm::json::OStream j(os);
-    int64_t pid = int64_t(::getpid());
-    auto us = [&](uint64_t ns) {
-      return double(int64_t(ns - originNs_)) / 1000.0;
-    };
-    j.object([&] {
-      j.attributeArray("traceEvents", [&] {
-        // Lane names: the first thread seen is the tool's main thread.
-        std::map<uint32_t, std::string> lanes;
-        for (const TraceRecord &r : records_)
-          lanes.emplace(r.tid, lanes.empty() ? "main" : "worker");
+  if (dropped_)
+    llvm::errs() << tool << ": note: --trace keeps " << kMaxRecords
+                 << " events; " << dropped_ << " later ones were dropped\n";
+  llvm::Error err = mlir::kiln::writeFileOutput(
+      path_, [&](llvm::raw_ostream &os) -> llvm::Error {
+        writeJson(os, tool);
+        return llvm::Error::success();
+      });
+  if (err)
+    return llvm::createStringError("--trace " + path_ + ": " +
+                                   llvm::toString(std::move(err)));
+  return llvm::Error::success();
+}
+
+void Trace::writeJson(llvm::raw_ostream &os, llvm::StringRef tool) const {
+  llvm::json::OStream j(os);
+  int64_t pid = int64_t(::getpid());
+  auto us = [&](uint64_t ns) { return double(int64_t(ns - originNs_)) / 1000.0; };
+  j.object([&] {
+    j.attributeArray("traceEvents", [&] {
+      // Lane names: the first thread seen is the tool's main thread.
+      std::map<uint32_t, std::string> lanes;
+      for (const TraceRecord &r : records_)
+        lanes.emplace(r.tid, lanes.empty() ? "main" : "worker");
+      j.object([&] {
+        j.attribute("name", "process_name");
+        j.attribute("ph", "M");
+        j.attribute("pid", pid);
+        j.attribute("tid", 0);
+        j.attributeObject("args", [&] { j.attribute("name", tool); });
+      });
+      for (const auto &[tid, lane] : lanes)
         j.object([&] {
-          j.attribute("name", "process_name");
+          j.attribute("name", "thread_name");
           j.attribute("ph", "M");
           j.attribute("pid", pid);
-          j.attribute("tid", 0);
-          j.attributeObject("args", [&] { j.attribute("name", tool); });
+          j.attribute("tid", int64_t(tid));
+          j.attributeObject("args", [&, &lane = lane] {
+            j.attribute("name", lane + " (" + std::to_string(tid) + ")");
+          });
         });
-        for (const auto &[tid, lane] : lanes)
-          j.object([&] {
-            j.attribute("name", "thread_name");
-            j.attribute("ph", "M");
-            j.attribute("pid", pid);
-            j.attribute("tid", int64_t(tid));
-            j.attributeObject("args", [&, &lane = lane] {
-              j.attribute("name", lane + " (" + std::to_string(tid) + ")");
-            });
-          });
-        for (const TraceRecord &r : records_)
-          j.object([&] {
-            j.attribute("name", r.name);
-            j.attribute("cat", r.category);
-            j.attribute("ph", "X");
-            j.attribute("ts", us(r.startNs));
-            j.attribute("dur", double(r.durNs) / 1000.0);
-            j.attribute("pid", pid);
-            j.attribute("tid", int64_t(r.tid));
-            j.attributeObject("args", [&] {
-              if (r.category == "kernel") {
-                j.attribute("kind", r.kind);
-                j.attribute("loc", r.loc);
-                j.attribute("bytes", int64_t(r.bytes));
-                j.attribute("flops", int64_t(r.flops));
-              }
+      for (const TraceRecord &r : records_)
+        j.object([&] {
+          j.attribute("name", r.name);
+          j.attribute("cat", r.category);
+          j.attribute("ph", "X");
+          j.attribute("ts", us(r.startNs));
+          j.attribute("dur", double(r.durNs) / 1000.0);
+          j.attribute("pid", pid);
+          j.attribute("tid", int64_t(r.tid));
+          j.attributeObject("args", [&] {
+            if (r.category == "kernel") {
+              j.attribute("kind", r.kind);
+              j.attribute("loc", r.loc);
+              j.attribute("bytes", int64_t(r.bytes));
+              j.attribute("flops", int64_t(r.flops));
+            }
+            if (r.category != "tool") {
               j.attribute("tokens", r.tokens);
-              if (r.category != "tool")
-                j.attribute("pos", r.pos);
-            });
+              j.attribute("pos", r.pos);
+            }
           });
-      });
-      j.attribute("displayTimeUnit", "ms");
-      j.attributeObject("otherData", [&] {
-        j.attribute("tool", tool);
-        j.attribute("dropped_events", int64_t(dropped_));
-      });
+        });
     });
-    os << "\n";
-    os.flush();
-    if (os.has_error()) {
-      std::error_code ec = os.error();
-      os.clear_error();
-      llvm::sys::fs::remove(tmp);
-      return llvm::createStringError(ec, "--trace " + path_ +
-                                             ": write failed: " + ec.message());
-    }
-  }
-  if (std::error_code ec = llvm::sys::fs::rename(tmp, path_)) {
-    llvm::sys::fs::remove(tmp);
-    return llvm::createStringError(ec, "--trace " + path_ +
-                                           ": cannot rename the written file "
-                                           "into place: " +
-                                           ec.message());
-  }
-  return llvm::Error::success();
+    j.attribute("displayTimeUnit", "ms");
+    j.attributeObject("otherData", [&] {
+      j.attribute("tool", tool);
+      j.attribute("dropped_events", int64_t(dropped_));
+    });
+  });
+  os << "\n";
 }
 
 void printProfile(llvm::raw_ostream &os,

@@ -32,17 +32,29 @@ struct TraceRecord {
   uint32_t tid = 0;
 };
 
+/// (flag, path) pairs of a tool's inputs (SafeOutput.h
+/// checkOutputIsNotAnInput): the trace never overwrites one of them or a
+/// file inside an input directory (the artifact).
+using ToolInputs = llvm::ArrayRef<std::pair<llvm::StringRef, llvm::StringRef>>;
+
 class Trace {
 public:
-  /// `path` empty: tracing is off and every call below does nothing.
-  explicit Trace(std::string path);
+  /// Most events kept (runtime and tool events together, about 150 bytes
+  /// each in memory); later ones are counted as dropped.
+  static constexpr size_t kMaxRecords = size_t(1) << 22;
+
+  /// `path` empty: tracing is off and every call below does nothing, unless
+  /// `given` (the flag was passed with an empty value: checkPath refuses).
+  explicit Trace(std::string path, bool given = false);
 
   bool enabled() const { return !path_.empty(); }
   const std::string &path() const { return path_; }
 
-  /// Refuses, before any work is done, a path that names a directory or
-  /// whose directory does not exist (the error names the flag and path).
-  llvm::Error checkPath() const;
+  /// Refuses, before any work is done, what writeFileOutput (SafeOutput.h)
+  /// would refuse (a directory, FIFO, socket, dangling link), a path that
+  /// is one of `inputs` or inside one, an empty name, and a missing or
+  /// unwritable directory. Errors name the flag and path.
+  llvm::Error checkPath(ToolInputs inputs) const;
 
   /// Turns event recording on for `session` (its events are collected by
   /// collect()).
@@ -54,8 +66,7 @@ public:
   void collect(kiln_rt_session_t *session);
 
   /// Records a span of the tool's own work ("sample", "detokenize").
-  void span(llvm::StringRef name, uint64_t startNs, uint64_t endNs,
-            int64_t tokens = 0);
+  void span(llvm::StringRef name, uint64_t startNs, uint64_t endNs);
 
   /// A span from construction to destruction (nothing when tracing is off).
   class Scope {
@@ -78,12 +89,16 @@ public:
   const std::vector<TraceRecord> &records() const { return records_; }
   uint64_t dropped() const { return dropped_; }
 
-  /// Writes the JSON file (through a temporary file renamed over `path`;
-  /// an existing regular file is replaced, nothing else is).
-  llvm::Error write(llvm::StringRef tool) const;
+  /// Writes the JSON file with writeFileOutput (a temporary file beside the
+  /// target renamed over it; a symbolic link's target is replaced, a
+  /// character device written in place), after checking `inputs` again.
+  llvm::Error write(llvm::StringRef tool, ToolInputs inputs) const;
 
 private:
+  void writeJson(llvm::raw_ostream &os, llvm::StringRef tool) const;
+
   std::string path_;
+  bool given_ = false;
   uint64_t originNs_ = 0;
   std::vector<TraceRecord> records_;
   uint64_t dropped_ = 0;

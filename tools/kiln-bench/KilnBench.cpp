@@ -245,7 +245,11 @@ int main(int argc, char **argv) {
   if (noVerify && !trustedKeys.empty())
     fail("--no-verify and --trusted-keys are mutually exclusive");
 
-  if (llvm::Error e = kiln::tool::Trace(traceFile).checkPath())
+  const std::vector<std::pair<llvm::StringRef, llvm::StringRef>> inputs = {
+      {"ARTIFACT", artifactDir}, {"--trusted-keys", trustedKeys}};
+  if (llvm::Error e =
+          kiln::tool::Trace(traceFile, traceFile.getNumOccurrences() > 0)
+              .checkPath(inputs))
     fail(llvm::toString(std::move(e)));
   kiln::tool::applyThreads(threadCount, threadCount.getNumOccurrences() > 0);
 
@@ -367,7 +371,7 @@ int main(int argc, char **argv) {
     std::fputs(table.c_str(), stdout);
   }
   if (!traceFile.empty())
-    if (llvm::Error e = trace.write("kiln-bench"))
+    if (llvm::Error e = trace.write("kiln-bench", inputs))
       fail(llvm::toString(std::move(e)));
 
   kiln_rt_session_release(session);

@@ -345,6 +345,23 @@ int main(int argc, char **argv) {
                        {"--tokenizer", tokenizerPath},
                        {"--dump-tokens", dumpTokens}}))
     return fail(llvm::toString(std::move(e)));
+  if (!dumpTokens.empty()) {
+    // --dump-tokens is a second output: neither an input nor -o.
+    if (llvm::Error e = checkOutputIsNotAnInput(
+            dumpTokens,
+            {{"MODEL", modelPath}, {"--text", textPath},
+             {"--tokenizer", tokenizerPath}, {"-o", outputPath}},
+            "--dump-tokens"))
+      return fail(llvm::toString(std::move(e)));
+    llvm::SmallString<256> a(dumpTokens), b(outputPath);
+    llvm::sys::fs::make_absolute(a);
+    llvm::sys::fs::make_absolute(b);
+    llvm::sys::path::remove_dots(a, true);
+    llvm::sys::path::remove_dots(b, true);
+    if (a == b)
+      return fail("--dump-tokens " + dumpTokens + " and -o " + outputPath +
+                  " name the same file");
+  }
   if (target->kind == FileOutputTarget::File) {
     llvm::SmallString<256> parent(llvm::sys::path::parent_path(target->path));
     if (parent.empty())
@@ -392,6 +409,13 @@ int main(int argc, char **argv) {
     return fail(llvm::toString(desc.takeError()));
   for (const std::string &note : desc->notes)
     llvm::errs() << kTool << ": note: " << note << "\n";
+  // The tokenizer found beside a llama2.c MODEL is an input too.
+  for (auto [flag, out] : {std::pair<llvm::StringRef, llvm::StringRef>(
+                               "-o", outputPath),
+                           {"--dump-tokens", dumpTokens}})
+    if (llvm::Error e = checkOutputIsNotAnInput(
+            out, {{"the tokenizer beside MODEL", desc->tokenizer.file}}, flag))
+      return fail(llvm::toString(std::move(e)));
   int64_t context = desc->config.maxSeqLen;
   if (ctxLen > context)
     return fail("--ctx=" + std::to_string(ctxLen) +

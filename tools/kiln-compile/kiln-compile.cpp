@@ -464,6 +464,7 @@ int main(int argc, char **argv) {
     if (llvm::Error e = mlir::kiln::checkOutputIsNotAnInput(
             outputDir, {{"MODEL", modelPath},
                         {"--tokenizer", tokenizerPath},
+                        {"the tokenizer beside MODEL", desc->tokenizer.file},
                         {"--calibration", calibrationPath}}))
       return fail(llvm::toString(std::move(e)));
     bool ran = false, compiled = false;

@@ -22,6 +22,7 @@
 //===----------------------------------------------------------------------===//
 #include "dialects/Kiln/Import/ImportUtils.h"
 #include "kiln_rt/api.h"
+#include "codegen/Artifact/SafeOutput.h"
 #include "tools/common/Threads.h"
 #include "tools/common/ToolSupport.h"
 #include "tools/common/Trace.h"
@@ -147,15 +148,24 @@ std::string readTextFile(const std::string &path) {
 
 /// The --trace of this run (off without the flag).
 kiln::tool::Trace &evalTrace() {
-  static kiln::tool::Trace trace(traceFile);
+  static kiln::tool::Trace trace(traceFile, traceFile.getNumOccurrences() > 0);
   return trace;
+}
+
+/// What kiln-eval reads, and --dump-tokens: outputs never overwrite them.
+std::vector<std::pair<llvm::StringRef, llvm::StringRef>> evalInputs() {
+  return {{"ARTIFACT", artifactDir},
+          {"--compare", compareDir},
+          {"--text", textFile},
+          {"--trusted-keys", trustedKeys},
+          {"--dump-tokens", dumpTokens}};
 }
 
 /// Writes --trace after collecting the events of `sessions`.
 void writeTrace(std::initializer_list<kiln_rt_session_t *> sessions) {
   for (kiln_rt_session_t *s : sessions)
     evalTrace().collect(s);
-  if (llvm::Error e = evalTrace().write("kiln-eval"))
+  if (llvm::Error e = evalTrace().write("kiln-eval", evalInputs()))
     fail(llvm::toString(std::move(e)));
 }
 
@@ -457,8 +467,15 @@ int main(int argc, char **argv) {
           "    tokens). Ends with 'agreement: X.XX% (k of n positions)'.\n",
           kEvalAliases);
 
-  if (llvm::Error e = evalTrace().checkPath())
+  if (llvm::Error e = evalTrace().checkPath(evalInputs()))
     fail(llvm::toString(std::move(e)));
+  if (!dumpTokens.empty()) {
+    std::vector<std::pair<llvm::StringRef, llvm::StringRef>> in = evalInputs();
+    in.pop_back(); // itself
+    if (llvm::Error e = mlir::kiln::checkOutputIsNotAnInput(dumpTokens, in,
+                                                           "--dump-tokens"))
+      fail(llvm::toString(std::move(e)));
+  }
   kiln::tool::applyThreads(threadCount, threadCount.getNumOccurrences() > 0);
   if (compareDir.empty()) {
     if (compareTokens.getNumOccurrences())

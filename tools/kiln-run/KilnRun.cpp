@@ -16,6 +16,7 @@
 #include "base/RegularFile.h"
 #include "chat/ChatTemplate.h"
 #include "kiln_rt/api.h"
+#include "codegen/Artifact/SafeOutput.h"
 #include "tools/common/Threads.h"
 #include "tools/common/ToolSupport.h"
 #include "tools/common/Trace.h"
@@ -211,12 +212,20 @@ struct Runtime {
   kiln_rt_artifact_t *artifact = nullptr;
   kiln_rt_session_t *session = nullptr;
   kiln_rt_sampler_t *sampler = nullptr;
-  kiln::tool::Trace trace{traceFile};
+  kiln::tool::Trace trace{traceFile, traceFile.getNumOccurrences() > 0};
   /// Collects the session's events and writes --trace (if given).
   void writeTrace() {
     trace.collect(session);
-    if (llvm::Error e = trace.write("kiln-run"))
+    if (llvm::Error e = trace.write("kiln-run", inputs()))
       fail(llvm::toString(std::move(e)));
+  }
+  /// What kiln-run reads, and --dump-logits: outputs never overwrite them.
+  static std::vector<std::pair<llvm::StringRef, llvm::StringRef>> inputs() {
+    return {{"ARTIFACT", artifactDir},
+            {"--prompt-file", promptFile},
+            {"--chat-template", chatTemplateFile},
+            {"--trusted-keys", trustedKeys},
+            {"--dump-logits", dumpLogits}};
   }
   ~Runtime() {
     kiln_rt_sampler_release(sampler);
@@ -380,9 +389,12 @@ int runChat(Runtime &rt, const kiln_rt_model_info_t &info, int64_t ctx) {
     std::vector<int32_t> tokens = tokenize(rt, delta, addBos);
     fed = full;
     int64_t pos = kiln_rt_session_position(rt.session);
+    // The turn's prompt and at least one token of the answer must fit.
     if (pos + int64_t(tokens.size()) >= ctx)
-      fail("the conversation needs " + std::to_string(pos + int64_t(tokens.size())) +
-           " tokens of context but the session has " + std::to_string(ctx) +
+      fail("the conversation needs " +
+           std::to_string(pos + int64_t(tokens.size()) + 1) +
+           " tokens of context (this turn's prompt and one answer token) but "
+           "the session has " + std::to_string(ctx) +
            (ctxSize ? " (--ctx)" : " (the compiled maximum)"));
     ++turns;
     if (!tokens.empty())
@@ -515,8 +527,18 @@ int main(int argc, char **argv) {
          "covers the files only if their hashes are checked)");
 
   Runtime rt;
-  if (llvm::Error e = rt.trace.checkPath())
+  if (llvm::Error e = rt.trace.checkPath(Runtime::inputs()))
     fail(llvm::toString(std::move(e)));
+  if (!dumpLogits.empty()) {
+    // A test hook, but an output all the same: never over an input (the
+    // artifact's weights.bin is memory-mapped while it is written).
+    std::vector<std::pair<llvm::StringRef, llvm::StringRef>> in =
+        Runtime::inputs();
+    in.pop_back(); // itself
+    if (llvm::Error e = mlir::kiln::checkOutputIsNotAnInput(dumpLogits, in,
+                                                           "--dump-logits"))
+      fail(llvm::toString(std::move(e)));
+  }
   kiln::tool::applyThreads(threadCount, threadCount.getNumOccurrences() > 0);
   kiln_rt_open_options_t openOptions{};
   openOptions.flags = noVerify ? KILN_RT_OPEN_SKIP_CHECKSUMS : 0;

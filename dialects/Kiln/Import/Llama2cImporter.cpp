@@ -105,8 +105,10 @@ static Expected<TokenizerDesc> findLlama2cTokenizer(StringRef modelPath,
       mismatches += "; " + toString(tok.takeError());
       continue;
     }
-    if (static_cast<int64_t>(tok->pieces.size()) == vocabSize)
+    if (static_cast<int64_t>(tok->pieces.size()) == vocabSize) {
+      tok->file = path;
       return tok;
+    }
     mismatches += "; " + path + " has " + std::to_string(tok->pieces.size()) +
                   " pieces";
   }

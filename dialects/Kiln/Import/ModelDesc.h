@@ -236,6 +236,10 @@ struct TokenizerDesc {
   /// "spm" (merge by score), "bpe" (by rank) or "byte_bpe" (byte-level BPE
   /// by rank after the regex pre-tokenizer).
   std::string model = "spm";
+  /// The file the tokenizer was read from when it is not the model file
+  /// itself (a llama2.c tok*.bin found beside the checkpoint or given with
+  /// --tokenizer); "" otherwise. Tools refuse to write an output over it.
+  std::string file;
   std::vector<std::string> pieces;
   std::vector<float> scores;
   std::vector<int32_t> types; ///< 1 normal, 2 unknown, 3 control, 4 user, 6 byte
