@@ -38,29 +38,18 @@
 
 #include <cstring>
 
+#include "cpu/HwyCommon-inl.h" // DF, DI, DI8, DU8, LoadI8AsF32, SumLanes
+
 HWY_BEFORE_NAMESPACE();
 namespace kiln::rt::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-using DF = hn::ScalableTag<float>;
-using DI = hn::RebindToSigned<DF>;  // int32, as many lanes as DF
-using DI8 = hn::Rebind<int8_t, DF>; // int8, as many lanes as DF
-using DU8 = hn::Rebind<uint8_t, DF>; // uint8, as many lanes as DF
 
 /// Lanes(df) bytes at p widened to int32 lanes.
 HWY_INLINE hn::Vec<DI> LoadU8AsI32(const uint8_t *HWY_RESTRICT p) {
   const DI di;
   const DU8 du8;
   return hn::PromoteTo(di, hn::LoadU(du8, p));
-}
-
-HWY_INLINE hn::Vec<DF> LoadI8AsF32(const uint8_t *HWY_RESTRICT p) {
-  const DF df;
-  const DI di;
-  const DI8 d8;
-  return hn::ConvertTo(df,
-                       hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t *>(p))));
 }
 
 /// Lanes of DF, a compile-time constant on every x86 target (so that the
@@ -79,11 +68,6 @@ HWY_INLINE float F16(const uint8_t *HWY_RESTRICT p) {
 #else
   return kiln_block_f16(p);
 #endif
-}
-
-HWY_INLINE float SumLanes(hn::Vec<DF> v) {
-  const DF df;
-  return hn::GetLane(hn::SumOfLanes(df, v));
 }
 
 void BlockXSums16(const float *HWY_RESTRICT x, int64_t in,
@@ -124,7 +108,8 @@ HWY_INLINE void GemvLegacy(const float *HWY_RESTRICT x,
         const auto xv = hn::LoadU(df, xb + k);
         for (int r = 0; r < R; ++r)
           s[r] = hn::MulAdd(
-              LoadI8AsF32(w + r * rowBytes + b * kBytes + 2 + k), xv, s[r]);
+              LoadI8AsF32(reinterpret_cast<const int8_t *>(
+                  w + r * rowBytes + b * kBytes + 2 + k)), xv, s[r]);
       }
     } else if constexpr (F == KILN_BLOCK_Q5_0 || F == KILN_BLOCK_Q5_1) {
       // Fifth bit of element i: bit i of the little-endian 32-bit qh.

@@ -34,31 +34,16 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu/HwyCommon-inl.h" // DF, DI, DI8, DU8, LoadI8AsF32, SumLanes
+
 HWY_BEFORE_NAMESPACE();
 namespace kiln::rt::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-using DF = hn::ScalableTag<float>;
-using DI = hn::RebindToSigned<DF>;     // int32, as many lanes as DF
-using DI8 = hn::Rebind<int8_t, DF>;    // int8, as many lanes as DF
-using DU8 = hn::Rebind<uint8_t, DF>;   // uint8, as many lanes as DF
 using D16 = hn::ScalableTag<int16_t>;  // int16 lanes of the int8 dot
 using D16I8 = hn::Rebind<int8_t, D16>; // int8, as many lanes as D16
 using D32 = hn::Repartition<int32_t, D16>;
-
-/// Lanes of `in` int8 values at p widened to float (exact).
-HWY_INLINE hn::Vec<DF> LoadI8AsF32(const int8_t *HWY_RESTRICT p) {
-  const DF df;
-  const DI di;
-  const DI8 d8;
-  return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, p)));
-}
-
-HWY_INLINE float SumLanes(hn::Vec<DF> v) {
-  const DF df;
-  return hn::GetLane(hn::SumOfLanes(df, v));
-}
 
 void WidenI8(const int8_t *HWY_RESTRICT src, float *HWY_RESTRICT dst,
              int64_t count) {
