@@ -24,7 +24,7 @@ Trace::Trace(std::string path, bool given)
 }
 
 llvm::Error Trace::checkPath(ToolInputs inputs) const {
-  if (!enabled()) {
+  if (path_.empty()) {
     if (given_)
       return llvm::createStringError(
           "--trace needs a file name (FILE.json)");
@@ -114,7 +114,7 @@ void Trace::span(llvm::StringRef name, uint64_t startNs, uint64_t endNs) {
 }
 
 llvm::Error Trace::write(llvm::StringRef tool, ToolInputs inputs) const {
-  if (!enabled())
+  if (path_.empty())
     return llvm::Error::success();
   if (llvm::Error e = checkPath(inputs))
     return e;

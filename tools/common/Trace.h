@@ -47,7 +47,16 @@ public:
   /// `given` (the flag was passed with an empty value: checkPath refuses).
   explicit Trace(std::string path, bool given = false);
 
-  bool enabled() const { return !path_.empty(); }
+  /// Events are recorded (to a file, or in memory for kiln-bench
+  /// --profile).
+  bool enabled() const { return !path_.empty() || inMemory_; }
+
+  /// Records events without a file (records() only; write() does nothing).
+  void recordInMemory() {
+    inMemory_ = true;
+    if (!originNs_)
+      originNs_ = kiln_rt_clock_ns();
+  }
   const std::string &path() const { return path_; }
 
   /// Refuses, before any work is done, what writeFileOutput (SafeOutput.h)
@@ -99,6 +108,7 @@ private:
 
   std::string path_;
   bool given_ = false;
+  bool inMemory_ = false;
   uint64_t originNs_ = 0;
   std::vector<TraceRecord> records_;
   uint64_t dropped_ = 0;

@@ -73,7 +73,6 @@ static cl::opt<bool> profile(
              "bandwidth and FMA peak (cpu artifacts)"),
     cl::cat(benchCategory));
 
-
 namespace {
 
 [[noreturn]] void fail(const std::string &message) {
@@ -150,7 +149,6 @@ typedef float Float8 __attribute__((vector_size(32)));
 /// memory traffic, so the loop runs at the core's FMA rate. Compiled for
 /// AVX2 + FMA and for the baseline; fmaLoop() picks by CPU features (GCC's
 /// "arch=" clones dispatch on the CPU model, which misses other vendors).
-template <int Dummy = 0>
 __attribute__((always_inline)) static inline float
 fmaLoopBody(int64_t iterations, float seed) {
   constexpr int kChains = 12;
@@ -343,8 +341,8 @@ int main(int argc, char **argv) {
               roofline > 0 ? 100.0 * bestDecode / roofline : 0.0);
 
   kiln::tool::Trace trace(traceFile);
-  if (traceFile.empty() && profile)
-    trace = kiln::tool::Trace("-"); // recorded in memory, not written
+  if (profile)
+    trace.recordInMemory();
   if (trace.enabled()) {
     // One more run with events recorded (tracing slows short kernels a
     // little, so the timed runs above are taken without it).
@@ -370,9 +368,8 @@ int main(int argc, char **argv) {
     kiln::tool::printProfile(os, trace.records(), "decode", bandwidth, peak);
     std::fputs(table.c_str(), stdout);
   }
-  if (!traceFile.empty())
-    if (llvm::Error e = trace.write("kiln-bench", inputs))
-      fail(llvm::toString(std::move(e)));
+  if (llvm::Error e = trace.write("kiln-bench", inputs))
+    fail(llvm::toString(std::move(e)));
 
   kiln_rt_session_release(session);
   kiln_rt_artifact_release(artifact);

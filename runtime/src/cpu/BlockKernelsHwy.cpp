@@ -70,16 +70,6 @@ HWY_INLINE float F16(const uint8_t *HWY_RESTRICT p) {
 #endif
 }
 
-void BlockXSums16(const float *HWY_RESTRICT x, int64_t in,
-                  float *HWY_RESTRICT sums) {
-  for (int64_t g = 0; g < in / 16; ++g) {
-    float s = 0.0f;
-    for (int64_t k = 0; k < 16; ++k)
-      s += x[16 * g + k];
-    sums[g] = s;
-  }
-}
-
 /// R rows of Q8_0 / Q4_0 / Q4_1 (32-element blocks).
 template <int64_t F, int R>
 HWY_INLINE void GemvLegacy(const float *HWY_RESTRICT x,
@@ -314,6 +304,16 @@ HWY_INLINE void GemvLegacyRows(const float *x, const float *xs16,
     GemvLegacy<F, 1>(x, xs16, w + r * rowBytes, y + r, in);
 }
 
+/// y[r] = dot(row r) for the rows of a K-quant matrix (256-element
+/// super-blocks, kiln_block_bytes(F) bytes each).
+template <int64_t F, class RowDot>
+HWY_INLINE void EachKRow(const uint8_t *HWY_RESTRICT w, float *HWY_RESTRICT y,
+                         int64_t in, int64_t rows, RowDot dot) {
+  const int64_t rowBytes = in / 256 * kiln_block_bytes(F);
+  for (int64_t r = 0; r < rows; ++r)
+    y[r] = dot(w + r * rowBytes);
+}
+
 void GemvBlocks(int64_t format, const float *HWY_RESTRICT x,
                 const float *HWY_RESTRICT xs16, const uint8_t *HWY_RESTRICT w,
                 float *HWY_RESTRICT y, int64_t in, int64_t rows) {
@@ -329,25 +329,25 @@ void GemvBlocks(int64_t format, const float *HWY_RESTRICT x,
   case KILN_BLOCK_Q5_1:
     return GemvLegacyRows<KILN_BLOCK_Q5_1>(x, xs16, w, y, in, rows);
   case KILN_BLOCK_Q2_K:
-    for (int64_t r = 0; r < rows; ++r)
-      y[r] = GemvQ23K<KILN_BLOCK_Q2_K>(x, xs16, w + r * (in / 256 * 84), in);
-    return;
+    return EachKRow<KILN_BLOCK_Q2_K>(w, y, in, rows, [&](const uint8_t *row) {
+      return GemvQ23K<KILN_BLOCK_Q2_K>(x, xs16, row, in);
+    });
   case KILN_BLOCK_Q3_K:
-    for (int64_t r = 0; r < rows; ++r)
-      y[r] = GemvQ23K<KILN_BLOCK_Q3_K>(x, xs16, w + r * (in / 256 * 110), in);
-    return;
+    return EachKRow<KILN_BLOCK_Q3_K>(w, y, in, rows, [&](const uint8_t *row) {
+      return GemvQ23K<KILN_BLOCK_Q3_K>(x, xs16, row, in);
+    });
   case KILN_BLOCK_Q4_K:
-    for (int64_t r = 0; r < rows; ++r)
-      y[r] = GemvQ45K<KILN_BLOCK_Q4_K>(x, xs16, w + r * (in / 256 * 144), in);
-    return;
+    return EachKRow<KILN_BLOCK_Q4_K>(w, y, in, rows, [&](const uint8_t *row) {
+      return GemvQ45K<KILN_BLOCK_Q4_K>(x, xs16, row, in);
+    });
   case KILN_BLOCK_Q5_K:
-    for (int64_t r = 0; r < rows; ++r)
-      y[r] = GemvQ45K<KILN_BLOCK_Q5_K>(x, xs16, w + r * (in / 256 * 176), in);
-    return;
+    return EachKRow<KILN_BLOCK_Q5_K>(w, y, in, rows, [&](const uint8_t *row) {
+      return GemvQ45K<KILN_BLOCK_Q5_K>(x, xs16, row, in);
+    });
   case KILN_BLOCK_Q6_K:
-    for (int64_t r = 0; r < rows; ++r)
-      y[r] = GemvQ6K(x, w + r * (in / 256 * 210), in);
-    return;
+    return EachKRow<KILN_BLOCK_Q6_K>(w, y, in, rows, [&](const uint8_t *row) {
+      return GemvQ6K(x, row, in);
+    });
   default:
     return;
   }
@@ -360,11 +360,15 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace kiln::rt::cpu {
 
-HWY_EXPORT(BlockXSums16);
 HWY_EXPORT(GemvBlocks);
 
 void blockXSums16(const float *x, int64_t in, float *sums) {
-  HWY_DYNAMIC_DISPATCH(BlockXSums16)(x, in, sums);
+  for (int64_t g = 0; g < in / 16; ++g) {
+    float s = 0.0f;
+    for (int64_t k = 0; k < 16; ++k)
+      s += x[16 * g + k];
+    sums[g] = s;
+  }
 }
 
 void gemvRowsBlocksSimd(int64_t format, const float *x, const float *xsum16,
