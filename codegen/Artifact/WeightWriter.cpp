@@ -163,6 +163,162 @@ static unsigned storageBytes(StorageType t) {
   return t == StorageType::F32 ? 4 : 2;
 }
 
+namespace {
+/// What the writer reuses from one tensor to the next: the last 4-bit
+/// result (the qweight/scales/zeros parts of one weight, declared next to
+/// each other, quantize it once) and the conversion buffers, so memory
+/// stays at the largest tensor.
+struct WriterState {
+  std::string cachedKey;
+  Quantized4 cached;
+  std::vector<float> buffer;
+  std::vector<uint16_t> narrow;
+  std::vector<char> repacked;
+};
+} // namespace
+
+/// Materializes `w` (without its concat_rows parts) as the bytes weights.bin
+/// stores, handing them to `sink` in order; sets t.shape, t.dtype and
+/// t.bytes. Errors name `path` and the weight.
+static Error emitTensor(StringRef path, const WeightDesc &w, StorageType dtype,
+                        WriterState &st, WrittenTensor &t,
+                        function_ref<void(const char *, size_t)> sink) {
+  t.shape = w.source.shape;
+  if (repackStep(w)) { // a part of a pre-quantized checkpoint's linear
+    Expected<RepackedLayout> layout = repackedLayout(w);
+    if (!layout)
+      return layout.takeError();
+    t.shape = layout->shape;
+    t.dtype = layout->dtype;
+    t.bytes = layout->bytes;
+    if (Error e = materializeRepacked(w, st.repacked))
+      return e;
+    sink(st.repacked.data(), t.bytes);
+    return Error::success();
+  }
+  const WeightTransform *quant = quantizeStep(w);
+  if (quant && w.source.shape.size() != 2)
+    return writerError(path, "weight '" + w.name + "': quantize needs a matrix");
+  int64_t groups = 0, packedCols = 0;
+  if (quant) {
+    int64_t rows = w.source.shape[0], cols = w.source.shape[1];
+    bool four = quant->bits == 4;
+    // 4-bit: always groups; 8-bit: per row (group_size 0) or groups.
+    groups = quant->groupSize > 0
+                 ? (cols + quant->groupSize - 1) / quant->groupSize
+                 : 0;
+    packedCols = four ? (cols + 1) / 2 : cols;
+    switch (quant->part) {
+    case WeightTransform::QuantPart::QWeight:
+      t.shape = {rows, packedCols};
+      break;
+    case WeightTransform::QuantPart::Scales:
+      t.shape = groups > 0 ? SmallVector<int64_t, 2>{rows, groups}
+                           : SmallVector<int64_t, 2>{rows};
+      break;
+    case WeightTransform::QuantPart::Zeros:
+      t.shape = {rows, groups};
+      break;
+    case WeightTransform::QuantPart::Blocks:
+      break;
+    }
+  }
+  // Float weights take the model's dtype, except those the graph keeps
+  // in f32 whatever it (calibration data such as key means).
+  const StorageType floatType = w.keepF32 ? StorageType::F32 : dtype;
+  t.dtype = quant ? (quant->part == WeightTransform::QuantPart::Scales ? "f32" : "i8")
+                  : std::string(stringifyStorageType(floatType));
+  uint64_t numel = 1;
+  for (int64_t d : w.source.shape) {
+    if (d < 0 || __builtin_mul_overflow(numel, static_cast<uint64_t>(d),
+                                          &numel))
+      return writerError(path, "weight '" + w.name + "' has an invalid shape");
+  }
+  if (numel > (uint64_t(1) << 36))
+    return writerError(path, "weight '" + w.name + "' has " + Twine(numel) +
+                                 " elements, more than 2^36");
+  uint64_t writtenElems = 1;
+  for (int64_t d : t.shape)
+    writtenElems *= static_cast<uint64_t>(d);
+  t.bytes = !quant ? numel * storageBytes(floatType)
+            : writtenElems *
+                  (quant->part == WeightTransform::QuantPart::Scales ? 4 : 1);
+  std::vector<float> &buffer = st.buffer;
+  buffer.resize(numel);
+  if (Error e = materializeWeight(w, buffer))
+    return e;
+  if constexpr (!sys::IsLittleEndianHost)
+    for (float &f : buffer) {
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      u = llvm::byteswap(u);
+      std::memcpy(&f, &u, 4);
+    }
+  if (!quant) {
+    if (floatType == StorageType::F32) {
+      sink(reinterpret_cast<const char *>(buffer.data()), t.bytes);
+      return Error::success();
+    }
+    st.narrow.resize(numel);
+    for (uint64_t i = 0; i < numel; ++i)
+      st.narrow[i] = dtype == StorageType::BF16 ? floatToBf16(buffer[i])
+                                                : floatToHalf(buffer[i]);
+    if constexpr (!sys::IsLittleEndianHost)
+      for (uint16_t &u : st.narrow)
+        u = llvm::byteswap(u);
+    sink(reinterpret_cast<const char *>(st.narrow.data()), t.bytes);
+    return Error::success();
+  }
+  int64_t rows = w.source.shape[0], cols = w.source.shape[1];
+  std::vector<uint8_t> bytes;     // qweight or zeros
+  std::vector<float> scaleValues; // scales
+  if (quant->bits == 8) {
+    std::vector<int8_t> q(numel);
+    scaleValues.resize(rows * std::max<int64_t>(groups, 1));
+    quantizeRows(buffer, rows, cols, quant->groupSize, q, scaleValues);
+    bytes.assign(reinterpret_cast<uint8_t *>(q.data()),
+                 reinterpret_cast<uint8_t *>(q.data()) + q.size());
+  } else {
+    std::string qkey = quantizedKey(w);
+    if (qkey != st.cachedKey) {
+      st.cachedKey.clear();
+      if (quant->method == WeightTransform::QuantMethod::GPTQ) {
+        Expected<Quantized4> q = runGptq(w, *quant, buffer, rows, cols);
+        if (!q)
+          return writerError(path, toString(q.takeError()));
+        st.cached = std::move(*q);
+      } else {
+        st.cached = quantizeRtn4(buffer, rows, cols, quant->groupSize);
+      }
+      st.cachedKey = std::move(qkey);
+    }
+    scaleValues = st.cached.scales;
+    bytes = quant->part == WeightTransform::QuantPart::Zeros ? st.cached.zeros
+                                                             : st.cached.packed;
+  }
+  if (quant->part == WeightTransform::QuantPart::Scales) {
+    if constexpr (!sys::IsLittleEndianHost)
+      for (float &f : scaleValues) {
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        u = llvm::byteswap(u);
+        std::memcpy(&f, &u, 4);
+      }
+    sink(reinterpret_cast<const char *>(scaleValues.data()), t.bytes);
+  } else {
+    sink(reinterpret_cast<const char *>(bytes.data()), t.bytes);
+  }
+  return Error::success();
+}
+
+/// The identity of everything `w` materializes to, its concat parts included.
+static std::string recipeKey(const WeightDesc &w) {
+  std::string key = sourceKey(w) + (w.keepF32 ? "|keep-f32" : "");
+  for (const WeightDesc &part : w.concatRows)
+    key += "|concat_rows{" + recipeKey(part) + "}";
+  return key;
+}
+
 Expected<std::vector<WrittenTensor>>
 writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights,
                  StorageType dtype) {
@@ -180,170 +336,39 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights,
     sys::fs::remove(path);
     return std::move(err);
   };
-
   std::vector<WrittenTensor> written;
-  // The last 4-bit result, so the qweight/scales/zeros parts of one weight
-  // (declared next to each other) quantize it once.
-  std::string cachedKey;
-  Quantized4 cached;
   written.reserve(weights.size());
-  StringMap<size_t> firstBySource; // source key -> index into `written`
-  std::vector<float> buffer;
-  std::vector<uint16_t> narrow;
-  std::vector<char> repacked;
+  StringMap<size_t> firstBySource; // recipe key -> index into `written`
+  WriterState state;
   static const char zeros[kWeightAlignment] = {};
   uint64_t offset = 0;
+  auto sink = [&](const char *data, size_t n) { os.write(data, n); };
   for (const WeightDesc &w : weights) {
+    auto [it, inserted] = firstBySource.try_emplace(recipeKey(w), written.size());
+    if (!inserted) { // identical recipe: share the bytes written before
+      WrittenTensor t = written[it->second];
+      t.name = w.name;
+      written.push_back(std::move(t));
+      continue;
+    }
     WrittenTensor t;
     t.name = w.name;
-    t.shape = w.source.shape;
-    if (repackStep(w)) { // a part of a pre-quantized checkpoint's linear
-      Expected<RepackedLayout> layout = repackedLayout(w);
-      if (!layout)
-        return fail(layout.takeError());
-      t.shape = layout->shape;
-      t.dtype = layout->dtype;
-      t.bytes = layout->bytes;
-      auto [it, inserted] =
-          firstBySource.try_emplace(sourceKey(w), written.size());
-      if (!inserted) {
-        t.offset = written[it->second].offset;
-        written.push_back(std::move(t));
-        continue;
-      }
-      if (Error e = materializeRepacked(w, repacked))
-        return fail(std::move(e));
-      t.offset = offset;
-      os.write(repacked.data(), t.bytes);
-      uint64_t end = offset + t.bytes;
-      offset = alignTo(end, kWeightAlignment);
-      os.write(zeros, offset - end);
-      if (os.has_error())
-        return fail(writerError(path, "write error at offset " + Twine(end) +
-                                          ": " + os.error().message()));
-      written.push_back(std::move(t));
-      continue;
-    }
-    const WeightTransform *quant = quantizeStep(w);
-    if (quant && w.source.shape.size() != 2)
-      return fail(writerError(path, "weight '" + w.name +
-                                        "': quantize needs a matrix"));
-    int64_t groups = 0, packedCols = 0;
-    if (quant) {
-      int64_t rows = w.source.shape[0], cols = w.source.shape[1];
-      bool four = quant->bits == 4;
-      // 4-bit: always groups; 8-bit: per row (group_size 0) or groups.
-      groups = quant->groupSize > 0
-                   ? (cols + quant->groupSize - 1) / quant->groupSize
-                   : 0;
-      packedCols = four ? (cols + 1) / 2 : cols;
-      switch (quant->part) {
-      case WeightTransform::QuantPart::QWeight:
-        t.shape = {rows, packedCols};
-        break;
-      case WeightTransform::QuantPart::Scales:
-        t.shape = groups > 0 ? SmallVector<int64_t, 2>{rows, groups}
-                             : SmallVector<int64_t, 2>{rows};
-        break;
-      case WeightTransform::QuantPart::Zeros:
-        t.shape = {rows, groups};
-        break;
-      }
-    }
-    // Float weights take the model's dtype, except those the graph keeps
-    // in f32 whatever it (calibration data such as key means).
-    const StorageType floatType = w.keepF32 ? StorageType::F32 : dtype;
-    t.dtype = quant ? (quant->part == WeightTransform::QuantPart::Scales ? "f32" : "i8")
-                    : std::string(stringifyStorageType(floatType));
-    uint64_t numel = 1;
-    for (int64_t d : w.source.shape) {
-      if (d < 0 || __builtin_mul_overflow(numel, static_cast<uint64_t>(d),
-                                            &numel))
-        return fail(writerError(path, "weight '" + w.name +
-                                          "' has an invalid shape"));
-    }
-    if (numel > (uint64_t(1) << 36))
-      return fail(writerError(path, "weight '" + w.name + "' has " +
-                                        Twine(numel) +
-                                        " elements, more than 2^36"));
-    uint64_t writtenElems = 1;
-    for (int64_t d : t.shape)
-      writtenElems *= static_cast<uint64_t>(d);
-    t.bytes = !quant ? numel * storageBytes(floatType)
-              : writtenElems *
-                    (quant->part == WeightTransform::QuantPart::Scales ? 4 : 1);
-
-    std::string key = sourceKey(w);
-    auto [it, inserted] = firstBySource.try_emplace(key, written.size());
-    if (!inserted) {
-      t.offset = written[it->second].offset;
-      written.push_back(std::move(t));
-      continue;
-    }
-
-    buffer.resize(numel);
-    if (Error e = materializeWeight(w, buffer))
-      return fail(std::move(e));
-    if constexpr (!sys::IsLittleEndianHost)
-      for (float &f : buffer) {
-        uint32_t u;
-        std::memcpy(&u, &f, 4);
-        u = llvm::byteswap(u);
-        std::memcpy(&f, &u, 4);
-      }
     t.offset = offset;
-    if (quant) {
-      int64_t rows = w.source.shape[0], cols = w.source.shape[1];
-      std::vector<uint8_t> bytes;     // qweight or zeros
-      std::vector<float> scaleValues; // scales
-      if (quant->bits == 8) {
-        std::vector<int8_t> q(numel);
-        scaleValues.resize(rows * std::max<int64_t>(groups, 1));
-        quantizeRows(buffer, rows, cols, quant->groupSize, q, scaleValues);
-        bytes.assign(reinterpret_cast<uint8_t *>(q.data()),
-                     reinterpret_cast<uint8_t *>(q.data()) + q.size());
-      } else {
-        std::string qkey = quantizedKey(w);
-        if (qkey != cachedKey) {
-          cachedKey.clear();
-          if (quant->method == WeightTransform::QuantMethod::GPTQ) {
-            Expected<Quantized4> q = runGptq(w, *quant, buffer, rows, cols);
-            if (!q)
-              return fail(writerError(path, toString(q.takeError())));
-            cached = std::move(*q);
-          } else {
-            cached = quantizeRtn4(buffer, rows, cols, quant->groupSize);
-          }
-          cachedKey = std::move(qkey);
-        }
-        scaleValues = cached.scales;
-        bytes = quant->part == WeightTransform::QuantPart::Zeros
-                    ? cached.zeros
-                    : cached.packed;
-      }
-      if (quant->part == WeightTransform::QuantPart::Scales) {
-        if constexpr (!sys::IsLittleEndianHost)
-          for (float &f : scaleValues) {
-            uint32_t u;
-            std::memcpy(&u, &f, 4);
-            u = llvm::byteswap(u);
-            std::memcpy(&f, &u, 4);
-          }
-        os.write(reinterpret_cast<const char *>(scaleValues.data()), t.bytes);
-      } else {
-        os.write(reinterpret_cast<const char *>(bytes.data()), t.bytes);
-      }
-    } else if (floatType == StorageType::F32) {
-      os.write(reinterpret_cast<const char *>(buffer.data()), t.bytes);
-    } else {
-      narrow.resize(numel);
-      for (uint64_t i = 0; i < numel; ++i)
-        narrow[i] = dtype == StorageType::BF16 ? floatToBf16(buffer[i])
-                                               : floatToHalf(buffer[i]);
-      if constexpr (!sys::IsLittleEndianHost)
-        for (uint16_t &u : narrow)
-          u = llvm::byteswap(u);
-      os.write(reinterpret_cast<const char *>(narrow.data()), t.bytes);
+    if (Error e = emitTensor(path, w, dtype, state, t, sink))
+      return fail(std::move(e));
+    // Horizontal fusion: the parts' rows follow, each written by its own
+    // recipe; they continue the shape's first dimension.
+    for (const WeightDesc &part : w.concatRows) {
+      WrittenTensor p;
+      if (Error e = emitTensor(path, part, dtype, state, p, sink))
+        return fail(std::move(e));
+      if (p.dtype != t.dtype || p.shape.size() != t.shape.size() ||
+          !std::equal(p.shape.begin() + 1, p.shape.end(), t.shape.begin() + 1))
+        return fail(writerError(path, "weight '" + w.name + "': concat_rows "
+                                "part '" + part.name +
+                                "' does not continue its rows"));
+      t.shape[0] += p.shape[0];
+      t.bytes += p.bytes;
     }
     uint64_t end = offset + t.bytes;
     uint64_t padded = alignTo(end, kWeightAlignment);
@@ -355,9 +380,7 @@ writeWeightsFile(StringRef path, ArrayRef<WeightDesc> weights,
     written.push_back(std::move(t));
   }
   // Give the memory of the largest tensor back before flushing.
-  std::vector<float>().swap(buffer);
-  std::vector<uint16_t>().swap(narrow);
-  std::vector<char>().swap(repacked);
+  state = WriterState();
   os.close();
   if (os.has_error()) {
     std::string msg = os.error().message();

@@ -9,6 +9,7 @@
 
 #include "codegen/CPU/Passes.h"
 #include "codegen/CPU/TraceSites.h"
+#include "codegen/CPU/FusedKernelEmitter.h"
 #include "codegen/Artifact/SafeOutput.h"
 #include "dialects/Plan/IR/PlanOps.h"
 
@@ -43,8 +44,8 @@ static constexpr const char *kPointerMacros = R"(
 
 static constexpr const char *kCpuPrologue =
     R"(// Emitted by kiln-compile (CPU target). Do not edit.
-#if KILN_ABI_VERSION != 7
-#error "emitted for kernel ABI version 7"
+#if KILN_ABI_VERSION != 8
+#error "emitted for kernel ABI version 8"
 #endif)";
 
 static constexpr const char *kCudaPrologue =
@@ -127,8 +128,12 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
   int64_t nextSite = 0;
   if (!target.cuda) {
     SmallVector<TraceSite> sites;
-    func.walk([&](plan::CallKernelOp c) {
-      sites.push_back(traceSiteOf(c, target.callee(c)));
+    func.walk([&](Operation *op) {
+      if (auto c = dyn_cast<plan::CallKernelOp>(op))
+        sites.push_back(traceSiteOf(c, target.callee(c)));
+      else if (auto f = dyn_cast<plan::CallFusedOp>(op))
+        sites.push_back(traceSiteOfFused(
+            f, symbols.lookup<plan::FusedKernelOp>(f.getKernel())));
     });
     emitc::VerbatimOp::create(builder, loc, traceSiteTable(sitesName, sites));
   }
@@ -273,6 +278,29 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
                        builder.getIndexAttr(2), builder.getIndexAttr(3)}));
               return success();
             })
+            .Case([&](plan::CallFusedOp c) -> LogicalResult {
+              if (target.cuda)
+                return c.emitOpError()
+                       << "fused kernels are generated for the cpu target "
+                          "only so far; compile with --fuse=none";
+              SmallVector<Value> operands;
+              for (Value a : c.getArgs())
+                operands.push_back(map.lookup(a));
+              Value start = callOpaque(
+                  l, emitc::OpaqueType::get(ctx, "uint64_t"),
+                  "KILN_TRACE_BEGIN", {ctxValue}, {builder.getIndexAttr(0)});
+              emitc::CallOpaqueOp::create(builder, l, TypeRange{},
+                                          c.getKernel(), operands);
+              emitc::CallOpaqueOp::create(
+                  builder, l, TypeRange{}, "KILN_TRACE_END",
+                  ValueRange{ctxValue, start, entry->getArgument(1),
+                             entry->getArgument(2)},
+                  builder.getArrayAttr(
+                      {builder.getIndexAttr(0), opaque(sitesName),
+                       i64Attr(nextSite++), builder.getIndexAttr(1),
+                       builder.getIndexAttr(2), builder.getIndexAttr(3)}));
+              return success();
+            })
             .Case([&](func::ReturnOp) {
               emitc::ReturnOp::create(builder, l, Value());
               return success();
@@ -406,6 +434,21 @@ void PlanToEmitCPass::runOnOperation() {
     emitc::VerbatimOp::create(builder, loc, kCpuPrologue);
   }
   emitc::VerbatimOp::create(builder, loc, kPointerMacros);
+  // Fused kernels (kiln.fused regions): one generated function each.
+  SmallVector<plan::FusedKernelOp> fusedKernels(
+      module.getOps<plan::FusedKernelOp>());
+  for (plan::FusedKernelOp kernel : fusedKernels) {
+    if (info.cuda) {
+      kernel.emitOpError()
+          << "fused kernels are generated for the cpu target only so far; "
+             "compile with --fuse=none";
+      return signalPassFailure();
+    }
+    FailureOr<std::string> text = emitFusedKernelCpu(kernel);
+    if (failed(text))
+      return signalPassFailure();
+    emitc::VerbatimOp::create(builder, kernel.getLoc(), *text);
+  }
 
   std::string planInfo = planInfoExport(module);
   SmallVector<func::FuncOp> funcs(module.getOps<func::FuncOp>());
@@ -428,6 +471,8 @@ void PlanToEmitCPass::runOnOperation() {
     func.erase();
   for (auto weight : llvm::make_early_inc_range(module.getOps<plan::WeightOp>()))
     weight.erase();
+  for (plan::FusedKernelOp kernel : fusedKernels)
+    kernel.erase();
 }
 
 LogicalResult emitCpp(ModuleOp module, llvm::raw_ostream &os) {

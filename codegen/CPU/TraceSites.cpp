@@ -62,6 +62,66 @@ static std::string kindOf(StringRef base) {
   return base.str();
 }
 
+/// FLOPs per token of an op of `kind` reading rows of `in` and writing
+/// rows of `out` elements (attention's are per attended position, apart).
+static int64_t flopsPerRow(StringRef kind, int64_t in, int64_t out) {
+  if (kind == "linear" || kind == "logits")
+    return 2 * in * out;
+  if (kind == "rms_norm")
+    return 4 * in;
+  if (kind == "rope")
+    return 3 * out;
+  if (kind == "silu")
+    return 4 * out;
+  if (kind == "swiglu")
+    return 5 * out;
+  if (kind == "add" || kind == "mul" || kind == "add_bias")
+    return out;
+  return 0;
+}
+
+TraceSite traceSiteOfFused(plan::CallFusedOp call, plan::FusedKernelOp kernel) {
+  TraceSite site;
+  site.kernel = call.getKernel().str();
+  site.loc = locationLabel(call.getLoc());
+  // Kind: the region's op kinds in order ("rms_norm+linear+swiglu"); the
+  // column slices cost nothing and are left out.
+  SmallVector<std::string> kinds;
+  int64_t perRow = 0;
+  if (kernel)
+    for (Operation &op : kernel.getBody().front().without_terminator()) {
+      StringRef kind = op.getName().stripDialect();
+      if (kind == "slice_columns")
+        continue;
+      if (kind == "quantized_linear")
+        kind = "linear";
+      if (!llvm::is_contained(kinds, kind))
+        kinds.push_back(kind.str());
+      auto in = cast<RankedTensorType>(op.getOperand(0).getType());
+      auto out = cast<RankedTensorType>(op.getResult(0).getType());
+      perRow += flopsPerRow(kind, in.getShape().back(), out.getShape().back());
+    }
+  site.kind = kinds.empty() ? "fused" : llvm::join(kinds, "+");
+  for (Value arg : call.getArgs()) {
+    auto type = dyn_cast<MemRefType>(arg.getType());
+    if (!type)
+      continue;
+    if (isa_and_nonnull<plan::WeightRefOp>(arg.getDefiningOp()) ||
+        !type.isDynamicDim(0)) {
+      if (type.hasStaticShape())
+        site.bytesFixed += type.getNumElements() * elementBytes(type);
+      continue;
+    }
+    site.perToken = true;
+    site.bytesPerToken += rowBytes(type);
+  }
+  if (site.perToken)
+    site.flopsPerToken = perRow;
+  else
+    site.flopsFixed = perRow;
+  return site;
+}
+
 TraceSite traceSiteOf(plan::CallKernelOp call, StringRef kernel) {
   TraceSite site;
   site.kernel = kernel.str();
@@ -117,18 +177,7 @@ TraceSite traceSiteOf(plan::CallKernelOp call, StringRef kernel) {
   if (!activations.empty()) {
     MemRefType x = activations.front(), y = activations.back();
     StringRef kind = site.kind;
-    if (kind == "linear" || kind == "logits")
-      perRow = 2 * width(x) * width(y);
-    else if (kind == "rms_norm")
-      perRow = 4 * width(x);
-    else if (kind == "rope")
-      perRow = 3 * width(y);
-    else if (kind == "silu")
-      perRow = 4 * width(y);
-    else if (kind == "swiglu")
-      perRow = 5 * width(y);
-    else if (kind == "add" || kind == "mul" || kind == "add_bias")
-      perRow = width(y);
+    perRow = flopsPerRow(kind, width(x), width(y));
     if (kind == "attention") {
       // QK^T and PV: 2 * head_dim each per (query, key) pair and head.
       site.flopsPerPos = 4 * width(x);

@@ -29,6 +29,11 @@ struct TraceSite {
 /// The site of `call`, named `kernel` (the function the emitted code calls).
 TraceSite traceSiteOf(plan::CallKernelOp call, StringRef kernel);
 
+/// The site of a call of the generated fused kernel `kernel` (null when the
+/// symbol is missing): kind from the region's ops, weights read whole,
+/// activations per token, FLOPs summed over the region.
+TraceSite traceSiteOfFused(plan::CallFusedOp call, plan::FusedKernelOp kernel);
+
 /// A short, human-readable form of `loc`: the name of a NameLoc ("layers.3.wq"),
 /// "file:line:col" (file without directories) for a file location, the
 /// parts of a fused location joined by '+', "?" when unknown.

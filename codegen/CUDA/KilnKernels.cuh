@@ -3253,6 +3253,21 @@ inline void kiln_cuda_silu(kiln_cuda_ctx *ctx, const T *x, T *y,
       ctx, "kiln_cuda_silu<<<>>>", x, nullptr, y, count);
 }
 
+/// y[t, j] = x[t, offset + j] for t < n, j < width (x [n, in]): a column
+/// range of T (kiln.slice_columns), one strided device-to-device copy.
+template <typename T>
+inline void kiln_cuda_slice_columns(kiln_cuda_ctx *ctx, const T *x, T *y,
+                                    int64_t n, int64_t in, int64_t offset,
+                                    int64_t width) {
+  if (kiln_cuda_detail::skip(ctx) || n <= 0 || width <= 0)
+    return;
+  KILN_CUDA_CHECK(ctx, cudaMemcpy2DAsync(
+                           y, size_t(width) * sizeof(T), x + offset,
+                           size_t(in) * sizeof(T), size_t(width) * sizeof(T),
+                           size_t(n), cudaMemcpyDeviceToDevice,
+                           (cudaStream_t)ctx->stream));
+}
+
 /// y = a + b, count elements of T.
 template <typename T>
 inline void kiln_cuda_add(kiln_cuda_ctx *ctx, const T *a, const T *b, T *y,

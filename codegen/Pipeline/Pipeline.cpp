@@ -62,6 +62,11 @@ LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
   graphPm.addPass(createCanonicalizerPass());
   if (opts.addGraphPasses)
     opts.addGraphPasses(graphPm);
+  if (!opts.fuseFamilies.empty()) {
+    FusePassOptions fuse;
+    fuse.families.assign(opts.fuseFamilies.begin(), opts.fuseFamilies.end());
+    graphPm.addPass(createFusePass(fuse));
+  }
   if (failed(graphPm.run(graph)))
     return failure();
   if (opts.onGraph && failed(opts.onGraph(graph)))

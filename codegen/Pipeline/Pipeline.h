@@ -18,6 +18,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace kiln::sign {
 struct SecretKey;
@@ -41,6 +42,9 @@ struct CompileOptions {
   /// Called with the graph after those passes, before memory planning (to
   /// read what they recorded); failure stops the pipeline.
   std::function<LogicalResult(ModuleOp)> onGraph;
+  /// kiln-fuse families run after the graph passes (docs/fusion.md); empty:
+  /// no fusion.
+  std::vector<std::string> fuseFamilies;
   /// The pass pipeline and recipe recorded in the manifest.
   std::string pipeline;
   std::string quant = "none";

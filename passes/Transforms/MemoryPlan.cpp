@@ -84,54 +84,64 @@ void MemoryPlanPass::runOnOperation() {
         liveBytes -= b.bytes;
     llvm::erase_if(live, [&](const LiveBuffer &b) { return b.lastUse < now; });
 
-    if (op.getNumResults() != 1 || isa<WeightRefOp>(op) ||
+    if (op.getNumResults() == 0 || isa<WeightRefOp>(op) ||
         op.getDialect() != ctx->getLoadedDialect<KilnDialect>())
       continue;
-    Value result = op.getResult(0);
-    if (returned.contains(result))
-      continue;
-    auto type = dyn_cast<RankedTensorType>(result.getType());
-    if (!type)
-      continue;
-    // Buffer size, refusing anything that overflows 2^48 bytes.
-    int64_t bytes = llvm::divideCeil(type.getElementTypeBitWidth(), 8);
-    for (int64_t d : type.getShape()) {
-      if (ShapedType::isDynamic(d)) {
-        if (tokens <= 0) {
-          op.emitOpError() << "has a dynamic dimension but neither the "
-                              "max-tokens option nor kiln.max_tokens on the "
-                              "function bounds it";
+    // One buffer per result (a kiln.fused region may have several).
+    SmallVector<int64_t> offsets;
+    for (Value result : op.getResults()) {
+      if (returned.contains(result)) {
+        offsets.push_back(-1);
+        continue;
+      }
+      auto type = dyn_cast<RankedTensorType>(result.getType());
+      if (!type)
+        continue;
+      // Buffer size, refusing anything that overflows 2^48 bytes.
+      int64_t bytes = llvm::divideCeil(type.getElementTypeBitWidth(), 8);
+      for (int64_t d : type.getShape()) {
+        if (ShapedType::isDynamic(d)) {
+          if (tokens <= 0) {
+            op.emitOpError() << "has a dynamic dimension but neither the "
+                                "max-tokens option nor kiln.max_tokens on the "
+                                "function bounds it";
+            return signalPassFailure();
+          }
+          d = tokens;
+        }
+        if (d != 0 && bytes > kMaxBytes / d) {
+          op.emitOpError() << "needs a buffer of more than 2^48 bytes for "
+                           << type << " at " << tokens << " tokens";
           return signalPassFailure();
         }
-        d = tokens;
+        bytes *= d;
       }
-      if (d != 0 && bytes > kMaxBytes / d) {
-        op.emitOpError() << "needs a buffer of more than 2^48 bytes for "
-                         << type << " at " << tokens << " tokens";
+      bytes = llvm::alignTo(bytes, kAlignment);
+      int64_t lastUse = now;
+      for (Operation *user : result.getUsers()) {
+        Operation *top = body.findAncestorOpInBlock(*user);
+        lastUse = std::max(lastUse, index.lookup(top));
+      }
+      int64_t offset = firstFit(live, bytes);
+      if (offset > kMaxBytes - bytes) {
+        op.emitOpError() << "would place a buffer of " << bytes
+                         << " bytes at arena offset " << offset
+                         << ", past 2^48 bytes";
         return signalPassFailure();
       }
-      bytes *= d;
+      live.push_back({offset, bytes, lastUse});
+      liveBytes += bytes;
+      peakBytes = std::max(peakBytes, liveBytes);
+      arenaBytes = std::max(arenaBytes, offset + bytes);
+      ++numBuffers;
+      offsets.push_back(offset);
     }
-    bytes = llvm::alignTo(bytes, kAlignment);
-    int64_t lastUse = now;
-    for (Operation *user : result.getUsers()) {
-      Operation *top = body.findAncestorOpInBlock(*user);
-      lastUse = std::max(lastUse, index.lookup(top));
-    }
-    int64_t offset = firstFit(live, bytes);
-    if (offset > kMaxBytes - bytes) {
-      op.emitOpError() << "would place a buffer of " << bytes
-                       << " bytes at arena offset " << offset
-                       << ", past 2^48 bytes";
-      return signalPassFailure();
-    }
-    live.push_back({offset, bytes, lastUse});
-    liveBytes += bytes;
-    peakBytes = std::max(peakBytes, liveBytes);
-    arenaBytes = std::max(arenaBytes, offset + bytes);
-    ++numBuffers;
-    op.setAttr("kiln.buffer_offset",
-               IntegerAttr::get(IntegerType::get(ctx, 64), offset));
+    if (isa<FusedOp>(op))
+      op.setAttr("kiln.buffer_offsets",
+                 DenseI64ArrayAttr::get(ctx, offsets));
+    else if (offsets.size() == 1 && offsets[0] >= 0)
+      op.setAttr("kiln.buffer_offset",
+                 IntegerAttr::get(IntegerType::get(ctx, 64), offsets[0]));
   }
 
   auto i64 = IntegerType::get(ctx, 64);

@@ -24,7 +24,9 @@ def MemoryPlanPass : Pass<"kiln-memory-plan", "::mlir::func::FuncOp"> {
     order) and packs the buffers into one arena, first-fit with 64-byte
     alignment, reusing the space of dead buffers. Dynamic token dimensions are
     sized for `max-tokens` (or the function's `kiln.max_tokens`). Annotates
-    every planned op with `kiln.buffer_offset` and the function with
+    every planned op with `kiln.buffer_offset` (a `kiln.fused` op with
+    `kiln.buffer_offsets`, one per result, -1 for a returned one) and the
+    function with
     `kiln.arena_bytes` and `kiln.peak_activation_bytes` (the largest sum of
     simultaneously live buffers; the arena can only be larger). The value
     returned and the function arguments live outside the arena.
@@ -199,6 +201,48 @@ def InsertObserversPass : Pass<"kiln-insert-observers", "::mlir::ModuleOp"> {
     same tap, one weight fed by different taps in different functions, or a
     pre-RoPE key already observed under another tap than `layers.<l>.key`.
   }];
+  let dependentDialects = ["::mlir::kiln::KilnDialect"];
+}
+
+def FusePass : Pass<"kiln-fuse", "::mlir::ModuleOp"> {
+  let summary = "Kernel fusion: horizontal, prologue, epilogue and elementwise regions";
+  let description = [{
+    Forms `kiln.fused` regions that codegen emits as one generated kernel
+    each (docs/fusion.md), in four families that can be switched
+    separately with `families` (a list of `horizontal`, `prologue`,
+    `epilogue`, `elementwise`; `all`, the default, or `none`):
+
+    * `horizontal`: linears that read the same input with weights of the
+      same kind (`kiln.linear` of one format and element type, or weight-only
+      `kiln.quantized_linear` of the same bits and group size) become one
+      linear over a new weight whose recipe ends in
+      `#kiln.transform<"concat_rows", {parts = [...]}>` (each part keeps its
+      own source and transforms); each former result becomes a
+      `kiln.slice_columns` of the fused result (Q, K, V; gate, up). Weights
+      left unused are removed.
+    * `prologue`: a `kiln.rms_norm` whose only user is a linear's input moves
+      into that linear's region.
+    * `epilogue`: elementwise ops (`kiln.add` residual, `kiln.swiglu`,
+      `kiln.silu`, `kiln.mul`, `kiln.add_bias`) applied to a linear's result
+      join its region when the value they consume has no other user; the
+      slices of a horizontally fused linear always join it (the generated
+      kernel stores each column range to its own buffer).
+    * `elementwise`: chains of two or more elementwise ops, each the only
+      user of the previous one's result, become one loop.
+
+    Only f32 activations are fused (16-bit graphs and W8A8 linears are left
+    as they are). Operands from outside a region must be defined before its
+    first op (weight references are moved up); an op that would need a
+    value computed later stays outside. With `report`, a remark per
+    function counts the regions of each family and the ops before and after.
+  }];
+  let options = [
+    ListOption<"families", "families", "std::string",
+               "Fusion families to apply: horizontal, prologue, epilogue, "
+               "elementwise, all (default) or none">,
+    Option<"report", "report", "bool", /*default=*/"false",
+           "Emit a remark per function with region and op counts">,
+  ];
   let dependentDialects = ["::mlir::kiln::KilnDialect"];
 }
 

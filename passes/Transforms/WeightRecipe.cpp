@@ -13,10 +13,13 @@ static FailureOr<StorageType> parseStorage(WeightOp op, StringRef s) {
   return op.emitOpError() << "unknown storage type '" << s << "'";
 }
 
-FailureOr<WeightDesc> getWeightRecipe(WeightOp op) {
+/// The recipe of a weight named `name` with `src` and `transforms` (a
+/// kiln.weight, or one part of its "concat_rows" step); errors on `op`.
+static FailureOr<WeightDesc> getRecipe(WeightOp op, StringRef name,
+                                       WeightSourceAttr src,
+                                       ArrayAttr transforms) {
   WeightDesc w;
-  w.name = op.getSymName().str();
-  WeightSourceAttr src = op.getSource();
+  w.name = name.str();
   w.source.file = src.getFile().str();
   w.source.tensor = src.getTensor().str();
   FailureOr<StorageType> storage = parseStorage(op, src.getStorage());
@@ -32,11 +35,27 @@ FailureOr<WeightDesc> getWeightRecipe(WeightOp op) {
     w.source.center = src.getCenter().getValueAsDouble();
   for (int64_t d : src.getShape().asArrayRef())
     w.source.shape.push_back(d);
-  for (Attribute a : op.getTransforms()) {
+  for (Attribute a : transforms) {
     auto t = cast<WeightTransformAttr>(a);
     DictionaryAttr params = t.getParams();
     if (t.getKind() == "dequantize")
       continue; // implied by the storage type
+    if (t.getKind() == "concat_rows") { // always last (the verifier checks)
+      for (auto [i, p] : llvm::enumerate(params.getAs<ArrayAttr>("parts"))) {
+        auto part = cast<DictionaryAttr>(p);
+        FailureOr<WeightDesc> d = getRecipe(
+            op, (name + ".part" + Twine(i + 1)).str(),
+            part.getAs<WeightSourceAttr>("source"),
+            part.getAs<ArrayAttr>("transforms"));
+        if (failed(d))
+          return failure();
+        d->keepF32 = cast<RankedTensorType>(part.getAs<TypeAttr>("type").getValue())
+                         .getElementType()
+                         .isF32();
+        w.concatRows.push_back(std::move(*d));
+      }
+      continue;
+    }
     if (t.getKind() == "rope_half_to_adjacent") {
       WeightTransform wt{WeightTransform::Kind::RopeHalfToAdjacent};
       wt.heads = params.getAs<IntegerAttr>("heads").getInt();
@@ -100,17 +119,30 @@ FailureOr<WeightDesc> getWeightRecipe(WeightOp op) {
   return w;
 }
 
+FailureOr<WeightDesc> getWeightRecipe(WeightOp op) {
+  return getRecipe(op, op.getSymName(), op.getSource(), op.getTransforms());
+}
+
 FailureOr<std::vector<float>> materializeWeightOp(WeightOp op) {
   FailureOr<WeightDesc> w = getWeightRecipe(op);
   if (failed(w))
     return failure();
-  size_t numel = 1;
-  for (int64_t d : w->source.shape)
-    numel *= static_cast<size_t>(d);
-  std::vector<float> out(numel);
-  if (llvm::Error e = materializeWeight(*w, out))
-    return op.emitOpError() << "cannot read the weight's values: "
-                            << llvm::toString(std::move(e));
+  // The weight's own rows first, then the rows of each concat_rows part.
+  SmallVector<const WeightDesc *> pieces = {&*w};
+  for (const WeightDesc &part : w->concatRows)
+    pieces.push_back(&part);
+  std::vector<float> out;
+  for (const WeightDesc *d : pieces) {
+    size_t numel = 1;
+    for (int64_t dim : d->source.shape)
+      numel *= static_cast<size_t>(dim);
+    size_t at = out.size();
+    out.resize(at + numel);
+    if (llvm::Error e = materializeWeight(
+            *d, llvm::MutableArrayRef<float>(out).slice(at, numel)))
+      return op.emitOpError() << "cannot read the weight's values: "
+                              << llvm::toString(std::move(e));
+  }
   return out;
 }
 

@@ -50,6 +50,13 @@ static cl::opt<std::string> target(
                        "compiler) or cuda (CUDA C++ compiled by nvcc for "
                        "sm_80 and sm_90a)"),
     cl::init("cpu"), cl::value_desc("cpu|cuda"), cl::cat(category));
+static cl::opt<std::string> fuse(
+    "fuse",
+    cl::desc("Kernel fusion (kiln-fuse, docs/fusion.md): all, none, or a "
+             "comma-separated list of horizontal, prologue, epilogue and "
+             "elementwise; default all for --target=cpu, none for cuda "
+             "(fused kernels are generated for the cpu target so far)"),
+    cl::value_desc("all|none|LIST"), cl::cat(category));
 static cl::opt<std::string> dtype(
     "dtype", cl::desc("Element type of weights, activations and the KV cache; "
                       "logits are always f32 (f32 is the exactness mode)"),
@@ -326,6 +333,7 @@ int main(int argc, char **argv) {
       "               [--calibration FILE] [--act-order] [--smoothquant-alpha A]\n"
       "               [--act-scales=per-token|static] [--kv=int8|fp8]\n"
       "               [--kv-centering=true|false]\n"
+      "               [--fuse=all|none|horizontal,prologue,epilogue,elementwise]\n"
       "               [--emit=kiln|plan|cpp] [--tokenizer FILE]\n"
       "               [--max-seq-len N] [--max-prefill-tokens N] [--sign-key KEY]\n\n"
       "MODEL is a llama2.c checkpoint (.bin), a GGUF file, a Hugging Face\n"
@@ -337,6 +345,34 @@ int main(int argc, char **argv) {
     return fail("unsupported --target='" + target + "' (expected cpu or cuda)");
   if (dtype != "f32" && dtype != "f16" && dtype != "bf16")
     return fail("unsupported --dtype='" + dtype + "' (expected f32, f16 or bf16)");
+  // --fuse: the families of kiln-fuse, validated here so a typo fails
+  // before the model is read.
+  std::vector<std::string> fuseFamilies;
+  {
+    std::string value = fuse.getNumOccurrences()
+                            ? std::string(fuse)
+                            : std::string(target == "cpu" ? "all" : "none");
+    llvm::SmallVector<llvm::StringRef> parts;
+    llvm::StringRef(value).split(parts, ',');
+    for (llvm::StringRef p : parts) {
+      if (!llvm::is_contained({"all", "none", "horizontal", "prologue",
+                               "epilogue", "elementwise"},
+                              p))
+        return fail("unknown --fuse family '" + p +
+                    "' (expected all, none, or a comma-separated list of "
+                    "horizontal, prologue, epilogue and elementwise)");
+      if ((p == "all" || p == "none") && parts.size() > 1)
+        return fail("--fuse=" + value + ": '" + p +
+                    "' cannot be combined with other families");
+      fuseFamilies.push_back(p.str());
+    }
+    if (fuseFamilies == std::vector<std::string>{"none"})
+      fuseFamilies.clear();
+    if (target == "cuda" && !fuseFamilies.empty())
+      return fail("--fuse=" + value + " with --target=cuda: fused kernels "
+                  "are generated for the cpu target only so far; use "
+                  "--fuse=none (the default for cuda)");
+  }
   if (emit == Emit::Artifact && outputDir.empty())
     return fail("no output: pass -o ARTIFACT or --emit=kiln|plan|cpp");
   if (emit.getNumOccurrences() > 1)
@@ -435,11 +471,18 @@ int main(int argc, char **argv) {
   std::string quantPasses = graphPipeline();
   if (!quantPasses.empty())
     options.addGraphPasses = [&](OpPassManager &pm) { addGraphPasses(pm); };
-  options.pipeline = quantPasses.empty()
-                       ? std::string(kPipeline)
-                       : "kiln-verify,canonicalize," + quantPasses +
-                             ",kiln-memory-plan,kiln-lower-to-plan,"
-                             "canonicalize,kiln-plan-to-emitc";
+  options.fuseFamilies = fuseFamilies;
+  std::string fusePass =
+      fuseFamilies.empty()
+          ? std::string()
+          : "kiln-fuse{families=" + llvm::join(fuseFamilies, ",") + "},";
+  options.pipeline = quantPasses.empty() && fusePass.empty()
+                         ? std::string(kPipeline)
+                         : "kiln-verify,canonicalize," +
+                               (quantPasses.empty() ? "" : quantPasses + ",") +
+                               fusePass +
+                               "kiln-memory-plan,kiln-lower-to-plan,"
+                               "canonicalize,kiln-plan-to-emitc";
   options.quant = quantName;
   switch (emit) {
   case Emit::Kiln:

@@ -245,5 +245,24 @@ WeightTransformAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   }
   if (kind == "repack")
     return verifyRepackParams(emitError, params);
+  if (kind == "concat_rows") {
+    auto parts = params ? params.getAs<ArrayAttr>("parts") : ArrayAttr();
+    if (!parts || parts.empty())
+      return emitError() << "'concat_rows' transform needs 'parts', a "
+                            "non-empty array";
+    for (Attribute p : parts) {
+      auto part = dyn_cast<DictionaryAttr>(p);
+      auto type = part ? part.getAs<TypeAttr>("type") : TypeAttr();
+      if (!part || !type || !isa<RankedTensorType>(type.getValue()) ||
+          !part.getAs<WeightSourceAttr>("source") ||
+          !part.getAs<ArrayAttr>("transforms") ||
+          !llvm::all_of(part.getAs<ArrayAttr>("transforms"),
+                        llvm::IsaPred<WeightTransformAttr>))
+        return emitError() << "'concat_rows' parts must be dictionaries "
+                              "{type = tensor type, source = #kiln.source, "
+                              "transforms = [#kiln.transform...]}";
+    }
+    return success();
+  }
   return emitError() << "unknown weight transform '" << kind << "'";
 }

@@ -106,20 +106,59 @@ static std::optional<int64_t> checkedStaticBytes(ShapedType type) {
   return bytes;
 }
 
-LogicalResult WeightOp::verify() {
-  RankedTensorType type = getTensorType();
+/// Checks that `source` and `transforms` produce a weight of `type` (for a
+/// kiln.weight, and for each part of its "concat_rows" step). `emitOpError`
+/// prefixes the messages with the part being checked.
+static LogicalResult
+verifyWeightRecipe(RankedTensorType type, WeightSourceAttr source,
+                   ArrayAttr transforms,
+                   function_ref<InFlightDiagnostic()> emitOpError) {
   if (!type.hasStaticShape())
     return emitOpError() << "expects a static weight shape, got " << type;
   if (!checkedStaticBytes(type))
     return emitOpError() << "weight of type " << type
                          << " needs more than 2^48 bytes";
-  ArrayRef<int64_t> sourceShape = getSource().getShape().asArrayRef();
+  ArrayRef<int64_t> sourceShape = source.getShape().asArrayRef();
   // The shape the recipe produces: the source's, unless a quantize step
   // splits it into integer values (same shape) and per-row scales.
   SmallVector<int64_t, 2> produced(sourceShape.begin(), sourceShape.end());
   bool quantizedToInt = false, repacked = false;
-  for (Attribute a : getTransforms()) {
+  for (auto [index, a] : llvm::enumerate(transforms)) {
     auto t = cast<WeightTransformAttr>(a);
+    if (t.getKind() == "concat_rows") {
+      // Horizontal fusion: the rows of each part, materialized from its own
+      // recipe, follow the rows produced so far (docs/fusion.md).
+      if (index + 1 != transforms.size())
+        return emitOpError() << "'concat_rows' must be the last transform";
+      Type element = type.getElementType();
+      for (auto [i, p] :
+           llvm::enumerate(t.getParams().getAs<ArrayAttr>("parts"))) {
+        auto part = cast<DictionaryAttr>(p);
+        auto partType =
+            cast<RankedTensorType>(part.getAs<TypeAttr>("type").getValue());
+        auto partDiag = [&, i = i]() {
+          InFlightDiagnostic d = emitOpError();
+          d << "'concat_rows' part #" << i << ": ";
+          return d;
+        };
+        if (failed(verifyWeightRecipe(partType,
+                                      part.getAs<WeightSourceAttr>("source"),
+                                      part.getAs<ArrayAttr>("transforms"),
+                                      partDiag)))
+          return failure();
+        if (partType.getElementType() != element ||
+            partType.getRank() != int64_t(produced.size()) ||
+            partType.getShape().drop_front() !=
+                ArrayRef<int64_t>(produced).drop_front())
+          return emitOpError()
+                 << "'concat_rows' part #" << i << " of type " << partType
+                 << " does not continue the rows of shape ["
+                 << llvm::join(llvm::map_range(produced, dimStr), ", ")
+                 << "] x " << element;
+        produced[0] += partType.getDimSize(0);
+      }
+      continue;
+    }
     if (t.getKind() == "quantize") {
       if (sourceShape.size() != 2)
         return emitOpError() << "'quantize' needs a matrix source, got shape ["
@@ -151,10 +190,10 @@ LogicalResult WeightOp::verify() {
         int64_t id = kiln_block_format_from_name(format.str().c_str());
         int64_t rows = p.getAs<IntegerAttr>("rows").getInt();
         int64_t cols = p.getAs<IntegerAttr>("cols").getInt();
-        if (getSource().getStorage() != format)
+        if (source.getStorage() != format)
           return emitOpError() << "keeps blocks of format '" << format
                                << "' but its source is stored as '"
-                               << getSource().getStorage() << "'";
+                               << source.getStorage() << "'";
         if (sourceShape != ArrayRef<int64_t>{rows, cols} ||
             cols % kiln_block_elems(id) != 0)
           return emitOpError()
@@ -221,6 +260,11 @@ LogicalResult WeightOp::verify() {
                             "and only it; got "
                          << type;
   return success();
+}
+
+LogicalResult WeightOp::verify() {
+  return verifyWeightRecipe(getTensorType(), getSource(), getTransforms(),
+                            [&] { return emitOpError(); });
 }
 
 LogicalResult WeightRefOp::verifySymbolUses(SymbolTableCollection &symbols) {
@@ -581,6 +625,113 @@ LogicalResult ObserveOp::verify() {
       return emitOpError() << "tap name '" << tap
                            << "' may only contain letters, digits, '_', '.' "
                               "and '-'";
+  return success();
+}
+
+LogicalResult SliceColumnsOp::verify() {
+  auto input = cast<RankedTensorType>(getInput().getType());
+  auto result = cast<RankedTensorType>(getResult().getType());
+  if (!compatibleDim(input.getDimSize(0), result.getDimSize(0)))
+    return emitOpError() << "expects the result to have the input's "
+                         << dimStr(input.getDimSize(0)) << " rows, got "
+                         << dimStr(result.getDimSize(0));
+  int64_t in = input.getDimSize(1), width = result.getDimSize(1);
+  if (ShapedType::isDynamic(in) || ShapedType::isDynamic(width))
+    return emitOpError() << "expects static widths, got " << input << " -> "
+                         << result;
+  int64_t offset = static_cast<int64_t>(getOffset());
+  if (width <= 0 || offset > in - width)
+    return emitOpError() << "columns [" << offset << ", " << offset + width
+                         << ") are not inside the input's " << in
+                         << " columns";
+  return verifySameElementType(*this, input, result, "input", "result");
+}
+
+/// Ops a kiln.fused region may hold (docs/fusion.md).
+static bool isFusableElementwise(Operation *op) {
+  return isa<AddOp, MulOp, SiluOp, SwigluOp, AddBiasOp>(op);
+}
+
+Operation *FusedOp::getAnchor() {
+  for (Operation &op : getBody().front())
+    if (isa<LinearOp, QuantizedLinearOp>(op))
+      return &op;
+  return nullptr;
+}
+
+LogicalResult FusedOp::verify() {
+  static constexpr StringRef kFamilies[] = {"horizontal", "prologue",
+                                            "epilogue", "elementwise"};
+  if (getFamilies().empty())
+    return emitOpError() << "expects at least one fusion family";
+  for (Attribute a : getFamilies()) {
+    StringRef family = cast<StringAttr>(a).getValue();
+    if (!llvm::is_contained(kFamilies, family))
+      return emitOpError() << "unknown fusion family '" << family
+                           << "' (expected horizontal, prologue, epilogue or "
+                              "elementwise)";
+  }
+  Block &body = getBody().front();
+  if (body.getNumArguments() != getInputs().size())
+    return emitOpError() << "has " << getInputs().size()
+                         << " operands but its region takes "
+                         << body.getNumArguments() << " arguments";
+  for (auto [i, operand, arg] :
+       llvm::enumerate(getInputs(), body.getArguments()))
+    if (operand.getType() != arg.getType())
+      return emitOpError() << "operand #" << i << " has type "
+                           << operand.getType()
+                           << " but the region argument has type "
+                           << arg.getType();
+  return success();
+}
+
+LogicalResult FusedOp::verifyRegions() {
+  Block &body = getBody().front();
+  auto yield = dyn_cast<YieldOp>(body.getTerminator());
+  if (!yield)
+    return emitOpError() << "expects its region to end in kiln.yield";
+  if (yield.getValues().getTypes() != getResultTypes())
+    return emitOpError() << "yields " << yield.getValues().size()
+                         << " values whose types do not match its "
+                         << getNumResults() << " results";
+  Operation *anchor = nullptr;
+  for (Operation &op : body.without_terminator()) {
+    bool linear = isa<LinearOp, QuantizedLinearOp>(op);
+    if (!linear && !isFusableElementwise(&op) &&
+        !isa<RmsNormOp, SliceColumnsOp>(op))
+      return op.emitOpError() << "cannot be part of a kiln.fused region "
+                                 "(expected a linear, rms_norm, "
+                                 "slice_columns or elementwise op)";
+    for (Type t : op.getResultTypes())
+      if (!cast<RankedTensorType>(t).getElementType().isF32())
+        return op.emitOpError()
+               << "in a kiln.fused region must compute in f32, got " << t;
+    if (!linear)
+      continue;
+    if (anchor)
+      return op.emitOpError()
+             << "is a second linear in one kiln.fused region (horizontal "
+                "fusion concatenates weights into one linear instead)";
+    anchor = &op;
+    if (auto q = dyn_cast<QuantizedLinearOp>(op); q && q.hasQuantizedActivations())
+      return op.emitOpError() << "with quantized activations (W8A8) cannot be "
+                                 "part of a kiln.fused region";
+  }
+  for (Operation &op : body.without_terminator()) {
+    if (auto norm = dyn_cast<RmsNormOp>(op)) {
+      if (!anchor || !norm->hasOneUse() ||
+          *norm->getUsers().begin() != anchor ||
+          anchor->getOperand(0) != norm.getResult())
+        return op.emitOpError() << "in a kiln.fused region must be the "
+                                   "prologue of the region's linear (its only "
+                                   "user, as the linear's input)";
+    }
+    if (auto slice = dyn_cast<SliceColumnsOp>(op))
+      if (!anchor || slice.getInput() != anchor->getResult(0))
+        return op.emitOpError() << "in a kiln.fused region must slice the "
+                                   "result of the region's linear";
+  }
   return success();
 }
 

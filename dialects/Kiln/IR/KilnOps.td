@@ -447,6 +447,86 @@ def Kiln_LogitsOp : Kiln_Op<"logits", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Kiln_SliceColumnsOp : Kiln_Op<"slice_columns", [Pure]> {
+  let summary = "Columns [offset, offset + width) of every row";
+  let description = [{
+    `result[n, j] = input[n, offset + j]` for `j < width`; input `[n, in]`,
+    result `[n, width]`, same element type. Written by `kiln-fuse` when
+    linears that share an input become one linear over concatenated weights
+    (horizontal fusion): each former result is a column range of the fused
+    one. Inside a `kiln.fused` region it costs nothing (the generated
+    epilogue stores each range to its own buffer); alone it is a copy.
+
+    ```mlir
+    %q = kiln.slice_columns %qkv {offset = 0 : i64} : tensor<?x96xf32> -> tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$input,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$offset);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat =
+      "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Fusion
+//===----------------------------------------------------------------------===//
+
+def Kiln_FusedOp : Kiln_Op<"fused", [IsolatedFromAbove, SingleBlock,
+    RecursiveMemoryEffects]> {
+  let summary = "A fused region: kiln ops that codegen emits as one kernel";
+  let description = [{
+    Formed by `kiln-fuse` (docs/fusion.md). The region's block arguments
+    are the operands, in order; `kiln.yield` gives the results. The body is
+    kiln ops that codegen instantiates together into one generated kernel:
+    at most one linear anchor (`kiln.linear`, float or block-format weights,
+    or a weight-only `kiln.quantized_linear`, f32 activations), an optional
+    `kiln.rms_norm` prologue feeding it, `kiln.slice_columns` of its result
+    and elementwise epilogue ops (`kiln.add`, `kiln.mul`, `kiln.silu`,
+    `kiln.swiglu`, `kiln.add_bias`); or, without a linear, a chain of
+    elementwise ops computed in one loop. `families` lists the fusion
+    families that formed the region (`horizontal`, `prologue`, `epilogue`,
+    `elementwise`), for reports and traces.
+
+    ```mlir
+    %a = kiln.fused (%x, %nw, %w13) {families = ["prologue", "horizontal", "epilogue"]} {
+    ^bb0(%x0: tensor<?x64xf32>, %n0: tensor<64xf32>, %w0: tensor<344x64xf32>):
+      %xn = kiln.rms_norm %x0, %n0 {epsilon = 1.0e-05 : f32} : tensor<?x64xf32>, tensor<64xf32>
+      %gu = kiln.linear %xn, %w0 : tensor<?x64xf32>, tensor<344x64xf32> -> tensor<?x344xf32>
+      %g = kiln.slice_columns %gu {offset = 0 : i64} : tensor<?x344xf32> -> tensor<?x172xf32>
+      %u = kiln.slice_columns %gu {offset = 172 : i64} : tensor<?x344xf32> -> tensor<?x172xf32>
+      %s = kiln.swiglu %g, %u : tensor<?x172xf32>
+      kiln.yield %s : tensor<?x172xf32>
+    } : (tensor<?x64xf32>, tensor<64xf32>, tensor<344x64xf32>) -> tensor<?x172xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<AnyRankedTensor>:$inputs,
+                       TypedArrayAttrBase<StrAttr, "fusion families">:$families);
+  let results = (outs Variadic<AnyRankedTensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    `(` $inputs `)` attr-dict-with-keyword $body `:` functional-type($inputs, $results)
+  }];
+  let hasVerifier = 1;
+  let hasRegionVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The linear anchor of the region (kiln.linear or
+    /// kiln.quantized_linear), if any.
+    ::mlir::Operation *getAnchor();
+  }];
+}
+
+def Kiln_YieldOp : Kiln_Op<"yield", [Pure, Terminator]> {
+  let summary = "The results of a kiln.fused region";
+  let description = [{
+    Terminates the region of a `kiln.fused` op (and of the
+    `plan.fused_kernel` it is outlined into by `kiln-lower-to-plan`).
+  }];
+  let arguments = (ins Variadic<AnyRankedTensor>:$values);
+  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
+}
+
 //===----------------------------------------------------------------------===//
 // Calibration
 //===----------------------------------------------------------------------===//

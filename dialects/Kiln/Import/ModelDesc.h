@@ -167,6 +167,11 @@ struct WeightDesc {
   /// artifact writer for kiln.weight ops typed f32 in a 16-bit graph, e.g.
   /// the key means of key centering, which the kernels read as float).
   bool keepF32 = false;
+  /// Horizontal fusion (kiln-fuse, the "concat_rows" transform): weights
+  /// whose rows follow this one's, each materialized and written by its own
+  /// recipe; the tensor is their row-wise concatenation (row-major, so the
+  /// bytes of each part in order). Empty for every imported weight.
+  std::vector<WeightDesc> concatRows;
 };
 
 /// A linear weight kept in Kiln's quantized layout: `bits`, `groupSize` as

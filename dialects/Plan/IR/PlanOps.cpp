@@ -94,5 +94,27 @@ LogicalResult CallKernelOp::verify() {
   return success();
 }
 
+LogicalResult CallFusedOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  auto kernel =
+      symbols.lookupNearestSymbolFrom<FusedKernelOp>(*this, getKernelAttr());
+  if (!kernel)
+    return emitOpError() << "'" << getKernel()
+                         << "' does not reference a plan.fused_kernel";
+  Block &body = kernel.getBody().front();
+  size_t expected = body.getNumArguments() +
+                    body.getTerminator()->getNumOperands() + 1;
+  if (getArgs().size() != expected)
+    return emitOpError() << "passes " << getArgs().size() << " operands to '"
+                         << getKernel() << "', which takes " << expected
+                         << " (its arguments, its results and n)";
+  for (auto [i, arg] : llvm::enumerate(getArgs().drop_back()))
+    if (!isa<MemRefType>(arg.getType()))
+      return emitOpError() << "operand #" << i << " must be a buffer, got "
+                           << arg.getType();
+  if (!getArgs().back().getType().isIndex())
+    return emitOpError() << "expects the token count n (index) last";
+  return success();
+}
+
 #define GET_OP_CLASSES
 #include "dialects/Plan/IR/PlanOps.cpp.inc"

@@ -132,4 +132,44 @@ def Plan_CallKernelOp : Plan_Op<"call_kernel", [
   let hasVerifier = 1;
 }
 
+def Plan_FusedKernelOp : Plan_Op<"fused_kernel", [Symbol, IsolatedFromAbove,
+    SingleBlock]> {
+  let summary = "A generated kernel: the body of a kiln.fused region";
+  let description = [{
+    The region of a `kiln.fused` op, outlined by `kiln-lower-to-plan` (kiln
+    ops on tensors, ending in `kiln.yield`). Codegen instantiates it as one
+    function of the target's language (docs/fusion.md); `plan.call_fused`
+    calls it with the buffers of the region's operands and results.
+
+    ```mlir
+    plan.fused_kernel @kiln_fused_decode_0 families ["epilogue"] {
+    ^bb0(%x: tensor<1x64xf32>, %w: tensor<64x64xf32>, %h: tensor<1x64xf32>):
+      %o = kiln.linear %x, %w : tensor<1x64xf32>, tensor<64x64xf32> -> tensor<1x64xf32>
+      %r = kiln.add %h, %o : tensor<1x64xf32>
+      kiln.yield %r : tensor<1x64xf32>
+    }
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, StrArrayAttr:$families);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$sym_name `families` $families attr-dict-with-keyword $body";
+}
+
+def Plan_CallFusedOp : Plan_Op<"call_fused", [
+    MemoryEffects<[MemRead, MemWrite]>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "Call a plan.fused_kernel";
+  let description = [{
+    Operands: one buffer per argument of the kernel's region, one buffer per
+    value it yields (written), then the entry point's token count `n`.
+
+    ```mlir
+    plan.call_fused @kiln_fused_decode_0(%x, %w, %h, %out, %n)
+        : memref<1x64xf32>, memref<64x64xf32>, memref<1x64xf32>, memref<1x64xf32>, index
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$kernel, Variadic<AnyType>:$args);
+  let assemblyFormat = "$kernel `(` $args `)` attr-dict `:` type($args)";
+}
+
 #endif // KILN_DIALECTS_PLAN_IR_PLANOPS_TD

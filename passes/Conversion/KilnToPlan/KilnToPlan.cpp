@@ -63,6 +63,7 @@ private:
 
   LogicalResult lowerOp(Operation *op);
   LogicalResult lowerObserve(ObserveOp op);
+  LogicalResult lowerFused(FusedOp op);
   FailureOr<Value> bufferFor(Operation *op);
   void call(StringRef callee, ArrayRef<Value> args) {
     plan::CallKernelOp::create(builder, loc(), builder.getStringAttr(callee),
@@ -74,6 +75,7 @@ private:
   Value tokenCount, position;
   Operation *current = nullptr;
   IRMapping buffers;
+  int64_t numFused = 0;
 };
 } // namespace
 
@@ -125,6 +127,44 @@ LogicalResult FunctionLowering::lowerObserve(ObserveOp op) {
   return success();
 }
 
+// kiln.fused -> plan.fused_kernel @kiln_fused_<func>_<i> (the region,
+// moved) + plan.call_fused(operand buffers, result buffers, n).
+LogicalResult FunctionLowering::lowerFused(FusedOp op) {
+  auto offsets = op->getAttrOfType<DenseI64ArrayAttr>("kiln.buffer_offsets");
+  if (!offsets || offsets.size() != int64_t(op.getNumResults()))
+    return op.emitOpError()
+           << "has no kiln.buffer_offsets; run --kiln-memory-plan first";
+  SmallVector<Value> args;
+  for (Value v : op.getInputs())
+    args.push_back(buffers.lookup(v));
+  for (auto [result, offset] : llvm::zip(op.getResults(), offsets.asArrayRef())) {
+    if (offset < 0)
+      return op.emitOpError() << "returns a fused result; entry points must "
+                                 "return the result of kiln.logits";
+    MemRefType type = toMemRef(result.getType());
+    SmallVector<Value> dynamicSizes;
+    if (type.getNumDynamicDims() > 0)
+      dynamicSizes.push_back(tokenCount);
+    Value buffer =
+        plan::ArenaViewOp::create(builder, loc(), type, offset, dynamicSizes);
+    buffers.map(result, buffer);
+    args.push_back(buffer);
+  }
+  args.push_back(tokenCount);
+  std::string name = ("kiln_fused_" + source.getSymName() + "_" +
+                      Twine(numFused++))
+                         .str();
+  OpBuilder moduleBuilder(source);
+  auto kernel = plan::FusedKernelOp::create(
+      moduleBuilder, op.getLoc(), moduleBuilder.getStringAttr(name),
+      op.getFamilies());
+  kernel.getBody().takeBody(op.getBody());
+  plan::CallFusedOp::create(builder, loc(),
+                            FlatSymbolRefAttr::get(builder.getContext(), name),
+                            args);
+  return success();
+}
+
 LogicalResult FunctionLowering::lowerOp(Operation *op) {
   current = op;
   if (auto ref = dyn_cast<WeightRefOp>(op)) {
@@ -143,6 +183,8 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
   }
   if (auto observe = dyn_cast<ObserveOp>(op))
     return lowerObserve(observe);
+  if (auto fused = dyn_cast<FusedOp>(op))
+    return lowerFused(fused);
   if (op->getNumResults() != 1)
     return op->emitOpError() << "cannot be lowered to the plan dialect";
 
@@ -309,6 +351,14 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
             if (window)
               args.push_back(indexConst(int64_t(*window)));
             call(callee, args);
+            return success();
+          })
+          .Case([&](SliceColumnsOp s) {
+            call("kiln_k_slice_columns",
+                 {in(s.getInput()), *out, rows(s.getInput()),
+                  width(s.getInput()),
+                  indexConst(static_cast<int64_t>(s.getOffset())),
+                  width(s.getResult())});
             return success();
           })
           .Case([&](SwigluOp s) {

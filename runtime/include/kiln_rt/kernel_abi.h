@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 7
+#define KILN_ABI_VERSION 8
 
 /// Execution context handed to an entry point. Owned by the runtime.
 typedef struct kiln_exec_ctx {
@@ -188,6 +188,70 @@ void kiln_k_add(const float *a, const float *b, float *y, int64_t count);
 /// y = a * b, count elements.
 void kiln_k_mul(const float *a, const float *b, float *y, int64_t count);
 
+/*===-- Fused kernels (kiln-fuse, docs/fusion.md) -------------------------===*
+ *
+ * Codegen emits one C++ function per kiln.fused region; it is built from
+ * the primitives below: a linear tile over any weight format, a parallel
+ * loop on the runtime's threads, per-thread scratch, and the elementwise
+ * functions the unfused kernels use (so fused and unfused results agree).
+ *===----------------------------------------------------------------------===*/
+
+/// Weight kinds of kiln_linear_weight.
+enum {
+  KILN_WEIGHT_F32 = 1,    ///< float32 [out, in] (kiln_k_linear)
+  KILN_WEIGHT_BLOCKS = 2, ///< GGML blocks [out, in / elems * bytes] (kiln_k_linear_blocks)
+  KILN_WEIGHT_W8 = 3,     ///< int8 [out, in], scales (kiln_k_linear_w8a16)
+  KILN_WEIGHT_W4 = 4      ///< packed nibbles [out, ceil(in / 2)], scales, zeros (kiln_k_linear_w4a16)
+};
+
+/// A linear layer's weight as the kernels read it, rows [out, ...]: `data`
+/// and, for W8/W4, `scales` ([out] per channel or [out, G] groups) and
+/// `zeros` ([out, G], W4), with the layouts of the unfused kernel of the
+/// same kind; `format` is the GGML type id for KILN_WEIGHT_BLOCKS.
+typedef struct kiln_linear_weight {
+  int32_t kind;
+  int32_t format;
+  const void *data;
+  const float *scales;
+  const int8_t *zeros;
+  int64_t group_size;
+} kiln_linear_weight;
+
+/// c[t * ldc + (o - o0)] = sum_i x[t, i] * W[o, i] for t < n, o in [o0, o1):
+/// output rows [o0, o1) of the linear for all n tokens (x float32 [n, in]),
+/// on the calling thread. One token: the decode GEMV of the weight's kind,
+/// row for row the unfused kernel's arithmetic; more: dequantized tiles
+/// multiplied with a single-threaded sgemm.
+void kiln_k_linear_tile(const kiln_linear_weight *w, const float *x, int64_t n,
+                        int64_t in, int64_t o0, int64_t o1, float *c,
+                        int64_t ldc);
+
+/// Calls fn(env, begin, end) on contiguous chunks covering [0, count), one
+/// per runtime thread (kiln_rt_set_threads), chunk sizes a multiple of
+/// `align`; on the calling thread alone when `work` (multiply-adds) is too
+/// small to pay for threads. Returns when every chunk is done.
+void kiln_k_parallel_for(int64_t count, int64_t align, int64_t work,
+                         void (*fn)(void *env, int64_t begin, int64_t end),
+                         void *env);
+
+/// Per-thread float scratch of at least `count` elements, slot 0..3; valid
+/// until the same thread asks for the same slot again. Slot 0 is for the
+/// calling thread outside kiln_k_parallel_for; kiln_k_linear_tile uses none.
+float *kiln_k_scratch(int64_t slot, int64_t count);
+
+/// SiLU and SwiGLU of one element, exactly as kiln_k_silu / kiln_k_swiglu
+/// compute them (run.c order: silu(gate) then * up).
+static inline float kiln_silu(float x) { return x * (1.0f / (1.0f + __builtin_expf(-x))); }
+static inline float kiln_swiglu(float g, float u) {
+  g *= 1.0f / (1.0f + __builtin_expf(-g));
+  return g * u;
+}
+
+/// y[t, j] = x[t, offset + j] for t < n, j < width (x [n, in]): a column
+/// range (kiln.slice_columns outside a fused region), any 4-byte element.
+void kiln_k_slice_columns(const float *x, float *y, int64_t n, int64_t in,
+                          int64_t offset, int64_t width);
+
 /*===-- 16-bit element types ----------------------------------------------===*
  *
  * Artifacts with recipe.dtype "f16" / "bf16" keep weights, activations and
@@ -247,6 +311,8 @@ void kiln_k_attention_window_f16(const kiln_f16_t *q, const kiln_f16_t *k,
                                  int64_t n, int64_t pos, int64_t heads,
                                  int64_t kv_heads, int64_t head_dim,
                                  int64_t max_seq, float scale, int64_t window);
+void kiln_k_slice_columns_f16(const kiln_f16_t *x, kiln_f16_t *y, int64_t n,
+                              int64_t in, int64_t offset, int64_t width);
 void kiln_k_swiglu_f16(const kiln_f16_t *gate, const kiln_f16_t *up,
                        kiln_f16_t *y, int64_t count);
 void kiln_k_silu_f16(const kiln_f16_t *x, kiln_f16_t *y, int64_t count);
@@ -290,6 +356,8 @@ void kiln_k_attention_window_bf16(const kiln_bf16_t *q, const kiln_bf16_t *k,
                                  int64_t n, int64_t pos, int64_t heads,
                                  int64_t kv_heads, int64_t head_dim,
                                  int64_t max_seq, float scale, int64_t window);
+void kiln_k_slice_columns_bf16(const kiln_bf16_t *x, kiln_bf16_t *y, int64_t n,
+                               int64_t in, int64_t offset, int64_t width);
 void kiln_k_swiglu_bf16(const kiln_bf16_t *gate, const kiln_bf16_t *up,
                         kiln_bf16_t *y, int64_t count);
 void kiln_k_silu_bf16(const kiln_bf16_t *x, kiln_bf16_t *y, int64_t count);

@@ -1342,12 +1342,10 @@ static void unary(const typename E::T *x, typename E::T *y, int64_t count,
   }
 }
 
-// run.c order: silu(gate) then * up.
-static inline float swigluOp(float g, float u) {
-  g *= 1.0f / (1.0f + expf(-g));
-  return g * u;
-}
-static inline float siluOp(float x) { return x * (1.0f / (1.0f + expf(-x))); }
+// run.c order: silu(gate) then * up (kernel_abi.h; generated fused
+// kernels call the same functions).
+static inline float swigluOp(float g, float u) { return kiln_swiglu(g, u); }
+static inline float siluOp(float x) { return kiln_silu(x); }
 static inline float addOp(float a, float b) { return a + b; }
 static inline float mulOp(float a, float b) { return a * b; }
 

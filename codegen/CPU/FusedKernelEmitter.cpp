@@ -1,0 +1,413 @@
+//===- FusedKernelEmitter.cpp - C++ for plan.fused_kernel -----------------===//
+//
+// The generated code is the same template for every linear-anchored region;
+// what varies is instantiated from the region: the weight descriptor
+// (format, scales, zero points), the prologue, the segments (column ranges
+// of the fused linear, from its kiln.slice_columns) and the epilogue's
+// per-element statements. Two iteration shapes:
+//
+//  * independent segments (Q, K, V; or one plain linear): tiles of the
+//    concatenated output rows; each element belongs to one segment and is
+//    routed to that segment's buffer after its epilogue;
+//  * paired segments (an epilogue op combines segments, swiglu(gate, up)):
+//    tiles of one segment's width; each tile computes the same rows of every
+//    segment, so the epilogue sees gate[j] and up[j] together.
+//
+//===----------------------------------------------------------------------===//
+
+#include "codegen/CPU/FusedKernelEmitter.h"
+#include "dialects/Kiln/IR/KilnOps.h"
+#include "kiln_rt/block_formats.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallBitVector.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace mlir::kiln {
+
+namespace {
+/// A column range of the anchor linear's result.
+struct Segment {
+  int64_t offset, width;
+};
+
+class Emitter {
+public:
+  explicit Emitter(plan::FusedKernelOp kernel)
+      : kernel(kernel), body(kernel.getBody().front()),
+        name(kernel.getSymName().str()) {}
+  FailureOr<std::string> run();
+
+private:
+  LogicalResult classify();
+  std::string argDecl(unsigned i);
+  std::string envFields();
+  /// Statements computing every epilogue value whose segments are `only`
+  /// (all of them when `only` is -1), then the stores of those yielded.
+  LogicalResult emitElementStatements(llvm::raw_ostream &os, int only,
+                                      StringRef indent);
+  FailureOr<std::string> operandExpr(Value v);
+  std::string rowsExpr();
+
+  plan::FusedKernelOp kernel;
+  Block &body;
+  std::string name;
+  Operation *anchor = nullptr;
+  RmsNormOp norm;
+  SmallVector<Segment> segments;
+  /// Segment of each anchor-derived value: the bit per segment it reads.
+  DenseMap<Value, llvm::SmallBitVector> deps;
+  /// C variable of each computed value.
+  DenseMap<Value, std::string> vars;
+  SmallVector<Operation *> epilogue; ///< elementwise ops, in order
+  bool paired = false;
+  int64_t width = 0; ///< elementwise regions: the common width
+};
+} // namespace
+
+static std::string cFloat(APFloat v) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << llvm::format("%a", double(v.convertToFloat())) << "f";
+  return s;
+}
+
+static int64_t widthOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getDimSize(1);
+}
+
+/// C element type of a region argument.
+static FailureOr<StringRef> cType(Operation *at, Type t) {
+  Type e = cast<RankedTensorType>(t).getElementType();
+  if (e.isF32())
+    return StringRef("float");
+  if (e.isInteger(8))
+    return StringRef("int8_t");
+  return at->emitOpError() << "fused kernels take f32 and i8 buffers, got "
+                           << e;
+}
+
+std::string Emitter::rowsExpr() {
+  Value v = anchor ? anchor->getResult(0) : epilogue.front()->getResult(0);
+  int64_t rows = cast<RankedTensorType>(v.getType()).getDimSize(0);
+  return ShapedType::isDynamic(rows) ? std::string("n") : std::to_string(rows);
+}
+
+LogicalResult Emitter::classify() {
+  for (Operation &op : body.without_terminator()) {
+    if (isa<LinearOp, QuantizedLinearOp>(op)) {
+      if (anchor)
+        return op.emitOpError() << "is a second linear in fused kernel '"
+                                << name << "'";
+      anchor = &op;
+    } else if (auto n = dyn_cast<RmsNormOp>(op)) {
+      norm = n;
+    } else if (isa<SliceColumnsOp>(op)) {
+      continue;
+    } else if (isa<AddOp, MulOp, SiluOp, SwigluOp, AddBiasOp>(op)) {
+      epilogue.push_back(&op);
+    } else {
+      return op.emitOpError() << "has no CPU template in a fused kernel";
+    }
+  }
+  if (!anchor) {
+    if (epilogue.empty())
+      return kernel.emitOpError() << "fused kernel '" << name
+                                  << "' has nothing to compute";
+    width = widthOf(epilogue.front()->getResult(0));
+  } else {
+    Value result = anchor->getResult(0);
+    SmallVector<SliceColumnsOp> slices;
+    for (Operation *user : result.getUsers())
+      if (auto slice = dyn_cast<SliceColumnsOp>(user))
+        slices.push_back(slice);
+    if (!slices.empty() && slices.size() != size_t(std::distance(
+                                                result.getUsers().begin(),
+                                                result.getUsers().end())))
+      return anchor->emitOpError()
+             << "in fused kernel '" << name
+             << "' is read both whole and through column slices";
+    llvm::sort(slices, [](SliceColumnsOp a, SliceColumnsOp b) {
+      return a.getOffset() < b.getOffset();
+    });
+    for (SliceColumnsOp slice : slices) {
+      llvm::SmallBitVector bits(slices.size());
+      bits.set(segments.size());
+      deps[slice.getResult()] = bits;
+      segments.push_back({int64_t(slice.getOffset()), widthOf(slice.getResult())});
+    }
+    if (slices.empty()) {
+      segments.push_back({0, widthOf(result)});
+      deps[result] = llvm::SmallBitVector(1, true);
+    }
+    for (Operation *op : epilogue) {
+      llvm::SmallBitVector bits(segments.size());
+      for (Value v : op->getOperands())
+        if (auto it = deps.find(v); it != deps.end())
+          bits |= it->second;
+      if (bits.count() > 1)
+        paired = true;
+      deps[op->getResult(0)] = bits;
+    }
+    if (paired) {
+      for (const Segment &s : segments)
+        if (s.width != segments.front().width)
+          return kernel.emitOpError()
+                 << "fused kernel '" << name
+                 << "' combines column ranges of different widths";
+      if (segments.size() > 3)
+        return kernel.emitOpError() << "fused kernel '" << name
+                                    << "' combines more than 3 column ranges";
+    }
+  }
+  // Every value computed per element gets a C variable.
+  for (auto [i, s] : llvm::enumerate(segments))
+    for (auto &[v, bits] : deps)
+      if (v.getDefiningOp() == anchor || isa_and_nonnull<SliceColumnsOp>(v.getDefiningOp()))
+        if (bits.count() == 1 && bits.test(i))
+          vars[v] = "seg" + std::to_string(i);
+  for (auto [i, op] : llvm::enumerate(epilogue))
+    vars[op->getResult(0)] = "e" + std::to_string(i);
+  return success();
+}
+
+FailureOr<std::string> Emitter::operandExpr(Value v) {
+  if (auto it = vars.find(v); it != vars.end())
+    return it->second;
+  auto arg = dyn_cast<BlockArgument>(v);
+  if (!arg)
+    return failure();
+  auto type = cast<RankedTensorType>(v.getType());
+  std::string a = "e.a" + std::to_string(arg.getArgNumber());
+  if (type.getRank() == 1)
+    return a + "[col]";
+  return a + "[t * " + std::to_string(type.getDimSize(1)) + " + col]";
+}
+
+LogicalResult Emitter::emitElementStatements(llvm::raw_ostream &os, int only,
+                                             StringRef indent) {
+  auto selected = [&](Value v) {
+    if (only < 0)
+      return true;
+    auto it = deps.find(v);
+    return it != deps.end() && it->second.count() == 1 && it->second.test(only);
+  };
+  for (Operation *op : epilogue) {
+    if (anchor && !selected(op->getResult(0)))
+      continue;
+    SmallVector<std::string> in;
+    for (Value v : op->getOperands()) {
+      FailureOr<std::string> e = operandExpr(v);
+      if (failed(e))
+        return op->emitOpError() << "reads a value the fused kernel '" << name
+                                 << "' does not compute per element";
+      in.push_back(*e);
+    }
+    std::string expr =
+        llvm::TypeSwitch<Operation *, std::string>(op)
+            .Case([&](AddOp) { return in[0] + " + " + in[1]; })
+            .Case([&](AddBiasOp) { return in[0] + " + " + in[1]; })
+            .Case([&](MulOp) { return in[0] + " * " + in[1]; })
+            .Case([&](SiluOp) { return "kiln_silu(" + in[0] + ")"; })
+            .Case([&](SwigluOp) {
+              return "kiln_swiglu(" + in[0] + ", " + in[1] + ")";
+            })
+            .Default([](Operation *) { return std::string(); });
+    os << indent << "const float " << vars[op->getResult(0)] << " = " << expr
+       << ";\n";
+  }
+  auto yield = cast<YieldOp>(body.getTerminator());
+  for (auto [i, v] : llvm::enumerate(yield.getValues())) {
+    if (anchor && !selected(v))
+      continue;
+    FailureOr<std::string> e = operandExpr(v);
+    if (failed(e))
+      return kernel.emitOpError() << "fused kernel '" << name
+                                  << "' yields a value it does not compute";
+    os << indent << "e.r" << i << "[t * " << widthOf(v) << " + col] = " << *e
+       << ";\n";
+  }
+  return success();
+}
+
+std::string Emitter::argDecl(unsigned i) {
+  Type t = body.getArgument(i).getType();
+  FailureOr<StringRef> c = cType(kernel, t);
+  return "const " + c->str() + " *a" + std::to_string(i);
+}
+
+std::string Emitter::envFields() {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  for (unsigned i = 0; i < body.getNumArguments(); ++i)
+    os << "  " << argDecl(i) << ";\n";
+  auto yield = cast<YieldOp>(body.getTerminator());
+  for (unsigned i = 0; i < yield.getValues().size(); ++i)
+    os << "  float *r" << i << ";\n";
+  os << "  int64_t n;\n";
+  if (anchor)
+    os << "  const float *x;\n  kiln_linear_weight w;\n";
+  return s;
+}
+
+FailureOr<std::string> Emitter::run() {
+  if (failed(classify()))
+    return failure();
+  for (unsigned i = 0; i < body.getNumArguments(); ++i)
+    if (failed(cType(kernel, body.getArgument(i).getType())))
+      return failure();
+  auto yield = cast<YieldOp>(body.getTerminator());
+  for (Value v : yield.getValues())
+    if (!cast<RankedTensorType>(v.getType()).getElementType().isF32())
+      return kernel.emitOpError() << "fused kernel '" << name
+                                  << "' yields a non-f32 value";
+
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  std::string env = name + "_env";
+  os << "// " << name << ": kiln.fused region (families:";
+  for (Attribute f : kernel.getFamilies())
+    os << " " << cast<StringAttr>(f).getValue();
+  os << ")\nnamespace {\nstruct " << env << " {\n" << envFields() << "};\n}\n";
+
+  auto argIndex = [&](Value v) -> int64_t {
+    auto arg = dyn_cast<BlockArgument>(v);
+    return arg ? int64_t(arg.getArgNumber()) : -1;
+  };
+
+  // The tile function.
+  os << "static void " << name << "_tile(void *p, int64_t j0, int64_t j1) {\n"
+     << "  const " << env << " &e = *(const " << env << " *)p;\n"
+     << "  const int64_t n = e.n;\n  (void)n;\n";
+  if (!anchor) {
+    os << "  for (int64_t i = j0; i < j1; ++i) {\n"
+       << "    const int64_t t = i / " << width << ", col = i % " << width
+       << ";\n";
+    if (failed(emitElementStatements(os, -1, "    ")))
+      return failure();
+    os << "  }\n}\n";
+  } else {
+    int64_t in = widthOf(anchor->getOperand(0));
+    os << "  const int64_t rows = " << rowsExpr() << ";\n"
+       << "  const int64_t step = rows == 1 ? j1 - j0 : 128;\n";
+    size_t tiles = paired ? segments.size() : 1;
+    for (size_t k = 0; k < tiles; ++k)
+      os << "  float *c" << k << " = kiln_k_scratch(" << k + 1
+         << ", rows * step);\n";
+    os << "  for (int64_t s0 = j0; s0 < j1; s0 += step) {\n"
+       << "    const int64_t s1 = s0 + step < j1 ? s0 + step : j1, tw = s1 - "
+          "s0;\n";
+    if (paired) {
+      for (auto [k, s] : llvm::enumerate(segments))
+        os << "    kiln_k_linear_tile(&e.w, e.x, rows, " << in << ", "
+           << s.offset << " + s0, " << s.offset << " + s1, c" << k
+           << ", tw);\n";
+      os << "    for (int64_t t = 0; t < rows; ++t)\n"
+         << "      for (int64_t j = s0; j < s1; ++j) {\n"
+         << "        const int64_t col = j;\n        (void)col;\n";
+      for (size_t k = 0; k < segments.size(); ++k)
+        os << "        const float seg" << k << " = c" << k
+           << "[t * tw + (j - s0)];\n";
+      // Values over several segments are computed here too.
+      for (auto &[v, bits] : deps)
+        if ((v.getDefiningOp() == anchor ||
+             isa_and_nonnull<SliceColumnsOp>(v.getDefiningOp())) &&
+            !vars.count(v))
+          return kernel.emitOpError() << "fused kernel '" << name
+                                      << "' reads the whole fused result";
+      if (failed(emitElementStatements(os, -1, "        ")))
+        return failure();
+      os << "      }\n";
+    } else {
+      os << "    kiln_k_linear_tile(&e.w, e.x, rows, " << in
+         << ", s0, s1, c0, tw);\n";
+      for (auto [k, s] : llvm::enumerate(segments)) {
+        int64_t end = s.offset + s.width;
+        os << "    {\n"
+           << "      const int64_t lo = s0 > " << s.offset << " ? s0 : "
+           << s.offset << ", hi = s1 < " << end << " ? s1 : " << end << ";\n"
+           << "      for (int64_t t = 0; t < rows; ++t)\n"
+           << "        for (int64_t j = lo; j < hi; ++j) {\n"
+           << "          const int64_t col = j - " << s.offset << ";\n"
+           << "          const float seg" << k << " = c0[t * tw + (j - s0)];\n"
+           << "          (void)col;\n";
+        if (failed(emitElementStatements(os, int(k), "          ")))
+          return failure();
+        os << "        }\n    }\n";
+      }
+    }
+    os << "  }\n}\n";
+  }
+
+  // The entry function.
+  os << "static void " << name << "(";
+  for (unsigned i = 0; i < body.getNumArguments(); ++i)
+    os << argDecl(i) << ", ";
+  for (unsigned i = 0; i < yield.getValues().size(); ++i)
+    os << "float *r" << i << ", ";
+  os << "int64_t n) {\n  " << env << " e;\n";
+  for (unsigned i = 0; i < body.getNumArguments(); ++i)
+    os << "  e.a" << i << " = a" << i << ";\n";
+  for (unsigned i = 0; i < yield.getValues().size(); ++i)
+    os << "  e.r" << i << " = r" << i << ";\n";
+  os << "  e.n = n;\n";
+  if (!anchor) {
+    os << "  const int64_t count = " << rowsExpr() << " * " << width << ";\n"
+       << "  kiln_k_parallel_for(count, 16, count, " << name
+       << "_tile, &e);\n}\n";
+    return text;
+  }
+  int64_t in = widthOf(anchor->getOperand(0));
+  int64_t out = widthOf(anchor->getResult(0));
+  os << "  const int64_t rows = " << rowsExpr() << ";\n";
+  if (norm) {
+    int64_t x = argIndex(norm.getInput()), w = argIndex(norm.getWeight());
+    if (x < 0 || w < 0)
+      return norm.emitOpError() << "prologue must read region arguments";
+    // Prologue: the normalized input once per call, in per-call scratch.
+    os << "  float *xn = kiln_k_scratch(0, rows * " << in << ");\n"
+       << "  kiln_k_rms_norm(a" << x << ", a" << w << ", xn, rows, " << in
+       << ", " << cFloat(norm.getEpsilon()) << ");\n"
+       << "  e.x = xn;\n";
+  } else {
+    int64_t x = argIndex(anchor->getOperand(0));
+    if (x < 0)
+      return anchor->emitOpError() << "input must be a region argument";
+    os << "  e.x = a" << x << ";\n";
+  }
+  os << "  e.w = kiln_linear_weight{};\n";
+  if (auto l = dyn_cast<LinearOp>(anchor)) {
+    int64_t w = argIndex(l.getWeight());
+    if (std::optional<StringRef> format = l.getFormat()) {
+      os << "  e.w.kind = KILN_WEIGHT_BLOCKS;\n  e.w.format = "
+         << kiln_block_format_from_name(format->str().c_str()) << ";\n";
+    } else {
+      if (!cast<RankedTensorType>(l.getWeight().getType())
+               .getElementType()
+               .isF32())
+        return l.emitOpError() << "in a fused kernel needs f32 or block weights";
+      os << "  e.w.kind = KILN_WEIGHT_F32;\n";
+    }
+    os << "  e.w.data = a" << w << ";\n";
+  } else {
+    auto q = cast<QuantizedLinearOp>(anchor);
+    os << "  e.w.kind = " << (q.getBits() == 8 ? "KILN_WEIGHT_W8" : "KILN_WEIGHT_W4")
+       << ";\n  e.w.data = a" << argIndex(q.getQweight()) << ";\n"
+       << "  e.w.scales = a" << argIndex(q.getScales()) << ";\n";
+    if (q.getZeroPoints())
+      os << "  e.w.zeros = a" << argIndex(q.getZeroPoints()) << ";\n";
+    os << "  e.w.group_size = " << q.getGroupSize() << ";\n";
+  }
+  int64_t iterations = paired ? segments.front().width : out;
+  os << "  kiln_k_parallel_for(" << iterations << ", 16, rows * " << in
+     << " * " << out << ", " << name << "_tile, &e);\n}\n";
+  return text;
+}
+
+FailureOr<std::string> emitFusedKernelCpu(plan::FusedKernelOp kernel) {
+  return Emitter(kernel).run();
+}
+
+} // namespace mlir::kiln

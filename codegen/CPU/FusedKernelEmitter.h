@@ -1,0 +1,31 @@
+//===- FusedKernelEmitter.h - C++ for plan.fused_kernel ---------*- C++ -*-===//
+//
+// Instantiates the CPU kernel template of a fused region (docs/fusion.md):
+// a linear-anchored region becomes a tile loop over output rows on the
+// runtime's threads (kernel_abi.h kiln_k_parallel_for), each tile computed
+// by kiln_k_linear_tile for the weight's format with the region's prologue
+// (rms_norm of the input) before it and its epilogue (column slices routed
+// to their buffers, elementwise ops) generated as C++ expressions applied
+// while the tile is in cache; an elementwise region becomes one loop.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_CODEGEN_CPU_FUSEDKERNELEMITTER_H
+#define KILN_CODEGEN_CPU_FUSEDKERNELEMITTER_H
+
+#include "dialects/Plan/IR/PlanOps.h"
+
+#include <string>
+
+namespace mlir::kiln {
+
+/// The C++ definition of `kernel`: `static void <sym_name>(const T *a0, ...,
+/// float *r0, ..., int64_t n)` taking the region's arguments, its results
+/// and the token count, plus the helpers it needs. Emits an error on the
+/// op the CPU template cannot express (a 16-bit value, a second linear, a
+/// weight kind without a tile kernel) and fails.
+FailureOr<std::string> emitFusedKernelCpu(plan::FusedKernelOp kernel);
+
+} // namespace mlir::kiln
+
+#endif // KILN_CODEGEN_CPU_FUSEDKERNELEMITTER_H

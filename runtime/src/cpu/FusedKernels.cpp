@@ -1,0 +1,225 @@
+//===- FusedKernels.cpp - primitives of generated fused kernels -----------===//
+//
+// kernel_abi.h, "Fused kernels": what the C++ that codegen emits for a
+// kiln.fused region calls. The generated function owns the loop structure
+// (tiles of output rows, the epilogue applied while a tile is in cache);
+// the runtime owns the threads and the inner products of every weight
+// format, the same row kernels the unfused linears use.
+//
+//===----------------------------------------------------------------------===//
+#include "cpu/Kernels.h"
+#include "kiln_rt/block_formats.h"
+#include "kiln_rt/kernel_abi.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace kiln::rt::cpu {
+namespace {
+
+/// Work (multiply-adds) below which kiln_k_parallel_for stays on the calling
+/// thread; the unfused kernels' grain.
+constexpr int64_t kParallelGrain = 1 << 17;
+
+/// Reduction depth of one dequantized weight tile of a prefill tile (a
+/// multiple of 256, so every block format's tile starts on a block).
+constexpr int64_t kTileDepth = 512;
+
+/// Per-thread scratch: slots 0-3 for generated code (kiln_k_scratch), 4-5
+/// for kiln_k_linear_tile.
+float *threadScratch(int slot, int64_t count) {
+  thread_local std::vector<float> buffers[6];
+  std::vector<float> &b = buffers[slot];
+  if (b.size() < size_t(count))
+    b.resize(size_t(count));
+  return b.data();
+}
+
+/// Bytes of one weight row of `w` for `in` inputs (W8 and F32 count
+/// elements, which the callers scale).
+int64_t rowBytes(const kiln_linear_weight &w, int64_t in) {
+  switch (w.kind) {
+  case KILN_WEIGHT_BLOCKS:
+    return in / kiln_block_elems(w.format) * kiln_block_bytes(w.format);
+  case KILN_WEIGHT_W4:
+    return q4RowBytes(in);
+  case KILN_WEIGHT_W8:
+    return in;
+  default:
+    return in * int64_t(sizeof(float));
+  }
+}
+
+/// Scale groups per row of a W8/W4 weight (1 for W8 per channel).
+int64_t groupsOf(const kiln_linear_weight &w, int64_t in) {
+  if (w.kind == KILN_WEIGHT_W4)
+    return q4Groups(in, w.group_size > 0 ? w.group_size : in + (in & 1));
+  return w.group_size > 0 ? (in + w.group_size - 1) / w.group_size : 1;
+}
+
+/// Decode: one token, rows [o0, o1) into c[0, o1 - o0).
+void gemvTile(const kiln_linear_weight &w, const float *x, int64_t in,
+              int64_t o0, int64_t o1, float *c) {
+  const int64_t rows = o1 - o0;
+  const auto *base = static_cast<const uint8_t *>(w.data);
+  switch (w.kind) {
+  case KILN_WEIGHT_F32:
+    gemvRows(x, static_cast<const float *>(w.data) + o0 * in, c, in, 0, rows);
+    return;
+  case KILN_WEIGHT_BLOCKS: {
+    float *xsum16 = threadScratch(4, in / 16);
+    blockXSums16(x, in, xsum16);
+    gemvRowsBlocksSimd(w.format, x, xsum16, base + o0 * rowBytes(w, in), c,
+                       in, rows);
+    return;
+  }
+  case KILN_WEIGHT_W8:
+    gemvRowsI8(x, reinterpret_cast<const int8_t *>(base) + o0 * in,
+               w.scales + o0 * groupsOf(w, in), c, in, rows, w.group_size);
+    return;
+  case KILN_WEIGHT_W4: {
+    int64_t group = w.group_size > 0 ? w.group_size : in + (in & 1);
+    int64_t g = groupsOf(w, in);
+    gemvRowsQ4(x, reinterpret_cast<const int8_t *>(base) + o0 * rowBytes(w, in),
+               w.scales + o0 * g, w.zeros + o0 * g, c, in, rows, group);
+    return;
+  }
+  default:
+    return; // never emitted: codegen writes one of the kinds above
+  }
+}
+
+/// Row o, columns [k0, k0 + depth), of `w` as float into dst.
+void dequantRow(const kiln_linear_weight &w, int64_t in, int64_t o, int64_t k0,
+                int64_t depth, float *dst) {
+  const auto *base = static_cast<const uint8_t *>(w.data);
+  switch (w.kind) {
+  case KILN_WEIGHT_BLOCKS: {
+    int64_t elems = kiln_block_elems(w.format), bytes = kiln_block_bytes(w.format);
+    kiln_block_decode_row(w.format, base + o * rowBytes(w, in) + k0 / elems * bytes,
+                          depth, dst);
+    return;
+  }
+  case KILN_WEIGHT_W8: {
+    const int8_t *q = reinterpret_cast<const int8_t *>(base) + o * in;
+    if (w.group_size > 0)
+      dequantRowI8(q, w.scales + o * groupsOf(w, in), dst, k0, depth,
+                   w.group_size);
+    else // per channel: the row scale is applied to the finished sums
+      widenI8(q + k0, dst, depth);
+    return;
+  }
+  case KILN_WEIGHT_W4: {
+    int64_t group = w.group_size > 0 ? w.group_size : in + (in & 1);
+    int64_t g = groupsOf(w, in);
+    dequantRowQ4(reinterpret_cast<const int8_t *>(base) + o * rowBytes(w, in),
+                 w.scales + o * g, w.zeros + o * g, dst, k0, depth, group);
+    return;
+  }
+  default:
+    return;
+  }
+}
+
+/// Prefill: rows [o0, o1) for n tokens, c[t * ldc + r]. Float weights go
+/// straight to sgemm; the others are dequantized kTileDepth columns at a
+/// time into a float tile and accumulated.
+void gemmTile(const kiln_linear_weight &w, const float *x, int64_t n,
+              int64_t in, int64_t o0, int64_t o1, float *c, int64_t ldc) {
+  const int64_t rows = o1 - o0;
+  setBlasSingleThreaded();
+  if (w.kind == KILN_WEIGHT_F32) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),
+                int(in), 1.0f, x, int(in),
+                static_cast<const float *>(w.data) + o0 * in, int(in), 0.0f, c,
+                int(ldc));
+    return;
+  }
+  float *tile = threadScratch(5, rows * std::min(kTileDepth, in));
+  for (int64_t k0 = 0; k0 < in; k0 += kTileDepth) {
+    int64_t depth = std::min(kTileDepth, in - k0);
+    for (int64_t r = 0; r < rows; ++r)
+      dequantRow(w, in, o0 + r, k0, depth, tile + r * depth);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),
+                int(depth), 1.0f, x + k0, int(in), tile, int(depth),
+                k0 == 0 ? 0.0f : 1.0f, c, int(ldc));
+  }
+  if (w.kind == KILN_WEIGHT_W8 && w.group_size <= 0)
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t r = 0; r < rows; ++r)
+        c[t * ldc + r] *= w.scales[o0 + r];
+}
+
+} // namespace
+} // namespace kiln::rt::cpu
+
+using namespace kiln::rt::cpu;
+
+extern "C" {
+
+void kiln_k_linear_tile(const kiln_linear_weight *w, const float *x, int64_t n,
+                        int64_t in, int64_t o0, int64_t o1, float *c,
+                        int64_t ldc) {
+  if (n <= 0 || o1 <= o0)
+    return;
+  if (in <= 0) {
+    for (int64_t t = 0; t < n; ++t)
+      std::memset(c + t * ldc, 0, sizeof(float) * size_t(o1 - o0));
+    return;
+  }
+  if (n == 1)
+    gemvTile(*w, x, in, o0, o1, c);
+  else
+    gemmTile(*w, x, n, in, o0, o1, c, ldc);
+}
+
+void kiln_k_parallel_for(int64_t count, int64_t align, int64_t work,
+                         void (*fn)(void *env, int64_t begin, int64_t end),
+                         void *env) {
+  if (count <= 0)
+    return;
+  if (align <= 0)
+    align = 1;
+#pragma omp parallel if (work > kParallelGrain)
+  {
+    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    int64_t chunk = ((count + nt - 1) / nt + align - 1) / align * align;
+    int64_t begin = std::min<int64_t>(count, t * chunk);
+    int64_t end = std::min<int64_t>(count, begin + chunk);
+    if (end > begin)
+      fn(env, begin, end);
+  }
+}
+
+float *kiln_k_scratch(int64_t slot, int64_t count) {
+  return threadScratch(int(std::clamp<int64_t>(slot, 0, 3)), count);
+}
+
+} // extern "C"
+
+/// Column range copy for any element size (kiln.slice_columns).
+template <class T>
+static void sliceColumns(const T *x, T *y, int64_t n, int64_t in,
+                         int64_t offset, int64_t width) {
+  for (int64_t t = 0; t < n; ++t)
+    std::memcpy(y + t * width, x + t * in + offset, sizeof(T) * size_t(width));
+}
+
+extern "C" {
+void kiln_k_slice_columns(const float *x, float *y, int64_t n, int64_t in,
+                          int64_t offset, int64_t width) {
+  sliceColumns(x, y, n, in, offset, width);
+}
+void kiln_k_slice_columns_f16(const kiln_f16_t *x, kiln_f16_t *y, int64_t n,
+                              int64_t in, int64_t offset, int64_t width) {
+  sliceColumns(x, y, n, in, offset, width);
+}
+void kiln_k_slice_columns_bf16(const kiln_bf16_t *x, kiln_bf16_t *y, int64_t n,
+                               int64_t in, int64_t offset, int64_t width) {
+  sliceColumns(x, y, n, in, offset, width);
+}
+} // extern "C"
