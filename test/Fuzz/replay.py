@@ -6,7 +6,7 @@ usage: replay.py REGRESSIONS_DIR BIN_DIR SHARED_DIR
 Every file under REGRESSIONS_DIR/<target>/ runs through BIN_DIR/kiln-fuzz-
 <target> (libFuzzer binary with KILN_ENABLE_FUZZERS, replay driver
 otherwise), and where a Kiln tool reads that kind of file, through the tool
-too: kiln-compile --emit=kiln for checkpoints and tokenizers, kiln-opt for
+too: kiln-compile --emit=kiln --fuse=none for checkpoints and tokenizers, kiln-opt for
 IR, kiln-run for manifests. Neither may crash (die by a signal or print a sanitizer report); the tool
 may fail with an error, which must name something (non-empty stderr).
 Prints one line per run and exits 1 on the first crash.
@@ -51,11 +51,11 @@ def tool_commands(target, path, bindir, shared, tmp):
     compile_ = [str(bindir / "kiln-compile")]
     models = shared / "models"
     if target == "gguf":
-        return [compile_ + [str(path), "--emit=kiln"]]
+        return [compile_ + [str(path), "--emit=kiln --fuse=none"]]
     if target == "llama2c":
         model, tok = parts(path, 2)[:2]
         (tmp / "model.bin").write_bytes(model)
-        cmd = compile_ + [str(tmp / "model.bin"), "--emit=kiln"]
+        cmd = compile_ + [str(tmp / "model.bin"), "--emit=kiln --fuse=none"]
         if tok:
             (tmp / "tok.bin").write_bytes(tok)
             cmd += ["--tokenizer", str(tmp / "tok.bin")]
@@ -78,15 +78,15 @@ def tool_commands(target, path, bindir, shared, tmp):
             (d / "tokenizer.json").write_bytes(p[4])
         if p[5]:
             (d / "tokenizer_config.json").write_bytes(p[5])
-        return [compile_ + [str(d), "--emit=kiln"]]
+        return [compile_ + [str(d), "--emit=kiln --fuse=none"]]
     if target == "tokbin" and (models / "stories260K/stories260K.bin").exists():
         return [compile_ + [str(models / "stories260K/stories260K.bin"),
-                            "--tokenizer", str(path), "--emit=kiln"]]
+                            "--tokenizer", str(path), "--emit=kiln --fuse=none"]]
     if target == "tokjson" and (models / "tinystories-656k/hf").exists():
         tok = tmp / "tokenizer.json"
         tok.write_bytes(parts(path, 1)[0])
         return [compile_ + [str(models / "tinystories-656k/hf"),
-                            "--tokenizer", str(tok), "--emit=kiln"]]
+                            "--tokenizer", str(tok), "--emit=kiln --fuse=none"]]
     if target == "ir":
         return [[str(bindir / "kiln-opt"), str(path)]]
     if target == "artifact":

@@ -27,7 +27,7 @@ usage:
       rare 1-step differences (<= 0.5%: float32 near-ties), scales to 1e-5;
       and per group the AWQ loss <= RTN's.
   awq_ref.py --model M --kiln-ir FILE --tokens 1,2,3
-      FILE is `kiln-compile --emit=kiln` output of an AWQ/SmoothQuant model:
+      FILE is `kiln-compile --emit=kiln --fuse=none` output of an AWQ/SmoothQuant model:
       applies the "scale" transforms Kiln recorded to the float64 model,
       unquantized, and requires its logits to equal the original model's
       to 1e-5 relative (the folding preserves the function).

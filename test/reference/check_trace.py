@@ -12,7 +12,8 @@ that has events has a thread_name metadata event (one lane per thread).
 
 Against the plan (kiln-compile --emit=plan): the kernel events recorded
 inside each step event are, in order, the plan.call_kernel callees of the
-entry point that ran (decode for "decode" steps; prefill, repeated once per
+entry point that ran (plan.call_fused kernels, kiln_fused_*, by their
+symbol; decode for "decode" steps; prefill, repeated once per
 chunk, for "prefill" steps); each kernel event lies within its step's time
 span; the IR location of every layer op names its layer; the bytes of every
 f32 `linear` kernel event equal an independent count: its weight matrix
@@ -46,7 +47,8 @@ def plan_calls(plan_text):
         if m:
             weights[m.group(1)] = (m.group(2), m.group(3))
             continue
-        m = re.match(r'\s*plan\.call_kernel "(\w+)"\(([^)]*)\)', line)
+        m = re.match(r'\s*plan\.call_kernel "(\w+)"\(([^)]*)\)', line) or \
+            re.match(r'\s*plan\.call_fused @(\w+)\(([^)]*)\)', line)
         if m and current:
             args = [a.strip() for a in m.group(2).split(",")]
             w = next((weights[a] for a in args if a in weights), None)

@@ -10,7 +10,7 @@ W is the original weight (llama_ref's loaders); W_hat is what the artifact's
 4-bit tensors mean in the original model's coordinates: scales * (q - zeros)
 for RTN and GPTQ, and for AWQ the same divided column-wise by the scale s
 Kiln folded in (and row-wise by the 1/s of the next group folded into the
-rows of w3 and wv) (read from `kiln-compile --emit=kiln` output of the same
+rows of w3 and wv) (read from `kiln-compile --emit=kiln --fuse=none` output of the same
 compile, whose recipes hold the "scale" transforms).
 
 usage: layer_error.py --model M --calibration C --group-size G --rtn DIR

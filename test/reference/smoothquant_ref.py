@@ -23,7 +23,7 @@ usage: smoothquant_ref.py --model M --calibration C --artifact DIR
   requires the artifact's RMSNorm weights to equal the reference's folded
   ones to 1e-6 relative and every int8 weight tensor's codes to equal
   quantize(W diag(s)) except rare 1-step differences (<= 0.5%, float32
-  near-ties) with scales to 1e-5; with --kiln-ir (`--emit=kiln` output of
+  near-ties) with scales to 1e-5; with --kiln-ir (`--emit=kiln --fuse=none` output of
   the same compile, static act-scales) every kiln.quantized_linear's
   act_scale must equal the reference's to 1e-5.
 """
