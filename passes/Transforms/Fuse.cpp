@@ -275,7 +275,8 @@ static bool availableAt(Value v, Operation *start) {
 /// (every operand in the group or available at `start`, and each group
 /// value they read used by them alone), until none can.
 static void growEpilogue(Group &group, Operation *start,
-                         const DenseSet<Operation *> &taken) {
+                         const DenseSet<Operation *> &taken,
+                         bool mayCombine) {
   SmallPtrSet<Operation *, 8> members(group.ops.begin(), group.ops.end());
   bool grew = true;
   while (grew) {
@@ -294,6 +295,14 @@ static void growEpilogue(Group &group, Operation *start,
                    });
           return availableAt(v, start);
         });
+        // Combining two group values (swiglu of the gate and up slices)
+        // needs column ranges of one width (the generated kernel computes
+        // the same rows of each).
+        if (ok && !mayCombine &&
+            llvm::count_if(user->getOperands(), [&](Value v) {
+              return members.contains(v.getDefiningOp());
+            }) > 1)
+          ok = false;
         if (!ok)
           continue;
         group.ops.push_back(user);
@@ -388,13 +397,20 @@ static void formRegions(func::FuncOp func, const Families &families,
         g.families.push_back("prologue");
       }
     }
+    SmallVector<int64_t> sliceWidths;
     if (horizontal.contains(&op))
       for (Operation *user : op.getResult(0).getUsers())
-        if (isa<SliceColumnsOp>(user))
+        if (auto slice = dyn_cast<SliceColumnsOp>(user)) {
           g.ops.push_back(user);
+          sliceWidths.push_back(
+              cast<RankedTensorType>(slice.getType()).getDimSize(1));
+        }
+    bool mayCombine =
+        sliceWidths.size() <= 3 &&
+        llvm::all_equal(sliceWidths);
     if (families.epilogue) {
       size_t before = g.ops.size();
-      growEpilogue(g, start, taken);
+      growEpilogue(g, start, taken, mayCombine);
       if (g.ops.size() > before)
         g.families.push_back("epilogue");
     }

@@ -490,7 +490,7 @@ def Kiln_FusedOp : Kiln_Op<"fused", [IsolatedFromAbove, SingleBlock,
     `elementwise`), for reports and traces.
 
     ```mlir
-    %a = kiln.fused (%x, %nw, %w13) {families = ["prologue", "horizontal", "epilogue"]} {
+    %a = kiln.fused(%x, %nw, %w13) attributes {families = ["horizontal", "prologue", "epilogue"]} {
     ^bb0(%x0: tensor<?x64xf32>, %n0: tensor<64xf32>, %w0: tensor<344x64xf32>):
       %xn = kiln.rms_norm %x0, %n0 {epsilon = 1.0e-05 : f32} : tensor<?x64xf32>, tensor<64xf32>
       %gu = kiln.linear %xn, %w0 : tensor<?x64xf32>, tensor<344x64xf32> -> tensor<?x344xf32>
