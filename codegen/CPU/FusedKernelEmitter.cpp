@@ -56,6 +56,7 @@ private:
   std::string name;
   Operation *anchor = nullptr;
   RmsNormOp norm;
+  RopeOp rope; ///< the first RoPE epilogue (all share its table)
   SmallVector<Segment> segments;
   /// Segment of each anchor-derived value: the bit per segment it reads.
   DenseMap<Value, llvm::SmallBitVector> deps;
@@ -80,6 +81,8 @@ static int64_t widthOf(Value v) {
 
 /// C element type of a region argument.
 static FailureOr<StringRef> cType(Operation *at, Type t) {
+  if (t.isIndex())
+    return StringRef("int64_t");
   Type e = cast<RankedTensorType>(t).getElementType();
   if (e.isF32())
     return StringRef("float");
@@ -107,6 +110,14 @@ LogicalResult Emitter::classify() {
     } else if (isa<SliceColumnsOp>(op)) {
       continue;
     } else if (isa<AddOp, MulOp, SiluOp, SwigluOp, AddBiasOp>(op)) {
+      epilogue.push_back(&op);
+    } else if (auto r = dyn_cast<RopeOp>(op)) {
+      if (rope && (r.getHeadDim() != rope.getHeadDim() ||
+                   r.getRotaryDim() != rope.getRotaryDim() ||
+                   r.getTheta() != rope.getTheta()))
+        return op.emitOpError() << "in fused kernel '" << name
+                                << "' needs the RoPE table of the first rope";
+      rope = r;
       epilogue.push_back(&op);
     } else {
       return op.emitOpError() << "has no CPU template in a fused kernel";
@@ -151,6 +162,9 @@ LogicalResult Emitter::classify() {
         paired = true;
       deps[op->getResult(0)] = bits;
     }
+    if (paired && rope)
+      return rope.emitOpError() << "in fused kernel '" << name
+                                << "' cannot follow combined column ranges";
     if (paired) {
       for (const Segment &s : segments)
         if (s.width != segments.front().width)
@@ -197,6 +211,20 @@ LogicalResult Emitter::emitElementStatements(llvm::raw_ostream &os, int only,
   for (Operation *op : epilogue) {
     if (anchor && !selected(op->getResult(0)))
       continue;
+    if (auto r = dyn_cast<RopeOp>(op)) {
+      // The pair partner (column col ^ 1, in the same tile: tiles and
+      // segments start at even rows) read raw from the tile.
+      FailureOr<std::string> x = operandExpr(r.getInput());
+      if (failed(x) || paired)
+        return op->emitOpError() << "in fused kernel '" << name
+                                 << "' must read a column slice";
+      int64_t pairs = r.getRotaryDim() / 2;
+      os << indent << "const float " << vars[op->getResult(0)]
+         << " = kiln_rope_elem(" << *x << ", c0[t * tw + ((j ^ 1) - s0)], col, "
+         << r.getHeadDim() << ", " << r.getRotaryDim() << ", e.cs + t * "
+         << 2 * pairs << ");\n";
+      continue;
+    }
     SmallVector<std::string> in;
     for (Value v : op->getOperands()) {
       FailureOr<std::string> e = operandExpr(v);
@@ -235,6 +263,8 @@ LogicalResult Emitter::emitElementStatements(llvm::raw_ostream &os, int only,
 std::string Emitter::argDecl(unsigned i) {
   Type t = body.getArgument(i).getType();
   FailureOr<StringRef> c = cType(kernel, t);
+  if (t.isIndex()) // the position of a RoPE epilogue
+    return "int64_t a" + std::to_string(i);
   return "const " + c->str() + " *a" + std::to_string(i);
 }
 
@@ -249,6 +279,8 @@ std::string Emitter::envFields() {
   os << "  int64_t n;\n";
   if (anchor)
     os << "  const float *x;\n  kiln_linear_weight w;\n";
+  if (rope)
+    os << "  const float *cs;\n";
   return s;
 }
 
@@ -376,6 +408,17 @@ FailureOr<std::string> Emitter::run() {
     if (x < 0)
       return anchor->emitOpError() << "input must be a region argument";
     os << "  e.x = a" << x << ";\n";
+  }
+  if (rope) {
+    int64_t pos = argIndex(rope.getPosition());
+    if (pos < 0)
+      return rope.emitOpError() << "position must be a region argument";
+    int64_t pairs = rope.getRotaryDim() / 2;
+    os << "  float *cs = kiln_k_scratch(3, rows * " << 2 * pairs << ");\n"
+       << "  kiln_k_rope_table(cs, rows, a" << pos << ", " << rope.getHeadDim()
+       << ", " << rope.getRotaryDim() << ", "
+       << cFloat(rope.getTheta()) << ");\n"
+       << "  e.cs = cs;\n";
   }
   os << "  e.w = kiln_linear_weight{};\n";
   if (auto l = dyn_cast<LinearOp>(anchor)) {

@@ -271,6 +271,27 @@ static bool availableAt(Value v, Operation *start) {
   return def->getBlock() == start->getBlock() && def->isBeforeInBlock(start);
 }
 
+/// True for a kiln.rope the generated kernels apply as an epilogue: plain
+/// RoPE (no scaling, no frequency factors) of a column slice of the group's
+/// linear, whose head_dim, rotary_dim and theta match any other rope of the
+/// group (they share one cos/sin table).
+static bool isRopeEpilogue(Operation *op, const Group &group) {
+  auto rope = dyn_cast<RopeOp>(op);
+  if (!rope || !rope.isUnscaled() || !isa<BlockArgument>(rope.getPosition()))
+    return false;
+  auto slice = rope.getInput().getDefiningOp<SliceColumnsOp>();
+  if (!slice || !llvm::is_contained(group.ops, slice.getOperation()) ||
+      slice.getOffset() % 2 != 0)
+    return false;
+  for (Operation *other : group.ops)
+    if (auto r = dyn_cast<RopeOp>(other))
+      if (r.getHeadDim() != rope.getHeadDim() ||
+          r.getRotaryDim() != rope.getRotaryDim() ||
+          r.getTheta() != rope.getTheta())
+        return false;
+  return rope.getHeadDim() % 2 == 0;
+}
+
 /// Adds to `group` the elementwise users of its values that can join it
 /// (every operand in the group or available at `start`, and each group
 /// value they read used by them alone), until none can.
@@ -284,7 +305,8 @@ static void growEpilogue(Group &group, Operation *start,
     for (Operation *op : SmallVector<Operation *>(group.ops)) {
       for (Operation *user : op->getResult(0).getUsers()) {
         if (members.contains(user) || taken.contains(user) ||
-            !isElementwise(user) || !hasF32Result(user))
+            !(isElementwise(user) || isRopeEpilogue(user, group)) ||
+            !hasF32Result(user))
           continue;
         bool ok = llvm::all_of(user->getOperands(), [&](Value v) {
           Operation *def = v.getDefiningOp();

@@ -223,8 +223,10 @@ def FusePass : Pass<"kiln-fuse", "::mlir::ModuleOp"> {
     * `prologue`: a `kiln.rms_norm` whose only user is a linear's input moves
       into that linear's region.
     * `epilogue`: elementwise ops (`kiln.add` residual, `kiln.swiglu`,
-      `kiln.silu`, `kiln.mul`, `kiln.add_bias`) applied to a linear's result
-      join its region when the value they consume has no other user; the
+      `kiln.silu`, `kiln.mul`, `kiln.add_bias`) applied to a linear's result,
+      and plain `kiln.rope` (no scaling, no frequency factors) of a column
+      slice (Q and K after QKV), join its region when the value they consume
+      has no other user; the
       slices of a horizontally fused linear always join it (the generated
       kernel stores each column range to its own buffer).
     * `elementwise`: chains of two or more elementwise ops, each the only

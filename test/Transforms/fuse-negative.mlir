@@ -111,6 +111,26 @@ module {
     return %p, %y2 : tensor<?x8xf32>, tensor<?x4xf32>
   }
 
+  // Scaled RoPE (and RoPE after a bias, Qwen2) stays outside the QKV region:
+  // the generated epilogue applies plain RoPE to a raw column range only.
+  // CHECK-LABEL: func.func @scaled_rope
+  // CHECK: %[[R:.*]]:2 = kiln.fused
+  // CHECK-NOT: kiln.rope
+  // CHECK: kiln.add_bias
+  // CHECK-NEXT: kiln.yield
+  // CHECK: kiln.rope %[[R]]#0, %arg1 {{.*}}scaling = "linear"
+  // CHECK-NEXT: kiln.rope %[[R]]#1, %arg1
+  func.func @scaled_rope(%x: tensor<?x16xf32>, %pos: index, %bias: tensor<8xf32>) -> (tensor<?x8xf32>, tensor<?x8xf32>) {
+    %w0 = kiln.weight_ref @a : tensor<8x16xf32>
+    %w1 = kiln.weight_ref @b : tensor<8x16xf32>
+    %y0 = kiln.linear %x, %w0 : tensor<?x16xf32>, tensor<8x16xf32> -> tensor<?x8xf32>
+    %y1 = kiln.linear %x, %w1 : tensor<?x16xf32>, tensor<8x16xf32> -> tensor<?x8xf32>
+    %r0 = kiln.rope %y0, %pos {num_heads = 2 : i64, head_dim = 4 : i64, rotary_dim = 4 : i64, theta = 1.0e4 : f32, scaling = "linear", scaling_factor = 4.0 : f32} : tensor<?x8xf32>
+    %b1 = kiln.add_bias %y1, %bias : tensor<?x8xf32>, tensor<8xf32>
+    %r1 = kiln.rope %b1, %pos {num_heads = 2 : i64, head_dim = 4 : i64, rotary_dim = 4 : i64, theta = 1.0e4 : f32} : tensor<?x8xf32>
+    return %r0, %r1 : tensor<?x8xf32>, tensor<?x8xf32>
+  }
+
   // Elementwise family: a chain of single-use elementwise ops is one loop;
   // an op whose result is used twice ends it.
   // CHECK-LABEL: func.func @chain

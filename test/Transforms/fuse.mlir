@@ -17,19 +17,20 @@
 // CHECK: kiln.weight @"layers.0.w1+w3" : tensor<48x16xf32>
 // CHECK-LABEL: func.func @prefill
 // The attention norm is the prologue of the QKV linear; the slices route the
-// three column ranges to their own results.
-// CHECK: %[[QKV:.*]]:3 = kiln.fused(%{{.*}}, %{{.*}}, %{{.*}}) attributes {families = ["horizontal", "prologue"]} {
-// CHECK-NEXT: ^bb0(%[[X:.*]]: tensor<?x16xf32>, %[[NW:.*]]: tensor<16xf32>, %[[W:.*]]: tensor<32x16xf32>):
+// three column ranges to their own results, RoPE applied to Q and K on the
+// way (the position is an operand of the region).
+// CHECK: %[[QKV:.*]]:3 = kiln.fused(%{{.*}}, %{{.*}}, %{{.*}}, %arg1) attributes {families = ["horizontal", "prologue", "epilogue"]} {
+// CHECK-NEXT: ^bb0(%[[X:.*]]: tensor<?x16xf32>, %[[NW:.*]]: tensor<16xf32>, %[[W:.*]]: tensor<32x16xf32>, %[[POS:.*]]: index):
 // CHECK-NEXT: %[[N:.*]] = kiln.rms_norm %[[X]], %[[NW]]
 // CHECK-NEXT: %[[L:.*]] = kiln.linear %[[N]], %[[W]] : tensor<?x16xf32>, tensor<32x16xf32> -> tensor<?x32xf32>
 // CHECK-NEXT: %[[Q:.*]] = kiln.slice_columns %[[L]] {offset = 0 : i64} : tensor<?x32xf32> -> tensor<?x16xf32>
 // CHECK-NEXT: %[[K:.*]] = kiln.slice_columns %[[L]] {offset = 16 : i64} : tensor<?x32xf32> -> tensor<?x8xf32>
 // CHECK-NEXT: %[[V:.*]] = kiln.slice_columns %[[L]] {offset = 24 : i64} : tensor<?x32xf32> -> tensor<?x8xf32>
-// CHECK-NEXT: kiln.yield %[[Q]], %[[K]], %[[V]]
-// RoPE and attention are not fused; they read the region's results.
-// CHECK: kiln.rope %[[QKV]]#0
-// CHECK: kiln.rope %[[QKV]]#1
-// CHECK: kiln.attention %{{.*}}, %{{.*}}, %[[QKV]]#2
+// CHECK-NEXT: %[[QR:.*]] = kiln.rope %[[Q]], %[[POS]]
+// CHECK-NEXT: %[[KR:.*]] = kiln.rope %[[K]], %[[POS]]
+// CHECK-NEXT: kiln.yield %[[V]], %[[QR]], %[[KR]]
+// The attention reads the region's results.
+// CHECK: kiln.attention %[[QKV]]#1, %[[QKV]]#2, %[[QKV]]#0
 // Epilogue: the residual add joins the output projection.
 // CHECK: kiln.fused({{.*}}) attributes {families = ["epilogue"]} {
 // CHECK: kiln.linear
@@ -52,15 +53,16 @@
 // CHECK-LABEL: func.func @decode
 // CHECK-COUNT-4: kiln.fused
 
-// REPORT: remark: kiln-fuse 'prefill': kernel ops 18 -> 10; regions with horizontal 2, prologue 2, epilogue 3, elementwise 0
-// REPORT: remark: kiln-fuse 'decode': kernel ops 18 -> 10; regions with horizontal 2, prologue 2, epilogue 3, elementwise 0
+// REPORT: remark: kiln-fuse 'prefill': kernel ops 18 -> 8; regions with horizontal 2, prologue 2, epilogue 4, elementwise 0
+// REPORT: remark: kiln-fuse 'decode': kernel ops 18 -> 8; regions with horizontal 2, prologue 2, epilogue 4, elementwise 0
 
 // Horizontal alone: concatenated weights, and the slices stay with the fused
-// linear in its region (families horizontal).
+// linear in its region (families horizontal); RoPE stays outside.
 // HORIZ-LABEL: func.func @prefill
 // HORIZ: kiln.fused({{.*}}) attributes {families = ["horizontal"]}
-// HORIZ-NOT: kiln.rms_norm %{{.*}} attributes
 // HORIZ: kiln.slice_columns
+// HORIZ: kiln.yield
+// HORIZ: kiln.rope
 // HORIZ: kiln.add
 // HORIZ: kiln.fused({{.*}}) attributes {families = ["horizontal"]}
 // HORIZ: kiln.swiglu
@@ -86,7 +88,7 @@
 // NONE-NOT: concat_rows
 
 // The fused regions become generated kernels called with their buffers.
-// PLAN: plan.call_fused @kiln_fused_prefill_0({{.*}}) : memref<?x16xf32>, memref<16xf32>, memref<32x16xf32>, memref<?x16xf32>, memref<?x8xf32>, memref<?x8xf32>, index
-// PLAN: plan.fused_kernel @kiln_fused_prefill_0 families ["horizontal", "prologue"] {
+// PLAN: plan.call_fused @kiln_fused_prefill_0(%{{.*}}, %{{.*}}, %{{.*}}, %arg1, %{{.*}}, %{{.*}}, %{{.*}}, %arg0) : memref<?x16xf32>, memref<16xf32>, memref<32x16xf32>, index, memref<?x8xf32>, memref<?x16xf32>, memref<?x8xf32>, index
+// PLAN: plan.fused_kernel @kiln_fused_prefill_0 families ["horizontal", "prologue", "epilogue"] {
 // PLAN-NEXT: ^bb0(
 // PLAN-NEXT: kiln.rms_norm

@@ -699,10 +699,10 @@ LogicalResult FusedOp::verifyRegions() {
   for (Operation &op : body.without_terminator()) {
     bool linear = isa<LinearOp, QuantizedLinearOp>(op);
     if (!linear && !isFusableElementwise(&op) &&
-        !isa<RmsNormOp, SliceColumnsOp>(op))
+        !isa<RmsNormOp, SliceColumnsOp, RopeOp>(op))
       return op.emitOpError() << "cannot be part of a kiln.fused region "
                                  "(expected a linear, rms_norm, "
-                                 "slice_columns or elementwise op)";
+                                 "slice_columns, rope or elementwise op)";
     for (Type t : op.getResultTypes())
       if (!cast<RankedTensorType>(t).getElementType().isF32())
         return op.emitOpError()
@@ -731,6 +731,12 @@ LogicalResult FusedOp::verifyRegions() {
       if (!anchor || slice.getInput() != anchor->getResult(0))
         return op.emitOpError() << "in a kiln.fused region must slice the "
                                    "result of the region's linear";
+    if (auto rope = dyn_cast<RopeOp>(op))
+      if (!rope.isUnscaled() || !rope.getInput().getDefiningOp<SliceColumnsOp>() ||
+          !isa<BlockArgument>(rope.getPosition()))
+        return op.emitOpError()
+               << "in a kiln.fused region must be unscaled RoPE of a column "
+                  "slice of the region's linear, at a position operand";
   }
   return success();
 }

@@ -484,7 +484,8 @@ def Kiln_FusedOp : Kiln_Op<"fused", [IsolatedFromAbove, SingleBlock,
     or a weight-only `kiln.quantized_linear`, f32 activations), an optional
     `kiln.rms_norm` prologue feeding it, `kiln.slice_columns` of its result
     and elementwise epilogue ops (`kiln.add`, `kiln.mul`, `kiln.silu`,
-    `kiln.swiglu`, `kiln.add_bias`); or, without a linear, a chain of
+    `kiln.swiglu`, `kiln.add_bias`, and unscaled `kiln.rope` of a column
+    slice, its position an index operand); or, without a linear, a chain of
     elementwise ops computed in one loop. `families` lists the fusion
     families that formed the region (`horizontal`, `prologue`, `epilogue`,
     `elementwise`), for reports and traces.
@@ -501,7 +502,7 @@ def Kiln_FusedOp : Kiln_Op<"fused", [IsolatedFromAbove, SingleBlock,
     } : (tensor<?x64xf32>, tensor<64xf32>, tensor<344x64xf32>) -> tensor<?x172xf32>
     ```
   }];
-  let arguments = (ins Variadic<AnyRankedTensor>:$inputs,
+  let arguments = (ins Variadic<AnyTypeOf<[AnyRankedTensor, Index]>>:$inputs,
                        TypedArrayAttrBase<StrAttr, "fusion families">:$families);
   let results = (outs Variadic<AnyRankedTensor>:$results);
   let regions = (region SizedRegion<1>:$body);

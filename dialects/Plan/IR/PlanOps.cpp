@@ -107,10 +107,16 @@ LogicalResult CallFusedOp::verifySymbolUses(SymbolTableCollection &symbols) {
     return emitOpError() << "passes " << getArgs().size() << " operands to '"
                          << getKernel() << "', which takes " << expected
                          << " (its arguments, its results and n)";
-  for (auto [i, arg] : llvm::enumerate(getArgs().drop_back()))
-    if (!isa<MemRefType>(arg.getType()))
-      return emitOpError() << "operand #" << i << " must be a buffer, got "
+  // Region arguments: a buffer for each tensor, the position for an index;
+  // results: buffers.
+  for (auto [i, arg] : llvm::enumerate(getArgs().drop_back())) {
+    bool index = i < body.getNumArguments() &&
+                 body.getArgument(i).getType().isIndex();
+    if (index ? !arg.getType().isIndex() : !isa<MemRefType>(arg.getType()))
+      return emitOpError() << "operand #" << i << " must be "
+                           << (index ? "an index" : "a buffer") << ", got "
                            << arg.getType();
+  }
   if (!getArgs().back().getType().isIndex())
     return emitOpError() << "expects the token count n (index) last";
   return success();

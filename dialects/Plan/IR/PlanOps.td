@@ -160,8 +160,10 @@ def Plan_CallFusedOp : Plan_Op<"call_fused", [
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "Call a plan.fused_kernel";
   let description = [{
-    Operands: one buffer per argument of the kernel's region, one buffer per
-    value it yields (written), then the entry point's token count `n`.
+    Operands: one buffer per tensor argument of the kernel's region (the
+    entry point's position for an index argument: a RoPE epilogue's), one
+    buffer per value it yields (written), then the entry point's token
+    count `n`.
 
     ```mlir
     plan.call_fused @kiln_fused_decode_0(%x, %w, %h, %out, %n)

@@ -135,8 +135,16 @@ LogicalResult FunctionLowering::lowerFused(FusedOp op) {
     return op.emitOpError()
            << "has no kiln.buffer_offsets; run --kiln-memory-plan first";
   SmallVector<Value> args;
-  for (Value v : op.getInputs())
+  for (Value v : op.getInputs()) {
+    if (isa<IndexType>(v.getType())) { // a RoPE epilogue's position
+      if (v != source.getBody().front().getArgument(1))
+        return op.emitOpError() << "takes an index operand other than the "
+                                   "entry point's position";
+      args.push_back(position);
+      continue;
+    }
     args.push_back(buffers.lookup(v));
+  }
   for (auto [result, offset] : llvm::zip(op.getResults(), offsets.asArrayRef())) {
     if (offset < 0)
       return op.emitOpError() << "returns a fused result; entry points must "

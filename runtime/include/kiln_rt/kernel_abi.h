@@ -247,6 +247,25 @@ static inline float kiln_swiglu(float g, float u) {
   return g * u;
 }
 
+/// RoPE tables of a fused kernel's epilogue: cs[(r * P + i) * 2] = cos and
+/// [... + 1] = sin of (pos + r) * theta^(-2i / head_dim) for r < n, i < P =
+/// rot_dim / 2, computed exactly as kiln_k_rope does.
+void kiln_k_rope_table(float *cs, int64_t n, int64_t pos, int64_t head_dim,
+                       int64_t rot_dim, float theta);
+
+/// One element of RoPE with kiln_k_rope's arithmetic: x at column `col` of a
+/// row of heads of head_dim, `partner` the other element of its pair
+/// (column col ^ 1), `cs` that row's table from kiln_k_rope_table.
+static inline float kiln_rope_elem(float x, float partner, int64_t col,
+                                   int64_t head_dim, int64_t rot_dim,
+                                   const float *cs) {
+  int64_t hc = col % head_dim;
+  if (hc >= rot_dim / 2 * 2)
+    return x;
+  float c = cs[(hc / 2) * 2], s = cs[(hc / 2) * 2 + 1];
+  return (hc & 1) == 0 ? x * c - partner * s : partner * s + x * c;
+}
+
 /// y[t, j] = x[t, offset + j] for t < n, j < width (x [n, in]): a column
 /// range (kiln.slice_columns outside a fused region), any 4-byte element.
 void kiln_k_slice_columns(const float *x, float *y, int64_t n, int64_t in,

@@ -15,6 +15,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -192,6 +193,19 @@ void kiln_k_parallel_for(int64_t count, int64_t align, int64_t work,
     int64_t end = std::min<int64_t>(count, begin + chunk);
     if (end > begin)
       fn(env, begin, end);
+  }
+}
+
+void kiln_k_rope_table(float *cs, int64_t n, int64_t pos, int64_t head_dim,
+                       int64_t rot_dim, float theta) {
+  const int64_t pairs = rot_dim / 2;
+  for (int64_t i = 0; i < pairs; ++i) { // kiln_k_rope's inverse frequencies
+    const float freq = 1.0f / powf(theta, float(2 * i) / float(head_dim));
+    for (int64_t r = 0; r < n; ++r) {
+      const float val = float(pos + r) * freq;
+      cs[(r * pairs + i) * 2] = cosf(val);
+      cs[(r * pairs + i) * 2 + 1] = sinf(val);
+    }
   }
 }
 

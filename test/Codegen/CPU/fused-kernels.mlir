@@ -16,18 +16,22 @@
 // CUDA: error: 'plan.fused_kernel' op fused kernels are generated for the cpu target only so far; compile with --fuse=none
 
 // Q, K, V: one tile of the concatenated rows, each column range stored to
-// its own buffer; the attention norm computed once per call as prologue.
-// CHECK: // kiln_fused_prefill_0: kiln.fused region (families: horizontal prologue)
+// its own buffer, RoPE applied to Q and K with the pair partner read from the
+// tile; the attention norm computed once per call as prologue.
+// CHECK: // kiln_fused_prefill_0: kiln.fused region (families: horizontal prologue epilogue)
 // CHECK: static void kiln_fused_prefill_0_tile(void *p, int64_t j0, int64_t j1) {
 // CHECK: kiln_k_linear_tile(&e.w, e.x, rows, 16, s0, s1, c0, tw);
 // CHECK: const int64_t lo = s0 > 0 ? s0 : 0, hi = s1 < 16 ? s1 : 16;
-// CHECK: e.r0[t * 16 + col] = seg0;
+// CHECK: const float e0 = kiln_rope_elem(seg0, c0[t * tw + ((j ^ 1) - s0)], col, 4, 4, e.cs + t * 4);
+// CHECK: e.r1[t * 16 + col] = e0;
 // CHECK: const int64_t lo = s0 > 16 ? s0 : 16, hi = s1 < 24 ? s1 : 24;
-// CHECK: e.r1[t * 8 + col] = seg1;
+// CHECK: const float e1 = kiln_rope_elem(seg1, c0[t * tw + ((j ^ 1) - s0)], col, 4, 4, e.cs + t * 4);
+// CHECK: e.r2[t * 8 + col] = e1;
 // CHECK: const int64_t lo = s0 > 24 ? s0 : 24, hi = s1 < 32 ? s1 : 32;
-// CHECK: e.r2[t * 8 + col] = seg2;
-// CHECK: static void kiln_fused_prefill_0(const float *a0, const float *a1, const float *a2, float *r0, float *r1, float *r2, int64_t n) {
+// CHECK: e.r0[t * 8 + col] = seg2;
+// CHECK: static void kiln_fused_prefill_0(const float *a0, const float *a1, const float *a2, int64_t a3, float *r0, float *r1, float *r2, int64_t n) {
 // CHECK: kiln_k_rms_norm(a0, a1, xn, rows, 16, 0x1.4f8b58p-17f);
+// CHECK: kiln_k_rope_table(cs, rows, a3, 4, 4, 0x1.388p+13f);
 // CHECK: e.w.kind = KILN_WEIGHT_F32;
 // CHECK: kiln_k_parallel_for(32, 16, rows * 16 * 32, kiln_fused_prefill_0_tile, &e);
 // Output projection + residual.
@@ -48,9 +52,10 @@
 // CHECK: KILN_TRACE_END
 // The trace site names the kernel, the region's op kinds and the fused
 // ops' locations; bytes: the weights (2112) plus 192 per token (input 64,
-// Q 64, K 32, V 32); FLOPs per token: norm 4 * 16 + linear 2 * 16 * 32.
+// Q 64, K 32, V 32); FLOPs per token: norm 4 * 16 + linear 2 * 16 * 32 +
+// RoPE 3 * (16 + 8).
 // RUN: FileCheck %s --check-prefix=SITES --input-file=%t.f32.cpp
-// SITES: {"kiln_fused_prefill_0", "rms_norm+linear", "tiny-llama.mlir:20:10+tiny-llama.mlir:22:10+tiny-llama.mlir:24:10+tiny-llama.mlir:26:10", 2112, 192, 0, 0, 1088, 0, 0, 1},
+// SITES: {"kiln_fused_prefill_0", "rms_norm+linear+rope", "tiny-llama.mlir:20:10+tiny-llama.mlir:22:10+tiny-llama.mlir:24:10+tiny-llama.mlir:26:10+tiny-llama.mlir:27:11+tiny-llama.mlir:28:11", 2112, 192, 0, 0, 1160, 0, 0, 1},
 // SITES: {"kiln_fused_prefill_2", "rms_norm+linear+swiglu",
 
 // W4A16: packed nibbles with scales and zero points, group 8.

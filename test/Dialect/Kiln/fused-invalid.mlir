@@ -55,7 +55,7 @@ func.func @yield_mismatch(%a: tensor<?x8xf32>) -> tensor<?x4xf32> {
 func.func @not_fusable(%h: tensor<?x8xf32>, %w: tensor<16x8xf32>) -> tensor<1x16xf32> {
   %r = kiln.fused(%h, %w) attributes {families = ["epilogue"]} {
   ^bb0(%x: tensor<?x8xf32>, %v: tensor<16x8xf32>):
-    // expected-error @+1 {{'kiln.logits' op cannot be part of a kiln.fused region (expected a linear, rms_norm, slice_columns or elementwise op)}}
+    // expected-error @+1 {{'kiln.logits' op cannot be part of a kiln.fused region (expected a linear, rms_norm, slice_columns, rope or elementwise op)}}
     %l = kiln.logits %x, %v : tensor<?x8xf32>, tensor<16x8xf32> -> tensor<1x16xf32>
     kiln.yield %l : tensor<1x16xf32>
   } : (tensor<?x8xf32>, tensor<16x8xf32>) -> tensor<1x16xf32>
@@ -118,3 +118,17 @@ kiln.weight @bad_part : tensor<16x16xf32> {source = #kiln.source<file = "t.bin",
 
 // expected-error @+1 {{'concat_rows' parts must be dictionaries {type = tensor type, source = #kiln.source, transforms = [#kiln.transform...]}}}
 kiln.weight @no_type : tensor<16x16xf32> {source = #kiln.source<file = "t.bin", tensor = "a", storage = "f32", shape = [8, 16], offset = 0, bytes = 512>, transforms = [#kiln.transform<"concat_rows", {parts = [{source = #kiln.source<file = "t.bin", tensor = "b", storage = "f32", shape = [8, 16], offset = 512, bytes = 512>, transforms = []}]}>]}
+
+// -----
+
+func.func @scaled_rope(%a: tensor<?x8xf32>, %w: tensor<8x8xf32>, %pos: index) -> tensor<?x8xf32> {
+  %r = kiln.fused(%a, %w, %pos) attributes {families = ["epilogue"]} {
+  ^bb0(%x: tensor<?x8xf32>, %v: tensor<8x8xf32>, %p: index):
+    %y = kiln.linear %x, %v : tensor<?x8xf32>, tensor<8x8xf32> -> tensor<?x8xf32>
+    %s = kiln.slice_columns %y {offset = 0 : i64} : tensor<?x8xf32> -> tensor<?x8xf32>
+    // expected-error @+1 {{'kiln.rope' op in a kiln.fused region must be unscaled RoPE of a column slice of the region's linear, at a position operand}}
+    %q = kiln.rope %s, %p {num_heads = 2 : i64, head_dim = 4 : i64, rotary_dim = 4 : i64, theta = 1.0e4 : f32, scaling = "linear", scaling_factor = 2.0 : f32} : tensor<?x8xf32>
+    kiln.yield %q : tensor<?x8xf32>
+  } : (tensor<?x8xf32>, tensor<8x8xf32>, index) -> tensor<?x8xf32>
+  return %r : tensor<?x8xf32>
+}
