@@ -75,6 +75,9 @@ def main():
     ap.add_argument("--dir", required=True)
     ap.add_argument("--calibration", required=True)
     ap.add_argument("--shared", required=True)
+    ap.add_argument("--quick", action="store_true",
+                    help="only f32, w4a16-rtn, SmolLM2 Q4_1 and the K-quant "
+                         "mix (the sanitizer build)")
     args = ap.parse_args()
     m = os.path.join(args.shared, "models")
     s260 = os.path.join(m, "stories260K", "stories260K.bin")
@@ -99,6 +102,9 @@ def main():
     ]
     for family in ("horizontal", "prologue", "epilogue", "elementwise"):
         cases.append(("family-" + family, smol, SMOL_TOKENS, [], family, False))
+    if args.quick:
+        cases = [c for c in cases if c[0] in
+                 ("f32", "w4a16-rtn", "gguf-q4_1-smollm2", "gguf-kquant-mix")]
     passed = 0
     for c in cases:
         try:
