@@ -520,6 +520,12 @@ void FusePass::runOnOperation() {
   for (func::FuncOp func : module.getOps<func::FuncOp>()) {
     if (func.isExternal())
       continue;
+    if (func->hasAttr("kiln.arena_bytes")) {
+      func.emitError() << "kiln-fuse: '" << func.getSymName()
+                       << "' is already memory-planned; run kiln-fuse before "
+                          "kiln-memory-plan";
+      return signalPassFailure();
+    }
     int64_t before = countKernelOps(func);
     DenseSet<Operation *> horizontal;
     if (f.horizontal)

@@ -5,6 +5,9 @@
 // BADFAMILY: error: kiln-fuse: unknown fusion family 'vertical' (expected horizontal, prologue, epilogue, elementwise, all or none)
 // RUN: not kiln-opt %s --pass-pipeline="builtin.module(kiln-fuse{families=none,epilogue})" 2>&1 | FileCheck %s --check-prefix=NONEMIX
 // NONEMIX: error: kiln-fuse: 'none' cannot be combined with other fusion families
+// Fusing after memory planning would leave stale buffer offsets.
+// RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(func.func(kiln-memory-plan),kiln-fuse)" 2>&1 | FileCheck %s --check-prefix=PLANNED
+// PLANNED: error: kiln-fuse: 'prefill' is already memory-planned; run kiln-fuse before kiln-memory-plan
 
 module {
   kiln.weight @a : tensor<8x16xf32> {source = #kiln.source<file = "t.bin", tensor = "a", storage = "f32", shape = [8, 16], offset = 0, bytes = 512>, transforms = []}

@@ -231,12 +231,18 @@ void printProfile(llvm::raw_ostream &os,
                       stepNs ? 100.0 * double(all.ns) / double(stepNs) : 0.0);
   if (!all.calls)
     return;
-  os << llvm::formatv("  {0,-12} {1,8} {2,10} {3,7} {4,9} {5,7} {6,10} {7,7}\n",
-                      "op kind", "calls", "time ms", "share", "GB/s", "%bw",
-                      "GFLOP/s", "%peak");
   std::vector<std::pair<std::string, Totals>> rows;
-  for (const auto &e : byKind)
+  size_t kindWidth = 12; // fused kernels' kinds ("rms_norm+linear+swiglu")
+  for (const auto &e : byKind) {
     rows.emplace_back(e.getKey().str(), e.getValue());
+    kindWidth = std::max(kindWidth, e.getKey().size());
+  }
+  auto pad = [&](llvm::StringRef kind) {
+    return kind.str() + std::string(kindWidth - std::min(kindWidth, kind.size()), ' ');
+  };
+  os << llvm::formatv("  {0} {1,8} {2,10} {3,7} {4,9} {5,7} {6,10} {7,7}\n",
+                      pad("op kind"), "calls", "time ms", "share", "GB/s", "%bw",
+                      "GFLOP/s", "%peak");
   std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) {
     return a.second.ns > b.second.ns;
   });
@@ -246,9 +252,9 @@ void printProfile(llvm::raw_ostream &os,
     double gbs = s > 0 ? double(t.bytes) / s / 1e9 : 0;
     double gflops = s > 0 ? double(t.flops) / s / 1e9 : 0;
     os << llvm::formatv(
-        "  {0,-12} {1,8} {2,10:f3} {3,6:f1}% {4,9:f2} {5,6:f1}% {6,10:f2} "
+        "  {0} {1,8} {2,10:f3} {3,6:f1}% {4,9:f2} {5,6:f1}% {6,10:f2} "
         "{7,6:f1}%\n",
-        kind, t.calls, s * 1e3, 100.0 * double(t.ns) / double(all.ns), gbs,
+        pad(kind), t.calls, s * 1e3, 100.0 * double(t.ns) / double(all.ns), gbs,
         bandwidth > 0 ? 100.0 * gbs * 1e9 / bandwidth : 0.0, gflops,
         peakFlops > 0 ? 100.0 * gflops * 1e9 / peakFlops : 0.0);
   }

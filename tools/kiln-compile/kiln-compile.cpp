@@ -65,7 +65,9 @@ enum class Emit { Artifact, Kiln, Plan, Cpp };
 static cl::opt<Emit> emit(
     "emit", cl::desc("Print an intermediate stage instead of writing an "
                      "artifact (to stdout, or to the file named by -o)"),
-    cl::values(clEnumValN(Emit::Kiln, "kiln", "kiln graph IR after import"),
+    cl::values(clEnumValN(Emit::Kiln, "kiln",
+                          "kiln graph IR after the graph passes "
+                          "(quantization, kiln-fuse)"),
                clEnumValN(Emit::Plan, "plan", "plan IR (buffers and kernel calls)"),
                clEnumValN(Emit::Cpp, "cpp", "the emitted C++")),
     cl::init(Emit::Artifact), cl::cat(category));
@@ -364,10 +366,27 @@ int main(int argc, char **argv) {
       if ((p == "all" || p == "none") && parts.size() > 1)
         return fail("--fuse=" + value + ": '" + p +
                     "' cannot be combined with other families");
-      fuseFamilies.push_back(p.str());
+      if (!llvm::is_contained(fuseFamilies, p.str()))
+        fuseFamilies.push_back(p.str());
     }
     if (fuseFamilies == std::vector<std::string>{"none"})
       fuseFamilies.clear();
+    // The manifest records one spelling per choice: the four families in
+    // their pipeline order, or "all".
+    static const char *const kOrder[] = {"horizontal", "prologue", "epilogue",
+                                         "elementwise"};
+    if (fuseFamilies.size() == 4 ||
+        llvm::is_contained(fuseFamilies, std::string("all")))
+      fuseFamilies = {"all"};
+    else
+      llvm::sort(fuseFamilies, [](const std::string &a, const std::string &b) {
+        return llvm::find(kOrder, a) < llvm::find(kOrder, b);
+      });
+    if (fuse.getNumOccurrences() && !fuseFamilies.empty() && dtype != "f32")
+      llvm::errs() << "kiln-compile: note: --fuse=" << value
+                   << " has no effect with --dtype=" << dtype
+                   << ": fused kernels compute in f32, 16-bit graphs are "
+                      "compiled unfused (docs/fusion.md)\n";
     if (target == "cuda" && !fuseFamilies.empty())
       return fail("--fuse=" + value + " with --target=cuda: fused kernels "
                   "are generated for the cpu target only so far; use "

@@ -136,6 +136,12 @@ verifyWeightRecipe(RankedTensorType type, WeightSourceAttr source,
         auto part = cast<DictionaryAttr>(p);
         auto partType =
             cast<RankedTensorType>(part.getAs<TypeAttr>("type").getValue());
+        if (llvm::any_of(part.getAs<ArrayAttr>("transforms"), [](Attribute a) {
+              return cast<WeightTransformAttr>(a).getKind() == "concat_rows";
+            }))
+          return emitOpError() << "'concat_rows' part #" << i
+                               << " is itself a concatenation (the parts of "
+                                  "a concat_rows are plain recipes)";
         auto partDiag = [&, i = i]() {
           InFlightDiagnostic d = emitOpError();
           d << "'concat_rows' part #" << i << ": ";
@@ -691,6 +697,10 @@ LogicalResult FusedOp::verifyRegions() {
   auto yield = dyn_cast<YieldOp>(body.getTerminator());
   if (!yield)
     return emitOpError() << "expects its region to end in kiln.yield";
+  for (Value v : yield.getValues())
+    if (isa<BlockArgument>(v))
+      return emitOpError() << "yields one of its own operands; a kiln.fused "
+                              "region yields values it computes";
   if (yield.getValues().getTypes() != getResultTypes())
     return emitOpError() << "yields " << yield.getValues().size()
                          << " values whose types do not match its "

@@ -132,3 +132,19 @@ func.func @scaled_rope(%a: tensor<?x8xf32>, %w: tensor<8x8xf32>, %pos: index) ->
   } : (tensor<?x8xf32>, tensor<8x8xf32>, index) -> tensor<?x8xf32>
   return %r : tensor<?x8xf32>
 }
+
+// -----
+
+func.func @yield_argument(%a: tensor<?x8xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{'kiln.fused' op yields one of its own operands; a kiln.fused region yields values it computes}}
+  %r = kiln.fused(%a) attributes {families = ["elementwise"]} {
+  ^bb0(%x: tensor<?x8xf32>):
+    kiln.yield %x : tensor<?x8xf32>
+  } : (tensor<?x8xf32>) -> tensor<?x8xf32>
+  return %r : tensor<?x8xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'kiln.weight' op 'concat_rows' part #0 is itself a concatenation (the parts of a concat_rows are plain recipes)}}
+kiln.weight @nested : tensor<24x16xf32> {source = #kiln.source<file = "t.bin", tensor = "a", storage = "f32", shape = [8, 16], offset = 0, bytes = 512>, transforms = [#kiln.transform<"concat_rows", {parts = [{type = tensor<16x16xf32>, source = #kiln.source<file = "t.bin", tensor = "b", storage = "f32", shape = [8, 16], offset = 512, bytes = 512>, transforms = [#kiln.transform<"concat_rows", {parts = [{type = tensor<8x16xf32>, source = #kiln.source<file = "t.bin", tensor = "c", storage = "f32", shape = [8, 16], offset = 1024, bytes = 512>, transforms = []}]}>]}]}>]}
