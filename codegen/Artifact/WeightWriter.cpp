@@ -177,6 +177,19 @@ struct WriterState {
 };
 } // namespace
 
+/// weights.bin stores floats little-endian (a no-op on x86 and Arm hosts);
+/// floats are converted only right before they are written, after any
+/// quantization has read them.
+static void toLittleEndian(MutableArrayRef<float> values) {
+  if constexpr (!sys::IsLittleEndianHost)
+    for (float &f : values) {
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      u = llvm::byteswap(u);
+      std::memcpy(&f, &u, 4);
+    }
+}
+
 /// Materializes `w` (without its concat_rows parts) as the bytes weights.bin
 /// stores, handing them to `sink` in order; sets t.shape, t.dtype and
 /// t.bytes. Errors name `path` and the weight.
@@ -247,15 +260,9 @@ static Error emitTensor(StringRef path, const WeightDesc &w, StorageType dtype,
   buffer.resize(numel);
   if (Error e = materializeWeight(w, buffer))
     return e;
-  if constexpr (!sys::IsLittleEndianHost)
-    for (float &f : buffer) {
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      u = llvm::byteswap(u);
-      std::memcpy(&f, &u, 4);
-    }
   if (!quant) {
     if (floatType == StorageType::F32) {
+      toLittleEndian(buffer);
       sink(reinterpret_cast<const char *>(buffer.data()), t.bytes);
       return Error::success();
     }
@@ -297,13 +304,7 @@ static Error emitTensor(StringRef path, const WeightDesc &w, StorageType dtype,
                                                              : st.cached.packed;
   }
   if (quant->part == WeightTransform::QuantPart::Scales) {
-    if constexpr (!sys::IsLittleEndianHost)
-      for (float &f : scaleValues) {
-        uint32_t u;
-        std::memcpy(&u, &f, 4);
-        u = llvm::byteswap(u);
-        std::memcpy(&f, &u, 4);
-      }
+    toLittleEndian(scaleValues);
     sink(reinterpret_cast<const char *>(scaleValues.data()), t.bytes);
   } else {
     sink(reinterpret_cast<const char *>(bytes.data()), t.bytes);

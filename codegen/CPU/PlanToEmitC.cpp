@@ -159,6 +159,23 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
         .getResult(0);
   };
 
+  // CPU: uint64_t t = KILN_TRACE_BEGIN(ctx); callee(...);
+  // KILN_TRACE_END(ctx, sites, i, t, n, pos); with i the next call site.
+  auto callTraced = [&](Location l, StringRef callee, ValueRange operands) {
+    Value start =
+        callOpaque(l, emitc::OpaqueType::get(ctx, "uint64_t"),
+                   "KILN_TRACE_BEGIN", {ctxValue}, {builder.getIndexAttr(0)});
+    emitc::CallOpaqueOp::create(builder, l, TypeRange{}, callee, operands);
+    emitc::CallOpaqueOp::create(
+        builder, l, TypeRange{}, "KILN_TRACE_END",
+        ValueRange{ctxValue, start, entry->getArgument(1),
+                   entry->getArgument(2)},
+        builder.getArrayAttr({builder.getIndexAttr(0), opaque(sitesName),
+                              i64Attr(nextSite++), builder.getIndexAttr(1),
+                              builder.getIndexAttr(2),
+                              builder.getIndexAttr(3)}));
+  };
+
   for (Operation &op : body) {
     Location l = op.getLoc();
     LogicalResult status =
@@ -261,21 +278,7 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
                                             target.callee(c), operands);
                 return success();
               }
-              // uint64_t t = KILN_TRACE_BEGIN(ctx); kernel(...);
-              // KILN_TRACE_END(ctx, sites, i, t, n, pos);
-              Value start = callOpaque(
-                  l, emitc::OpaqueType::get(ctx, "uint64_t"),
-                  "KILN_TRACE_BEGIN", {ctxValue}, {builder.getIndexAttr(0)});
-              emitc::CallOpaqueOp::create(builder, l, TypeRange{},
-                                          target.callee(c), operands);
-              emitc::CallOpaqueOp::create(
-                  builder, l, TypeRange{}, "KILN_TRACE_END",
-                  ValueRange{ctxValue, start, entry->getArgument(1),
-                             entry->getArgument(2)},
-                  builder.getArrayAttr(
-                      {builder.getIndexAttr(0), opaque(sitesName),
-                       i64Attr(nextSite++), builder.getIndexAttr(1),
-                       builder.getIndexAttr(2), builder.getIndexAttr(3)}));
+              callTraced(l, target.callee(c), operands);
               return success();
             })
             .Case([&](plan::CallFusedOp c) -> LogicalResult {
@@ -286,19 +289,7 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
               SmallVector<Value> operands;
               for (Value a : c.getArgs())
                 operands.push_back(map.lookup(a));
-              Value start = callOpaque(
-                  l, emitc::OpaqueType::get(ctx, "uint64_t"),
-                  "KILN_TRACE_BEGIN", {ctxValue}, {builder.getIndexAttr(0)});
-              emitc::CallOpaqueOp::create(builder, l, TypeRange{},
-                                          c.getKernel(), operands);
-              emitc::CallOpaqueOp::create(
-                  builder, l, TypeRange{}, "KILN_TRACE_END",
-                  ValueRange{ctxValue, start, entry->getArgument(1),
-                             entry->getArgument(2)},
-                  builder.getArrayAttr(
-                      {builder.getIndexAttr(0), opaque(sitesName),
-                       i64Attr(nextSite++), builder.getIndexAttr(1),
-                       builder.getIndexAttr(2), builder.getIndexAttr(3)}));
+              callTraced(l, c.getKernel(), operands);
               return success();
             })
             .Case([&](func::ReturnOp) {
