@@ -42,10 +42,6 @@ struct Group {
 };
 } // namespace
 
-static bool isElementwise(Operation *op) {
-  return isa<AddOp, MulOp, SiluOp, SwigluOp, AddBiasOp>(op);
-}
-
 static bool hasF32Result(Operation *op) {
   return op->getNumResults() == 1 &&
          cast<RankedTensorType>(op->getResult(0).getType())
@@ -305,7 +301,7 @@ static void growEpilogue(Group &group, Operation *start,
     for (Operation *op : SmallVector<Operation *>(group.ops)) {
       for (Operation *user : op->getResult(0).getUsers()) {
         if (members.contains(user) || taken.contains(user) ||
-            !(isElementwise(user) || isRopeEpilogue(user, group)) ||
+            !(isFusableElementwise(user) || isRopeEpilogue(user, group)) ||
             !hasF32Result(user))
           continue;
         bool ok = llvm::all_of(user->getOperands(), [&](Value v) {
@@ -444,13 +440,13 @@ static void formRegions(func::FuncOp func, const Families &families,
   // Elementwise chains outside those regions.
   if (families.elementwise) {
     for (Operation &op : block) {
-      if (taken.contains(&op) || !isElementwise(&op) || !hasF32Result(&op))
+      if (taken.contains(&op) || !isFusableElementwise(&op) || !hasF32Result(&op))
         continue;
       Group g;
       g.ops.push_back(&op);
       for (Operation *last = &op; last->getResult(0).hasOneUse();) {
         Operation *next = *last->getResult(0).getUsers().begin();
-        if (taken.contains(next) || !isElementwise(next) ||
+        if (taken.contains(next) || !isFusableElementwise(next) ||
             !hasF32Result(next) ||
             !llvm::all_of(next->getOperands(), [&](Value v) {
               return v.getDefiningOp() == last || availableAt(v, &op);

@@ -357,9 +357,7 @@ int main(int argc, char **argv) {
     llvm::SmallVector<llvm::StringRef> parts;
     llvm::StringRef(value).split(parts, ',');
     for (llvm::StringRef p : parts) {
-      if (!llvm::is_contained({"all", "none", "horizontal", "prologue",
-                               "epilogue", "elementwise"},
-                              p))
+      if (p != "all" && p != "none" && !llvm::is_contained(kFusionFamilies, p))
         return fail("unknown --fuse family '" + p +
                     "' (expected all, none, or a comma-separated list of "
                     "horizontal, prologue, epilogue and elementwise)");
@@ -373,14 +371,12 @@ int main(int argc, char **argv) {
       fuseFamilies.clear();
     // The manifest records one spelling per choice: the four families in
     // their pipeline order, or "all".
-    static const char *const kOrder[] = {"horizontal", "prologue", "epilogue",
-                                         "elementwise"};
     if (fuseFamilies.size() == 4 ||
         llvm::is_contained(fuseFamilies, std::string("all")))
       fuseFamilies = {"all"};
     else
       llvm::sort(fuseFamilies, [](const std::string &a, const std::string &b) {
-        return llvm::find(kOrder, a) < llvm::find(kOrder, b);
+        return llvm::find(kFusionFamilies, a) < llvm::find(kFusionFamilies, b);
       });
     if (fuse.getNumOccurrences() && !fuseFamilies.empty() && dtype != "f32")
       llvm::errs() << "kiln-compile: note: --fuse=" << value

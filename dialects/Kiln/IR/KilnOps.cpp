@@ -653,11 +653,6 @@ LogicalResult SliceColumnsOp::verify() {
   return verifySameElementType(*this, input, result, "input", "result");
 }
 
-/// Ops a kiln.fused region may hold (docs/fusion.md).
-static bool isFusableElementwise(Operation *op) {
-  return isa<AddOp, MulOp, SiluOp, SwigluOp, AddBiasOp>(op);
-}
-
 Operation *FusedOp::getAnchor() {
   for (Operation &op : getBody().front())
     if (isa<LinearOp, QuantizedLinearOp>(op))
@@ -666,13 +661,11 @@ Operation *FusedOp::getAnchor() {
 }
 
 LogicalResult FusedOp::verify() {
-  static constexpr StringRef kFamilies[] = {"horizontal", "prologue",
-                                            "epilogue", "elementwise"};
   if (getFamilies().empty())
     return emitOpError() << "expects at least one fusion family";
   for (Attribute a : getFamilies()) {
     StringRef family = cast<StringAttr>(a).getValue();
-    if (!llvm::is_contained(kFamilies, family))
+    if (!llvm::is_contained(kFusionFamilies, family))
       return emitOpError() << "unknown fusion family '" << family
                            << "' (expected horizontal, prologue, epilogue or "
                               "elementwise)";

@@ -27,4 +27,17 @@ struct ObserverResource : public SideEffects::Resource::Base<ObserverResource> {
 #define GET_OP_CLASSES
 #include "dialects/Kiln/IR/KilnOps.h.inc"
 
+namespace mlir::kiln {
+/// The fusion families of kiln.fused / kiln-fuse / kiln-compile --fuse, in
+/// the order the pass applies them (docs/fusion.md).
+inline constexpr llvm::StringLiteral kFusionFamilies[] = {
+    "horizontal", "prologue", "epilogue", "elementwise"};
+
+/// The elementwise ops a kiln.fused region computes per element (the
+/// epilogue and elementwise families).
+inline bool isFusableElementwise(Operation *op) {
+  return isa<AddOp, MulOp, SiluOp, SwigluOp, AddBiasOp>(op);
+}
+} // namespace mlir::kiln
+
 #endif // KILN_DIALECTS_KILN_IR_KILNOPS_H

@@ -65,6 +65,9 @@ private:
   LogicalResult lowerObserve(ObserveOp op);
   LogicalResult lowerFused(FusedOp op);
   FailureOr<Value> bufferFor(Operation *op);
+  /// The activation buffer of `type` at arena `offset` (`n` rows when its
+  /// first dimension is dynamic).
+  Value arenaView(MemRefType type, int64_t offset);
   void call(StringRef callee, ArrayRef<Value> args) {
     plan::CallKernelOp::create(builder, loc(), builder.getStringAttr(callee),
                                args);
@@ -93,11 +96,14 @@ FailureOr<Value> FunctionLowering::bufferFor(Operation *op) {
   if (!offset)
     return op->emitOpError()
            << "has no kiln.buffer_offset; run --kiln-memory-plan first";
+  return arenaView(type, offset.getInt());
+}
+
+Value FunctionLowering::arenaView(MemRefType type, int64_t offset) {
   SmallVector<Value> dynamicSizes;
   if (type.getNumDynamicDims() > 0)
     dynamicSizes.push_back(tokenCount);
-  return plan::ArenaViewOp::create(builder, loc(), type, offset.getInt(),
-                                   dynamicSizes)
+  return plan::ArenaViewOp::create(builder, loc(), type, offset, dynamicSizes)
       .getResult();
 }
 
@@ -149,12 +155,7 @@ LogicalResult FunctionLowering::lowerFused(FusedOp op) {
     if (offset < 0)
       return op.emitOpError() << "returns a fused result; entry points must "
                                  "return the result of kiln.logits";
-    MemRefType type = toMemRef(result.getType());
-    SmallVector<Value> dynamicSizes;
-    if (type.getNumDynamicDims() > 0)
-      dynamicSizes.push_back(tokenCount);
-    Value buffer =
-        plan::ArenaViewOp::create(builder, loc(), type, offset, dynamicSizes);
+    Value buffer = arenaView(toMemRef(result.getType()), offset);
     buffers.map(result, buffer);
     args.push_back(buffer);
   }

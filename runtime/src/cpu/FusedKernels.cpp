@@ -55,10 +55,16 @@ int64_t rowBytes(const kiln_linear_weight &w, int64_t in) {
   }
 }
 
+/// Group size of a W4 weight (a non-positive one, never emitted, is one
+/// group per row, as kiln_k_linear_w4a16 treats it).
+int64_t q4GroupSize(const kiln_linear_weight &w, int64_t in) {
+  return w.group_size > 0 ? w.group_size : in + (in & 1);
+}
+
 /// Scale groups per row of a W8/W4 weight (1 for W8 per channel).
 int64_t groupsOf(const kiln_linear_weight &w, int64_t in) {
   if (w.kind == KILN_WEIGHT_W4)
-    return q4Groups(in, w.group_size > 0 ? w.group_size : in + (in & 1));
+    return q4Groups(in, q4GroupSize(w, in));
   return w.group_size > 0 ? (in + w.group_size - 1) / w.group_size : 1;
 }
 
@@ -83,10 +89,10 @@ void gemvTile(const kiln_linear_weight &w, const float *x, int64_t in,
                w.scales + o0 * groupsOf(w, in), c, in, rows, w.group_size);
     return;
   case KILN_WEIGHT_W4: {
-    int64_t group = w.group_size > 0 ? w.group_size : in + (in & 1);
     int64_t g = groupsOf(w, in);
     gemvRowsQ4(x, reinterpret_cast<const int8_t *>(base) + o0 * rowBytes(w, in),
-               w.scales + o0 * g, w.zeros + o0 * g, c, in, rows, group);
+               w.scales + o0 * g, w.zeros + o0 * g, c, in, rows,
+               q4GroupSize(w, in));
     return;
   }
   default:
@@ -115,10 +121,10 @@ void dequantRow(const kiln_linear_weight &w, int64_t in, int64_t o, int64_t k0,
     return;
   }
   case KILN_WEIGHT_W4: {
-    int64_t group = w.group_size > 0 ? w.group_size : in + (in & 1);
     int64_t g = groupsOf(w, in);
     dequantRowQ4(reinterpret_cast<const int8_t *>(base) + o * rowBytes(w, in),
-                 w.scales + o * g, w.zeros + o * g, dst, k0, depth, group);
+                 w.scales + o * g, w.zeros + o * g, dst, k0, depth,
+                 q4GroupSize(w, in));
     return;
   }
   default:
