@@ -8,6 +8,7 @@
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,8 +18,12 @@ using namespace mlir::kiln;
 
 namespace kiln::fuzz {
 
-/// Elements decoded per input at most (keeps executions fast).
-static constexpr uint64_t kMaxElements = uint64_t(1) << 18;
+/// Elements decoded per input at most, and per tensor: a larger tensor is
+/// decoded for its first rows only (every code path of a format is reached
+/// within a few blocks; decoding whole tensors made the importer targets
+/// spend most of their time in the decoders).
+static constexpr uint64_t kMaxElements = uint64_t(1) << 16;
+static constexpr uint64_t kMaxTensorElements = uint64_t(1) << 13;
 
 static uint64_t elementsOf(const TensorSource &s) {
   uint64_t n = 1;
@@ -30,11 +35,36 @@ static uint64_t elementsOf(const TensorSource &s) {
   return n;
 }
 
+/// `w` cut to its first rows so that it has at most kMaxTensorElements
+/// elements, when it is a 2-D tensor whose transforms (repacks only) allow
+/// that; otherwise `w` unchanged.
+static WeightDesc firstRows(const WeightDesc &w) {
+  const TensorSource &s = w.source;
+  if (s.shape.size() != 2 || s.shape[0] <= 1 || s.shape[1] <= 0 ||
+      uint64_t(s.shape[1]) > kMaxTensorElements ||
+      s.bytes % uint64_t(s.shape[0]) != 0)
+    return w;
+  int64_t rows = std::max<int64_t>(
+      1, int64_t(kMaxTensorElements / uint64_t(s.shape[1])));
+  if (rows >= s.shape[0])
+    return w;
+  for (const WeightTransform &t : w.transforms)
+    if (t.kind != WeightTransform::Kind::Repack || t.rows != s.shape[0])
+      return w;
+  WeightDesc cut = w;
+  cut.source.bytes = s.bytes / uint64_t(s.shape[0]) * uint64_t(rows);
+  cut.source.shape[0] = rows;
+  for (WeightTransform &t : cut.transforms)
+    t.rows = rows;
+  return cut;
+}
+
 void materializeWeights(const ModelDesc &model) {
   uint64_t budget = kMaxElements;
   std::vector<float> buf;
   std::vector<char> packed;
-  auto decode = [&](const WeightDesc &w) {
+  auto decode = [&](const WeightDesc &whole) {
+    WeightDesc w = firstRows(whole);
     uint64_t n = elementsOf(w.source);
     if (n > budget)
       return;

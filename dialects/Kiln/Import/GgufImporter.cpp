@@ -315,9 +315,11 @@ static Error readValue(ByteReader &r, uint32_t type, GgufValue &v,
     v.strs.reserve(v.count);
   else if (v.elemType != kArray)
     v.nums.reserve(v.count);
+  GgufValue elem; // reused: one value per element was most of the cost
   for (uint64_t k = 0; k < v.count; ++k) {
-    GgufValue elem;
     if (v.elemType == kArray) {
+      elem.strs.clear();
+      elem.nums.clear();
       if (Error e = readValue(r, kArray, elem, what + "[" + Twine(k) + "]",
                               depth + 1))
         return e;

@@ -130,24 +130,26 @@ readRegularFile(StringRef path, uint64_t maxBytes, StringRef what) {
 
 Error checkJsonDepth(StringRef text, StringRef file, uint64_t baseOffset,
                      unsigned maxDepth) {
+  // Jumps from one structural character to the next with
+  // StringRef::find_first_of (a table scan): tokenizer.json files are
+  // megabytes of string contents, which need no per-character work.
+  constexpr StringLiteral kStructural = "\"[]{}", kInString = "\"\\";
   unsigned depth = 0;
-  bool inString = false;
-  for (size_t i = 0, e = text.size(); i < e; ++i) {
+  for (size_t i = text.find_first_of(kStructural); i != StringRef::npos;
+       i = text.find_first_of(kStructural, i + 1)) {
     char c = text[i];
-    if (inString) {
-      if (c == '\\')
-        ++i; // The escaped character cannot end the string.
-      else if (c == '"')
-        inString = false;
-      continue;
-    }
     if (c == '"') {
-      inString = true;
+      // To the closing quote; an escaped character cannot end the string.
+      i = text.find_first_of(kInString, i + 1);
+      while (i != StringRef::npos && text[i] == '\\')
+        i = text.find_first_of(kInString, i + 2);
+      if (i == StringRef::npos)
+        break;
     } else if (c == '[' || c == '{') {
       if (++depth > maxDepth)
         return fileError(file, "JSON nested deeper than " + Twine(maxDepth) +
                                    " at offset " + Twine(baseOffset + i));
-    } else if ((c == ']' || c == '}') && depth > 0) {
+    } else if (depth > 0) {
       --depth;
     }
   }
