@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -122,6 +123,86 @@ TEST(BlockKernels, LinearMatchesDecodedFloat64) {
   for (kiln::rt::cpu::SimdLevel level : kiln::rt::test::supportedLevels()) {
     kiln::rt::test::ScopedSimdLevel scoped(level);
     linearMatchesDecoded(kiln::rt::test::levelName(level));
+  }
+}
+
+/// The int8-activation recipe's input, written from kernel_abi.h
+/// (kiln_k_linear_blocks_a8): per 32 inputs d = max|x| / 127 (float32),
+/// q = clamp(roundf(x / d), -127, 127); returns d * q in float64.
+std::vector<double> quantizedInput(const float *x, int64_t in) {
+  std::vector<double> xhat(static_cast<size_t>(in));
+  for (int64_t b = 0; b < in / 32; ++b) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < 32; ++i)
+      amax = std::max(amax, std::fabs(x[32 * b + i]));
+    const float d = amax / 127.0f;
+    for (int64_t i = 0; i < 32; ++i) {
+      float q = d == 0.0f ? 0.0f : std::roundf(x[32 * b + i] / d);
+      q = std::min(127.0f, std::max(-127.0f, q));
+      xhat[size_t(32 * b + i)] = double(d) * double(q);
+    }
+  }
+  return xhat;
+}
+
+void linearA8MatchesQuantizedInput(const char *level) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const Format &f : formats()) {
+    const int64_t in = kiln_block_elems(f.id) == 32 ? 800 : 768, out = 37;
+    std::vector<int8_t> w = randomBlocks(f, out, in, rng);
+    std::vector<float> wf = decodeAll(f, w, out, in);
+    for (int64_t n : {int64_t(1), int64_t(5)}) {
+      std::vector<float> x(size_t(n * in));
+      for (float &v : x)
+        v = normal(rng);
+      x[3] = 0.0f; // a block with a zero, and one that is all zeros
+      for (int64_t i = 64; i < 96; ++i)
+        x[size_t(i)] = 0.0f;
+      std::vector<float> y(size_t(n * out), NAN);
+      kiln_k_linear_blocks_a8(x.data(), w.data(), y.data(), n, in, out, f.id);
+      double maxRef = 0.0, maxErr = 0.0, maxFloat = 0.0;
+      for (int64_t r = 0; r < n; ++r) {
+        std::vector<double> xhat = quantizedInput(x.data() + r * in, in);
+        for (int64_t o = 0; o < out; ++o) {
+          double ref = 0.0, exact = 0.0;
+          for (int64_t i = 0; i < in; ++i) {
+            ref += xhat[size_t(i)] * double(wf[o * in + i]);
+            exact += double(x[r * in + i]) * double(wf[o * in + i]);
+          }
+          maxRef = std::max(maxRef, std::fabs(ref));
+          maxErr = std::max(maxErr, std::fabs(ref - double(y[r * out + o])));
+          maxFloat = std::max(maxFloat, std::fabs(exact - ref));
+        }
+      }
+      const char *name = kiln_block_format_name(f.id);
+      EXPECT_LE(maxErr, 1e-5 * maxRef) << name << " n " << n << " at " << level;
+      // The quantization is really applied: the float-activation result
+      // differs by far more than the tolerance.
+      EXPECT_GT(maxFloat, 1e-4 * maxRef) << name << " n " << n;
+      // A fused kernel's tile (kiln_k_linear_tile) computes the same rows
+      // with the same arithmetic.
+      kiln_linear_weight lw{};
+      lw.kind = KILN_WEIGHT_BLOCKS;
+      lw.format = int32_t(f.id);
+      lw.data = w.data();
+      lw.act_quant = KILN_ACT_INT8_PER_BLOCK;
+      std::vector<float> tile(size_t(n * 20), NAN);
+      kiln_k_linear_tile(&lw, x.data(), n, in, 10, 30, tile.data(), 20);
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t o = 10; o < 30; ++o)
+          ASSERT_EQ(tile[size_t(r * 20 + o - 10)], y[size_t(r * out + o)])
+              << name << " n " << n << " row " << o << " at " << level;
+    }
+  }
+}
+
+// kiln_k_linear_blocks_a8 at every SIMD level (VNNI or AVX2 integer dots,
+// the portable float path) against the recipe's formula in float64.
+TEST(BlockKernels, LinearA8MatchesQuantizedInputFloat64) {
+  for (kiln::rt::cpu::SimdLevel level : kiln::rt::test::supportedLevels()) {
+    kiln::rt::test::ScopedSimdLevel scoped(level);
+    linearA8MatchesQuantizedInput(kiln::rt::test::levelName(level));
   }
 }
 

@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 8
+#define KILN_ABI_VERSION 9
 
 /// Execution context handed to an entry point. Owned by the runtime.
 typedef struct kiln_exec_ctx {
@@ -215,7 +215,14 @@ typedef struct kiln_linear_weight {
   const float *scales;
   const int8_t *zeros;
   int64_t group_size;
+  int32_t act_quant; ///< KILN_ACT_* (KILN_WEIGHT_BLOCKS only)
 } kiln_linear_weight;
+
+/// Activation quantization of kiln_linear_weight.act_quant.
+enum {
+  KILN_ACT_NONE = 0,           ///< float32 activations
+  KILN_ACT_INT8_PER_BLOCK = 1  ///< int8 per 32 elements (kiln_k_linear_blocks_a8)
+};
 
 /// c[t * ldc + (o - o0)] = sum_i x[t, i] * W[o, i] for t < n, o in [o0, o1):
 /// output rows [o0, o1) of the linear for all n tokens (x float32 [n, in]),
@@ -543,6 +550,20 @@ void kiln_k_embedding_blocks(const int32_t *tokens, int64_t n,
                              float *out, int64_t format);
 void kiln_k_linear_blocks(const float *x, const int8_t *w, float *y, int64_t n,
                           int64_t in, int64_t out, int64_t format);
+
+/// The same linear with int8 activations (the explicit recipe
+/// act_quant = "int8_per_block", kiln-compile --act-quant=int8): each row
+/// of x is quantized per 32 elements as llama.cpp's Q8_0 activations,
+///   d_b = max_{i in b} |x_i| / 127 (float32),
+///   q_i = clamp(roundf(x_i / d_b), -127, 127)   (0 where d_b = 0),
+/// and y[t, o] = sum_b d_b * sum_{i in b} W[o, i] * q_i, the inner sums of
+/// codes exact in int32 per 16/32-element group of the weight's format
+/// (AVX-512 VNNI or AVX2 integer dot products), the scales applied in
+/// float32. in a multiple of 32 (of 256 for the K-quants). y must not
+/// alias x.
+void kiln_k_linear_blocks_a8(const float *x, const int8_t *w, float *y,
+                             int64_t n, int64_t in, int64_t out,
+                             int64_t format);
 
 /*===-- INT8 KV cache: per-token, per-kv-head symmetric scales -----------===*
  *

@@ -78,6 +78,11 @@ void gemvTile(const kiln_linear_weight &w, const float *x, int64_t in,
     gemvRows(x, static_cast<const float *>(w.data) + o0 * in, c, in, 0, rows);
     return;
   case KILN_WEIGHT_BLOCKS: {
+    if (w.act_quant == KILN_ACT_INT8_PER_BLOCK) {
+      linearBlocksA8(w.format, x, 1, in, base + o0 * rowBytes(w, in), rows, c,
+                     rows);
+      return;
+    }
     float *xsum16 = threadScratch(4, in / 16);
     blockXSums16(x, in, xsum16);
     gemvRowsBlocksSimd(w.format, x, xsum16, base + o0 * rowBytes(w, in), c,
@@ -138,6 +143,12 @@ void dequantRow(const kiln_linear_weight &w, int64_t in, int64_t o, int64_t k0,
 void gemmTile(const kiln_linear_weight &w, const float *x, int64_t n,
               int64_t in, int64_t o0, int64_t o1, float *c, int64_t ldc) {
   const int64_t rows = o1 - o0;
+  if (w.kind == KILN_WEIGHT_BLOCKS && w.act_quant == KILN_ACT_INT8_PER_BLOCK) {
+    linearBlocksA8(w.format, x, n, in,
+                   static_cast<const uint8_t *>(w.data) + o0 * rowBytes(w, in),
+                   rows, c, ldc);
+    return;
+  }
   setBlasSingleThreaded();
   if (w.kind == KILN_WEIGHT_F32) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),

@@ -266,6 +266,31 @@ void blockXSums16(const float *x, int64_t in, float *sums);
 void gemvRowsBlocksSimd(int64_t format, const float *x, const float *xsum16,
                         const uint8_t *w, float *y, int64_t in, int64_t rows);
 
+// GGML block formats with int8 activations (BlockA8Kernels.cpp).
+
+/// One input row quantized per 32 elements (kiln_k_linear_blocks_a8): q[in]
+/// int8 codes, d[in / 32] block scales, s4[in / 4] the sums of each 4
+/// consecutive codes, s16[in / 16] = d[b] * (sum of 16 consecutive codes).
+struct A8Row {
+  const int8_t *q;
+  const float *d;
+  const int32_t *s4;
+  const float *s16;
+};
+
+/// Quantizes x[in] (in a multiple of 32) into an A8Row's arrays:
+/// d_b = max |x_i| / 127, q_i = clamp(round(x_i / d_b), -127, 127) (round
+/// half away from zero; 0 where d_b = 0), for each block b of 32.
+void quantizeA8Row(const float *x, int64_t in, int8_t *q, float *d,
+                   int32_t *s4, float *s16);
+
+/// c[t * ldc + r] = sum_b d_b(t) * sum_{i in b} W[r, i] * q_i(t), t < n,
+/// r < rows: rows of `format` blocks starting at w, x float32 [n, in]
+/// quantized with quantizeA8Row. Single-threaded; SIMD-dispatched (AVX-512
+/// VNNI, AVX2, portable).
+void linearBlocksA8(int64_t format, const float *x, int64_t n, int64_t in,
+                    const uint8_t *w, int64_t rows, float *c, int64_t ldc);
+
 } // namespace kiln::rt::cpu
 
 #endif // KILN_RUNTIME_CPU_KERNELS_H
