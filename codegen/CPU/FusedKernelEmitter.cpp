@@ -419,6 +419,8 @@ FailureOr<std::string> Emitter::run() {
     if (std::optional<StringRef> format = l.getFormat()) {
       os << "  e.w.kind = KILN_WEIGHT_BLOCKS;\n  e.w.format = "
          << kiln_block_format_from_name(format->str().c_str()) << ";\n";
+      if (l.hasQuantizedActivations())
+        os << "  e.w.act_quant = KILN_ACT_INT8_PER_BLOCK;\n";
     } else {
       if (!cast<RankedTensorType>(l.getWeight().getType())
                .getElementType()

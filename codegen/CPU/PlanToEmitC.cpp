@@ -44,8 +44,8 @@ static constexpr const char *kPointerMacros = R"(
 
 static constexpr const char *kCpuPrologue =
     R"(// Emitted by kiln-compile (CPU target). Do not edit.
-#if KILN_ABI_VERSION != 8
-#error "emitted for kernel ABI version 8"
+#if KILN_ABI_VERSION != 9
+#error "emitted for kernel ABI version 9"
 #endif)";
 
 static constexpr const char *kCudaPrologue =
@@ -267,6 +267,11 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
                 return c.emitOpError()
                        << "calibration observers (kiln_k_observe) run on "
                           "the cpu target only; compile with target=cpu";
+              if (target.cuda && c.getCallee() == "kiln_k_linear_blocks_a8")
+                return c.emitOpError()
+                       << "int8 activations (act_quant 'int8_per_block') "
+                          "have kernels for the cpu target only so far; "
+                          "compile without --act-quant";
               // CUDA launch wrappers take the context first, and so do CPU
               // kernels that talk to the runtime (kernel_abi.h).
               if (target.cuda || observe)

@@ -83,14 +83,16 @@ static SmallVector<Value> weightOperands(Operation *op) {
   return w;
 }
 
-/// What two linears must share to be concatenated: op kind, format or
-/// bits / group size, and the element types of every weight operand.
+/// What two linears must share to be concatenated: op kind, format and
+/// activation quantization or bits / group size, and the element types of
+/// every weight operand.
 static std::string horizontalKey(Operation *op) {
   std::string key;
   llvm::raw_string_ostream os(key);
   os << op->getName().getStringRef();
   if (auto l = dyn_cast<LinearOp>(op))
-    os << '|' << l.getFormat().value_or("");
+    os << '|' << l.getFormat().value_or("") << '|'
+       << l.getActQuant().value_or("");
   if (auto q = dyn_cast<QuantizedLinearOp>(op))
     os << '|' << q.getBits() << '|' << q.getGroupSize();
   // Weights: the element type and every dimension but the rows (the
@@ -205,7 +207,7 @@ static Operation *fuseHorizontally(ArrayRef<Operation *> linears,
   Operation *fused;
   if (auto l = dyn_cast<LinearOp>(first)) {
     fused = LinearOp::create(builder, loc, resultType, input, refs[0],
-                             l.getFormatAttr());
+                             l.getFormatAttr(), l.getActQuantAttr());
   } else {
     auto q = cast<QuantizedLinearOp>(first);
     fused = QuantizedLinearOp::create(

@@ -35,6 +35,10 @@ def main(argv=None):
     ap.add_argument("--all-rows", action="store_true",
                     help="the file holds rows for all n positions instead of k-1..n-1")
     ap.add_argument("--quiet", action="store_true", help="print only the summary")
+    ap.add_argument("--act-quant", choices=["none", "int8_per_block"], default="none",
+                    help="quantize the input of every linear and of the classifier "
+                         "as act_quant = int8_per_block does (kiln-compile "
+                         "--act-quant=int8; every linear must be in a block format)")
     a = ap.parse_args(argv)
 
     try:
@@ -52,7 +56,9 @@ def main(argv=None):
 
     try:
         model = llama_ref.load_model(a.model)
-        ref = llama_ref.logits_for(model, tokens)
+        ref = llama_ref.logits_for(
+            model, tokens,
+            act_quant=llama_ref.int8_per_block if a.act_quant == "int8_per_block" else None)
     except llama_ref.RefError as e:
         fail("reference: %s" % e)
     vocab = ref.shape[1]

@@ -624,8 +624,23 @@ class KVCache:
         self.pos = 0
 
 
+def int8_per_block(x):
+    """What a linear with act_quant = "int8_per_block" reads of its input x
+    [n, C] (kernel_abi.h kiln_k_linear_blocks_a8): per 32 elements, in
+    float32, d = max|x| / 127, q = clamp(roundf(x / d), -127, 127) (round
+    half away from zero; 0 where d = 0); returns d * q in float64."""
+    n, C = x.shape
+    b = np.asarray(x, dtype=np.float32).reshape(n, C // 32, 32)
+    d = (np.abs(b).max(axis=-1, keepdims=True) / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = np.where(d == 0, np.float32(0), b / np.where(d == 0, np.float32(1), d))
+    v = v.astype(np.float64)
+    q = np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5), -127, 127)
+    return (d.astype(np.float64) * q).reshape(n, C)
+
+
 def forward(model, tokens, cache=None, observe=None, kv_quant=None,
-            key_quant=None):
+            key_quant=None, act_quant=None):
     """Run tokens at positions cache.pos .. cache.pos+n-1; returns logits [n, vocab].
 
     observe(tap, x), if given, sees the input x [n, C] of every linear layer
@@ -642,7 +657,11 @@ def forward(model, tokens, cache=None, observe=None, kv_quant=None,
     key_quant(layer, k, positions), if given, does the same for the keys
     alone (and sees the layer and the absolute positions [n], e.g. for key
     centering); kv_quant then applies to the values only.
+
+    act_quant, if given, maps the input of every linear and of the
+    classifier to what the linear reads (e.g. int8_per_block).
     """
+    aq = act_quant if act_quant is not None else (lambda a: a)
     c = model.cfg
     D, H, KV = c["dim"], c["n_heads"], c["n_kv_heads"]
     hd = D // H
@@ -666,9 +685,10 @@ def forward(model, tokens, cache=None, observe=None, kv_quant=None,
         h = rmsnorm(x, L["attn_norm"], eps)
         if observe:
             observe("layers.%d.attn_in" % l, h)
-        q = (h @ L["wq"].T).reshape(n, H, hd)
-        k = (h @ L["wk"].T).reshape(n, KV, hd)
-        v = (h @ L["wv"].T).reshape(n, KV, hd)
+        hq = aq(h)
+        q = (hq @ L["wq"].T).reshape(n, H, hd)
+        k = (hq @ L["wk"].T).reshape(n, KV, hd)
+        v = (hq @ L["wv"].T).reshape(n, KV, hd)
         if observe:
             kp = k
             if model.rope_style == "half":
@@ -696,23 +716,24 @@ def forward(model, tokens, cache=None, observe=None, kv_quant=None,
         o = np.einsum("hnt,thd->nhd", p, Vv).reshape(n, H * hd)
         if observe:
             observe("layers.%d.attn_out" % l, o)
-        x = x + o @ L["wo"].T
+        x = x + aq(o) @ L["wo"].T
         h = rmsnorm(x, L["ffn_norm"], eps)
         if observe:
             observe("layers.%d.ffn_in" % l, h)
-        g = silu(h @ L["w1"].T) * (h @ L["w3"].T)
+        hq = aq(h)
+        g = silu(hq @ L["w1"].T) * (hq @ L["w3"].T)
         if observe:
             observe("layers.%d.ffn_down_in" % l, g)
-        x = x + g @ L["w2"].T
+        x = x + aq(g) @ L["w2"].T
     cache.pos = total
     x = rmsnorm(x, model.final_norm, eps)
-    return x @ model.wcls.T
+    return aq(x) @ model.wcls.T
 
 
-def logits_for(model_path, tokens):
+def logits_for(model_path, tokens, act_quant=None):
     """Logits for every position of `tokens` (one full prefill), float64 [n, vocab]."""
     m = load_model(model_path)
-    return forward(m, list(tokens))
+    return forward(m, list(tokens), act_quant=act_quant)
 
 
 def greedy(model, prompt, n_new, stop_at_eos=False, eos=2):

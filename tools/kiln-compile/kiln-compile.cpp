@@ -107,6 +107,15 @@ static cl::opt<std::string> actScales(
                            "scale from calibration)"),
     cl::init("per-token"), cl::value_desc("per-token|static"),
     cl::cat(category));
+static cl::opt<std::string> actQuant(
+    "act-quant",
+    cl::desc("Activations of linears over GGML block-format weights (GGUF "
+             "Q4_0 ... Q6_K, kept as stored): none (f32, the default) or "
+             "int8 (quantized per 32 inputs as llama.cpp does for its "
+             "quantized matmuls, integer dot products; an explicit recipe "
+             "with a perplexity price, docs/quantization.md); cpu target "
+             "only"),
+    cl::init("none"), cl::value_desc("none|int8"), cl::cat(category));
 static cl::opt<std::string> kvCache(
     "kv", cl::desc("KV-cache storage: the compute dtype (default), int8 or "
                    "fp8 (FP8 E4M3; both with per-token, per-KV-head scales, "
@@ -255,12 +264,17 @@ static std::pair<std::string, std::string> quantPipeline() {
   return {"", "none"};
 }
 
-/// The graph passes of quantPipeline() plus key centering, as text.
+/// The graph passes of quantPipeline() plus key centering and the
+/// int8-activation recipe, as text.
 static std::string graphPipeline() {
   std::string passes = quantPipeline().first;
+  auto append = [&](const std::string &pass) {
+    passes += (passes.empty() ? "" : ",") + pass;
+  };
   if (centerKeys())
-    passes += std::string(passes.empty() ? "" : ",") +
-              "kiln-center-keys{calibration=" + calibrationPath + "}";
+    append("kiln-center-keys{calibration=" + calibrationPath + "}");
+  if (actQuant == "int8")
+    append("kiln-quantize-block-activations{scheme=int8-per-block}");
   return passes;
 }
 
@@ -272,6 +286,8 @@ static void addGraphPasses(OpPassManager &pm) {
     o.calibration = calibrationPath;
     pm.addPass(createCenterKeysPass(o));
   }
+  if (actQuant == "int8")
+    pm.addPass(createQuantizeBlockActivationsPass());
 }
 
 /// Adds the passes quantPipeline() describes.
@@ -398,6 +414,11 @@ int main(int argc, char **argv) {
     return fail(llvm::toString(std::move(err)));
   if (kvCache.getNumOccurrences() && kvCache.empty())
     return fail("--kv= needs a value (int8 or fp8)");
+  if (actQuant != "none" && actQuant != "int8")
+    return fail("unsupported --act-quant='" + actQuant +
+                "' (expected none or int8)");
+  if (actQuant == "int8" && target == "cuda")
+    return fail("--act-quant=int8 has kernels for --target=cpu only so far");
   if (!kvCache.empty() && calibrationPath.empty() &&
       !kvCentering.getNumOccurrences())
     llvm::errs() << "kiln-compile: note: --kv=" << kvCache
@@ -457,6 +478,20 @@ int main(int argc, char **argv) {
                     "formats (e.g. " + w.source.tensor + " as " + r->format +
                     "), kept as stored, so --quant=" + quant +
                     " would quantize them twice: drop --quant");
+  if (actQuant == "int8") {
+    // Q4_0 / Q8_0 linears are repacked for the float-activation kernels by
+    // default; the int8-activation kernels read every format as stored.
+    keepGgufLinearsAsBlocks(*desc);
+    bool anyBlockLinear = llvm::any_of(desc->weights, [](const WeightDesc &w) {
+      const WeightTransform *r = repackStep(w);
+      return r && r->part == WeightTransform::QuantPart::Blocks &&
+             w.name != "tok_embeddings";
+    });
+    if (!anyBlockLinear)
+      return fail("--act-quant=int8 applies to linears whose weights are "
+                  "kept in a GGML block format (GGUF Q4_0, Q8_0, Q4_K, ...); " +
+                  modelPath + " has none");
+  }
   if (quant != "none" && !kKeepGgufQ8_0Quantized)
     for (const WeightDesc &w : desc->weights)
       if (w.source.storage == StorageType::Q8_0) {
@@ -498,7 +533,11 @@ int main(int argc, char **argv) {
                                fusePass +
                                "kiln-memory-plan,kiln-lower-to-plan,"
                                "canonicalize,kiln-plan-to-emitc";
-  options.quant = quantName;
+  options.quant = actQuant == "int8"
+                      ? (quantName == "none" ? std::string()
+                                             : quantName + " ") +
+                            "act-quant=int8"
+                      : quantName;
   switch (emit) {
   case Emit::Kiln:
     options.stop = CompileStage::Kiln;

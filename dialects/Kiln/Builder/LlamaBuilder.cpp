@@ -140,7 +140,7 @@ Value LlamaGraphBuilder::linear(int64_t width, Value x, StringRef name) {
   auto it = quantized.find(name);
   if (it == quantized.end())
     return LinearOp::create(builder, loc, act(width), x, weight(name),
-                            formatOf(name));
+                            formatOf(name), /*act_quant=*/StringAttr());
   auto [bits, groupSize] = it->second;
   std::string base = name.str();
   Value zeros = bits == 4 ? weight(base + ".zeros") : Value();
@@ -373,7 +373,7 @@ void LlamaGraphBuilder::buildEntryPoint(StringRef name, int64_t numTokens,
   h = RmsNormOp::create(builder, loc, act(cfg.dim), h, weight("norm"), eps);
   loc = at("output");
   Value logits = LogitsOp::create(builder, loc, logitsType, h, weight("output"),
-                                  formatOf("output"));
+                                  formatOf("output"), /*act_quant=*/StringAttr());
   func::ReturnOp::create(builder, loc, logits);
   loc = UnknownLoc::get(ctx);
 }

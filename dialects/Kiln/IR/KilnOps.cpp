@@ -322,10 +322,29 @@ LogicalResult RmsNormOp::verify() {
   return verifySameElementType(*this, input, weight, "input", "weight");
 }
 
+/// act_quant of a kiln.linear / kiln.logits: "int8_per_block", on a weight
+/// kept in a GGML block format.
+static LogicalResult verifyBlockActQuant(Operation *op,
+                                         std::optional<StringRef> actQuant,
+                                         std::optional<StringRef> format) {
+  if (!actQuant)
+    return success();
+  if (*actQuant != "int8_per_block")
+    return op->emitOpError() << "unknown act_quant '" << *actQuant
+                             << "' (expected int8_per_block)";
+  if (!format)
+    return op->emitOpError()
+           << "act_quant 'int8_per_block' needs a weight in a GGML block "
+              "format (a 'format' attribute)";
+  return success();
+}
+
 LogicalResult LinearOp::verify() {
   auto input = cast<RankedTensorType>(getInput().getType());
   auto weight = cast<RankedTensorType>(getWeight().getType());
   auto result = cast<RankedTensorType>(getResult().getType());
+  if (failed(verifyBlockActQuant(*this, getActQuant(), getFormat())))
+    return failure();
   if (std::optional<StringRef> format = getFormat()) {
     if (failed(verifyBlockWeight(*this, *format, weight, input.getDimSize(1),
                                  input.getElementType(), "weight")))
@@ -588,6 +607,8 @@ LogicalResult LogitsOp::verify() {
   auto hidden = cast<RankedTensorType>(getHidden().getType());
   auto weight = cast<RankedTensorType>(getWeight().getType());
   auto result = cast<RankedTensorType>(getResult().getType());
+  if (failed(verifyBlockActQuant(*this, getActQuant(), getFormat())))
+    return failure();
   if (std::optional<StringRef> format = getFormat()) {
     if (failed(verifyBlockWeight(*this, *format, weight, hidden.getDimSize(1),
                                  hidden.getElementType(), "weight")))

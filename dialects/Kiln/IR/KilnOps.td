@@ -131,6 +131,13 @@ def Kiln_LinearOp : Kiln_Op<"linear", [Pure]> {
     block_bytes]` of raw blocks, decoded by the kernels while they multiply
     (f32 activations; GEMV for one token, dequantized tiles for more).
 
+    `act_quant = "int8_per_block"` (only with `format`; set by
+    `kiln-quantize-block-activations`, an explicit recipe) quantizes each
+    input row per 32 elements as llama.cpp's Q8_0 activations,
+    `d_b = max_{i in b} |x_i| / 127`, `q_i = clamp(round(x_i / d_b), -127,
+    127)`, and computes `result[n, o] = sum_b d_b * sum_{i in b} W[o, i] *
+    q_i` with integer dot products of the weight codes and q.
+
     ```mlir
     %q = kiln.linear %x, %wq : tensor<?x64xf32>, tensor<64x64xf32> -> tensor<?x64xf32>
     %k = kiln.linear %x, %wk {format = "q4_k"}
@@ -139,8 +146,13 @@ def Kiln_LinearOp : Kiln_Op<"linear", [Pure]> {
   }];
   let arguments = (ins Kiln_Activation:$input,
                        2DTensorOf<[F16, BF16, F32, I8]>:$weight,
-                       OptionalAttr<StrAttr>:$format);
+                       OptionalAttr<StrAttr>:$format,
+                       OptionalAttr<StrAttr>:$act_quant);
   let results = (outs Kiln_Activation:$result);
+  let extraClassDeclaration = [{
+    /// True when activations are quantized to int8 per 32-element block.
+    bool hasQuantizedActivations() { return getActQuant().has_value(); }
+  }];
   let assemblyFormat =
       "$input `,` $weight attr-dict `:` type($input) `,` type($weight) `->` type($result)";
   let hasVerifier = 1;
@@ -432,7 +444,7 @@ def Kiln_LogitsOp : Kiln_Op<"logits", [Pure]> {
     applied to the last token only (what sampling needs after prefill or a
     decode step). hidden `[n, dim]`, weight `[vocab, dim]`, result
     `[1, vocab]`. With `format` the weight is kept in a GGML block format,
-    as on kiln.linear.
+    and `act_quant` quantizes the hidden row, as on kiln.linear.
 
     ```mlir
     %l = kiln.logits %h, %wcls : tensor<?x64xf32>, tensor<512x64xf32> -> tensor<1x512xf32>
@@ -440,8 +452,13 @@ def Kiln_LogitsOp : Kiln_Op<"logits", [Pure]> {
   }];
   let arguments = (ins Kiln_Activation:$hidden,
                        2DTensorOf<[F16, BF16, F32, I8]>:$weight,
-                       OptionalAttr<StrAttr>:$format);
+                       OptionalAttr<StrAttr>:$format,
+                       OptionalAttr<StrAttr>:$act_quant);
   let results = (outs Kiln_Activation:$result);
+  let extraClassDeclaration = [{
+    /// True when the hidden row is quantized to int8 per 32-element block.
+    bool hasQuantizedActivations() { return getActQuant().has_value(); }
+  }];
   let assemblyFormat =
       "$hidden `,` $weight attr-dict `:` type($hidden) `,` type($weight) `->` type($result)";
   let hasVerifier = 1;

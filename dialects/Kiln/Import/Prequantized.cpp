@@ -348,6 +348,20 @@ void makeGgufQuantized(WeightDesc &w) {
   w.quantized = std::move(q);
 }
 
+void keepGgufLinearsAsBlocks(ModelDesc &model) {
+  for (WeightDesc &w : model.weights) {
+    if (!w.quantized || !w.transforms.empty() ||
+        w.quantized->parts.empty())
+      continue;
+    const WeightTransform *r = repackStep(w.quantized->parts.front());
+    if (!r || (r->format != "q4_0" && r->format != "q8_0") ||
+        w.source.shape.size() != 2)
+      continue;
+    w.quantized.reset();
+    keepGgufBlocks(w);
+  }
+}
+
 std::string prequantizedRecipe(const ModelDesc &model) {
   const WeightDesc *first = nullptr;
   bool sameGroup = true;

@@ -115,6 +115,12 @@ void makeGgufQuantized(WeightDesc &w);
 /// kiln.logits).
 void keepGgufBlocks(WeightDesc &w);
 
+/// Undoes makeGgufQuantized on every linear of `model` that it repacked
+/// (Q4_0 / Q8_0 into W4A16 / W8A16) and whose rows need no reordering:
+/// keepGgufBlocks instead, so that kernels that read the GGML formats
+/// themselves (the int8-activation recipe) get the blocks as stored.
+void keepGgufLinearsAsBlocks(ModelDesc &model);
+
 /// The recipe name an artifact records for a model whose linears are kept
 /// quantized from its checkpoint: "prequantized-<format>-w<bits>[g<group>]"
 /// (the group size only when all such linears share it), e.g.

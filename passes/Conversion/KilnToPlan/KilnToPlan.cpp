@@ -230,7 +230,8 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
           })
           .Case([&](LinearOp l) {
             if (std::optional<StringRef> format = l.getFormat()) {
-              call("kiln_k_linear_blocks",
+              call(l.hasQuantizedActivations() ? "kiln_k_linear_blocks_a8"
+                                               : "kiln_k_linear_blocks",
                    {in(l.getInput()), in(l.getWeight()), *out,
                     rows(l.getInput()), width(l.getInput()),
                     width(l.getResult()), indexConst(blockFormatId(*format))});
@@ -400,7 +401,8 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
             Value row = plan::RowOp::create(builder, loc(), rowType,
                                             in(l.getHidden()), last);
             if (std::optional<StringRef> format = l.getFormat()) {
-              call("kiln_k_linear_blocks",
+              call(l.hasQuantizedActivations() ? "kiln_k_linear_blocks_a8"
+                                               : "kiln_k_linear_blocks",
                    {row, in(l.getWeight()), *out, indexConst(1),
                     indexConst(hidden.getDimSize(1)),
                     indexConst(weight.getDimSize(0)),
