@@ -39,6 +39,8 @@ usage: scripts/bench-vs-llama-cpp.sh [options]
   -n, --gen N          decode test length (default 128)
   --markdown FILE      also write the table as markdown
   --csv FILE           also write the table as CSV
+  --kiln-flags "F ..." extra kiln-compile flags for every file, e.g.
+                       "--act-quant=int8" (noted in the table; cached apart)
   --kiln-bin DIR       Kiln's binaries (default \$KILN_BIN_DIR or $root/build/bin)
   --llama-bin DIR      llama.cpp's binaries (default: built by scripts/peers/llama-cpp.sh)
   --models DIR         shipped models (default \$KILN_MODELS_DIR or $root/../shared/models)
@@ -60,6 +62,7 @@ PP=512
 TG=128
 MARKDOWN=""
 CSV=""
+KILN_FLAGS=()
 KILN_BIN=${KILN_BIN_DIR:-$root/build/bin}
 LLAMA_BIN=""
 MODELS=${KILN_MODELS_DIR:-$root/../shared/models}
@@ -70,7 +73,7 @@ while [ $# -gt 0 ]; do
     -h|--help) usage; exit 0;;
     --list) printf '%s\n' "${ALL_FILES[@]}"; exit 0;;
     --files|-r|--repetitions|-t|--threads|-p|--prompt|-n|--gen|--markdown|--csv|\
-    --kiln-bin|--llama-bin|--models|--cache)
+    --kiln-flags|--kiln-bin|--llama-bin|--models|--cache)
       [ $# -ge 2 ] || die "$opt needs a value"
       val=$2; shift 2;;
     --*=*) set -- "${opt%%=*}" "${opt#*=}" "${@:2}"; continue;;
@@ -78,6 +81,7 @@ while [ $# -gt 0 ]; do
   esac
   case "$opt" in
     --files) FILES=$val;;
+    --kiln-flags) read -r -a KILN_FLAGS <<<"$val";;
     -r|--repetitions) posint "$opt" "$val"; REPS=$val;;
     -t|--threads) posint "$opt" "$val"; THREADS=$val;;
     -p|--prompt) posint "$opt" "$val"; PP=$val;;
@@ -179,8 +183,10 @@ prepare() { # NAME -> path of its GGUF (made if missing)
 # kiln-compile FILE once per (file, compiler, flags): the key sits beside the
 # artifact and a change recompiles.
 kiln_artifact() { # NAME GGUF DTYPE CTX -> artifact dir
-  local name=$1 gguf=$2 dtype=$3 ctx=$4 art="$CACHE/kiln/$1.kiln" key
-  local flags=(--dtype="$dtype" --max-seq-len="$ctx")
+  local name=$1 gguf=$2 dtype=$3 ctx=$4 key suffix=""
+  local flags=(--dtype="$dtype" --max-seq-len="$ctx" ${KILN_FLAGS[@]+"${KILN_FLAGS[@]}"})
+  [ ${#KILN_FLAGS[@]} -eq 0 ] || suffix="-$(printf '%s' "${KILN_FLAGS[*]}" | tr -c 'A-Za-z0-9=' '_')"
+  local art="$CACHE/kiln/$name$suffix.kiln"
   [ "$PP" -le 512 ] || flags+=(--max-prefill-tokens="$PP")
   key="$(readlink -f "$gguf") $(stat -L -c '%s %Y' "$gguf") $(stat -L -c '%s %Y' "$KILN_BIN/kiln-compile") ${flags[*]}"
   if [ -f "$art.key" ] && [ "$(cat "$art.key")" = "$key" ] && [ -f "$art/manifest.json" ]; then
@@ -227,6 +233,7 @@ for name in "${selected[@]}"; do
   record "$name" meta.pp "$pp"
   record "$name" meta.tg "$n"
   [ "$kiln_dtype" = f32 ] || file_note="${file_note:+$file_note, }Kiln --dtype=$kiln_dtype"
+  [ ${#KILN_FLAGS[@]} -eq 0 ] || file_note="${file_note:+$file_note, }Kiln ${KILN_FLAGS[*]}"
   [ -z "$file_note" ] || record "$name" meta.note "$file_note"
   for ((round = 1; round <= REPS; round++)); do
     note "$name: round $round/$REPS (pp$pp, tg$n, $THREADS threads)"

@@ -228,7 +228,9 @@ enum {
 /// output rows [o0, o1) of the linear for all n tokens (x float32 [n, in]),
 /// on the calling thread. One token: the decode GEMV of the weight's kind,
 /// row for row the unfused kernel's arithmetic; more: dequantized tiles
-/// multiplied with a single-threaded sgemm.
+/// multiplied with a single-threaded sgemm. Block weights with act_quant
+/// KILN_ACT_INT8_PER_BLOCK: kiln_k_linear_blocks_a8's arithmetic, row for
+/// row, for any n.
 void kiln_k_linear_tile(const kiln_linear_weight *w, const float *x, int64_t n,
                         int64_t in, int64_t o0, int64_t o1, float *c,
                         int64_t ldc);
