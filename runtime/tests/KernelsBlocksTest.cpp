@@ -152,7 +152,8 @@ void linearA8MatchesQuantizedInput(const char *level) {
     const int64_t in = kiln_block_elems(f.id) == 32 ? 800 : 768, out = 37;
     std::vector<int8_t> w = randomBlocks(f, out, in, rng);
     std::vector<float> wf = decodeAll(f, w, out, in);
-    for (int64_t n : {int64_t(1), int64_t(5)}) {
+    // 1 and 3 tokens: integer dots; 5: the float path (kA8FloatTokens).
+    for (int64_t n : {int64_t(1), int64_t(3), int64_t(5)}) {
       std::vector<float> x(size_t(n * in));
       for (float &v : x)
         v = normal(rng);

@@ -60,7 +60,7 @@
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <cblas.h>
+#include "runtime/src/cpu/Blas.h"
 
 #include <algorithm>
 #include <cmath>
@@ -200,7 +200,7 @@ static void observe(void *user, int64_t tap, const float *x, int64_t rows,
     for (int64_t i = 0; i < rows * cols; ++i)
       s.scratch[i] = x[i];
     // xtx += X^T X (upper triangle), X [rows, cols] row-major.
-    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)cols, (int)rows,
+    ::kiln::rt::cpu::dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)cols, (int)rows,
                 1.0, s.scratch.data(), (int)cols, 1.0, s.xtx.data(),
                 (int)cols);
   } else {

@@ -230,7 +230,7 @@ enum {
 /// row for row the unfused kernel's arithmetic; more: dequantized tiles
 /// multiplied with a single-threaded sgemm. Block weights with act_quant
 /// KILN_ACT_INT8_PER_BLOCK: kiln_k_linear_blocks_a8's arithmetic, row for
-/// row, for any n.
+/// row (integer dots for n < 4, sgemm on d_b * q_i from 4 tokens on).
 void kiln_k_linear_tile(const kiln_linear_weight *w, const float *x, int64_t n,
                         int64_t in, int64_t o0, int64_t o1, float *c,
                         int64_t ldc);
@@ -561,8 +561,11 @@ void kiln_k_linear_blocks(const float *x, const int8_t *w, float *y, int64_t n,
 /// and y[t, o] = sum_b d_b * sum_{i in b} W[o, i] * q_i, the inner sums of
 /// codes exact in int32 per 16/32-element group of the weight's format
 /// (AVX-512 VNNI or AVX2 integer dot products), the scales applied in
-/// float32. in a multiple of 32 (of 256 for the K-quants). y must not
-/// alias x.
+/// float32. From 4 tokens on (prefill) the same formula is computed in
+/// float32 instead: x replaced by d_b * q_i and multiplied with decoded
+/// weight tiles (kiln_k_linear_blocks' sgemm path), exact up to float
+/// summation order and far faster than one integer GEMV per token. in a
+/// multiple of 32 (of 256 for the K-quants). y must not alias x.
 void kiln_k_linear_blocks_a8(const float *x, const int8_t *w, float *y,
                              int64_t n, int64_t in, int64_t out,
                              int64_t format);

@@ -15,8 +15,9 @@
 // of a block, the weight codes are dotted with q exactly in int32 (vpdpbusd
 // with AVX-512 VNNI / AVX-VNNI, vpmaddubsw + vpmaddwd with AVX2) and the
 // group's scale is applied once in float, so the results equal that formula
-// up to float summation order. Without AVX2 the same formula is computed in
-// float (decoded weights times d_b * q_i).
+// up to float summation order. Without AVX2, and for 4 tokens or more
+// (kA8FloatTokens, a prefill), the same formula is computed in float: decoded
+// weights times d_b * q_i (sgemm on tiles for the prefill).
 //
 //===----------------------------------------------------------------------===//
 #include "cpu/Kernels.h"
@@ -160,6 +161,15 @@ constexpr int64_t kA8TileRows = 16;
 
 } // namespace
 
+void dequantizedA8Input(const float *x, int64_t n, int64_t in, float *xhat) {
+  const A8Buffers &act = quantizeRows(x, n, in);
+  for (int64_t t = 0; t < n; ++t) {
+    A8Row r = act.row(t, in);
+    for (int64_t i = 0; i < in; ++i)
+      xhat[t * in + i] = r.d[i / 32] * float(r.q[i]);
+  }
+}
+
 void linearBlocksA8(int64_t format, const float *x, int64_t n, int64_t in,
                     const uint8_t *w, int64_t rows, float *c, int64_t ldc) {
   if (n <= 0 || rows <= 0)
@@ -186,6 +196,14 @@ extern "C" void kiln_k_linear_blocks_a8(const float *x, const int8_t *w,
     return;
   if (in <= 0 || kiln_block_elems(format) == 0) {
     std::memset(y, 0, sizeof(float) * size_t(n * out));
+    return;
+  }
+  if (n >= kiln::rt::cpu::kA8FloatTokens) {
+    // Prefill: the same formula with d_b * q_i as float32 against decoded
+    // weight tiles (sgemm), the float block kernel's path.
+    std::vector<float> xhat(size_t(n * in));
+    dequantizedA8Input(x, n, in, xhat.data());
+    kiln_k_linear_blocks(xhat.data(), w, y, n, in, out, format);
     return;
   }
   const auto *wb = reinterpret_cast<const uint8_t *>(w);

@@ -11,7 +11,7 @@
 #include "kiln_rt/block_formats.h"
 #include "kiln_rt/kernel_abi.h"
 
-#include <cblas.h>
+#include "cpu/Blas.h"
 #include <omp.h>
 
 #include <algorithm>
@@ -144,14 +144,20 @@ void gemmTile(const kiln_linear_weight &w, const float *x, int64_t n,
               int64_t in, int64_t o0, int64_t o1, float *c, int64_t ldc) {
   const int64_t rows = o1 - o0;
   if (w.kind == KILN_WEIGHT_BLOCKS && w.act_quant == KILN_ACT_INT8_PER_BLOCK) {
-    linearBlocksA8(w.format, x, n, in,
-                   static_cast<const uint8_t *>(w.data) + o0 * rowBytes(w, in),
-                   rows, c, ldc);
-    return;
+    if (n < kA8FloatTokens) {
+      linearBlocksA8(w.format, x, n, in,
+                     static_cast<const uint8_t *>(w.data) + o0 * rowBytes(w, in),
+                     rows, c, ldc);
+      return;
+    }
+    // kiln_k_linear_blocks_a8's prefill: dequantized activations, then the
+    // float path below.
+    float *xhat = threadScratch(4, n * in);
+    dequantizedA8Input(x, n, in, xhat);
+    x = xhat;
   }
-  setBlasSingleThreaded();
   if (w.kind == KILN_WEIGHT_F32) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),
+    sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),
                 int(in), 1.0f, x, int(in),
                 static_cast<const float *>(w.data) + o0 * in, int(in), 0.0f, c,
                 int(ldc));
@@ -162,7 +168,7 @@ void gemmTile(const kiln_linear_weight &w, const float *x, int64_t n,
     int64_t depth = std::min(kTileDepth, in - k0);
     for (int64_t r = 0; r < rows; ++r)
       dequantRow(w, in, o0 + r, k0, depth, tile + r * depth);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),
+    sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),
                 int(depth), 1.0f, x + k0, int(in), tile, int(depth),
                 k0 == 0 ? 0.0f : 1.0f, c, int(ldc));
   }

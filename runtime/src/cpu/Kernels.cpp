@@ -31,7 +31,7 @@
 #include "kiln_rt/block_formats.h"
 #include "kiln_rt/rope_scaling.h"
 
-#include <cblas.h>
+#include "cpu/Blas.h"
 #include <omp.h>
 
 // GCC 12's AVX-512 intrinsics trip -W(maybe-)uninitialized on their own
@@ -77,14 +77,6 @@ gemvRows(const float *__restrict x, const float *__restrict w,
         acc[l] += acc[l + s];
     y[r] = acc[0] + tail;
   }
-}
-
-void setBlasSingleThreaded() {
-  static bool once = [] {
-    openblas_set_num_threads(1);
-    return true;
-  }();
-  (void)once;
 }
 
 //===----------------------------------------------------------------------===//
@@ -527,7 +519,6 @@ static void linear16(const typename E::T *x, const typename E::T *w, OutT *y,
   }
   // Prefill: x widened once; each thread owns a slice of w's rows and runs a
   // single-threaded sgemm per float weight tile, accumulating over depth.
-  setBlasSingleThreaded();
   std::vector<float> xf(size_t(n * in));
   bool parallel = n * out * in > kParallelGrain;
 #pragma omp parallel if (parallel)
@@ -555,7 +546,7 @@ static void linear16(const typename E::T *x, const typename E::T *w, OutT *y,
         int64_t depth = std::min(kTileDepth, in - k0);
         for (int64_t r = 0; r < rows; ++r)
           E::widen(w + (r0 + r) * in + k0, wTile + r * depth, depth);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),
+        sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),
                     int(depth), 1.0f, xf.data() + k0, int(in), wTile,
                     int(depth), k0 == 0 ? 0.0f : 1.0f, c, int(ldc));
       }
@@ -579,7 +570,6 @@ static void prefillDequantized(const typename E::T *x, OutT *y, int64_t n,
                                int64_t in, int64_t out,
                                const float *rowScales, DequantRow dequantRow) {
   constexpr bool floatOut = std::is_same_v<OutT, float>;
-  setBlasSingleThreaded();
   std::vector<float> xBuf;
   const float *xf;
   if constexpr (kIsF32<E>) {
@@ -616,7 +606,7 @@ static void prefillDequantized(const typename E::T *x, OutT *y, int64_t n,
         int64_t depth = std::min(kTileDepth, in - k0);
         for (int64_t r = 0; r < rows; ++r)
           dequantRow(r0 + r, k0, depth, wTile + r * depth);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),
+        sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),
                     int(depth), 1.0f, xf + k0, int(in), wTile, int(depth),
                     k0 == 0 ? 0.0f : 1.0f, c, int(ldc));
       }
@@ -1423,7 +1413,6 @@ void kiln_k_linear(const float *x, const float *w, float *y, int64_t n,
   }
   // Prefill: each OpenMP thread multiplies x by its slice of w's rows with a
   // single-threaded sgemm (no competing BLAS thread pool).
-  setBlasSingleThreaded();
   bool parallel = n * out * in > kParallelGrain;
 #pragma omp parallel if (parallel)
   {
@@ -1433,7 +1422,7 @@ void kiln_k_linear(const float *x, const float *w, float *y, int64_t n,
     int64_t begin = std::min<int64_t>(out, t * chunk);
     int64_t end = std::min<int64_t>(out, begin + chunk);
     if (end > begin)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n),
+      sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n),
                   int(end - begin), int(in), 1.0f, x, int(in), w + begin * in,
                   int(in), 0.0f, y + begin, int(out));
   }

@@ -20,9 +20,6 @@ namespace kiln::rt::cpu {
 void gemvRows(const float *x, const float *w, float *y, int64_t in,
               int64_t rowBegin, int64_t rowEnd);
 
-/// Restricts OpenBLAS to one thread (kernels thread with OpenMP instead).
-void setBlasSingleThreaded();
-
 /// The rotated key means m_t of the centered 8-bit KV caches (kernel_abi.h,
 /// kiln_k_attention_kv8_centered) for t in [0, rows): out [rows, kvHeads *
 /// headDim] from mu [kvHeads * headDim]. cos / sin exact at multiples of 64,
@@ -283,6 +280,16 @@ struct A8Row {
 /// half away from zero; 0 where d_b = 0), for each block b of 32.
 void quantizeA8Row(const float *x, int64_t in, int8_t *q, float *d,
                    int32_t *s4, float *s16);
+
+/// xhat[t, i] = d_b(t) * q_i(t): x float32 [n, in] quantized with
+/// quantizeA8Row and dequantized, float32 [n, in].
+void dequantizedA8Input(const float *x, int64_t n, int64_t in, float *xhat);
+
+/// From this many tokens on, the int8-activation linears multiply
+/// dequantizedA8Input's xhat with decoded weight tiles in float32 (sgemm)
+/// instead of integer dot products per token: the same formula, and on a
+/// prefill far faster than one integer GEMV per token.
+constexpr int64_t kA8FloatTokens = 4;
 
 /// c[t * ldc + r] = sum_b d_b(t) * sum_{i in b} W[r, i] * q_i(t), t < n,
 /// r < rows: rows of `format` blocks starting at w, x float32 [n, in]

@@ -5,7 +5,7 @@
 // RUN: mlir-translate --mlir-to-cpp %t.mlir -o %t.cpp
 // RUN: c++ -std=c++17 -fsyntax-only -Wall -Werror -I%kiln_src_root/runtime/include %t.cpp
 
-// CHECK: #if KILN_ABI_VERSION != 8
+// CHECK: #if KILN_ABI_VERSION != 9
 // CHECK: extern "C" void kiln_prefill(kiln_exec_ctx* {{v[0-9]+}}, int64_t [[N:v[0-9]+]], int64_t [[POS:v[0-9]+]])
 // CHECK-DAG: float [[STATIC:v[0-9]+]] = 2.500000000e-01f;
 // CHECK-DAG: float [[DYN:v[0-9]+]] = 0.0e+00f;
