@@ -21,10 +21,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "cpu/Kernels.h"
+#include "cpu/ThreadPool.h"
 #include "kiln_rt/block_formats.h"
 #include "kiln_rt/kernel_abi.h"
-
-#include <omp.h>
 
 #include <immintrin.h>
 
@@ -170,19 +169,28 @@ void dequantizedA8Input(const float *x, int64_t n, int64_t in, float *xhat) {
   }
 }
 
-void linearBlocksA8(int64_t format, const float *x, int64_t n, int64_t in,
-                    const uint8_t *w, int64_t rows, float *c, int64_t ldc) {
-  if (n <= 0 || rows <= 0)
-    return;
+namespace {
+/// linearBlocksA8 on activations already quantized into `act`.
+void linearBlocksQuantized(int64_t format, const A8Buffers &act, int64_t n,
+                           int64_t in, const uint8_t *w, int64_t rows,
+                           float *c, int64_t ldc) {
   const int64_t rowBytes =
       in / kiln_block_elems(format) * kiln_block_bytes(format);
-  const A8Buffers &act = quantizeRows(x, n, in);
   for (int64_t r0 = 0; r0 < rows; r0 += kA8TileRows) {
     const int64_t tile = std::min(kA8TileRows, rows - r0);
     for (int64_t t = 0; t < n; ++t)
       a8Rows(format, act.row(t, in), w + r0 * rowBytes, c + t * ldc + r0, 1,
              in, tile);
   }
+}
+} // namespace
+
+void linearBlocksA8(int64_t format, const float *x, int64_t n, int64_t in,
+                    const uint8_t *w, int64_t rows, float *c, int64_t ldc) {
+  if (n <= 0 || rows <= 0)
+    return;
+  linearBlocksQuantized(format, quantizeRows(x, n, in), n, in, w, rows, c,
+                        ldc);
 }
 
 } // namespace kiln::rt::cpu
@@ -209,17 +217,14 @@ extern "C" void kiln_k_linear_blocks_a8(const float *x, const int8_t *w,
   const auto *wb = reinterpret_cast<const uint8_t *>(w);
   const int64_t rowBytes =
       in / kiln_block_elems(format) * kiln_block_bytes(format);
-  // Rows split over threads; each thread quantizes the input itself (n * in
-  // work against the n * in * out of its rows).
+  // The input quantized once (the calling thread's buffers, read by all),
+  // then chunks of 16-row multiples over the pool's threads.
+  const A8Buffers &act = quantizeRows(x, n, in);
   const bool parallel = n * in * out > (int64_t(1) << 17);
-#pragma omp parallel if (parallel)
-  {
-    int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    int64_t chunk = (out + nt - 1) / nt;
-    int64_t begin = std::min<int64_t>(out, t * chunk);
-    int64_t end = std::min<int64_t>(out, begin + chunk);
-    if (end > begin)
-      linearBlocksA8(format, x, n, in, wb + begin * rowBytes, end - begin,
-                     y + begin, out);
-  }
+  parallelFor(out, chunkGrain(out, 16), parallel,
+              [&](int64_t begin, int64_t end) {
+                linearBlocksQuantized(format, act, n, in,
+                                      wb + begin * rowBytes, end - begin,
+                                      y + begin, out);
+              });
 }

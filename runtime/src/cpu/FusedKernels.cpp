@@ -8,11 +8,11 @@
 //
 //===----------------------------------------------------------------------===//
 #include "cpu/Kernels.h"
+#include "cpu/ThreadPool.h"
 #include "kiln_rt/block_formats.h"
 #include "kiln_rt/kernel_abi.h"
 
 #include "cpu/Blas.h"
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -206,17 +206,8 @@ void kiln_k_parallel_for(int64_t count, int64_t align, int64_t work,
                          void *env) {
   if (count <= 0)
     return;
-  if (align <= 0)
-    align = 1;
-#pragma omp parallel if (work > kParallelGrain)
-  {
-    int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    int64_t chunk = ((count + nt - 1) / nt + align - 1) / align * align;
-    int64_t begin = std::min<int64_t>(count, t * chunk);
-    int64_t end = std::min<int64_t>(count, begin + chunk);
-    if (end > begin)
-      fn(env, begin, end);
-  }
+  parallelChunks(count, chunkGrain(count, align), work > kParallelGrain, fn,
+                 env);
 }
 
 void kiln_k_rope_table(float *cs, int64_t n, int64_t pos, int64_t head_dim,

@@ -32,7 +32,7 @@
 #include "kiln_rt/rope_scaling.h"
 
 #include "cpu/Blas.h"
-#include <omp.h>
+#include "cpu/ThreadPool.h"
 
 // GCC 12's AVX-512 intrinsics trip -W(maybe-)uninitialized on their own
 // `__Y = __Y` placeholders (GCC PR 105593); the warnings point into the header.
@@ -446,12 +446,33 @@ static void embedding(const int32_t *tokens, int64_t n, const T *table,
                 sizeof(T) * size_t(dim));
 }
 
+/// Output rows [0, out) in chunks of chunkGrain(out, 16) rows (multiples
+/// of 16: whole cache lines of float outputs) over the pool's threads when
+/// `parallel` (ThreadPool.h): fn(begin, end) runs on the thread that claimed
+/// the chunk, so per-thread scratch buffers are safe in fn. The chunks depend
+/// on `out` alone, so every row is computed the same way for any thread
+/// count. Used by the GEMVs and the prefill GEMMs: each chunk streams its own
+/// rows of the weights.
+template <class Fn>
+static void forRowChunks(int64_t out, bool parallel, Fn &&fn) {
+  parallelFor(out, chunkGrain(out, 16), parallel, fn);
+}
+
+/// fn(i) for every i in [0, count), over the pool's threads when `parallel`
+/// (independent rows: elementwise kernels, norms, RoPE, cache appends).
+template <class Fn> static void forRows(int64_t count, bool parallel, Fn &&fn) {
+  parallelFor(count, chunkGrain(count, 1), parallel,
+              [&](int64_t b, int64_t e) {
+                for (int64_t i = b; i < e; ++i)
+                  fn(i);
+              });
+}
+
 template <class E>
 static void rmsNorm(const typename E::T *x, const typename E::T *w,
                     typename E::T *y, int64_t n, int64_t dim, float eps) {
   const float *wf = loadRow<E>(w, dim, 0);
-#pragma omp parallel for schedule(static) if (n * dim > kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) {
+  forRows(n, n * dim > kParallelGrain, [&](int64_t i) {
     const float *xi = loadRow<E>(x + i * dim, dim, 1);
     float *yi = rowOut<E>(y + i * dim, dim, 2);
     double ss = 0.0;
@@ -464,25 +485,7 @@ static void rmsNorm(const typename E::T *x, const typename E::T *w,
     for (int64_t j = 0; j < dim; ++j)
       yi[j] = wf[j] * (s * xi[j]);
     storeRow<E>(yi, y + i * dim, dim);
-  }
-}
-
-/// Splits output rows [0, out) into one contiguous chunk per OpenMP thread
-/// (one chunk when `parallel` is false) and calls fn(begin, end) for each
-/// non-empty chunk, on the thread that owns it (per-thread scratch buffers
-/// are safe in fn). Used by the decode GEMVs, which are memory-bound: each
-/// thread streams its own rows of the weights.
-template <class Fn>
-static void forRowChunks(int64_t out, bool parallel, Fn &&fn) {
-#pragma omp parallel if (parallel)
-  {
-    int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    int64_t chunk = (out + nt - 1) / nt;
-    int64_t begin = std::min<int64_t>(out, t * chunk);
-    int64_t end = std::min<int64_t>(out, begin + chunk);
-    if (end > begin)
-      fn(begin, end);
-  }
+  });
 }
 
 /// Output rows and reduction depth of one float weight tile of the 16-bit
@@ -521,15 +524,9 @@ static void linear16(const typename E::T *x, const typename E::T *w, OutT *y,
   // single-threaded sgemm per float weight tile, accumulating over depth.
   std::vector<float> xf(size_t(n * in));
   bool parallel = n * out * in > kParallelGrain;
-#pragma omp parallel if (parallel)
-  {
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; ++i)
-      E::widen(x + i * in, xf.data() + i * in, in);
-    int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    int64_t chunk = ((out + nt - 1) / nt + 15) / 16 * 16;
-    int64_t begin = std::min<int64_t>(out, t * chunk);
-    int64_t end = std::min<int64_t>(out, begin + chunk);
+  forRows(n, parallel,
+          [&](int64_t i) { E::widen(x + i * in, xf.data() + i * in, in); });
+  forRowChunks(out, parallel, [&](int64_t begin, int64_t end) {
     float *wTile = scratch(1, kTileRows * kTileDepth);
     for (int64_t r0 = begin; r0 < end; r0 += kTileRows) {
       int64_t rows = std::min(kTileRows, end - r0);
@@ -554,7 +551,7 @@ static void linear16(const typename E::T *x, const typename E::T *w, OutT *y,
         for (int64_t i = 0; i < n; ++i)
           E::narrow(c + i * rows, y + i * out + r0, rows);
     }
-  }
+  });
 }
 
 /// Prefill (n > 1) of a weight-quantized linear y[n, out] = x[n, in] * W^T:
@@ -579,17 +576,11 @@ static void prefillDequantized(const typename E::T *x, OutT *y, int64_t n,
     xf = xBuf.data();
   }
   bool parallel = n * out * in > kParallelGrain;
-#pragma omp parallel if (parallel)
-  {
-    if constexpr (!kIsF32<E>) {
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < n; ++i)
-        E::widen(x + i * in, xBuf.data() + i * in, in);
-    }
-    int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    int64_t chunk = ((out + nt - 1) / nt + 15) / 16 * 16;
-    int64_t begin = std::min<int64_t>(out, t * chunk);
-    int64_t end = std::min<int64_t>(out, begin + chunk);
+  if constexpr (!kIsF32<E>)
+    forRows(n, parallel, [&](int64_t i) {
+      E::widen(x + i * in, xBuf.data() + i * in, in);
+    });
+  forRowChunks(out, parallel, [&](int64_t begin, int64_t end) {
     float *wTile = scratch(1, kTileRows * kTileDepth);
     for (int64_t r0 = begin; r0 < end; r0 += kTileRows) {
       int64_t rows = std::min(kTileRows, end - r0);
@@ -622,7 +613,7 @@ static void prefillDequantized(const typename E::T *x, OutT *y, int64_t n,
           E::narrow(ci, y + i * out + r0, rows);
       }
     }
-  }
+  });
 }
 
 /// W8A16: y[n, out] = x[n, in] * W^T for x of E::T (float32 or 16-bit) and
@@ -805,16 +796,11 @@ static void linearW8A8(const typename E::T *x, const int8_t *q,
   std::vector<int8_t> xq(size_t(n * in));
   std::vector<float> sx(static_cast<size_t>(n));
   bool parallel = n * out * in > kParallelGrain;
-#pragma omp parallel if (parallel)
-  {
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; ++i)
-      sx[size_t(i)] = quantizeActivationRow(loadRow<E>(x + i * in, in, 1),
-                                            xq.data() + i * in, in, actScale);
-    int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    int64_t chunk = ((out + nt - 1) / nt + 15) / 16 * 16;
-    int64_t begin = std::min<int64_t>(out, t * chunk);
-    int64_t end = std::min<int64_t>(out, begin + chunk);
+  forRows(n, parallel, [&](int64_t i) {
+    sx[size_t(i)] = quantizeActivationRow(loadRow<E>(x + i * in, in, 1),
+                                          xq.data() + i * in, in, actScale);
+  });
+  forRowChunks(out, parallel, [&](int64_t begin, int64_t end) {
     thread_local std::vector<int32_t> acc;
     for (int64_t r0 = begin; r0 < end; r0 += kW8A8BlockRows) {
       const int64_t rows = std::min(kW8A8BlockRows, end - r0);
@@ -836,7 +822,7 @@ static void linearW8A8(const typename E::T *x, const int8_t *q,
         }
       }
     }
-  }
+  });
 }
 
 /// RoPE over the per-pair inverse frequencies `freq` [rot_dim / 2].
@@ -846,11 +832,11 @@ static void ropeWithFreqs(const typename E::T *x, typename E::T *y, int64_t n,
                           int64_t pos, const std::vector<float> &freq) {
   int64_t pairs = rot_dim / 2;
   int64_t width = heads * head_dim;
-#pragma omp parallel if (n * width > kParallelGrain)
-  {
-    std::vector<float> fcr(freq.size()), fci(freq.size());
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < n; ++r) {
+  forRows(n, n * width > kParallelGrain, [&](int64_t r) {
+    {
+      thread_local std::vector<float> fcr, fci;
+      fcr.resize(freq.size());
+      fci.resize(freq.size());
       float p = float(pos + r);
       for (int64_t i = 0; i < pairs; ++i) {
         float val = p * freq[size_t(i)];
@@ -873,7 +859,7 @@ static void ropeWithFreqs(const typename E::T *x, typename E::T *y, int64_t n,
       }
       storeRow<E>(yr, y + r * width, width);
     }
-  }
+  });
 }
 
 template <class E>
@@ -925,14 +911,13 @@ static void addBias(const typename E::T *x, const typename E::T *b,
     const float *w = loadRow<E>(b, width, 0);
     std::copy(w, w + width, bf.begin());
   }
-#pragma omp parallel for schedule(static) if (n * width > kParallelGrain)
-  for (int64_t r = 0; r < n; ++r) {
+  forRows(n, n * width > kParallelGrain, [&](int64_t r) {
     const float *xr = loadRow<E>(x + r * width, width, 1);
     float *yr = rowOut<E>(y + r * width, width, 2);
     for (int64_t j = 0; j < width; ++j)
       yr[j] = xr[j] + bf[size_t(j)];
     storeRow<E>(yr, y + r * width, width);
-  }
+  });
 }
 
 /// Cache rows converted per step of the 16-bit attention (64 x head_dim
@@ -1086,11 +1071,11 @@ void rotatedKeyMeans(const float *mu, int64_t rows, int64_t kvHeads,
     sw[i] = std::sin(w[i]);
   }
   const int64_t blocks = (rows + kKeyMeanAnchor - 1) / kKeyMeanAnchor;
-#pragma omp parallel if (rows * kvDim > kParallelGrain)
-  {
-    std::vector<double> c(np), s(np);
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) {
+  forRows(blocks, rows * kvDim > kParallelGrain, [&](int64_t b) {
+    {
+      thread_local std::vector<double> c, s;
+      c.resize(np);
+      s.resize(np);
       const int64_t t0 = b * kKeyMeanAnchor;
       const int64_t t1 = std::min(rows, t0 + kKeyMeanAnchor);
       for (size_t i = 0; i < np; ++i) { // exact at the anchor
@@ -1107,7 +1092,7 @@ void rotatedKeyMeans(const float *mu, int64_t rows, int64_t kvHeads,
         }
       }
     }
-  }
+  });
 }
 
 /// Cache access of attention() for the 8-bit KV caches (INT8: Int8Codec,
@@ -1127,8 +1112,7 @@ template <class E, class Codec> struct QuantKv {
 
   void append(const T *k, const T *v, int64_t n, int64_t pos) const {
     const int64_t kvDim = kvHeads * headDim, rows = n * kvHeads;
-#pragma omp parallel for schedule(static) if (rows * headDim > kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
+    forRows(rows, rows * headDim > kParallelGrain, [&](int64_t r) {
       int64_t i = r / kvHeads, h = r % kvHeads;
       int64_t src = i * kvDim + h * headDim;
       int64_t dst = (pos + i) * kvDim + h * headDim;
@@ -1144,7 +1128,7 @@ template <class E, class Codec> struct QuantKv {
       kScales[sIdx] = Codec::quantize(x, kCache + dst, headDim);
       vScales[sIdx] = Codec::quantize(loadRow<E>(v + src, headDim, 1),
                                       vCache + dst, headDim);
-    }
+    });
   }
   /// Rows [t0, t0 + count) of kv head kvh of the K (isV false) or V cache as
   /// float, row stride in `stride`.
@@ -1192,12 +1176,13 @@ static void attention(const typename E::T *q, const typename E::T *k,
   const int64_t work = n * heads;
   bool parallel =
       work > 1 && n * heads * (pos + n) * head_dim > kParallelGrain / 2;
-#pragma omp parallel if (parallel)
-  {
-    std::vector<float> att(static_cast<size_t>(pos + n));
-    std::vector<float> acc(static_cast<size_t>(head_dim));
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t w = 0; w < work; ++w) {
+  // One (token, head) per chunk: causal rows differ in length, and claimed
+  // chunks balance them.
+  parallelFor(work, 1, parallel, [&](int64_t w, int64_t) {
+    {
+      thread_local std::vector<float> att, acc;
+      att.resize(static_cast<size_t>(pos + n));
+      acc.resize(static_cast<size_t>(head_dim));
       int64_t i = w / heads, h = w % heads;
       int64_t kvh = h / group;
       int64_t last = pos + i; // causal: keys [0, pos + i]
@@ -1243,7 +1228,7 @@ static void attention(const typename E::T *q, const typename E::T *k,
       else
         E::narrow(acc.data(), o, head_dim);
     }
-  }
+  });
 }
 
 template <class E>
@@ -1288,13 +1273,15 @@ template <class E, class F>
 static void binary(const typename E::T *a, const typename E::T *b,
                    typename E::T *y, int64_t count, F f) {
   if constexpr (kIsF32<E>) {
-#pragma omp parallel for simd schedule(static) if (count > kParallelGrain)
-    for (int64_t i = 0; i < count; ++i)
-      y[i] = f(a[i], b[i]);
+    parallelFor(count, chunkGrain(count, 16), count > kParallelGrain,
+                [&](int64_t b0, int64_t b1) {
+#pragma omp simd
+                  for (int64_t i = b0; i < b1; ++i)
+                    y[i] = f(a[i], b[i]);
+                });
   } else {
     int64_t blocks = (count + kElementBlock - 1) / kElementBlock;
-#pragma omp parallel for schedule(static) if (count > kParallelGrain)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
+    forRows(blocks, count > kParallelGrain, [&](int64_t blk) {
       int64_t i0 = blk * kElementBlock;
       int64_t len = std::min(kElementBlock, count - i0);
       const float *af = loadRow<E>(a + i0, len, 1);
@@ -1304,7 +1291,7 @@ static void binary(const typename E::T *a, const typename E::T *b,
       for (int64_t i = 0; i < len; ++i)
         yf[i] = f(af[i], bf[i]);
       E::narrow(yf, y + i0, len);
-    }
+    });
   }
 }
 
@@ -1313,13 +1300,15 @@ template <class E, class F>
 static void unary(const typename E::T *x, typename E::T *y, int64_t count,
                   F f) {
   if constexpr (kIsF32<E>) {
-#pragma omp parallel for simd schedule(static) if (count > kParallelGrain)
-    for (int64_t i = 0; i < count; ++i)
-      y[i] = f(x[i]);
+    parallelFor(count, chunkGrain(count, 16), count > kParallelGrain,
+                [&](int64_t b0, int64_t b1) {
+#pragma omp simd
+                  for (int64_t i = b0; i < b1; ++i)
+                    y[i] = f(x[i]);
+                });
   } else {
     int64_t blocks = (count + kElementBlock - 1) / kElementBlock;
-#pragma omp parallel for schedule(static) if (count > kParallelGrain)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
+    forRows(blocks, count > kParallelGrain, [&](int64_t blk) {
       int64_t i0 = blk * kElementBlock;
       int64_t len = std::min(kElementBlock, count - i0);
       const float *xf = loadRow<E>(x + i0, len, 1);
@@ -1328,7 +1317,7 @@ static void unary(const typename E::T *x, typename E::T *y, int64_t count,
       for (int64_t i = 0; i < len; ++i)
         yf[i] = f(xf[i]);
       E::narrow(yf, y + i0, len);
-    }
+    });
   }
 }
 
@@ -1411,21 +1400,14 @@ void kiln_k_linear(const float *x, const float *w, float *y, int64_t n,
     });
     return;
   }
-  // Prefill: each OpenMP thread multiplies x by its slice of w's rows with a
-  // single-threaded sgemm (no competing BLAS thread pool).
-  bool parallel = n * out * in > kParallelGrain;
-#pragma omp parallel if (parallel)
-  {
-    int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    // Slices are multiples of 16 rows so each thread writes whole lines.
-    int64_t chunk = ((out + nt - 1) / nt + 15) / 16 * 16;
-    int64_t begin = std::min<int64_t>(out, t * chunk);
-    int64_t end = std::min<int64_t>(out, begin + chunk);
-    if (end > begin)
-      sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n),
-                  int(end - begin), int(in), 1.0f, x, int(in), w + begin * in,
-                  int(in), 0.0f, y + begin, int(out));
-  }
+  // Prefill: each chunk of w's rows (multiples of 16: whole lines of y) is
+  // multiplied with x by a single-threaded sgemm (no competing BLAS pool).
+  forRowChunks(out, n * out * in > kParallelGrain,
+               [&](int64_t begin, int64_t end) {
+                 sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n),
+                       int(end - begin), int(in), 1.0f, x, int(in),
+                       w + begin * in, int(in), 0.0f, y + begin, int(out));
+               });
 }
 
 void kiln_k_rope(const float *x, float *y, int64_t n, int64_t heads,

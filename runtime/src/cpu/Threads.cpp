@@ -1,14 +1,15 @@
 //===- Threads.cpp - How many threads the CPU kernels use -------*- C++ -*-===//
 //
 // api.h kiln_rt_set_threads / kiln_rt_threads / kiln_rt_default_threads.
-// The CPU kernels parallelise with OpenMP; the count is the OpenMP
-// nthreads-var of the thread that runs the steps. The default is the
+// The CPU kernels parallelise over the runtime's persistent thread pool
+// (ThreadPool.h); the count is the pool's, process-wide. The default is the
 // number of physical cores the process may run on (SMT siblings count
 // once: two threads on one core's shared FMA units and caches slow the
 // memory-bound decode down), read from Linux sysfs topology for the CPUs of
 // the affinity mask.
 //
 //===----------------------------------------------------------------------===//
+#include "cpu/ThreadPool.h"
 #include "kiln_rt/api.h"
 
 #include <omp.h>
@@ -57,4 +58,6 @@ extern "C" int kiln_rt_default_threads(void) {
   return cores.empty() ? 1 : int(cores.size());
 }
 
-extern "C" int kiln_rt_threads(void) { return omp_get_max_threads(); }
+extern "C" int kiln_rt_threads(void) {
+  return kiln::rt::cpu::poolThreads();
+}

@@ -7,6 +7,7 @@
 #include "kiln_rt/api.h"
 
 #include "artifact/Artifact.h"
+#include "cpu/ThreadPool.h"
 #include "session/Session.h"
 #include "tokenizer/Sampler.h"
 
@@ -273,7 +274,10 @@ kiln_rt_status_t kiln_rt_set_threads(int n) {
                              " is outside [0, 4096] (0: the default, " +
                              std::to_string(kiln_rt_default_threads()) +
                              " physical cores)");
-    omp_set_num_threads(n == 0 ? kiln_rt_default_threads() : n);
+    const int threads = n == 0 ? kiln_rt_default_threads() : n;
+    kiln::rt::cpu::setPoolThreads(threads);
+    omp_set_num_threads(threads); // the tools' own OpenMP loops follow
+
     return Status::ok();
   });
 }

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 #include "artifact/Artifact.h"
 #include "cpu/Observe.h"
+#include "cpu/ThreadPool.h"
 #include "session/Executor.h"
 
 #include <sys/mman.h>
@@ -91,6 +92,7 @@ public:
 
 private:
   void run(EntryPoint fn, const int32_t *tokens, int64_t n, int64_t pos) {
+    cpu::StepScope step; // the pool's workers stay awake between kernels
     kiln_exec_ctx ctx;
     ctx.arena = arena_;
     ctx.weights = artifact_.weights();

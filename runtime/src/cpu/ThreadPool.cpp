@@ -1,0 +1,237 @@
+//===- ThreadPool.cpp - The CPU kernels' persistent threads ---------------===//
+//
+// See ThreadPool.h. The protocol between the caller of a loop ("leader")
+// and the workers:
+//
+//   leader: current = &loop; epoch += 1 (wake sleepers); claim chunks;
+//           current = nullptr; wait until inflight == 0
+//   worker: wait for epoch to change; inflight += 1; loop = current;
+//           if (loop) claim chunks; inflight -= 1
+//
+// All four of `current` / `inflight` accesses are sequentially consistent,
+// so a worker either registered in `inflight` before the leader read it
+// (the leader waits for it) or reads `current` after the leader cleared it
+// (it never touches the finished loop, which lives on the leader's stack).
+// Chunks are claimed with one fetch_add each on the loop's counter.
+//
+//===----------------------------------------------------------------------===//
+#include "cpu/ThreadPool.h"
+#include "kiln_rt/api.h"
+
+#include <immintrin.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace kiln::rt::cpu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// How long an idle worker spins for the next loop before it sleeps: inside
+/// a step (the gap between two kernels is microseconds) and outside.
+constexpr auto kSpinInStep = std::chrono::microseconds(200);
+constexpr auto kSpinIdle = std::chrono::microseconds(10);
+
+struct Loop {
+  ChunkFn fn;
+  void *env;
+  int64_t count;
+  int64_t grain;
+  int64_t chunks;
+  std::atomic<int64_t> next{0};
+};
+
+/// Claims and runs chunks of `loop` until none is left.
+void runChunks(Loop &loop) {
+  for (;;) {
+    int64_t k = loop.next.fetch_add(1, std::memory_order_relaxed);
+    if (k >= loop.chunks)
+      return;
+    int64_t b = k * loop.grain;
+    int64_t e = std::min(loop.count, b + loop.grain);
+    loop.fn(loop.env, b, e);
+  }
+}
+
+/// Set while a thread runs chunks: a loop started inside one runs inline.
+thread_local bool tInChunk = false;
+
+class Pool {
+public:
+  ~Pool() { resize(1); }
+
+  int threads() const { return threads_.load(std::memory_order_relaxed); }
+
+  void resize(int n) {
+    std::lock_guard<std::mutex> lock(loopMutex_);
+    if (n < 1)
+      n = 1;
+    if (n == threads())
+      return;
+    stopWorkers();
+    threads_.store(n, std::memory_order_relaxed);
+    stop_.store(false);
+    // A worker starts from the epoch of its creation: one read later could
+    // miss a stop posted before the thread ran.
+    const uint64_t start = epoch_.load(std::memory_order_seq_cst);
+    for (int i = 1; i < n; ++i)
+      workers_.emplace_back([this, start] { workerMain(start); });
+  }
+
+  void run(int64_t count, int64_t grain, bool parallel, ChunkFn fn,
+           void *env) {
+    if (count <= 0)
+      return;
+    if (grain < 1)
+      grain = 1;
+    Loop loop{fn, env, count, grain, (count + grain - 1) / grain};
+    std::unique_lock<std::mutex> lock(loopMutex_, std::defer_lock);
+    if (!parallel || loop.chunks == 1 || tInChunk || threads() == 1 ||
+        !lock.try_lock()) {
+      runInline(loop);
+      return;
+    }
+    current_.store(&loop, std::memory_order_seq_cst);
+    epoch_.fetch_add(1, std::memory_order_seq_cst);
+    wakeSleepers();
+    runInline(loop);
+    current_.store(nullptr, std::memory_order_seq_cst);
+    // Only workers that started a chunk are waited for.
+    for (int spins = 0; inflight_.load(std::memory_order_seq_cst) != 0;
+         ++spins) {
+      if (spins < 4096)
+        _mm_pause();
+      else
+        std::this_thread::yield(); // the worker may share our core
+    }
+  }
+
+  std::atomic<int> steps{0};
+
+private:
+  static void runInline(Loop &loop) {
+    bool outer = !tInChunk;
+    tInChunk = true;
+    runChunks(loop);
+    if (outer)
+      tInChunk = false;
+  }
+
+  void workerMain(uint64_t seen) {
+    for (;;) {
+      seen = waitForEpoch(seen);
+      if (stop_.load(std::memory_order_acquire))
+        return;
+      inflight_.fetch_add(1, std::memory_order_seq_cst);
+      if (Loop *loop = current_.load(std::memory_order_seq_cst)) {
+        tInChunk = true;
+        runChunks(*loop);
+        tInChunk = false;
+      }
+      inflight_.fetch_sub(1, std::memory_order_seq_cst);
+    }
+  }
+
+  /// Returns the new epoch once it differs from `seen`: spins for a while
+  /// (longer inside a step), then sleeps on the futex.
+  uint64_t waitForEpoch(uint64_t seen) {
+    auto budget = steps.load(std::memory_order_relaxed) > 0 ? kSpinInStep
+                                                             : kSpinIdle;
+    auto start = Clock::now();
+    for (int i = 0;; ++i) {
+      uint64_t e = epoch_.load(std::memory_order_acquire);
+      if (e != seen)
+        return e;
+      _mm_pause();
+      if ((i & 63) == 63 && Clock::now() - start > budget)
+        break;
+    }
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    uint64_t e;
+    {
+      std::unique_lock<std::mutex> lock(sleepMutex_);
+      wake_.wait(lock, [&] {
+        return (e = epoch_.load(std::memory_order_seq_cst)) != seen;
+      });
+    }
+    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+    return e;
+  }
+
+  /// Wakes sleeping workers after an epoch change. A worker counts itself
+  /// in sleepers_ before it tests the epoch under sleepMutex_, so it either
+  /// sees the new epoch or is waiting when we notify.
+  void wakeSleepers() {
+    if (sleepers_.load(std::memory_order_seq_cst) == 0)
+      return;
+    { std::lock_guard<std::mutex> lock(sleepMutex_); }
+    wake_.notify_all();
+  }
+
+  void stopWorkers() {
+    stop_.store(true, std::memory_order_seq_cst);
+    epoch_.fetch_add(1, std::memory_order_seq_cst);
+    wakeSleepers();
+    for (std::thread &t : workers_)
+      t.join();
+    workers_.clear();
+  }
+
+  std::mutex loopMutex_; ///< held by the loop in flight, and by resize
+  std::vector<std::thread> workers_;
+  std::atomic<int> threads_{1};
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> epoch_{0};
+  std::atomic<Loop *> current_{nullptr};
+  std::atomic<int> inflight_{0};
+  std::atomic<int> sleepers_{0};
+  std::mutex sleepMutex_;
+  std::condition_variable wake_;
+};
+
+/// The default size: OMP_NUM_THREADS when set to a positive number (the
+/// variable users already set for the kernels of other engines), else
+/// kiln_rt_default_threads() (physical cores).
+int defaultThreads() {
+  if (const char *env = std::getenv("OMP_NUM_THREADS")) {
+    char *end = nullptr;
+    long n = std::strtol(env, &end, 10);
+    if (end != env && n >= 1 && n <= 4096)
+      return int(n);
+  }
+  return kiln_rt_default_threads();
+}
+
+Pool &pool() {
+  static Pool *p = [] {
+    auto *q = new Pool; // never destroyed: workers outlive static teardown
+    q->resize(defaultThreads());
+    return q;
+  }();
+  return *p;
+}
+
+} // namespace
+
+void setPoolThreads(int n) { pool().resize(n); }
+
+int poolThreads() { return pool().threads(); }
+
+void parallelChunks(int64_t count, int64_t grain, bool parallel, ChunkFn fn,
+                    void *env) {
+  pool().run(count, grain, parallel, fn, env);
+}
+
+StepScope::StepScope() { pool().steps.fetch_add(1, std::memory_order_relaxed); }
+StepScope::~StepScope() {
+  pool().steps.fetch_sub(1, std::memory_order_relaxed);
+}
+
+} // namespace kiln::rt::cpu
