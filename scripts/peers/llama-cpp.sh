@@ -9,11 +9,19 @@
 # statically linked; targets llama-bench, llama-quantize, llama-perplexity,
 # llama-server and, when the revision has it, llama-cli.
 #
+# AMX is left out (-mno-amx-tile -mno-amx-int8 -mno-amx-bf16 beside
+# -march=native) unless KILN_PEER_AMX=1: on the Emerald Rapids machines Kiln
+# is developed on, this revision's AMX matmul (ggml_backend_amx_mul_mat)
+# dies with a general-protection fault on every prefill of a quantized
+# model, although a plain AMX program runs there. Kiln does not use AMX
+# either, so both tools get the same instruction sets.
+#
 # Usage: scripts/peers/llama-cpp.sh            (build if needed; print bin dir)
 # Environment:
 #   KILN_PEER_CACHE  cache root (default $HOME/.cache/kiln-peers)
 #   KILN_PEER_JOBS   parallel compile jobs (default 2)
 #   KILN_PEER_KEEP_BUILD=1  keep the CMake build tree after a successful build
+#   KILN_PEER_AMX=1  build llama.cpp's AMX kernels too (see above)
 #
 # Idempotent: once built, a second call only prints the bin directory. A
 # failed or interrupted build is resumed by the next call.
@@ -30,8 +38,15 @@ OPTIONAL=(llama-cli)
 die() { echo "llama-cpp.sh: error: $*" >&2; exit 1; }
 note() { echo "llama-cpp.sh: $*" >&2; }
 
+AMX=${KILN_PEER_AMX:-0}
+case "$AMX" in 0|1) ;; *) die "KILN_PEER_AMX must be 0 or 1, got '$AMX'";; esac
+AMX_FLAGS=""
+[ "$AMX" = 1 ] || AMX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
 built() {
   [ -f "$DEST/.complete" ] || return 1
+  # A build with the other AMX choice (or from before the choice) is redone.
+  [ "$(cat "$DEST/.amx" 2>/dev/null)" = "$AMX" ] || return 1
   local t
   for t in "${REQUIRED[@]}"; do [ -x "$BIN/$t" ] || return 1; done
 }
@@ -107,9 +122,11 @@ fi
 
 # --- build ----------------------------------------------------------------
 BUILD=$DEST/build
-note "configuring $LLAMA (Release, CPU, GGML_NATIVE=ON) in $BUILD"
+note "configuring $LLAMA (Release, CPU, GGML_NATIVE=ON, AMX $([ "$AMX" = 1 ] && echo on || echo off)) in $BUILD"
+rm -f "$DEST/.complete"
 cmake -S "$LLAMA" -B "$BUILD" -G Ninja \
     -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_C_FLAGS="$AMX_FLAGS" -DCMAKE_CXX_FLAGS="$AMX_FLAGS" \
     -DBUILD_SHARED_LIBS=OFF \
     -DGGML_NATIVE=ON \
     -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_HIP=OFF -DGGML_SYCL=OFF \
@@ -141,10 +158,11 @@ done
   echo "llama-cpp-python $VERSION sdist, vendor/llama.cpp"
   [ -f "$LLAMA/.git-commit" ] && echo "commit $(cat "$LLAMA/.git-commit")"
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m) with $(g++ --version | head -1)"
-  echo "cmake: Release BUILD_SHARED_LIBS=OFF GGML_NATIVE=ON LLAMA_CURL=OFF, CPU only"
+  echo "cmake: Release BUILD_SHARED_LIBS=OFF GGML_NATIVE=ON LLAMA_CURL=OFF, CPU only, C/C++ flags '$AMX_FLAGS'"
   echo "targets: ${targets[*]}"
 } >"$DEST/BUILD-INFO"
 "$BIN/llama-bench" --version >>"$DEST/BUILD-INFO" 2>&1 || true
+echo "$AMX" >"$DEST/.amx"
 touch "$DEST/.complete"
 [ "${KILN_PEER_KEEP_BUILD:-0}" = 1 ] || rm -rf "$BUILD"
 note "built into $BIN"

@@ -1,7 +1,8 @@
 //===- Blas.cpp - OpenBLAS loaded at first use ----------------------------===//
 //
 // See Blas.h: the core type is chosen by instruction set before OpenBLAS
-// initializes, and OpenBLAS runs one thread (the kernels thread with OpenMP).
+// initializes, and OpenBLAS runs one thread (the kernels thread with the
+// runtime's own pool, ThreadPool.h).
 //
 //===----------------------------------------------------------------------===//
 #include "cpu/Blas.h"

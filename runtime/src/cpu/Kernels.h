@@ -26,7 +26,7 @@ void gemvRows(const float *x, const float *w, float *y, int64_t in,
 /// by complex multiplication in double in between: within 1e-12 of the direct
 /// formula up to t = 20000 (4e-13 at 8192; beyond, the rounding of
 /// double(t) * w_i in the direct formula dominates, ~t * 6e-17). -0 is
-/// stored as +0. Threads with OpenMP.
+/// stored as +0. Rows spread over the thread pool.
 void rotatedKeyMeans(const float *mu, int64_t rows, int64_t kvHeads,
                      int64_t headDim, int64_t rotDim, float theta, float *out);
 

@@ -1,0 +1,535 @@
+//===- Attention.cpp - Attention over the KV caches -----------------------===//
+//
+// kernel_abi.h's causal attention (optionally a sliding window) with the
+// KV-cache append: float32 and f16 / bf16 caches, INT8 and FP8 E4M3 caches
+// with per-(token, kv head) scales, and their centered variants (keys stored
+// relative to the rotated calibrated key mean). Softmax as llama2.c run.c
+// (max subtracted, exp, normalised by the sum); one (token, head) per chunk
+// of the thread pool. The 8-bit caches share the code: new K/V rows are
+// quantized on append, cache rows dequantized into per-thread float buffers
+// when read.
+//
+//===----------------------------------------------------------------------===//
+#include "cpu/KernelTemplates.h"
+#include "kiln_rt/rope_scaling.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace kiln::rt::cpu {
+
+/// Cache rows converted per step of the 16-bit attention (64 x head_dim
+/// floats: 32 KiB for head_dim 128).
+static constexpr int64_t kKvChunk = 64;
+
+/// Rows [0, count) of one kv head's slice of a cache (row stride kvDim) as
+/// float: the cache itself for F32, else widened into scratch `slot` with
+/// row stride headDim. `stride` receives the row stride of the result.
+template <class E>
+static const float *cacheRows(const typename E::T *base, int64_t count,
+                              int64_t headDim, int64_t kvDim, int slot,
+                              int64_t &stride) {
+  if constexpr (kIsF32<E>) {
+    (void)count, (void)headDim, (void)slot;
+    stride = kvDim;
+    return base;
+  } else {
+    float *buf = scratch(slot, count * headDim);
+    for (int64_t t = 0; t < count; ++t)
+      E::widen(base + t * kvDim, buf + t * headDim, headDim);
+    stride = headDim;
+    return buf;
+  }
+}
+
+/// Cache access of attention(): a float / 16-bit cache, rows appended as
+/// given and read through cacheRows (in place for F32).
+template <class E> struct PlainKv {
+  using T = typename E::T;
+  T *kCache, *vCache;
+  int64_t kvDim, headDim;
+  void append(const T *k, const T *v, int64_t n, int64_t pos) const {
+    // The new keys/values may already live in the cache.
+    T *kDst = kCache + pos * kvDim, *vDst = vCache + pos * kvDim;
+    if (k != kDst)
+      std::memmove(kDst, k, sizeof(T) * size_t(n * kvDim));
+    if (v != vDst)
+      std::memmove(vDst, v, sizeof(T) * size_t(n * kvDim));
+  }
+  /// Rows [t0, t0 + count) of kv head kvh of the K (isV false) or V cache as
+  /// float, row stride in `stride`.
+  const float *rows(bool isV, int64_t t0, int64_t count, int64_t kvh,
+                    int64_t &stride) const {
+    const T *base = (isV ? vCache : kCache) + t0 * kvDim + kvh * headDim;
+    return cacheRows<E>(base, count, headDim, kvDim, 2, stride);
+  }
+};
+
+/// Per-token, per-kv-head symmetric INT8 quantization of one row of
+/// `headDim` floats (kernel_abi.h, kiln_k_attention_kv8): returns the scale.
+static float quantizeKvRow(const float *x, int8_t *q, int64_t headDim) {
+  float amax = 0.0f;
+  for (int64_t d = 0; d < headDim; ++d)
+    amax = std::max(amax, std::fabs(x[d]));
+  float s = amax / 127.0f;
+  if (s == 0.0f) {
+    std::memset(q, 0, size_t(headDim));
+    return s;
+  }
+  for (int64_t d = 0; d < headDim; ++d) {
+    float r = std::round(x[d] / s); // half away from zero
+    q[d] = int8_t(std::min(127.0f, std::max(-127.0f, r)));
+  }
+  return s;
+}
+
+/// Per-token, per-kv-head FP8 E4M3FN quantization of one row of `headDim`
+/// floats (kernel_abi.h, kiln_k_attention_kvf8): returns the scale.
+static float quantizeKvRowFp8(const float *x, uint8_t *q, int64_t headDim) {
+  float amax = 0.0f;
+  for (int64_t d = 0; d < headDim; ++d)
+    amax = std::max(amax, std::fabs(x[d]));
+  float s = amax / 448.0f;
+  if (s == 0.0f) {
+    std::memset(q, 0, size_t(headDim));
+    return s;
+  }
+  for (int64_t d = 0; d < headDim; ++d)
+    q[d] = floatToE4M3(x[d] / s);
+  return s;
+}
+
+/// The 256 E4M3FN values, decoded once (e4m3ToFloat).
+static const float *e4m3Table() {
+  static const auto table = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c)
+      t[size_t(c)] = e4m3ToFloat(uint8_t(c));
+    return t;
+  }();
+  return table.data();
+}
+
+/// INT8 codes of the KV cache (kiln_k_attention_kv8): value float(code).
+struct Int8Codec {
+  using Code = int8_t;
+  static float quantize(const float *x, int8_t *q, int64_t headDim) {
+    return quantizeKvRow(x, q, headDim);
+  }
+  float operator()(int8_t c) const { return float(c); }
+};
+
+/// FP8 E4M3FN codes of the KV cache (kiln_k_attention_kvf8): value looked up
+/// in e4m3Table.
+struct Fp8Codec {
+  using Code = uint8_t;
+  static float quantize(const float *x, uint8_t *q, int64_t headDim) {
+    return quantizeKvRowFp8(x, q, headDim);
+  }
+  const float *table = e4m3Table();
+  float operator()(uint8_t c) const { return table[c]; }
+};
+
+/// Rows between exact cos / sin evaluations of rotatedKeyMeans (kernel_abi.h:
+/// anchors at multiples of 64, complex multiplication in between).
+static constexpr int64_t kKeyMeanAnchor = 64;
+
+/// Row t of rotatedKeyMeans from c[i] = cos(t w_i), s[i] = sin(t w_i): per
+/// kv head h, out[h, 2i] = float(mu[h, 2i] c[i] - mu[h, 2i+1] s[i]),
+/// out[h, 2i+1] = float(mu[h, 2i] s[i] + mu[h, 2i+1] c[i]) in double,
+/// out[h, d] = mu[h, d] from d = 2 pairs (+ 0 turns -0 into +0: a zero mean
+/// leaves k unchanged bit for bit). muD is mu widened to double.
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+rotatedKeyMeanRow(const double *__restrict muD, const double *__restrict c,
+                  const double *__restrict s, float *__restrict out,
+                  int64_t kvHeads, int64_t headDim, int64_t pairs) {
+  for (int64_t h = 0; h < kvHeads; ++h) {
+    const double *mh = muD + h * headDim;
+    float *oh = out + h * headDim;
+    for (int64_t i = 0; i < pairs; ++i) {
+      const double m0 = mh[2 * i], m1 = mh[2 * i + 1];
+      oh[2 * i] = float(m0 * c[i] - m1 * s[i] + 0.0);
+      oh[2 * i + 1] = float(m0 * s[i] + m1 * c[i] + 0.0);
+    }
+    for (int64_t d = 2 * pairs; d < headDim; ++d)
+      oh[d] = float(mh[d] + 0.0);
+  }
+}
+
+void rotatedKeyMeans(const float *mu, int64_t rows, int64_t kvHeads,
+                     int64_t headDim, int64_t rotDim, float theta, float *out) {
+  const int64_t pairs = std::max<int64_t>(0, std::min(rotDim, headDim) / 2);
+  const int64_t kvDim = kvHeads * headDim;
+  // Per pair: w_i and the one-step rotation e^(i w_i); mu widened once.
+  const size_t np = static_cast<size_t>(pairs);
+  std::vector<double> w(np), cw(np), sw(np), muD(mu, mu + kvDim);
+  for (size_t i = 0; i < np; ++i) {
+    w[i] = std::pow(double(theta), -double(2 * i) / double(headDim));
+    cw[i] = std::cos(w[i]);
+    sw[i] = std::sin(w[i]);
+  }
+  const int64_t blocks = (rows + kKeyMeanAnchor - 1) / kKeyMeanAnchor;
+  forRows(blocks, rows * kvDim > kParallelGrain, [&](int64_t b) {
+    {
+      thread_local std::vector<double> c, s;
+      c.resize(np);
+      s.resize(np);
+      const int64_t t0 = b * kKeyMeanAnchor;
+      const int64_t t1 = std::min(rows, t0 + kKeyMeanAnchor);
+      for (size_t i = 0; i < np; ++i) { // exact at the anchor
+        c[i] = std::cos(double(t0) * w[i]);
+        s[i] = std::sin(double(t0) * w[i]);
+      }
+      for (int64_t t = t0; t < t1; ++t) {
+        rotatedKeyMeanRow(muD.data(), c.data(), s.data(), out + t * kvDim,
+                          kvHeads, headDim, pairs);
+        for (size_t i = 0; i < np; ++i) { // advance by e^(i w_i)
+          const double ci = c[i], si = s[i];
+          c[i] = ci * cw[i] - si * sw[i];
+          s[i] = ci * sw[i] + si * cw[i];
+        }
+      }
+    }
+  });
+}
+
+/// Cache access of attention() for the 8-bit KV caches (INT8: Int8Codec,
+/// FP8 E4M3: Fp8Codec): new rows quantized per (token, kv head) on append,
+/// cache rows dequantized (scale * value) into scratch slot 2 when read.
+/// With `keyMean` (the centered caches) keys are stored as k - m_t and read
+/// back as scale * value + m_t.
+template <class E, class Codec> struct QuantKv {
+  using T = typename E::T;
+  using Code = typename Codec::Code;
+  Code *kCache, *vCache;
+  float *kScales, *vScales;
+  int64_t kvHeads, headDim;
+  /// Rotated key means m_t [pos + n, kvHeads * headDim] (rotatedKeyMeans);
+  /// null for uncentered caches.
+  const float *keyMean = nullptr;
+
+  void append(const T *k, const T *v, int64_t n, int64_t pos) const {
+    const int64_t kvDim = kvHeads * headDim, rows = n * kvHeads;
+    forRows(rows, rows * headDim > kParallelGrain, [&](int64_t r) {
+      int64_t i = r / kvHeads, h = r % kvHeads;
+      int64_t src = i * kvDim + h * headDim;
+      int64_t dst = (pos + i) * kvDim + h * headDim;
+      int64_t sIdx = (pos + i) * kvHeads + h;
+      const float *x = loadRow<E>(k + src, headDim, 1);
+      if (keyMean) {
+        const float *m = keyMean + dst;
+        float *centered = scratch(3, headDim);
+        for (int64_t d = 0; d < headDim; ++d)
+          centered[d] = x[d] - m[d];
+        x = centered;
+      }
+      kScales[sIdx] = Codec::quantize(x, kCache + dst, headDim);
+      vScales[sIdx] = Codec::quantize(loadRow<E>(v + src, headDim, 1),
+                                      vCache + dst, headDim);
+    });
+  }
+  /// Rows [t0, t0 + count) of kv head kvh of the K (isV false) or V cache as
+  /// float, row stride in `stride`.
+  const float *rows(bool isV, int64_t t0, int64_t count, int64_t kvh,
+                    int64_t &stride) const {
+    const int64_t kvDim = kvHeads * headDim;
+    const Code *q = (isV ? vCache : kCache) + t0 * kvDim + kvh * headDim;
+    const float *sc = (isV ? vScales : kScales) + t0 * kvHeads + kvh;
+    const float *mean =
+        isV || !keyMean ? nullptr : keyMean + t0 * kvDim + kvh * headDim;
+    const Codec value;
+    float *buf = scratch(2, count * headDim);
+    for (int64_t t = 0; t < count; ++t) {
+      float s = sc[t * kvHeads];
+      const Code *qt = q + t * kvDim;
+      float *bt = buf + t * headDim;
+      if (mean) {
+        const float *mt = mean + t * kvDim;
+#pragma omp simd
+        for (int64_t d = 0; d < headDim; ++d)
+          bt[d] = s * value(qt[d]) + mt[d];
+        continue;
+      }
+#pragma omp simd
+      for (int64_t d = 0; d < headDim; ++d)
+        bt[d] = s * value(qt[d]);
+    }
+    stride = headDim;
+    return buf;
+  }
+};
+
+template <class E, class Kv>
+static void attention(const typename E::T *q, const typename E::T *k,
+                      const typename E::T *v, const Kv &kv, typename E::T *out,
+                      int64_t n, int64_t pos, int64_t heads, int64_t kv_heads,
+                      int64_t head_dim, int64_t max_seq, float scale,
+                      int64_t window = 0) {
+  using T = typename E::T;
+  (void)max_seq; // pos + n <= max_seq was validated by the runtime
+  const int64_t qDim = heads * head_dim;
+  const int64_t group = heads / kv_heads;
+  kv.append(k, v, n, pos);
+
+  const int64_t work = n * heads;
+  bool parallel =
+      work > 1 && n * heads * (pos + n) * head_dim > kParallelGrain / 2;
+  // One (token, head) per chunk: causal rows differ in length, and claimed
+  // chunks balance them.
+  parallelFor(work, 1, parallel, [&](int64_t w, int64_t) {
+    {
+      thread_local std::vector<float> att, acc;
+      att.resize(static_cast<size_t>(pos + n));
+      acc.resize(static_cast<size_t>(head_dim));
+      int64_t i = w / heads, h = w % heads;
+      int64_t kvh = h / group;
+      int64_t last = pos + i; // causal: keys [0, pos + i]
+      // Sliding window: only the `window` most recent keys.
+      int64_t first = window > 0 ? std::max<int64_t>(0, last - window + 1) : 0;
+      const float *qh = loadRow<E>(q + i * qDim + h * head_dim, head_dim, 1);
+      float maxScore = -INFINITY;
+      for (int64_t t0 = first; t0 <= last; t0 += kKvChunk) {
+        int64_t rows = std::min(kKvChunk, last + 1 - t0), stride;
+        const float *kr = kv.rows(false, t0, rows, kvh, stride);
+        for (int64_t t = 0; t < rows; ++t) {
+          const float *kt = kr + t * stride;
+          float s = 0.0f;
+          for (int64_t d = 0; d < head_dim; ++d)
+            s += qh[d] * kt[d];
+          s *= scale;
+          att[size_t(t0 + t)] = s;
+          maxScore = std::max(maxScore, s);
+        }
+      }
+      // run.c softmax: exp(x - max), normalised by the sum.
+      double sum = 0.0;
+      for (int64_t t = first; t <= last; ++t) {
+        float e = expf(att[size_t(t)] - maxScore);
+        att[size_t(t)] = e;
+        sum += e;
+      }
+      float inv = float(1.0 / sum);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t t0 = first; t0 <= last; t0 += kKvChunk) {
+        int64_t rows = std::min(kKvChunk, last + 1 - t0), stride;
+        const float *vr = kv.rows(true, t0, rows, kvh, stride);
+        for (int64_t t = 0; t < rows; ++t) {
+          const float *vt = vr + t * stride;
+          float a = att[size_t(t0 + t)] * inv;
+          for (int64_t d = 0; d < head_dim; ++d)
+            acc[size_t(d)] += a * vt[d];
+        }
+      }
+      T *o = out + i * qDim + h * head_dim;
+      if constexpr (kIsF32<E>)
+        std::memcpy(o, acc.data(), sizeof(float) * size_t(head_dim));
+      else
+        E::narrow(acc.data(), o, head_dim);
+    }
+  });
+}
+
+template <class E>
+static void attention(const typename E::T *q, const typename E::T *k,
+                      const typename E::T *v, typename E::T *k_cache,
+                      typename E::T *v_cache, typename E::T *out, int64_t n,
+                      int64_t pos, int64_t heads, int64_t kv_heads,
+                      int64_t head_dim, int64_t max_seq, float scale,
+                      int64_t window = 0) {
+  PlainKv<E> kv{k_cache, v_cache, kv_heads * head_dim, head_dim};
+  attention<E>(q, k, v, kv, out, n, pos, heads, kv_heads, head_dim, max_seq,
+               scale, window);
+}
+
+/// Attention over an 8-bit KV cache (kiln_k_attention_kv8 / _kvf8), with
+/// keys centered on the rotated k_mean when it is non-null (the _centered
+/// kernels). The m_t table covers rows [0, pos + n), is computed once per
+/// call into the calling thread's scratch slot 0 and shared by all heads.
+template <class E, class Codec>
+static void attentionQuantKv(
+    const typename E::T *q, const typename E::T *k, const typename E::T *v,
+    typename Codec::Code *k_cache, typename Codec::Code *v_cache,
+    float *k_scales, float *v_scales, const float *k_mean, typename E::T *out,
+    int64_t n, int64_t pos, int64_t heads, int64_t kv_heads, int64_t head_dim,
+    int64_t rot_dim, int64_t max_seq, float scale, float theta) {
+  QuantKv<E, Codec> kv{k_cache, v_cache, k_scales, v_scales, kv_heads,
+                       head_dim};
+  if (k_mean) {
+    float *table = scratch(0, (pos + n) * kv_heads * head_dim);
+    rotatedKeyMeans(k_mean, pos + n, kv_heads, head_dim, rot_dim, theta, table);
+    kv.keyMean = table;
+  }
+  attention<E>(q, k, v, kv, out, n, pos, heads, kv_heads, head_dim, max_seq,
+               scale);
+}
+
+} // namespace kiln::rt::cpu
+
+using namespace kiln::rt::cpu;
+
+// The kernel ABI must stay exported from libkiln_runtime.so.
+extern "C" {
+
+void kiln_k_attention(const float *q, const float *k, const float *v,
+                      float *k_cache, float *v_cache, float *out, int64_t n,
+                      int64_t pos, int64_t heads, int64_t kv_heads,
+                      int64_t head_dim, int64_t max_seq, float scale) {
+  attention<F32>(q, k, v, k_cache, v_cache, out, n, pos, heads, kv_heads,
+                 head_dim, max_seq, scale);
+}
+
+void kiln_k_attention_window(const float *q, const float *k, const float *v,
+                             float *k_cache, float *v_cache, float *out,
+                             int64_t n, int64_t pos, int64_t heads,
+                             int64_t kv_heads, int64_t head_dim,
+                             int64_t max_seq, float scale, int64_t window) {
+  attention<F32>(q, k, v, k_cache, v_cache, out, n, pos, heads, kv_heads,
+                 head_dim, max_seq, scale, window);
+}
+
+
+// INT8 KV cache (kernel_abi.h): per-token, per-kv-head symmetric scales.
+void kiln_k_attention_kv8(const float *q, const float *k, const float *v,
+                          int8_t *k_cache, int8_t *v_cache, float *k_scales,
+                          float *v_scales, float *out, int64_t n, int64_t pos,
+                          int64_t heads, int64_t kv_heads, int64_t head_dim,
+                          int64_t max_seq, float scale) {
+  attentionQuantKv<F32, Int8Codec>(q, k, v, k_cache, v_cache, k_scales,
+                                   v_scales, nullptr, out, n, pos, heads,
+                                   kv_heads, head_dim, 0, max_seq, scale, 0.0f);
+}
+
+void kiln_k_attention_kv8_f16(const kiln_f16_t *q, const kiln_f16_t *k,
+                              const kiln_f16_t *v, int8_t *k_cache,
+                              int8_t *v_cache, float *k_scales, float *v_scales,
+                              kiln_f16_t *out, int64_t n, int64_t pos,
+                              int64_t heads, int64_t kv_heads, int64_t head_dim,
+                              int64_t max_seq, float scale) {
+  attentionQuantKv<F16, Int8Codec>(q, k, v, k_cache, v_cache, k_scales,
+                                   v_scales, nullptr, out, n, pos, heads,
+                                   kv_heads, head_dim, 0, max_seq, scale, 0.0f);
+}
+
+void kiln_k_attention_kv8_bf16(const kiln_bf16_t *q, const kiln_bf16_t *k,
+                               const kiln_bf16_t *v, int8_t *k_cache,
+                               int8_t *v_cache, float *k_scales,
+                               float *v_scales, kiln_bf16_t *out, int64_t n,
+                               int64_t pos, int64_t heads, int64_t kv_heads,
+                               int64_t head_dim, int64_t max_seq, float scale) {
+  attentionQuantKv<Bf16, Int8Codec>(
+      q, k, v, k_cache, v_cache, k_scales, v_scales, nullptr, out, n, pos,
+      heads, kv_heads, head_dim, 0, max_seq, scale, 0.0f);
+}
+
+// FP8 E4M3 KV cache (kernel_abi.h): per-token, per-kv-head f32 scales.
+void kiln_k_attention_kvf8(const float *q, const float *k, const float *v,
+                           uint8_t *k_cache, uint8_t *v_cache, float *k_scales,
+                           float *v_scales, float *out, int64_t n, int64_t pos,
+                           int64_t heads, int64_t kv_heads, int64_t head_dim,
+                           int64_t max_seq, float scale) {
+  attentionQuantKv<F32, Fp8Codec>(q, k, v, k_cache, v_cache, k_scales, v_scales,
+                                  nullptr, out, n, pos, heads, kv_heads,
+                                  head_dim, 0, max_seq, scale, 0.0f);
+}
+
+void kiln_k_attention_kvf8_f16(const kiln_f16_t *q, const kiln_f16_t *k,
+                               const kiln_f16_t *v, uint8_t *k_cache,
+                               uint8_t *v_cache, float *k_scales,
+                               float *v_scales, kiln_f16_t *out, int64_t n,
+                               int64_t pos, int64_t heads, int64_t kv_heads,
+                               int64_t head_dim, int64_t max_seq, float scale) {
+  attentionQuantKv<F16, Fp8Codec>(q, k, v, k_cache, v_cache, k_scales, v_scales,
+                                  nullptr, out, n, pos, heads, kv_heads,
+                                  head_dim, 0, max_seq, scale, 0.0f);
+}
+
+void kiln_k_attention_kvf8_bf16(const kiln_bf16_t *q, const kiln_bf16_t *k,
+                                const kiln_bf16_t *v, uint8_t *k_cache,
+                                uint8_t *v_cache, float *k_scales,
+                                float *v_scales, kiln_bf16_t *out, int64_t n,
+                                int64_t pos, int64_t heads, int64_t kv_heads,
+                                int64_t head_dim, int64_t max_seq,
+                                float scale) {
+  attentionQuantKv<Bf16, Fp8Codec>(q, k, v, k_cache, v_cache, k_scales,
+                                   v_scales, nullptr, out, n, pos, heads,
+                                   kv_heads, head_dim, 0, max_seq, scale, 0.0f);
+}
+
+// Centered 8-bit KV caches (kernel_abi.h): keys relative to the rotated
+// calibrated mean.
+void kiln_k_attention_kv8_centered(const float *q, const float *k,
+                                   const float *v, int8_t *k_cache,
+                                   int8_t *v_cache, float *k_scales,
+                                   float *v_scales, const float *k_mean,
+                                   float *out, int64_t n, int64_t pos,
+                                   int64_t heads, int64_t kv_heads,
+                                   int64_t head_dim, int64_t rot_dim,
+                                   int64_t max_seq, float scale, float theta) {
+  attentionQuantKv<F32, Int8Codec>(
+      q, k, v, k_cache, v_cache, k_scales, v_scales, k_mean, out, n, pos, heads,
+      kv_heads, head_dim, rot_dim, max_seq, scale, theta);
+}
+
+void kiln_k_attention_kvf8_centered(const float *q, const float *k,
+                                    const float *v, uint8_t *k_cache,
+                                    uint8_t *v_cache, float *k_scales,
+                                    float *v_scales, const float *k_mean,
+                                    float *out, int64_t n, int64_t pos,
+                                    int64_t heads, int64_t kv_heads,
+                                    int64_t head_dim, int64_t rot_dim,
+                                    int64_t max_seq, float scale, float theta) {
+  attentionQuantKv<F32, Fp8Codec>(q, k, v, k_cache, v_cache, k_scales, v_scales,
+                                  k_mean, out, n, pos, heads, kv_heads,
+                                  head_dim, rot_dim, max_seq, scale, theta);
+}
+
+#define KILN_DEFINE_CENTERED_KV_KERNELS(sfx, E, T)                             \
+  void kiln_k_attention_kv8_centered_##sfx(                                    \
+      const T *q, const T *k, const T *v, int8_t *k_cache, int8_t *v_cache,    \
+      float *k_scales, float *v_scales, const float *k_mean, T *out,           \
+      int64_t n, int64_t pos, int64_t heads, int64_t kv_heads,                 \
+      int64_t head_dim, int64_t rot_dim, int64_t max_seq, float scale,         \
+      float theta) {                                                           \
+    attentionQuantKv<E, Int8Codec>(                                            \
+        q, k, v, k_cache, v_cache, k_scales, v_scales, k_mean, out, n, pos,    \
+        heads, kv_heads, head_dim, rot_dim, max_seq, scale, theta);            \
+  }                                                                            \
+  void kiln_k_attention_kvf8_centered_##sfx(                                   \
+      const T *q, const T *k, const T *v, uint8_t *k_cache, uint8_t *v_cache,  \
+      float *k_scales, float *v_scales, const float *k_mean, T *out,           \
+      int64_t n, int64_t pos, int64_t heads, int64_t kv_heads,                 \
+      int64_t head_dim, int64_t rot_dim, int64_t max_seq, float scale,         \
+      float theta) {                                                           \
+    attentionQuantKv<E, Fp8Codec>(                                             \
+        q, k, v, k_cache, v_cache, k_scales, v_scales, k_mean, out, n, pos,    \
+        heads, kv_heads, head_dim, rot_dim, max_seq, scale, theta);            \
+  }
+
+KILN_DEFINE_CENTERED_KV_KERNELS(f16, F16, kiln_f16_t)
+KILN_DEFINE_CENTERED_KV_KERNELS(bf16, Bf16, kiln_bf16_t)
+#undef KILN_DEFINE_CENTERED_KV_KERNELS
+
+// f16 and bf16: the same kernels over 16-bit elements (kernel_abi.h).
+#define KILN_DEFINE_16BIT_ATTENTION(sfx, E, T)                                 \
+  void kiln_k_attention_##sfx(                                                 \
+      const T *q, const T *k, const T *v, T *k_cache, T *v_cache, T *out,      \
+      int64_t n, int64_t pos, int64_t heads, int64_t kv_heads,                 \
+      int64_t head_dim, int64_t max_seq, float scale) {                        \
+    attention<E>(q, k, v, k_cache, v_cache, out, n, pos, heads, kv_heads,      \
+                 head_dim, max_seq, scale);                                    \
+  }                                                                            \
+  void kiln_k_attention_window_##sfx(                                          \
+      const T *q, const T *k, const T *v, T *k_cache, T *v_cache, T *out,      \
+      int64_t n, int64_t pos, int64_t heads, int64_t kv_heads,                 \
+      int64_t head_dim, int64_t max_seq, float scale, int64_t window) {        \
+    attention<E>(q, k, v, k_cache, v_cache, out, n, pos, heads, kv_heads,      \
+                 head_dim, max_seq, scale, window);                            \
+  }
+KILN_DEFINE_16BIT_ATTENTION(f16, F16, kiln_f16_t)
+KILN_DEFINE_16BIT_ATTENTION(bf16, Bf16, kiln_bf16_t)
+#undef KILN_DEFINE_16BIT_ATTENTION
+
+} // extern "C"
