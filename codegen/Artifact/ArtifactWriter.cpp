@@ -20,6 +20,8 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <utility>
+
 using namespace mlir;
 using namespace mlir::kiln;
 
@@ -43,6 +45,33 @@ static constexpr const char *kCudaAbiHeader =
 static constexpr const char *kCudaKernelsHeader =
 #include "codegen/Artifact/CudaKernelsHeader.inc"
     ;
+/// The family headers KilnKernels.cuh includes, beside it.
+static constexpr std::pair<const char *, const char *> kCudaFamilyHeaders[] = {
+    {"KilnCudaCommon.cuh",
+#include "codegen/Artifact/KilnCudaCommon.inc"
+    },
+    {"KilnCudaPointwise.cuh",
+#include "codegen/Artifact/KilnCudaPointwise.inc"
+    },
+    {"KilnCudaLinear.cuh",
+#include "codegen/Artifact/KilnCudaLinear.inc"
+    },
+    {"KilnCudaQuantLinear.cuh",
+#include "codegen/Artifact/KilnCudaQuantLinear.inc"
+    },
+    {"KilnCudaAttention.cuh",
+#include "codegen/Artifact/KilnCudaAttention.inc"
+    },
+    {"KilnCudaSampling.cuh",
+#include "codegen/Artifact/KilnCudaSampling.inc"
+    },
+    {"KilnCudaBlocks.cuh",
+#include "codegen/Artifact/KilnCudaBlocks.inc"
+    },
+    {"KilnCudaHost.cuh",
+#include "codegen/Artifact/KilnCudaHost.inc"
+    },
+};
 
 FailureOr<std::vector<WeightDesc>> mlir::kiln::collectWeightRecipes(ModuleOp graph) {
   std::vector<WeightDesc> out;
@@ -298,6 +327,9 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
       return err;
     if (auto err = writeHeader(includeDir, "KilnKernels.cuh", kCudaKernelsHeader))
       return err;
+    for (const auto &[name, text] : kCudaFamilyHeaders)
+      if (auto err = writeHeader(includeDir, name, text))
+        return err;
     if (auto err = compileCudaSharedObject(pathIn(codeFile), pathIn("model.so"),
                                            includeDir, shownCode))
       return err;
