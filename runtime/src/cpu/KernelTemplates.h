@@ -108,6 +108,15 @@ inline void forRowChunks(int64_t out, bool parallel, Fn &&fn) {
   parallelFor(out, chunkGrain(out, 16), parallel, fn);
 }
 
+/// Output rows of a prefill GEMM in chunks of chunkGrain(out, kTileAlign)
+/// rows: each chunk is one or more sgemm calls that pack the activations
+/// again, so chunks are kept large (at most kMaxChunks, multiples of 64).
+inline constexpr int64_t kTileAlign = 64;
+template <class Fn>
+inline void forTileChunks(int64_t out, bool parallel, Fn &&fn) {
+  parallelFor(out, chunkGrain(out, kTileAlign), parallel, fn);
+}
+
 /// fn(i) for every i in [0, count), over the pool's threads when `parallel`
 /// (independent rows: elementwise kernels, norms, RoPE, cache appends).
 template <class Fn> inline void forRows(int64_t count, bool parallel, Fn &&fn) {

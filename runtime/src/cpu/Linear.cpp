@@ -61,7 +61,7 @@ static void linear16(const typename E::T *x, const typename E::T *w, OutT *y,
   bool parallel = n * out * in > kParallelGrain;
   forRows(n, parallel,
           [&](int64_t i) { E::widen(x + i * in, xf.data() + i * in, in); });
-  forRowChunks(out, parallel, [&](int64_t begin, int64_t end) {
+  forTileChunks(out, parallel, [&](int64_t begin, int64_t end) {
     float *wTile = scratch(1, kTileRows * kTileDepth);
     for (int64_t r0 = begin; r0 < end; r0 += kTileRows) {
       int64_t rows = std::min(kTileRows, end - r0);
@@ -115,7 +115,7 @@ static void prefillDequantized(const typename E::T *x, OutT *y, int64_t n,
     forRows(n, parallel, [&](int64_t i) {
       E::widen(x + i * in, xBuf.data() + i * in, in);
     });
-  forRowChunks(out, parallel, [&](int64_t begin, int64_t end) {
+  forTileChunks(out, parallel, [&](int64_t begin, int64_t end) {
     float *wTile = scratch(1, kTileRows * kTileDepth);
     for (int64_t r0 = begin; r0 < end; r0 += kTileRows) {
       int64_t rows = std::min(kTileRows, end - r0);
@@ -335,7 +335,7 @@ static void linearW8A8(const typename E::T *x, const int8_t *q,
     sx[size_t(i)] = quantizeActivationRow(loadRow<E>(x + i * in, in, 1),
                                           xq.data() + i * in, in, actScale);
   });
-  forRowChunks(out, parallel, [&](int64_t begin, int64_t end) {
+  forTileChunks(out, parallel, [&](int64_t begin, int64_t end) {
     thread_local std::vector<int32_t> acc;
     for (int64_t r0 = begin; r0 < end; r0 += kW8A8BlockRows) {
       const int64_t rows = std::min(kW8A8BlockRows, end - r0);
@@ -394,14 +394,14 @@ void kiln_k_linear(const float *x, const float *w, float *y, int64_t n,
     });
     return;
   }
-  // Prefill: each chunk of w's rows (multiples of 16: whole lines of y) is
-  // multiplied with x by a single-threaded sgemm (no competing BLAS pool).
-  forRowChunks(out, n * out * in > kParallelGrain,
-               [&](int64_t begin, int64_t end) {
-                 sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n),
-                       int(end - begin), int(in), 1.0f, x, int(in),
-                       w + begin * in, int(in), 0.0f, y + begin, int(out));
-               });
+  // Prefill: each chunk of w's rows (multiples of 64) is multiplied with x
+  // by a single-threaded sgemm (no competing BLAS pool).
+  forTileChunks(out, n * out * in > kParallelGrain,
+                [&](int64_t begin, int64_t end) {
+                  sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n),
+                        int(end - begin), int(in), 1.0f, x, int(in),
+                        w + begin * in, int(in), 0.0f, y + begin, int(out));
+                });
 }
 
 // W8A16 (kernel_abi.h): int8 weights, per-output-channel float32 scales.
