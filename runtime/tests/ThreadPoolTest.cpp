@@ -3,8 +3,8 @@
 // cpu/ThreadPool.h: every chunk runs exactly once with boundaries that do
 // not depend on the thread count, loops inside chunks and loops started by
 // two application threads at once run (inline) without deadlock, more
-// threads than cores (an oversubscribed machine) finish, and resizing
-// between loops works.
+// threads than cores (an oversubscribed machine) finish, resizing
+// between loops works, and currentLoopId names one loop in all its chunks.
 //
 //===----------------------------------------------------------------------===//
 #include "cpu/ThreadPool.h"
@@ -109,6 +109,30 @@ TEST_F(ThreadPoolTest, OversubscribedAndSerialLoopsFinish) {
   }
   EXPECT_EQ(sum.load(), 500 * 100);
   cpu::parallelFor(0, 1, true, [&](int64_t, int64_t) { FAIL(); });
+}
+
+TEST_F(ThreadPoolTest, LoopIdsNameOneLoopEach) {
+  cpu::setPoolThreads(2);
+  EXPECT_EQ(cpu::currentLoopId(), 0u);
+  for (bool parallel : {true, false}) {
+    std::mutex m;
+    std::set<uint64_t> ids, nested;
+    cpu::parallelFor(8, 1, parallel, [&](int64_t, int64_t) {
+      const uint64_t outer = cpu::currentLoopId();
+      uint64_t inner = 0;
+      cpu::parallelFor(2, 1, true,
+                       [&](int64_t, int64_t) { inner = cpu::currentLoopId(); });
+      std::lock_guard<std::mutex> lock(m);
+      ids.insert(outer);
+      nested.insert(inner);
+      EXPECT_EQ(cpu::currentLoopId(), outer); // restored after the inner loop
+    });
+    ASSERT_EQ(ids.size(), 1u);
+    EXPECT_NE(*ids.begin(), 0u);
+    EXPECT_EQ(nested.size(), 8u); // a new id per inner loop
+    EXPECT_EQ(nested.count(*ids.begin()), 0u);
+  }
+  EXPECT_EQ(cpu::currentLoopId(), 0u);
 }
 
 } // namespace

@@ -72,8 +72,8 @@ struct A8Buffers {
   }
 };
 
-A8Buffers &quantizeRows(const float *x, int64_t n, int64_t in) {
-  thread_local A8Buffers buf;
+/// x [n, in] quantized into buf.
+void quantizeRowsInto(const float *x, int64_t n, int64_t in, A8Buffers &buf) {
   buf.q.resize(size_t(n * in));
   buf.d.resize(size_t(n * (in / 32)));
   buf.s4.resize(size_t(n * (in / 4)));
@@ -83,6 +83,37 @@ A8Buffers &quantizeRows(const float *x, int64_t n, int64_t in) {
     quantizeA8Row(x + t * in, in, const_cast<int8_t *>(r.q),
                   const_cast<float *>(r.d), const_cast<int32_t *>(r.s4),
                   const_cast<float *>(r.s16));
+  }
+}
+
+/// x quantized into the calling thread's buffers.
+A8Buffers &quantizeRows(const float *x, int64_t n, int64_t in) {
+  thread_local A8Buffers buf;
+  quantizeRowsInto(x, n, in, buf);
+  return buf;
+}
+
+/// Which input a thread's loop-scoped buffers hold (ThreadPool.h
+/// currentLoopId: within one parallel loop the input is constant).
+struct LoopInputKey {
+  const float *x = nullptr;
+  int64_t n = 0, in = 0;
+  uint64_t loop = 0;
+  bool matches(const float *x2, int64_t n2, int64_t in2, uint64_t loop2) const {
+    return loop2 != 0 && loop == loop2 && x == x2 && n == n2 && in == in2;
+  }
+};
+
+/// quantizeRows, computed once per thread and parallel loop: the chunks of
+/// a fused linear (kiln_k_linear_tile) share it instead of quantizing their
+/// input again per chunk. Outside loops, quantized every call.
+const A8Buffers &loopQuantizedRows(const float *x, int64_t n, int64_t in) {
+  thread_local A8Buffers buf;
+  thread_local LoopInputKey key;
+  const uint64_t loop = currentLoopId();
+  if (!key.matches(x, n, in, loop)) {
+    quantizeRowsInto(x, n, in, buf);
+    key = {x, n, in, loop};
   }
   return buf;
 }
@@ -161,7 +192,7 @@ constexpr int64_t kA8TileRows = 16;
 } // namespace
 
 void dequantizedA8Input(const float *x, int64_t n, int64_t in, float *xhat) {
-  const A8Buffers &act = quantizeRows(x, n, in);
+  const A8Buffers &act = loopQuantizedRows(x, n, in);
   for (int64_t t = 0; t < n; ++t) {
     A8Row r = act.row(t, in);
     for (int64_t i = 0; i < in; ++i)
@@ -189,8 +220,20 @@ void linearBlocksA8(int64_t format, const float *x, int64_t n, int64_t in,
                     const uint8_t *w, int64_t rows, float *c, int64_t ldc) {
   if (n <= 0 || rows <= 0)
     return;
-  linearBlocksQuantized(format, quantizeRows(x, n, in), n, in, w, rows, c,
-                        ldc);
+  linearBlocksQuantized(format, loopQuantizedRows(x, n, in), n, in, w, rows,
+                        c, ldc);
+}
+
+const float *loopDequantizedA8Input(const float *x, int64_t n, int64_t in) {
+  thread_local std::vector<float> xhat;
+  thread_local LoopInputKey key;
+  const uint64_t loop = currentLoopId();
+  if (!key.matches(x, n, in, loop)) {
+    xhat.resize(size_t(n * in));
+    dequantizedA8Input(x, n, in, xhat.data());
+    key = {x, n, in, loop};
+  }
+  return xhat.data();
 }
 
 } // namespace kiln::rt::cpu

@@ -152,9 +152,7 @@ void gemmTile(const kiln_linear_weight &w, const float *x, int64_t n,
     }
     // kiln_k_linear_blocks_a8's prefill: dequantized activations, then the
     // float path below.
-    float *xhat = threadScratch(4, n * in);
-    dequantizedA8Input(x, n, in, xhat);
-    x = xhat;
+    x = loopDequantizedA8Input(x, n, in);
   }
   if (w.kind == KILN_WEIGHT_F32) {
     sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),

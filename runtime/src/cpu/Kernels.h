@@ -285,6 +285,11 @@ void quantizeA8Row(const float *x, int64_t in, int8_t *q, float *d,
 /// quantizeA8Row and dequantized, float32 [n, in].
 void dequantizedA8Input(const float *x, int64_t n, int64_t in, float *xhat);
 
+/// dequantizedA8Input into the calling thread's buffer, computed once per
+/// thread and parallel loop (ThreadPool.h currentLoopId) for the chunks of a
+/// fused linear; valid until the thread's next call.
+const float *loopDequantizedA8Input(const float *x, int64_t n, int64_t in);
+
 /// From this many tokens on, the int8-activation linears multiply
 /// dequantizedA8Input's xhat with decoded weight tiles in float32 (sgemm)
 /// instead of integer dot products per token: the same formula, and on a
@@ -293,8 +298,9 @@ constexpr int64_t kA8FloatTokens = 4;
 
 /// c[t * ldc + r] = sum_b d_b(t) * sum_{i in b} W[r, i] * q_i(t), t < n,
 /// r < rows: rows of `format` blocks starting at w, x float32 [n, in]
-/// quantized with quantizeA8Row. Single-threaded; SIMD-dispatched (AVX-512
-/// VNNI, AVX2, portable).
+/// quantized with quantizeA8Row (once per thread and parallel loop: the
+/// chunks of one fused linear share it). Single-threaded; SIMD-dispatched
+/// (AVX-512 VNNI, AVX2, portable).
 void linearBlocksA8(int64_t format, const float *x, int64_t n, int64_t in,
                     const uint8_t *w, int64_t rows, float *c, int64_t ldc);
 

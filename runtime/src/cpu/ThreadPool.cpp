@@ -47,6 +47,25 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kSpinInStep = std::chrono::microseconds(200);
 constexpr auto kSpinIdle = std::chrono::microseconds(10);
 
+/// Set while a thread runs chunks: a loop started inside one runs inline.
+thread_local bool tInChunk = false;
+/// currentLoopId() of this thread; the last id handed out.
+thread_local uint64_t tLoopId = 0;
+std::atomic<uint64_t> lastLoopId{0};
+
+/// Sets tLoopId for the chunks run in its scope and restores it after (a
+/// loop inside a chunk runs inline under its own id).
+class LoopIdScope {
+public:
+  explicit LoopIdScope(uint64_t id) : saved_(tLoopId) { tLoopId = id; }
+  ~LoopIdScope() { tLoopId = saved_; }
+  LoopIdScope(const LoopIdScope &) = delete;
+  LoopIdScope &operator=(const LoopIdScope &) = delete;
+
+private:
+  uint64_t saved_;
+};
+
 /// One thread's home range of chunks [next, end) of the loop in flight.
 struct alignas(64) Range {
   std::atomic<int64_t> next{0};
@@ -61,6 +80,7 @@ struct Loop {
   int64_t chunks;
   Range *ranges; ///< one per thread, `threads` of them
   int threads;
+  uint64_t id; ///< currentLoopId() inside its chunks
 
   void runChunk(int64_t k) const {
     int64_t b = k * grain;
@@ -78,13 +98,11 @@ struct Loop {
   }
   /// Thread `self`'s share: its home range, then every other range.
   void run(int self) const {
+    LoopIdScope scope(id);
     for (int d = 0; d < threads; ++d)
       drain((self + d) % threads);
   }
 };
-
-/// Set while a thread runs chunks: a loop started inside one runs inline.
-thread_local bool tInChunk = false;
 
 class Pool {
 public:
@@ -116,9 +134,11 @@ public:
     if (grain < 1)
       grain = 1;
     const int64_t chunks = (count + grain - 1) / grain;
+    const uint64_t id = lastLoopId.fetch_add(1, std::memory_order_relaxed) + 1;
     std::unique_lock<std::mutex> lock(loopMutex_, std::defer_lock);
     if (!parallel || chunks == 1 || tInChunk || threads() == 1 ||
         !lock.try_lock()) {
+      LoopIdScope scope(id);
       bool outer = !tInChunk;
       tInChunk = true;
       for (int64_t b = 0; b < count; b += grain)
@@ -132,7 +152,7 @@ public:
       ranges_[size_t(r)].next.store(chunks * r / n, std::memory_order_relaxed);
       ranges_[size_t(r)].end = chunks * (r + 1) / n;
     }
-    Loop loop{fn, env, count, grain, chunks, ranges_.data(), n};
+    Loop loop{fn, env, count, grain, chunks, ranges_.data(), n, id};
     current_.store(&loop, std::memory_order_seq_cst);
     epoch_.fetch_add(1, std::memory_order_seq_cst);
     wakeSleepers();
@@ -169,7 +189,7 @@ private:
   }
 
   /// Returns the new epoch once it differs from `seen`: spins for a while
-  /// (longer inside a step), then sleeps on the futex.
+  /// (longer inside a step), then sleeps on the condition variable.
   uint64_t waitForEpoch(uint64_t seen) {
     auto budget = steps.load(std::memory_order_relaxed) > 0 ? kSpinInStep
                                                              : kSpinIdle;
@@ -251,6 +271,8 @@ Pool &pool() {
 } // namespace
 
 void setPoolThreads(int n) { pool().resize(n); }
+
+uint64_t currentLoopId() { return tLoopId; }
 
 int poolThreads() { return pool().threads(); }
 

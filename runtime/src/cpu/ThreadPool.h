@@ -48,6 +48,14 @@ int poolThreads();
 void parallelChunks(int64_t count, int64_t grain, bool parallel, ChunkFn fn,
                     void *env);
 
+/// A number identifying the parallel loop (parallelChunks call) whose chunk
+/// the calling thread is running, unique within the process; 0 outside
+/// chunks. A loop's input does not change while it runs, so a chunk may
+/// reuse what an earlier chunk of the same loop derived from it on the same
+/// thread (the int8-activation linears quantize their input once per thread
+/// and loop this way).
+uint64_t currentLoopId();
+
 /// parallelChunks with a callable fn(begin, end).
 template <class F>
 void parallelFor(int64_t count, int64_t grain, bool parallel, F &&fn) {
