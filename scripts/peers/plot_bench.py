@@ -28,7 +28,11 @@ def main():
         rows = [r for r in csv.DictReader(f) if r.get("tg_ratio")]
     if not rows:
         sys.exit("plot_bench.py: %s has no result rows" % src)
-    names = [r["file"] for r in rows]
+    # The extra kiln-compile flags of a row (its note) tell apart two rows
+    # of the same file.
+    names = [r["file"] + ("\n" + r["note"].replace("Kiln ", "")
+                          if r.get("note", "").startswith("Kiln --") else "")
+             for r in rows]
     x = range(len(rows))
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, 8), sharex=True)
     w = 0.38
