@@ -75,7 +75,7 @@ bool isKnown(llvm::StringRef name,
   for (char c : name) {
     auto it = options.find(llvm::StringRef(&c, 1));
     grouped = grouped && it != options.end() &&
-              it->second->getFormattingFlag() == cl::Grouping;
+              (it->second->getMiscFlags() & cl::Grouping);
   }
   return grouped;
 }

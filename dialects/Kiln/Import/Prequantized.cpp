@@ -276,7 +276,8 @@ importHfQuantizedLinear(const HfQuantConfig &c, StringRef name,
     p.source.shape = t.shape;
     p.source.offset = t.offset;
     p.source.bytes = t.bytes;
-    WeightTransform r{WeightTransform::Kind::Repack};
+    WeightTransform r;
+    r.kind = WeightTransform::Kind::Repack;
     r.format = c.format;
     r.part = which;
     r.bits = 4;
@@ -311,7 +312,8 @@ bool keepGgufQuantized(StorageType storage) {
 }
 
 void keepGgufBlocks(WeightDesc &w) {
-  WeightTransform r{WeightTransform::Kind::Repack};
+  WeightTransform r;
+  r.kind = WeightTransform::Kind::Repack;
   r.format = stringifyStorageType(w.source.storage).str();
   r.part = WeightTransform::QuantPart::Blocks;
   r.rows = w.source.shape[0];
@@ -333,7 +335,8 @@ void makeGgufQuantized(WeightDesc &w) {
     WeightDesc p;
     p.name = w.name + "." + partName.str();
     p.source = w.source;
-    WeightTransform r{WeightTransform::Kind::Repack};
+    WeightTransform r;
+    r.kind = WeightTransform::Kind::Repack;
     r.format = four ? "q4_0" : "q8_0";
     r.part = which;
     r.bits = q->bits;
