@@ -439,10 +439,10 @@ FailureOr<std::string> Emitter::run() {
     os << "  e.w.group_size = " << q.getGroupSize() << ";\n";
   }
   int64_t iterations = paired ? segments.front().width : out;
-  // Decode: chunks of 16 rows (cache lines); prefill: of 64, since every
+  // Decode: chunks of 16 rows (cache lines); prefill: of 128, since every
   // chunk's sgemm calls pack the activations again.
   os << "  kiln_k_parallel_for(" << iterations
-     << ", rows == 1 ? 16 : 64, rows * " << in
+     << ", rows == 1 ? 16 : 128, rows * " << in
      << " * " << out << ", " << name << "_tile, &e);\n}\n";
   return text;
 }

@@ -110,8 +110,9 @@ inline void forRowChunks(int64_t out, bool parallel, Fn &&fn) {
 
 /// Output rows of a prefill GEMM in chunks of chunkGrain(out, kTileAlign)
 /// rows: each chunk is one or more sgemm calls that pack the activations
-/// again, so chunks are kept large (at most kMaxChunks, multiples of 64).
-inline constexpr int64_t kTileAlign = 64;
+/// again, so chunks are kept large (at most kMaxChunks, multiples of 128,
+/// the rows of one weight tile).
+inline constexpr int64_t kTileAlign = 128;
 template <class Fn>
 inline void forTileChunks(int64_t out, bool parallel, Fn &&fn) {
   parallelFor(out, chunkGrain(out, kTileAlign), parallel, fn);

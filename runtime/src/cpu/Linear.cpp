@@ -394,7 +394,7 @@ void kiln_k_linear(const float *x, const float *w, float *y, int64_t n,
     });
     return;
   }
-  // Prefill: each chunk of w's rows (multiples of 64) is multiplied with x
+  // Prefill: each chunk of w's rows (multiples of 128) is multiplied with x
   // by a single-threaded sgemm (no competing BLAS pool).
   forTileChunks(out, n * out * in > kParallelGrain,
                 [&](int64_t begin, int64_t end) {

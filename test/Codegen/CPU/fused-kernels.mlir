@@ -33,7 +33,7 @@
 // CHECK: kiln_k_rms_norm(a0, a1, xn, rows, 16, 0x1.4f8b58p-17f);
 // CHECK: kiln_k_rope_table(cs, rows, a3, 4, 4, 0x1.388p+13f);
 // CHECK: e.w.kind = KILN_WEIGHT_F32;
-// CHECK: kiln_k_parallel_for(32, rows == 1 ? 16 : 64, rows * 16 * 32, kiln_fused_prefill_0_tile, &e);
+// CHECK: kiln_k_parallel_for(32, rows == 1 ? 16 : 128, rows * 16 * 32, kiln_fused_prefill_0_tile, &e);
 // Output projection + residual.
 // CHECK: // kiln_fused_prefill_1: kiln.fused region (families: epilogue)
 // CHECK: const float e0 = e.a2[t * 16 + col] + seg0;
@@ -44,7 +44,7 @@
 // CHECK: kiln_k_linear_tile(&e.w, e.x, rows, 16, 24 + s0, 24 + s1, c1, tw);
 // CHECK: const float e0 = kiln_swiglu(seg0, seg1);
 // CHECK: e.r0[t * 24 + col] = e0;
-// CHECK: kiln_k_parallel_for(24, rows == 1 ? 16 : 64, rows * 16 * 48, kiln_fused_prefill_2_tile, &e);
+// CHECK: kiln_k_parallel_for(24, rows == 1 ? 16 : 128, rows * 16 * 48, kiln_fused_prefill_2_tile, &e);
 // The entry point calls the generated kernels between trace brackets.
 // CHECK: extern "C" void kiln_prefill(
 // CHECK: KILN_TRACE_BEGIN
