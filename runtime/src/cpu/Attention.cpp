@@ -173,24 +173,22 @@ void rotatedKeyMeans(const float *mu, int64_t rows, int64_t kvHeads,
   }
   const int64_t blocks = (rows + kKeyMeanAnchor - 1) / kKeyMeanAnchor;
   forRows(blocks, rows * kvDim > kParallelGrain, [&](int64_t b) {
-    {
-      thread_local std::vector<double> c, s;
-      c.resize(np);
-      s.resize(np);
-      const int64_t t0 = b * kKeyMeanAnchor;
-      const int64_t t1 = std::min(rows, t0 + kKeyMeanAnchor);
-      for (size_t i = 0; i < np; ++i) { // exact at the anchor
-        c[i] = std::cos(double(t0) * w[i]);
-        s[i] = std::sin(double(t0) * w[i]);
-      }
-      for (int64_t t = t0; t < t1; ++t) {
-        rotatedKeyMeanRow(muD.data(), c.data(), s.data(), out + t * kvDim,
-                          kvHeads, headDim, pairs);
-        for (size_t i = 0; i < np; ++i) { // advance by e^(i w_i)
-          const double ci = c[i], si = s[i];
-          c[i] = ci * cw[i] - si * sw[i];
-          s[i] = ci * sw[i] + si * cw[i];
-        }
+    thread_local std::vector<double> c, s;
+    c.resize(np);
+    s.resize(np);
+    const int64_t t0 = b * kKeyMeanAnchor;
+    const int64_t t1 = std::min(rows, t0 + kKeyMeanAnchor);
+    for (size_t i = 0; i < np; ++i) { // exact at the anchor
+      c[i] = std::cos(double(t0) * w[i]);
+      s[i] = std::sin(double(t0) * w[i]);
+    }
+    for (int64_t t = t0; t < t1; ++t) {
+      rotatedKeyMeanRow(muD.data(), c.data(), s.data(), out + t * kvDim,
+                        kvHeads, headDim, pairs);
+      for (size_t i = 0; i < np; ++i) { // advance by e^(i w_i)
+        const double ci = c[i], si = s[i];
+        c[i] = ci * cw[i] - si * sw[i];
+        s[i] = ci * sw[i] + si * cw[i];
       }
     }
   });
@@ -280,55 +278,53 @@ static void attention(const typename E::T *q, const typename E::T *k,
   // One (token, head) per chunk: causal rows differ in length, and claimed
   // chunks balance them.
   parallelFor(work, 1, parallel, [&](int64_t w, int64_t) {
-    {
-      thread_local std::vector<float> att, acc;
-      att.resize(static_cast<size_t>(pos + n));
-      acc.resize(static_cast<size_t>(head_dim));
-      int64_t i = w / heads, h = w % heads;
-      int64_t kvh = h / group;
-      int64_t last = pos + i; // causal: keys [0, pos + i]
-      // Sliding window: only the `window` most recent keys.
-      int64_t first = window > 0 ? std::max<int64_t>(0, last - window + 1) : 0;
-      const float *qh = loadRow<E>(q + i * qDim + h * head_dim, head_dim, 1);
-      float maxScore = -INFINITY;
-      for (int64_t t0 = first; t0 <= last; t0 += kKvChunk) {
-        int64_t rows = std::min(kKvChunk, last + 1 - t0), stride;
-        const float *kr = kv.rows(false, t0, rows, kvh, stride);
-        for (int64_t t = 0; t < rows; ++t) {
-          const float *kt = kr + t * stride;
-          float s = 0.0f;
-          for (int64_t d = 0; d < head_dim; ++d)
-            s += qh[d] * kt[d];
-          s *= scale;
-          att[size_t(t0 + t)] = s;
-          maxScore = std::max(maxScore, s);
-        }
+    thread_local std::vector<float> att, acc;
+    att.resize(static_cast<size_t>(pos + n));
+    acc.resize(static_cast<size_t>(head_dim));
+    int64_t i = w / heads, h = w % heads;
+    int64_t kvh = h / group;
+    int64_t last = pos + i; // causal: keys [0, pos + i]
+    // Sliding window: only the `window` most recent keys.
+    int64_t first = window > 0 ? std::max<int64_t>(0, last - window + 1) : 0;
+    const float *qh = loadRow<E>(q + i * qDim + h * head_dim, head_dim, 1);
+    float maxScore = -INFINITY;
+    for (int64_t t0 = first; t0 <= last; t0 += kKvChunk) {
+      int64_t rows = std::min(kKvChunk, last + 1 - t0), stride;
+      const float *kr = kv.rows(false, t0, rows, kvh, stride);
+      for (int64_t t = 0; t < rows; ++t) {
+        const float *kt = kr + t * stride;
+        float s = 0.0f;
+        for (int64_t d = 0; d < head_dim; ++d)
+          s += qh[d] * kt[d];
+        s *= scale;
+        att[size_t(t0 + t)] = s;
+        maxScore = std::max(maxScore, s);
       }
-      // run.c softmax: exp(x - max), normalised by the sum.
-      double sum = 0.0;
-      for (int64_t t = first; t <= last; ++t) {
-        float e = expf(att[size_t(t)] - maxScore);
-        att[size_t(t)] = e;
-        sum += e;
-      }
-      float inv = float(1.0 / sum);
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t t0 = first; t0 <= last; t0 += kKvChunk) {
-        int64_t rows = std::min(kKvChunk, last + 1 - t0), stride;
-        const float *vr = kv.rows(true, t0, rows, kvh, stride);
-        for (int64_t t = 0; t < rows; ++t) {
-          const float *vt = vr + t * stride;
-          float a = att[size_t(t0 + t)] * inv;
-          for (int64_t d = 0; d < head_dim; ++d)
-            acc[size_t(d)] += a * vt[d];
-        }
-      }
-      T *o = out + i * qDim + h * head_dim;
-      if constexpr (kIsF32<E>)
-        std::memcpy(o, acc.data(), sizeof(float) * size_t(head_dim));
-      else
-        E::narrow(acc.data(), o, head_dim);
     }
+    // run.c softmax: exp(x - max), normalised by the sum.
+    double sum = 0.0;
+    for (int64_t t = first; t <= last; ++t) {
+      float e = expf(att[size_t(t)] - maxScore);
+      att[size_t(t)] = e;
+      sum += e;
+    }
+    float inv = float(1.0 / sum);
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int64_t t0 = first; t0 <= last; t0 += kKvChunk) {
+      int64_t rows = std::min(kKvChunk, last + 1 - t0), stride;
+      const float *vr = kv.rows(true, t0, rows, kvh, stride);
+      for (int64_t t = 0; t < rows; ++t) {
+        const float *vt = vr + t * stride;
+        float a = att[size_t(t0 + t)] * inv;
+        for (int64_t d = 0; d < head_dim; ++d)
+          acc[size_t(d)] += a * vt[d];
+      }
+    }
+    T *o = out + i * qDim + h * head_dim;
+    if constexpr (kIsF32<E>)
+      std::memcpy(o, acc.data(), sizeof(float) * size_t(head_dim));
+    else
+      E::narrow(acc.data(), o, head_dim);
   });
 }
 

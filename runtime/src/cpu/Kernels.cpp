@@ -56,32 +56,30 @@ static void ropeWithFreqs(const typename E::T *x, typename E::T *y, int64_t n,
   int64_t pairs = rot_dim / 2;
   int64_t width = heads * head_dim;
   forRows(n, n * width > kParallelGrain, [&](int64_t r) {
-    {
-      thread_local std::vector<float> fcr, fci;
-      fcr.resize(freq.size());
-      fci.resize(freq.size());
-      float p = float(pos + r);
-      for (int64_t i = 0; i < pairs; ++i) {
-        float val = p * freq[size_t(i)];
-        fcr[size_t(i)] = cosf(val);
-        fci[size_t(i)] = sinf(val);
-      }
-      const float *xr = loadRow<E>(x + r * width, width, 1);
-      float *yr = rowOut<E>(y + r * width, width, 2);
-      for (int64_t h = 0; h < heads; ++h) {
-        const float *xh = xr + h * head_dim;
-        float *yh = yr + h * head_dim;
-        for (int64_t i = 0; i < pairs; ++i) {
-          float v0 = xh[2 * i], v1 = xh[2 * i + 1];
-          yh[2 * i] = v0 * fcr[size_t(i)] - v1 * fci[size_t(i)];
-          yh[2 * i + 1] = v0 * fci[size_t(i)] + v1 * fcr[size_t(i)];
-        }
-        if (yh != xh)
-          for (int64_t j = 2 * pairs; j < head_dim; ++j)
-            yh[j] = xh[j];
-      }
-      storeRow<E>(yr, y + r * width, width);
+    thread_local std::vector<float> fcr, fci;
+    fcr.resize(freq.size());
+    fci.resize(freq.size());
+    float p = float(pos + r);
+    for (int64_t i = 0; i < pairs; ++i) {
+      float val = p * freq[size_t(i)];
+      fcr[size_t(i)] = cosf(val);
+      fci[size_t(i)] = sinf(val);
     }
+    const float *xr = loadRow<E>(x + r * width, width, 1);
+    float *yr = rowOut<E>(y + r * width, width, 2);
+    for (int64_t h = 0; h < heads; ++h) {
+      const float *xh = xr + h * head_dim;
+      float *yh = yr + h * head_dim;
+      for (int64_t i = 0; i < pairs; ++i) {
+        float v0 = xh[2 * i], v1 = xh[2 * i + 1];
+        yh[2 * i] = v0 * fcr[size_t(i)] - v1 * fci[size_t(i)];
+        yh[2 * i + 1] = v0 * fci[size_t(i)] + v1 * fcr[size_t(i)];
+      }
+      if (yh != xh)
+        for (int64_t j = 2 * pairs; j < head_dim; ++j)
+          yh[j] = xh[j];
+    }
+    storeRow<E>(yr, y + r * width, width);
   });
 }
 
