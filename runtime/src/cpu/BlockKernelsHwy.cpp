@@ -6,18 +6,22 @@
 // floats. Per block (or K-quant sub-block) the integer codes are dotted with
 // x in float lanes, and the block's scale is applied once to that sum:
 //   Q8_0:  d * sum(q * x)
-//   Q4_0:  d * sum(q * x) - 8 d * sum(x)
+//   Q4_0:  d * sum(q * x) - 8 d * sum(x)   (AVX-512: d * sum((q - 8) * x),
+//          q - 8 read from a 16-entry float table)
 //   Q4_1:  d * sum(q * x) + m * sum(x)
 //   Q5_0:  d * sum(q * x) - 16 d * sum(x)    (q with its fifth bit from qh)
 //   Q5_1:  d * sum(q * x) + m * sum(x)
 //   Q2_K / Q4_K / Q5_K:
 //          sum_g (d * sc_g) * sum_g(q * x) - (dmin * min_g) * sum_g(x)
 //   Q3_K:  sum_g (d * (sc_g - 32)) * sum_g(q * x), q = low - (high ? 0 : 4)
-//   Q6_K:  sum_g (d * sc_g) * sum_g((q - 32) * x)
+//   Q6_K:  sum_g (d * sc_g) * sum_g(q * x) - 32 sum_g (d * sc_g) * sum_g(x)
 // where sum(x) over each 16 inputs is computed once per call (blockXSums16)
 // and shared by every row. This is the formula of block_formats.h
 // reassociated, so results equal decoding to float and then dotting up to float
-// summation order.
+// summation order. Rows are read several at a time (x loaded once for them)
+// while the next rows are prefetched (PrefetchNextRows): one core reads
+// 5-11 GB/s of blocks from DRAM this way, against 2.4-7.9 GB/s one row at a
+// time without prefetching (Q4_K, Q8_0; docs/benchmarks.md).
 // Written once with Google Highway (1.0.3 API) and dispatched per CPU like
 // QuantKernelsHwy.cpp.
 //
@@ -37,6 +41,9 @@
 #include "kiln_rt/block_formats.h"
 
 #include <cstring>
+#include <type_traits>
+#include <vector>
+
 
 #include "cpu/HwyCommon-inl.h" // DF, DI, DI8, DU8, LoadI8AsF32, SumLanes
 
@@ -44,13 +51,6 @@ HWY_BEFORE_NAMESPACE();
 namespace kiln::rt::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-/// Lanes(df) bytes at p widened to int32 lanes.
-HWY_INLINE hn::Vec<DI> LoadU8AsI32(const uint8_t *HWY_RESTRICT p) {
-  const DI di;
-  const DU8 du8;
-  return hn::PromoteTo(di, hn::LoadU(du8, p));
-}
 
 /// Lanes of DF, a compile-time constant on every x86 target (so that the
 /// per-block loops unroll and their accumulators stay in registers).
@@ -81,21 +81,33 @@ HWY_INLINE void GemvLegacy(const float *HWY_RESTRICT x,
   constexpr int64_t N = kLanes;
   constexpr int64_t kBytes = kiln_block_bytes(F);
   const int64_t blocks = in / 32, rowBytes = blocks * kBytes;
+  // One prefetch per 64-byte line: every block of Q8_0, every second of
+  // Q5_0 / Q5_1, every third of Q4_0 / Q4_1.
+  constexpr int64_t kPrefetchEvery = 64 / kBytes;
   hn::Vec<DF> acc[R];
   float offset[R];
+  HWY_UNROLL(4)
   for (int r = 0; r < R; ++r) {
     acc[r] = hn::Zero(df);
     offset[r] = 0.0f;
   }
   const auto low = hn::Set(di, 0x0f);
+  constexpr bool kNibbleTable =
+      kHasNibbleTable && (F == KILN_BLOCK_Q4_0 || F == KILN_BLOCK_Q4_1);
+  const auto table = hn::Add(hn::Iota(df, 0.0f),
+                             hn::Set(df, F == KILN_BLOCK_Q4_0 ? -8.0f : 0.0f));
   for (int64_t b = 0; b < blocks; ++b) {
     const float *xb = x + 32 * b;
+    if (b % kPrefetchEvery == 0)
+      PrefetchNextRows<R>(w, rowBytes, b * kBytes, 1);
     hn::Vec<DF> s[R];
+    HWY_UNROLL(4)
     for (int r = 0; r < R; ++r)
       s[r] = hn::Zero(df);
     if constexpr (F == KILN_BLOCK_Q8_0) {
       for (int64_t k = 0; k < 32; k += N) {
         const auto xv = hn::LoadU(df, xb + k);
+        HWY_UNROLL(4)
         for (int r = 0; r < R; ++r)
           s[r] = hn::MulAdd(
               LoadI8AsF32(reinterpret_cast<const int8_t *>(
@@ -108,6 +120,7 @@ HWY_INLINE void GemvLegacy(const float *HWY_RESTRICT x,
       for (int64_t k = 0; k < 16; k += N) {
         const auto xl = hn::LoadU(df, xb + k);
         const auto xh = hn::LoadU(df, xb + 16 + k);
+        HWY_UNROLL(4)
         for (int r = 0; r < R; ++r) {
           const uint8_t *blk = w + r * rowBytes + b * kBytes;
           uint32_t qh;
@@ -131,11 +144,28 @@ HWY_INLINE void GemvLegacy(const float *HWY_RESTRICT x,
           s[r] = hn::MulAdd(hn::ConvertTo(df, qhv), xh, s[r]);
         }
       }
+    } else if constexpr (kNibbleTable) {
+      // The codes index a 16-entry float table (vpermps reads the low four
+      // bits of each lane): Q4_0's table holds q - 8, so that no offset
+      // term is left for it; Q4_1's holds q.
+      constexpr int64_t kQs = F == KILN_BLOCK_Q4_1 ? 4 : 2;
+      for (int64_t k = 0; k < 16; k += N) {
+        const auto xl = hn::LoadU(df, xb + k);
+        const auto xh = hn::LoadU(df, xb + 16 + k);
+        HWY_UNROLL(4)
+        for (int r = 0; r < R; ++r) {
+          const auto bytes = LoadU8AsI32(w + r * rowBytes + b * kBytes + kQs + k);
+          s[r] = hn::MulAdd(NibbleTable(table, bytes), xl, s[r]);
+          s[r] = hn::MulAdd(NibbleTable(table, hn::ShiftRight<4>(bytes)), xh,
+                            s[r]);
+        }
+      }
     } else {
       constexpr int64_t kQs = F == KILN_BLOCK_Q4_1 ? 4 : 2;
       for (int64_t k = 0; k < 16; k += N) {
         const auto xl = hn::LoadU(df, xb + k);
         const auto xh = hn::LoadU(df, xb + 16 + k);
+        HWY_UNROLL(4)
         for (int r = 0; r < R; ++r) {
           const auto bytes = LoadU8AsI32(w + r * rowBytes + b * kBytes + kQs + k);
           s[r] = hn::MulAdd(hn::ConvertTo(df, hn::And(bytes, low)), xl, s[r]);
@@ -145,11 +175,12 @@ HWY_INLINE void GemvLegacy(const float *HWY_RESTRICT x,
       }
     }
     const float xsum = xs16[2 * b] + xs16[2 * b + 1];
+    HWY_UNROLL(4)
     for (int r = 0; r < R; ++r) {
       const uint8_t *blk = w + r * rowBytes + b * kBytes;
       const float d = F16(blk);
       acc[r] = hn::MulAdd(s[r], hn::Set(df, d), acc[r]);
-      if constexpr (F == KILN_BLOCK_Q4_0)
+      if constexpr (F == KILN_BLOCK_Q4_0 && !kNibbleTable)
         offset[r] -= 8.0f * d * xsum;
       else if constexpr (F == KILN_BLOCK_Q5_0)
         offset[r] -= 16.0f * d * xsum;
@@ -157,86 +188,220 @@ HWY_INLINE void GemvLegacy(const float *HWY_RESTRICT x,
         offset[r] += F16(blk + 2) * xsum;
     }
   }
+  HWY_UNROLL(4)
   for (int r = 0; r < R; ++r)
     y[r] = SumLanes(acc[r]) + offset[r];
 }
 
-/// One row of Q4_K or Q5_K (256-element super-blocks of 8 sub-blocks of
-/// 32; Q5_K adds the fifth bits in qh[32]).
-template <int64_t F>
-HWY_INLINE float GemvQ45K(const float *HWY_RESTRICT x,
-                          const float *HWY_RESTRICT xs16,
-                          const uint8_t *HWY_RESTRICT row, int64_t in) {
+/// The eight 6-bit scales and mins of a Q4_K / Q5_K super-block from its 12
+/// scale bytes q (GGUF K-quant layout, kiln_block_k4_scale_min): for j < 4
+/// scale j and min j are the low six bits of q[j] and q[j + 4]; for j >= 4
+/// they are the low and high nibble of q[j + 4] with bits 4..5 taken from
+/// the top two bits of q[j - 4] and q[j]. Done four at a time in 32-bit
+/// words a = q[0..3], b = q[4..7], c = q[8..11].
+HWY_INLINE void K4ScalesMins(const uint8_t *HWY_RESTRICT q,
+                             uint8_t *HWY_RESTRICT sc,
+                             uint8_t *HWY_RESTRICT mn) {
+  auto word = [&](int i) {
+    return uint32_t(q[i]) | uint32_t(q[i + 1]) << 8 |
+           uint32_t(q[i + 2]) << 16 | uint32_t(q[i + 3]) << 24;
+  };
+  auto put = [](uint8_t *out, uint32_t v) {
+    for (int k = 0; k < 4; ++k)
+      out[k] = uint8_t(v >> (8 * k));
+  };
+  const uint32_t a = word(0), b = word(4), c = word(8);
+  constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+  put(sc, a & k6);
+  put(mn, b & k6);
+  put(sc + 4, (c & k4) | ((a >> 6) & k2) << 4);
+  put(mn + 4, ((c >> 4) & k4) | ((b >> 6) & k2) << 4);
+}
+
+/// Eight bytes widened to floats and multiplied by m: out[j] = m * in[j].
+HWY_INLINE void ScaleBytes8(const uint8_t *HWY_RESTRICT in, float m,
+                            float *HWY_RESTRICT out) {
+  const hn::CappedTag<float, 8> d8;
+  const hn::Rebind<int32_t, decltype(d8)> di8;
+  const hn::Rebind<uint8_t, decltype(d8)> du8;
+  for (size_t j = 0; j < 8; j += hn::Lanes(d8))
+    hn::StoreU(hn::Mul(hn::ConvertTo(d8, hn::PromoteTo(di8, hn::LoadU(du8, in + j))),
+                       hn::Set(d8, m)),
+               d8, out + j);
+}
+
+/// R rows of Q4_K or Q5_K (256-element super-blocks of 8 sub-blocks of 32;
+/// Q5_K adds the fifth bits in qh[32]). Per super-block and row the eight
+/// scales and mins are unpacked once (d * sc_j, dmin * m_j as floats); the
+/// 32 code bytes of each 64-element chunk are loaded once for both of their
+/// sub-blocks (low nibbles: sub-block 2c, high nibbles: 2c + 1), and x is
+/// loaded once for the R rows. xs32[j] is the sum of x over sub-block j of
+/// the whole row.
+template <int64_t F, int R>
+HWY_INLINE void GemvQ45K(const float *HWY_RESTRICT x,
+                         const float *HWY_RESTRICT xs32,
+                         const uint8_t *HWY_RESTRICT w, float *HWY_RESTRICT y,
+                         int64_t in) {
   constexpr bool kQ5 = F == KILN_BLOCK_Q5_K;
   constexpr int64_t kBytes = kiln_block_bytes(F), kQs = kQ5 ? 48 : 16;
   const DF df;
   const DI di;
   constexpr int64_t N = kLanes;
-  const auto low = hn::Set(di, 0x0f);
-  auto acc = hn::Zero(df);
-  float offset = 0.0f;
-  const auto one = hn::Set(di, 1);
+  const int64_t rowBytes = in / 256 * kBytes;
+  const auto low = hn::Set(di, 0x0f), bit4 = hn::Set(di, 0x10);
+  const auto iota = hn::Iota(df, 0.0f);
+  hn::Vec<DF> acc[R], acc2[R];
+  float offset[R];
+  HWY_UNROLL(4)
+  for (int r = 0; r < R; ++r) {
+    acc[r] = acc2[r] = hn::Zero(df);
+    offset[r] = 0.0f;
+  }
   for (int64_t b = 0; b < in / 256; ++b) {
-    const uint8_t *blk = row + b * kBytes;
-    const float d = F16(blk), dmin = F16(blk + 2);
+    PrefetchNextRows<R>(w, rowBytes, b * kBytes, kBytes);
+    HWY_ALIGN float scale[R][8];
+    HWY_UNROLL(4)
+    for (int r = 0; r < R; ++r) {
+      const uint8_t *blk = w + r * rowBytes + b * kBytes;
+      uint8_t sc[8], mn[8];
+      K4ScalesMins(blk + 4, sc, mn);
+      ScaleBytes8(sc, F16(blk), scale[r]);
+      float mins[8];
+      ScaleBytes8(mn, F16(blk + 2), mins);
+      float o = 0.0f;
+      for (int j = 0; j < 8; ++j)
+        o += mins[j] * xs32[8 * b + j];
+      offset[r] -= o;
+    }
     const float *xb = x + 256 * b;
-    for (int g = 0; g < 8; ++g) {
-      const int c = g / 2, nib = g % 2;
-      const uint8_t *qs = blk + kQs + 32 * c;
-      const float *xg = xb + 32 * g;
-      auto s = hn::Zero(df);
+    for (int c = 0; c < 4; ++c) {
+      hn::Vec<DF> slo[R], shi[R];
+      HWY_UNROLL(4)
+      for (int r = 0; r < R; ++r)
+        slo[r] = shi[r] = hn::Zero(df);
       for (int64_t l = 0; l < 32; l += N) {
-        const auto bytes = LoadU8AsI32(qs + l);
-        auto q = nib ? hn::ShiftRight<4>(bytes) : hn::And(bytes, low);
-        if constexpr (kQ5) // bit (2c + n) of qh[l]
-          q = hn::Or(q, hn::ShiftLeft<4>(hn::And(
-                            hn::ShiftRightSame(LoadU8AsI32(blk + 16 + l), g),
-                            one)));
-        s = hn::MulAdd(hn::ConvertTo(df, q), hn::LoadU(df, xg + l), s);
+        const auto xl = hn::LoadU(df, xb + 64 * c + l);
+        const auto xh = hn::LoadU(df, xb + 64 * c + 32 + l);
+        HWY_UNROLL(4)
+        for (int r = 0; r < R; ++r) {
+          const uint8_t *blk = w + r * rowBytes + b * kBytes;
+          const auto bytes = LoadU8AsI32(blk + kQs + 32 * c + l);
+          auto lo = hn::And(bytes, low);
+          auto hi = hn::ShiftRight<4>(bytes);
+          if constexpr (kQ5) { // bits 2c and 2c + 1 of qh[l]
+            const auto t = hn::ShiftRightSame(LoadU8AsI32(blk + 16 + l), 2 * c);
+            lo = hn::OrAnd(lo, hn::ShiftLeft<4>(t), bit4);
+            hi = hn::OrAnd(hi, hn::ShiftLeft<3>(t), bit4);
+          }
+          if constexpr (kHasNibbleTable && !kQ5) { // codes 0..15
+            slo[r] = hn::MulAdd(NibbleTable(iota, bytes), xl, slo[r]);
+            shi[r] = hn::MulAdd(NibbleTable(iota, hi), xh, shi[r]);
+          } else {
+            slo[r] = hn::MulAdd(hn::ConvertTo(df, lo), xl, slo[r]);
+            shi[r] = hn::MulAdd(hn::ConvertTo(df, hi), xh, shi[r]);
+          }
+        }
       }
-      uint8_t sc, mn;
-      kiln_block_k4_scale_min(blk + 4, g, &sc, &mn);
-      acc = hn::MulAdd(s, hn::Set(df, d * float(sc)), acc);
-      const int64_t g16 = (256 * b + 32 * g) / 16;
-      offset -= dmin * float(mn) * (xs16[g16] + xs16[g16 + 1]);
+      HWY_UNROLL(4)
+      for (int r = 0; r < R; ++r) {
+        acc[r] = hn::MulAdd(slo[r], hn::Set(df, scale[r][2 * c]), acc[r]);
+        acc2[r] = hn::MulAdd(shi[r], hn::Set(df, scale[r][2 * c + 1]), acc2[r]);
+      }
     }
   }
-  return SumLanes(acc) + offset;
+  HWY_UNROLL(4)
+  for (int r = 0; r < R; ++r)
+    y[r] = SumLanes(hn::Add(acc[r], acc2[r])) + offset[r];
 }
 
-/// One row of Q6_K (256-element super-blocks of 16 groups of 16).
-HWY_INLINE float GemvQ6K(const float *HWY_RESTRICT x,
-                         const uint8_t *HWY_RESTRICT row, int64_t in) {
+/// R rows of Q6_K (256-element super-blocks of 16 groups of 16). Element
+/// e = 128h + 32s + l has its low nibble in ql[64h + 32(s % 2) + l] (low
+/// nibble for s < 2, high for s >= 2) and its top two bits as bits 2s..2s+1
+/// of qh[32h + l]; its value is d * sc[e / 16] * (q - 32). Each 16 bytes of
+/// ql and qh are loaded once for the four groups they serve, and the -32 is
+/// applied once per row from the 16-element sums of x:
+///   y = sum_g d sc_g sum_g(q x) - 32 sum_g d sc_g sum_g(x).
+template <int R>
+HWY_INLINE void GemvQ6K(const float *HWY_RESTRICT x,
+                        const float *HWY_RESTRICT xs16,
+                        const uint8_t *HWY_RESTRICT w, float *HWY_RESTRICT y,
+                        int64_t in) {
   const DF df;
   const DI di;
   constexpr int64_t N = kLanes;
-  const auto low = hn::Set(di, 0x0f), two = hn::Set(di, 3),
-             bias = hn::Set(di, 32);
-  auto acc = hn::Zero(df);
-  for (int64_t b = 0; b < in / 256; ++b) {
-    const uint8_t *blk = row + b * 210;
-    const float d = F16(blk + 208);
-    const int8_t *scales = reinterpret_cast<const int8_t *>(blk + 192);
-    const float *xb = x + 256 * b;
-    for (int g = 0; g < 16; ++g) {
-      // Element e = 128h + 32s + l: low nibble s / 2 of ql[64h + 32(s % 2)
-      // + l], high two bits 2s..2s+1 of qh[32h + l].
-      const int e0 = 16 * g, h = e0 / 128, s = (e0 % 128) / 32, l0 = e0 % 32;
-      const uint8_t *ql = blk + 64 * h + 32 * (s % 2) + l0;
-      const uint8_t *qh = blk + 128 + 32 * h + l0;
-      auto sum = hn::Zero(df);
-      for (int64_t k = 0; k < 16; k += N) {
-        const auto lb = LoadU8AsI32(ql + k);
-        const auto nib = s >= 2 ? hn::ShiftRight<4>(lb) : hn::And(lb, low);
-        const auto hi = hn::And(hn::ShiftRightSame(LoadU8AsI32(qh + k), 2 * s),
-                                two);
-        const auto q = hn::Sub(hn::Or(nib, hn::ShiftLeft<4>(hi)), bias);
-        sum = hn::MulAdd(hn::ConvertTo(df, q), hn::LoadU(df, xb + e0 + k), sum);
-      }
-      acc = hn::MulAdd(sum, hn::Set(df, d * float(scales[g])), acc);
-    }
+  const int64_t rowBytes = in / 256 * 210;
+  const auto low = hn::Set(di, 0x0f), top = hn::Set(di, 0x30);
+  hn::Vec<DF> acc[R], acc2[R];
+  float offset[R];
+  HWY_UNROLL(4)
+  for (int r = 0; r < R; ++r) {
+    acc[r] = acc2[r] = hn::Zero(df);
+    offset[r] = 0.0f;
   }
-  return SumLanes(acc);
+  const hn::CappedTag<float, 16> d16;
+  const hn::Rebind<int32_t, decltype(d16)> di16;
+  const hn::Rebind<int8_t, decltype(d16)> ds16;
+  for (int64_t b = 0; b < in / 256; ++b) {
+    PrefetchNextRows<R>(w, rowBytes, b * 210, 210);
+    HWY_ALIGN float scale[R][16];
+    HWY_UNROLL(4)
+    for (int r = 0; r < R; ++r) {
+      const uint8_t *blk = w + r * rowBytes + b * 210;
+      const auto d = hn::Set(d16, F16(blk + 208));
+      auto o = hn::Zero(d16);
+      for (size_t j = 0; j < 16; j += hn::Lanes(d16)) {
+        const auto s = hn::Mul(
+            hn::ConvertTo(d16, hn::PromoteTo(
+                                   di16, hn::LoadU(ds16, reinterpret_cast<const int8_t *>(
+                                                             blk + 192 + j)))),
+            d);
+        hn::StoreU(s, d16, scale[r] + j);
+        o = hn::MulAdd(s, hn::LoadU(d16, xs16 + 16 * b + j), o);
+      }
+      offset[r] -= 32.0f * hn::GetLane(hn::SumOfLanes(d16, o));
+    }
+    const float *xb = x + 256 * b;
+    for (int h = 0; h < 2; ++h)
+      for (int64_t l0 = 0; l0 < 32; l0 += 16) {
+        // Groups g = 8h + 2s + l0 / 16 for s = 0..3 (elements 128h + 32s + l0).
+        hn::Vec<DF> s4[R][4];
+        HWY_UNROLL(4)
+        for (int r = 0; r < R; ++r)
+          for (int s = 0; s < 4; ++s)
+            s4[r][s] = hn::Zero(df);
+        for (int64_t k = 0; k < 16; k += N) {
+          const int64_t l = l0 + k;
+          hn::Vec<DF> xv[4];
+          for (int s = 0; s < 4; ++s)
+            xv[s] = hn::LoadU(df, xb + 128 * h + 32 * s + l);
+          HWY_UNROLL(4)
+          for (int r = 0; r < R; ++r) {
+            const uint8_t *blk = w + r * rowBytes + b * 210;
+            const auto ql0 = LoadU8AsI32(blk + 64 * h + l);
+            const auto ql1 = LoadU8AsI32(blk + 64 * h + 32 + l);
+            const auto qh = LoadU8AsI32(blk + 128 + 32 * h + l);
+            const hn::Vec<DI> q[4] = {
+                hn::OrAnd(hn::And(ql0, low), hn::ShiftLeft<4>(qh), top),
+                hn::OrAnd(hn::And(ql1, low), hn::ShiftLeft<2>(qh), top),
+                hn::OrAnd(hn::ShiftRight<4>(ql0), qh, top),
+                hn::OrAnd(hn::ShiftRight<4>(ql1), hn::ShiftRight<2>(qh), top)};
+            for (int s = 0; s < 4; ++s)
+              s4[r][s] = hn::MulAdd(hn::ConvertTo(df, q[s]), xv[s], s4[r][s]);
+          }
+        }
+        HWY_UNROLL(4)
+        for (int r = 0; r < R; ++r) {
+          const int g = 8 * h + int(l0 / 16);
+          acc[r] = hn::MulAdd(s4[r][0], hn::Set(df, scale[r][g]), acc[r]);
+          acc2[r] = hn::MulAdd(s4[r][1], hn::Set(df, scale[r][g + 2]), acc2[r]);
+          acc[r] = hn::MulAdd(s4[r][2], hn::Set(df, scale[r][g + 4]), acc[r]);
+          acc2[r] = hn::MulAdd(s4[r][3], hn::Set(df, scale[r][g + 6]), acc2[r]);
+        }
+      }
+  }
+  HWY_UNROLL(4)
+  for (int r = 0; r < R; ++r)
+    y[r] = SumLanes(hn::Add(acc[r], acc2[r])) + offset[r];
 }
 
 /// One row of Q2_K or Q3_K (256-element super-blocks of 16 groups of 16,
@@ -255,6 +420,7 @@ HWY_INLINE float GemvQ23K(const float *HWY_RESTRICT x,
   auto acc = hn::Zero(df);
   float offset = 0.0f;
   for (int64_t b = 0; b < in / 256; ++b) {
+    PrefetchNextRows<1>(row, in / 256 * kBytes, b * kBytes, kBytes);
     const uint8_t *blk = row + b * kBytes;
     const uint8_t *qs = blk + (kQ3 ? 32 : 16);
     const float d = F16(blk + (kQ3 ? 108 : 80));
@@ -314,6 +480,41 @@ HWY_INLINE void EachKRow(const uint8_t *HWY_RESTRICT w, float *HWY_RESTRICT y,
     y[r] = dot(w + r * rowBytes);
 }
 
+/// Rows of a K-quant matrix R at a time, then one at a time:
+/// kernel(std::integral_constant<int, R>(), w, y) computes R rows from w
+/// into y.
+template <int64_t F, int R, class Kernel>
+HWY_INLINE void KRowsBy(const uint8_t *HWY_RESTRICT w, float *HWY_RESTRICT y,
+                        int64_t in, int64_t rows, Kernel kernel) {
+  const int64_t rowBytes = in / 256 * kiln_block_bytes(F);
+  int64_t r = 0;
+  for (; r + R <= rows; r += R)
+    kernel(std::integral_constant<int, R>(), w + r * rowBytes, y + r);
+  for (; r < rows; ++r)
+    kernel(std::integral_constant<int, 1>(), w + r * rowBytes, y + r);
+}
+
+/// Rows of Q4_K / Q5_K with the per-32 sums of x derived from xs16.
+template <int64_t F>
+HWY_INLINE void GemvQ45KRows(const float *HWY_RESTRICT x,
+                             const float *HWY_RESTRICT xs16,
+                             const uint8_t *HWY_RESTRICT w,
+                             float *HWY_RESTRICT y, int64_t in, int64_t rows) {
+  constexpr int64_t kMaxStack = 8192; // sub-blocks: in <= 262144
+  float stackSums[kMaxStack];
+  std::vector<float> heapSums;
+  float *xs32 = stackSums;
+  if (in / 32 > kMaxStack) {
+    heapSums.resize(size_t(in / 32));
+    xs32 = heapSums.data();
+  }
+  for (int64_t j = 0; j < in / 32; ++j)
+    xs32[j] = xs16[2 * j] + xs16[2 * j + 1];
+  KRowsBy<F, 4>(w, y, in, rows, [&](auto rows, const uint8_t *rw, float *ry) {
+    GemvQ45K<F, decltype(rows)::value>(x, xs32, rw, ry, in);
+  });
+}
+
 void GemvBlocks(int64_t format, const float *HWY_RESTRICT x,
                 const float *HWY_RESTRICT xs16, const uint8_t *HWY_RESTRICT w,
                 float *HWY_RESTRICT y, int64_t in, int64_t rows) {
@@ -337,17 +538,14 @@ void GemvBlocks(int64_t format, const float *HWY_RESTRICT x,
       return GemvQ23K<KILN_BLOCK_Q3_K>(x, xs16, row, in);
     });
   case KILN_BLOCK_Q4_K:
-    return EachKRow<KILN_BLOCK_Q4_K>(w, y, in, rows, [&](const uint8_t *row) {
-      return GemvQ45K<KILN_BLOCK_Q4_K>(x, xs16, row, in);
-    });
+    return GemvQ45KRows<KILN_BLOCK_Q4_K>(x, xs16, w, y, in, rows);
   case KILN_BLOCK_Q5_K:
-    return EachKRow<KILN_BLOCK_Q5_K>(w, y, in, rows, [&](const uint8_t *row) {
-      return GemvQ45K<KILN_BLOCK_Q5_K>(x, xs16, row, in);
-    });
-  case KILN_BLOCK_Q6_K:
-    return EachKRow<KILN_BLOCK_Q6_K>(w, y, in, rows, [&](const uint8_t *row) {
-      return GemvQ6K(x, row, in);
-    });
+    return GemvQ45KRows<KILN_BLOCK_Q5_K>(x, xs16, w, y, in, rows);
+  case KILN_BLOCK_Q6_K: // two rows: four ran out of AVX-512 registers
+    return KRowsBy<KILN_BLOCK_Q6_K, 2>(
+        w, y, in, rows, [&](auto rows, const uint8_t *rw, float *ry) {
+          GemvQ6K<decltype(rows)::value>(x, xs16, rw, ry, in);
+        });
   default:
     return;
   }

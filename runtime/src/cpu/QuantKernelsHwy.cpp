@@ -87,7 +87,10 @@ DotRowsI8(const float *HWY_RESTRICT x, const int8_t *HWY_RESTRICT q,
     a[r] = b[r] = hn::Zero(df);
   int64_t j = 0;
   for (; j + 2 * n <= in; j += 2 * n) {
+    if (j % 64 == 0)
+      PrefetchNextRows<R>(reinterpret_cast<const uint8_t *>(q), in, j, 64);
     const auto xa = hn::LoadU(df, x + j), xb = hn::LoadU(df, x + j + n);
+    HWY_UNROLL(4)
     for (int r = 0; r < R; ++r) {
       a[r] = hn::MulAdd(LoadI8AsF32(q + r * in + j), xa, a[r]);
       b[r] = hn::MulAdd(LoadI8AsF32(q + r * in + j + n), xb, b[r]);
@@ -125,25 +128,32 @@ DotRowsI8Grouped(const float *HWY_RESTRICT x, const int8_t *HWY_RESTRICT q,
   }
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t c0 = g * groupSize, c1 = std::min(in, c0 + groupSize);
+    PrefetchNextRows<R>(reinterpret_cast<const uint8_t *>(q), in, c0,
+                        c1 - c0);
+    if (g % 16 == 0)
+      PrefetchNextRows<R>(reinterpret_cast<const uint8_t *>(scales),
+                          groups * 4, g * 4, 64);
     hn::Vec<DF> a[R];
+    HWY_UNROLL(4)
     for (int r = 0; r < R; ++r)
       a[r] = hn::Zero(df);
     int64_t j = c0;
     for (; j + n <= c1; j += n) {
       const auto xa = hn::LoadU(df, x + j);
+      HWY_UNROLL(4)
       for (int r = 0; r < R; ++r)
         a[r] = hn::MulAdd(LoadI8AsF32(q + r * in + j), xa, a[r]);
     }
-    for (int r = 0; r < R; ++r) {
-      const float sc = scales[r * groups + g];
-      tot[r] = hn::MulAdd(a[r], hn::Set(df, sc), tot[r]);
-      if (j < c1) {
+    HWY_UNROLL(4)
+    for (int r = 0; r < R; ++r)
+      tot[r] = hn::MulAdd(a[r], hn::Set(df, scales[r * groups + g]), tot[r]);
+    if (HWY_UNLIKELY(j < c1)) // a group that is not whole vectors
+      for (int r = 0; r < R; ++r) {
         float t = 0.0f;
         for (int64_t k = j; k < c1; ++k)
           t += float(q[r * in + k]) * x[k];
-        tail[r] += sc * t;
+        tail[r] += scales[r * groups + g] * t;
       }
-    }
   }
   for (int r = 0; r < R; ++r)
     y[r] = SumLanes(tot[r]) + tail[r];
@@ -229,34 +239,56 @@ DotRowsQ4(const float *HWY_RESTRICT x, const int8_t *HWY_RESTRICT q,
   }
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t c0 = g * groupSize, c1 = std::min(in, c0 + groupSize);
+    PrefetchNextRows<R>(reinterpret_cast<const uint8_t *>(q), rowBytes,
+                        c0 / 2, (c1 - c0 + 1) / 2);
+    if (g % 16 == 0) {
+      PrefetchNextRows<R>(reinterpret_cast<const uint8_t *>(scales),
+                          groups * 4, g * 4, 64);
+      PrefetchNextRows<R>(reinterpret_cast<const uint8_t *>(zeros), groups,
+                          g, 16);
+    }
     hn::Vec<DF> a[R], b[R];
     hn::Vec<DI> z[R];
+    hn::Vec<DF> table[R];
+    HWY_UNROLL(4)
     for (int r = 0; r < R; ++r) {
       a[r] = b[r] = hn::Zero(df);
       z[r] = hn::Set(di, int32_t(zeros[r * groups + g]));
+      if constexpr (kHasNibbleTable)
+        table[r] = hn::Sub(hn::Iota(df, 0.0f),
+                           hn::Set(df, float(zeros[r * groups + g])));
     }
     int64_t j = c0; // even unless groupSize is odd (never emitted): scalar
     for (; (j & 1) == 0 && j + 2 * n <= c1; j += 2 * n) {
       hn::Vec<DF> xe, xo;
       hn::LoadInterleaved2(df, x + j, xe, xo);
+      HWY_UNROLL(4)
       for (int r = 0; r < R; ++r) {
         hn::Vec<DF> lo, hi;
-        LoadQ4(q + r * rowBytes + (j >> 1), z[r], lo, hi);
+        if constexpr (kHasNibbleTable) {
+          const auto bytes = LoadU8AsI32(reinterpret_cast<const uint8_t *>(
+              q + r * rowBytes + (j >> 1)));
+          lo = NibbleTable(table[r], bytes);
+          hi = NibbleTable(table[r], hn::ShiftRight<4>(bytes));
+        } else {
+          LoadQ4(q + r * rowBytes + (j >> 1), z[r], lo, hi);
+        }
         a[r] = hn::MulAdd(lo, xe, a[r]);
         b[r] = hn::MulAdd(hi, xo, b[r]);
       }
     }
-    for (int r = 0; r < R; ++r) {
-      const float sc = scales[r * groups + g];
-      tot[r] = hn::MulAdd(hn::Add(a[r], b[r]), hn::Set(df, sc), tot[r]);
-      if (j < c1) {
+    HWY_UNROLL(4)
+    for (int r = 0; r < R; ++r)
+      tot[r] = hn::MulAdd(hn::Add(a[r], b[r]),
+                          hn::Set(df, scales[r * groups + g]), tot[r]);
+    if (HWY_UNLIKELY(j < c1)) // a group that is not whole vectors
+      for (int r = 0; r < R; ++r) {
         const int zi = zeros[r * groups + g];
         float t = 0.0f;
         for (int64_t k = j; k < c1; ++k)
           t += x[k] * float(q4At(q + r * rowBytes, k) - zi);
-        tail[r] += sc * t;
+        tail[r] += scales[r * groups + g] * t;
       }
-    }
   }
   for (int r = 0; r < R; ++r)
     y[r] = SumLanes(tot[r]) + tail[r];
