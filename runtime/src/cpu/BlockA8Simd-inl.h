@@ -219,9 +219,17 @@ static inline void A8RowsDot(const A8Row &a, const uint8_t *w,
     acc[r] = _mm256_setzero_ps();
     off[r] = 0.0f;
   }
-  for (int64_t b = 0; b < in / kiln_block_elems(F); ++b)
+  // One prefetch per 64-byte line of the next R rows (R streams side by side
+  // outrun the hardware prefetchers; see PrefetchNextRows in HwyCommon-inl.h).
+  constexpr int64_t kEvery = kBytes >= 64 ? 1 : 64 / kBytes;
+  for (int64_t b = 0; b < in / kiln_block_elems(F); ++b) {
+    if (b % kEvery == 0)
+      for (int r = 0; r < R; ++r)
+        for (int64_t o = 0; o < (kBytes + 63) / 64 * 64; o += 64)
+          __builtin_prefetch(w + (R + r) * rowBytes + b * kBytes + o);
     for (int r = 0; r < R; ++r)
       A8Block<F>(a, b, w + r * rowBytes + b * kBytes, acc[r], off[r]);
+  }
   for (int r = 0; r < R; ++r)
     y[r * ldy] = A8Hsum(acc[r]) + off[r];
 }
