@@ -107,6 +107,15 @@ static cl::opt<std::string> actScales(
                            "scale from calibration)"),
     cl::init("per-token"), cl::value_desc("per-token|static"),
     cl::cat(category));
+static cl::opt<std::string> ggufLinears(
+    "gguf-linears",
+    cl::desc("Layout of GGUF Q4_0 / Q8_0 linear weights: auto (the default: "
+             "blocks for --target=cpu, repacked for cuda), blocks (the GGML "
+             "blocks as stored, read by the block kernels) or repacked "
+             "(Kiln's W4A16 / W8A16 layout: codes, float32 scales, zero "
+             "points); other GGML formats are always kept as blocks"),
+    cl::init("auto"), cl::value_desc("auto|blocks|repacked"), cl::cat(category));
+
 static cl::opt<std::string> actQuant(
     "act-quant",
     cl::desc("Activations of linears over GGML block-format weights (GGUF "
@@ -419,6 +428,13 @@ int main(int argc, char **argv) {
                 "' (expected none or int8)");
   if (actQuant == "int8" && target == "cuda")
     return fail("--act-quant=int8 has kernels for --target=cpu only so far");
+  if (ggufLinears != "auto" && ggufLinears != "blocks" &&
+      ggufLinears != "repacked")
+    return fail("unsupported --gguf-linears='" + ggufLinears +
+                "' (expected auto, blocks or repacked)");
+  if (actQuant == "int8" && ggufLinears == "repacked")
+    return fail("--act-quant=int8 reads GGUF linears as stored blocks: drop "
+                "--gguf-linears=repacked");
   if (!kvCache.empty() && calibrationPath.empty() &&
       !kvCentering.getNumOccurrences())
     llvm::errs() << "kiln-compile: note: --kv=" << kvCache
@@ -478,10 +494,15 @@ int main(int argc, char **argv) {
                     "formats (e.g. " + w.source.tensor + " as " + r->format +
                     "), kept as stored, so --quant=" + quant +
                     " would quantize them twice: drop --quant");
-  if (actQuant == "int8") {
-    // Q4_0 / Q8_0 linears are repacked for the float-activation kernels by
-    // default; the int8-activation kernels read every format as stored.
+  // GGUF Q4_0 / Q8_0 linears are imported repacked into W4A16 / W8A16 (the
+  // layout of the CUDA W4A16 / W8A16 kernels). On the CPU the block kernels
+  // read them as stored, in fewer bytes (18 per 32 Q4_0 weights against 21)
+  // and faster (one core: 13 against 10 billion Q4_0 weights per second,
+  // docs/benchmarks.md); the int8-activation kernels read nothing else.
+  if (actQuant == "int8" || ggufLinears == "blocks" ||
+      (ggufLinears == "auto" && target == "cpu"))
     keepGgufLinearsAsBlocks(*desc);
+  if (actQuant == "int8") {
     bool anyBlockLinear = llvm::any_of(desc->weights, [](const WeightDesc &w) {
       const WeightTransform *r = repackStep(w);
       return r && r->part == WeightTransform::QuantPart::Blocks &&
