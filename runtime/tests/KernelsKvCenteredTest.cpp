@@ -16,8 +16,9 @@
 //     stories260K: the error against float32 attention with exact keys (and
 //     the same quantized values) is under a quarter of the uncentered
 //     kernel's;
-// (5) prefill then decode steps give the outputs and cache bytes of one call
-//     over all tokens, bit for bit.
+// (5) prefill then decode steps give the cache bytes of one call over all
+//     tokens bit for bit, and its outputs (bit for bit while no call has 16
+//     or more tokens: longer ones take the tiled prefill path).
 //
 //===----------------------------------------------------------------------===//
 #include "KvCacheTestUtil.h"
@@ -439,7 +440,15 @@ TYPED_TEST(KvCenteredKernels, StepsMatchOneCall) {
                     scale, cs.theta);
       pos += n;
     }
-    EXPECT_TRUE(sameBytes(out, out2)) << "outputs";
+    // Steps of 16+ tokens take the tiled prefill path (sgemm: dot products
+    // summed in another order than the per-row path of shorter steps), so
+    // the outputs agree to float rounding, within one unit of the output
+    // type's last place; the caches bit for bit.
+    if (total < 16)
+      EXPECT_TRUE(sameBytes(out, out2)) << "outputs";
+    else
+      EXPECT_LT(relError(widened<Api>(out2), widened<Api>(out)), Api::kTol)
+          << "outputs";
     EXPECT_TRUE(sameBytes(kc, kc2)) << "k_cache";
     EXPECT_TRUE(sameBytes(vc, vc2)) << "v_cache";
     EXPECT_TRUE(sameBytes(ks, ks2)) << "k_scales";

@@ -163,10 +163,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RopeTest,
 
 struct AttnShape {
   int64_t n, pos, heads, kvHeads, headDim, maxSeq;
+  int64_t window = 0; ///< sliding window (kiln_k_attention_window); 0: none
 };
 std::ostream &operator<<(std::ostream &os, const AttnShape &s) {
   return os << "n" << s.n << "_pos" << s.pos << "_h" << s.heads << "_kvh"
-            << s.kvHeads << "_hd" << s.headDim << "_max" << s.maxSeq;
+            << s.kvHeads << "_hd" << s.headDim << "_max" << s.maxSeq << "_w"
+            << s.window;
 }
 class AttentionTest : public ::testing::TestWithParam<AttnShape> {};
 
@@ -182,9 +184,14 @@ TEST_P(AttentionTest, MatchesReference) {
   auto vCache = randomVector(s.maxSeq * kvDim, 11);
   auto kBefore = kCache, vBefore = vCache;
   std::vector<float> out(s.n * qDim);
-  kiln_k_attention(q.data(), k.data(), v.data(), kCache.data(), vCache.data(),
-                   out.data(), s.n, s.pos, s.heads, s.kvHeads, s.headDim,
-                   s.maxSeq, scale);
+  if (s.window > 0)
+    kiln_k_attention_window(q.data(), k.data(), v.data(), kCache.data(),
+                            vCache.data(), out.data(), s.n, s.pos, s.heads,
+                            s.kvHeads, s.headDim, s.maxSeq, scale, s.window);
+  else
+    kiln_k_attention(q.data(), k.data(), v.data(), kCache.data(),
+                     vCache.data(), out.data(), s.n, s.pos, s.heads,
+                     s.kvHeads, s.headDim, s.maxSeq, scale);
   for (int64_t t = 0; t < s.maxSeq; ++t)
     for (int64_t d = 0; d < kvDim; ++d) {
       bool isNew = t >= s.pos && t < s.pos + s.n;
@@ -198,9 +205,11 @@ TEST_P(AttentionTest, MatchesReference) {
   for (int64_t i = 0; i < s.n; ++i)
     for (int64_t h = 0; h < s.heads; ++h) {
       int64_t kvh = h / group, last = s.pos + i;
-      std::vector<double> att(last + 1);
+      int64_t first = s.window > 0 ? std::max<int64_t>(0, last - s.window + 1)
+                                   : 0;
+      std::vector<double> att(last + 1, 0.0);
       double mx = -1e300;
-      for (int64_t t = 0; t <= last; ++t) {
+      for (int64_t t = first; t <= last; ++t) {
         double dot = 0;
         for (int64_t d = 0; d < s.headDim; ++d)
           dot += double(q[i * qDim + h * s.headDim + d]) *
@@ -209,11 +218,11 @@ TEST_P(AttentionTest, MatchesReference) {
         mx = std::max(mx, att[t]);
       }
       double sum = 0;
-      for (double &a : att)
-        sum += (a = std::exp(a - mx));
+      for (int64_t t = first; t <= last; ++t)
+        sum += (att[t] = std::exp(att[t] - mx));
       for (int64_t d = 0; d < s.headDim; ++d) {
         double acc = 0;
-        for (int64_t t = 0; t <= last; ++t)
+        for (int64_t t = first; t <= last; ++t)
           acc += att[t] / sum * vCache[t * kvDim + kvh * s.headDim + d];
         ref[i * qDim + h * s.headDim + d] = acc;
       }
@@ -229,7 +238,16 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnShape{4, 6, 8, 4, 8, 16},      // chunked prefill
                       AttnShape{3, 2, 4, 4, 16, 8},      // MHA
                       AttnShape{2, 5, 8, 1, 8, 12},      // MQA
-                      AttnShape{7, 100, 32, 8, 128, 128} // Llama-3 shape
+                      AttnShape{7, 100, 32, 8, 128, 128}, // Llama-3 shape
+                      // 16+ tokens: the tiled prefill path (32-row query
+                      // tiles, sgemm), whole and partial tiles, after a
+                      // cache prefix, and with a sliding window.
+                      AttnShape{16, 0, 4, 4, 8, 16},
+                      AttnShape{40, 0, 8, 4, 16, 64},
+                      AttnShape{33, 20, 9, 3, 64, 64},
+                      AttnShape{70, 0, 4, 2, 16, 80, 7},
+                      AttnShape{20, 30, 4, 2, 16, 64, 10},
+                      AttnShape{1, 60, 4, 2, 16, 64, 10} // decode, window
                       ));
 
 TEST(Kernels, Elementwise) {
