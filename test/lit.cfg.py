@@ -32,6 +32,7 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.kiln_tools_dir, config.llvm_tools_dir]
 tools = ["kiln-opt", "kiln-compile", "kiln-calibrate", "kiln-run", "kiln-bench", "kiln-eval",
+         "kiln-gemv-bench",
          "kiln-chat-render",
          "kiln-keygen", "kiln-weight-dump",
          "KilnImportTests", "kiln_runtime_tests", "kiln_rt_text_tests",
