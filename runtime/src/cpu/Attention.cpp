@@ -262,28 +262,15 @@ template <class E, class Codec> struct QuantKv {
 };
 
 /// att[t] = scale * dot(q, k + t * stride) over d elements for t < rows;
-/// returns max(maxScore, att[0..rows)). Each dot keeps sixteen partial sums
-/// reduced pairwise, the order of gemvRows, so that it vectorizes (a
-/// sequential float sum cannot be reordered by the compiler: the prefill of
-/// llama-110m spent 46% of its time in these dots).
+/// returns max(maxScore, att[0..rows)). The dots are dotPairwise16 (a
+/// sequential float sum, which the compiler may not reorder, does not
+/// vectorize: the prefill of llama-110m spent 46% of its time in them).
 __attribute__((target_clones("avx512f", "avx2", "default"))) static float
 scoreRows(const float *__restrict q, const float *__restrict k, int64_t stride,
           int64_t rows, int64_t d, float scale, float *__restrict att,
           float maxScore) {
   for (int64_t t = 0; t < rows; ++t) {
-    const float *kt = k + t * stride;
-    float acc[16] = {0};
-    int64_t j = 0;
-    for (; j + 16 <= d; j += 16)
-      for (int l = 0; l < 16; ++l)
-        acc[l] += q[j + l] * kt[j + l];
-    float tail = 0.0f;
-    for (; j < d; ++j)
-      tail += q[j] * kt[j];
-    for (int w = 8; w > 0; w >>= 1)
-      for (int l = 0; l < w; ++l)
-        acc[l] += acc[l + w];
-    const float s = (acc[0] + tail) * scale;
+    const float s = dotPairwise16(q, k + t * stride, d) * scale;
     att[t] = s;
     maxScore = std::max(maxScore, s);
   }

@@ -28,21 +28,8 @@ namespace kiln::rt::cpu {
 __attribute__((target_clones("avx512f", "avx2", "default"))) void
 gemvRows(const float *__restrict x, const float *__restrict w,
          float *__restrict y, int64_t in, int64_t rowBegin, int64_t rowEnd) {
-  for (int64_t r = rowBegin; r < rowEnd; ++r) {
-    const float *wr = w + r * in;
-    float acc[16] = {0};
-    int64_t j = 0;
-    for (; j + 16 <= in; j += 16)
-      for (int l = 0; l < 16; ++l)
-        acc[l] += wr[j + l] * x[j + l];
-    float tail = 0.0f;
-    for (; j < in; ++j)
-      tail += wr[j] * x[j];
-    for (int s = 8; s > 0; s >>= 1)
-      for (int l = 0; l < s; ++l)
-        acc[l] += acc[l + s];
-    y[r] = acc[0] + tail;
-  }
+  for (int64_t r = rowBegin; r < rowEnd; ++r)
+    y[r] = dotPairwise16(w + r * in, x, in);
 }
 
 //===----------------------------------------------------------------------===//

@@ -224,6 +224,28 @@ inline uint8_t floatToE4M3(float f) {
 // zeros bytes (0..15), one per group of groupSize (> 0, even) elements.
 
 /// Bytes of one packed row of `in` 4-bit elements.
+/// dot(a, b) over n floats with sixteen partial sums (a[j + l] * b[j + l]
+/// into lane l for j in steps of 16), reduced pairwise (lane l += lane
+/// l + 8, + 4, + 2, + 1), plus the tail summed in order: a fixed order that
+/// the compiler vectorizes. Inlined into the target_clones kernels (the
+/// f32 GEMV, the attention scores), so each clone has its own code.
+__attribute__((always_inline)) inline float
+dotPairwise16(const float *__restrict a, const float *__restrict b,
+              int64_t n) {
+  float acc[16] = {0};
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int l = 0; l < 16; ++l)
+      acc[l] += a[j + l] * b[j + l];
+  float tail = 0.0f;
+  for (; j < n; ++j)
+    tail += a[j] * b[j];
+  for (int w = 8; w > 0; w >>= 1)
+    for (int l = 0; l < w; ++l)
+      acc[l] += acc[l + w];
+  return acc[0] + tail;
+}
+
 inline int64_t q4RowBytes(int64_t in) { return (in + 1) / 2; }
 /// Groups of one row: ceil(in / groupSize).
 inline int64_t q4Groups(int64_t in, int64_t groupSize) {
