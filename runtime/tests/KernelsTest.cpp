@@ -6,6 +6,7 @@
 // float (RoPE angles).
 //
 //===----------------------------------------------------------------------===//
+#include "SimdLevels.h"
 #include "kiln_rt/kernel_abi.h"
 
 #include <gtest/gtest.h>
@@ -172,8 +173,18 @@ std::ostream &operator<<(std::ostream &os, const AttnShape &s) {
 }
 class AttentionTest : public ::testing::TestWithParam<AttnShape> {};
 
+void attentionMatchesReference(const AttnShape &s);
+
+// At every SIMD level (the tiled path's softmax is a Highway kernel).
 TEST_P(AttentionTest, MatchesReference) {
-  AttnShape s = GetParam();
+  for (kiln::rt::cpu::SimdLevel level : kiln::rt::test::supportedLevels()) {
+    kiln::rt::test::ScopedSimdLevel scoped(level);
+    SCOPED_TRACE(kiln::rt::test::levelName(level));
+    attentionMatchesReference(GetParam());
+  }
+}
+
+void attentionMatchesReference(const AttnShape &s) {
   int64_t qDim = s.heads * s.headDim, kvDim = s.kvHeads * s.headDim;
   float scale = 1.0f / std::sqrt(float(s.headDim));
   auto q = randomVector(s.n * qDim, 7);
@@ -249,6 +260,40 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnShape{20, 30, 4, 2, 16, 64, 10},
                       AttnShape{1, 60, 4, 2, 16, 64, 10} // decode, window
                       ));
+
+void nanReachesTheOutput();
+
+// A NaN score reaches the output in the tiled prefill path too (its vector
+// exponential maps NaN to 0, so such rows take expf): a NaN in one key row
+// makes every query row that sees it NaN and leaves the earlier ones finite.
+TEST(AttentionTiles, NanReachesTheOutput) {
+  for (kiln::rt::cpu::SimdLevel level : kiln::rt::test::supportedLevels()) {
+    kiln::rt::test::ScopedSimdLevel scoped(level);
+    SCOPED_TRACE(kiln::rt::test::levelName(level));
+    nanReachesTheOutput();
+  }
+}
+
+void nanReachesTheOutput() {
+  const int64_t n = 40, heads = 2, kvHeads = 1, hd = 16, maxSeq = 48;
+  const int64_t qDim = heads * hd, kvDim = kvHeads * hd;
+  auto q = randomVector(n * qDim, 3);
+  auto k = randomVector(n * kvDim, 4);
+  auto v = randomVector(n * kvDim, 5);
+  k[size_t(21 * kvDim + 2)] = NAN; // key 21: one NaN score per later row
+  std::vector<float> kc(size_t(maxSeq * kvDim)), vc(kc.size()),
+      out(size_t(n * qDim));
+  kiln_k_attention(q.data(), k.data(), v.data(), kc.data(), vc.data(),
+                   out.data(), n, 0, heads, kvHeads, hd, maxSeq, 0.25f);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t h = 0; h < heads; ++h) {
+      float o = out[size_t(i * qDim + h * hd)];
+      if (i >= 21)
+        EXPECT_TRUE(std::isnan(o)) << "row " << i << " head " << h;
+      else
+        EXPECT_TRUE(std::isfinite(o)) << "row " << i << " head " << h;
+    }
+}
 
 TEST(Kernels, Elementwise) {
   const int64_t count = 100003; // above the threading threshold, odd

@@ -298,8 +298,9 @@ static constexpr int64_t kTiledQueries = 16;
 /// Prefill attention by query tiles: per (tile of kQueryTile query rows,
 /// head) the scores S = scale * Q K^T over the keys the tile's rows can see
 /// are one sgemm, each row's softmax (exp(s - max) / sum, masked causally
-/// and by the sliding window; the same formula as the per-row path below)
-/// is taken in place, and O = P V is a second sgemm. The dot products are
+/// and by the sliding window; the formula of the per-row path below, with
+/// vector exponentials: softmaxRow) is taken in place, and O = P V is a
+/// second sgemm. The dot products are
 /// summed in sgemm's order; per-row results still depend on nothing but
 /// the tile, so they are identical for any thread count. Scratch: slot 1
 /// the 16-bit Q tile and O tile, slot 2 the keys / values as float
@@ -339,25 +340,11 @@ static void attentionTiles(const typename E::T *q, const Kv &kv,
           int(headDim), scale, qt, int(qStride), kr, int(stride), 0.0f, sc,
           int(keys));
     for (int64_t r = 0; r < tq; ++r) {
-      float *sr = sc + r * keys;
       const int64_t p = pos + i0 + r; // the row's position: keys [.., p]
-      const int64_t last = p - kFirst;
-      const int64_t first =
-          window > 0 ? std::max<int64_t>(0, p - window + 1) - kFirst : 0;
-      float maxScore = -INFINITY;
-      for (int64_t t = first; t <= last; ++t)
-        maxScore = std::max(maxScore, sr[t]);
-      double sum = 0.0;
-      for (int64_t t = first; t <= last; ++t) {
-        float e = expf(sr[t] - maxScore);
-        sr[t] = e;
-        sum += e;
-      }
-      const float inv = float(1.0 / sum);
-      for (int64_t t = first; t <= last; ++t)
-        sr[t] *= inv;
-      std::fill(sr, sr + first, 0.0f);
-      std::fill(sr + last + 1, sr + keys, 0.0f);
+      softmaxRow(sc + r * keys,
+                 window > 0 ? std::max<int64_t>(0, p - window + 1) - kFirst
+                            : 0,
+                 p - kFirst, keys);
     }
     const float *vr = kv.rows(true, kFirst, keys, kvh, stride);
     float *o;

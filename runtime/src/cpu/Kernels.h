@@ -273,6 +273,12 @@ void gemvRowsQ4(const float *x, const int8_t *q, const float *scales,
 
 // GGML block-format decode GEMV on Highway (BlockKernelsHwy.cpp).
 
+/// Softmax of one attention row in place (SoftmaxHwy.cpp): s[t] for t in
+/// [first, last] becomes exp(s[t] - max) / sum over that range (Highway's
+/// Exp, at most 1 ulp; expf for a row with a NaN, which stays NaN), every
+/// other s[t] of [0, n) becomes 0.
+void softmaxRow(float *s, int64_t first, int64_t last, int64_t n);
+
 /// sums[g] = x[16g] + ... + x[16g + 15] for g < in / 16 (in a multiple of
 /// 32): the input sums gemvRowsBlocksSimd shares between rows.
 void blockXSums16(const float *x, int64_t in, float *sums);
