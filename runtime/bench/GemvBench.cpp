@@ -14,7 +14,9 @@
 // weights come from DRAM. Weights are random bytes with finite scales; the
 // output is not checked (KernelsBlocksTest and KernelsQuantTest do that).
 // Runs about two seconds after one warm-up call. Errors (unknown format,
-// IN not a multiple of the block) exit with status 2 and a message.
+// arguments that are not whole integers in range, a matrix over 64 GiB or
+// one that cannot be allocated) exit with status 2 and a message;
+// --help and --version print to stdout.
 //
 //===----------------------------------------------------------------------===//
 
@@ -23,6 +25,8 @@
 #include "kiln_rt/kernel_abi.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <new>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -34,19 +38,36 @@
 
 namespace {
 
+enum Kind { kBlocks, kF32, kW8, kW4 };
+
 struct Matrix {
   std::vector<int8_t> q;     ///< blocks, int8 codes or packed nibbles
   std::vector<float> scales; ///< w8a16 / w4a16 (group 32), f32 weights
   std::vector<int8_t> zeros; ///< w4a16
 };
 
-int usage(const char *msg) {
-  std::fprintf(stderr,
-               "kiln-gemv-bench: %s\nusage: kiln-gemv-bench FORMAT IN OUT "
-               "[THREADS] [MIB]\n  FORMAT: f32, w8a16, w4a16 or a GGML "
-               "block format (q4_0 ... q6_k)\n",
-               msg);
+constexpr const char *kUsage =
+    "usage: kiln-gemv-bench FORMAT IN OUT [THREADS] [MIB]\n"
+    "  FORMAT: f32, w8a16, w4a16 or a GGML block format (q4_0, q4_1, q5_0,\n"
+    "          q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k)\n"
+    "  IN, OUT: the matrix is OUT x IN (IN a multiple of 256, both at most\n"
+    "          2^24); THREADS 1..4096 (default 1); MIB: mebibytes of distinct\n"
+    "          matrices cycled through, 0..65536 (default 256; 0: one matrix)\n";
+
+int usage(const std::string &msg) {
+  std::fprintf(stderr, "kiln-gemv-bench: %s\n%s", msg.c_str(), kUsage);
   return 2;
+}
+
+/// `text` as a whole decimal integer in [lo, hi], or false.
+bool parseInt(const char *text, int64_t lo, int64_t hi, int64_t &out) {
+  errno = 0;
+  char *end = nullptr;
+  const long long v = std::strtoll(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi)
+    return false;
+  out = v;
+  return true;
 }
 
 /// The byte offsets of a block's f16 fields (d, and dmin / m where the
@@ -67,21 +88,39 @@ std::vector<int> halfFields(int64_t f) {
   }
 }
 
+int run(const std::string &name, Kind kind, int64_t format, int64_t in,
+        int64_t out, int64_t threads, int64_t bytes, int64_t count);
+
 } // namespace
 
 int main(int argc, char **argv) {
+  if (argc == 2 && std::strcmp(argv[1], "--help") == 0) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (argc == 2 && std::strcmp(argv[1], "--version") == 0) {
+    std::printf("kiln-gemv-bench (Kiln kernel ABI %d)\n", KILN_ABI_VERSION);
+    return 0;
+  }
   if (argc < 4 || argc > 6)
     return usage("expected 3 to 5 arguments");
   const std::string name = argv[1];
-  const int64_t in = std::atoll(argv[2]), out = std::atoll(argv[3]);
-  const int threads = argc > 4 ? std::atoi(argv[4]) : 1;
-  const int64_t mib = argc > 5 ? std::atoll(argv[5]) : 256;
-  if (in <= 0 || out <= 0 || in % 256 != 0)
-    return usage("IN must be a positive multiple of 256, OUT positive");
-  if (threads < 1 || mib < 0)
-    return usage("THREADS must be >= 1 and MIB >= 0");
+  constexpr int64_t kMaxDim = int64_t(1) << 24;
+  int64_t in = 0, out = 0, threads = 1, mib = 256;
+  if (!parseInt(argv[2], 1, kMaxDim, in) || in % 256 != 0)
+    return usage(std::string("IN must be a multiple of 256 in [256, 2^24], "
+                             "got '") + argv[2] + "'");
+  if (!parseInt(argv[3], 1, kMaxDim, out))
+    return usage(std::string("OUT must be an integer in [1, 2^24], got '") +
+                 argv[3] + "'");
+  if (argc > 4 && !parseInt(argv[4], 1, 4096, threads))
+    return usage(std::string("THREADS must be an integer in [1, 4096], got '") +
+                 argv[4] + "'");
+  if (argc > 5 && !parseInt(argv[5], 0, 65536, mib))
+    return usage(std::string("MIB must be an integer in [0, 65536], got '") +
+                 argv[5] + "'");
   const int64_t format = kiln_block_format_from_name(name.c_str());
-  enum { kBlocks, kF32, kW8, kW4 } kind = kBlocks;
+  Kind kind = kBlocks;
   if (name == "f32")
     kind = kF32;
   else if (name == "w8a16")
@@ -90,9 +129,11 @@ int main(int argc, char **argv) {
     kind = kW4;
   else if (format == 0)
     return usage(("unknown format '" + name + "'").c_str());
-  if (kiln_rt_status_t st = kiln_rt_set_threads(threads)) {
+  if (kiln_rt_status_t st = kiln_rt_set_threads(int(threads))) {
+    std::string msg = "THREADS " + std::to_string(threads) + ": " +
+                      kiln_rt_status_message(st);
     kiln_rt_status_free(st);
-    return usage("cannot set the thread count");
+    return usage(msg);
   }
 
   const int64_t groups = in / 32;
@@ -111,8 +152,31 @@ int main(int argc, char **argv) {
     bytes = out * (in / 2 + groups * 5);
     break;
   }
+  if (bytes > (int64_t(64) << 30))
+    return usage("a " + std::to_string(out) + " x " + std::to_string(in) +
+                 " " + name + " matrix is " + std::to_string(bytes) +
+                 " bytes, over 64 GiB");
   const int64_t count =
       std::max<int64_t>(1, mib * (int64_t(1) << 20) / bytes);
+  // One matrix of 2^24 x 2^24 f32 is 2^50 bytes: the products above do not
+  // overflow; what does not fit in memory is reported, not thrown.
+  try {
+    return run(name, kind, format, in, out, threads, bytes, count);
+  } catch (const std::bad_alloc &) {
+    std::fprintf(stderr,
+                 "kiln-gemv-bench: cannot allocate %lld matri%s of %lld bytes "
+                 "(%s %lld x %lld)\n",
+                 (long long)count, count == 1 ? "x" : "ces", (long long)bytes,
+                 name.c_str(), (long long)out, (long long)in);
+    return 2;
+  }
+}
+
+namespace {
+
+int run(const std::string &name, Kind kind, int64_t format, int64_t in,
+        int64_t out, int64_t threads, int64_t bytes, int64_t count) {
+  const int64_t groups = in / 32;
   std::mt19937 rng(1);
   std::vector<Matrix> ms(static_cast<size_t>(count));
   for (Matrix &m : ms) {
@@ -171,12 +235,14 @@ int main(int argc, char **argv) {
                                             t0)
                   .count();
   }
-  std::printf("%s %lld x %lld, %d thread%s, %lld matri%s (%.0f MiB): "
+  std::printf("%s %lld x %lld, %lld thread%s, %lld matri%s (%.0f MiB): "
               "%.2f GB/s of weights, %.3f ms per GEMV\n",
-              name.c_str(), (long long)out, (long long)in, threads,
+              name.c_str(), (long long)out, (long long)in, (long long)threads,
               threads == 1 ? "" : "s", (long long)count,
               count == 1 ? "x" : "ces", double(bytes * count) / (1 << 20),
               double(bytes) * double(calls) / seconds / 1e9,
               seconds / double(calls) * 1e3);
   return 0;
 }
+
+} // namespace

@@ -110,7 +110,8 @@ static cl::opt<std::string> actScales(
 static cl::opt<std::string> ggufLinears(
     "gguf-linears",
     cl::desc("Layout of GGUF Q4_0 / Q8_0 linear weights: auto (the default: "
-             "blocks for --target=cpu, repacked for cuda), blocks (the GGML "
+             "blocks for --target=cpu with --dtype=f32, else repacked), "
+             "blocks (the GGML "
              "blocks as stored, read by the block kernels) or repacked "
              "(Kiln's W4A16 / W8A16 layout: codes, float32 scales, zero "
              "points); other GGML formats are always kept as blocks"),
@@ -499,8 +500,21 @@ int main(int argc, char **argv) {
   // read them as stored, in fewer bytes (18 per 32 Q4_0 weights against 21)
   // and faster (one core: 13 against 10 billion Q4_0 weights per second,
   // docs/benchmarks.md); the int8-activation kernels read nothing else.
+  // With --dtype f16 / bf16 block-format linears are decoded to the compute
+  // type when the artifact is written, while the repack keeps 8 / 4 bits:
+  // auto means blocks only for f32 on the CPU.
+  const bool repackable = hasRepackedGgufLinears(*desc);
+  if (ggufLinears.getNumOccurrences() && !repackable)
+    llvm::errs() << "kiln-compile: note: --gguf-linears=" << ggufLinears
+                 << " has no effect: " << modelPath
+                 << " has no GGUF Q4_0 / Q8_0 linear weights\n";
+  else if (ggufLinears == "blocks" && dtype != "f32")
+    llvm::errs() << "kiln-compile: note: --gguf-linears=blocks with --dtype="
+                 << dtype << " decodes the Q4_0 / Q8_0 linears to " << dtype
+                 << " (block kernels compute in f32); --gguf-linears="
+                    "repacked keeps them 4 / 8-bit\n";
   if (actQuant == "int8" || ggufLinears == "blocks" ||
-      (ggufLinears == "auto" && target == "cpu"))
+      (ggufLinears == "auto" && target == "cpu" && dtype == "f32"))
     keepGgufLinearsAsBlocks(*desc);
   if (actQuant == "int8") {
     bool anyBlockLinear = llvm::any_of(desc->weights, [](const WeightDesc &w) {

@@ -351,14 +351,23 @@ void makeGgufQuantized(WeightDesc &w) {
   w.quantized = std::move(q);
 }
 
+/// Whether `w` is a GGUF Q4_0 / Q8_0 linear that makeGgufQuantized repacked
+/// and whose rows need no reordering.
+static bool isRepackedGgufLinear(const WeightDesc &w) {
+  if (!w.quantized || !w.transforms.empty() || w.quantized->parts.empty())
+    return false;
+  const WeightTransform *r = repackStep(w.quantized->parts.front());
+  return r && (r->format == "q4_0" || r->format == "q8_0") &&
+         w.source.shape.size() == 2;
+}
+
+bool hasRepackedGgufLinears(const ModelDesc &model) {
+  return llvm::any_of(model.weights, isRepackedGgufLinear);
+}
+
 void keepGgufLinearsAsBlocks(ModelDesc &model) {
   for (WeightDesc &w : model.weights) {
-    if (!w.quantized || !w.transforms.empty() ||
-        w.quantized->parts.empty())
-      continue;
-    const WeightTransform *r = repackStep(w.quantized->parts.front());
-    if (!r || (r->format != "q4_0" && r->format != "q8_0") ||
-        w.source.shape.size() != 2)
+    if (!isRepackedGgufLinear(w))
       continue;
     w.quantized.reset();
     keepGgufBlocks(w);

@@ -121,6 +121,9 @@ void keepGgufBlocks(WeightDesc &w);
 /// themselves (the int8-activation recipe) get the blocks as stored.
 void keepGgufLinearsAsBlocks(ModelDesc &model);
 
+/// Whether `model` has linears keepGgufLinearsAsBlocks would change.
+bool hasRepackedGgufLinears(const ModelDesc &model);
+
 /// The recipe name an artifact records for a model whose linears are kept
 /// quantized from its checkpoint: "prequantized-<format>-w<bits>[g<group>]"
 /// (the group size only when all such linears share it), e.g.
