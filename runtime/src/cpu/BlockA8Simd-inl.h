@@ -219,14 +219,11 @@ static inline void A8RowsDot(const A8Row &a, const uint8_t *w,
     acc[r] = _mm256_setzero_ps();
     off[r] = 0.0f;
   }
-  // One prefetch per 64-byte line of the next R rows (R streams side by side
-  // outrun the hardware prefetchers; see PrefetchNextRows in HwyCommon-inl.h).
+  // One prefetch per 64-byte line of the next R rows (PrefetchNextRows).
   constexpr int64_t kEvery = kBytes >= 64 ? 1 : 64 / kBytes;
   for (int64_t b = 0; b < in / kiln_block_elems(F); ++b) {
     if (b % kEvery == 0)
-      for (int r = 0; r < R; ++r)
-        for (int64_t o = 0; o < (kBytes + 63) / 64 * 64; o += 64)
-          __builtin_prefetch(w + (R + r) * rowBytes + b * kBytes + o);
+      PrefetchNextRows<R>(w, rowBytes, b * kBytes, kBytes >= 64 ? kBytes : 1);
     for (int r = 0; r < R; ++r)
       A8Block<F>(a, b, w + r * rowBytes + b * kBytes, acc[r], off[r]);
   }

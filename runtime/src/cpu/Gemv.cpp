@@ -138,10 +138,9 @@ static inline void dotRows(const float *x, const uint16_t *w, float *y,
   int64_t j = 0;
   for (; j + 16 <= in; j += 16) {
     __m256 xa = _mm256_loadu_ps(x + j), xb = _mm256_loadu_ps(x + j + 8);
-    if (j % 32 == 0)
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) // the next R rows' line (avx512::dotRows)
-        __builtin_prefetch(w + (R + r) * in + j);
+    if (j % 32 == 0) // the next R rows' line (avx512::dotRows)
+      PrefetchNextRows<R>(reinterpret_cast<const uint8_t *>(w), 2 * in, 2 * j,
+                          1);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       a[r] = _mm256_fmadd_ps(load8<Bf16>(w + r * in + j), xa, a[r]);
@@ -226,9 +225,7 @@ static inline void dotRows(const float *x, const uint16_t *w, float *y,
     __m512 xa = _mm512_loadu_ps(x + j), xb = _mm512_loadu_ps(x + j + 16);
     // The next R rows' line: R streams side by side outrun the hardware
     // prefetchers (llama-110m F16 decode on one core: 50 -> 71 tokens/s).
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r)
-      __builtin_prefetch(w + (R + r) * in + j);
+    PrefetchNextRows<R>(reinterpret_cast<const uint8_t *>(w), 2 * in, 2 * j, 1);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       a[r] = _mm512_fmadd_ps(load16<Bf16>(w + r * in + j), xa, a[r]);

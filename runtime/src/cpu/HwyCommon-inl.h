@@ -43,24 +43,6 @@ HWY_INLINE hn::Vec<DI> LoadU8AsI32(const uint8_t *HWY_RESTRICT p) {
   return hn::PromoteTo(di, hn::LoadU(du8, p));
 }
 
-/// Asks for bytes [from, from + n) of the R rows after the R rows at w (what
-/// the next R-row step of a GEMV reads), one request per 64-byte line. A
-/// GEMV reads R rows side by side, R streams that the hardware prefetchers
-/// follow too late to keep DRAM busy: on the Xeon of docs/benchmarks.md
-/// this takes the Q4_0 GEMV from 4.7 to 7.7 GB/s on one core. Requests past
-/// the end of the matrix are harmless (a prefetch never faults).
-template <int R>
-HWY_INLINE void PrefetchNextRows(const uint8_t *w, int64_t rowBytes,
-                                 int64_t from, int64_t n) {
-  for (int r = 0; r < R; ++r) {
-    const uint8_t *p = w + (R + r) * rowBytes + from;
-    for (int64_t off = 0; off < n; off += 64)
-      __builtin_prefetch(p + off);
-    if (n > 1)
-      __builtin_prefetch(p + n - 1);
-  }
-}
-
 #if HWY_TARGET <= HWY_AVX3
 /// table[idx & 15] per lane: vpermps reads the low four bits of each index
 /// (16 lanes), so 4-bit codes become floats in one instruction.
