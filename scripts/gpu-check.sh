@@ -15,6 +15,9 @@
 #      then quantized (W8A16, INT8 / FP8 KV cache, SmoothQuant W8A8 per token
 #      and static): 64 greedy tokens, CUDA vs CPU; GGUF block formats (the
 #      kquant mix CUDA vs CPU, SmolLM2 Q4_1 against its reference outputs);
+#      fusion: stories260K unfused (--fuse=none) CUDA vs CPU (section 2
+#      runs the fused default), synthetic:llama-110m f32 fused vs unfused:
+#      greedy tokens, kernel calls per decode step, decode / prefill tokens/s;
 #   3. synthetic:llama-2-7b in bf16: decode tokens/s at batch 1 (median after
 #      warm-up) next to the HBM roofline (weight bytes per token / measured
 #      device copy bandwidth) and PyTorch eager; prefill tokens/s for a
@@ -37,7 +40,7 @@ log="$out/details.txt"
 export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$bin:/usr/local/cuda/bin:$PATH"
 status=0
-declare -A result
+declare -A result fdec fpre fcalls
 
 say() { echo "$*" | tee -a "$log"; }
 section() { say ""; say "== $* =="; }
@@ -182,6 +185,42 @@ else
   result[smol]="FAIL: see details"; status=1
 fi
 
+section "2d. fusion on CUDA: fused vs unfused (f32)"
+# f32 artifacts are fused by default (kiln-fuse, docs/fusion.md), so the
+# stories260K check of section 2 runs the fused kernels; here the same model
+# unfused against the CPU, then synthetic:llama-110m f32 fused vs
+# --fuse=none: greedy tokens, kernel calls per decode step (in model.cu)
+# and decode / prefill tokens/s from kiln-bench, side by side in one run.
+quant_case unfused --fuse=none
+decode_calls() { # decode_calls MODEL_CU: kernel calls in kiln_decode
+  python3 - "$1" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+body = text[text.index('extern "C" void kiln_decode'):]
+body = body[:body.index("\n}\n")]
+print(len(re.findall(r"\b(kiln_cuda_\w+|kiln_fused_\w+)\(", body)))
+PY
+}
+for f in all none; do
+  if run kiln-compile synthetic:llama-110m --target=cuda --fuse=$f \
+       --max-prefill-tokens=512 -o "$work/fuse-$f"; then
+    run kiln-run "$work/fuse-$f" --temperature 0 --max-tokens 64 --print-tokens \
+      > "$work/fuse-$f.tok"
+    run kiln-bench "$work/fuse-$f" --no-verify --prompt-tokens 512 \
+      --decode-tokens 128 --repeat 3 > "$work/fuse-$f.bench"
+    fdec[$f]="$(sed -nE 's/^decode: ([0-9.]+) tokens\/s.*/\1/p' "$work/fuse-$f.bench")"
+    fpre[$f]="$(sed -nE 's/^prefill: ([0-9.]+) tokens\/s.*/\1/p' "$work/fuse-$f.bench")"
+    fcalls[$f]="$(decode_calls "$work/fuse-$f/model.cu" 2>> "$log")"
+  fi
+done
+a="$(grep -E '^[0-9 ]+$' "$work/fuse-all.tok" 2>/dev/null | head -1)"
+b="$(grep -E '^[0-9 ]+$' "$work/fuse-none.tok" 2>/dev/null | head -1)"
+if [ -n "$a" ] && [ "$a" = "$b" ]; then
+  result[fuse]="PASS: $(echo "$a" | wc -w) tokens identical"
+else
+  result[fuse]="FAIL: fused tokens differ from unfused (see details)"; status=1
+fi
+
 section "3. synthetic:llama-2-7b bf16"
 art7b="$work/llama-2-7b-bf16"
 run /usr/bin/time -v kiln-compile synthetic:llama-2-7b --target=cuda --dtype=bf16 \
@@ -223,6 +262,11 @@ section "summary"
   for q in "${quant_names[@]}"; do
     printf '%-34s %s\n' "  quantized: $q" "${result[q-$q]:-n/a}"
   done
+  printf '%-34s %s\n' "  unfused (--fuse=none) == CPU" "${result[q-unfused]:-n/a}"
+  printf '%-34s %s\n' "110M f32 fused == unfused" "${result[fuse]:-n/a}"
+  printf '%-34s %s\n' "  calls per decode step" "fused ${fcalls[all]:-n/a}, unfused ${fcalls[none]:-n/a}"
+  printf '%-34s %s\n' "  decode (tokens/s)" "fused ${fdec[all]:-n/a}, unfused ${fdec[none]:-n/a}"
+  printf '%-34s %s\n' "  prefill 512 (tokens/s)" "fused ${fpre[all]:-n/a}, unfused ${fpre[none]:-n/a}"
   printf '%-34s %s\n' "GGUF blocks: kq-mix CUDA == CPU" "${result[b-kq-mix]:-n/a}"
   printf '%-34s %s\n' "SmolLM2 Q4_1 CUDA vs reference" "${result[smol]:-n/a}"
   printf '%-34s %s\n' "7B bf16 decode (tokens/s)" "${decode:-n/a}"

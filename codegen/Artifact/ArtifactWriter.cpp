@@ -71,6 +71,9 @@ static constexpr std::pair<const char *, const char *> kCudaFamilyHeaders[] = {
     {"KilnCudaHost.cuh",
 #include "codegen/Artifact/KilnCudaHost.inc"
     },
+    {"KilnCudaFused.cuh",
+#include "codegen/Artifact/KilnCudaFused.inc"
+    },
 };
 
 FailureOr<std::vector<WeightDesc>> mlir::kiln::collectWeightRecipes(ModuleOp graph) {

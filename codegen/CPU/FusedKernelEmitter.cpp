@@ -35,13 +35,22 @@ struct Segment {
 
 class Emitter {
 public:
-  explicit Emitter(plan::FusedKernelOp kernel)
+  Emitter(plan::FusedKernelOp kernel, bool cuda)
       : kernel(kernel), body(kernel.getBody().front()),
-        name(kernel.getSymName().str()) {}
+        name(kernel.getSymName().str()), cuda(cuda) {}
   FailureOr<std::string> run();
+  FailureOr<std::string> runCuda(int64_t maxTokens, uint64_t &scratchBytes);
 
 private:
   LogicalResult classify();
+  /// Checks the argument and result element types the templates take.
+  LogicalResult checkTypes();
+  /// The region's residual operand when it is a dense f32 linear whose
+  /// only epilogue is an add of a region argument (cuBLASLt's beta = 1
+  /// epilogue on CUDA), else -1.
+  int64_t residualArg();
+  /// The CUDA row reader of the anchor's weight.
+  FailureOr<std::string> cudaRowsExpr();
   std::string argDecl(unsigned i);
   std::string envFields();
   /// Statements computing every epilogue value whose segments are `only`
@@ -65,6 +74,7 @@ private:
   SmallVector<Operation *> epilogue; ///< elementwise ops, in order
   bool paired = false;
   int64_t width = 0; ///< elementwise regions: the common width
+  bool cuda;         ///< CUDA template (else the CPU one)
 };
 } // namespace
 
@@ -218,6 +228,14 @@ LogicalResult Emitter::emitElementStatements(llvm::raw_ostream &os, int only,
       if (failed(x) || paired)
         return op->emitOpError() << "in fused kernel '" << name
                                  << "' must read a column slice";
+      if (cuda) {
+        // `partner`: the raw linear output at column j ^ 1 (runCuda).
+        os << indent << "const float " << vars[op->getResult(0)]
+           << " = kiln_cuda_rope_elem(" << *x << ", partner, col, "
+           << r.getHeadDim() << ", " << r.getRotaryDim() << ", "
+           << cFloat(r.getTheta()) << ", *e.pos + t);\n";
+        continue;
+      }
       int64_t pairs = r.getRotaryDim() / 2;
       os << indent << "const float " << vars[op->getResult(0)]
          << " = kiln_rope_elem(" << *x << ", c0[t * tw + ((j ^ 1) - s0)], col, "
@@ -238,9 +256,13 @@ LogicalResult Emitter::emitElementStatements(llvm::raw_ostream &os, int only,
             .Case([&](AddOp) { return in[0] + " + " + in[1]; })
             .Case([&](AddBiasOp) { return in[0] + " + " + in[1]; })
             .Case([&](MulOp) { return in[0] + " * " + in[1]; })
-            .Case([&](SiluOp) { return "kiln_silu(" + in[0] + ")"; })
+            .Case([&](SiluOp) {
+              return (cuda ? "kiln_cuda_silu_elem(" : "kiln_silu(") + in[0] +
+                     ")";
+            })
             .Case([&](SwigluOp) {
-              return "kiln_swiglu(" + in[0] + ", " + in[1] + ")";
+              return (cuda ? "kiln_cuda_swiglu_elem(" : "kiln_swiglu(") +
+                     in[0] + ", " + in[1] + ")";
             })
             .Default([](Operation *) { return std::string(); });
     os << indent << "const float " << vars[op->getResult(0)] << " = " << expr
@@ -284,9 +306,7 @@ std::string Emitter::envFields() {
   return s;
 }
 
-FailureOr<std::string> Emitter::run() {
-  if (failed(classify()))
-    return failure();
+LogicalResult Emitter::checkTypes() {
   for (unsigned i = 0; i < body.getNumArguments(); ++i)
     if (failed(cType(kernel, body.getArgument(i).getType())))
       return failure();
@@ -295,6 +315,13 @@ FailureOr<std::string> Emitter::run() {
     if (!cast<RankedTensorType>(v.getType()).getElementType().isF32())
       return kernel.emitOpError() << "fused kernel '" << name
                                   << "' yields a non-f32 value";
+  return success();
+}
+
+FailureOr<std::string> Emitter::run() {
+  if (failed(classify()) || failed(checkTypes()))
+    return failure();
+  auto yield = cast<YieldOp>(body.getTerminator());
 
   std::string text;
   llvm::raw_string_ostream os(text);
@@ -447,8 +474,248 @@ FailureOr<std::string> Emitter::run() {
   return text;
 }
 
+int64_t Emitter::residualArg() {
+  auto linear = dyn_cast_or_null<LinearOp>(anchor);
+  auto yield = cast<YieldOp>(body.getTerminator());
+  if (!linear || linear.getFormat() || norm || epilogue.size() != 1 ||
+      yield.getValues().size() != 1 ||
+      yield.getValues().front() != epilogue.front()->getResult(0) ||
+      !cast<RankedTensorType>(linear.getWeight().getType())
+           .getElementType()
+           .isF32())
+    return -1;
+  auto add = dyn_cast<AddOp>(epilogue.front());
+  if (!add)
+    return -1;
+  Value result = anchor->getResult(0);
+  Value other = add.getLhs() == result   ? add.getRhs()
+                : add.getRhs() == result ? add.getLhs()
+                                         : Value();
+  auto arg = dyn_cast_or_null<BlockArgument>(other);
+  if (!arg || arg.getType() != result.getType())
+    return -1;
+  return arg.getArgNumber();
+}
+
+FailureOr<std::string> Emitter::cudaRowsExpr() {
+  auto argIndex = [&](Value v) -> int64_t {
+    auto arg = dyn_cast<BlockArgument>(v);
+    return arg ? int64_t(arg.getArgNumber()) : -1;
+  };
+  int64_t in = widthOf(anchor->getOperand(0));
+  std::string ins = std::to_string(in);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  if (auto l = dyn_cast<LinearOp>(anchor)) {
+    int64_t w = argIndex(l.getWeight());
+    if (w < 0)
+      return l.emitOpError() << "weight must be a region argument";
+    if (std::optional<StringRef> format = l.getFormat()) {
+      if (l.hasQuantizedActivations())
+        return l.emitOpError()
+               << "int8 activations (act_quant 'int8_per_block') have "
+                  "kernels for the cpu target only so far";
+      int64_t id = kiln_block_format_from_name(format->str().c_str());
+      if (id < 0)
+        return l.emitOpError() << "unknown block format '" << *format << "'";
+      os << "kiln_cuda_detail::BlockRows<" << id
+         << ">{reinterpret_cast<const uint8_t *>(a" << w << "), " << ins
+         << "}";
+      return text;
+    }
+    if (!cast<RankedTensorType>(l.getWeight().getType())
+             .getElementType()
+             .isF32())
+      return l.emitOpError() << "in a fused kernel needs f32 or block weights";
+    os << "kiln_cuda_detail::DenseRows<float>{a" << w << ", " << ins << "}";
+    return text;
+  }
+  auto q = cast<QuantizedLinearOp>(anchor);
+  if (q.hasQuantizedActivations())
+    return q.emitOpError() << "W8A8 linears are not fused";
+  int64_t qw = argIndex(q.getQweight()), sc = argIndex(q.getScales());
+  if (qw < 0 || sc < 0)
+    return q.emitOpError() << "weights must be region arguments";
+  int64_t group = q.getGroupSize();
+  if (q.getBits() == 8) {
+    if (group > 0)
+      os << "kiln_cuda_detail::W8GroupRows<float>::make(a" << qw << ", a" << sc
+         << ", " << ins << ", " << group << ")";
+    else
+      os << "kiln_cuda_detail::W8Rows<float>{a" << qw << ", a" << sc << ", "
+         << ins << "}";
+    return text;
+  }
+  int64_t z = q.getZeroPoints() ? argIndex(q.getZeroPoints()) : -1;
+  if (z < 0)
+    return q.emitOpError() << "4-bit weights need zero points on cuda";
+  os << "kiln_cuda_detail::W4Rows<float>::make(a" << qw << ", a" << sc
+     << ", a" << z << ", " << ins << ", " << group << ")";
+  return text;
+}
+
+FailureOr<std::string> Emitter::runCuda(int64_t maxTokens,
+                                        uint64_t &scratchBytes) {
+  scratchBytes = 0;
+  if (failed(classify()) || failed(checkTypes()))
+    return failure();
+  if (!anchor && rope)
+    return rope.emitOpError() << "in fused kernel '" << name
+                              << "' needs a linear's column slice";
+  auto yield = cast<YieldOp>(body.getTerminator());
+  auto argIndex = [&](Value v) -> int64_t {
+    auto arg = dyn_cast<BlockArgument>(v);
+    return arg ? int64_t(arg.getArgNumber()) : -1;
+  };
+
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  std::string epi = name + "_epi";
+  os << "// " << name << ": kiln.fused region (families:";
+  for (Attribute f : kernel.getFamilies())
+    os << " " << cast<StringAttr>(f).getValue();
+  os << "), CUDA template (KilnCudaFused.cuh)\nnamespace {\nstruct " << epi
+     << " {\n";
+  for (unsigned i = 0; i < body.getNumArguments(); ++i)
+    os << "  " << argDecl(i) << ";\n";
+  for (unsigned i = 0; i < yield.getValues().size(); ++i)
+    os << "  float *r" << i << ";\n";
+  os << "  const int64_t *pos; // RoPE position of token 0 (ctx->d_pos)\n";
+
+  int k = 1;
+  int64_t count = 0, in = 0, out = 0;
+  if (!anchor) {
+    os << "  __device__ void elem(int64_t t, int64_t col) const {\n"
+       << "    const " << epi << " &e = *this;\n";
+    if (failed(emitElementStatements(os, -1, "    ")))
+      return failure();
+    os << "  }\n";
+  } else {
+    in = widthOf(anchor->getOperand(0));
+    out = widthOf(anchor->getResult(0));
+    // Output groups: the K values an epilogue needs together.
+    os << "  __device__ int64_t row(int64_t g, int k) const {\n";
+    if (paired) {
+      k = int(segments.size());
+      count = segments.front().width;
+      os << "    const int64_t off[" << k << "] = {";
+      for (auto [i, s] : llvm::enumerate(segments))
+        os << (i ? ", " : "") << s.offset;
+      os << "};\n    return off[k] + g;\n";
+    } else if (rope) {
+      // A RoPE pair (j, j ^ 1) in one group: segments start at even rows.
+      for (const Segment &s : segments)
+        if (s.offset % 2 || s.width % 2)
+          return rope.emitOpError()
+                 << "in fused kernel '" << name
+                 << "' needs column ranges of even offset and width";
+      k = 2;
+      count = out / 2;
+      os << "    return 2 * g + k;\n";
+    } else {
+      count = out;
+      os << "    (void)k;\n    return g;\n";
+    }
+    os << "  }\n"
+       << "  __device__ void store(int64_t t, int64_t g, const float *v) "
+          "const {\n"
+       << "    const " << epi << " &e = *this;\n";
+    if (paired) {
+      os << "    const int64_t col = g;\n    (void)col;\n";
+      for (int i = 0; i < k; ++i)
+        os << "    const float seg" << i << " = v[" << i << "];\n";
+      if (failed(emitElementStatements(os, -1, "    ")))
+        return failure();
+    } else {
+      os << "    for (int k = 0; k < " << k << "; ++k) {\n"
+         << "      const int64_t j = row(g, k);\n"
+         << "      const float val = v[k];\n";
+      if (rope)
+        os << "      const float partner = v[k ^ 1];\n      (void)partner;\n";
+      for (auto [i, s] : llvm::enumerate(segments)) {
+        os << "      " << (i ? "else if" : "if") << " (j >= " << s.offset
+           << " && j < " << s.offset + s.width << ") {\n"
+           << "        const int64_t col = j - " << s.offset << ";\n"
+           << "        const float seg" << i << " = val;\n"
+           << "        (void)col;\n";
+        if (failed(emitElementStatements(os, int(i), "        ")))
+          return failure();
+        os << "      }\n";
+      }
+      os << "    }\n";
+    }
+    os << "  }\n";
+  }
+  os << "};\n} // namespace\n";
+
+  // The host function plan.call_fused calls.
+  os << "static void " << name << "(kiln_cuda_ctx *ctx, ";
+  for (unsigned i = 0; i < body.getNumArguments(); ++i)
+    os << argDecl(i) << ", ";
+  for (unsigned i = 0; i < yield.getValues().size(); ++i)
+    os << "float *r" << i << ", ";
+  os << "int64_t n) {\n  (void)n;\n  " << epi << " e{};\n";
+  for (unsigned i = 0; i < body.getNumArguments(); ++i)
+    os << "  e.a" << i << " = a" << i << ";\n";
+  for (unsigned i = 0; i < yield.getValues().size(); ++i)
+    os << "  e.r" << i << " = r" << i << ";\n";
+  os << "  e.pos = ctx->d_pos;\n"
+     << "  const int64_t rows = " << rowsExpr() << ";\n";
+  if (!anchor) {
+    os << "  kiln_cuda_fused_elementwise(ctx, \"" << name << "\", rows, "
+       << width << ", e);\n}\n";
+    return text;
+  }
+  FailureOr<std::string> reader = cudaRowsExpr();
+  if (failed(reader))
+    return failure();
+  if (int64_t res = residualArg(); res >= 0) {
+    int64_t x = argIndex(anchor->getOperand(0));
+    if (x < 0)
+      return anchor->emitOpError() << "input must be a region argument";
+    os << "  kiln_cuda_fused_linear_residual(ctx, \"" << name << "\", "
+       << *reader << ", a" << x << ", a" << res << ", r0, rows, " << in << ", "
+       << out << ", e);\n}\n";
+    return text;
+  }
+  std::string x, normW = "nullptr", eps = "0.0f";
+  if (norm) {
+    int64_t xi = argIndex(norm.getInput()), wi = argIndex(norm.getWeight());
+    if (xi < 0 || wi < 0)
+      return norm.emitOpError() << "prologue must read region arguments";
+    x = "a" + std::to_string(xi);
+    normW = "a" + std::to_string(wi);
+    eps = cFloat(norm.getEpsilon());
+  } else {
+    int64_t xi = argIndex(anchor->getOperand(0));
+    if (xi < 0)
+      return anchor->emitOpError() << "input must be a region argument";
+    x = "a" + std::to_string(xi);
+  }
+  // Prefill scratch: the normalized input and the linear's result, float32,
+  // for the largest call (kiln_cuda_fused_scratch_bytes).
+  auto align256 = [](uint64_t b) { return (b + 255) / 256 * 256; };
+  uint64_t tokens = uint64_t(std::max<int64_t>(maxTokens, 1));
+  scratchBytes = (norm ? align256(tokens * uint64_t(in) * 4) : 0) +
+                 align256(tokens * uint64_t(out) * 4);
+  os << "  uint64_t scratchBytes = 0;\n"
+     << "  void *scratch = kiln_cuda_fused_scratch(ctx, "
+        "kKilnFusedScratchOffset, &scratchBytes);\n"
+     << "  kiln_cuda_fused_linear<" << k << ">(ctx, \"" << name << "\", "
+     << *reader << ", " << x << ", " << normW << ", " << eps << ", rows, "
+     << in << ", " << out << ", " << count
+     << ", e, scratch, scratchBytes);\n}\n";
+  return text;
+}
+
 FailureOr<std::string> emitFusedKernelCpu(plan::FusedKernelOp kernel) {
-  return Emitter(kernel).run();
+  return Emitter(kernel, /*cuda=*/false).run();
+}
+
+FailureOr<std::string> emitFusedKernelCuda(plan::FusedKernelOp kernel,
+                                           int64_t maxTokens,
+                                           uint64_t &scratchBytes) {
+  return Emitter(kernel, /*cuda=*/true).runCuda(maxTokens, scratchBytes);
 }
 
 } // namespace mlir::kiln

@@ -1,6 +1,7 @@
 //===- FusedKernelEmitter.h - C++ for plan.fused_kernel ---------*- C++ -*-===//
 //
-// Instantiates the CPU kernel template of a fused region (docs/fusion.md):
+// Instantiates the kernel template of a fused region (docs/fusion.md) for
+// the CPU or the CUDA target (KilnCudaFused.cuh). CPU:
 // a linear-anchored region becomes a tile loop over output rows on the
 // runtime's threads (kernel_abi.h kiln_k_parallel_for), each tile computed
 // by kiln_k_linear_tile for the weight's format with the region's prologue
@@ -25,6 +26,19 @@ namespace mlir::kiln {
 /// op the CPU template cannot express (a 16-bit value, a second linear, a
 /// weight kind without a tile kernel) and fails.
 FailureOr<std::string> emitFusedKernelCpu(plan::FusedKernelOp kernel);
+
+/// The CUDA definition of `kernel` (KilnCudaFused.cuh): an epilogue struct
+/// generated from the region (`row(g, k)`, `store(t, g, v)`; `elem(t, col)`
+/// for an elementwise region) and `static void <sym_name>(kiln_cuda_ctx
+/// *ctx, <arguments>, float *r0, ..., int64_t n)` calling
+/// kiln_cuda_fused_linear / _linear_residual / _elementwise with the
+/// weight's row reader. `maxTokens` bounds n; `scratchBytes` gets the fused
+/// scratch the prefill path needs (bytes; 0 when none). Emits an error on
+/// what the CUDA template cannot express (the CPU's limits, W8A8 or int8
+/// activations, RoPE pairs split across column ranges) and fails.
+FailureOr<std::string> emitFusedKernelCuda(plan::FusedKernelOp kernel,
+                                           int64_t maxTokens,
+                                           uint64_t &scratchBytes);
 
 } // namespace mlir::kiln
 

@@ -287,13 +287,16 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
               return success();
             })
             .Case([&](plan::CallFusedOp c) -> LogicalResult {
-              if (target.cuda)
-                return c.emitOpError()
-                       << "fused kernels are generated for the cpu target "
-                          "only so far; compile with --fuse=none";
               SmallVector<Value> operands;
+              if (target.cuda)
+                operands.push_back(ctxValue);
               for (Value a : c.getArgs())
                 operands.push_back(map.lookup(a));
+              if (target.cuda) {
+                emitc::CallOpaqueOp::create(builder, l, TypeRange{},
+                                            c.getKernel(), operands);
+                return success();
+              }
               callTraced(l, c.getKernel(), operands);
               return success();
             })
@@ -311,9 +314,11 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
   return success();
 }
 
-/// The functions cuda_abi.h says model.so exports besides the entry points,
-/// specialised to this model's shape (from the module's kiln.model).
-static FailureOr<std::string> cudaExports(ModuleOp module) {
+/// The model's shape for the CUDA code (from the module's kiln.model):
+/// constants emitted before the fused kernels, which place their scratch
+/// after the workspace regions of kiln_cuda_workspace_bytes_for. Empty
+/// when the attribute lacks a size (reported by cudaShapeError).
+static std::optional<std::string> cudaConstants(ModuleOp module) {
   auto model = module->getAttrOfType<DictionaryAttr>("kiln.model");
   auto get = [&](StringRef key) -> int64_t {
     auto a = model ? model.getAs<IntegerAttr>(key) : IntegerAttr();
@@ -323,21 +328,36 @@ static FailureOr<std::string> cudaExports(ModuleOp module) {
           maxSeq = get("max_seq_len"), vocab = get("vocab_size"),
           dim = get("dim"), hidden = get("hidden_dim");
   if (heads <= 0 || headDim <= 0 || maxSeq <= 0 || vocab <= 0 || dim <= 0 ||
-      hidden <= 0) {
-    module.emitError() << "the cuda target needs the module attribute "
-                          "kiln.model with positive n_heads, head_dim, "
-                          "max_seq_len, vocab_size, dim and hidden_dim";
-    return failure();
-  }
+      hidden <= 0)
+    return std::nullopt;
   std::string text;
   llvm::raw_string_ostream os(text);
   os << "static const int64_t kKilnHeads = " << heads << ";\n"
      << "static const int64_t kKilnHeadDim = " << headDim << ";\n"
-
      << "static const int64_t kKilnVocab = " << vocab << ";\n"
+     << "static const uint64_t kKilnFusedScratchOffset =\n"
+        "    kiln_cuda_workspace_bytes_for(kKilnHeads, kKilnHeadDim, "
+        "kKilnVocab);";
+  return text;
+}
 
+static LogicalResult cudaShapeError(ModuleOp module) {
+  return module.emitError() << "the cuda target needs the module attribute "
+                               "kiln.model with positive n_heads, head_dim, "
+                               "max_seq_len, vocab_size, dim and hidden_dim";
+}
+
+/// The functions cuda_abi.h says model.so exports besides the entry points.
+/// `fusedScratchBytes`: the largest scratch a fused kernel needs
+/// (emitFusedKernelCuda), after the regions of
+/// kiln_cuda_workspace_bytes_for.
+static std::string cudaExports(uint64_t fusedScratchBytes) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "static const uint64_t kKilnFusedScratchBytes = " << fusedScratchBytes
+     << ";\n"
      << R"(extern "C" uint64_t kiln_cuda_workspace_bytes(void) {
-  return kiln_cuda_workspace_bytes_for(kKilnHeads, kKilnHeadDim, kKilnVocab);
+  return kKilnFusedScratchOffset + kKilnFusedScratchBytes;
 }
 extern "C" void kiln_cuda_sample(kiln_cuda_ctx *ctx, float temperature, int32_t top_k,
                                  float top_p, const float *d_coin, int32_t *d_token) {
@@ -433,14 +453,28 @@ void PlanToEmitCPass::runOnOperation() {
   // Fused kernels (kiln.fused regions): one generated function each.
   SmallVector<plan::FusedKernelOp> fusedKernels(
       module.getOps<plan::FusedKernelOp>());
+  std::optional<std::string> constants;
+  if (info.cuda) {
+    // Without the model's shape, errors in the functions are reported
+    // first and the shape's at the end (the fused kernels need it now).
+    constants = cudaConstants(module);
+    if (constants)
+      emitc::VerbatimOp::create(builder, loc, *constants);
+    else if (!fusedKernels.empty())
+      return (void)cudaShapeError(module), signalPassFailure();
+  }
+  // The most tokens one call takes: prefill's plan.max_tokens (decode: 1).
+  int64_t maxTokens = 1;
+  for (func::FuncOp f : module.getOps<func::FuncOp>())
+    if (auto a = f->getAttrOfType<IntegerAttr>("plan.max_tokens"))
+      maxTokens = std::max(maxTokens, a.getInt());
+  uint64_t fusedScratchBytes = 0;
   for (plan::FusedKernelOp kernel : fusedKernels) {
-    if (info.cuda) {
-      kernel.emitOpError()
-          << "fused kernels are generated for the cpu target only so far; "
-             "compile with --fuse=none";
-      return signalPassFailure();
-    }
-    FailureOr<std::string> text = emitFusedKernelCpu(kernel);
+    uint64_t scratch = 0;
+    FailureOr<std::string> text =
+        info.cuda ? emitFusedKernelCuda(kernel, maxTokens, scratch)
+                  : emitFusedKernelCpu(kernel);
+    fusedScratchBytes = std::max(fusedScratchBytes, scratch);
     if (failed(text))
       return signalPassFailure();
     emitc::VerbatimOp::create(builder, kernel.getLoc(), *text);
@@ -457,11 +491,10 @@ void PlanToEmitCPass::runOnOperation() {
   builder.setInsertionPointToEnd(module.getBody());
   emitc::VerbatimOp::create(builder, loc, planInfo);
   if (info.cuda) {
-    FailureOr<std::string> exports = cudaExports(module);
-    if (failed(exports))
-      return signalPassFailure();
+    if (!constants)
+      return (void)cudaShapeError(module), signalPassFailure();
     builder.setInsertionPointToEnd(module.getBody());
-    emitc::VerbatimOp::create(builder, loc, *exports);
+    emitc::VerbatimOp::create(builder, loc, cudaExports(fusedScratchBytes));
   }
   for (func::FuncOp func : funcs)
     func.erase();

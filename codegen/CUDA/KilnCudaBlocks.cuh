@@ -39,34 +39,32 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-/// Decode GEMV: y[r] = sum_j W[r, j] * x[j]; a warp per row (grid-stride),
-/// lane l decodes blocks l, l + 32, ... into registers and dots them with x;
-/// float accumulation, warp-shuffle reduction.
-template <int64_t F>
-__global__ void __launch_bounds__(kGemvThreads)
-    blockGemvKernel(const float *__restrict__ x, const uint8_t *__restrict__ w,
-                    float *__restrict__ y, int64_t in, int64_t out) {
-  constexpr int64_t E = kiln_block_elems(F), B = kiln_block_bytes(F);
-  const int64_t blocks = in / E, rowBytes = blocks * B;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int warps = blockDim.x >> 5;
-  float buf[E];
-  for (int64_t r = int64_t(blockIdx.x) * warps + warp; r < out;
-       r += int64_t(gridDim.x) * warps) {
-    const uint8_t *row = w + r * rowBytes;
+/// GGML block rows (format F): y[r] = sum_j W[r, j] * x[j]; lane l decodes
+/// blocks l, l + 32, ... into registers and dots them with x; float
+/// accumulation. `in` is whole blocks.
+template <int64_t F> struct BlockRows {
+  using Elem = float;
+  const uint8_t *w;
+  int64_t in;
+
+  __device__ float partial(const float *__restrict__ x, int64_t row,
+                           int lane) const {
+    constexpr int64_t E = kiln_block_elems(F), B = kiln_block_bytes(F);
+    const int64_t blocks = in / E;
+    const uint8_t *wr = w + row * blocks * B;
+    float buf[E];
     float acc = 0.0f;
     for (int64_t b = lane; b < blocks; b += 32) {
-      kiln_block_decode(F, row + b * B, buf);
+      kiln_block_decode(F, wr + b * B, buf);
       const float *xb = x + b * E;
 #pragma unroll 8
       for (int64_t j = 0; j < E; ++j)
         acc = fmaf(buf[j], xb[j], acc);
     }
-    acc = warpSum(acc);
-    if (lane == 0)
-      y[r] = acc;
+    return acc;
   }
-}
+  __device__ float finish(int64_t, float sum) const { return sum; }
+};
 
 constexpr int kBlockTileRows = 16, kBlockTileTokens = 16, kBlockTileDepth = 256;
 

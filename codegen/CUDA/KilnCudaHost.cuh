@@ -94,22 +94,17 @@ inline void kiln_cuda_linear_blocks(kiln_cuda_ctx *ctx, const float *x,
   }
   const auto *wb = reinterpret_cast<const uint8_t *>(w);
   if (n == 1) {
-    const int warps = kGemvThreads / 32;
-    int64_t blocks = (out + warps - 1) / warps;
-    if (blocks > (int64_t(1) << 20))
-      blocks = int64_t(1) << 20;
     switch (format) {
 #define KILN_BLOCK_CASE(f)                                                    \
   case f:                                                                     \
-    blockGemvKernel<f><<<unsigned(blocks), kGemvThreads, 0, streamOf(ctx)>>>( \
-        x, wb, y, in, out);                                                   \
+    launchGemv(ctx, BlockRows<f>{wb, in}, x, y, out,                          \
+               "kiln_cuda_linear_blocks(gemv)<<<>>>");                        \
     break;
       KILN_BLOCK_FORMATS(KILN_BLOCK_CASE)
 #undef KILN_BLOCK_CASE
     default:
       break;
     }
-    KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_linear_blocks(gemv)<<<>>>");
     return;
   }
   const int64_t gx = (out + kBlockTileRows - 1) / kBlockTileRows;
@@ -164,13 +159,8 @@ inline void kiln_cuda_linear(kiln_cuda_ctx *ctx, const T *x, const T *w, Y *y,
     return;
   }
   if (n == 1) {
-    const int warps = kGemvThreads / 32;
-    int64_t blocks = (out + warps - 1) / warps;
-    if (blocks > (int64_t(1) << 20))
-      blocks = int64_t(1) << 20;
-    gemvKernel<T, Y><<<unsigned(blocks), kGemvThreads, 0, streamOf(ctx)>>>(
-        x, w, y, in, out);
-    KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_linear(gemv)<<<>>>");
+    launchGemv(ctx, DenseRows<T>{w, in}, x, y, out,
+               "kiln_cuda_linear(gemv)<<<>>>");
     return;
   }
   ltLinear(ctx, x, w, y, n, in, out);
@@ -212,22 +202,12 @@ inline void kiln_cuda_linear_w8a16(kiln_cuda_ctx *ctx, const T *x,
     return;
   }
   if (n == 1) {
-    const int warps = kGemvThreads / 32;
-    int64_t blocks = (out + warps - 1) / warps;
-    if (blocks > (int64_t(1) << 20))
-      blocks = int64_t(1) << 20;
-    if (group_size > 0) {
-      const bool fast = in % 16 == 0 && group_size % 16 == 0 &&
-                        aligned16(qweight) && in / 16 < (int64_t(1) << 31);
-      gemvW8GroupKernel<T, Y>
-          <<<unsigned(blocks), kGemvThreads, 0, streamOf(ctx)>>>(
-              x, qweight, scales, y, in, out, group_size, fast);
-      KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_linear_w8a16(gemv, grouped)<<<>>>");
-      return;
-    }
-    gemvW8Kernel<T, Y><<<unsigned(blocks), kGemvThreads, 0, streamOf(ctx)>>>(
-        x, qweight, scales, y, in, out);
-    KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_linear_w8a16(gemv)<<<>>>");
+    if (group_size > 0)
+      launchGemv(ctx, W8GroupRows<T>::make(qweight, scales, in, group_size), x,
+                 y, out, "kiln_cuda_linear_w8a16(gemv, grouped)<<<>>>");
+    else
+      launchGemv(ctx, W8Rows<T>{qweight, scales, in}, x, y, out,
+                 "kiln_cuda_linear_w8a16(gemv)<<<>>>");
     return;
   }
   const int64_t gx = (out + kW8TileN - 1) / kW8TileN;
@@ -375,15 +355,9 @@ inline void kiln_cuda_linear_w4a16(kiln_cuda_ctx *ctx, const T *x,
     return;
   }
   if (n == 1) {
-    const int warps = kGemvThreads / 32;
-    int64_t blocks = (out + warps - 1) / warps;
-    if (blocks > (int64_t(1) << 20))
-      blocks = int64_t(1) << 20;
-    const bool fast = in % 32 == 0 && group_size % 32 == 0 &&
-                      aligned16(qweight) && in / 32 < (int64_t(1) << 31);
-    gemvW4Kernel<T, Y><<<unsigned(blocks), kGemvThreads, 0, streamOf(ctx)>>>(
-        x, qweight, scales, zeros, y, in, out, group_size, fast);
-    KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_linear_w4a16(gemv)<<<>>>");
+    launchGemv(ctx,
+               W4Rows<T>::make(qweight, scales, zeros, in, group_size), x, y,
+               out, "kiln_cuda_linear_w4a16(gemv)<<<>>>");
     return;
   }
   const int64_t gx = (out + kW8TileN - 1) / kW8TileN;

@@ -25,23 +25,32 @@ __device__ __forceinline__ float dotPack(const Pack<T> &a, const Pack<T> &b) {
 
 constexpr int kGemvThreads = 256;
 
-/// y[r] = sum_j w[r, j] * x[j] for r < out (x [in], w [out, in] row-major).
-/// Each warp owns rows (grid-stride). Per row: the elements before w's first
-/// 16-byte boundary ("head", < 16 / sizeof(T)), then 16-byte packs of w
-/// (unrolled 4x so each lane keeps 4 loads in flight), then a scalar tail.
-/// x is read as packs when x + head is 16-aligned too, else element-wise.
-/// Any `in`, any element-aligned pointers. Float accumulation, warp-shuffle
-/// reduction; Y is T or float.
-template <typename T, typename Y>
-__global__ void __launch_bounds__(kGemvThreads)
-    gemvKernel(const T *__restrict__ x, const T *__restrict__ w,
-               Y *__restrict__ y, int64_t in, int64_t out) {
-  constexpr int kN = Pack<T>::kN;
-  const int lane = threadIdx.x & 31;
-  const int64_t warpsPerBlock = blockDim.x >> 5;
-  const int64_t stride = int64_t(gridDim.x) * warpsPerBlock;
-  for (int64_t row = int64_t(blockIdx.x) * warpsPerBlock + (threadIdx.x >> 5);
-       row < out; row += stride) {
+/// Row readers: the GEMV of every weight kind is gemvKernel<Rows, Y> over a
+/// `Rows` that knows one kind's layout (DenseRows here; W8Rows, W8GroupRows
+/// and W4Rows in KilnCudaQuantLinear.cuh; BlockRows in KilnCudaBlocks.cuh).
+/// A Rows is a small by-value struct with
+///   using Elem = <element type of x>;
+///   __device__ float partial(const Elem *x, int64_t row, int lane) const;
+///     // lane's share of the dot product of weight row `row` with x [in]
+///   __device__ float finish(int64_t row, float sum) const;
+///     // the warp's sum to the output (a per-row scale, or the sum)
+/// The fused kernels (KilnCudaFused.cuh) call the same readers, so a fused
+/// decode GEMV does the unfused kernel's row arithmetic.
+
+/// y[r] = sum_j w[r, j] * x[j] (x [in], w [out, in] row-major). Per row: the
+/// elements before w's first 16-byte boundary ("head", < 16 / sizeof(T)),
+/// then 16-byte packs of w (unrolled 4x so each lane keeps 4 loads in
+/// flight), then a scalar tail. x is read as packs when x + head is
+/// 16-aligned too, else element-wise. Any `in`, any element-aligned
+/// pointers; float accumulation.
+template <typename T> struct DenseRows {
+  using Elem = T;
+  const T *w;
+  int64_t in;
+
+  __device__ float partial(const T *__restrict__ x, int64_t row,
+                           int lane) const {
+    constexpr int kN = Pack<T>::kN;
     const T *wr = w + row * in;
     int64_t head = int64_t((16 - (reinterpret_cast<uintptr_t>(wr) & 15)) & 15) /
                    int64_t(sizeof(T));
@@ -75,10 +84,41 @@ __global__ void __launch_bounds__(kGemvThreads)
     }
     for (int64_t j = head + packs * kN + lane; j < in; j += 32)
       acc = fmaf(toF(wr[j]), toF(x[j]), acc);
-    acc = warpSum(acc);
-    if (lane == 0)
-      y[row] = fromF<Y>(acc);
+    return acc;
   }
+  __device__ float finish(int64_t, float sum) const { return sum; }
+};
+
+/// y[r] = rows.finish(r, sum over the warp of rows.partial(x, r, lane)) for
+/// r < out: a warp per row (grid-stride), warp-shuffle reduction; Y is the
+/// element type of x or float.
+template <typename Rows, typename Y>
+__global__ void __launch_bounds__(kGemvThreads)
+    gemvKernel(Rows rows, const typename Rows::Elem *__restrict__ x,
+               Y *__restrict__ y, int64_t out) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warpsPerBlock = blockDim.x >> 5;
+  const int64_t stride = int64_t(gridDim.x) * warpsPerBlock;
+  for (int64_t row = int64_t(blockIdx.x) * warpsPerBlock + (threadIdx.x >> 5);
+       row < out; row += stride) {
+    const float sum = warpSum(rows.partial(x, row, lane));
+    if (lane == 0)
+      y[row] = fromF<Y>(rows.finish(row, sum));
+  }
+}
+
+/// Launches gemvKernel over `out` rows (at most 2^20 blocks of kGemvThreads).
+template <typename Rows, typename Y>
+inline void launchGemv(kiln_cuda_ctx *ctx, const Rows &rows,
+                       const typename Rows::Elem *x, Y *y, int64_t out,
+                       const char *name) {
+  const int warps = kGemvThreads / 32;
+  int64_t blocks = (out + warps - 1) / warps;
+  if (blocks > (int64_t(1) << 20))
+    blocks = int64_t(1) << 20;
+  gemvKernel<Rows, Y><<<unsigned(blocks), kGemvThreads, 0, streamOf(ctx)>>>(
+      rows, x, y, out);
+  KILN_CUDA_LAUNCHED(ctx, name);
 }
 
 //===----------------------------------------------------------------------===//
@@ -94,7 +134,7 @@ struct LtPlan {
   const void *handle = nullptr;
   int64_t n = 0, in = 0, out = 0;
   cudaDataType_t ab = CUDA_R_32F, cd = CUDA_R_32F;
-  uint32_t alignA = 0, alignB = 0, alignD = 0;
+  uint32_t alignA = 0, alignB = 0, alignC = 0, alignD = 0;
   uint64_t workspace = 0;
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
@@ -146,9 +186,13 @@ inline void destroyPlan(LtPlan &p) {
 /// and Y^T = W X^T = op_T(W^T) * op_N(X^T): a "TN" GEMM with
 /// A = w (transa = T), B = x (transb = N), m = out, n = n, k = in.
 /// Compute type CUBLAS_COMPUTE_32F (no TF32: f32 stays exact), scale float.
+/// With `c` (same layout as y, may alias it), y = x w^T + c: beta = 1, the
+/// addition done by cuBLASLt's epilogue on the float accumulator (a fused
+/// residual add, KilnCudaFused.cuh).
 template <typename T, typename Y>
 inline void ltLinear(kiln_cuda_ctx *ctx, const T *x, const T *w, Y *y,
-                     int64_t n, int64_t in, int64_t out) {
+                     int64_t n, int64_t in, int64_t out,
+                     const Y *c = nullptr) {
   const char *what = "kiln_cuda_linear(cuBLASLt)";
   if (!KILN_CUDA_ARG(ctx, ctx->cublaslt != nullptr, what,
                      "ctx->cublaslt is null"))
@@ -159,7 +203,7 @@ inline void ltLinear(kiln_cuda_ctx *ctx, const T *x, const T *w, Y *y,
     ws = KILN_CUDA_GEMM_WORKSPACE_BYTES;
   const cudaDataType_t ab = CudaType<T>::value, cd = CudaType<Y>::value;
   const uint32_t alA = alignmentOf(w), alB = alignmentOf(x),
-                 alD = alignmentOf(y);
+                 alC = alignmentOf(c ? c : y), alD = alignmentOf(y);
 
   LtCache &cache = ltCache();
   std::lock_guard<std::mutex> lock(cache.mutex);
@@ -167,7 +211,8 @@ inline void ltLinear(kiln_cuda_ctx *ctx, const T *x, const T *w, Y *y,
   for (LtPlan &p : cache.plans)
     if (p.used && p.handle == ctx->cublaslt && p.n == n && p.in == in &&
         p.out == out && p.ab == ab && p.cd == cd && p.alignA == alA &&
-        p.alignB == alB && p.alignD == alD && p.workspace == ws) {
+        p.alignB == alB && p.alignC == alC && p.alignD == alD &&
+        p.workspace == ws) {
       plan = &p;
       break;
     }
@@ -191,6 +236,7 @@ inline void ltLinear(kiln_cuda_ctx *ctx, const T *x, const T *w, Y *y,
     p.cd = cd;
     p.alignA = alA;
     p.alignB = alB;
+    p.alignC = alC;
     p.alignD = alD;
     p.workspace = ws;
     cublasOperation_t opA = CUBLAS_OP_T, opB = CUBLAS_OP_N;
@@ -230,7 +276,7 @@ inline void ltLinear(kiln_cuda_ctx *ctx, const T *x, const T *w, Y *y,
         KILN_CUBLAS_CHECK(ctx,
                           cublasLtMatmulPreferenceSetAttribute(
                               pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                              &alD, sizeof(alD))) &&
+                              &alC, sizeof(alC))) &&
         KILN_CUBLAS_CHECK(ctx,
                           cublasLtMatmulPreferenceSetAttribute(
                               pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
@@ -254,9 +300,10 @@ inline void ltLinear(kiln_cuda_ctx *ctx, const T *x, const T *w, Y *y,
     p.used = true;
     *plan = p;
   }
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = c ? 1.0f : 0.0f;
   KILN_CUBLAS_CHECK(ctx, cublasLtMatmul(handle, plan->op, &alpha, w, plan->a, x,
-                                        plan->b, &beta, y, plan->d, y, plan->d,
+                                        plan->b, &beta, c ? c : y, plan->d, y,
+                                        plan->d,
                                         &plan->algo, ctx->workspace, size_t(ws),
                                         streamOf(ctx)));
 }

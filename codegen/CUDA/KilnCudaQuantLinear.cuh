@@ -56,23 +56,20 @@ __device__ __forceinline__ float dotW8(const int4 &w, const T *xs, float acc) {
   return acc;
 }
 
-/// y[r] = scales[r] * sum_j float(q[r, j]) * x[j] for r < out (x [in], q
-/// [out, in] int8 row-major). The structure of gemvKernel: a warp per row
-/// (grid-stride); per row the bytes before q's first 16-byte boundary
-/// ("head", < 16), then 16-byte loads of 16 weights per lane, dequantized in
-/// registers (unrolled 2x), then a scalar tail; x read as packs when x + head
-/// is 16-aligned. Float accumulation, warp-shuffle reduction, the row scale
-/// applied to the sum; Y is T or float.
-template <typename T, typename Y>
-__global__ void __launch_bounds__(kGemvThreads)
-    gemvW8Kernel(const T *__restrict__ x, const int8_t *__restrict__ q,
-                 const float *__restrict__ scales, Y *__restrict__ y,
-                 int64_t in, int64_t out) {
-  const int lane = threadIdx.x & 31;
-  const int64_t warpsPerBlock = blockDim.x >> 5;
-  const int64_t stride = int64_t(gridDim.x) * warpsPerBlock;
-  for (int64_t row = int64_t(blockIdx.x) * warpsPerBlock + (threadIdx.x >> 5);
-       row < out; row += stride) {
+/// Per-channel W8A16 rows: y[r] = scales[r] * sum_j float(q[r, j]) * x[j]
+/// (x [in], q [out, in] int8 row-major). The structure of DenseRows: per
+/// row the bytes before q's first 16-byte boundary ("head", < 16), then
+/// 16-byte loads of 16 weights per lane, dequantized in registers (unrolled
+/// 2x), then a scalar tail; x read as packs when x + head is 16-aligned.
+/// Float accumulation, the row scale applied to the warp's sum.
+template <typename T> struct W8Rows {
+  using Elem = T;
+  const int8_t *q;
+  const float *scales;
+  int64_t in;
+
+  __device__ float partial(const T *__restrict__ x, int64_t row,
+                           int lane) const {
     const int8_t *qr = q + row * in;
     int64_t head = int64_t((16 - (reinterpret_cast<uintptr_t>(qr) & 15)) & 15);
     if (head > in)
@@ -98,33 +95,39 @@ __global__ void __launch_bounds__(kGemvThreads)
     }
     for (int64_t j = head + packs * 16 + lane; j < in; j += 32)
       acc = fmaf(float(qr[j]), toF(x[j]), acc);
-    acc = warpSum(acc);
-    if (lane == 0)
-      y[row] = fromF<Y>(acc * scales[row]);
+    return acc;
   }
-}
+  __device__ float finish(int64_t row, float sum) const {
+    return sum * scales[row];
+  }
+};
 
-/// Group-wise W8A16 GEMV (GGUF Q8_0 style): y[r] = sum_g scales[r, g] *
+/// Group-wise W8A16 rows (GGUF Q8_0 style): y[r] = sum_g scales[r, g] *
 /// sum_{j in g} float(q[r, j]) * x[j], g = j / groupSize, scales float
-/// [out, ceil(in / groupSize)]. A warp per row (grid-stride). `fast`
-/// (uniform: in % 16 == 0, groupSize % 16 == 0, q 16-aligned, in / 16 <
-/// 2^31, so every row is 16-aligned and no 16-byte pack straddles a group):
-/// each lane takes 16-byte packs (unrolled 2x), dequantizes them in
-/// registers as gemvW8Kernel does and adds scale * partial sum; x read as
-/// packs when 16-aligned. Otherwise (any shape or alignment) element by
-/// element with the scale applied per weight. Float accumulation,
-/// warp-shuffle reduction; Y is T or float.
-template <typename T, typename Y>
-__global__ void __launch_bounds__(kGemvThreads)
-    gemvW8GroupKernel(const T *__restrict__ x, const int8_t *__restrict__ q,
-                      const float *__restrict__ scales, Y *__restrict__ y,
-                      int64_t in, int64_t out, int64_t groupSize, bool fast) {
-  const int lane = threadIdx.x & 31;
-  const int64_t warpsPerBlock = blockDim.x >> 5;
-  const int64_t stride = int64_t(gridDim.x) * warpsPerBlock;
-  const int64_t groups = (in + groupSize - 1) / groupSize;
-  for (int64_t row = int64_t(blockIdx.x) * warpsPerBlock + (threadIdx.x >> 5);
-       row < out; row += stride) {
+/// [out, ceil(in / groupSize)]. `fast` (uniform: in % 16 == 0,
+/// groupSize % 16 == 0, q 16-aligned, in / 16 < 2^31, so every row is
+/// 16-aligned and no 16-byte pack straddles a group; make() decides): each
+/// lane takes 16-byte packs (unrolled 2x), dequantizes them in registers as
+/// W8Rows does and adds scale * partial sum; x read as packs when
+/// 16-aligned. Otherwise (any shape or alignment) element by element with
+/// the scale applied per weight. Float accumulation.
+template <typename T> struct W8GroupRows {
+  using Elem = T;
+  const int8_t *q;
+  const float *scales;
+  int64_t in, groupSize;
+  bool fast;
+
+  static W8GroupRows make(const int8_t *q, const float *scales, int64_t in,
+                          int64_t groupSize) {
+    return {q, scales, in, groupSize,
+            in % 16 == 0 && groupSize % 16 == 0 && aligned16(q) &&
+                in / 16 < (int64_t(1) << 31)};
+  }
+
+  __device__ float partial(const T *__restrict__ x, int64_t row,
+                           int lane) const {
+    const int64_t groups = (in + groupSize - 1) / groupSize;
     const int8_t *qr = q + row * in;
     const float *sr = scales + row * groups;
     float acc = 0.0f;
@@ -164,11 +167,10 @@ __global__ void __launch_bounds__(kGemvThreads)
       for (int64_t j = lane; j < in; j += 32)
         acc = fmaf(__ldg(sr + j / groupSize) * float(qr[j]), toF(x[j]), acc);
     }
-    acc = warpSum(acc);
-    if (lane == 0)
-      y[row] = fromF<Y>(acc);
+    return acc;
   }
-}
+  __device__ float finish(int64_t, float sum) const { return sum; }
+};
 
 /// Prefill tile: kW8TileM tokens x kW8TileN output rows per block, depth
 /// kW8TileK per step, kW8Threads threads each computing 4 x 4 outputs.
@@ -498,27 +500,33 @@ __device__ __forceinline__ float dotW4(const int4 &w, const T *xs, float zf) {
   return even + odd;
 }
 
-/// y[r] = sum_g scales[r, g] * sum_{j in g} x[j] * (q[r, j] - zeros[r, g])
-/// for r < out (layout of kernel_abi.h kiln_k_linear_w4a16). A warp per row
-/// (grid-stride). `fast` (uniform; in % 32 == 0, groupSize % 32 == 0, q
-/// 16-aligned, hence every row): each lane takes 16-byte loads of 32 nibbles
+/// W4A16 rows: y[r] = sum_g scales[r, g] * sum_{j in g} x[j] * (q[r, j] -
+/// zeros[r, g]) (layout of kernel_abi.h kiln_k_linear_w4a16). `fast`
+/// (uniform; in % 32 == 0, groupSize % 32 == 0, q 16-aligned, hence every
+/// row; make() decides): each lane takes 16-byte loads of 32 nibbles
 /// (unrolled 2x), all in one group, dequantizes them in registers and adds
 /// scale * partial sum; x read as packs when 16-aligned. Otherwise (any
 /// shape or alignment) a lane takes single bytes (two elements of one
-/// group). Float accumulation, warp-shuffle reduction; Y is T or float.
-template <typename T, typename Y>
-__global__ void __launch_bounds__(kGemvThreads)
-    gemvW4Kernel(const T *__restrict__ x, const int8_t *__restrict__ q,
-                 const float *__restrict__ scales,
-                 const int8_t *__restrict__ zeros, Y *__restrict__ y,
-                 int64_t in, int64_t out, int64_t groupSize, bool fast) {
-  const int lane = threadIdx.x & 31;
-  const int64_t warpsPerBlock = blockDim.x >> 5;
-  const int64_t stride = int64_t(gridDim.x) * warpsPerBlock;
-  const int64_t rowBytes = (in + 1) / 2;
-  const int64_t groups = (in + groupSize - 1) / groupSize;
-  for (int64_t row = int64_t(blockIdx.x) * warpsPerBlock + (threadIdx.x >> 5);
-       row < out; row += stride) {
+/// group). Float accumulation.
+template <typename T> struct W4Rows {
+  using Elem = T;
+  const int8_t *q;
+  const float *scales;
+  const int8_t *zeros;
+  int64_t in, groupSize;
+  bool fast;
+
+  static W4Rows make(const int8_t *q, const float *scales, const int8_t *zeros,
+                     int64_t in, int64_t groupSize) {
+    return {q,  scales,    zeros,
+            in, groupSize, in % 32 == 0 && groupSize % 32 == 0 &&
+                               aligned16(q) && in / 32 < (int64_t(1) << 31)};
+  }
+
+  __device__ float partial(const T *__restrict__ x, int64_t row,
+                           int lane) const {
+    const int64_t rowBytes = (in + 1) / 2;
+    const int64_t groups = (in + groupSize - 1) / groupSize;
     const int8_t *qr = q + row * rowBytes;
     const float *sr = scales + row * groups;
     const int8_t *zr = zeros + row * groups;
@@ -563,11 +571,10 @@ __global__ void __launch_bounds__(kGemvThreads)
         acc = fmaf(__ldg(sr + g), p, acc);
       }
     }
-    acc = warpSum(acc);
-    if (lane == 0)
-      y[row] = fromF<Y>(acc);
+    return acc;
   }
-}
+  __device__ float finish(int64_t, float sum) const { return sum; }
+};
 
 /// y[m, o] = sum_k float(x[m, k]) * W[o, k] for x [n, in] of T, W the W4A16
 /// weight dequantized while staging: W[o, k] = scales[o, g] * float(q[o, k]

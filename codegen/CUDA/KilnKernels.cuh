@@ -6,7 +6,8 @@
 // elementwise; KilnCudaLinear.cuh: GEMV and cuBLASLt; KilnCudaQuantLinear.cuh:
 // W8A16, W8A8, W4A16; KilnCudaAttention.cuh; KilnCudaSampling.cuh;
 // KilnCudaBlocks.cuh: GGML block formats; KilnCudaHost.cuh: the host
-// wrappers) next to the emitted model.cu, which includes this one once; nvcc
+// wrappers; KilnCudaFused.cuh: the templates of generated fused kernels)
+// next to the emitted model.cu, which includes this one once; nvcc
 // compiles them for sm_80 and sm_90a into model.so. Self-contained: they
 // include only CUDA runtime, cuBLASLt and CCCL headers, the C++ standard
 // library, the runtime contract "kiln_rt/cuda_abi.h", the GGML block codec
@@ -64,6 +65,6 @@
 #ifndef KILN_CODEGEN_CUDA_KILNKERNELS_CUH
 #define KILN_CODEGEN_CUDA_KILNKERNELS_CUH
 
-#include "KilnCudaHost.cuh"
+#include "KilnCudaFused.cuh"
 
 #endif // KILN_CODEGEN_CUDA_KILNKERNELS_CUH

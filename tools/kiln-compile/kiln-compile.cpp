@@ -54,8 +54,7 @@ static cl::opt<std::string> fuse(
     "fuse",
     cl::desc("Kernel fusion (kiln-fuse, docs/fusion.md): all, none, or a "
              "comma-separated list of horizontal, prologue, epilogue and "
-             "elementwise; default all for --target=cpu, none for cuda "
-             "(fused kernels are generated for the cpu target so far)"),
+             "elementwise (default all, on both targets)"),
     cl::value_desc("all|none|LIST"), cl::cat(category));
 static cl::opt<std::string> dtype(
     "dtype", cl::desc("Element type of weights, activations and the KV cache; "
@@ -377,9 +376,8 @@ int main(int argc, char **argv) {
   // before the model is read.
   std::vector<std::string> fuseFamilies;
   {
-    std::string value = fuse.getNumOccurrences()
-                            ? std::string(fuse)
-                            : std::string(target == "cpu" ? "all" : "none");
+    std::string value = fuse.getNumOccurrences() ? std::string(fuse)
+                                                 : std::string("all");
     llvm::SmallVector<llvm::StringRef> parts;
     llvm::StringRef(value).split(parts, ',');
     for (llvm::StringRef p : parts) {
@@ -409,10 +407,6 @@ int main(int argc, char **argv) {
                    << " has no effect with --dtype=" << dtype
                    << ": fused kernels compute in f32, 16-bit graphs are "
                       "compiled unfused (docs/fusion.md)\n";
-    if (target == "cuda" && !fuseFamilies.empty())
-      return fail("--fuse=" + value + " with --target=cuda: fused kernels "
-                  "are generated for the cpu target only so far; use "
-                  "--fuse=none (the default for cuda)");
   }
   if (emit == Emit::Artifact && outputDir.empty())
     return fail("no output: pass -o ARTIFACT or --emit=kiln|plan|cpp");

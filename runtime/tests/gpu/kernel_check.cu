@@ -40,6 +40,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -1587,6 +1588,199 @@ void checkSampling(Context &c) {
 }
 
 //===----------------------------------------------------------------------===//
+// Fused kernels (KilnCudaFused.cuh) with epilogues written as codegen writes
+// them, against the unfused CPU kernels run op by op
+//===----------------------------------------------------------------------===//
+
+/// RMSNorm + Q/K/V + RoPE of Q and K: output groups of a RoPE pair, each
+/// value routed to its column range (the shape of a generated QKV region).
+struct QkvRopeEpi {
+  float *q, *k, *v;
+  int64_t qw, kw, vw, headDim;
+  float theta;
+  const int64_t *pos;
+  __device__ int64_t row(int64_t g, int k) const { return 2 * g + k; }
+  __device__ void store(int64_t t, int64_t g, const float *val) const {
+    for (int i = 0; i < 2; ++i) {
+      const int64_t j = row(g, i);
+      const float partner = val[i ^ 1];
+      if (j < qw)
+        q[t * qw + j] = kiln_cuda_rope_elem(val[i], partner, j, headDim,
+                                            headDim, theta, *pos + t);
+      else if (j < qw + kw)
+        k[t * kw + j - qw] = kiln_cuda_rope_elem(
+            val[i], partner, j - qw, headDim, headDim, theta, *pos + t);
+      else
+        v[t * vw + j - qw - kw] = val[i];
+    }
+  }
+};
+
+/// RMSNorm + gate/up + SwiGLU: groups of the same row of both ranges.
+struct SwigluEpi {
+  float *y;
+  int64_t hidden;
+  __device__ int64_t row(int64_t g, int k) const { return k * hidden + g; }
+  __device__ void store(int64_t t, int64_t g, const float *val) const {
+    y[t * hidden + g] = kiln_cuda_swiglu_elem(val[0], val[1]);
+  }
+};
+
+/// Linear + residual add.
+struct ResidualEpi {
+  const float *res;
+  float *y;
+  int64_t out;
+  __device__ int64_t row(int64_t g, int) const { return g; }
+  __device__ void store(int64_t t, int64_t g, const float *val) const {
+    y[t * out + g] = res[t * out + g] + val[0];
+  }
+};
+
+/// Runs the three fused regions with the row reader `rows` of the weight
+/// `w` (float rows for the CPU reference in `wf`) and compares them with
+/// the CPU kernels op by op.
+template <typename Rows>
+void checkFusedWith(Context &c, const char *kind, int64_t n, int64_t in,
+                    const Rows &qkvRows, const std::vector<float> &qkvW,
+                    const Rows &ffnRows, const std::vector<float> &ffnW,
+                    const Rows &oRows, const std::vector<float> &oW) {
+  const int64_t headDim = 16, qw = 64, kw = 32, vw = 32, hidden = 96;
+  const int64_t qkv = qw + kw + vw, pos = 5;
+  const float eps = 1e-5f, theta = 10000.0f;
+  c.setPos(pos);
+  std::vector<float> x = randomRounded<float>(size_t(n * in), -2, 2);
+  std::vector<float> nw = randomRounded<float>(size_t(in), 0.5f, 1.5f);
+  DevBuf<float> dx(x.size()), dnw(nw.size());
+  dx.upload(x);
+  dnw.upload(nw);
+  const uint64_t scratchBytes =
+      kiln_cuda_fused_scratch_bytes(n, in, 2 * hidden, true) +
+      kiln_cuda_fused_scratch_bytes(n, in, qkv, true);
+  DevBuf<uint8_t> scratch{static_cast<size_t>(scratchBytes)};
+  std::vector<float> xn(x.size());
+  kiln_k_rms_norm(x.data(), nw.data(), xn.data(), n, in, eps);
+  const std::string shape = fmt("n=%lld in=%lld", n, in);
+
+  { // QKV + RoPE
+    DevBuf<float> dq(size_t(n * qw)), dk(size_t(n * kw)), dv(size_t(n * vw));
+    QkvRopeEpi e{dq.data(), dk.data(), dv.data(), qw, kw, vw, headDim, theta,
+                 c.dPos};
+    kiln_cuda_fused_linear<2>(&c.ctx, "fused qkv", qkvRows, dx.data(),
+                              dnw.data(), eps, n, in, qkv, qkv / 2, e,
+                              scratch.data(), scratchBytes);
+    std::string err = c.finish();
+    std::vector<float> y(size_t(n * qkv)), q(size_t(n * qw)),
+        k(size_t(n * kw)), v(size_t(n * vw));
+    kiln_k_linear(xn.data(), qkvW.data(), y.data(), n, in, qkv);
+    kiln_k_slice_columns(y.data(), q.data(), n, qkv, 0, qw);
+    kiln_k_slice_columns(y.data(), k.data(), n, qkv, qw, kw);
+    kiln_k_slice_columns(y.data(), v.data(), n, qkv, qw + kw, vw);
+    kiln_k_rope(q.data(), q.data(), n, qw / headDim, headDim, headDim, pos,
+                theta);
+    kiln_k_rope(k.data(), k.data(), n, kw / headDim, headDim, headDim, pos,
+                theta);
+    std::vector<float> got = dq.download(q.size()), ref = q;
+    for (float f : dk.download(k.size()))
+      got.push_back(f);
+    for (float f : dv.download(v.size()))
+      got.push_back(f);
+    ref.insert(ref.end(), k.begin(), k.end());
+    ref.insert(ref.end(), v.begin(), v.end());
+    report("fused rms_norm+linear+rope", kind, shape, got, ref, 1e-5, err);
+  }
+  { // gate/up + SwiGLU
+    DevBuf<float> dy(size_t(n * hidden));
+    SwigluEpi e{dy.data(), hidden};
+    kiln_cuda_fused_linear<2>(&c.ctx, "fused gate/up", ffnRows, dx.data(),
+                              dnw.data(), eps, n, in, 2 * hidden, hidden, e,
+                              scratch.data(), scratchBytes);
+    std::string err = c.finish();
+    std::vector<float> y(size_t(n * 2 * hidden)), g(size_t(n * hidden)),
+        u(size_t(n * hidden)), ref(size_t(n * hidden));
+    kiln_k_linear(xn.data(), ffnW.data(), y.data(), n, in, 2 * hidden);
+    kiln_k_slice_columns(y.data(), g.data(), n, 2 * hidden, 0, hidden);
+    kiln_k_slice_columns(y.data(), u.data(), n, 2 * hidden, hidden, hidden);
+    kiln_k_swiglu(g.data(), u.data(), ref.data(), n * hidden);
+    report("fused rms_norm+linear+swiglu", kind, shape,
+           dy.download(ref.size()), ref, 1e-5, err);
+  }
+  { // output projection + residual (in place: y aliases the residual)
+    const int64_t out = in;
+    std::vector<float> res = randomRounded<float>(size_t(n * out), -1, 1);
+    DevBuf<float> dy(res.size());
+    dy.upload(res);
+    ResidualEpi e{dy.data(), dy.data(), out};
+    // A dense f32 weight takes cuBLASLt's beta = 1 epilogue at prefill.
+    if constexpr (std::is_same<Rows, kiln_cuda_detail::DenseRows<float>>::value)
+      kiln_cuda_fused_linear_residual(&c.ctx, "fused linear+add", oRows,
+                                      dx.data(), dy.data(), dy.data(), n, in,
+                                      out, e);
+    else
+      kiln_cuda_fused_linear<1>(&c.ctx, "fused linear+add", oRows, dx.data(),
+                                nullptr, 0.0f, n, in, out, out, e,
+                                scratch.data(), scratchBytes);
+    std::string err = c.finish();
+    std::vector<float> y(res.size()), ref(res.size());
+    kiln_k_linear(x.data(), oW.data(), y.data(), n, in, out);
+    kiln_k_add(res.data(), y.data(), ref.data(), n * out);
+    report("fused linear+add", kind, shape, dy.download(ref.size()), ref, 1e-5,
+           err);
+  }
+}
+
+void checkFused(Context &c) {
+  // in = 16384 is wider than kFusedStageMax: the decode takes the scratch
+  // path (norm, GEMV, epilogue kernel).
+  for (int64_t in : {int64_t(64), int64_t(1024), int64_t(16384)})
+    for (int64_t n : {int64_t(1), int64_t(7)}) {
+      if (in == 16384 && n > 1)
+        continue;
+      auto dense = [&](int64_t out, std::vector<float> &w,
+                       std::unique_ptr<DevBuf<float>> &d) {
+        w = randomRounded<float>(size_t(out * in), -0.1f, 0.1f);
+        d.reset(new DevBuf<float>(w.size()));
+        d->upload(w);
+        return kiln_cuda_detail::DenseRows<float>{d->data(), in};
+      };
+      std::vector<float> wq, wf, wo;
+      std::unique_ptr<DevBuf<float>> dq, df, dO;
+      auto rq = dense(128, wq, dq), rf = dense(192, wf, df),
+           ro = dense(in, wo, dO);
+      checkFusedWith(c, "f32", n, in, rq, wq, rf, wf, ro, wo);
+      // GGUF Q8_0 blocks: the reference dequantizes the rows first.
+      auto q8 = [&](int64_t out, std::vector<float> &w,
+                    std::unique_ptr<DevBuf<int8_t>> &d) {
+        const int64_t bytes = kiln_block_bytes(KILN_BLOCK_Q8_0);
+        std::vector<int8_t> b(size_t(out * in / 32 * bytes));
+        for (int8_t &v : b)
+          v = int8_t(gRng() & 0xff);
+        for (size_t k = 0; k < b.size() / size_t(bytes); ++k) {
+          const uint16_t h = uint16_t(((gRng() & 1) << 15) |
+                                      ((5 + gRng() % 7) << 10) | (gRng() & 1023));
+          b[k * bytes] = int8_t(h & 0xff);
+          b[k * bytes + 1] = int8_t(h >> 8);
+        }
+        w.assign(size_t(out * in), 0.0f);
+        for (int64_t r = 0; r < out; ++r)
+          for (int64_t k = 0; k < in / 32; ++k)
+            kiln_block_decode(KILN_BLOCK_Q8_0,
+                              reinterpret_cast<const uint8_t *>(b.data()) +
+                                  (r * in / 32 + k) * bytes,
+                              w.data() + r * in + k * 32);
+        d.reset(new DevBuf<int8_t>(b.size()));
+        CHECK_CUDA(cudaMemcpy(d->data(), b.data(), b.size(),
+                              cudaMemcpyHostToDevice));
+        return kiln_cuda_detail::BlockRows<KILN_BLOCK_Q8_0>{
+            reinterpret_cast<const uint8_t *>(d->data()), in};
+      };
+      std::unique_ptr<DevBuf<int8_t>> bq, bf, bo;
+      auto sq = q8(128, wq, bq), sf = q8(192, wf, bf), so = q8(in, wo, bo);
+      checkFusedWith(c, "q8_0", n, in, sq, wq, sf, wf, so, wo);
+    }
+}
+
+//===----------------------------------------------------------------------===//
 // Benchmark
 //===----------------------------------------------------------------------===//
 
@@ -1853,6 +2047,7 @@ int main(int argc, char **argv) {
     checkElementwise<__nv_bfloat16>(c, op);
   }
   checkSampling(c);
+  checkFused(c);
   std::printf("kernel-check: %d passed, %d failed\n", gPassed, gFailed);
   return gFailed == 0 ? 0 : 1;
 }

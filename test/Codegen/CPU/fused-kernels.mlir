@@ -11,9 +11,7 @@
 // W8A8 linears and W8A16 linears of different group sizes are not fused.
 // RUN: kiln-opt %S/../../Inputs/tiny-quantized.mlir --pass-pipeline="builtin.module(kiln-fuse{report=true})" -o /dev/null 2>&1 | FileCheck %s --check-prefix=NOFUSE
 // NOFUSE: kiln-fuse 'prefill': kernel ops 7 -> 7; regions with horizontal 0, prologue 0, epilogue 0, elementwise 0
-// The cuda target refuses fused kernels with a clear message.
-// RUN: not kiln-opt %S/../../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-fuse,func.func(kiln-memory-plan),kiln-lower-to-plan,canonicalize,kiln-plan-to-emitc{target=cuda})" -o /dev/null 2>&1 | FileCheck %s --check-prefix=CUDA
-// CUDA: error: 'plan.fused_kernel' op fused kernels are generated for the cpu target only so far; compile with --fuse=none
+// The CUDA template of the same regions: test/Codegen/CUDA/fused-kernels-cuda.test.
 
 // Q, K, V: one tile of the concatenated rows, each column range stored to
 // its own buffer, RoPE applied to Q and K with the pair partner read from the

@@ -58,6 +58,7 @@ stubs = {
     "rope": r"ropeKernel<",
     "attention": r"attn(Prefill|DecodeSplit|DecodeReduce)Kernel<",
     "swiglu": r"elementwiseKernel<[^>]*SwigluOp",
+    "fused": r"fused(Gemv|Epilogue|Elementwise)Kernel<",
 }
 kernels = [op for op, pattern in sorted(stubs.items())
            if re.search(r"kiln_cuda_detail::" + pattern, syms)]

@@ -22,3 +22,32 @@ module attributes {kiln.model = {n_heads = 4 : i64, head_dim = 4 : i64, max_seq_
     return
   }
 }
+
+// -----
+
+// A fused RoPE epilogue computes pairs (j, j ^ 1) in one output group, so its
+// column ranges must start and end on even rows.
+module attributes {kiln.model = {n_heads = 4 : i64, head_dim = 4 : i64, max_seq_len = 64 : i64, vocab_size = 32 : i64, dim = 16 : i64, hidden_dim = 24 : i64}} {
+  plan.fused_kernel @k families ["horizontal", "epilogue"] {
+  ^bb0(%x: tensor<?x16xf32>, %w: tensor<9x16xf32>, %pos: index):
+    %0 = kiln.linear %x, %w : tensor<?x16xf32>, tensor<9x16xf32> -> tensor<?x9xf32>
+    %1 = kiln.slice_columns %0 {offset = 0 : i64} : tensor<?x9xf32> -> tensor<?x6xf32>
+    %2 = kiln.slice_columns %0 {offset = 6 : i64} : tensor<?x9xf32> -> tensor<?x3xf32>
+    // expected-error @below {{'kiln.rope' op in fused kernel 'k' needs column ranges of even offset and width}}
+    %3 = kiln.rope %1, %pos {head_dim = 2 : i64, num_heads = 3 : i64, rotary_dim = 2 : i64, theta = 1.000000e+04 : f32} : tensor<?x6xf32>
+    kiln.yield %3, %2 : tensor<?x6xf32>, tensor<?x3xf32>
+  }
+}
+
+// -----
+
+// W8A8 quantizes its activations per call: never a fused region's anchor.
+module attributes {kiln.model = {n_heads = 4 : i64, head_dim = 4 : i64, max_seq_len = 64 : i64, vocab_size = 32 : i64, dim = 16 : i64, hidden_dim = 24 : i64}} {
+  plan.fused_kernel @k families ["epilogue"] {
+  ^bb0(%x: tensor<?x16xf32>, %w: tensor<16x16xi8>, %s: tensor<16xf32>, %r: tensor<?x16xf32>):
+    // expected-error @below {{'kiln.quantized_linear' op W8A8 linears are not fused}}
+    %0 = kiln.quantized_linear %x, %w, %s {bits = 8 : i64, group_size = 0 : i64, act_quant = "int8_per_token"} : tensor<?x16xf32>, tensor<16x16xi8>, tensor<16xf32> -> tensor<?x16xf32>
+    %1 = kiln.add %r, %0 : tensor<?x16xf32>
+    kiln.yield %1 : tensor<?x16xf32>
+  }
+}

@@ -82,7 +82,7 @@ module attributes {kiln.model = {n_heads = 4 : i64, head_dim = 8 : i64, max_seq_
 // ELF: archs: sm_80 sm_90a
 
 // The object holds the new kernels (host stubs of their __global__s).
-// SYMS-DAG: kiln_cuda_detail::gemvW8GroupKernel<__nv_bfloat16, __nv_bfloat16>
+// SYMS-DAG: kiln_cuda_detail::gemvKernel<kiln_cuda_detail::W8GroupRows<__nv_bfloat16>, __nv_bfloat16>
 // SYMS-DAG: kiln_cuda_detail::linearW8TiledKernel<__nv_bfloat16, __nv_bfloat16>
 // SYMS-DAG: kiln_cuda_detail::actQuantKernel<__nv_bfloat16>
 // SYMS-DAG: kiln_cuda_detail::gemvW8A8Kernel<__nv_bfloat16>

@@ -21,10 +21,10 @@ module attributes {kiln.model = {n_heads = 2 : i64, head_dim = 4 : i64, max_seq_
 // CHECK: call_opaque "KILN_WEIGHT"(%[[CTX]]) {{.*}} -> !emitc.ptr<!emitc.opaque<"__half">>
 // CHECK: call_opaque "kiln_cuda_embedding"(%[[CTX]],
 
+// CU: static const int64_t kKilnVocab = 32;
 // CU: extern "C" void kiln_decode(kiln_cuda_ctx* [[CTX:v[0-9]+]],
 // CU: __half* {{v[0-9]+}} = KILN_KV([[CTX]], 0, __half);
 // CU: __half* {{v[0-9]+}} = KILN_KV([[CTX]], 256, __half);
 // CU: kiln_cuda_attention([[CTX]],
 // CU: float* [[LOGITS:v[0-9]+]] = KILN_LOGITS([[CTX]]);
 // CU: kiln_cuda_linear([[CTX]], {{v[0-9]+}}, {{v[0-9]+}}, [[LOGITS]],
-// CU: static const int64_t kKilnVocab = 32;
