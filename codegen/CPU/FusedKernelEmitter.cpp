@@ -52,6 +52,11 @@ private:
   /// The CUDA row reader of the anchor's weight.
   FailureOr<std::string> cudaRowsExpr();
   std::string argDecl(unsigned i);
+  /// `static void <name>(<ctxParam><arguments>, float *r0, ..., int64_t n)
+  /// {`, the statement `envDecl` declaring `e`, and the copies of the
+  /// arguments and results into e.
+  void emitEntryHead(llvm::raw_ostream &os, StringRef ctxParam,
+                     StringRef envDecl);
   std::string envFields();
   /// Statements computing every epilogue value whose segments are `only`
   /// (all of them when `only` is -1), then the stores of those yielded.
@@ -318,10 +323,24 @@ LogicalResult Emitter::checkTypes() {
   return success();
 }
 
+void Emitter::emitEntryHead(llvm::raw_ostream &os, StringRef ctxParam,
+                            StringRef envDecl) {
+  auto yield = cast<YieldOp>(body.getTerminator());
+  os << "static void " << name << "(" << ctxParam;
+  for (unsigned i = 0; i < body.getNumArguments(); ++i)
+    os << argDecl(i) << ", ";
+  for (unsigned i = 0; i < yield.getValues().size(); ++i)
+    os << "float *r" << i << ", ";
+  os << "int64_t n) {\n  " << envDecl << "\n";
+  for (unsigned i = 0; i < body.getNumArguments(); ++i)
+    os << "  e.a" << i << " = a" << i << ";\n";
+  for (unsigned i = 0; i < yield.getValues().size(); ++i)
+    os << "  e.r" << i << " = r" << i << ";\n";
+}
+
 FailureOr<std::string> Emitter::run() {
   if (failed(classify()) || failed(checkTypes()))
     return failure();
-  auto yield = cast<YieldOp>(body.getTerminator());
 
   std::string text;
   llvm::raw_string_ostream os(text);
@@ -394,16 +413,7 @@ FailureOr<std::string> Emitter::run() {
   }
 
   // The entry function.
-  os << "static void " << name << "(";
-  for (unsigned i = 0; i < body.getNumArguments(); ++i)
-    os << argDecl(i) << ", ";
-  for (unsigned i = 0; i < yield.getValues().size(); ++i)
-    os << "float *r" << i << ", ";
-  os << "int64_t n) {\n  " << env << " e;\n";
-  for (unsigned i = 0; i < body.getNumArguments(); ++i)
-    os << "  e.a" << i << " = a" << i << ";\n";
-  for (unsigned i = 0; i < yield.getValues().size(); ++i)
-    os << "  e.r" << i << " = r" << i << ";\n";
+  emitEntryHead(os, "", env + " e;");
   os << "  e.n = n;\n";
   if (!anchor) {
     os << "  const int64_t count = " << rowsExpr() << " * " << width << ";\n"
@@ -649,16 +659,7 @@ FailureOr<std::string> Emitter::runCuda(int64_t maxTokens,
   os << "};\n} // namespace\n";
 
   // The host function plan.call_fused calls.
-  os << "static void " << name << "(kiln_cuda_ctx *ctx, ";
-  for (unsigned i = 0; i < body.getNumArguments(); ++i)
-    os << argDecl(i) << ", ";
-  for (unsigned i = 0; i < yield.getValues().size(); ++i)
-    os << "float *r" << i << ", ";
-  os << "int64_t n) {\n  (void)n;\n  " << epi << " e{};\n";
-  for (unsigned i = 0; i < body.getNumArguments(); ++i)
-    os << "  e.a" << i << " = a" << i << ";\n";
-  for (unsigned i = 0; i < yield.getValues().size(); ++i)
-    os << "  e.r" << i << " = r" << i << ";\n";
+  emitEntryHead(os, "kiln_cuda_ctx *ctx, ", "(void)n;\n  " + epi + " e{};");
   os << "  e.pos = ctx->d_pos;\n"
      << "  const int64_t rows = " << rowsExpr() << ";\n";
   if (!anchor) {
