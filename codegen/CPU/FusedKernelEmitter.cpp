@@ -127,6 +127,10 @@ LogicalResult Emitter::classify() {
     } else if (isFusableElementwise(&op)) {
       epilogue.push_back(&op);
     } else if (auto r = dyn_cast<RopeOp>(op)) {
+      if (!r.isUnscaled())
+        return op.emitOpError()
+               << "in fused kernel '" << name
+               << "' must be plain RoPE (scaled RoPE runs as its own kernel)";
       if (rope && (r.getHeadDim() != rope.getHeadDim() ||
                    r.getRotaryDim() != rope.getRotaryDim() ||
                    r.getTheta() != rope.getTheta()))
@@ -135,14 +139,28 @@ LogicalResult Emitter::classify() {
       rope = r;
       epilogue.push_back(&op);
     } else {
-      return op.emitOpError() << "has no CPU template in a fused kernel";
+      return op.emitOpError() << "has no fused-kernel template";
     }
   }
+  auto yield = cast<YieldOp>(body.getTerminator());
   if (!anchor) {
     if (epilogue.empty())
       return kernel.emitOpError() << "fused kernel '" << name
                                   << "' has nothing to compute";
+    if (rope)
+      return rope.emitOpError() << "in fused kernel '" << name
+                                << "' needs a linear's column slice";
+    // One loop over rows x width computes every op and stores every result.
     width = widthOf(epilogue.front()->getResult(0));
+    for (Operation *op : epilogue)
+      if (widthOf(op->getResult(0)) != width)
+        return op->emitOpError() << "in fused kernel '" << name
+                                 << "' has width " << widthOf(op->getResult(0))
+                                 << ", the region's first op " << width;
+    for (Value v : yield.getValues())
+      if (!llvm::is_contained(epilogue, v.getDefiningOp()))
+        return kernel.emitOpError() << "fused kernel '" << name
+                                    << "' yields a value it does not compute";
   } else {
     Value result = anchor->getResult(0);
     SmallVector<SliceColumnsOp> slices;
@@ -180,6 +198,22 @@ LogicalResult Emitter::classify() {
     if (paired && rope)
       return rope.emitOpError() << "in fused kernel '" << name
                                 << "' cannot follow combined column ranges";
+    // RoPE takes its pair partner from the linear's raw output, so it must
+    // read a column range of it directly.
+    for (Operation *op : epilogue)
+      if (auto r = dyn_cast<RopeOp>(op)) {
+        Value in = r.getInput();
+        if (in != result && !isa_and_nonnull<SliceColumnsOp>(in.getDefiningOp()))
+          return r.emitOpError() << "in fused kernel '" << name
+                                 << "' must read a column slice of the "
+                                    "region's linear";
+      }
+    // Every result is computed per element of the linear's output.
+    for (Value v : yield.getValues())
+      if (auto it = deps.find(v); it == deps.end() || it->second.none())
+        return kernel.emitOpError()
+               << "fused kernel '" << name
+               << "' yields a value not computed from its linear's output";
     if (paired) {
       for (const Segment &s : segments)
         if (s.width != segments.front().width)

@@ -359,7 +359,8 @@ int main(int argc, char **argv) {
       "                        smoothquant|smooth-only] [--group-size G]\n"
       "               [--calibration FILE] [--act-order] [--smoothquant-alpha A]\n"
       "               [--act-scales=per-token|static] [--kv=int8|fp8]\n"
-      "               [--kv-centering=true|false]\n"
+      "               [--kv-centering=true|false] [--act-quant=none|int8]\n"
+      "               [--gguf-linears=auto|blocks|repacked]\n"
       "               [--fuse=all|none|horizontal,prologue,epilogue,elementwise]\n"
       "               [--emit=kiln|plan|cpp] [--tokenizer FILE]\n"
       "               [--max-seq-len N] [--max-prefill-tokens N] [--sign-key KEY]\n\n"
@@ -375,6 +376,9 @@ int main(int argc, char **argv) {
   // --fuse: the families of kiln-fuse, validated here so a typo fails
   // before the model is read.
   std::vector<std::string> fuseFamilies;
+  if (fuse.getNumOccurrences() > 1)
+    return fail("--fuse given more than once (list the families in one "
+                "--fuse=A,B)");
   {
     std::string value = fuse.getNumOccurrences() ? std::string(fuse)
                                                  : std::string("all");
@@ -385,11 +389,12 @@ int main(int argc, char **argv) {
         return fail("unknown --fuse family '" + p +
                     "' (expected all, none, or a comma-separated list of "
                     "horizontal, prologue, epilogue and elementwise)");
+      if (llvm::is_contained(fuseFamilies, p.str()))
+        return fail("--fuse=" + value + ": '" + p + "' is listed twice");
       if ((p == "all" || p == "none") && parts.size() > 1)
         return fail("--fuse=" + value + ": '" + p +
                     "' cannot be combined with other families");
-      if (!llvm::is_contained(fuseFamilies, p.str()))
-        fuseFamilies.push_back(p.str());
+      fuseFamilies.push_back(p.str());
     }
     if (fuseFamilies == std::vector<std::string>{"none"})
       fuseFamilies.clear();

@@ -1,6 +1,7 @@
 //===- PlanOps.cpp - plan dialect -----------------------------------------===//
 
 #include "dialects/Plan/IR/PlanOps.h"
+#include "dialects/Kiln/IR/KilnOps.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
@@ -94,6 +95,25 @@ LogicalResult CallKernelOp::verify() {
   return success();
 }
 
+LogicalResult FusedKernelOp::verify() {
+  if (getFamilies().empty())
+    return emitOpError() << "expects at least one fusion family";
+  for (Attribute a : getFamilies())
+    if (!llvm::is_contained(mlir::kiln::kFusionFamilies,
+                            cast<StringAttr>(a).getValue()))
+      return emitOpError() << "unknown fusion family '"
+                           << cast<StringAttr>(a).getValue()
+                           << "' (expected horizontal, prologue, epilogue or "
+                              "elementwise)";
+  Block &body = getBody().front();
+  // By name: the kiln dialect's ops are not linked into this library.
+  if (body.empty() ||
+      body.back().getName().getStringRef() !=
+          mlir::kiln::YieldOp::getOperationName())
+    return emitOpError() << "body must end in kiln.yield";
+  return success();
+}
+
 LogicalResult CallFusedOp::verifySymbolUses(SymbolTableCollection &symbols) {
   auto kernel =
       symbols.lookupNearestSymbolFrom<FusedKernelOp>(*this, getKernelAttr());
@@ -116,6 +136,30 @@ LogicalResult CallFusedOp::verifySymbolUses(SymbolTableCollection &symbols) {
       return emitOpError() << "operand #" << i << " must be "
                            << (index ? "an index" : "a buffer") << ", got "
                            << arg.getType();
+    if (index)
+      continue;
+    // The buffer holds the region's value: same element type and rank,
+    // equal sizes where both are static (the generated kernel's loops and
+    // row readers take the region's sizes).
+    Type want = i < body.getNumArguments()
+                    ? body.getArgument(i).getType()
+                    : body.getTerminator()
+                          ->getOperand(i - body.getNumArguments())
+                          .getType();
+    auto tensor = dyn_cast<RankedTensorType>(want);
+    auto memref = cast<MemRefType>(arg.getType());
+    bool ok = tensor && tensor.getElementType() == memref.getElementType() &&
+              tensor.getRank() == memref.getRank();
+    for (int64_t d = 0; ok && d < memref.getRank(); ++d)
+      ok = ShapedType::isDynamic(tensor.getDimSize(d)) ||
+           ShapedType::isDynamic(memref.getDimSize(d)) ||
+           tensor.getDimSize(d) == memref.getDimSize(d);
+    if (!ok)
+      return emitOpError() << "operand #" << i << " (" << memref
+                           << ") does not hold '" << getKernel() << "''s "
+                           << (i < body.getNumArguments() ? "argument"
+                                                          : "result")
+                           << " of type " << want;
   }
   if (!getArgs().back().getType().isIndex())
     return emitOpError() << "expects the token count n (index) last";

@@ -153,6 +153,7 @@ def Plan_FusedKernelOp : Plan_Op<"fused_kernel", [Symbol, IsolatedFromAbove,
   let arguments = (ins SymbolNameAttr:$sym_name, StrArrayAttr:$families);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "$sym_name `families` $families attr-dict-with-keyword $body";
+  let hasVerifier = 1;
 }
 
 def Plan_CallFusedOp : Plan_Op<"call_fused", [

@@ -56,3 +56,40 @@ func.func @negative_kernel_arg(%n: index, %x: i8) {
   plan.call_kernel "kiln_k_silu"(%x) : i8
   return
 }
+
+// -----
+
+// expected-error @+1 {{'plan.fused_kernel' op unknown fusion family 'vertical' (expected horizontal, prologue, epilogue or elementwise)}}
+plan.fused_kernel @k families ["vertical"] {
+^bb0(%a: tensor<?x16xf32>, %b: tensor<?x16xf32>):
+  %0 = kiln.add %a, %b : tensor<?x16xf32>
+  kiln.yield %0 : tensor<?x16xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'plan.fused_kernel' op expects at least one fusion family}}
+plan.fused_kernel @k families [] {
+^bb0(%a: tensor<?x16xf32>, %b: tensor<?x16xf32>):
+  %0 = kiln.add %a, %b : tensor<?x16xf32>
+  kiln.yield %0 : tensor<?x16xf32>
+}
+
+// -----
+
+// The buffers a call passes must hold the region's values: the generated
+// kernel's loops and row readers take the region's sizes.
+plan.fused_kernel @k families ["elementwise"] {
+^bb0(%a: tensor<?x24xf32>, %b: tensor<?x24xf32>):
+  %0 = kiln.add %a, %b : tensor<?x24xf32>
+  %1 = kiln.silu %0 : tensor<?x24xf32>
+  kiln.yield %1 : tensor<?x24xf32>
+}
+func.func @f(%n: index) {
+  %a = plan.arena_view[0] (%n) : memref<?x16xf32>
+  %b = plan.arena_view[4096] (%n) : memref<?x24xf32>
+  %y = plan.arena_view[8192] (%n) : memref<?x24xf32>
+  // expected-error @+1 {{'plan.call_fused' op operand #0 ('memref<?x16xf32>') does not hold 'k''s argument of type 'tensor<?x24xf32>'}}
+  plan.call_fused @k(%a, %b, %y, %n) : memref<?x16xf32>, memref<?x24xf32>, memref<?x24xf32>, index
+  return
+}
