@@ -166,9 +166,7 @@ void gemmTile(const kiln_linear_weight &w, const float *x, int64_t n,
     int64_t depth = std::min(kTileDepth, in - k0);
     for (int64_t r = 0; r < rows; ++r)
       dequantRow(w, in, o0 + r, k0, depth, tile + r * depth);
-    sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),
-                int(depth), 1.0f, x + k0, int(in), tile, int(depth),
-                k0 == 0 ? 0.0f : 1.0f, c, int(ldc));
+    gemmWeightTile(x, n, in, k0, tile, rows, depth, c, ldc, k0 != 0);
   }
   if (w.kind == KILN_WEIGHT_W8 && w.group_size <= 0)
     for (int64_t t = 0; t < n; ++t)

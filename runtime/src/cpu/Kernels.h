@@ -297,6 +297,37 @@ void gemvRowsQ4(const float *x, const int8_t *q, const float *scales,
 /// other s[t] of [0, n) becomes 0.
 void softmaxRow(float *s, int64_t first, int64_t last, int64_t n);
 
+/// Whether amxGemmF32 may be called: x86-64 Linux with AMX-TILE, AMX-BF16
+/// and AVX512-BF16, the tile state enabled by the OS and granted to this
+/// process (arch_prctl ARCH_REQ_XCOMP_PERM), and KILN_AMX not set to "0".
+/// Probed once (AmxGemm.cpp).
+bool amxAvailable();
+
+/// Prefill tokens from which the linears' GEMMs run on AMX tiles: C tiles
+/// hold 16 tokens, and fewer are padded.
+constexpr int64_t kAmxMinTokens = 16;
+
+/// c[t * ldc + r] = (accumulate ? c[t * ldc + r] : 0) + sum_k x[t * in +
+/// k0 + k] * w[r * depth + k] for t < n tokens, r < rows, k < depth (k0 a
+/// multiple of 32, k0 + depth <= in): float32 in and out, computed on AMX tiles with x and w
+/// split exactly into three bf16 pieces each (AmxGemm.cpp: equal to a
+/// float32 GEMM up to rounding and summation order). x is the whole input
+/// [n, in] of a linear, split once per thread and parallel loop
+/// (ThreadPool.h currentLoopId: x must not change within a loop); w is
+/// row-major rows x depth, e.g. a dequantized weight tile. Per-thread
+/// scratch: 6 x (n + 15) x (in + 31) bytes for x, about 12 x (rows + 15) x
+/// (depth + 31) for w. Only after amxAvailable() returned true.
+void amxGemmF32(const float *x, int64_t n, int64_t in, int64_t k0,
+                const float *w, int64_t rows, int64_t depth, float *c,
+                int64_t ldc, bool accumulate);
+
+/// The prefill GEMM of one float weight tile, as amxGemmF32: on AMX tiles
+/// from kAmxMinTokens tokens where amxAvailable(), otherwise a
+/// single-threaded OpenBLAS sgemm of x[:, k0 : k0 + depth].
+void gemmWeightTile(const float *x, int64_t n, int64_t in, int64_t k0,
+                    const float *w, int64_t rows, int64_t depth, float *c,
+                    int64_t ldc, bool accumulate);
+
 /// sums[g] = x[16g] + ... + x[16g + 15] for g < in / 16 (in a multiple of
 /// 32): the input sums gemvRowsBlocksSimd shares between rows.
 void blockXSums16(const float *x, int64_t in, float *sums);

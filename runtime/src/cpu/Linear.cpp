@@ -78,9 +78,8 @@ static void linear16(const typename E::T *x, const typename E::T *w, OutT *y,
         int64_t depth = std::min(kTileDepth, in - k0);
         for (int64_t r = 0; r < rows; ++r)
           E::widen(w + (r0 + r) * in + k0, wTile + r * depth, depth);
-        sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),
-                    int(depth), 1.0f, xf.data() + k0, int(in), wTile,
-                    int(depth), k0 == 0 ? 0.0f : 1.0f, c, int(ldc));
+        gemmWeightTile(xf.data(), n, in, k0, wTile, rows, depth, c, ldc,
+                       k0 != 0);
       }
       if constexpr (!floatOut)
         for (int64_t i = 0; i < n; ++i)
@@ -132,9 +131,7 @@ static void prefillDequantized(const typename E::T *x, OutT *y, int64_t n,
         int64_t depth = std::min(kTileDepth, in - k0);
         for (int64_t r = 0; r < rows; ++r)
           dequantRow(r0 + r, k0, depth, wTile + r * depth);
-        sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),
-                    int(depth), 1.0f, xf + k0, int(in), wTile, int(depth),
-                    k0 == 0 ? 0.0f : 1.0f, c, int(ldc));
+        gemmWeightTile(xf, n, in, k0, wTile, rows, depth, c, ldc, k0 != 0);
       }
       for (int64_t i = 0; i < n; ++i) {
         float *ci = c + i * ldc;
