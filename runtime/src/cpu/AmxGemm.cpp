@@ -113,9 +113,12 @@ struct Buffers {
   size_t inputCap = 0;
 };
 
-/// x[n, in] split into three bf16 planes, x = p0 + p1 + p2: plane p at
-/// planes + p * nPad * ldp, row t at + t * ldp; nPad = n rounded up to 16
-/// rows and ldp = in rounded up to 32 columns, the padding zero.
+/// x[n, in] split into three bf16 planes, x = p0 + p1 + p2, laid out as
+/// the A tiles read them: plane p at planes + p * nPad * ldp holds, for
+/// each 16-token tile m and 32-column step s, the 16 x 32 tile at (m *
+/// ldp / 32 + s) * 512 (1 KiB, rows of 64 bytes: contiguous for the
+/// hardware prefetchers). nPad = n rounded up to 16 rows and ldp = in
+/// rounded up to 32 columns, the padding zero.
 struct AmxInput {
   const float *x = nullptr;
   int64_t n = 0, in = 0, nPad = 0, ldp = 0;
@@ -155,12 +158,15 @@ KILN_AMX_TARGET inline __m512 bf16ToFloat(__m256i h) {
 }
 
 /// Splits n floats at x into bf16 pieces p0, p1, p2 (x = p0 + p1 + p2) and
-/// zero-fills each piece up to padded (a multiple of 32). Returns whether a
-/// third piece is non-zero.
+/// zero-fills each piece up to padded (a multiple of 32). Element k of a
+/// piece is written at (k / 32) * blockStride + k % 32 (blockStride 32: a
+/// plain row). Returns whether a third piece is non-zero.
 KILN_AMX_TARGET bool splitRow(const float *x, int64_t n, int64_t padded,
-                              uint16_t *p0, uint16_t *p1, uint16_t *p2) {
+                              uint16_t *p0, uint16_t *p1, uint16_t *p2,
+                              int64_t blockStride = 32) {
   __m512i any = _mm512_setzero_si512();
   for (int64_t k = 0; k < padded; k += 16) {
+    const int64_t at = k / 32 * blockStride + k % 32;
     const int64_t left = n - k;
     const __mmask16 m =
         left >= 16 ? kAll16 : left <= 0 ? __mmask16(0)
@@ -175,9 +181,9 @@ KILN_AMX_TARGET bool splitRow(const float *x, int64_t n, int64_t padded,
     const __m512 r1 = _mm512_sub_ps(r0, bf16ToFloat(i1));
     const __m256bh h2 = _mm512_cvtneps_pbh(r1);
     std::memcpy(&i2, &h2, 32);
-    _mm256_storeu_si256(reinterpret_cast<__m256i *>(p0 + k), i0);
-    _mm256_storeu_si256(reinterpret_cast<__m256i *>(p1 + k), i1);
-    _mm256_storeu_si256(reinterpret_cast<__m256i *>(p2 + k), i2);
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(p0 + at), i0);
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(p1 + at), i1);
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(p2 + at), i2);
     // -0.0 pieces count as zero.
     any = _mm512_or_si512(
         any, _mm512_and_si512(widen16(i2), _mm512_set1_epi32(0x7fff)));
@@ -230,16 +236,13 @@ KILN_AMX_TARGET void packTiles(const uint16_t *const *rows, int64_t ksteps,
 
 /// Splits the rows of x into a's planes (a's x, n, in and padding set).
 KILN_AMX_TARGET void splitInput(AmxInput &a) {
+  const float zero[1] = {0.0f};
   for (int64_t t = 0; t < a.nPad; ++t) {
-    uint16_t *p0 = a.planes + t * a.ldp, *p1 = p0 + a.nPad * a.ldp,
-             *p2 = p1 + a.nPad * a.ldp;
-    if (t < a.n) {
-      splitRow(a.x + t * a.in, a.in, a.ldp, p0, p1, p2);
-    } else {
-      std::memset(p0, 0, size_t(a.ldp) * 2);
-      std::memset(p1, 0, size_t(a.ldp) * 2);
-      std::memset(p2, 0, size_t(a.ldp) * 2);
-    }
+    uint16_t *p0 = a.planes + (t / 16 * a.ldp) * 16 + t % 16 * 32,
+             *p1 = p0 + a.nPad * a.ldp, *p2 = p1 + a.nPad * a.ldp;
+    // Rows past n: zeros (the split of nothing).
+    splitRow(t < a.n ? a.x + t * a.in : zero, t < a.n ? a.in : 0, a.ldp, p0,
+             p1, p2, 512);
   }
 }
 
@@ -310,12 +313,12 @@ KILN_AMX_TARGET void gemmTiles(const AmxInput &a, int64_t k0, const float *w,
   }
   _tile_loadconfig(&cfg);
   alignas(64) float cbuf[kC][16 * 16];
-  const int64_t xStride = a.ldp * 2;
+  const int64_t xStride = 64;
   for (int64_t t0 = 0; t0 < n; t0 += 16) {
     const int64_t tn = n - t0 < 16 ? n - t0 : 16;
-    const uint16_t *x0 = a.plane(0) + t0 * a.ldp + k0,
-                   *x1 = a.plane(1) + t0 * a.ldp + k0,
-                   *x2 = a.plane(2) + t0 * a.ldp + k0;
+    const int64_t at = t0 * a.ldp + k0 * 16; // tile (t0 / 16, k0 / 32)
+    const uint16_t *x0 = a.plane(0) + at, *x1 = a.plane(1) + at,
+                   *x2 = a.plane(2) + at;
     for (int64_t nt0 = 0; nt0 < ntiles; nt0 += kC) {
       const int64_t group = ntiles - nt0 < kC ? ntiles - nt0 : kC;
       // C tiles: whole ones straight from and to c, partial ones (the last
@@ -371,9 +374,9 @@ KILN_AMX_TARGET void gemmTiles(const AmxInput &a, int64_t k0, const float *w,
       KILN_AMX_LOAD_C(2)
       KILN_AMX_LOAD_C(3)
       for (int64_t s = 0; s < ksteps; ++s) {
-        _tile_loadd(4, x0 + 32 * s, xStride);
-        _tile_loadd(5, x1 + 32 * s, xStride);
-        _tile_loadd(6, x2 + 32 * s, xStride);
+        _tile_loadd(4, x0 + 512 * s, xStride);
+        _tile_loadd(5, x1 + 512 * s, xStride);
+        _tile_loadd(6, x2 + 512 * s, xStride);
         KILN_AMX_DOT(0)
         KILN_AMX_DOT(1)
         KILN_AMX_DOT(2)
