@@ -43,8 +43,8 @@ void checkShape(int64_t n, int64_t rows, int64_t depth, bool accumulate,
   std::vector<float> w = randomValues(size_t(rows * depth), 7 + uint32_t(rows));
   std::vector<float> c = randomValues(size_t(n * ldc), 3);
   const std::vector<float> c0 = c;
-  cpu::amxGemmF32(x.data(), n, ldx, k0, w.data(), rows, depth, c.data(), ldc,
-                  accumulate);
+  cpu::amxGemmF32(x.data(), n, ldx, k0, w.data(), depth, rows, depth, c.data(),
+                  ldc, accumulate);
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t r = 0; r < ldc; ++r) {
       const float got = c[size_t(t * ldc + r)];
@@ -89,8 +89,8 @@ TEST(AmxGemmTest, OneHotProductsAreExact) {
   std::vector<float> w(size_t(rows * depth), 0.0f), c(size_t(n * rows));
   for (int64_t r = 0; r < rows; ++r)
     w[size_t(r * depth + 3 * r)] = 1.0f; // row r picks x[t, 3r]
-  cpu::amxGemmF32(x.data(), n, depth, 0, w.data(), rows, depth, c.data(),
-                  rows, false);
+  cpu::amxGemmF32(x.data(), n, depth, 0, w.data(), depth, rows, depth,
+                  c.data(), rows, false);
   for (int64_t t = 0; t < n; ++t)
     for (int64_t r = 0; r < rows; ++r)
       ASSERT_EQ(c[size_t(t * rows + r)], x[size_t(t * depth + 3 * r)]);
@@ -99,8 +99,8 @@ TEST(AmxGemmTest, OneHotProductsAreExact) {
   std::vector<float> xo(size_t(n * depth), 0.0f);
   for (int64_t t = 0; t < n; ++t)
     xo[size_t(t * depth + 2 * t + 1)] = 1.0f;
-  cpu::amxGemmF32(xo.data(), n, depth, 0, wf.data(), rows, depth, c.data(),
-                  rows, false);
+  cpu::amxGemmF32(xo.data(), n, depth, 0, wf.data(), depth, rows, depth,
+                  c.data(), rows, false);
   for (int64_t t = 0; t < n; ++t)
     for (int64_t r = 0; r < rows; ++r)
       ASSERT_EQ(c[size_t(t * rows + r)], wf[size_t(r * depth + 2 * t + 1)]);
@@ -116,4 +116,24 @@ TEST(AmxGemmTest, WeightTileFallsBackToSgemm) {
   const float want[6] = {11, 12, 20, 9, 10, 10};
   for (int i = 0; i < 6; ++i)
     EXPECT_EQ(c[i], want[i]) << i;
+}
+
+TEST(AmxGemmTest, DenseRowsMatchFloat64Reference) {
+  // gemmDenseF32: float32 weight rows of stride `in`, kAmxDepth columns at
+  // a time (AMX) or one sgemm (otherwise); the same contract either way.
+  const int64_t n = 24, in = 1100, rows = 40;
+  std::vector<float> x = randomValues(size_t(n * in), 21);
+  std::vector<float> w = randomValues(size_t(rows * in), 22);
+  std::vector<float> c(size_t(n * rows), 0.0f);
+  cpu::gemmDenseF32(x.data(), n, in, w.data(), rows, c.data(), rows);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < rows; ++r) {
+      double want = 0.0, mag = 0.0;
+      for (int64_t k = 0; k < in; ++k) {
+        const double p = double(x[size_t(t * in + k)]) * double(w[size_t(r * in + k)]);
+        want += p;
+        mag += std::fabs(p);
+      }
+      ASSERT_NEAR(c[size_t(t * rows + r)], want, 4e-7 * mag) << t << " " << r;
+    }
 }

@@ -271,8 +271,8 @@ const AmxInput &loopInput(const float *x, int64_t n, int64_t in) {
 /// C[t, r] (+)= sum_k x[t, k0 + k] w[r, k] for t < a.n, r < rows, k <
 /// depth; see amxGemmF32.
 KILN_AMX_TARGET void gemmTiles(const AmxInput &a, int64_t k0, const float *w,
-                               int64_t rows, int64_t depth, float *c,
-                               int64_t ldc, bool accumulate) {
+                               int64_t ldw, int64_t rows, int64_t depth,
+                               float *c, int64_t ldc, bool accumulate) {
   Buffers &buf = threadBuffers();
   const int64_t n = a.n;
   const int64_t padded = (depth + 31) / 32 * 32, ksteps = padded / 32;
@@ -292,7 +292,7 @@ KILN_AMX_TARGET void gemmTiles(const AmxInput &a, int64_t k0, const float *w,
                *p2 = pieces + (2 * 16 + r) * padded;
       const int64_t row = nt * 16 + r;
       if (row < rows) {
-        third |= splitRow(w + row * depth, depth, padded, p0, p1, p2);
+        third |= splitRow(w + row * ldw, depth, padded, p0, p1, p2);
       } else {
         std::memset(p0, 0, size_t(padded) * 2);
         std::memset(p1, 0, size_t(padded) * 2);
@@ -411,11 +411,11 @@ bool amxAvailable() {
 }
 
 void amxGemmF32(const float *x, int64_t n, int64_t in, int64_t k0,
-                const float *w, int64_t rows, int64_t depth, float *c,
-                int64_t ldc, bool accumulate) {
+                const float *w, int64_t ldw, int64_t rows, int64_t depth,
+                float *c, int64_t ldc, bool accumulate) {
   if (n <= 0 || rows <= 0 || depth <= 0)
     return;
-  gemmTiles(loopInput(x, n, in), k0, w, rows, depth, c, ldc, accumulate);
+  gemmTiles(loopInput(x, n, in), k0, w, ldw, rows, depth, c, ldc, accumulate);
 }
 
 #else // no AMX code for this target
@@ -423,7 +423,7 @@ void amxGemmF32(const float *x, int64_t n, int64_t in, int64_t k0,
 bool amxAvailable() { return false; }
 
 void amxGemmF32(const float *, int64_t, int64_t, int64_t, const float *,
-                int64_t, int64_t, float *, int64_t, bool) {
+                int64_t, int64_t, int64_t, float *, int64_t, bool) {
   std::abort(); // callers check amxAvailable() first
 }
 
@@ -433,12 +433,24 @@ void gemmWeightTile(const float *x, int64_t n, int64_t in, int64_t k0,
                     const float *w, int64_t rows, int64_t depth, float *c,
                     int64_t ldc, bool accumulate) {
   if (n >= kAmxMinTokens && amxAvailable()) {
-    amxGemmF32(x, n, in, k0, w, rows, depth, c, ldc, accumulate);
+    amxGemmF32(x, n, in, k0, w, depth, rows, depth, c, ldc, accumulate);
     return;
   }
   sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows), int(depth),
         1.0f, x + k0, int(in), w, int(depth), accumulate ? 1.0f : 0.0f, c,
         int(ldc));
+}
+
+void gemmDenseF32(const float *x, int64_t n, int64_t in, const float *w,
+                  int64_t rows, float *c, int64_t ldc) {
+  if (n >= kAmxMinTokens && amxAvailable()) {
+    for (int64_t k0 = 0; k0 < in; k0 += kAmxDepth)
+      amxGemmF32(x, n, in, k0, w + k0, in, rows,
+                 in - k0 < kAmxDepth ? in - k0 : kAmxDepth, c, ldc, k0 != 0);
+    return;
+  }
+  sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows), int(in),
+        1.0f, x, int(in), w, int(in), 0.0f, c, int(ldc));
 }
 
 } // namespace kiln::rt::cpu

@@ -138,7 +138,7 @@ void dequantRow(const kiln_linear_weight &w, int64_t in, int64_t o, int64_t k0,
 }
 
 /// Prefill: rows [o0, o1) for n tokens, c[t * ldc + r]. Float weights go
-/// straight to sgemm; the others are dequantized kTileDepth columns at a
+/// straight to gemmDenseF32; the others are dequantized kTileDepth columns at a
 /// time into a float tile and accumulated.
 void gemmTile(const kiln_linear_weight &w, const float *x, int64_t n,
               int64_t in, int64_t o0, int64_t o1, float *c, int64_t ldc) {
@@ -155,10 +155,8 @@ void gemmTile(const kiln_linear_weight &w, const float *x, int64_t n,
     x = loopDequantizedA8Input(x, n, in);
   }
   if (w.kind == KILN_WEIGHT_F32) {
-    sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows),
-                int(in), 1.0f, x, int(in),
-                static_cast<const float *>(w.data) + o0 * in, int(in), 0.0f, c,
-                int(ldc));
+    gemmDenseF32(x, n, in, static_cast<const float *>(w.data) + o0 * in, rows,
+                 c, ldc);
     return;
   }
   float *tile = threadScratch(5, rows * std::min(kTileDepth, in));

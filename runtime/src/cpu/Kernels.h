@@ -308,18 +308,30 @@ bool amxAvailable();
 constexpr int64_t kAmxMinTokens = 16;
 
 /// c[t * ldc + r] = (accumulate ? c[t * ldc + r] : 0) + sum_k x[t * in +
-/// k0 + k] * w[r * depth + k] for t < n tokens, r < rows, k < depth (k0 a
-/// multiple of 32, k0 + depth <= in): float32 in and out, computed on AMX tiles with x and w
-/// split exactly into three bf16 pieces each (AmxGemm.cpp: equal to a
-/// float32 GEMM up to rounding and summation order). x is the whole input
-/// [n, in] of a linear, split once per thread and parallel loop
-/// (ThreadPool.h currentLoopId: x must not change within a loop); w is
-/// row-major rows x depth, e.g. a dequantized weight tile. Per-thread
-/// scratch: 6 x (n + 15) x (in + 31) bytes for x, about 12 x (rows + 15) x
-/// (depth + 31) for w. Only after amxAvailable() returned true.
+/// k0 + k] * w[r * ldw + k] for t < n tokens, r < rows, k < depth (k0 a
+/// multiple of 32, k0 + depth <= in): float32 in and out, computed on AMX
+/// tiles with x and w split exactly into three bf16 pieces each
+/// (AmxGemm.cpp: equal to a float32 GEMM up to rounding and summation
+/// order). x is the whole input [n, in] of a linear, split once per thread
+/// and parallel loop (ThreadPool.h currentLoopId: x must not change within
+/// a loop); w is rows x depth with row stride ldw, e.g. a dequantized weight
+/// tile. Per-thread scratch: 6 x (n + 15) x (in + 31) bytes for x, about
+/// 12 x (rows + 15) x (depth + 31) for w. Only after amxAvailable()
+/// returned true.
 void amxGemmF32(const float *x, int64_t n, int64_t in, int64_t k0,
-                const float *w, int64_t rows, int64_t depth, float *c,
-                int64_t ldc, bool accumulate);
+                const float *w, int64_t ldw, int64_t rows, int64_t depth,
+                float *c, int64_t ldc, bool accumulate);
+
+/// Reduction depth of one amxGemmF32 call over a float32 weight matrix
+/// (gemmDenseF32): its packed tiles (6 bytes per weight) stay in L2.
+constexpr int64_t kAmxDepth = 512;
+
+/// c[t * ldc + r] = sum_k x[t * in + k] * w[r * in + k] for t < n, r < rows:
+/// the prefill GEMM of float32 weight rows, on AMX tiles (kAmxDepth columns
+/// per call) from kAmxMinTokens tokens where amxAvailable(), otherwise one
+/// single-threaded OpenBLAS sgemm.
+void gemmDenseF32(const float *x, int64_t n, int64_t in, const float *w,
+                  int64_t rows, float *c, int64_t ldc);
 
 /// The prefill GEMM of one float weight tile, as amxGemmF32: on AMX tiles
 /// from kAmxMinTokens tokens where amxAvailable(), otherwise a

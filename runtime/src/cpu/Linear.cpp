@@ -6,9 +6,10 @@
 // activations x int8 weights, exact int32 GEMM) and the GGML block formats.
 // Decode (n = 1) is a memory-bound GEMV that widens weights in registers
 // (Gemv.cpp, QuantKernelsHwy.cpp, BlockKernelsHwy.cpp); prefill decodes tiles
-// of kTileRows x kTileDepth weights to float and multiplies them with a
-// single-threaded OpenBLAS sgemm per chunk of output rows (Blas.h), the
-// chunks spread over the thread pool.
+// of kTileRows x kTileDepth weights to float and multiplies them on AMX
+// tiles (AmxGemm.cpp) where the CPU has them, else with a single-threaded
+// OpenBLAS sgemm (Blas.h), per chunk of output rows, the chunks spread over
+// the thread pool.
 //
 //===----------------------------------------------------------------------===//
 #include "cpu/Blas.h"
@@ -56,7 +57,7 @@ static void linear16(const typename E::T *x, const typename E::T *w, OutT *y,
     return;
   }
   // Prefill: x widened once; each thread owns a slice of w's rows and runs a
-  // single-threaded sgemm per float weight tile, accumulating over depth.
+  // GEMM (gemmWeightTile) per float weight tile, accumulating over depth.
   std::vector<float> xf(size_t(n * in));
   bool parallel = n * out * in > kParallelGrain;
   forRows(n, parallel,
@@ -90,7 +91,7 @@ static void linear16(const typename E::T *x, const typename E::T *w, OutT *y,
 
 /// Prefill (n > 1) of a weight-quantized linear y[n, out] = x[n, in] * W^T:
 /// x as float (widened once for 16-bit); each thread owns a slice of the
-/// output rows and runs a single-threaded sgemm per tile of kTileRows x
+/// output rows and runs a GEMM (gemmWeightTile) per tile of kTileRows x
 /// kTileDepth weights that `dequantRow(o, k0, depth, dst)` writes as float
 /// (row o, columns [k0, k0 + depth)), accumulating over depth. With
 /// `rowScales`, the finished sums of row o are multiplied by rowScales[o]
@@ -392,12 +393,11 @@ void kiln_k_linear(const float *x, const float *w, float *y, int64_t n,
     return;
   }
   // Prefill: each chunk of w's rows (multiples of 128) is multiplied with x
-  // by a single-threaded sgemm (no competing BLAS pool).
+  // on AMX tiles or by a single-threaded sgemm (no competing BLAS pool).
   forTileChunks(out, n * out * in > kParallelGrain,
                 [&](int64_t begin, int64_t end) {
-                  sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n),
-                        int(end - begin), int(in), 1.0f, x, int(in),
-                        w + begin * in, int(in), 0.0f, y + begin, int(out));
+                  gemmDenseF32(x, n, in, w + begin * in, end - begin,
+                               y + begin, out);
                 });
 }
 
