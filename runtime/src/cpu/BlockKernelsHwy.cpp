@@ -40,6 +40,7 @@
 #include "cpu/Kernels.h"
 #include "kiln_rt/block_formats.h"
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -70,7 +71,45 @@ HWY_INLINE float F16(const uint8_t *HWY_RESTRICT p) {
 #endif
 }
 
-/// R rows of Q8_0 / Q4_0 / Q4_1 (32-element blocks).
+/// Blocks whose f16 scales StageScales converts at a time.
+constexpr int64_t kScaleStage = 16;
+
+/// The f16 fields at byte `field` of blocks 0..n-1 (n <= kScaleStage) of R
+/// rows (rows rowBytes apart, blocks kBytes apart) as floats out[r][j], 0
+/// for j >= n. The halves are gathered with scalar 16-bit moves and widened
+/// by one vector conversion per row, so that the GEMV's inner loop takes
+/// each scale as a broadcast memory operand: converting and broadcasting it
+/// there cost two shuffle-port instructions per block and row, as many as
+/// the codes' own unpacking.
+template <int R, int64_t kBytes>
+HWY_INLINE void StageScales(const uint8_t *HWY_RESTRICT w, int64_t rowBytes,
+                            int64_t field, int64_t n,
+                            float (*HWY_RESTRICT out)[kScaleStage]) {
+  const DF df;
+  const hn::Rebind<hwy::float16_t, DF> df16;
+  HWY_ALIGN uint16_t half[kScaleStage];
+  HWY_UNROLL(4)
+  for (int r = 0; r < R; ++r) {
+    const uint8_t *p = w + r * rowBytes + field;
+    if (n == kScaleStage) {
+      for (int64_t j = 0; j < kScaleStage; ++j)
+        std::memcpy(&half[j], p + j * kBytes, 2);
+    } else {
+      for (int64_t j = 0; j < kScaleStage; ++j) {
+        uint16_t h = 0;
+        if (j < n)
+          std::memcpy(&h, p + j * kBytes, 2);
+        half[j] = h;
+      }
+    }
+    for (int64_t j = 0; j < kScaleStage; j += int64_t(hn::Lanes(df)))
+      hn::Store(hn::PromoteTo(df, hn::Load(df16, reinterpret_cast<const hwy::float16_t *>(half + j))),
+                df, out[r] + j);
+  }
+}
+
+/// R rows of Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 (32-element blocks); the
+/// blocks' scales (and mins) converted kScaleStage blocks at a time.
 template <int64_t F, int R>
 HWY_INLINE void GemvLegacy(const float *HWY_RESTRICT x,
                            const float *HWY_RESTRICT xs16,
@@ -96,7 +135,17 @@ HWY_INLINE void GemvLegacy(const float *HWY_RESTRICT x,
       kHasNibbleTable && (F == KILN_BLOCK_Q4_0 || F == KILN_BLOCK_Q4_1);
   const auto table = hn::Add(hn::Iota(df, 0.0f),
                              hn::Set(df, F == KILN_BLOCK_Q4_0 ? -8.0f : 0.0f));
+  constexpr bool kHasMin = F == KILN_BLOCK_Q4_1 || F == KILN_BLOCK_Q5_1;
+  HWY_ALIGN float scale[R][kScaleStage];
+  HWY_ALIGN float minimum[kHasMin ? R : 1][kScaleStage];
   for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t j = b % kScaleStage;
+    if (j == 0) {
+      const int64_t nb = std::min(kScaleStage, blocks - b);
+      StageScales<R, kBytes>(w + b * kBytes, rowBytes, 0, nb, scale);
+      if constexpr (kHasMin)
+        StageScales<R, kBytes>(w + b * kBytes, rowBytes, 2, nb, minimum);
+    }
     const float *xb = x + 32 * b;
     if (b % kPrefetchEvery == 0)
       PrefetchNextRows<R>(w, rowBytes, b * kBytes, 1);
@@ -177,15 +226,14 @@ HWY_INLINE void GemvLegacy(const float *HWY_RESTRICT x,
     const float xsum = xs16[2 * b] + xs16[2 * b + 1];
     HWY_UNROLL(4)
     for (int r = 0; r < R; ++r) {
-      const uint8_t *blk = w + r * rowBytes + b * kBytes;
-      const float d = F16(blk);
+      const float d = scale[r][j];
       acc[r] = hn::MulAdd(s[r], hn::Set(df, d), acc[r]);
       if constexpr (F == KILN_BLOCK_Q4_0 && !kNibbleTable)
         offset[r] -= 8.0f * d * xsum;
       else if constexpr (F == KILN_BLOCK_Q5_0)
         offset[r] -= 16.0f * d * xsum;
-      else if constexpr (F == KILN_BLOCK_Q4_1 || F == KILN_BLOCK_Q5_1)
-        offset[r] += F16(blk + 2) * xsum;
+      else if constexpr (kHasMin)
+        offset[r] += minimum[r][j] * xsum;
     }
   }
   HWY_UNROLL(4)
