@@ -224,17 +224,18 @@ inline uint8_t floatToE4M3(float f) {
 // zeros bytes (0..15), one per group of groupSize (> 0, even) elements.
 
 /// Bytes of one packed row of `in` 4-bit elements.
-/// Asks for bytes [from, from + n) of the R rows after the R rows at w (what
-/// the next R-row step of a GEMV reads), one request per 64-byte line. A
+/// Asks for bytes [from, from + n) of the R rows Ahead row groups after the R
+/// rows at w (Ahead = 1: what the next R-row step of a GEMV reads), one
+/// request per 64-byte line. A
 /// GEMV reads R rows side by side, R streams that the hardware prefetchers
 /// follow too late to keep DRAM busy: on the Xeon of docs/benchmarks.md
 /// this takes the Q4_0 GEMV from 4.7 to 7.7 GB/s on one core. Requests past
 /// the end of the matrix are harmless (a prefetch never faults).
-template <int R>
+template <int R, int Ahead = 1>
 __attribute__((always_inline)) inline void PrefetchNextRows(const uint8_t *w, int64_t rowBytes, int64_t from,
                              int64_t n) {
   for (int r = 0; r < R; ++r) {
-    const uint8_t *p = w + (R + r) * rowBytes + from;
+    const uint8_t *p = w + (Ahead * R + r) * rowBytes + from;
     for (int64_t off = 0; off < n; off += 64)
       __builtin_prefetch(p + off);
     if (n > 1)
