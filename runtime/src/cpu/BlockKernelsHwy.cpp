@@ -247,40 +247,33 @@ HWY_INLINE void GemvLegacy(const float *HWY_RESTRICT x,
 }
 
 /// The eight 6-bit scales and mins of a Q4_K / Q5_K super-block from its 12
-/// scale bytes q (GGUF K-quant layout, kiln_block_k4_scale_min): for j < 4
-/// scale j and min j are the low six bits of q[j] and q[j + 4]; for j >= 4
-/// they are the low and high nibble of q[j + 4] with bits 4..5 taken from
-/// the top two bits of q[j - 4] and q[j]. Done four at a time in 32-bit
-/// words a = q[0..3], b = q[4..7], c = q[8..11].
+/// scale bytes q (GGUF K-quant layout, kiln_block_k4_scale_min) as out[0..7]
+/// = scales, out[8..15] = mins: for j < 4 scale j and min j are the low six
+/// bits of q[j] and q[j + 4]; for j >= 4 they are the low and high nibble of
+/// q[j + 4] with bits 4..5 taken from the top two bits of q[j - 4] and q[j].
+/// Done four at a time in 32-bit words a = q[0..3], b = q[4..7], c =
+/// q[8..11].
 HWY_INLINE void K4ScalesMins(const uint8_t *HWY_RESTRICT q,
-                             uint8_t *HWY_RESTRICT sc,
-                             uint8_t *HWY_RESTRICT mn) {
-  auto word = [&](int i) {
-    return uint32_t(q[i]) | uint32_t(q[i + 1]) << 8 |
-           uint32_t(q[i + 2]) << 16 | uint32_t(q[i + 3]) << 24;
-  };
-  auto put = [](uint8_t *out, uint32_t v) {
-    for (int k = 0; k < 4; ++k)
-      out[k] = uint8_t(v >> (8 * k));
-  };
-  const uint32_t a = word(0), b = word(4), c = word(8);
+                             uint8_t *HWY_RESTRICT out) {
+  uint32_t a, b, c;
+  std::memcpy(&a, q, 4);
+  std::memcpy(&b, q + 4, 4);
+  std::memcpy(&c, q + 8, 4);
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+  a = __builtin_bswap32(a);
+  b = __builtin_bswap32(b);
+  c = __builtin_bswap32(c);
+#endif
   constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
-  put(sc, a & k6);
-  put(mn, b & k6);
-  put(sc + 4, (c & k4) | ((a >> 6) & k2) << 4);
-  put(mn + 4, ((c >> 4) & k4) | ((b >> 6) & k2) << 4);
-}
-
-/// Eight bytes widened to floats and multiplied by m: out[j] = m * in[j].
-HWY_INLINE void ScaleBytes8(const uint8_t *HWY_RESTRICT in, float m,
-                            float *HWY_RESTRICT out) {
-  const hn::CappedTag<float, 8> d8;
-  const hn::Rebind<int32_t, decltype(d8)> di8;
-  const hn::Rebind<uint8_t, decltype(d8)> du8;
-  for (size_t j = 0; j < 8; j += hn::Lanes(d8))
-    hn::StoreU(hn::Mul(hn::ConvertTo(d8, hn::PromoteTo(di8, hn::LoadU(du8, in + j))),
-                       hn::Set(d8, m)),
-               d8, out + j);
+  const uint32_t words[4] = {a & k6, (c & k4) | ((a >> 6) & k2) << 4, b & k6,
+                             ((c >> 4) & k4) | ((b >> 6) & k2) << 4};
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  std::memcpy(out, words, 16);
+#else
+  for (int k = 0; k < 4; ++k)
+    for (int i = 0; i < 4; ++i)
+      out[4 * k + i] = uint8_t(words[k] >> (8 * i));
+#endif
 }
 
 /// R rows of Q4_K or Q5_K (256-element super-blocks of 8 sub-blocks of 32;
@@ -288,11 +281,11 @@ HWY_INLINE void ScaleBytes8(const uint8_t *HWY_RESTRICT in, float m,
 /// scales and mins are unpacked once (d * sc_j, dmin * m_j as floats); the
 /// 32 code bytes of each 64-element chunk are loaded once for both of their
 /// sub-blocks (low nibbles: sub-block 2c, high nibbles: 2c + 1), and x is
-/// loaded once for the R rows. xs32[j] is the sum of x over sub-block j of
-/// the whole row.
+/// loaded once for the R rows. xsPad[16 b + 8 + j] is the sum of x over
+/// sub-block j of super-block b, xsPad[16 b + j] zero (j < 8).
 template <int64_t F, int R>
 HWY_INLINE void GemvQ45K(const float *HWY_RESTRICT x,
-                         const float *HWY_RESTRICT xs32,
+                         const float *HWY_RESTRICT xsPad,
                          const uint8_t *HWY_RESTRICT w, float *HWY_RESTRICT y,
                          int64_t in) {
   constexpr bool kQ5 = F == KILN_BLOCK_Q5_K;
@@ -303,28 +296,31 @@ HWY_INLINE void GemvQ45K(const float *HWY_RESTRICT x,
   const int64_t rowBytes = in / 256 * kBytes;
   const auto low = hn::Set(di, 0x0f), bit4 = hn::Set(di, 0x10);
   const auto iota = hn::Iota(df, 0.0f);
-  hn::Vec<DF> acc[R], acc2[R];
-  float offset[R];
+  hn::Vec<DF> acc[R], acc2[R], off[R];
   HWY_UNROLL(4)
-  for (int r = 0; r < R; ++r) {
-    acc[r] = acc2[r] = hn::Zero(df);
-    offset[r] = 0.0f;
-  }
+  for (int r = 0; r < R; ++r)
+    acc[r] = acc2[r] = off[r] = hn::Zero(df);
+  const DU8 du8;
   for (int64_t b = 0; b < in / 256; ++b) {
     PrefetchNextRows<R>(w, rowBytes, b * kBytes, kBytes);
-    HWY_ALIGN float scale[R][8];
+    // scale[r][j] = d * sc_j, scale[r][8 + j] = dmin * m_j; the mins are
+    // dotted with the sub-blocks' sums of x in vector lanes (xsPad holds 8
+    // zeros, then xs32, per super-block).
+    HWY_ALIGN float scale[R][16];
     HWY_UNROLL(4)
     for (int r = 0; r < R; ++r) {
       const uint8_t *blk = w + r * rowBytes + b * kBytes;
-      uint8_t sc[8], mn[8];
-      K4ScalesMins(blk + 4, sc, mn);
-      ScaleBytes8(sc, F16(blk), scale[r]);
-      float mins[8];
-      ScaleBytes8(mn, F16(blk + 2), mins);
-      float o = 0.0f;
-      for (int j = 0; j < 8; ++j)
-        o += mins[j] * xs32[8 * b + j];
-      offset[r] -= o;
+      HWY_ALIGN uint8_t sm[16];
+      K4ScalesMins(blk + 4, sm);
+      const float d = F16(blk), dmin = F16(blk + 2);
+      for (int64_t j = 0; j < 16; j += N) {
+        const auto m = hn::IfThenElse(hn::FirstN(df, size_t(j < 8 ? 8 - j : 0)),
+                                      hn::Set(df, d), hn::Set(df, dmin));
+        const auto v = hn::Mul(
+            hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(du8, sm + j))), m);
+        hn::Store(v, df, scale[r] + j);
+        off[r] = hn::MulAdd(v, hn::LoadU(df, xsPad + 16 * b + j), off[r]);
+      }
     }
     const float *xb = x + 256 * b;
     for (int c = 0; c < 4; ++c) {
@@ -364,7 +360,7 @@ HWY_INLINE void GemvQ45K(const float *HWY_RESTRICT x,
   }
   HWY_UNROLL(4)
   for (int r = 0; r < R; ++r)
-    y[r] = SumLanes(hn::Add(acc[r], acc2[r])) + offset[r];
+    y[r] = SumLanes(hn::Add(acc[r], acc2[r])) - SumLanes(off[r]);
 }
 
 /// R rows of Q6_K (256-element super-blocks of 16 groups of 16). Element
@@ -547,24 +543,28 @@ HWY_INLINE void KRowsBy(const uint8_t *HWY_RESTRICT w, float *HWY_RESTRICT y,
     kernel(std::integral_constant<int, 1>(), w + r * rowBytes, y + r);
 }
 
-/// Rows of Q4_K / Q5_K with the per-32 sums of x derived from xs16.
+/// Rows of Q4_K / Q5_K with the per-32 sums of x derived from xs16 (laid
+/// out as GemvQ45K's xsPad).
 template <int64_t F>
 HWY_INLINE void GemvQ45KRows(const float *HWY_RESTRICT x,
                              const float *HWY_RESTRICT xs16,
                              const uint8_t *HWY_RESTRICT w,
                              float *HWY_RESTRICT y, int64_t in, int64_t rows) {
-  constexpr int64_t kMaxStack = 8192; // sub-blocks: in <= 262144
-  float stackSums[kMaxStack];
+  constexpr int64_t kMaxStack = 8192; // 16 per super-block: in <= 131072
+  HWY_ALIGN float stackSums[kMaxStack];
   std::vector<float> heapSums;
-  float *xs32 = stackSums;
-  if (in / 32 > kMaxStack) {
-    heapSums.resize(size_t(in / 32));
-    xs32 = heapSums.data();
+  float *xsPad = stackSums;
+  if (in / 16 > kMaxStack) {
+    heapSums.resize(size_t(in / 16));
+    xsPad = heapSums.data();
   }
-  for (int64_t j = 0; j < in / 32; ++j)
-    xs32[j] = xs16[2 * j] + xs16[2 * j + 1];
+  for (int64_t b = 0; b < in / 256; ++b)
+    for (int64_t j = 0; j < 8; ++j) {
+      xsPad[16 * b + j] = 0.0f;
+      xsPad[16 * b + 8 + j] = xs16[16 * b + 2 * j] + xs16[16 * b + 2 * j + 1];
+    }
   KRowsBy<F, 4>(w, y, in, rows, [&](auto rows, const uint8_t *rw, float *ry) {
-    GemvQ45K<F, decltype(rows)::value>(x, xs32, rw, ry, in);
+    GemvQ45K<F, decltype(rows)::value>(x, xsPad, rw, ry, in);
   });
 }
 
