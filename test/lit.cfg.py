@@ -68,6 +68,22 @@ if subprocess.run([config.python_executable, "-c", "import gguf"],
                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0:
     config.available_features.add("gguf-py")
 
+# Intel AMX (runtime/src/cpu/AmxGemm.cpp runs the prefill GEMMs on it): the
+# CPU flags Linux reports when both the CPU and the kernel support the tile
+# state, and KILN_AMX not turning it off.
+try:
+    with open("/proc/cpuinfo") as _cpu:
+        _flags = set()
+        for _line in _cpu:
+            if _line.startswith("flags"):
+                _flags = set(_line.split(":", 1)[1].split())
+                break
+    if {"amx_tile", "amx_bf16", "avx512_bf16"} <= _flags and \
+            os.environ.get("KILN_AMX") != "0":
+        config.available_features.add("amx")
+except OSError:
+    pass
+
 # SmoothQuant W8A8 artifacts need the int8-activation kernels
 # (kiln_k_linear_w8a8 in the kernel ABI); tests that run them require this.
 with open(os.path.join(config.kiln_src_root, "runtime", "include", "kiln_rt",

@@ -356,9 +356,13 @@ int main(int argc, char **argv) {
   }
   if (profile) {
     double peak = cuda ? 0.0 : measurePeakFlops(3);
-    if (!cuda)
+    if (!cuda) {
       std::printf("compute peak: %.1f GFLOP/s (FMA loop, %d threads)\n",
                   peak / 1e9, omp_get_max_threads());
+      if (kiln_rt_cpu_amx())
+        std::printf("prefill GEMMs on AMX tiles: linears can exceed the FMA "
+                    "peak\n");
+    }
     else
       std::printf("profile: kernel events are recorded on the cpu target "
                   "only (cuda launches are asynchronous)\n");

@@ -9,6 +9,7 @@
 // the affinity mask.
 //
 //===----------------------------------------------------------------------===//
+#include "cpu/Kernels.h"
 #include "cpu/ThreadPool.h"
 #include "kiln_rt/api.h"
 
@@ -56,6 +57,10 @@ extern "C" int kiln_rt_default_threads(void) {
     cores.emplace(package, core);
   }
   return cores.empty() ? 1 : int(cores.size());
+}
+
+extern "C" int kiln_rt_cpu_amx(void) {
+  return kiln::rt::cpu::amxAvailable() ? 1 : 0;
 }
 
 extern "C" int kiln_rt_threads(void) {
