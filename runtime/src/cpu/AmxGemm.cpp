@@ -103,14 +103,23 @@ struct alignas(64) TileConfig {
 /// 7 B (32 x 16 bf16, 16 rows of 64 bytes).
 constexpr int kC = 4;
 
-/// Per-thread buffers, 64-byte aligned, grown on demand.
+/// Per-thread buffers, 64-byte aligned, grown on demand, freed when the
+/// thread ends.
 struct Buffers {
-  uint16_t *pieces = nullptr; // split weight rows, then x rows
+  uint16_t *pieces = nullptr; // the split rows of one 16-row weight tile
   size_t piecesCap = 0;
   uint16_t *packed = nullptr; // VNNI-packed weight tiles
   size_t packedCap = 0;
   uint16_t *input = nullptr; // x's planes (AmxInput)
   size_t inputCap = 0;
+  Buffers() = default;
+  Buffers(const Buffers &) = delete;
+  Buffers &operator=(const Buffers &) = delete;
+  ~Buffers() {
+    std::free(pieces);
+    std::free(packed);
+    std::free(input);
+  }
 };
 
 /// x[n, in] split into three bf16 planes, x = p0 + p1 + p2, laid out as
