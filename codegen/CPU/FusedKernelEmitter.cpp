@@ -39,7 +39,7 @@ public:
       : kernel(kernel), body(kernel.getBody().front()),
         name(kernel.getSymName().str()), cuda(cuda) {}
   FailureOr<std::string> run();
-  FailureOr<std::string> runCuda(int64_t maxTokens, uint64_t &scratchBytes);
+  FailureOr<std::string> runCuda(int64_t maxTokens, std::string &scratchBytes);
 
 private:
   LogicalResult classify();
@@ -599,8 +599,8 @@ FailureOr<std::string> Emitter::cudaRowsExpr() {
 }
 
 FailureOr<std::string> Emitter::runCuda(int64_t maxTokens,
-                                        uint64_t &scratchBytes) {
-  scratchBytes = 0;
+                                        std::string &scratchBytes) {
+  scratchBytes.clear();
   if (failed(classify()) || failed(checkTypes()))
     return failure();
   if (!anchor && rope)
@@ -728,11 +728,11 @@ FailureOr<std::string> Emitter::runCuda(int64_t maxTokens,
     x = "a" + std::to_string(xi);
   }
   // Prefill scratch: the normalized input and the linear's result, float32,
-  // for the largest call (kiln_cuda_fused_scratch_bytes).
-  auto align256 = [](uint64_t b) { return (b + 255) / 256 * 256; };
-  uint64_t tokens = uint64_t(std::max<int64_t>(maxTokens, 1));
-  scratchBytes = (norm ? align256(tokens * uint64_t(in) * 4) : 0) +
-                 align256(tokens * uint64_t(out) * 4);
+  // for the largest call, as the header computes it.
+  scratchBytes = "kiln_cuda_fused_scratch_bytes(" +
+                 std::to_string(std::max<int64_t>(maxTokens, 1)) + ", " +
+                 std::to_string(in) + ", " + std::to_string(out) + ", " +
+                 (norm ? "true" : "false") + ")";
   os << "  uint64_t scratchBytes = 0;\n"
      << "  void *scratch = kiln_cuda_fused_scratch(ctx, "
         "kKilnFusedScratchOffset, &scratchBytes);\n"
@@ -749,7 +749,7 @@ FailureOr<std::string> emitFusedKernelCpu(plan::FusedKernelOp kernel) {
 
 FailureOr<std::string> emitFusedKernelCuda(plan::FusedKernelOp kernel,
                                            int64_t maxTokens,
-                                           uint64_t &scratchBytes) {
+                                           std::string &scratchBytes) {
   return Emitter(kernel, /*cuda=*/true).runCuda(maxTokens, scratchBytes);
 }
 

@@ -32,13 +32,14 @@ FailureOr<std::string> emitFusedKernelCpu(plan::FusedKernelOp kernel);
 /// for an elementwise region) and `static void <sym_name>(kiln_cuda_ctx
 /// *ctx, <arguments>, float *r0, ..., int64_t n)` calling
 /// kiln_cuda_fused_linear / _linear_residual / _elementwise with the
-/// weight's row reader. `maxTokens` bounds n; `scratchBytes` gets the fused
-/// scratch the prefill path needs (bytes; 0 when none). Emits an error on
+/// weight's row reader. `maxTokens` bounds n; `scratchBytes` gets the C++
+/// expression of the fused scratch the prefill path needs in bytes (a
+/// kiln_cuda_fused_scratch_bytes call; empty when none). Emits an error on
 /// what the CUDA template cannot express (the CPU's limits, W8A8 or int8
 /// activations, RoPE pairs split across column ranges) and fails.
 FailureOr<std::string> emitFusedKernelCuda(plan::FusedKernelOp kernel,
                                            int64_t maxTokens,
-                                           uint64_t &scratchBytes);
+                                           std::string &scratchBytes);
 
 } // namespace mlir::kiln
 

@@ -348,14 +348,16 @@ static LogicalResult cudaShapeError(ModuleOp module) {
 }
 
 /// The functions cuda_abi.h says model.so exports besides the entry points.
-/// `fusedScratchBytes`: the largest scratch a fused kernel needs
-/// (emitFusedKernelCuda), after the regions of
+/// `fusedScratch`: the scratch expressions of the fused kernels
+/// (emitFusedKernelCuda), whose largest value follows the regions of
 /// kiln_cuda_workspace_bytes_for.
-static std::string cudaExports(uint64_t fusedScratchBytes) {
+static std::string cudaExports(ArrayRef<std::string> fusedScratch) {
   std::string text;
   llvm::raw_string_ostream os(text);
-  os << "static const uint64_t kKilnFusedScratchBytes = " << fusedScratchBytes
-     << ";\n"
+  os << "static constexpr uint64_t kKilnFusedScratchBytes = "
+        "kiln_cuda_fused_scratch_max({";
+  llvm::interleaveComma(fusedScratch, os);
+  os << "});\n"
      << R"(extern "C" uint64_t kiln_cuda_workspace_bytes(void) {
   return kKilnFusedScratchOffset + kKilnFusedScratchBytes;
 }
@@ -468,13 +470,14 @@ void PlanToEmitCPass::runOnOperation() {
   for (func::FuncOp f : module.getOps<func::FuncOp>())
     if (auto a = f->getAttrOfType<IntegerAttr>("plan.max_tokens"))
       maxTokens = std::max(maxTokens, a.getInt());
-  uint64_t fusedScratchBytes = 0;
+  std::vector<std::string> fusedScratch; // one of each expression
   for (plan::FusedKernelOp kernel : fusedKernels) {
-    uint64_t scratch = 0;
+    std::string scratch;
     FailureOr<std::string> text =
         info.cuda ? emitFusedKernelCuda(kernel, maxTokens, scratch)
                   : emitFusedKernelCpu(kernel);
-    fusedScratchBytes = std::max(fusedScratchBytes, scratch);
+    if (!scratch.empty() && !llvm::is_contained(fusedScratch, scratch))
+      fusedScratch.push_back(scratch);
     if (failed(text))
       return signalPassFailure();
     emitc::VerbatimOp::create(builder, kernel.getLoc(), *text);
@@ -494,7 +497,7 @@ void PlanToEmitCPass::runOnOperation() {
     if (!constants)
       return (void)cudaShapeError(module), signalPassFailure();
     builder.setInsertionPointToEnd(module.getBody());
-    emitc::VerbatimOp::create(builder, loc, cudaExports(fusedScratchBytes));
+    emitc::VerbatimOp::create(builder, loc, cudaExports(fusedScratch));
   }
   for (func::FuncOp func : funcs)
     func.erase();

@@ -34,6 +34,8 @@
 
 #include "KilnCudaHost.cuh"
 
+#include <initializer_list>
+
 /// kernel_abi.h's kiln_silu / kiln_swiglu for the generated epilogues, with
 /// the arithmetic of the unfused CUDA kernels (KilnCudaPointwise.cuh).
 __device__ __forceinline__ float kiln_cuda_silu_elem(float x) {
@@ -193,6 +195,16 @@ constexpr uint64_t kiln_cuda_fused_scratch_bytes(int64_t n, int64_t in,
                                                  int64_t out, bool prologue) {
   return (prologue ? kiln_cuda_align256(uint64_t(n) * uint64_t(in) * 4) : 0) +
          kiln_cuda_align256(uint64_t(n) * uint64_t(out) * 4);
+}
+
+/// The largest of `sizes` (0 for none): model.cu's kKilnFusedScratchBytes
+/// over its regions' kiln_cuda_fused_scratch_bytes.
+constexpr uint64_t
+kiln_cuda_fused_scratch_max(std::initializer_list<uint64_t> sizes) {
+  uint64_t most = 0;
+  for (uint64_t s : sizes)
+    most = s > most ? s : most;
+  return most;
 }
 
 /// The fused scratch inside ctx->workspace: from `offset` (the model's
