@@ -360,8 +360,10 @@ int main(int argc, char **argv) {
       std::printf("compute peak: %.1f GFLOP/s (FMA loop, %d threads)\n",
                   peak / 1e9, omp_get_max_threads());
       if (kiln_rt_cpu_amx())
-        std::printf("prefill GEMMs on AMX tiles: linears can exceed the FMA "
-                    "peak\n");
+        std::printf("prefill GEMMs: AMX tiles from 16 tokens (those linears "
+                    "can exceed the FMA peak), OpenBLAS below\n");
+      else
+        std::printf("prefill GEMMs: OpenBLAS (no AMX, or KILN_AMX=0)\n");
     }
     else
       std::printf("profile: kernel events are recorded on the cpu target "

@@ -273,11 +273,12 @@ int kiln_rt_threads(void);
 /// mask when the topology cannot be read). At least 1.
 int kiln_rt_default_threads(void);
 
-/// 1 when the CPU kernels' prefill GEMMs (linears from 16 tokens) run on
-/// Intel AMX tiles, float32 split exactly into three bf16 pieces with
-/// float32 sums (the CPU and OS offer AMX-BF16, and KILN_AMX is not "0");
-/// else 0: OpenBLAS sgemm. Either way the results are float32 GEMMs up to
-/// rounding and summation order.
+/// 1 when the CPU kernels' prefill GEMMs (linears, from 16 tokens; fewer
+/// always take OpenBLAS) run on Intel AMX tiles, float32 split exactly into
+/// three bf16 pieces with float32 sums (the CPU and OS offer AMX-BF16, and
+/// KILN_AMX is not "0", "off", "no" or "false"); else 0: OpenBLAS sgemm.
+/// Either way the results are float32 GEMMs up to rounding and summation
+/// order.
 int kiln_rt_cpu_amx(void);
 
 /*===--------------------------- tracing ---------------------------------===*/

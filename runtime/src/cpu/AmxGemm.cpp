@@ -33,16 +33,20 @@
 //
 // Enabled when CPUID reports AMX-TILE, AMX-BF16 and AVX512-BF16, the OS
 // enables the tile state (XCR0 bits 17 and 18), Linux grants this process
-// the tile data (arch_prctl ARCH_REQ_XCOMP_PERM), and KILN_AMX is not "0".
+// the tile data (arch_prctl ARCH_REQ_XCOMP_PERM), and KILN_AMX does not turn
+// it off ("0", "off", "no", "false").
 //
 //===----------------------------------------------------------------------===//
 #include "cpu/Blas.h"
 #include "cpu/Kernels.h"
 #include "cpu/ThreadPool.h"
 
+#include <cctype>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #if defined(__x86_64__) && defined(__linux__)
 #include <cpuid.h>
@@ -68,8 +72,28 @@ namespace {
 constexpr long kArchReqXcompPerm = 0x1023;
 constexpr long kXfeatureXtiledata = 18;
 
+/// KILN_AMX: unset, empty, "1", "on", "yes" or "true" leave AMX on; "0",
+/// "off", "no" or "false" turn it off (any case); another value leaves it
+/// on with a warning on stderr.
+bool amxWanted() {
+  const char *env = std::getenv("KILN_AMX");
+  if (!env || !*env)
+    return true;
+  std::string v(env);
+  for (char &ch : v)
+    ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  if (v == "0" || v == "off" || v == "no" || v == "false")
+    return false;
+  if (v != "1" && v != "on" && v != "yes" && v != "true")
+    std::fprintf(stderr,
+                 "kiln: warning: KILN_AMX='%s' is not 0/off/no/false or "
+                 "1/on/yes/true; AMX stays on\n",
+                 env);
+  return true;
+}
+
 bool probeAmx() {
-  if (const char *env = std::getenv("KILN_AMX"); env && std::strcmp(env, "0") == 0)
+  if (!amxWanted())
     return false;
   unsigned a, b, c, d;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))

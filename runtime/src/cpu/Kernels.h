@@ -300,8 +300,9 @@ void softmaxRow(float *s, int64_t first, int64_t last, int64_t n);
 
 /// Whether amxGemmF32 may be called: x86-64 Linux with AMX-TILE, AMX-BF16
 /// and AVX512-BF16, the tile state enabled by the OS and granted to this
-/// process (arch_prctl ARCH_REQ_XCOMP_PERM), and KILN_AMX not set to "0".
-/// Probed once (AmxGemm.cpp).
+/// process (arch_prctl ARCH_REQ_XCOMP_PERM), and KILN_AMX not "0", "off",
+/// "no" or "false" (other values than those and 1/on/yes/true warn on
+/// stderr). Probed once (AmxGemm.cpp).
 bool amxAvailable();
 
 /// Prefill tokens from which the linears' GEMMs run on AMX tiles: C tiles
