@@ -94,17 +94,38 @@ static int64_t widthOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getDimSize(1);
 }
 
-/// C element type of a region argument.
+/// C element type of a region argument or result.
 static FailureOr<StringRef> cType(Operation *at, Type t) {
   if (t.isIndex())
     return StringRef("int64_t");
   Type e = cast<RankedTensorType>(t).getElementType();
   if (e.isF32())
     return StringRef("float");
+  if (e.isF16())
+    return StringRef("kiln_f16_t");
+  if (e.isBF16())
+    return StringRef("kiln_bf16_t");
   if (e.isInteger(8))
     return StringRef("int8_t");
-  return at->emitOpError() << "fused kernels take f32 and i8 buffers, got "
-                           << e;
+  return at->emitOpError()
+         << "fused kernels take f32, f16, bf16 and i8 buffers, got " << e;
+}
+
+/// 16-bit element type of a tensor value's elements, if it has one.
+static bool is16Bit(Type t) {
+  auto tensor = dyn_cast<RankedTensorType>(t);
+  return tensor && (tensor.getElementType().isF16() ||
+                    tensor.getElementType().isBF16());
+}
+
+/// `expr` (a float) converted for a store to elements of `t`.
+static std::string storeExpr(Type t, const std::string &expr) {
+  Type e = cast<RankedTensorType>(t).getElementType();
+  if (e.isF16())
+    return "kiln_float_to_f16(" + expr + ")";
+  if (e.isBF16())
+    return "kiln_float_to_bf16(" + expr + ")";
+  return expr;
 }
 
 std::string Emitter::rowsExpr() {
@@ -115,7 +136,7 @@ std::string Emitter::rowsExpr() {
 
 LogicalResult Emitter::classify() {
   for (Operation &op : body.without_terminator()) {
-    if (isa<LinearOp, QuantizedLinearOp>(op)) {
+    if (isa<LinearOp, QuantizedLinearOp, LogitsOp>(op)) {
       if (anchor)
         return op.emitOpError() << "is a second linear in fused kernel '"
                                 << name << "'";
@@ -244,9 +265,15 @@ FailureOr<std::string> Emitter::operandExpr(Value v) {
     return failure();
   auto type = cast<RankedTensorType>(v.getType());
   std::string a = "e.a" + std::to_string(arg.getArgNumber());
-  if (type.getRank() == 1)
-    return a + "[col]";
-  return a + "[t * " + std::to_string(type.getDimSize(1)) + " + col]";
+  std::string elem = type.getRank() == 1
+                         ? a + "[col]"
+                         : a + "[t * " + std::to_string(type.getDimSize(1)) +
+                               " + col]";
+  if (type.getElementType().isF16())
+    return "kiln_f16_to_float(" + elem + ")";
+  if (type.getElementType().isBF16())
+    return "kiln_bf16_to_float(" + elem + ")";
+  return elem;
 }
 
 LogicalResult Emitter::emitElementStatements(llvm::raw_ostream &os, int only,
@@ -315,8 +342,8 @@ LogicalResult Emitter::emitElementStatements(llvm::raw_ostream &os, int only,
     if (failed(e))
       return kernel.emitOpError() << "fused kernel '" << name
                                   << "' yields a value it does not compute";
-    os << indent << "e.r" << i << "[t * " << widthOf(v) << " + col] = " << *e
-       << ";\n";
+    os << indent << "e.r" << i << "[t * " << widthOf(v)
+       << " + col] = " << storeExpr(v.getType(), *e) << ";\n";
   }
   return success();
 }
@@ -335,8 +362,8 @@ std::string Emitter::envFields() {
   for (unsigned i = 0; i < body.getNumArguments(); ++i)
     os << "  " << argDecl(i) << ";\n";
   auto yield = cast<YieldOp>(body.getTerminator());
-  for (unsigned i = 0; i < yield.getValues().size(); ++i)
-    os << "  float *r" << i << ";\n";
+  for (auto [i, v] : llvm::enumerate(yield.getValues()))
+    os << "  " << *cType(kernel, v.getType()) << " *r" << i << ";\n";
   os << "  int64_t n;\n";
   if (anchor)
     os << "  const float *x;\n  kiln_linear_weight w;\n";
@@ -350,10 +377,20 @@ LogicalResult Emitter::checkTypes() {
     if (failed(cType(kernel, body.getArgument(i).getType())))
       return failure();
   auto yield = cast<YieldOp>(body.getTerminator());
-  for (Value v : yield.getValues())
-    if (!cast<RankedTensorType>(v.getType()).getElementType().isF32())
-      return kernel.emitOpError() << "fused kernel '" << name
-                                  << "' yields a non-f32 value";
+  for (Value v : yield.getValues()) {
+    Type e = cast<RankedTensorType>(v.getType()).getElementType();
+    if (!e.isF32() && !(!cuda && (e.isF16() || e.isBF16())))
+      return kernel.emitOpError()
+             << "fused kernel '" << name << "' yields a " << e
+             << " value (the " << (cuda ? "CUDA" : "CPU")
+             << " template stores f32" << (cuda ? "" : ", f16 and bf16") << ")";
+  }
+  if (cuda)
+    for (unsigned i = 0; i < body.getNumArguments(); ++i)
+      if (is16Bit(body.getArgument(i).getType()))
+        return kernel.emitOpError()
+               << "fused kernel '" << name
+               << "' takes a 16-bit operand (the CUDA template reads f32)";
   return success();
 }
 
@@ -363,8 +400,8 @@ void Emitter::emitEntryHead(llvm::raw_ostream &os, StringRef ctxParam,
   os << "static void " << name << "(" << ctxParam;
   for (unsigned i = 0; i < body.getNumArguments(); ++i)
     os << argDecl(i) << ", ";
-  for (unsigned i = 0; i < yield.getValues().size(); ++i)
-    os << "float *r" << i << ", ";
+  for (auto [i, v] : llvm::enumerate(yield.getValues()))
+    os << *cType(kernel, v.getType()) << " *r" << i << ", ";
   os << "int64_t n) {\n  " << envDecl << "\n";
   for (unsigned i = 0; i < body.getNumArguments(); ++i)
     os << "  e.a" << i << " = a" << i << ";\n";
@@ -376,13 +413,27 @@ FailureOr<std::string> Emitter::run() {
   if (failed(classify()) || failed(checkTypes()))
     return failure();
 
+  // A linear whose result is stored as computed: no epilogue, no column
+  // slices.
+  auto yieldOp = cast<YieldOp>(body.getTerminator());
+  const bool direct =
+      anchor && epilogue.empty() && segments.size() == 1 &&
+      segments.front().offset == 0 && yieldOp.getValues().size() == 1 &&
+      yieldOp.getValues().front() == anchor->getResult(0);
+
   std::string text;
   llvm::raw_string_ostream os(text);
   std::string env = name + "_env";
-  os << "// " << name << ": kiln.fused region (families:";
-  for (Attribute f : kernel.getFamilies())
-    os << " " << cast<StringAttr>(f).getValue();
-  os << ")\nnamespace {\nstruct " << env << " {\n" << envFields() << "};\n}\n";
+  if (kernel.getFamilies().empty()) {
+    os << "// " << name << ": " << body.front().getName().getStringRef()
+       << " (a single op)";
+  } else {
+    os << "// " << name << ": kiln.fused region (families:";
+    for (Attribute f : kernel.getFamilies())
+      os << " " << cast<StringAttr>(f).getValue();
+    os << ")";
+  }
+  os << "\nnamespace {\nstruct " << env << " {\n" << envFields() << "};\n}\n";
 
   auto argIndex = [&](Value v) -> int64_t {
     auto arg = dyn_cast<BlockArgument>(v);
@@ -399,6 +450,31 @@ FailureOr<std::string> Emitter::run() {
        << ";\n";
     if (failed(emitElementStatements(os, -1, "    ")))
       return failure();
+    os << "  }\n}\n";
+  } else if (direct) {
+    // A linear without epilogue: f32 tiles go straight into the result,
+    // 16-bit ones are rounded into it a row at a time.
+    int64_t in = widthOf(anchor->getOperand(0));
+    int64_t out = widthOf(anchor->getResult(0));
+    Type re = cast<RankedTensorType>(anchor->getResult(0).getType())
+                  .getElementType();
+    os << "  const int64_t rows = " << rowsExpr() << ";\n"
+       << "  const int64_t step = rows == 1 ? j1 - j0 : 128;\n";
+    if (!re.isF32())
+      os << "  float *c0 = kiln_k_scratch(1, rows * step);\n";
+    os << "  for (int64_t s0 = j0; s0 < j1; s0 += step) {\n"
+       << "    const int64_t s1 = s0 + step < j1 ? s0 + step : j1;\n";
+    if (re.isF32()) {
+      os << "    kiln_k_linear_tile(&e.w, e.x, rows, " << in
+         << ", s0, s1, e.r0 + s0, " << out << ");\n";
+    } else {
+      os << "    kiln_k_linear_tile(&e.w, e.x, rows, " << in
+         << ", s0, s1, c0, s1 - s0);\n"
+         << "    for (int64_t t = 0; t < rows; ++t)\n"
+         << "      kiln_k_narrow("
+         << (re.isF16() ? "KILN_ELEM_F16" : "KILN_ELEM_BF16")
+         << ", c0 + t * (s1 - s0), e.r0 + t * " << out << " + s0, s1 - s0);\n";
+    }
     os << "  }\n}\n";
   } else {
     int64_t in = widthOf(anchor->getOperand(0));
@@ -462,6 +538,10 @@ FailureOr<std::string> Emitter::run() {
     int64_t x = argIndex(norm.getInput()), w = argIndex(norm.getWeight());
     if (x < 0 || w < 0)
       return norm.emitOpError() << "prologue must read region arguments";
+    if (is16Bit(norm.getInput().getType()))
+      return norm.emitOpError() << "in fused kernel '" << name
+                                << "' reads 16-bit values (an rms_norm "
+                                   "prologue takes f32)";
     // Prologue: the normalized input once per call, in per-call scratch.
     os << "  float *xn = kiln_k_scratch(0, rows * " << in << ");\n"
        << "  kiln_k_rms_norm(a" << x << ", a" << w << ", xn, rows, " << in
@@ -471,7 +551,21 @@ FailureOr<std::string> Emitter::run() {
     int64_t x = argIndex(anchor->getOperand(0));
     if (x < 0)
       return anchor->emitOpError() << "input must be a region argument";
-    os << "  e.x = a" << x << ";\n";
+    // The classifier reads the last of the n hidden rows.
+    std::string xp = "a" + std::to_string(x);
+    if (isa<LogitsOp>(anchor))
+      xp = "(" + xp + " + (n - 1) * " + std::to_string(in) + ")";
+    Type xe = cast<RankedTensorType>(anchor->getOperand(0).getType())
+                  .getElementType();
+    if (xe.isF16() || xe.isBF16()) {
+      // 16-bit activations: widened once, exactly, for every tile.
+      os << "  float *xw = kiln_k_scratch(0, rows * " << in << ");\n"
+         << "  kiln_k_widen(" << (xe.isF16() ? "KILN_ELEM_F16" : "KILN_ELEM_BF16")
+         << ", " << xp << ", xw, rows * " << in << ");\n"
+         << "  e.x = xw;\n";
+    } else {
+      os << "  e.x = " << xp << ";\n";
+    }
   }
   if (rope) {
     int64_t pos = argIndex(rope.getPosition());
@@ -485,7 +579,8 @@ FailureOr<std::string> Emitter::run() {
        << "  e.cs = cs;\n";
   }
   os << "  e.w = kiln_linear_weight{};\n";
-  if (auto l = dyn_cast<LinearOp>(anchor)) {
+  // kiln.linear and kiln.logits: float or block weights.
+  auto floatOrBlocks = [&](auto l) -> LogicalResult {
     int64_t w = argIndex(l.getWeight());
     if (std::optional<StringRef> format = l.getFormat()) {
       os << "  e.w.kind = KILN_WEIGHT_BLOCKS;\n  e.w.format = "
@@ -493,13 +588,26 @@ FailureOr<std::string> Emitter::run() {
       if (l.hasQuantizedActivations())
         os << "  e.w.act_quant = KILN_ACT_INT8_PER_BLOCK;\n";
     } else {
-      if (!cast<RankedTensorType>(l.getWeight().getType())
-               .getElementType()
-               .isF32())
-        return l.emitOpError() << "in a fused kernel needs f32 or block weights";
-      os << "  e.w.kind = KILN_WEIGHT_F32;\n";
+      Type we = cast<RankedTensorType>(l.getWeight().getType()).getElementType();
+      if (we.isF32())
+        os << "  e.w.kind = KILN_WEIGHT_F32;\n";
+      else if (we.isF16())
+        os << "  e.w.kind = KILN_WEIGHT_F16;\n";
+      else if (we.isBF16())
+        os << "  e.w.kind = KILN_WEIGHT_BF16;\n";
+      else
+        return l.emitOpError()
+               << "in a fused kernel needs f32, f16, bf16 or block weights";
     }
     os << "  e.w.data = a" << w << ";\n";
+    return success();
+  };
+  if (auto l = dyn_cast<LinearOp>(anchor)) {
+    if (failed(floatOrBlocks(l)))
+      return failure();
+  } else if (auto l = dyn_cast<LogitsOp>(anchor)) {
+    if (failed(floatOrBlocks(l)))
+      return failure();
   } else {
     auto q = cast<QuantizedLinearOp>(anchor);
     os << "  e.w.kind = " << (q.getBits() == 8 ? "KILN_WEIGHT_W8" : "KILN_WEIGHT_W4")
@@ -603,6 +711,10 @@ FailureOr<std::string> Emitter::runCuda(int64_t maxTokens,
   scratchBytes.clear();
   if (failed(classify()) || failed(checkTypes()))
     return failure();
+  if (isa_and_nonnull<LogitsOp>(anchor))
+    return anchor->emitOpError() << "in fused kernel '" << name
+                                 << "' has no CUDA template (the CUDA target "
+                                    "calls its classifier kernel)";
   if (!anchor && rope)
     return rope.emitOpError() << "in fused kernel '" << name
                               << "' needs a linear's column slice";

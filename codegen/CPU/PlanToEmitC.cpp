@@ -44,8 +44,8 @@ static constexpr const char *kPointerMacros = R"(
 
 static constexpr const char *kCpuPrologue =
     R"(// Emitted by kiln-compile (CPU target). Do not edit.
-#if KILN_ABI_VERSION != 9
-#error "emitted for kernel ABI version 9"
+#if KILN_ABI_VERSION != 10
+#error "emitted for kernel ABI version 10"
 #endif)";
 
 static constexpr const char *kCudaPrologue =
@@ -53,6 +53,17 @@ static constexpr const char *kCudaPrologue =
 #if KILN_CUDA_ABI_VERSION != 3
 #error "emitted for CUDA ABI version 3"
 #endif)";
+
+/// Kernels the CPU target instantiates from the IR (kernel_abi.h,
+/// "Generated kernels"; kiln-outline-kernels) instead of calling the
+/// runtime: the linears other than W8A8 and the elementwise ops.
+static bool isGeneratedOnCpu(StringRef callee) {
+  return llvm::is_contained(
+      {"kiln_k_linear", "kiln_k_linear_blocks", "kiln_k_linear_blocks_a8",
+       "kiln_k_linear_w8a16", "kiln_k_linear_w4a16", "kiln_k_add",
+       "kiln_k_mul", "kiln_k_silu", "kiln_k_swiglu", "kiln_k_add_bias"},
+      callee);
+}
 
 namespace {
 /// What differs between the CPU and the CUDA flavour of the emitted code.
@@ -62,8 +73,7 @@ struct TargetInfo {
 
   /// The function a `plan.call_kernel` becomes. CUDA: the overloaded launch
   /// wrapper kiln_cuda_X. CPU: kiln_k_X for f32, kiln_k_X_f16 / _bf16 for
-  /// 16-bit buffers (named after the first floating-point buffer), and
-  /// kiln_k_linear_T_f32 when a 16-bit linear writes float logits.
+  /// 16-bit buffers (named after the first floating-point buffer).
   std::string callee(plan::CallKernelOp call) const {
     StringRef kernel = call.getCallee();
     if (cuda)
@@ -75,11 +85,7 @@ struct TargetInfo {
           floats.push_back(memref.getElementType());
     if (floats.empty() || floats.front().isF32())
       return kernel.str();
-    std::string name =
-        (kernel + (floats.front().isF16() ? "_f16" : "_bf16")).str();
-    if (kernel == "kiln_k_linear" && floats.back().isF32())
-      name += "_f32";
-    return name;
+    return (kernel + (floats.front().isF16() ? "_f16" : "_bf16")).str();
   }
 };
 } // namespace
@@ -267,6 +273,12 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
                 return c.emitOpError()
                        << "calibration observers (kiln_k_observe) run on "
                           "the cpu target only; compile with target=cpu";
+              if (!target.cuda && isGeneratedOnCpu(c.getCallee()))
+                return c.emitOpError()
+                       << "'" << c.getCallee()
+                       << "' is a generated kernel on the cpu target, not a "
+                          "runtime entry point; run kiln-outline-kernels "
+                          "before kiln-memory-plan";
               if (target.cuda && c.getCallee() == "kiln_k_linear_blocks_a8")
                 return c.emitOpError()
                        << "int8 activations (act_quant 'int8_per_block') "

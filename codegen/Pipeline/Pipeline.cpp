@@ -81,6 +81,10 @@ LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
     return failure();
 
   PassManager planPm(&context);
+  // The CPU target instantiates a kernel for every linear and elementwise
+  // op left outside a fused region (kernel_abi.h, "Generated kernels").
+  if (opts.target == "cpu")
+    planPm.addPass(createOutlineKernelsPass());
   planPm.addNestedPass<func::FuncOp>(createMemoryPlanPass());
   planPm.addPass(createLowerToPlanPass());
   planPm.addPass(createCanonicalizerPass());

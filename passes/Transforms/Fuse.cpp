@@ -349,10 +349,11 @@ static void hoistRefs(Group &group, Operation *start) {
     }
 }
 
-/// Moves `group` (ops of one block) into a kiln.fused op placed at its
-/// first op: operands from outside become region arguments, results used
-/// outside become the fused op's results.
-static void outline(Group &group) {
+FusedOp outlineFusedRegion(SmallVector<Operation *> ops,
+                           ArrayRef<StringRef> families) {
+  Group group;
+  group.ops = std::move(ops);
+  group.families.assign(families.begin(), families.end());
   llvm::sort(group.ops, [](Operation *a, Operation *b) {
     return a->isBeforeInBlock(b);
   });
@@ -390,6 +391,7 @@ static void outline(Group &group) {
     v.replaceAllUsesWith(r);
   for (Operation *op : llvm::reverse(group.ops))
     op->erase();
+  return fused;
 }
 
 /// Forms and outlines the regions of `func`. `horizontal` are the linears
@@ -467,7 +469,7 @@ static void formRegions(func::FuncOp func, const Families &families,
   for (Group &g : groups) {
     for (StringRef f : g.families)
       ++counts[f];
-    outline(g);
+    outlineFusedRegion(std::move(g.ops), g.families);
   }
 }
 

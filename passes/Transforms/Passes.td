@@ -248,6 +248,35 @@ def FusePass : Pass<"kiln-fuse", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::kiln::KilnDialect"];
 }
 
+def OutlineKernelsPass : Pass<"kiln-outline-kernels", "::mlir::ModuleOp"> {
+  let summary = "One kiln.fused region per remaining linear and elementwise op (CPU codegen)";
+  let description = [{
+    The CPU target instantiates a generated kernel for every linear and
+    elementwise op instead of calling a fixed runtime entry point per
+    element type and weight kind (kernel_abi.h, "Generated kernels"). This
+    pass, run after `kiln-fuse` and before `kiln-memory-plan`, wraps each
+    such op left outside a fused region in a `kiln.fused` region of its own
+    with no fusion family:
+
+    * `kiln.linear` (f32, f16 or bf16 weights, or a GGML block format, with
+      or without int8 block activations) and weight-only
+      `kiln.quantized_linear` (W8A16, W4A16), for f32, f16 and bf16
+      activations and outputs (the classifier writes f32 logits);
+    * `kiln.add`, `kiln.mul`, `kiln.silu`, `kiln.swiglu`, `kiln.add_bias`;
+    * `kiln.logits` (the classifier, whose result is the entry point's
+      logits buffer rather than a region result) is marked
+      `kiln.generated_kernel` instead, and `kiln-lower-to-plan` makes it a
+      single-op `plan.fused_kernel`.
+
+    W8A8 linears (their activations are quantized per call), norms, RoPE,
+    attention, embeddings, column slices and observers stay runtime
+    kernels. Ops already inside a `kiln.fused` region are left alone, so a
+    second run changes nothing. Codegen then emits each region exactly as a
+    fused one (`--fuse=none` still means no fusion: one generated kernel per
+    op). Fails on IR that is already memory-planned.
+  }];
+}
+
 def QuantizeBlockActivationsPass
     : Pass<"kiln-quantize-block-activations", "::mlir::ModuleOp"> {
   let summary = "Int8 activations for linears over GGML block-format weights";

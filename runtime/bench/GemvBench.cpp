@@ -20,6 +20,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cpu/WholeOpKernels.h"
 #include "kiln_rt/api.h"
 #include "kiln_rt/block_formats.h"
 #include "kiln_rt/kernel_abi.h"

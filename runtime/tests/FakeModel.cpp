@@ -37,11 +37,16 @@ static void step(kiln_exec_ctx *ctx, int64_t n, int64_t pos) {
   int64_t vocab = int64_t(reinterpret_cast<const float *>(ctx->weights)[0]);
   for (int64_t i = 0; i < n; ++i)
     ctx->kv[pos + i] = float(ctx->tokens[i]);
-  // Exercise a runtime kernel through the dynamic loader: a[2] = 1 + 2.
+  // Exercise a runtime kernel through the dynamic loader: a[2] = 1 + 2, a
+  // one-row linear tile with weights (1, 1).
   float *a = reinterpret_cast<float *>(ctx->arena);
   a[0] = 1.0f;
   a[1] = 2.0f;
-  kiln_k_add(a, a + 1, a + 2, 1);
+  static const float ones[2] = {1.0f, 1.0f};
+  kiln_linear_weight w{};
+  w.kind = KILN_WEIGHT_F32;
+  w.data = ones;
+  kiln_k_linear_tile(&w, a, 1, 2, 0, 1, a + 2, 1);
   // And the calibration observer: tokens as floats, [n, 1], tap 7.
   float *t = a + 16;
   for (int64_t i = 0; i < n; ++i)

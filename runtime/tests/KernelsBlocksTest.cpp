@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 #include "SimdLevels.h"
 #include "kiln_rt/block_formats.h"
+#include "cpu/WholeOpKernels.h"
 #include "kiln_rt/kernel_abi.h"
 
 #include <gtest/gtest.h>

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "SimdLevels.h"
+#include "cpu/WholeOpKernels.h"
 #include "cpu/Kernels.h"
 #include "kiln_rt/kernel_abi.h"
 

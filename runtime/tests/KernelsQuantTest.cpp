@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "SimdLevels.h"
+#include "cpu/WholeOpKernels.h"
 #include "cpu/Kernels.h"
 #include "kiln_rt/kernel_abi.h"
 

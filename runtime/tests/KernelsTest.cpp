@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "SimdLevels.h"
+#include "cpu/WholeOpKernels.h"
 #include "kiln_rt/kernel_abi.h"
 
 #include <gtest/gtest.h>

@@ -12,6 +12,7 @@
 // window 1 returns each token's own value row.
 //
 //===----------------------------------------------------------------------===//
+#include "cpu/WholeOpKernels.h"
 #include "kiln_rt/kernel_abi.h"
 #include "kiln_rt/rope_scaling.h"
 

@@ -157,10 +157,6 @@ static cl::opt<std::string> signKeyPath(
              "kiln-run --trusted-keys (docs/security.md)"),
     cl::value_desc("KEY"), cl::cat(category));
 
-static constexpr const char *kPipeline =
-    "kiln-verify,canonicalize,kiln-memory-plan,kiln-lower-to-plan,canonicalize,"
-    "kiln-plan-to-emitc";
-
 /// `v` as printf's %g (0.5, not 0.500000).
 static std::string shortDouble(double v) {
   char text[32];
@@ -560,13 +556,12 @@ int main(int argc, char **argv) {
       fuseFamilies.empty()
           ? std::string()
           : "kiln-fuse{families=" + llvm::join(fuseFamilies, ",") + "},";
-  options.pipeline = quantPasses.empty() && fusePass.empty()
-                         ? std::string(kPipeline)
-                         : "kiln-verify,canonicalize," +
-                               (quantPasses.empty() ? "" : quantPasses + ",") +
-                               fusePass +
-                               "kiln-memory-plan,kiln-lower-to-plan,"
-                               "canonicalize,kiln-plan-to-emitc";
+  options.pipeline = "kiln-verify,canonicalize," +
+                     (quantPasses.empty() ? "" : quantPasses + ",") +
+                     fusePass +
+                     (target == "cpu" ? "kiln-outline-kernels," : "") +
+                     "kiln-memory-plan,kiln-lower-to-plan,canonicalize,"
+                     "kiln-plan-to-emitc";
   options.quant = actQuant == "int8"
                       ? (quantName == "none" ? std::string()
                                              : quantName + " ") +

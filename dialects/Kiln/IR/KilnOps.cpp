@@ -682,8 +682,10 @@ Operation *FusedOp::getAnchor() {
 }
 
 LogicalResult FusedOp::verify() {
-  if (getFamilies().empty())
-    return emitOpError() << "expects at least one fusion family";
+  if (getFamilies().empty() &&
+      !llvm::hasSingleElement(getBody().front().without_terminator()))
+    return emitOpError() << "expects at least one fusion family (only a "
+                            "region of a single op has none)";
   for (Attribute a : getFamilies()) {
     StringRef family = cast<StringAttr>(a).getValue();
     if (!llvm::is_contained(kFusionFamilies, family))
@@ -727,10 +729,14 @@ LogicalResult FusedOp::verifyRegions() {
       return op.emitOpError() << "cannot be part of a kiln.fused region "
                                  "(expected a linear, rms_norm, "
                                  "slice_columns, rope or elementwise op)";
-    for (Type t : op.getResultTypes())
-      if (!cast<RankedTensorType>(t).getElementType().isF32())
+    for (Type t : op.getResultTypes()) {
+      Type e = cast<RankedTensorType>(t).getElementType();
+      if (!e.isF32() && !e.isF16() && !e.isBF16())
         return op.emitOpError()
-               << "in a kiln.fused region must compute in f32, got " << t;
+               << "in a kiln.fused region must compute in f32, f16 or bf16, "
+                  "got "
+               << t;
+    }
     if (!linear)
       continue;
     if (anchor)

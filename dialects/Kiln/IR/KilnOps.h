@@ -33,6 +33,12 @@ namespace mlir::kiln {
 inline constexpr llvm::StringLiteral kFusionFamilies[] = {
     "horizontal", "prologue", "epilogue", "elementwise"};
 
+/// Unit attribute kiln-outline-kernels puts on a kiln.logits op that the
+/// CPU target instantiates as a generated kernel (kiln-lower-to-plan lowers
+/// it to a single-op plan.fused_kernel instead of a runtime call).
+inline constexpr llvm::StringLiteral kGeneratedKernelAttr =
+    "kiln.generated_kernel";
+
 /// The elementwise ops a kiln.fused region computes per element (the
 /// epilogue and elementwise families).
 inline bool isFusableElementwise(Operation *op) {

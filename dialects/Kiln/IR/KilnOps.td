@@ -494,18 +494,22 @@ def Kiln_FusedOp : Kiln_Op<"fused", [IsolatedFromAbove, SingleBlock,
     RecursiveMemoryEffects]> {
   let summary = "A fused region: kiln ops that codegen emits as one kernel";
   let description = [{
-    Formed by `kiln-fuse` (docs/fusion.md). The region's block arguments
+    Formed by `kiln-fuse` (docs/fusion.md), or around a single op by
+    `kiln-outline-kernels`. The region's block arguments
     are the operands, in order; `kiln.yield` gives the results. The body is
     kiln ops that codegen instantiates together into one generated kernel:
-    at most one linear anchor (`kiln.linear`, float or block-format weights,
-    or a weight-only `kiln.quantized_linear`, f32 activations), an optional
+    at most one linear anchor (`kiln.linear`, float, 16-bit or block-format
+    weights, or a weight-only `kiln.quantized_linear`), an optional
     `kiln.rms_norm` prologue feeding it, `kiln.slice_columns` of its result
     and elementwise epilogue ops (`kiln.add`, `kiln.mul`, `kiln.silu`,
     `kiln.swiglu`, `kiln.add_bias`, and unscaled `kiln.rope` of a column
     slice, its position an index operand); or, without a linear, a chain of
     elementwise ops computed in one loop. `families` lists the fusion
     families that formed the region (`horizontal`, `prologue`, `epilogue`,
-    `elementwise`), for reports and traces.
+    `elementwise`), for reports and traces; it is empty for a region of a
+    single op (`kiln-outline-kernels`). Values are f32, f16 or bf16:
+    the generated kernel widens 16-bit operands exactly, computes in f32 and
+    rounds each result once to its element type.
 
     ```mlir
     %a = kiln.fused(%x, %nw, %w13) attributes {families = ["horizontal", "prologue", "epilogue"]} {

@@ -96,8 +96,10 @@ LogicalResult CallKernelOp::verify() {
 }
 
 LogicalResult FusedKernelOp::verify() {
-  if (getFamilies().empty())
-    return emitOpError() << "expects at least one fusion family";
+  if (getFamilies().empty() &&
+      !llvm::hasSingleElement(getBody().front().without_terminator()))
+    return emitOpError() << "expects at least one fusion family (only a "
+                            "kernel of a single op has none)";
   for (Attribute a : getFamilies())
     if (!llvm::is_contained(mlir::kiln::kFusionFamilies,
                             cast<StringAttr>(a).getValue()))

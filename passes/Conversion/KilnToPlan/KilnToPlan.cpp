@@ -64,6 +64,10 @@ private:
   LogicalResult lowerOp(Operation *op);
   LogicalResult lowerObserve(ObserveOp op);
   LogicalResult lowerFused(FusedOp op);
+  /// kiln.logits marked by kiln-outline-kernels -> plan.fused_kernel
+  /// @kiln_logits_<func>_<i> holding the op + plan.call_fused(hidden,
+  /// weight, logits, n): the CPU target's generated classifier.
+  LogicalResult lowerGeneratedLogits(LogitsOp op, Value logits);
   FailureOr<Value> bufferFor(Operation *op);
   /// The activation buffer of `type` at arena `offset` (`n` rows when its
   /// first dimension is dynamic).
@@ -133,8 +137,8 @@ LogicalResult FunctionLowering::lowerObserve(ObserveOp op) {
   return success();
 }
 
-// kiln.fused -> plan.fused_kernel @kiln_fused_<func>_<i> (the region,
-// moved) + plan.call_fused(operand buffers, result buffers, n).
+// kiln.fused -> plan.fused_kernel @kiln_fused_<func>_<i> (or
+// @kiln_<op>_<func>_<i> for a single op; the region, moved) + plan.call_fused(operand buffers, result buffers, n).
 LogicalResult FunctionLowering::lowerFused(FusedOp op) {
   auto offsets = op->getAttrOfType<DenseI64ArrayAttr>("kiln.buffer_offsets");
   if (!offsets || offsets.size() != int64_t(op.getNumResults()))
@@ -160,7 +164,12 @@ LogicalResult FunctionLowering::lowerFused(FusedOp op) {
     args.push_back(buffer);
   }
   args.push_back(tokenCount);
-  std::string name = ("kiln_fused_" + source.getSymName() + "_" +
+  // A single-op kernel (kiln-outline-kernels) is named after its op:
+  // kiln_linear_decode_3; a fused one kiln_fused_decode_4.
+  StringRef what = "fused";
+  if (op.getFamilies().empty())
+    what = op.getBody().front().front().getName().stripDialect();
+  std::string name = ("kiln_" + what + "_" + source.getSymName() + "_" +
                       Twine(numFused++))
                          .str();
   OpBuilder moduleBuilder(source);
@@ -171,6 +180,28 @@ LogicalResult FunctionLowering::lowerFused(FusedOp op) {
   plan::CallFusedOp::create(builder, loc(),
                             FlatSymbolRefAttr::get(builder.getContext(), name),
                             args);
+  return success();
+}
+
+LogicalResult FunctionLowering::lowerGeneratedLogits(LogitsOp op,
+                                                    Value logits) {
+  std::string name =
+      ("kiln_logits_" + source.getSymName() + "_" + Twine(numFused++)).str();
+  OpBuilder moduleBuilder(source);
+  auto kernel = plan::FusedKernelOp::create(
+      moduleBuilder, op.getLoc(), moduleBuilder.getStringAttr(name),
+      moduleBuilder.getStrArrayAttr({}));
+  Block *body = moduleBuilder.createBlock(&kernel.getBody());
+  IRMapping map;
+  for (Value v : op->getOperands())
+    map.map(v, body->addArgument(v.getType(), v.getLoc()));
+  Operation *clone = moduleBuilder.clone(*op, map);
+  clone->removeAttr(kGeneratedKernelAttr);
+  YieldOp::create(moduleBuilder, op.getLoc(), clone->getResults());
+  plan::CallFusedOp::create(
+      builder, loc(), FlatSymbolRefAttr::get(builder.getContext(), name),
+      {buffers.lookup(op.getHidden()), buffers.lookup(op.getWeight()), logits,
+       tokenCount});
   return success();
 }
 
@@ -391,6 +422,8 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
             return success();
           })
           .Case([&](LogitsOp l) {
+            if (l->hasAttr(kGeneratedKernelAttr))
+              return lowerGeneratedLogits(l, *out);
             auto hidden = cast<RankedTensorType>(l.getHidden().getType());
             auto weight = cast<RankedTensorType>(l.getWeight().getType());
             Value last = arith::SubIOp::create(builder, loc(),

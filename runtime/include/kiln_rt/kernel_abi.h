@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 9
+#define KILN_ABI_VERSION 10
 
 /// Execution context handed to an entry point. Owned by the runtime.
 typedef struct kiln_exec_ctx {
@@ -72,7 +72,7 @@ typedef struct kiln_exec_ctx {
 /// attended = sum over the n new tokens i of min(pos + i + 1, window), the
 /// (query token, key position) pairs; window 0 means unlimited.
 typedef struct kiln_trace_site {
-  const char *kernel;       ///< the called function, "kiln_k_linear_blocks"
+  const char *kernel;       ///< the called function, "kiln_k_attention" or a generated kernel
   const char *kind;         ///< op kind: "linear", "attention", "rms_norm", ...
   const char *loc;          ///< IR location of the op: "layers.3.wq", "file:line:col"
   int64_t bytes_fixed;      ///< bytes independent of n (weights, fixed-row buffers)
@@ -111,10 +111,6 @@ void kiln_k_embedding(const int32_t *tokens, int64_t n, const float *table,
 void kiln_k_rms_norm(const float *x, const float *w, float *y, int64_t n,
                      int64_t dim, float eps);
 
-/// Linear layer without bias: y[n, out] = x[n, in] * w[out, in]^T.
-void kiln_k_linear(const float *x, const float *w, float *y, int64_t n,
-                   int64_t in, int64_t out);
-
 /// Calibration observer (kiln.observe): hands x [rows, cols] and the tap
 /// index to the observer registered on the session running `ctx`
 /// (api.h kiln_rt_session_set_observer); does nothing without one. The only
@@ -151,11 +147,6 @@ void kiln_k_rope_factors(const float *x, float *y, int64_t n, int64_t heads,
                          int64_t head_dim, int64_t rot_dim, int64_t pos,
                          float theta, const float *freq_factors);
 
-/// Bias of a linear layer: y[r, j] = x[r, j] + b[j]; x, y [n, width],
-/// b [width] (kiln.add_bias; the q/k/v projection biases of Qwen2).
-void kiln_k_add_bias(const float *x, const float *b, float *y, int64_t n,
-                     int64_t width);
-
 /// kiln_k_attention with a sliding window (Mistral; Beltagy et al. 2020,
 /// Longformer's banded mask): token i attends to rows
 /// j in [max(0, pos + i - window + 1), pos + i], i.e. to the `window` most
@@ -178,36 +169,41 @@ void kiln_k_attention(const float *q, const float *k, const float *v,
                       int64_t pos, int64_t heads, int64_t kv_heads,
                       int64_t head_dim, int64_t max_seq, float scale);
 
-/// SwiGLU (Shazeer 2020): y = silu(gate) * up elementwise, count elements.
-void kiln_k_swiglu(const float *gate, const float *up, float *y,
-                   int64_t count);
-/// y = x * sigmoid(x), count elements.
-void kiln_k_silu(const float *x, float *y, int64_t count);
-/// y = a + b, count elements.
-void kiln_k_add(const float *a, const float *b, float *y, int64_t count);
-/// y = a * b, count elements.
-void kiln_k_mul(const float *a, const float *b, float *y, int64_t count);
-
-/*===-- Fused kernels (kiln-fuse, docs/fusion.md) -------------------------===*
+/*===-- Generated kernels (docs/fusion.md) --------------------------------===*
  *
- * Codegen emits one C++ function per kiln.fused region; it is built from
- * the primitives below: a linear tile over any weight format, a parallel
- * loop on the runtime's threads, per-thread scratch, and the elementwise
- * functions the unfused kernels use (so fused and unfused results agree).
+ * Linears and elementwise ops are not runtime entry points: codegen
+ * instantiates a C++ function for each of them, one per kiln.fused region
+ * (several ops fused by kiln-fuse, or a single op outlined by
+ * kiln-outline-kernels), specialised to the region's shapes, element types
+ * and weight format. Those functions are built from the primitives below: a
+ * linear tile over any weight format (kiln_linear_weight), a parallel loop
+ * on the runtime's threads, per-thread scratch, 16-bit conversions and the
+ * one-element arithmetic of SiLU, SwiGLU and RoPE. Linear layers compute
+ * y[n, out] = x[n, in] * W^T in float32 for any activation type: 16-bit
+ * inputs are widened exactly (kiln_k_widen) and each output element is
+ * rounded once to the output type (kiln_float_to_f16 / _bf16).
  *===----------------------------------------------------------------------===*/
 
-/// Weight kinds of kiln_linear_weight.
+/// IEEE 754 binary16 bits (1 sign, 5 exponent, 10 mantissa bits).
+typedef uint16_t kiln_f16_t;
+/// bfloat16 bits: the upper half of a float32 (1 sign, 8 exponent, 7 mantissa).
+typedef uint16_t kiln_bf16_t;
+
+/// Weight kinds of kiln_linear_weight; the layouts are specified in the
+/// sections below (W8A16, W4A16, GGML block formats).
 enum {
-  KILN_WEIGHT_F32 = 1,    ///< float32 [out, in] (kiln_k_linear)
-  KILN_WEIGHT_BLOCKS = 2, ///< GGML blocks [out, in / elems * bytes] (kiln_k_linear_blocks)
-  KILN_WEIGHT_W8 = 3,     ///< int8 [out, in], scales (kiln_k_linear_w8a16)
-  KILN_WEIGHT_W4 = 4      ///< packed nibbles [out, ceil(in / 2)], scales, zeros (kiln_k_linear_w4a16)
+  KILN_WEIGHT_F32 = 1,    ///< float32 [out, in]
+  KILN_WEIGHT_BLOCKS = 2, ///< GGML blocks [out, in / elems * bytes], `format`
+  KILN_WEIGHT_W8 = 3,     ///< int8 [out, in], scales (W8A16)
+  KILN_WEIGHT_W4 = 4,     ///< packed nibbles [out, ceil(in / 2)], scales, zeros (W4A16)
+  KILN_WEIGHT_F16 = 5,    ///< kiln_f16_t [out, in]
+  KILN_WEIGHT_BF16 = 6    ///< kiln_bf16_t [out, in]
 };
 
 /// A linear layer's weight as the kernels read it, rows [out, ...]: `data`
 /// and, for W8/W4, `scales` ([out] per channel or [out, G] groups) and
-/// `zeros` ([out, G], W4), with the layouts of the unfused kernel of the
-/// same kind; `format` is the GGML type id for KILN_WEIGHT_BLOCKS.
+/// `zeros` ([out, G], W4), in the layouts of the sections below; `format` is
+/// the GGML type id for KILN_WEIGHT_BLOCKS.
 typedef struct kiln_linear_weight {
   int32_t kind;
   int32_t format;
@@ -221,16 +217,19 @@ typedef struct kiln_linear_weight {
 /// Activation quantization of kiln_linear_weight.act_quant.
 enum {
   KILN_ACT_NONE = 0,           ///< float32 activations
-  KILN_ACT_INT8_PER_BLOCK = 1  ///< int8 per 32 elements (kiln_k_linear_blocks_a8)
+  KILN_ACT_INT8_PER_BLOCK = 1  ///< int8 per 32 elements (GGML block formats below)
 };
 
 /// c[t * ldc + (o - o0)] = sum_i x[t, i] * W[o, i] for t < n, o in [o0, o1):
 /// output rows [o0, o1) of the linear for all n tokens (x float32 [n, in]),
-/// on the calling thread. One token: the decode GEMV of the weight's kind,
-/// row for row the unfused kernel's arithmetic; more: dequantized tiles
-/// multiplied with a single-threaded sgemm. Block weights with act_quant
-/// KILN_ACT_INT8_PER_BLOCK: kiln_k_linear_blocks_a8's arithmetic, row for
-/// row (integer dots for n < 4, sgemm on d_b * q_i from 4 tokens on).
+/// on the calling thread. One token (decode): the memory-bound GEMV of the
+/// weight's kind, weights widened in registers, float accumulation. More:
+/// tiles of the weight dequantized to float32 (exact for F16/BF16/W8/W4 and
+/// the block formats, scale * code rounded once for group-wise W8/W4)
+/// multiplied on AMX tiles or with a single-threaded sgemm. Block weights
+/// with act_quant KILN_ACT_INT8_PER_BLOCK: integer dots for n < 4, sgemm on
+/// d_b * q_i from 4 tokens on (GGML block formats below). W8 per channel
+/// applies scales[o] to the finished sums. c must not alias x.
 void kiln_k_linear_tile(const kiln_linear_weight *w, const float *x, int64_t n,
                         int64_t in, int64_t o0, int64_t o1, float *c,
                         int64_t ldc);
@@ -250,8 +249,74 @@ void kiln_k_parallel_for(int64_t count, int64_t align, int64_t work,
 /// calling thread outside kiln_k_parallel_for; kiln_k_linear_tile uses none.
 float *kiln_k_scratch(int64_t slot, int64_t count);
 
-/// SiLU and SwiGLU of one element, exactly as kiln_k_silu / kiln_k_swiglu
-/// compute them (run.c order: silu(gate) then * up).
+/// Element types of kiln_k_widen.
+enum { KILN_ELEM_F16 = 1, KILN_ELEM_BF16 = 2 };
+
+/// y[i] = float(x[i]) for i < count, x kiln_f16_t (KILN_ELEM_F16) or
+/// kiln_bf16_t (KILN_ELEM_BF16) bits; exact (SIMD where the CPU has it).
+void kiln_k_widen(int32_t elem, const uint16_t *x, float *y, int64_t count);
+
+/// y[i] = x[i] rounded to kiln_f16_t (KILN_ELEM_F16) or kiln_bf16_t
+/// (KILN_ELEM_BF16) for i < count, bit-identical to kiln_float_to_f16 /
+/// kiln_float_to_bf16 (SIMD where the CPU has it).
+void kiln_k_narrow(int32_t elem, const float *x, uint16_t *y, int64_t count);
+
+/// Scalar conversions of one element, bit-identical to the runtime's SIMD
+/// ones: f16/bf16 -> float exact (a signalling f16 NaN comes back quiet, as
+/// F16C does); float -> f16/bf16 round to nearest even, overflow to
+/// infinity, NaN stays NaN (quiet; f16 keeps the upper payload bits as
+/// vcvtps2ph does), f16 subnormals produced exactly.
+static inline uint32_t kiln_float_bits(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, sizeof(u));
+  return u;
+}
+static inline float kiln_bits_float(uint32_t u) {
+  float f;
+  __builtin_memcpy(&f, &u, sizeof(f));
+  return f;
+}
+static inline float kiln_f16_to_float(kiln_f16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0x1f) /* inf, NaN (quieted) */
+    return kiln_bits_float(sign | 0x7f800000u | (mant << 13) |
+                           (mant ? 0x400000u : 0u));
+  if (exp != 0) /* normal: rebias 15 -> 127 */
+    return kiln_bits_float(sign | ((exp + 112) << 23) | (mant << 13));
+  float mag = (float)mant * 0x1p-24f; /* zero or subnormal, exact */
+  return sign ? -mag : mag;
+}
+static inline kiln_f16_t kiln_float_to_f16(float f) {
+  uint32_t x = kiln_float_bits(f);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) /* NaN */
+    return (kiln_f16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+  if (ax >= 0x47800000u) /* >= 65536 or inf */
+    return (kiln_f16_t)(sign | 0x7c00u);
+  if (ax >= 0x38800000u) { /* f16 normal range (>= 2^-14), may round to inf */
+    uint32_t r = ax + 0xfffu + ((ax >> 13) & 1u);
+    return (kiln_f16_t)(sign | ((r - 0x38000000u) >> 13));
+  }
+  /* Zero or subnormal: adding 0.5 (ulp 2^-24, the f16 subnormal step)
+   * rounds to nearest even in the FPU; 1024 steps give the smallest normal. */
+  float sum = kiln_bits_float(ax) + 0.5f;
+  return (kiln_f16_t)(sign | (kiln_float_bits(sum) - 0x3f000000u));
+}
+static inline float kiln_bf16_to_float(kiln_bf16_t h) {
+  return kiln_bits_float((uint32_t)h << 16);
+}
+static inline kiln_bf16_t kiln_float_to_bf16(float f) {
+  uint32_t x = kiln_float_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it one */
+    return (kiln_bf16_t)((x >> 16) | 0x40u);
+  return (kiln_bf16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+/// SiLU (Elfwing et al. 2018) and SwiGLU (Shazeer 2020) of one element
+/// (run.c order: silu(gate) then * up); the element arithmetic of every
+/// generated elementwise op.
 static inline float kiln_silu(float x) { return x * (1.0f / (1.0f + __builtin_expf(-x))); }
 static inline float kiln_swiglu(float g, float u) {
   g *= 1.0f / (1.0f + __builtin_expf(-g));
@@ -287,8 +352,8 @@ void kiln_k_slice_columns(const float *x, float *y, int64_t n, int64_t in,
  * Artifacts with recipe.dtype "f16" / "bf16" keep weights, activations and
  * the KV cache (runtime.kv_cache.dtype; kiln_exec_ctx.kv then points at
  * elements of that type and emitted code casts it) in a 16-bit type and call
- * the kernels below instead of the float32 ones. Logits stay float32: the
- * classifier uses kiln_k_linear_{f16,bf16}_f32.
+ * the kernels below instead of the float32 ones (linears and elementwise
+ * ops are generated, above). Logits stay float32.
  *
  * Each kernel has exactly the semantics, argument list and aliasing rules of
  * its float32 counterpart above (float scalars eps / theta / scale stay
@@ -301,21 +366,11 @@ void kiln_k_slice_columns(const float *x, float *y, int64_t n, int64_t in,
  * cache are the 16-bit inputs, stored unchanged.
  *===----------------------------------------------------------------------===*/
 
-/// IEEE 754 binary16 bits (1 sign, 5 exponent, 10 mantissa bits).
-typedef uint16_t kiln_f16_t;
-/// bfloat16 bits: the upper half of a float32 (1 sign, 8 exponent, 7 mantissa).
-typedef uint16_t kiln_bf16_t;
-
 void kiln_k_embedding_f16(const int32_t *tokens, int64_t n,
                           const kiln_f16_t *table, int64_t vocab, int64_t dim,
                           kiln_f16_t *out);
 void kiln_k_rms_norm_f16(const kiln_f16_t *x, const kiln_f16_t *w,
                          kiln_f16_t *y, int64_t n, int64_t dim, float eps);
-void kiln_k_linear_f16(const kiln_f16_t *x, const kiln_f16_t *w, kiln_f16_t *y,
-                       int64_t n, int64_t in, int64_t out);
-/// Linear layer with float32 output (the classifier producing logits).
-void kiln_k_linear_f16_f32(const kiln_f16_t *x, const kiln_f16_t *w, float *y,
-                           int64_t n, int64_t in, int64_t out);
 void kiln_k_rope_f16(const kiln_f16_t *x, kiln_f16_t *y, int64_t n,
                      int64_t heads, int64_t head_dim, int64_t rot_dim,
                      int64_t pos, float theta);
@@ -333,8 +388,6 @@ void kiln_k_rope_factors_f16(const kiln_f16_t *x, kiln_f16_t *y, int64_t n,
                              int64_t heads, int64_t head_dim, int64_t rot_dim,
                              int64_t pos, float theta,
                              const float *freq_factors);
-void kiln_k_add_bias_f16(const kiln_f16_t *x, const kiln_f16_t *b,
-                         kiln_f16_t *y, int64_t n, int64_t width);
 void kiln_k_attention_window_f16(const kiln_f16_t *q, const kiln_f16_t *k,
                                  const kiln_f16_t *v, kiln_f16_t *k_cache,
                                  kiln_f16_t *v_cache, kiln_f16_t *out,
@@ -343,24 +396,12 @@ void kiln_k_attention_window_f16(const kiln_f16_t *q, const kiln_f16_t *k,
                                  int64_t max_seq, float scale, int64_t window);
 void kiln_k_slice_columns_f16(const kiln_f16_t *x, kiln_f16_t *y, int64_t n,
                               int64_t in, int64_t offset, int64_t width);
-void kiln_k_swiglu_f16(const kiln_f16_t *gate, const kiln_f16_t *up,
-                       kiln_f16_t *y, int64_t count);
-void kiln_k_silu_f16(const kiln_f16_t *x, kiln_f16_t *y, int64_t count);
-void kiln_k_add_f16(const kiln_f16_t *a, const kiln_f16_t *b, kiln_f16_t *y,
-                    int64_t count);
-void kiln_k_mul_f16(const kiln_f16_t *a, const kiln_f16_t *b, kiln_f16_t *y,
-                    int64_t count);
 
 void kiln_k_embedding_bf16(const int32_t *tokens, int64_t n,
                            const kiln_bf16_t *table, int64_t vocab, int64_t dim,
                            kiln_bf16_t *out);
 void kiln_k_rms_norm_bf16(const kiln_bf16_t *x, const kiln_bf16_t *w,
                           kiln_bf16_t *y, int64_t n, int64_t dim, float eps);
-void kiln_k_linear_bf16(const kiln_bf16_t *x, const kiln_bf16_t *w,
-                        kiln_bf16_t *y, int64_t n, int64_t in, int64_t out);
-/// Linear layer with float32 output (the classifier producing logits).
-void kiln_k_linear_bf16_f32(const kiln_bf16_t *x, const kiln_bf16_t *w,
-                            float *y, int64_t n, int64_t in, int64_t out);
 void kiln_k_rope_bf16(const kiln_bf16_t *x, kiln_bf16_t *y, int64_t n,
                       int64_t heads, int64_t head_dim, int64_t rot_dim,
                       int64_t pos, float theta);
@@ -378,8 +419,6 @@ void kiln_k_rope_factors_bf16(const kiln_bf16_t *x, kiln_bf16_t *y, int64_t n,
                              int64_t heads, int64_t head_dim, int64_t rot_dim,
                              int64_t pos, float theta,
                              const float *freq_factors);
-void kiln_k_add_bias_bf16(const kiln_bf16_t *x, const kiln_bf16_t *b,
-                         kiln_bf16_t *y, int64_t n, int64_t width);
 void kiln_k_attention_window_bf16(const kiln_bf16_t *q, const kiln_bf16_t *k,
                                  const kiln_bf16_t *v, kiln_bf16_t *k_cache,
                                  kiln_bf16_t *v_cache, kiln_bf16_t *out,
@@ -388,13 +427,6 @@ void kiln_k_attention_window_bf16(const kiln_bf16_t *q, const kiln_bf16_t *k,
                                  int64_t max_seq, float scale, int64_t window);
 void kiln_k_slice_columns_bf16(const kiln_bf16_t *x, kiln_bf16_t *y, int64_t n,
                                int64_t in, int64_t offset, int64_t width);
-void kiln_k_swiglu_bf16(const kiln_bf16_t *gate, const kiln_bf16_t *up,
-                        kiln_bf16_t *y, int64_t count);
-void kiln_k_silu_bf16(const kiln_bf16_t *x, kiln_bf16_t *y, int64_t count);
-void kiln_k_add_bf16(const kiln_bf16_t *a, const kiln_bf16_t *b, kiln_bf16_t *y,
-                     int64_t count);
-void kiln_k_mul_bf16(const kiln_bf16_t *a, const kiln_bf16_t *b, kiln_bf16_t *y,
-                     int64_t count);
 
 /*===-- W8A16: int8 weights, per-output-channel or group-wise scales ------===*
  *
@@ -412,8 +444,8 @@ void kiln_k_mul_bf16(const kiln_bf16_t *a, const kiln_bf16_t *b, kiln_bf16_t *y,
  *           group_size 32 (one f16 scale per 32 weights in the file, widened
  *           to float32 here); kiln-quantize-weights writes scale = max|w_g| /
  *           127 per group.
- * Activations x, y have the element type of the suffix (float32, f16, bf16),
- * shapes as in kiln_k_linear: x [n, in], y [n, out]. Each output is
+ * (kiln_linear_weight kind KILN_WEIGHT_W8.) Activations x [n, in] and
+ * y [n, out] are float32, f16 or bf16. Each output is
  *   y[r, o] = scales[o] * sum_i float(x[r, i]) * float(qweight[o, i])
  *             (per channel), or
  *   y[r, o] = sum_g scales[o, g] * sum_{i in g} float(x[r, i]) *
@@ -421,30 +453,12 @@ void kiln_k_mul_bf16(const kiln_bf16_t *a, const kiln_bf16_t *b, kiln_bf16_t *y,
  *             float(x) * float(scales[o, g] * qweight[o, i])),
  * the sums accumulated in float (int8 values and 16-bit inputs widen
  * exactly), then for 16-bit outputs rounded once to nearest even. This equals
- * kiln_k_linear on the dequantized float32 weights up to float rounding and
+ * the float32 linear on the dequantized weights up to float rounding and
  * accumulation order. y must not alias x. Any in, out; no alignment required.
  * The SIMD loops are Google Highway code dispatched at run time (AVX-512,
  * AVX2, SSE4 or scalar), so results differ between CPUs only by float
  * summation order.
  *===----------------------------------------------------------------------===*/
-
-void kiln_k_linear_w8a16(const float *x, const int8_t *qweight,
-                         const float *scales, float *y, int64_t n, int64_t in,
-                         int64_t out, int64_t group_size);
-void kiln_k_linear_w8a16_f16(const kiln_f16_t *x, const int8_t *qweight,
-                             const float *scales, kiln_f16_t *y, int64_t n,
-                             int64_t in, int64_t out, int64_t group_size);
-void kiln_k_linear_w8a16_bf16(const kiln_bf16_t *x, const int8_t *qweight,
-                              const float *scales, kiln_bf16_t *y, int64_t n,
-                              int64_t in, int64_t out, int64_t group_size);
-/// 16-bit activations, float32 output (a quantized classifier producing
-/// logits), like kiln_k_linear_{f16,bf16}_f32.
-void kiln_k_linear_w8a16_f16_f32(const kiln_f16_t *x, const int8_t *qweight,
-                                 const float *scales, float *y, int64_t n,
-                                 int64_t in, int64_t out, int64_t group_size);
-void kiln_k_linear_w8a16_bf16_f32(const kiln_bf16_t *x, const int8_t *qweight,
-                                  const float *scales, float *y, int64_t n,
-                                  int64_t in, int64_t out, int64_t group_size);
 
 /*===-- W8A8: int8 activations x int8 weights (SmoothQuant) ---------------===*
  *
@@ -494,40 +508,17 @@ void kiln_k_linear_w8a8_bf16(const kiln_bf16_t *x, const int8_t *qweight,
  *   scales  float32 [out, G];
  *   zeros   int8 bytes [out, G], values 0..15 (one byte each, not packed);
  *   W[o, i] = scales[o, g] * (q[o, i] - zeros[o, g]),  g = i / gs.
- * Activations x, y as for W8A16: element type of the suffix, x [n, in],
+ * (kiln_linear_weight kind KILN_WEIGHT_W4.) Activations as for W8A16, x [n, in],
  * y [n, out]. Each output is
  *   y[r, o] = sum_g scales[o, g] * sum_{i in g} float(x[r, i]) *
  *                                                float(q[o, i] - zeros[o, g])
  * (q - zero is an exact small integer) accumulated in float, or the same sum
  * over float(x) * float(scales[o, g] * (q - zero)) (prefill), then for 16-bit
- * outputs rounded once to nearest even. This equals kiln_k_linear on the
+ * outputs rounded once to nearest even. This equals the float32 linear on the
  * dequantized float32 weights up to float rounding and accumulation order; a
  * row whose scales are all 0 gives exactly 0. y must not alias x. Any in, out;
  * no alignment required.
  *===----------------------------------------------------------------------===*/
-
-void kiln_k_linear_w4a16(const float *x, const int8_t *qweight,
-                         const float *scales, const int8_t *zeros, float *y,
-                         int64_t n, int64_t in, int64_t out,
-                         int64_t group_size);
-void kiln_k_linear_w4a16_f16(const kiln_f16_t *x, const int8_t *qweight,
-                             const float *scales, const int8_t *zeros,
-                             kiln_f16_t *y, int64_t n, int64_t in, int64_t out,
-                             int64_t group_size);
-void kiln_k_linear_w4a16_bf16(const kiln_bf16_t *x, const int8_t *qweight,
-                              const float *scales, const int8_t *zeros,
-                              kiln_bf16_t *y, int64_t n, int64_t in,
-                              int64_t out, int64_t group_size);
-/// 16-bit activations, float32 output (a quantized classifier producing
-/// logits), like kiln_k_linear_w8a16_{f16,bf16}_f32.
-void kiln_k_linear_w4a16_f16_f32(const kiln_f16_t *x, const int8_t *qweight,
-                                 const float *scales, const int8_t *zeros,
-                                 float *y, int64_t n, int64_t in, int64_t out,
-                                 int64_t group_size);
-void kiln_k_linear_w4a16_bf16_f32(const kiln_bf16_t *x, const int8_t *qweight,
-                                  const float *scales, const int8_t *zeros,
-                                  float *y, int64_t n, int64_t in, int64_t out,
-                                  int64_t group_size);
 
 /*===-- GGML block formats: weights kept as a GGUF file stores them -------===*
  *
@@ -541,36 +532,32 @@ void kiln_k_linear_w4a16_bf16_f32(const kiln_bf16_t *x, const int8_t *qweight,
  * kiln_k_embedding_blocks: out[i, :] = decode(table row tokens[i]);
  * table [vocab, dim] in `format`, out [n, dim]. Exact.
  *
- * kiln_k_linear_blocks: y[n, out] = x[n, in] * W^T with W [out, in] in
+ * A linear (kiln_linear_weight kind KILN_WEIGHT_BLOCKS):
+ * y[n, out] = x[n, in] * W^T with W [out, in] in
  * `format`. One token (decode): each row's blocks are decoded into registers
  * and dotted with x, float accumulation per block then per row. More tokens
  * (prefill): tiles of W decoded to float and multiplied with sgemm. Equals
- * kiln_k_linear on the decoded float32 weights up to accumulation order.
+ * the float32 linear on the decoded weights up to accumulation order.
  * y must not alias x.
+ *
+ * The same linear with int8 activations (act_quant KILN_ACT_INT8_PER_BLOCK:
+ * the explicit recipe act_quant = "int8_per_block", kiln-compile
+ * --act-quant=int8): each row of x is quantized per 32 elements as
+ * llama.cpp's Q8_0 activations,
+ *   d_b = max_{i in b} |x_i| / 127 (float32),
+ *   q_i = clamp(roundf(x_i / d_b), -127, 127)   (0 where d_b = 0),
+ * and y[t, o] = sum_b d_b * sum_{i in b} W[o, i] * q_i, the inner sums of
+ * codes exact in int32 per 16/32-element group of the weight's format
+ * (AVX-512 VNNI or AVX2 integer dot products), the scales applied in
+ * float32. From 4 tokens on (prefill) the same formula is computed in
+ * float32 instead: x replaced by d_b * q_i and multiplied with decoded
+ * weight tiles, exact up to float summation order and far faster than one
+ * integer GEMV per token. in a multiple of 32 (of 256 for the K-quants).
  *===----------------------------------------------------------------------===*/
 
 void kiln_k_embedding_blocks(const int32_t *tokens, int64_t n,
                              const int8_t *table, int64_t vocab, int64_t dim,
                              float *out, int64_t format);
-void kiln_k_linear_blocks(const float *x, const int8_t *w, float *y, int64_t n,
-                          int64_t in, int64_t out, int64_t format);
-
-/// The same linear with int8 activations (the explicit recipe
-/// act_quant = "int8_per_block", kiln-compile --act-quant=int8): each row
-/// of x is quantized per 32 elements as llama.cpp's Q8_0 activations,
-///   d_b = max_{i in b} |x_i| / 127 (float32),
-///   q_i = clamp(roundf(x_i / d_b), -127, 127)   (0 where d_b = 0),
-/// and y[t, o] = sum_b d_b * sum_{i in b} W[o, i] * q_i, the inner sums of
-/// codes exact in int32 per 16/32-element group of the weight's format
-/// (AVX-512 VNNI or AVX2 integer dot products), the scales applied in
-/// float32. From 4 tokens on (prefill) the same formula is computed in
-/// float32 instead: x replaced by d_b * q_i and multiplied with decoded
-/// weight tiles (kiln_k_linear_blocks' sgemm path), exact up to float
-/// summation order and far faster than one integer GEMV per token. in a
-/// multiple of 32 (of 256 for the K-quants). y must not alias x.
-void kiln_k_linear_blocks_a8(const float *x, const int8_t *w, float *y,
-                             int64_t n, int64_t in, int64_t out,
-                             int64_t format);
 
 /*===-- INT8 KV cache: per-token, per-kv-head symmetric scales -----------===*
  *

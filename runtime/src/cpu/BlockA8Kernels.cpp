@@ -20,6 +20,7 @@
 // weights times d_b * q_i (sgemm on tiles for the prefill).
 //
 //===----------------------------------------------------------------------===//
+#include "cpu/WholeOpKernels.h"
 #include "cpu/Kernels.h"
 #include "cpu/ThreadPool.h"
 #include "kiln_rt/block_formats.h"

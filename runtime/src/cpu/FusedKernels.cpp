@@ -50,6 +50,9 @@ int64_t rowBytes(const kiln_linear_weight &w, int64_t in) {
     return q4RowBytes(in);
   case KILN_WEIGHT_W8:
     return in;
+  case KILN_WEIGHT_F16:
+  case KILN_WEIGHT_BF16:
+    return in * 2;
   default:
     return in * int64_t(sizeof(float));
   }
@@ -76,6 +79,14 @@ void gemvTile(const kiln_linear_weight &w, const float *x, int64_t in,
   switch (w.kind) {
   case KILN_WEIGHT_F32:
     gemvRows(x, static_cast<const float *>(w.data) + o0 * in, c, in, 0, rows);
+    return;
+  case KILN_WEIGHT_F16:
+    gemvRowsF16(x, static_cast<const uint16_t *>(w.data) + o0 * in, c, in,
+                rows);
+    return;
+  case KILN_WEIGHT_BF16:
+    gemvRowsBf16(x, static_cast<const uint16_t *>(w.data) + o0 * in, c, in,
+                 rows);
     return;
   case KILN_WEIGHT_BLOCKS: {
     if (w.act_quant == KILN_ACT_INT8_PER_BLOCK) {
@@ -125,6 +136,12 @@ void dequantRow(const kiln_linear_weight &w, int64_t in, int64_t o, int64_t k0,
       widenI8(q + k0, dst, depth);
     return;
   }
+  case KILN_WEIGHT_F16:
+    widenF16(static_cast<const uint16_t *>(w.data) + o * in + k0, dst, depth);
+    return;
+  case KILN_WEIGHT_BF16:
+    widenBf16(static_cast<const uint16_t *>(w.data) + o * in + k0, dst, depth);
+    return;
   case KILN_WEIGHT_W4: {
     int64_t g = groupsOf(w, in);
     dequantRowQ4(reinterpret_cast<const int8_t *>(base) + o * rowBytes(w, in),
@@ -215,6 +232,24 @@ void kiln_k_rope_table(float *cs, int64_t n, int64_t pos, int64_t head_dim,
       cs[(r * pairs + i) * 2 + 1] = sinf(val);
     }
   }
+}
+
+void kiln_k_widen(int32_t elem, const uint16_t *x, float *y, int64_t count) {
+  if (count <= 0)
+    return;
+  if (elem == KILN_ELEM_BF16)
+    widenBf16(x, y, count);
+  else
+    widenF16(x, y, count);
+}
+
+void kiln_k_narrow(int32_t elem, const float *x, uint16_t *y, int64_t count) {
+  if (count <= 0)
+    return;
+  if (elem == KILN_ELEM_BF16)
+    narrowBf16(x, y, count);
+  else
+    narrowF16(x, y, count);
 }
 
 float *kiln_k_scratch(int64_t slot, int64_t count) {

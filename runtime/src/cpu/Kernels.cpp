@@ -9,6 +9,7 @@
 // FusedKernels.cpp, BlockA8Kernels.cpp.
 //
 //===----------------------------------------------------------------------===//
+#include "cpu/WholeOpKernels.h"
 #include "cpu/KernelTemplates.h"
 #include "kiln_rt/block_formats.h"
 #include "kiln_rt/rope_scaling.h"

@@ -34,61 +34,16 @@ void rotatedKeyMeans(const float *mu, int64_t rows, int64_t kvHeads,
 // 16-bit element types (f16, bf16)
 //===----------------------------------------------------------------------===//
 
-inline uint32_t floatBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
-inline float bitsFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
+inline uint32_t floatBits(float f) { return kiln_float_bits(f); }
+inline float bitsFloat(uint32_t u) { return kiln_bits_float(u); }
 
-/// Exact f16 -> float. A signalling NaN comes back quiet (as F16C does).
-inline float f16ToFloat(uint16_t h) {
-  uint32_t sign = uint32_t(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  if (exp == 0x1f) // inf, NaN (quieted)
-    return bitsFloat(sign | 0x7f800000u | (mant << 13) |
-                     (mant ? 0x400000u : 0));
-  if (exp != 0) // normal: rebias 15 -> 127
-    return bitsFloat(sign | ((exp + 112) << 23) | (mant << 13));
-  float mag = float(mant) * 0x1p-24f; // zero or subnormal, exact
-  return sign ? -mag : mag;
-}
-
-/// float -> f16, round to nearest even; overflow gives inf; NaN stays NaN
-/// (quiet, upper payload bits kept, as F16C's vcvtps2ph does).
-inline uint16_t floatToF16(float f) {
-  uint32_t x = floatBits(f);
-  uint16_t sign = uint16_t((x >> 16) & 0x8000u);
-  uint32_t ax = x & 0x7fffffffu;
-  if (ax > 0x7f800000u) // NaN
-    return uint16_t(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
-  if (ax >= 0x47800000u) // >= 65536 or inf
-    return uint16_t(sign | 0x7c00u);
-  if (ax >= 0x38800000u) { // f16 normal range (>= 2^-14), may round to inf
-    uint32_t r = ax + 0xfffu + ((ax >> 13) & 1u);
-    return uint16_t(sign | ((r - 0x38000000u) >> 13));
-  }
-  // Zero or subnormal: adding 0.5 (ulp 2^-24, the f16 subnormal step) rounds
-  // to nearest even in the FPU; 1024 steps correctly yield the smallest normal.
-  float sum = bitsFloat(ax) + 0.5f;
-  return uint16_t(sign | (floatBits(sum) - 0x3f000000u));
-}
-
-/// Exact bf16 -> float.
-inline float bf16ToFloat(uint16_t h) { return bitsFloat(uint32_t(h) << 16); }
-
-/// float -> bf16, round to nearest even; overflow gives inf; NaN stays NaN
-/// (quiet bit set, so a NaN with only low payload bits cannot become inf).
-inline uint16_t floatToBf16(float f) {
-  uint32_t x = floatBits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u)
-    return uint16_t((x >> 16) | 0x40u);
-  return uint16_t((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
+/// The scalar 16-bit conversions of kernel_abi.h (exact widening; round to
+/// nearest even, overflow to inf, NaN kept quiet): the reference the SIMD
+/// conversions match bit for bit, and what generated kernels use.
+inline float f16ToFloat(uint16_t h) { return kiln_f16_to_float(h); }
+inline uint16_t floatToF16(float f) { return kiln_float_to_f16(f); }
+inline float bf16ToFloat(uint16_t h) { return kiln_bf16_to_float(h); }
+inline uint16_t floatToBf16(float f) { return kiln_float_to_bf16(f); }
 
 /// Instruction sets of the 16-bit paths, chosen once from CPUID.
 enum class SimdLevel { Generic, Avx2, Avx512 };

@@ -103,6 +103,20 @@ def main():
         arena += (count * 4 + ALIGN - 1) // ALIGN * ALIGN
     cls = "wcls" if not shared else "tok_embeddings"
     src = [f'#include "kiln_rt/kernel_abi.h"', "#include <math.h>",
+           # Linears and elementwise ops are generated code (kernel_abi.h,
+           # "Generated kernels"): hand-written here on the same primitives.
+           "struct LinEnv { kiln_linear_weight w; const float *x; float *y; int64_t n, in, out; };",
+           "static void linTile(void *p, int64_t b, int64_t e) {",
+           "  const LinEnv &l = *(const LinEnv *)p;",
+           "  kiln_k_linear_tile(&l.w, l.x, l.n, l.in, b, e, l.y + b, l.out);",
+           "}",
+           "static void linear(const float *x, const float *w, float *y, int64_t n, int64_t in, int64_t out) {",
+           "  LinEnv l = {kiln_linear_weight{}, x, y, n, in, out};",
+           "  l.w.kind = KILN_WEIGHT_F32; l.w.data = w;",
+           "  kiln_k_parallel_for(out, n == 1 ? 16 : 128, n * in * out, linTile, &l);",
+           "}",
+           "static void add(const float *a, const float *b, float *y, int64_t c) { for (int64_t i = 0; i < c; ++i) y[i] = a[i] + b[i]; }",
+           "static void swiglu(const float *g, const float *u, float *y, int64_t c) { for (int64_t i = 0; i < c; ++i) y[i] = kiln_swiglu(g[i], u[i]); }",
            "static void forward(kiln_exec_ctx *ctx, int64_t n, int64_t pos) {",
            "  const uint8_t *W = ctx->weights;",
            "#define WT(off) ((const float *)(W + (off)))"]
@@ -115,22 +129,22 @@ def main():
         vc = (l * 2 + 1) * seq_len * kv_dim
         src += [
             f"  kiln_k_rms_norm(x, WT({o('rms_att')}), xb, n, {dim}, 1e-5f);",
-            f"  kiln_k_linear(xb, WT({o('wq')}), q, n, {dim}, {dim});",
-            f"  kiln_k_linear(xb, WT({o('wk')}), k, n, {dim}, {kv_dim});",
-            f"  kiln_k_linear(xb, WT({o('wv')}), v, n, {dim}, {kv_dim});",
+            f"  linear(xb, WT({o('wq')}), q, n, {dim}, {dim});",
+            f"  linear(xb, WT({o('wk')}), k, n, {dim}, {kv_dim});",
+            f"  linear(xb, WT({o('wv')}), v, n, {dim}, {kv_dim});",
             f"  kiln_k_rope(q, q, n, {n_heads}, {hd}, {hd}, pos, 10000.0f);",
             f"  kiln_k_rope(k, k, n, {n_kv_heads}, {hd}, {hd}, pos, 10000.0f);",
             f"  kiln_k_attention(q, k, v, ctx->kv + {kc}, ctx->kv + {vc}, xb, n, pos, {n_heads}, {n_kv_heads}, {hd}, {seq_len}, 1.0f / sqrtf({hd}.0f));",
-            f"  kiln_k_linear(xb, WT({o('wo')}), xb2, n, {dim}, {dim});",
-            f"  kiln_k_add(x, xb2, x, n * {dim});",
+            f"  linear(xb, WT({o('wo')}), xb2, n, {dim}, {dim});",
+            f"  add(x, xb2, x, n * {dim});",
             f"  kiln_k_rms_norm(x, WT({o('rms_ffn')}), xb, n, {dim}, 1e-5f);",
-            f"  kiln_k_linear(xb, WT({o('w1')}), hb, n, {dim}, {hidden});",
-            f"  kiln_k_linear(xb, WT({o('w3')}), hb2, n, {dim}, {hidden});",
-            f"  kiln_k_swiglu(hb, hb2, hb, n * {hidden});",
-            f"  kiln_k_linear(hb, WT({o('w2')}), xb, n, {hidden}, {dim});",
-            f"  kiln_k_add(x, xb, x, n * {dim});"]
+            f"  linear(xb, WT({o('w1')}), hb, n, {dim}, {hidden});",
+            f"  linear(xb, WT({o('w3')}), hb2, n, {dim}, {hidden});",
+            f"  swiglu(hb, hb2, hb, n * {hidden});",
+            f"  linear(hb, WT({o('w2')}), xb, n, {hidden}, {dim});",
+            f"  add(x, xb, x, n * {dim});"]
     src += [f"  kiln_k_rms_norm(x + (n - 1) * {dim}, WT({offsets['rms_final']}), xb, 1, {dim}, 1e-5f);",
-            f"  kiln_k_linear(xb, WT({offsets[cls]}), ctx->logits, 1, {dim}, {vocab});",
+            f"  linear(xb, WT({offsets[cls]}), ctx->logits, 1, {dim}, {vocab});",
             "}",
             'extern "C" void kiln_prefill(kiln_exec_ctx *ctx, int64_t n, int64_t pos) { forward(ctx, n, pos); }',
             'extern "C" void kiln_decode(kiln_exec_ctx *ctx, int64_t n, int64_t pos) { forward(ctx, n, pos); }',
@@ -150,7 +164,7 @@ def main():
         path = os.path.join(out, f)
         files[f] = {"bytes": os.path.getsize(path), "xxh3_64": xxh3(path)}
     manifest = {
-        "format": "kiln-artifact", "version": 1, "abi_version": 9, "target": "cpu",
+        "format": "kiln-artifact", "version": 1, "abi_version": 10, "target": "cpu",
         "model": {"name": os.path.basename(model_path).rsplit(".", 1)[0],
                   "architecture": "llama", "source": os.path.abspath(model_path),
                   "source_format": "llama2c", "dim": dim, "hidden_dim": hidden,

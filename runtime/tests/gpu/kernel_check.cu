@@ -33,6 +33,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "KilnKernels.cuh"
+#include "cpu/WholeOpKernels.h"
 #include "kiln_rt/kernel_abi.h"
 
 #include <algorithm>

@@ -1,13 +1,13 @@
 // Generated fused kernels (kiln-fuse -> plan.fused_kernel -> C++): the CPU
 // template instantiated per region, for float and quantized weights; the
 // emitted C++ compiles against the kernel ABI header.
-// RUN: kiln-opt %S/../../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-fuse,func.func(kiln-memory-plan),kiln-lower-to-plan,canonicalize,kiln-plan-to-emitc)" | mlir-translate --mlir-to-cpp -o %t.f32.cpp
+// RUN: kiln-opt %S/../../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-fuse,kiln-outline-kernels,func.func(kiln-memory-plan),kiln-lower-to-plan,canonicalize,kiln-plan-to-emitc)" | mlir-translate --mlir-to-cpp -o %t.f32.cpp
 // RUN: FileCheck %s --input-file=%t.f32.cpp
 // RUN: c++ -std=c++17 -fsyntax-only -Wall -Wextra -Werror -I%kiln_src_root/runtime/include %t.f32.cpp
-// RUN: kiln-opt %S/../../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-quantize-weights{scheme=w4a16-rtn group-size=8},kiln-fuse,func.func(kiln-memory-plan),kiln-lower-to-plan,canonicalize,kiln-plan-to-emitc)" | mlir-translate --mlir-to-cpp -o %t.w4.cpp
+// RUN: kiln-opt %S/../../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-quantize-weights{scheme=w4a16-rtn group-size=8},kiln-fuse,kiln-outline-kernels,func.func(kiln-memory-plan),kiln-lower-to-plan,canonicalize,kiln-plan-to-emitc)" | mlir-translate --mlir-to-cpp -o %t.w4.cpp
 // RUN: FileCheck %s --check-prefix=W4 --input-file=%t.w4.cpp
 // RUN: c++ -std=c++17 -fsyntax-only -Wall -Wextra -Werror -I%kiln_src_root/runtime/include %t.w4.cpp
-// RUN: kiln-opt %S/../../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-quantize-weights{scheme=w8a16},kiln-fuse,func.func(kiln-memory-plan),kiln-lower-to-plan,canonicalize,kiln-plan-to-emitc)" | mlir-translate --mlir-to-cpp | FileCheck %s --check-prefix=W8
+// RUN: kiln-opt %S/../../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-quantize-weights{scheme=w8a16},kiln-fuse,kiln-outline-kernels,func.func(kiln-memory-plan),kiln-lower-to-plan,canonicalize,kiln-plan-to-emitc)" | mlir-translate --mlir-to-cpp | FileCheck %s --check-prefix=W8
 // W8A8 linears and W8A16 linears of different group sizes are not fused.
 // RUN: kiln-opt %S/../../Inputs/tiny-quantized.mlir --pass-pipeline="builtin.module(kiln-fuse{report=true})" -o /dev/null 2>&1 | FileCheck %s --check-prefix=NOFUSE
 // NOFUSE: kiln-fuse 'prefill': kernel ops 7 -> 7; regions with horizontal 0, prologue 0, epilogue 0, elementwise 0

@@ -1,5 +1,5 @@
 // RUN: kiln-opt %S/../../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-insert-observers,func.func(kiln-memory-plan),kiln-lower-to-plan)" | FileCheck %s
-// RUN: kiln-opt %S/../../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-insert-observers,func.func(kiln-memory-plan),kiln-lower-to-plan,canonicalize,kiln-plan-to-emitc)" -o %t.mlir
+// RUN: kiln-opt %S/../../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-insert-observers,kiln-outline-kernels,func.func(kiln-memory-plan),kiln-lower-to-plan,canonicalize,kiln-plan-to-emitc)" -o %t.mlir
 // RUN: mlir-translate --mlir-to-cpp %t.mlir | FileCheck %s --check-prefix=CPP
 // The emitted C++ compiles against the runtime's kernel ABI header.
 // RUN: mlir-translate --mlir-to-cpp %t.mlir -o %t.cpp
@@ -39,4 +39,4 @@
 // On the CPU target the observer kernel gets the execution context first.
 // CPP: extern "C" void kiln_prefill(kiln_exec_ctx* [[CTX:v[0-9]+]], int64_t [[N:v[0-9]+]], int64_t
 // CPP: kiln_k_observe([[CTX]], {{v[0-9]+}}, [[N]],
-// CPP: kiln_k_linear(
+// CPP: kiln_linear_prefill_0(

@@ -68,11 +68,12 @@ plan.fused_kernel @k families ["vertical"] {
 
 // -----
 
-// expected-error @+1 {{'plan.fused_kernel' op expects at least one fusion family}}
+// expected-error @+1 {{'plan.fused_kernel' op expects at least one fusion family (only a kernel of a single op has none)}}
 plan.fused_kernel @k families [] {
 ^bb0(%a: tensor<?x16xf32>, %b: tensor<?x16xf32>):
   %0 = kiln.add %a, %b : tensor<?x16xf32>
-  kiln.yield %0 : tensor<?x16xf32>
+  %1 = kiln.silu %0 : tensor<?x16xf32>
+  kiln.yield %1 : tensor<?x16xf32>
 }
 
 // -----
