@@ -25,6 +25,8 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <map>
+
 namespace mlir::kiln {
 
 namespace {
@@ -79,6 +81,11 @@ private:
   SmallVector<Operation *> epilogue; ///< elementwise ops, in order
   bool paired = false;
   int64_t width = 0; ///< elementwise regions: the common width
+  /// Elementwise regions: 16-bit row operands widened a column range at a
+  /// time into these float buffers (argument number -> variable), and the
+  /// 16-bit result computed into one before rounding (yield index ->
+  /// variable).
+  std::map<unsigned, std::string> widened, narrowed;
   bool cuda;         ///< CUDA template (else the CPU one)
 };
 } // namespace
@@ -263,6 +270,8 @@ FailureOr<std::string> Emitter::operandExpr(Value v) {
   auto arg = dyn_cast<BlockArgument>(v);
   if (!arg)
     return failure();
+  if (auto it = widened.find(arg.getArgNumber()); it != widened.end())
+    return it->second + "[col]";
   auto type = cast<RankedTensorType>(v.getType());
   std::string a = "e.a" + std::to_string(arg.getArgNumber());
   std::string elem = type.getRank() == 1
@@ -342,8 +351,11 @@ LogicalResult Emitter::emitElementStatements(llvm::raw_ostream &os, int only,
     if (failed(e))
       return kernel.emitOpError() << "fused kernel '" << name
                                   << "' yields a value it does not compute";
-    os << indent << "e.r" << i << "[t * " << widthOf(v)
-       << " + col] = " << storeExpr(v.getType(), *e) << ";\n";
+    if (auto it = narrowed.find(i); it != narrowed.end())
+      os << indent << it->second << "[col] = " << *e << ";\n";
+    else
+      os << indent << "e.r" << i << "[t * " << widthOf(v)
+         << " + col] = " << storeExpr(v.getType(), *e) << ";\n";
   }
   return success();
 }
@@ -445,11 +457,47 @@ FailureOr<std::string> Emitter::run() {
      << "  const " << env << " &e = *(const " << env << " *)p;\n"
      << "  const int64_t n = e.n;\n  (void)n;\n";
   if (!anchor) {
-    os << "  for (int64_t i = j0; i < j1; ++i) {\n"
-       << "    const int64_t t = i / " << width << ", col = i % " << width
-       << ";\n";
-    if (failed(emitElementStatements(os, -1, "    ")))
+    // Rows of the chunk [j0, j1) of the n x width elements, each a column
+    // range [c0, c1). 16-bit row operands (up to two) are widened and a
+    // 16-bit result is rounded a range at a time (kiln_k_widen / _narrow,
+    // SIMD), so the loop over columns is plain float code.
+    auto yield = cast<YieldOp>(body.getTerminator());
+    for (unsigned i = 0; i < body.getNumArguments() && widened.size() < 2; ++i) {
+      auto t = dyn_cast<RankedTensorType>(body.getArgument(i).getType());
+      if (t && t.getRank() == 2 && is16Bit(t) && !body.getArgument(i).use_empty())
+        widened[i] = "w" + std::to_string(widened.size());
+    }
+    for (auto [i, v] : llvm::enumerate(yield.getValues()))
+      if (is16Bit(v.getType()) && narrowed.empty())
+        narrowed[i] = "o0";
+    int slot = 1;
+    for (auto &[i, var] : widened)
+      os << "  float *" << var << " = kiln_k_scratch(" << slot++ << ", "
+         << width << ");\n";
+    for (auto &[i, var] : narrowed)
+      os << "  float *" << var << " = kiln_k_scratch(3, " << width << ");\n";
+    auto elem = [](Type t) {
+      return cast<RankedTensorType>(t).getElementType().isF16()
+                 ? "KILN_ELEM_F16"
+                 : "KILN_ELEM_BF16";
+    };
+    os << "  for (int64_t t = j0 / " << width << "; t * " << width
+       << " < j1; ++t) {\n"
+       << "    const int64_t c0 = j0 > t * " << width << " ? j0 - t * "
+       << width << " : 0;\n"
+       << "    const int64_t c1 = j1 - t * " << width << " < " << width
+       << " ? j1 - t * " << width << " : " << width << ";\n";
+    for (auto &[i, var] : widened)
+      os << "    kiln_k_widen(" << elem(body.getArgument(i).getType()) << ", e.a"
+         << i << " + t * " << width << " + c0, " << var << " + c0, c1 - c0);\n";
+    os << "    for (int64_t col = c0; col < c1; ++col) {\n";
+    if (failed(emitElementStatements(os, -1, "      ")))
       return failure();
+    os << "    }\n";
+    for (auto &[i, var] : narrowed)
+      os << "    kiln_k_narrow(" << elem(yield.getValues()[i].getType())
+         << ", " << var << " + c0, e.r" << i << " + t * " << width
+         << " + c0, c1 - c0);\n";
     os << "  }\n}\n";
   } else if (direct) {
     // A linear without epilogue: f32 tiles go straight into the result,

@@ -35,8 +35,7 @@
 // CHECK: kiln.fused({{.*}}) attributes {families = []} {
 // CHECK-NEXT: ^bb0
 // CHECK-NEXT: kiln.add
-// CHECK: kiln.fused({{.*}}) attributes {families = []} {
-// CHECK-NEXT: ^bb0
+// CHECK: ^bb0({{.*}}: tensor<?x24xf32>, {{.*}}: tensor<?x24xf32>):
 // CHECK-NEXT: kiln.swiglu
 // CHECK: kiln.logits %{{.*}}, %{{.*}} {kiln.generated_kernel}
 // CHECK-LABEL: func.func @decode
@@ -46,6 +45,13 @@
 // FUSED-NOT: families = []
 // FUSED: kiln.logits %{{.*}}, %{{.*}} {kiln.generated_kernel}
 
+// PLAN-LABEL: func.func @prefill
+// PLAN-NOT: plan.call_kernel "kiln_k_linear"
+// PLAN-NOT: plan.call_kernel "kiln_k_add"
+// PLAN: plan.call_fused @kiln_linear_prefill_0(
+// PLAN: %[[LOGITS:.*]] = plan.logits : memref<1x32xf32>
+// PLAN-NOT: plan.call_kernel "kiln_k_linear"
+// PLAN: plan.call_fused @kiln_logits_prefill_{{[0-9]+}}(%{{.*}}, %{{.*}}, %[[LOGITS]], %arg0)
 // PLAN: plan.fused_kernel @kiln_linear_prefill_0 families [] {
 // PLAN: plan.fused_kernel @kiln_add_prefill_{{[0-9]+}} families [] {
 // PLAN: plan.fused_kernel @kiln_swiglu_prefill_{{[0-9]+}} families [] {
@@ -53,11 +59,6 @@
 // PLAN-NEXT: ^bb0(%{{.*}}: tensor<?x16xf32>, %{{.*}}: tensor<32x16xf32>):
 // PLAN-NEXT: kiln.logits
 // PLAN-NOT: kiln.generated_kernel
-// PLAN-LABEL: func.func @prefill
-// PLAN-NOT: plan.call_kernel "kiln_k_linear"
-// PLAN-NOT: plan.call_kernel "kiln_k_add"
-// PLAN: %[[LOGITS:.*]] = plan.logits : memref<1x32xf32>
-// PLAN: plan.call_fused @kiln_logits_prefill_{{[0-9]+}}(%{{.*}}, %{{.*}}, %[[LOGITS]], %arg0)
 
 module {
   kiln.weight @q4 : tensor<8x18xi8> {source = #kiln.source<file = "t.gguf", tensor = "q4", storage = "q4_0", shape = [8, 32], offset = 0, bytes = 144>, transforms = [#kiln.transform<"repack", {format = "q4_0", part = "blocks", rows = 8 : i64, cols = 32 : i64}>]}

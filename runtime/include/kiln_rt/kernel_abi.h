@@ -237,9 +237,9 @@ void kiln_k_linear_tile(const kiln_linear_weight *w, const float *x, int64_t n,
 /// Calls fn(env, begin, end) on contiguous chunks covering [0, count):
 /// at most 32 chunks, sizes a multiple of `align` and a function of count
 /// and align alone (never of the thread count), claimed by the runtime's
-/// persistent threads (kiln_rt_set_threads); on the calling thread alone
-/// when `work` (multiply-adds) is too small to pay for threads. Returns when
-/// every chunk is done.
+/// persistent threads (kiln_rt_set_threads); one chunk [0, count) on the
+/// calling thread when `work` (multiply-adds) is too small to pay for
+/// threads. Returns when every chunk is done.
 void kiln_k_parallel_for(int64_t count, int64_t align, int64_t work,
                          void (*fn)(void *env, int64_t begin, int64_t end),
                          void *env);

@@ -217,8 +217,11 @@ void kiln_k_parallel_for(int64_t count, int64_t align, int64_t work,
                          void *env) {
   if (count <= 0)
     return;
-  parallelChunks(count, chunkGrain(count, align), work > kParallelGrain, fn,
-                 env);
+  // Too little work for threads: one chunk on the calling thread (its
+  // boundaries never depend on the thread count either way).
+  const bool parallel = work > kParallelGrain;
+  parallelChunks(count, parallel ? chunkGrain(count, align) : count, parallel,
+                 fn, env);
 }
 
 void kiln_k_rope_table(float *cs, int64_t n, int64_t pos, int64_t head_dim,

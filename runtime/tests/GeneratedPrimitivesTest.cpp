@@ -1,0 +1,142 @@
+//===- GeneratedPrimitivesTest.cpp - what generated kernels call ----------===//
+//
+// kernel_abi.h, "Generated kernels": kiln_k_parallel_for covers its range
+// exactly once in align-multiple chunks that do not depend on the thread
+// count (one chunk when the work is too small for threads); kiln_k_widen /
+// kiln_k_narrow equal the scalar conversions bit for bit; a linear tile over
+// f16 / bf16 weights equals the float32 tile on the widened weights.
+//
+//===----------------------------------------------------------------------===//
+#include "kiln_rt/api.h"
+#include "kiln_rt/kernel_abi.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <utility>
+#include <vector>
+
+namespace {
+
+struct Chunks {
+  std::mutex mu;
+  std::vector<std::pair<int64_t, int64_t>> seen;
+};
+
+void record(void *env, int64_t b, int64_t e) {
+  auto *c = static_cast<Chunks *>(env);
+  std::lock_guard<std::mutex> lock(c->mu);
+  c->seen.emplace_back(b, e);
+}
+
+std::vector<std::pair<int64_t, int64_t>> chunksOf(int64_t count, int64_t align,
+                                                  int64_t work) {
+  Chunks c;
+  kiln_k_parallel_for(count, align, work, record, &c);
+  std::sort(c.seen.begin(), c.seen.end());
+  return c.seen;
+}
+
+TEST(GeneratedPrimitives, ParallelForChunks) {
+  for (int threads : {1, 2, 3}) {
+    kiln_rt_set_threads(threads);
+    // Enough work for threads: align-multiple chunks covering [0, 1000).
+    auto big = chunksOf(1000, 16, int64_t(1) << 20);
+    ASSERT_FALSE(big.empty());
+    int64_t next = 0;
+    for (auto [b, e] : big) {
+      EXPECT_EQ(b, next);
+      EXPECT_EQ(b % 16, 0);
+      EXPECT_LT(b, e);
+      next = e;
+    }
+    EXPECT_EQ(next, 1000);
+    EXPECT_LE(big.size(), 32u);
+    EXPECT_EQ(big, chunksOf(1000, 16, int64_t(1) << 20)) << threads;
+    // Too little work: the whole range in one call.
+    auto small = chunksOf(1000, 16, 1000);
+    ASSERT_EQ(small.size(), 1u);
+    EXPECT_EQ(small[0], std::make_pair(int64_t(0), int64_t(1000)));
+    EXPECT_TRUE(chunksOf(0, 16, 1 << 20).empty());
+  }
+  kiln_rt_set_threads(0);
+}
+
+TEST(GeneratedPrimitives, WidenNarrowMatchScalar) {
+  std::vector<uint16_t> h(65536);
+  for (size_t i = 0; i < h.size(); ++i)
+    h[i] = uint16_t(i);
+  std::vector<float> f(h.size());
+  kiln_k_widen(KILN_ELEM_F16, h.data(), f.data(), int64_t(h.size()));
+  for (size_t i = 0; i < h.size(); ++i)
+    ASSERT_EQ(kiln_float_bits(f[i]), kiln_float_bits(kiln_f16_to_float(h[i])))
+        << "f16 " << i;
+  kiln_k_widen(KILN_ELEM_BF16, h.data(), f.data(), int64_t(h.size()));
+  for (size_t i = 0; i < h.size(); ++i)
+    ASSERT_EQ(kiln_float_bits(f[i]), kiln_float_bits(kiln_bf16_to_float(h[i])))
+        << "bf16 " << i;
+  // Rounding: random bit patterns (NaNs, infinities, subnormals, ties).
+  std::mt19937 rng(7);
+  std::vector<float> x(1 << 16);
+  for (float &v : x)
+    v = kiln_bits_float(uint32_t(rng()));
+  x[0] = 65520.0f;                 // f16 overflow boundary: rounds to inf
+  x[1] = 0x1p-25f;                 // f16 tie at the smallest subnormal
+  x[2] = kiln_bits_float(0x3f808000u); // bf16 tie, rounds to even
+  std::vector<uint16_t> y(x.size());
+  kiln_k_narrow(KILN_ELEM_F16, x.data(), y.data(), int64_t(x.size()));
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_EQ(y[i], kiln_float_to_f16(x[i])) << "f16 " << x[i];
+  kiln_k_narrow(KILN_ELEM_BF16, x.data(), y.data(), int64_t(x.size()));
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_EQ(y[i], kiln_float_to_bf16(x[i])) << "bf16 " << x[i];
+  EXPECT_EQ(kiln_float_to_f16(65520.0f), 0x7c00);
+  EXPECT_EQ(kiln_float_to_f16(0x1p-25f), 0x0000);
+  EXPECT_EQ(kiln_float_to_bf16(kiln_bits_float(0x3f808000u)), 0x3f80);
+}
+
+/// Rows [o0, o1) of x [n, in] * W^T for 16-bit weights against a double
+/// reference on the widened weights: decode (n = 1) and prefill (n = 20).
+TEST(GeneratedPrimitives, LinearTileHalfWeights) {
+  const int64_t in = 300, out = 70;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int32_t kind : {KILN_WEIGHT_F16, KILN_WEIGHT_BF16}) {
+    std::vector<uint16_t> w(size_t(in * out));
+    std::vector<float> wf(w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      float v = dist(rng);
+      w[i] = kind == KILN_WEIGHT_F16 ? kiln_float_to_f16(v)
+                                     : kiln_float_to_bf16(v);
+      wf[i] = kind == KILN_WEIGHT_F16 ? kiln_f16_to_float(w[i])
+                                      : kiln_bf16_to_float(w[i]);
+    }
+    kiln_linear_weight desc{};
+    desc.kind = kind;
+    desc.data = w.data();
+    for (int64_t n : {1, 20}) {
+      std::vector<float> x(size_t(n * in));
+      for (float &v : x)
+        v = dist(rng);
+      const int64_t o0 = 5, o1 = 53, rows = o1 - o0;
+      std::vector<float> c(size_t(n * rows), -1.0f);
+      kiln_k_linear_tile(&desc, x.data(), n, in, o0, o1, c.data(), rows);
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < rows; ++r) {
+          double ref = 0, mag = 0;
+          for (int64_t i = 0; i < in; ++i) {
+            ref += double(x[t * in + i]) * wf[(o0 + r) * in + i];
+            mag += std::fabs(double(x[t * in + i]) * wf[(o0 + r) * in + i]);
+          }
+          ASSERT_NEAR(c[t * rows + r], ref, 1e-5 * mag + 1e-6)
+              << "kind " << kind << " n " << n << " t " << t << " row " << r;
+        }
+    }
+  }
+}
+
+} // namespace
