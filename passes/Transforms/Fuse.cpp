@@ -506,8 +506,16 @@ void FusePass::runOnOperation() {
       return signalPassFailure();
     }
   }
-  if (families.empty())
+  if (families.empty()) {
+    // `families=` written with nothing after it is a mistake, not "all".
+    if (families.getNumOccurrences() > 0) {
+      module.emitError() << "kiln-fuse: 'families=' lists no fusion family "
+                            "(expected horizontal, prologue, epilogue, "
+                            "elementwise, all or none)";
+      return signalPassFailure();
+    }
     f.horizontal = f.prologue = f.epilogue = f.elementwise = true;
+  }
   if (none && (f.horizontal || f.prologue || f.epilogue || f.elementwise)) {
     module.emitError() << "kiln-fuse: 'none' cannot be combined with other "
                           "fusion families";

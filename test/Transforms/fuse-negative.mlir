@@ -5,6 +5,9 @@
 // BADFAMILY: error: kiln-fuse: unknown fusion family 'vertical' (expected horizontal, prologue, epilogue, elementwise, all or none)
 // RUN: not kiln-opt %s --pass-pipeline="builtin.module(kiln-fuse{families=none,epilogue})" 2>&1 | FileCheck %s --check-prefix=NONEMIX
 // NONEMIX: error: kiln-fuse: 'none' cannot be combined with other fusion families
+// An empty list is a mistake, not "all".
+// RUN: not kiln-opt %s --pass-pipeline="builtin.module(kiln-fuse{families=})" 2>&1 | FileCheck %s --check-prefix=EMPTY
+// EMPTY: error: kiln-fuse: 'families=' lists no fusion family (expected horizontal, prologue, epilogue, elementwise, all or none)
 // Fusing after memory planning would leave stale buffer offsets.
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(func.func(kiln-memory-plan),kiln-fuse)" 2>&1 | FileCheck %s --check-prefix=PLANNED
 // PLANNED: error: kiln-fuse: 'prefill' is already memory-planned; run kiln-fuse before kiln-memory-plan

@@ -19,14 +19,14 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 namespace cl = llvm::cl;
@@ -110,6 +110,18 @@ readSum(const float *__restrict x, size_t count) {
   return total;
 }
 
+/// fn(t, n) on n = kiln_rt_threads() threads at once (the caller is t = 0),
+/// the thread count the kernels use; returns when all are done.
+template <class Fn> void onKernelThreads(Fn fn) {
+  const int n = std::max(1, kiln_rt_threads());
+  std::vector<std::thread> others;
+  for (int t = 1; t < n; ++t)
+    others.emplace_back([&fn, t, n] { fn(t, n); });
+  fn(0, n);
+  for (std::thread &th : others)
+    th.join();
+}
+
 /// Best-of-N read bandwidth (bytes/s): all threads sum disjoint slices of a
 /// buffer far larger than the last-level cache, the way decode streams
 /// weights.
@@ -118,23 +130,28 @@ double measureReadBandwidth(size_t bytes, int reps) {
   float *buf = static_cast<float *>(std::aligned_alloc(64, count * sizeof(float)));
   if (!buf)
     fail("cannot allocate " + std::to_string(bytes) + " bytes for the bandwidth test");
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < count; ++i)
-    buf[i] = float(i & 7);
+  auto slice = [count](int t, int n) {
+    size_t chunk = (count / size_t(n) + 15) / 16 * 16;
+    size_t begin = std::min(count, size_t(t) * chunk);
+    return std::make_pair(begin, std::min(count, begin + chunk));
+  };
+  onKernelThreads([&](int t, int n) { // each thread first-touches its slice
+    auto [begin, end] = slice(t, n);
+    for (size_t i = begin; i < end; ++i)
+      buf[i] = float(i & 7);
+  });
   double best = 0;
   volatile float sink = 0;
   for (int r = 0; r < reps; ++r) {
+    std::vector<float> partial(size_t(std::max(1, kiln_rt_threads())), 0.0f);
     double t0 = nowSeconds();
-    float total = 0;
-#pragma omp parallel reduction(+ : total)
-    {
-      size_t nt = size_t(omp_get_num_threads()), t = size_t(omp_get_thread_num());
-      size_t chunk = (count / nt + 15) / 16 * 16;
-      size_t begin = std::min(count, t * chunk), end = std::min(count, begin + chunk);
-      total += readSum(buf + begin, end - begin);
-    }
+    onKernelThreads([&](int t, int n) {
+      auto [begin, end] = slice(t, n);
+      partial[size_t(t)] = readSum(buf + begin, end - begin);
+    });
     double dt = nowSeconds() - t0;
-    sink = sink + total;
+    for (float p : partial)
+      sink = sink + p;
     best = std::max(best, double(count * sizeof(float)) / dt);
   }
   std::free(buf);
@@ -194,18 +211,16 @@ double measurePeakFlops(int reps) {
   const int64_t iterations = int64_t(1) << 23;
   double best = 0;
   volatile float sink = 0;
+  const int threads = std::max(1, kiln_rt_threads());
   for (int r = 0; r < reps; ++r) {
+    std::vector<float> partial(size_t(threads), 0.0f);
     double t0 = nowSeconds();
-    int threads = 1;
-    float total = 0;
-#pragma omp parallel reduction(+ : total)
-    {
-#pragma omp single
-      threads = omp_get_num_threads();
-      total += fmaLoop(iterations, float(omp_get_thread_num()));
-    }
+    onKernelThreads([&](int t, int) {
+      partial[size_t(t)] = fmaLoop(iterations, float(t));
+    });
     double dt = nowSeconds() - t0;
-    sink = sink + total;
+    for (float p : partial)
+      sink = sink + p;
     best = std::max(best, 192.0 * double(iterations) * threads / dt);
   }
   return best;
@@ -269,8 +284,11 @@ int main(int argc, char **argv) {
          " tokens");
   if (prompt + decode > info.max_seq_len) {
     decode = info.max_seq_len - prompt;
-    std::fprintf(stderr, "kiln-bench: note: decoding %lld tokens (context %lld)\n",
-                 (long long)decode, (long long)info.max_seq_len);
+    std::fprintf(stderr,
+                 "kiln-bench: note: decoding %lld of the %lld tokens asked "
+                 "for (a %lld-token prompt in a context of %lld)\n",
+                 (long long)decode, (long long)decodeTokens, (long long)prompt,
+                 (long long)info.max_seq_len);
   }
   // Deterministic ids cycling through 3..vocab-1 (skips unk/BOS/EOS).
   int64_t span = std::max<int64_t>(1, info.vocab_size - 3);
@@ -289,7 +307,7 @@ int main(int argc, char **argv) {
                 "threads\n",
                 artifactDir.c_str(), info.name, info.dtype, info.quant,
                 info.kv_dtype, double(info.weights_bytes) / 1e6,
-                omp_get_max_threads());
+                kiln_rt_threads());
   std::vector<double> prefillRates, decodeRates;
   for (int r = 0; r <= repeat; ++r) { // r == 0 warms up
     kiln_rt_session_reset(session);
@@ -319,8 +337,10 @@ int main(int argc, char **argv) {
   if (decode > 0)
     std::printf("decode: %.1f tokens/s (%lld tokens, median of %d)\n",
                 bestDecode, (long long)decode, repeat.getValue());
-  else
-    std::printf("decode: n/a (--decode-tokens 0)\n");
+  else // --decode-tokens >= 1: the prompt filled the context
+    std::printf("decode: n/a (the %lld-token prompt fills the context of "
+                "%lld tokens)\n",
+                (long long)prompt, (long long)info.max_seq_len);
   std::fflush(stdout);
 
   double bandwidth = 0;
@@ -337,8 +357,11 @@ int main(int argc, char **argv) {
               cuda ? " (device-to-device copy)" : "");
   std::printf("decode roofline: %.1f tokens/s (weights %.2f MB/token)\n", roofline,
               weightBytes / 1e6);
-  std::printf("decode efficiency: %.1f%% of roofline\n",
-              roofline > 0 ? 100.0 * bestDecode / roofline : 0.0);
+  if (decode > 0 && roofline > 0)
+    std::printf("decode efficiency: %.1f%% of roofline\n",
+                100.0 * bestDecode / roofline);
+  else
+    std::printf("decode efficiency: n/a\n");
 
   kiln::tool::Trace trace(traceFile);
   if (profile)
@@ -358,7 +381,7 @@ int main(int argc, char **argv) {
     double peak = cuda ? 0.0 : measurePeakFlops(3);
     if (!cuda) {
       std::printf("compute peak: %.1f GFLOP/s (FMA loop, %d threads)\n",
-                  peak / 1e9, omp_get_max_threads());
+                  peak / 1e9, kiln_rt_threads());
       if (kiln_rt_cpu_amx())
         std::printf("prefill GEMMs: AMX tiles from 16 tokens (those linears "
                     "can exceed the FMA peak), OpenBLAS below\n");
