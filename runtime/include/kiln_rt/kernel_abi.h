@@ -249,8 +249,9 @@ void kiln_k_parallel_for(int64_t count, int64_t align, int64_t work,
 /// calling thread outside kiln_k_parallel_for; kiln_k_linear_tile uses none.
 float *kiln_k_scratch(int64_t slot, int64_t count);
 
-/// Element types of kiln_k_widen.
-enum { KILN_ELEM_F16 = 1, KILN_ELEM_BF16 = 2 };
+/// Element types of activations (kiln_k_widen / _narrow take the 16-bit
+/// ones).
+enum { KILN_ELEM_F32 = 0, KILN_ELEM_F16 = 1, KILN_ELEM_BF16 = 2 };
 
 /// y[i] = float(x[i]) for i < count, x kiln_f16_t (KILN_ELEM_F16) or
 /// kiln_bf16_t (KILN_ELEM_BF16) bits; exact (SIMD where the CPU has it).
@@ -728,6 +729,56 @@ void kiln_k_attention_kvf8_centered_bf16(
     const float *k_mean, kiln_bf16_t *out, int64_t n, int64_t pos,
     int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t rot_dim,
     int64_t max_seq, float scale, float theta);
+
+/*===-- Paged KV cache (PagedAttention) -----------------------------------===*
+ *
+ * The KV cache of a serving engine is a pool of blocks of block_tokens
+ * positions shared by many sequences (Kwon et al. 2023, "Efficient Memory
+ * Management for Large Language Model Serving with PagedAttention"); a
+ * sequence's block table maps its logical block i (positions
+ * [i * B, (i + 1) * B), B = block_tokens) to a physical block, so position
+ * t lives at pool row block_table[t / B] * B + t % B. One layer's pools:
+ *   k_pool, v_pool   [num_blocks * B, kv_heads * head_dim] elements of
+ *                    `format`: the activations' type for KILN_KV_PLAIN,
+ *                    int8 codes for KILN_KV_INT8, E4M3FN codes for
+ *                    KILN_KV_FP8 (the formats of the contiguous caches
+ *                    above);
+ *   k_scales, v_scales  float32 [num_blocks * B, kv_heads] (8-bit formats);
+ *   k_mean           the centered keys' calibrated mean [kv_heads *
+ *                    head_dim] with rot_dim and theta (8-bit formats;
+ *                    NULL for uncentered keys), as kiln_k_attention_kv8_
+ *                    centered.
+ *===----------------------------------------------------------------------===*/
+
+/// KV-cache formats of kiln_paged_kv.
+enum { KILN_KV_PLAIN = 0, KILN_KV_INT8 = 1, KILN_KV_FP8 = 2 };
+
+/// One layer of a paged KV cache seen by one sequence.
+typedef struct kiln_paged_kv {
+  int32_t format;             ///< KILN_KV_*
+  int32_t block_tokens;       ///< B, positions per block (>= 1)
+  void *k_pool, *v_pool;      ///< [num_blocks * B, kv_heads * head_dim]
+  float *k_scales, *v_scales; ///< [num_blocks * B, kv_heads]; 8-bit only
+  const float *k_mean;        ///< centered keys' mean, or NULL
+  int64_t rot_dim;            ///< with k_mean: RoPE dimensions
+  float theta;                ///< with k_mean: RoPE base
+  const int32_t *block_table; ///< covers positions [0, pos + n)
+} kiln_paged_kv;
+
+/// kiln_k_attention (kiln_k_attention_window for window >= 1, the 8-bit
+/// and centered variants for those formats) for n new tokens of one
+/// sequence at positions [pos, pos + n) over the paged cache `kv`: the new
+/// keys and values are stored at their positions' pool rows, then every new
+/// token attends causally to positions [0, pos + i] (the last `window`
+/// only, when window >= 1). q, k, v, out have the activation type `act`
+/// (KILN_ELEM_F32 / _F16 / _BF16; a KILN_KV_PLAIN pool holds that type too)
+/// and the shapes of kiln_k_attention. The arithmetic is the contiguous
+/// kernel's, row for row: outputs and stored rows are bit-identical to it.
+void kiln_k_paged_attention(const kiln_paged_kv *kv, int32_t act,
+                            const void *q, const void *k, const void *v,
+                            void *out, int64_t n, int64_t pos, int64_t heads,
+                            int64_t kv_heads, int64_t head_dim, float scale,
+                            int64_t window);
 
 #ifdef __cplusplus
 }

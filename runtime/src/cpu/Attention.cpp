@@ -18,6 +18,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 namespace kiln::rt::cpu {
@@ -46,26 +47,65 @@ static const float *cacheRows(const typename E::T *base, int64_t count,
   }
 }
 
+/// Where the KV row of sequence position t lives: row t of a contiguous
+/// cache [max_seq, ...].
+struct ContiguousSlots {
+  int64_t operator()(int64_t t) const { return t; }
+  /// Positions from t on stored in consecutive rows.
+  int64_t run(int64_t) const { return std::numeric_limits<int64_t>::max(); }
+};
+
+/// Row table[t / B] * B + t % B of a paged cache: a pool of blocks of
+/// B = blockTokens rows, `table` the sequence's block table
+/// (kv/BlockManager.h; PagedAttention, Kwon et al. 2023).
+struct PagedSlots {
+  const int32_t *table;
+  int64_t blockTokens;
+  int64_t operator()(int64_t t) const {
+    return int64_t(table[t / blockTokens]) * blockTokens + t % blockTokens;
+  }
+  int64_t run(int64_t t) const { return blockTokens - t % blockTokens; }
+};
+
 /// Cache access of attention(): a float / 16-bit cache, rows appended as
-/// given and read through cacheRows (in place for F32).
-template <class E> struct PlainKv {
+/// given and read through cacheRows (in place for F32 while the rows are
+/// consecutive; gathered into scratch slot 2 across paged blocks).
+template <class E, class Slots = ContiguousSlots> struct PlainKv {
   using T = typename E::T;
   T *kCache, *vCache;
   int64_t kvDim, headDim;
+  Slots slot{};
   void append(const T *k, const T *v, int64_t n, int64_t pos) const {
-    // The new keys/values may already live in the cache.
-    T *kDst = kCache + pos * kvDim, *vDst = vCache + pos * kvDim;
-    if (k != kDst)
-      std::memmove(kDst, k, sizeof(T) * size_t(n * kvDim));
-    if (v != vDst)
-      std::memmove(vDst, v, sizeof(T) * size_t(n * kvDim));
+    for (int64_t i = 0; i < n;) {
+      // The new keys/values may already live in the cache.
+      const int64_t run = std::min(n - i, slot.run(pos + i));
+      T *kDst = kCache + slot(pos + i) * kvDim;
+      T *vDst = vCache + slot(pos + i) * kvDim;
+      if (k + i * kvDim != kDst)
+        std::memmove(kDst, k + i * kvDim, sizeof(T) * size_t(run * kvDim));
+      if (v + i * kvDim != vDst)
+        std::memmove(vDst, v + i * kvDim, sizeof(T) * size_t(run * kvDim));
+      i += run;
+    }
   }
   /// Rows [t0, t0 + count) of kv head kvh of the K (isV false) or V cache as
   /// float, row stride in `stride`.
   const float *rows(bool isV, int64_t t0, int64_t count, int64_t kvh,
                     int64_t &stride) const {
-    const T *base = (isV ? vCache : kCache) + t0 * kvDim + kvh * headDim;
-    return cacheRows<E>(base, count, headDim, kvDim, 2, stride);
+    const T *cache = isV ? vCache : kCache;
+    if (slot.run(t0) >= count)
+      return cacheRows<E>(cache + slot(t0) * kvDim + kvh * headDim, count,
+                          headDim, kvDim, 2, stride);
+    float *buf = scratch(2, count * headDim);
+    for (int64_t t = 0; t < count; ++t) {
+      const T *row = cache + slot(t0 + t) * kvDim + kvh * headDim;
+      if constexpr (kIsF32<E>)
+        std::memcpy(buf + t * headDim, row, sizeof(float) * size_t(headDim));
+      else
+        E::widen(row, buf + t * headDim, headDim);
+    }
+    stride = headDim;
+    return buf;
   }
 };
 
@@ -200,26 +240,28 @@ void rotatedKeyMeans(const float *mu, int64_t rows, int64_t kvHeads,
 /// cache rows dequantized (scale * value) into scratch slot 2 when read.
 /// With `keyMean` (the centered caches) keys are stored as k - m_t and read
 /// back as scale * value + m_t.
-template <class E, class Codec> struct QuantKv {
+template <class E, class Codec, class Slots = ContiguousSlots> struct QuantKv {
   using T = typename E::T;
   using Code = typename Codec::Code;
   Code *kCache, *vCache;
   float *kScales, *vScales;
   int64_t kvHeads, headDim;
-  /// Rotated key means m_t [pos + n, kvHeads * headDim] (rotatedKeyMeans);
-  /// null for uncentered caches.
+  /// Rotated key means m_t [pos + n, kvHeads * headDim] (rotatedKeyMeans),
+  /// by sequence position; null for uncentered caches.
   const float *keyMean = nullptr;
+  Slots slot{};
 
   void append(const T *k, const T *v, int64_t n, int64_t pos) const {
     const int64_t kvDim = kvHeads * headDim, rows = n * kvHeads;
     forRows(rows, rows * headDim > kParallelGrain, [&](int64_t r) {
       int64_t i = r / kvHeads, h = r % kvHeads;
       int64_t src = i * kvDim + h * headDim;
-      int64_t dst = (pos + i) * kvDim + h * headDim;
-      int64_t sIdx = (pos + i) * kvHeads + h;
+      int64_t row = slot(pos + i);
+      int64_t dst = row * kvDim + h * headDim;
+      int64_t sIdx = row * kvHeads + h;
       const float *x = loadRow<E>(k + src, headDim, 1);
       if (keyMean) {
-        const float *m = keyMean + dst;
+        const float *m = keyMean + (pos + i) * kvDim + h * headDim;
         float *centered = scratch(3, headDim);
         for (int64_t d = 0; d < headDim; ++d)
           centered[d] = x[d] - m[d];
@@ -235,15 +277,16 @@ template <class E, class Codec> struct QuantKv {
   const float *rows(bool isV, int64_t t0, int64_t count, int64_t kvh,
                     int64_t &stride) const {
     const int64_t kvDim = kvHeads * headDim;
-    const Code *q = (isV ? vCache : kCache) + t0 * kvDim + kvh * headDim;
-    const float *sc = (isV ? vScales : kScales) + t0 * kvHeads + kvh;
+    const Code *q = (isV ? vCache : kCache) + kvh * headDim;
+    const float *sc = (isV ? vScales : kScales) + kvh;
     const float *mean =
         isV || !keyMean ? nullptr : keyMean + t0 * kvDim + kvh * headDim;
     const Codec value;
     float *buf = scratch(2, count * headDim);
     for (int64_t t = 0; t < count; ++t) {
-      float s = sc[t * kvHeads];
-      const Code *qt = q + t * kvDim;
+      const int64_t row = slot(t0 + t);
+      float s = sc[row * kvHeads];
+      const Code *qt = q + row * kvDim;
       float *bt = buf + t * headDim;
       if (mean) {
         const float *mt = mean + t * kvDim;
@@ -462,12 +505,81 @@ static void attentionQuantKv(
                scale);
 }
 
+/// Attention of one sequence over a paged cache (kernel_abi.h
+/// kiln_k_paged_attention), activations of E.
+template <class E>
+static void pagedAttention(const kiln_paged_kv &c, const void *q,
+                           const void *k, const void *v, void *out, int64_t n,
+                           int64_t pos, int64_t heads, int64_t kvHeads,
+                           int64_t headDim, float scale, int64_t window) {
+  using T = typename E::T;
+  const PagedSlots slots{c.block_table, std::max<int64_t>(1, c.block_tokens)};
+  const T *qt = static_cast<const T *>(q), *kt = static_cast<const T *>(k),
+          *vt = static_cast<const T *>(v);
+  T *ot = static_cast<T *>(out);
+  auto quantized = [&](auto codec, auto *kPool, auto *vPool) {
+    using Codec = decltype(codec);
+    QuantKv<E, Codec, PagedSlots> kv{kPool,      vPool,   c.k_scales,
+                                     c.v_scales, kvHeads, headDim};
+    kv.slot = slots;
+    if (c.k_mean) {
+      float *table = scratch(0, (pos + n) * kvHeads * headDim);
+      rotatedKeyMeans(c.k_mean, pos + n, kvHeads, headDim, c.rot_dim,
+                      c.theta, table);
+      kv.keyMean = table;
+    }
+    attention<E>(qt, kt, vt, kv, ot, n, pos, heads, kvHeads, headDim, 0,
+                 scale, window);
+  };
+  switch (c.format) {
+  case KILN_KV_INT8:
+    quantized(Int8Codec(), static_cast<int8_t *>(c.k_pool),
+              static_cast<int8_t *>(c.v_pool));
+    return;
+  case KILN_KV_FP8:
+    quantized(Fp8Codec(), static_cast<uint8_t *>(c.k_pool),
+              static_cast<uint8_t *>(c.v_pool));
+    return;
+  default: { // the activations' own type
+    PlainKv<E, PagedSlots> kv{static_cast<T *>(c.k_pool),
+                              static_cast<T *>(c.v_pool), kvHeads * headDim,
+                              headDim, slots};
+    attention<E>(qt, kt, vt, kv, ot, n, pos, heads, kvHeads, headDim, 0,
+                 scale, window);
+    return;
+  }
+  }
+}
+
 } // namespace kiln::rt::cpu
 
 using namespace kiln::rt::cpu;
 
 // The kernel ABI must stay exported from libkiln_runtime.so.
 extern "C" {
+
+void kiln_k_paged_attention(const kiln_paged_kv *kv, int32_t act,
+                            const void *q, const void *k, const void *v,
+                            void *out, int64_t n, int64_t pos, int64_t heads,
+                            int64_t kv_heads, int64_t head_dim, float scale,
+                            int64_t window) {
+  if (n <= 0)
+    return;
+  switch (act) {
+  case KILN_ELEM_F16:
+    pagedAttention<F16>(*kv, q, k, v, out, n, pos, heads, kv_heads, head_dim,
+                        scale, window);
+    return;
+  case KILN_ELEM_BF16:
+    pagedAttention<Bf16>(*kv, q, k, v, out, n, pos, heads, kv_heads,
+                         head_dim, scale, window);
+    return;
+  default:
+    pagedAttention<F32>(*kv, q, k, v, out, n, pos, heads, kv_heads, head_dim,
+                        scale, window);
+    return;
+  }
+}
 
 void kiln_k_attention(const float *q, const float *k, const float *v,
                       float *k_cache, float *v_cache, float *out, int64_t n,
