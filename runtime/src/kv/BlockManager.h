@@ -123,6 +123,8 @@ public:
   int64_t computedTokens(SequenceId id) const;
   /// References to `block` (tests and invariant checks).
   int32_t refCount(int32_t block) const { return blocks_[size_t(block)].refs; }
+  /// Whether `block` holds a named prefix block (its rows may be reused).
+  bool isCached(int32_t block) const { return blocks_[size_t(block)].named; }
 
 private:
   struct Block {
