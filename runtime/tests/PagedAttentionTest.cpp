@@ -321,4 +321,101 @@ TEST(PagedAttention, ForkedPrefixSharesBlocks) {
     ASSERT_EQ(pool.kp[size_t(5 * B * kKvDim) * 4 + i], 0) << "block 5 written";
 }
 
+/// A step of three sequences (a prompt chunk, a decode token, a later
+/// prompt chunk) through kiln_k_paged_attention_batch equals each run
+/// alone on a copy of the same pool (batch invariance), outputs and rows.
+TEST(PagedAttention, BatchEqualsEachSequenceAlone) {
+  std::mt19937 rng(8);
+  for (Act act : {Act::F32, Act::Bf16})
+    for (Fmt fmt : {Fmt::Plain, Fmt::Int8}) {
+      const int64_t B = 4, blocks = 40;
+      Pool batched(act, fmt, blocks, B), alone(act, fmt, blocks, B);
+      const int32_t maxBlocks = 10;
+      std::vector<int32_t> tables(3 * maxBlocks);
+      std::vector<int32_t> perm(blocks);
+      for (int32_t i = 0; i < blocks; ++i)
+        perm[size_t(i)] = i;
+      std::shuffle(perm.begin(), perm.end(), rng);
+      std::copy_n(perm.begin(), tables.size(), tables.begin());
+      // Earlier steps: each sequence's history, written by running it alone
+      // on both pools.
+      const int32_t history[3] = {0, 9, 16};
+      for (int s = 0; s < 3; ++s)
+        if (history[s] > 0) {
+          auto q = randomActs(act, history[s] * kQDim, rng);
+          auto k = randomActs(act, history[s] * kKvDim, rng);
+          auto v = randomActs(act, history[s] * kKvDim, rng);
+          std::vector<uint8_t> o(size_t(history[s] * kQDim) * actBytes(act));
+          for (Pool *p : {&batched, &alone}) {
+            kiln_paged_kv kv =
+                p->view(fmt, tables.data() + s * maxBlocks, nullptr);
+            kiln_k_paged_attention(&kv, elemOf(act), q.data(), k.data(),
+                                   v.data(), o.data(), history[s], 0, kHeads,
+                                   kKvHeads, kHeadDim, kScale, 0);
+          }
+        }
+      // This step: 5 prompt tokens, 1 decode token, a chunk of 4.
+      const int32_t rowStart[3] = {0, 5, 6}, rowCount[3] = {5, 1, 4};
+      const int64_t T = 10;
+      std::vector<int32_t> positions;
+      for (int s = 0; s < 3; ++s)
+        for (int32_t i = 0; i < rowCount[s]; ++i)
+          positions.push_back(history[s] + i);
+      kiln_batch batch{3,        maxBlocks, rowStart,        rowCount,
+                       history,  tables.data(), positions.data()};
+      auto q = randomActs(act, T * kQDim, rng);
+      auto k = randomActs(act, T * kKvDim, rng);
+      auto v = randomActs(act, T * kKvDim, rng);
+      std::vector<uint8_t> outB(size_t(T * kQDim) * actBytes(act));
+      std::vector<uint8_t> outA(outB.size());
+      kiln_paged_kv kv = batched.view(fmt, nullptr, nullptr);
+      kiln_k_paged_attention_batch(&kv, &batch, elemOf(act), q.data(),
+                                   k.data(), v.data(), outB.data(), kHeads,
+                                   kKvHeads, kHeadDim, kScale, 0);
+      for (int s = 0; s < 3; ++s) {
+        kiln_paged_kv one =
+            alone.view(fmt, tables.data() + s * maxBlocks, nullptr);
+        const size_t ab = actBytes(act);
+        kiln_k_paged_attention(
+            &one, elemOf(act), q.data() + rowStart[s] * kQDim * ab,
+            k.data() + rowStart[s] * kKvDim * ab,
+            v.data() + rowStart[s] * kKvDim * ab,
+            outA.data() + rowStart[s] * kQDim * ab, rowCount[s], history[s],
+            kHeads, kKvHeads, kHeadDim, kScale, 0);
+      }
+      EXPECT_EQ(outB, outA) << "act " << int(act) << " fmt " << int(fmt);
+      EXPECT_EQ(batched.kp, alone.kp);
+      EXPECT_EQ(batched.vp, alone.vp);
+      EXPECT_EQ(batched.ks, alone.ks);
+    }
+}
+
+/// kiln_k_rope_rows rotates each row by its own position, bit-identical to
+/// kiln_k_rope of that row alone.
+TEST(PagedAttention, RopeRowsByPosition) {
+  std::mt19937 rng(9);
+  const int32_t positions[6] = {0, 1, 2, 17, 5, 300};
+  for (Act act : {Act::F32, Act::F16, Act::Bf16}) {
+    auto x = randomActs(act, 6 * kQDim, rng);
+    std::vector<uint8_t> y(x.size()), ref(x.size());
+    kiln_k_rope_rows(elemOf(act), x.data(), y.data(), 6, kHeads, kHeadDim,
+                     12, positions, kTheta);
+    const size_t rowBytes = size_t(kQDim) * actBytes(act);
+    for (int r = 0; r < 6; ++r) {
+      const uint8_t *xr = x.data() + r * rowBytes;
+      uint8_t *rr = ref.data() + r * rowBytes;
+      if (act == Act::F32)
+        kiln_k_rope((const float *)xr, (float *)rr, 1, kHeads, kHeadDim, 12,
+                    positions[r], kTheta);
+      else if (act == Act::F16)
+        kiln_k_rope_f16((const kiln_f16_t *)xr, (kiln_f16_t *)rr, 1, kHeads,
+                        kHeadDim, 12, positions[r], kTheta);
+      else
+        kiln_k_rope_bf16((const kiln_bf16_t *)xr, (kiln_bf16_t *)rr, 1,
+                         kHeads, kHeadDim, 12, positions[r], kTheta);
+    }
+    EXPECT_EQ(y, ref) << "act " << int(act);
+  }
+}
+
 } // namespace

@@ -780,6 +780,46 @@ void kiln_k_paged_attention(const kiln_paged_kv *kv, int32_t act,
                             int64_t kv_heads, int64_t head_dim, float scale,
                             int64_t window);
 
+/*===-- Batched steps (continuous batching) -------------------------------===*
+ *
+ * One model step over several sequences: the T tokens of the step are rows
+ * [0, T) of every activation, sequence s owning rows [row_start[s],
+ * row_start[s] + row_count[s]) at positions [pos[s], pos[s] +
+ * row_count[s]) (a decode token, or a chunk of a prompt). Linears and
+ * elementwise ops treat the T rows as one matrix (decode of B sequences is
+ * one GEMM over B rows); RoPE rotates each row by its own position and
+ * attention runs per sequence over the paged cache.
+ *===----------------------------------------------------------------------===*/
+
+typedef struct kiln_batch {
+  int32_t num_seqs;
+  int32_t max_blocks;          ///< entries per row of block_tables
+  const int32_t *row_start;    ///< [num_seqs]
+  const int32_t *row_count;    ///< [num_seqs], each >= 1
+  const int32_t *pos;          ///< [num_seqs] position of the first row
+  const int32_t *block_tables; ///< [num_seqs, max_blocks]
+  const int32_t *positions;    ///< [T] each row's position
+} kiln_batch;
+
+/// kiln_k_rope (adjacent pairs, theta^(-2i / head_dim)) of `rows` rows of
+/// heads * head_dim elements of type `elem` (KILN_ELEM_*), row r rotated
+/// by the angle of position positions[r]; bit-identical to kiln_k_rope of
+/// each row at its position. y may alias x.
+void kiln_k_rope_rows(int32_t elem, const void *x, void *y, int64_t rows,
+                      int64_t heads, int64_t head_dim, int64_t rot_dim,
+                      const int32_t *positions, float theta);
+
+/// kiln_k_paged_attention of every sequence of `batch` (kv->block_table is
+/// ignored: sequence s uses row s of batch->block_tables) on its rows of q,
+/// k, v and out. Each sequence's outputs and stored rows are bit-identical
+/// to running it alone.
+void kiln_k_paged_attention_batch(const kiln_paged_kv *kv,
+                                  const kiln_batch *batch, int32_t act,
+                                  const void *q, const void *k, const void *v,
+                                  void *out, int64_t heads, int64_t kv_heads,
+                                  int64_t head_dim, float scale,
+                                  int64_t window);
+
 #ifdef __cplusplus
 }
 #endif

@@ -558,6 +558,31 @@ using namespace kiln::rt::cpu;
 // The kernel ABI must stay exported from libkiln_runtime.so.
 extern "C" {
 
+void kiln_k_paged_attention_batch(const kiln_paged_kv *kv,
+                                  const kiln_batch *batch, int32_t act,
+                                  const void *q, const void *k, const void *v,
+                                  void *out, int64_t heads, int64_t kv_heads,
+                                  int64_t head_dim, float scale,
+                                  int64_t window) {
+  // One sequence after the other, each parallel inside: a sequence's rows
+  // are computed exactly as when it runs alone (batch invariance).
+  const size_t act_bytes = act == KILN_ELEM_F32 ? 4 : 2;
+  const int64_t qDim = heads * head_dim, kvDim = kv_heads * head_dim;
+  for (int32_t s = 0; s < batch->num_seqs; ++s) {
+    kiln_paged_kv one = *kv;
+    one.block_table = batch->block_tables + int64_t(s) * batch->max_blocks;
+    const int64_t r0 = batch->row_start[s], n = batch->row_count[s];
+    auto at = [&](const void *p, int64_t dim) {
+      return static_cast<const uint8_t *>(p) + size_t(r0 * dim) * act_bytes;
+    };
+    kiln_k_paged_attention(&one, act, at(q, qDim), at(k, kvDim), at(v, kvDim),
+                           static_cast<uint8_t *>(out) +
+                               size_t(r0 * qDim) * act_bytes,
+                           n, batch->pos[s], heads, kv_heads, head_dim, scale,
+                           window);
+  }
+}
+
 void kiln_k_paged_attention(const kiln_paged_kv *kv, int32_t act,
                             const void *q, const void *k, const void *v,
                             void *out, int64_t n, int64_t pos, int64_t heads,

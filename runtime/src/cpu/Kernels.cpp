@@ -53,14 +53,16 @@ static void rmsNorm(const typename E::T *x, const typename E::T *w,
 template <class E>
 static void ropeWithFreqs(const typename E::T *x, typename E::T *y, int64_t n,
                           int64_t heads, int64_t head_dim, int64_t rot_dim,
-                          int64_t pos, const std::vector<float> &freq) {
+                          int64_t pos, const std::vector<float> &freq,
+                          const int32_t *positions = nullptr) {
   int64_t pairs = rot_dim / 2;
   int64_t width = heads * head_dim;
   forRows(n, n * width > kParallelGrain, [&](int64_t r) {
     thread_local std::vector<float> fcr, fci;
     fcr.resize(freq.size());
     fci.resize(freq.size());
-    float p = float(pos + r);
+    // Row r's position: pos + r, or positions[r] (a batch of sequences).
+    float p = positions ? float(positions[r]) : float(pos + r);
     for (int64_t i = 0; i < pairs; ++i) {
       float val = p * freq[size_t(i)];
       fcr[size_t(i)] = cosf(val);
@@ -87,12 +89,12 @@ static void ropeWithFreqs(const typename E::T *x, typename E::T *y, int64_t n,
 template <class E>
 static void rope(const typename E::T *x, typename E::T *y, int64_t n,
                  int64_t heads, int64_t head_dim, int64_t rot_dim, int64_t pos,
-                 float theta) {
+                 float theta, const int32_t *positions = nullptr) {
   int64_t pairs = rot_dim / 2;
   std::vector<float> freq(size_t(pairs > 0 ? pairs : 0));
   for (int64_t i = 0; i < pairs; ++i) // run.c: head_dim_i / (float)head_size
     freq[size_t(i)] = 1.0f / powf(theta, float(2 * i) / float(head_dim));
-  ropeWithFreqs<E>(x, y, n, heads, head_dim, rot_dim, pos, freq);
+  ropeWithFreqs<E>(x, y, n, heads, head_dim, rot_dim, pos, freq, positions);
 }
 
 /// kiln_k_rope_scaled: the table of kiln_rt/rope_scaling.h for this call.
@@ -291,6 +293,26 @@ void kiln_k_add(const float *a, const float *b, float *y, int64_t count) {
 
 void kiln_k_mul(const float *a, const float *b, float *y, int64_t count) {
   binary<F32>(a, b, y, count, MulFn());
+}
+
+void kiln_k_rope_rows(int32_t elem, const void *x, void *y, int64_t rows,
+                      int64_t heads, int64_t head_dim, int64_t rot_dim,
+                      const int32_t *positions, float theta) {
+  switch (elem) {
+  case KILN_ELEM_F16:
+    rope<F16>(static_cast<const kiln_f16_t *>(x), static_cast<kiln_f16_t *>(y),
+              rows, heads, head_dim, rot_dim, 0, theta, positions);
+    return;
+  case KILN_ELEM_BF16:
+    rope<Bf16>(static_cast<const kiln_bf16_t *>(x),
+               static_cast<kiln_bf16_t *>(y), rows, heads, head_dim, rot_dim,
+               0, theta, positions);
+    return;
+  default:
+    rope<F32>(static_cast<const float *>(x), static_cast<float *>(y), rows,
+              heads, head_dim, rot_dim, 0, theta, positions);
+    return;
+  }
 }
 
 // f16 and bf16: the same kernels over 16-bit elements (kernel_abi.h).
