@@ -370,6 +370,12 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
     if (f.getSymName() == "prefill")
       maxTokens = getI64(f, "plan.max_tokens");
   llvm::json::Object model = modelJson(cfg, planModule);
+  // The batched step (kiln-batch-step) when the plan has one.
+  llvm::json::Object entryPoints{{"prefill", "kiln_prefill"},
+                                 {"decode", "kiln_decode"}};
+  for (auto f : planModule.getOps<func::FuncOp>())
+    if (f.getSymName() == "step")
+      entryPoints["step"] = "kiln_step";
   int64_t maxSeq = *model.getInteger("max_seq_len");
   // Per layer: keys and values, then (int8, fp8_e4m3) their per-(token,
   // head) f32 scales.
@@ -395,8 +401,7 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
        llvm::json::Object{
            {"arena_bytes", getI64(planModule, "plan.arena_bytes")},
            {"max_prefill_tokens", maxTokens},
-           {"entry_points", llvm::json::Object{{"prefill", "kiln_prefill"},
-                                               {"decode", "kiln_decode"}}},
+           {"entry_points", std::move(entryPoints)},
            {"kv_cache", llvm::json::Object{{"layers", cfg.nLayers},
                                            {"kv_heads", cfg.nKvHeads},
                                            {"head_dim", cfg.headDim},

@@ -599,9 +599,10 @@ FailureOr<std::string> Emitter::run() {
     int64_t x = argIndex(anchor->getOperand(0));
     if (x < 0)
       return anchor->emitOpError() << "input must be a region argument";
-    // The classifier reads the last of the n hidden rows.
+    // The classifier reads the last of the n hidden rows (all n rows with
+    // all_rows: the batched step's one row per sequence).
     std::string xp = "a" + std::to_string(x);
-    if (isa<LogitsOp>(anchor))
+    if (auto l = dyn_cast<LogitsOp>(anchor); l && !l.getAllRows())
       xp = "(" + xp + " + (n - 1) * " + std::to_string(in) + ")";
     Type xe = cast<RankedTensorType>(anchor->getOperand(0).getType())
                   .getElementType();

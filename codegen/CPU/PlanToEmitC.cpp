@@ -40,18 +40,19 @@ static constexpr const char *kPointerMacros = R"(
 #define KILN_KV(ctx, off, T) ((T *)((uint8_t *)(ctx)->kv + (off)))
 #define KILN_TOKENS(ctx) ((int32_t *)(ctx)->tokens)
 #define KILN_LOGITS(ctx) ((ctx)->logits)
+#define KILN_BATCH_SIZE(ctx) ((int64_t)(ctx)->batch->num_seqs)
 #define KILN_ROW(p, row, width) ((p) + (row) * (width)))";
 
 static constexpr const char *kCpuPrologue =
     R"(// Emitted by kiln-compile (CPU target). Do not edit.
-#if KILN_ABI_VERSION != 10
-#error "emitted for kernel ABI version 10"
+#if KILN_ABI_VERSION != 11
+#error "emitted for kernel ABI version 11"
 #endif)";
 
 static constexpr const char *kCudaPrologue =
     R"(// Emitted by kiln-compile (CUDA target). Do not edit.
-#if KILN_CUDA_ABI_VERSION != 3
-#error "emitted for CUDA ABI version 3"
+#if KILN_CUDA_ABI_VERSION != 4
+#error "emitted for CUDA ABI version 4"
 #endif)";
 
 /// Kernels the CPU target instantiates from the IR (kernel_abi.h,
@@ -63,6 +64,13 @@ static bool isGeneratedOnCpu(StringRef callee) {
        "kiln_k_linear_w8a16", "kiln_k_linear_w4a16", "kiln_k_add",
        "kiln_k_mul", "kiln_k_silu", "kiln_k_swiglu", "kiln_k_add_bias"},
       callee);
+}
+
+/// Kernels of the batched step (kernel_abi.h, "Batched steps"): they read
+/// the step's kiln_batch and paged pools from the context, which they take
+/// first, and name their element type with an argument (no dtype suffix).
+static bool isStepKernel(StringRef callee) {
+  return callee.starts_with("kiln_k_step_");
 }
 
 namespace {
@@ -78,6 +86,8 @@ struct TargetInfo {
     StringRef kernel = call.getCallee();
     if (cuda)
       return ("kiln_cuda_" + kernel.drop_front(StringRef("kiln_k_").size())).str();
+    if (isStepKernel(kernel))
+      return kernel.str();
     SmallVector<Type> floats;
     for (Value arg : call.getArgs())
       if (auto memref = dyn_cast<MemRefType>(arg.getType()))
@@ -256,6 +266,15 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
                                  {ctxValue}, {builder.getIndexAttr(0)}));
               return success();
             })
+            .Case([&](plan::BatchSizeOp b) -> LogicalResult {
+              if (target.cuda)
+                return b.emitOpError() << "the batched step entry point has "
+                                          "no cuda kernels yet";
+              map.map(b.getResult(),
+                      callOpaque(l, i64, "KILN_BATCH_SIZE", {ctxValue},
+                                 {builder.getIndexAttr(0)}));
+              return success();
+            })
             .Case([&](plan::RowOp r) {
               auto type = cast<MemRefType>(r.getSource().getType());
               Value source = map.lookup(r.getSource());
@@ -269,6 +288,12 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
             .Case([&](plan::CallKernelOp c) -> LogicalResult {
               SmallVector<Value> operands;
               bool observe = c.getCallee() == "kiln_k_observe";
+              bool step = isStepKernel(c.getCallee());
+              if (step && target.cuda)
+                return c.emitOpError()
+                       << "'" << c.getCallee()
+                       << "': the batched step entry point has no cuda "
+                          "kernels yet; compile it for target=cpu";
               if (observe && target.cuda)
                 return c.emitOpError()
                        << "calibration observers (kiln_k_observe) run on "
@@ -286,7 +311,7 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
                           "compile without --act-quant";
               // CUDA launch wrappers take the context first, and so do CPU
               // kernels that talk to the runtime (kernel_abi.h).
-              if (target.cuda || observe)
+              if (target.cuda || observe || step)
                 operands.push_back(ctxValue);
               for (Value a : c.getArgs())
                 operands.push_back(map.lookup(a));
@@ -395,7 +420,7 @@ static std::string planInfoExport(ModuleOp module) {
     return a ? a.getInt() : 0;
   };
   int64_t arena = attr(module, "plan.arena_bytes"), maxTokens = 0, vocab = 0,
-          kvBytes = 0, maxSeq = 0;
+          kvBytes = 0, maxSeq = 0, stepTokens = 0;
   // Weight extent of an entry point: the end of the furthest weight it
   // addresses, which the runtime checks against the size of weights.bin.
   SymbolTable symbols(module);
@@ -415,6 +440,8 @@ static std::string planInfoExport(ModuleOp module) {
   module.walk([&](Operation *op) {
     if (auto f = dyn_cast<func::FuncOp>(op); f && f.getSymName() == "prefill")
       maxTokens = attr(f, "plan.max_tokens");
+    if (auto f = dyn_cast<func::FuncOp>(op); f && f.getSymName() == "step")
+      stepTokens = attr(f, "plan.max_tokens");
     if (auto l = dyn_cast<plan::LogitsOp>(op))
       vocab = std::max(vocab, l.getType().getDimSize(1));
     if (auto v = dyn_cast<plan::KVCacheViewOp>(op)) {
@@ -436,6 +463,9 @@ static std::string planInfoExport(ModuleOp module) {
      << "  out->prefill_weights_extent = " << weightExtent.lookup("prefill")
      << ";\n"
      << "  out->decode_weights_extent = " << weightExtent.lookup("decode")
+     << ";\n"
+     << "  out->step_max_tokens = " << stepTokens << ";\n"
+     << "  out->step_weights_extent = " << weightExtent.lookup("step")
      << ";\n"
      << "}";
   return text;

@@ -133,6 +133,8 @@ TraceSite traceSiteOf(plan::CallKernelOp call, StringRef kernel) {
   site.kernel = kernel.str();
   StringRef base = call.getCallee();
   base.consume_front("kiln_k_");
+  // The batched step's kernels (kiln_k_step_rope, ...) are of their op's kind.
+  base.consume_front("step_");
   site.kind = kindOf(base);
   site.loc = locationLabel(call.getLoc());
 

@@ -62,6 +62,11 @@ LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
   graphPm.addPass(createCanonicalizerPass());
   if (opts.addGraphPasses)
     opts.addGraphPasses(graphPm);
+  if (opts.batchStep) {
+    BatchStepPassOptions step;
+    step.required = false;
+    graphPm.addPass(createBatchStepPass(step));
+  }
   if (!opts.fuseFamilies.empty()) {
     FusePassOptions fuse;
     fuse.families.assign(opts.fuseFamilies.begin(), opts.fuseFamilies.end());

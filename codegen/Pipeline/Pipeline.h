@@ -45,6 +45,10 @@ struct CompileOptions {
   /// kiln-fuse families run after the graph passes (docs/fusion.md); empty:
   /// no fusion.
   std::vector<std::string> fuseFamilies;
+  /// Add the batched step entry point (kiln-batch-step, after the graph
+  /// passes, before kiln-fuse) where the model allows it; a model it does
+  /// not cover gets a note and no step.
+  bool batchStep = false;
   /// The pass pipeline and recipe recorded in the manifest.
   std::string pipeline;
   std::string quant = "none";

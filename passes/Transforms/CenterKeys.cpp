@@ -63,8 +63,7 @@ void CenterKeysPass::runOnOperation() {
   llvm::StringMap<WeightOp> means;
   bool changed = false;
   WalkResult walk = module.walk([&](AttentionOp att) -> WalkResult {
-    auto cache = cast<KVCacheType>(att.getKvCache().getType());
-    if (!cache.isQuantized() || att.getKeyMean())
+    if (!att.isCacheQuantized() || att.getKeyMean())
       return WalkResult::advance();
     auto rope = att.getKey().getDefiningOp<RopeOp>();
     if (!rope) {

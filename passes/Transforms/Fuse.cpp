@@ -275,7 +275,8 @@ static bool availableAt(Value v, Operation *start) {
 /// group (they share one cos/sin table).
 static bool isRopeEpilogue(Operation *op, const Group &group) {
   auto rope = dyn_cast<RopeOp>(op);
-  if (!rope || !rope.isUnscaled() || !isa<BlockArgument>(rope.getPosition()))
+  if (!rope || !rope.isUnscaled() || rope.isBatched() ||
+      !isa<BlockArgument>(rope.getPosition()))
     return false;
   auto slice = rope.getInput().getDefiningOp<SliceColumnsOp>();
   if (!slice || !llvm::is_contained(group.ops, slice.getOperation()) ||

@@ -304,4 +304,42 @@ def QuantizeBlockActivationsPass
   let dependentDialects = ["::mlir::kiln::KilnDialect"];
 }
 
+def BatchStepPass : Pass<"kiln-batch-step", "::mlir::ModuleOp"> {
+  let summary = "Add the batched step entry point @step, derived from @prefill";
+  let description = [{
+    Continuous batching (Orca, Yu et al. 2022) runs one model step over
+    several sequences: decode tokens and prefill chunks of different
+    requests share the step's T token rows. This pass clones `@prefill`
+    into
+
+    ```mlir
+    func.func @step(%tokens: tensor<?xi32>, %batch: !kiln.batch,
+                    %cache: !kiln.paged_kv_cache<L, H, D, E>)
+        -> tensor<?xVxf32>
+    ```
+
+    where the position argument becomes the `!kiln.batch` (its only users,
+    `kiln.rope` and `kiln.attention`, then take per-row positions and
+    per-sequence block tables), the contiguous `!kiln.kv_cache` becomes the
+    paged cache of the same layers, heads and element type, and the
+    classifier gets the last row of every sequence (`kiln.last_rows`, put
+    before the final `kiln.rms_norm`, which is per row) with `all_rows`:
+    one logits row per sequence. Linears, norms and elementwise ops are
+    unchanged: they already treat the T rows as one matrix, so decode of B
+    sequences reads every weight once.
+
+    Run after the quantization passes (the step inherits their rewrites)
+    and before `kiln-fuse`. Models the batched kernels do not cover yet
+    (scaled RoPE: `scaling` or `freq_factors`) and calibration graphs
+    (`kiln.observe`) are refused with an error naming the op, or, with
+    `required=false`, left without `@step` and a remark saying why.
+  }];
+  let options = [
+    Option<"required", "required", "bool", /*default=*/"true",
+           "Fail when the model cannot have a step entry point (false: "
+           "leave the module unchanged with a remark)">,
+  ];
+  let dependentDialects = ["::mlir::kiln::KilnDialect"];
+}
+
 #endif // KILN_PASSES_TRANSFORMS_PASSES_TD

@@ -130,6 +130,13 @@ static cl::opt<std::string> kvCache(
                    "fp8 (FP8 E4M3; both with per-token, per-KV-head scales, "
                    "dequantized inside attention)"),
     cl::init(""), cl::value_desc("int8|fp8"), cl::cat(category));
+static cl::opt<bool> batchStep(
+    "batch-step",
+    cl::desc("Add the batched step entry point kiln_step that kiln-serve "
+             "runs (continuous batching over a paged KV cache; "
+             "kiln-batch-step, docs/serving.md). Default true for the cpu "
+             "target; models with scaled RoPE get a note and no step"),
+    cl::init(true), cl::cat(category));
 static cl::opt<bool> kvCentering(
     "kv-centering",
     cl::desc("With --kv=int8|fp8 and --calibration: store keys relative to "
@@ -552,12 +559,15 @@ int main(int argc, char **argv) {
   if (!quantPasses.empty())
     options.addGraphPasses = [&](OpPassManager &pm) { addGraphPasses(pm); };
   options.fuseFamilies = fuseFamilies;
+  options.batchStep = batchStep && target == "cpu";
   std::string fusePass =
       fuseFamilies.empty()
           ? std::string()
           : "kiln-fuse{families=" + llvm::join(fuseFamilies, ",") + "},";
   options.pipeline = "kiln-verify,canonicalize," +
                      (quantPasses.empty() ? "" : quantPasses + ",") +
+                     (options.batchStep ? "kiln-batch-step{required=false},"
+                                        : "") +
                      fusePass +
                      (target == "cpu" ? "kiln-outline-kernels," : "") +
                      "kiln-memory-plan,kiln-lower-to-plan,canonicalize,"

@@ -74,6 +74,26 @@ LogicalResult KVCacheType::verify(function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
+LogicalResult
+PagedKVCacheType::verify(function_ref<InFlightDiagnostic()> emitError,
+                         int64_t numLayers, int64_t numKvHeads, int64_t headDim,
+                         Type elementType) {
+  if (numLayers <= 0 || numKvHeads <= 0 || headDim <= 0)
+    return emitError() << "paged_kv_cache dimensions must be positive, got <"
+                       << numLayers << ", " << numKvHeads << ", " << headDim
+                       << ">";
+  if (!elementType.isF32() && !elementType.isF16() && !elementType.isBF16() &&
+      !elementType.isInteger(8) && !isa<Float8E4M3FNType>(elementType))
+    return emitError() << "paged_kv_cache element type must be f32, f16, "
+                          "bf16, i8 or f8E4M3FN, got "
+                       << elementType;
+  if (!llvm::checkedMul(numKvHeads, headDim) ||
+      numKvHeads * headDim > (int64_t(1) << 24))
+    return emitError() << "paged_kv_cache rows of " << numKvHeads << " x "
+                       << headDim << " elements exceed 2^24";
+  return success();
+}
+
 int64_t KVCacheType::getLayerBytes() const {
   int64_t elemBytes = getElementType().getIntOrFloatBitWidth() / 8;
   int64_t data = 2 * getMaxSeq() * getNumKvHeads() * getHeadDim() * elemBytes;

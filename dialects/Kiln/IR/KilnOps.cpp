@@ -525,12 +525,77 @@ LogicalResult AddBiasOp::verify() {
   return verifySameElementType(*this, input, bias, "input", "bias");
 }
 
+//===----------------------------------------------------------------------===//
+// Batched step: the position operand's type and the cache geometry
+//===----------------------------------------------------------------------===//
+
+// `: type(input)` then, for a !kiln.batch position, `, !kiln.batch`; an
+// index position prints nothing (the form of the single-sequence entries).
+static ParseResult parsePositionType(OpAsmParser &parser, Type &type) {
+  if (succeeded(parser.parseOptionalComma()))
+    return parser.parseType(type);
+  type = parser.getBuilder().getIndexType();
+  return success();
+}
+
+static void printPositionType(OpAsmPrinter &printer, Operation *,
+                              Type type) {
+  if (!isa<IndexType>(type))
+    printer << ", " << type;
+}
+
+namespace {
+/// The geometry shared by !kiln.kv_cache and !kiln.paged_kv_cache.
+struct CacheGeometry {
+  int64_t layers, kvHeads, headDim;
+  Type element;
+};
+} // namespace
+
+static CacheGeometry cacheGeometry(Type type) {
+  if (auto paged = dyn_cast<PagedKVCacheType>(type))
+    return {paged.getNumLayers(), paged.getNumKvHeads(), paged.getHeadDim(),
+            paged.getElementType()};
+  auto cache = cast<KVCacheType>(type);
+  return {cache.getNumLayers(), cache.getNumKvHeads(), cache.getHeadDim(),
+          cache.getElementType()};
+}
+
+int64_t AttentionOp::getCacheLayers() {
+  return cacheGeometry(getKvCache().getType()).layers;
+}
+int64_t AttentionOp::getCacheKvHeads() {
+  return cacheGeometry(getKvCache().getType()).kvHeads;
+}
+int64_t AttentionOp::getCacheHeadDim() {
+  return cacheGeometry(getKvCache().getType()).headDim;
+}
+Type AttentionOp::getCacheElementType() {
+  return cacheGeometry(getKvCache().getType()).element;
+}
+bool AttentionOp::isCacheQuantized() {
+  Type e = getCacheElementType();
+  return e.isInteger(8) || isa<Float8E4M3FNType>(e);
+}
+bool AttentionOp::isCacheFp8() {
+  return isa<Float8E4M3FNType>(getCacheElementType());
+}
+
 LogicalResult AttentionOp::verify() {
   auto query = cast<RankedTensorType>(getQuery().getType());
   auto key = cast<RankedTensorType>(getKey().getType());
   auto value = cast<RankedTensorType>(getValue().getType());
   auto result = cast<RankedTensorType>(getResult().getType());
-  auto cache = cast<KVCacheType>(getKvCache().getType());
+  bool paged = isa<PagedKVCacheType>(getKvCache().getType());
+  if (paged != isBatched())
+    return emitOpError() << (paged ? "expects the !kiln.batch as position "
+                                     "with a !kiln.paged_kv_cache"
+                                   : "expects a !kiln.paged_kv_cache with the "
+                                     "!kiln.batch as position")
+                         << ", got " << getKvCache().getType() << " and "
+                         << getPosition().getType();
+  CacheGeometry cache = cacheGeometry(getKvCache().getType());
+  bool quantized = isCacheQuantized();
   int64_t heads = getNumHeads(), kvHeads = getNumKvHeads(),
           headDim = getHeadDim();
   if (heads % kvHeads != 0)
@@ -553,22 +618,21 @@ LogicalResult AttentionOp::verify() {
       return emitOpError() << "expects the " << name
                            << " to have as many tokens as the query";
   }
-  if (cache.getNumKvHeads() != kvHeads || cache.getHeadDim() != headDim)
-    return emitOpError() << "kv_cache has " << cache.getNumKvHeads()
-                         << " heads of " << cache.getHeadDim()
-                         << " but the op expects " << kvHeads << " heads of "
-                         << headDim;
-  if (static_cast<int64_t>(getLayer()) >= cache.getNumLayers())
+  if (cache.kvHeads != kvHeads || cache.headDim != headDim)
+    return emitOpError() << "kv_cache has " << cache.kvHeads << " heads of "
+                         << cache.headDim << " but the op expects " << kvHeads
+                         << " heads of " << headDim;
+  if (static_cast<int64_t>(getLayer()) >= cache.layers)
     return emitOpError() << "layer " << getLayer()
                          << " is out of range for a kv_cache of "
-                         << cache.getNumLayers() << " layers";
+                         << cache.layers << " layers";
   if (query != result)
     return emitOpError() << "expects the result type " << result
                          << " to equal the query type " << query;
-  if (!cache.isQuantized() && cache.getElementType() != query.getElementType())
+  if (!quantized && cache.element != query.getElementType())
     return emitOpError() << "expects a kv_cache of the query's element type "
                          << query.getElementType() << " or i8, got "
-                         << cache.getElementType();
+                         << cache.element;
   if (!getCausal())
     return emitOpError() << "supports only causal attention";
   bool hasMean = bool(getKeyMean()), hasTheta = getKeyMeanThetaAttr() != nullptr,
@@ -578,10 +642,10 @@ LogicalResult AttentionOp::verify() {
                             "key_mean_rotary_dim together (key centering) or "
                             "none of them";
   if (hasMean) {
-    if (!cache.isQuantized())
+    if (!quantized)
       return emitOpError() << "key centering (key_mean) needs an 8-bit "
                               "kv_cache (i8 or f8E4M3FN), got "
-                           << cache.getElementType();
+                           << cache.element;
     auto mean = cast<RankedTensorType>(getKeyMean().getType());
     if (mean.getDimSize(0) != kvHeads * headDim)
       return emitOpError() << "expects key_mean of num_kv_heads * head_dim ("
@@ -609,16 +673,21 @@ LogicalResult LogitsOp::verify() {
   auto result = cast<RankedTensorType>(getResult().getType());
   if (failed(verifyBlockActQuant(*this, getActQuant(), getFormat())))
     return failure();
+  // One row of logits (the last token's), or one per row with all_rows.
+  std::string rowsStr = getAllRows() ? dimStr(hidden.getDimSize(0)) : "1";
+  auto rowsMatch = [&](int64_t d) {
+    return getAllRows() ? compatibleDim(d, hidden.getDimSize(0)) : d == 1;
+  };
   if (std::optional<StringRef> format = getFormat()) {
     if (failed(verifyBlockWeight(*this, *format, weight, hidden.getDimSize(1),
                                  hidden.getElementType(), "weight")))
       return failure();
-    if (result.getDimSize(0) != 1 ||
+    if (!rowsMatch(result.getDimSize(0)) ||
         !compatibleDim(result.getDimSize(1), weight.getDimSize(0)) ||
         !result.getElementType().isF32())
-      return emitOpError() << "expects a result of shape [1, "
-                           << dimStr(weight.getDimSize(0)) << "] f32, got "
-                           << result;
+      return emitOpError() << "expects a result of shape [" << rowsStr
+                           << ", " << dimStr(weight.getDimSize(0))
+                           << "] f32, got " << result;
     return success();
   }
   if (!compatibleDim(hidden.getDimSize(1), weight.getDimSize(1)))
@@ -626,9 +695,9 @@ LogicalResult LogitsOp::verify() {
                          << dimStr(hidden.getDimSize(1))
                          << " to equal the classifier's in_features "
                          << dimStr(weight.getDimSize(1));
-  if (result.getDimSize(0) != 1 ||
+  if (!rowsMatch(result.getDimSize(0)) ||
       !compatibleDim(result.getDimSize(1), weight.getDimSize(0)))
-    return emitOpError() << "expects a result of shape [1, "
+    return emitOpError() << "expects a result of shape [" << rowsStr << ", "
                          << dimStr(weight.getDimSize(0)) << "], got "
                          << result;
   if (!result.getElementType().isF32() &&

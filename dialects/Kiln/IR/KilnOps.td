@@ -21,6 +21,10 @@ def Kiln_Activation : 2DTensorOf<[F16, BF16, F32]>;
 def Kiln_TokenTensor : 1DTensorOf<[I32]>;
 
 // Resource for the KV cache: attention reads and writes it.
+def Kiln_Position : AnyTypeOf<[Index, Kiln_BatchType],
+    "a position (index) or the batch of a step (!kiln.batch)">;
+def Kiln_AnyKVCache : AnyTypeOf<[Kiln_KVCacheType, Kiln_PagedKVCacheType]>;
+
 def Kiln_KVCacheResource : Resource<"::mlir::kiln::KVCacheResource">;
 // Resource for the calibration observer: kiln.observe writes to it, so the
 // op has an effect and is never removed as dead.
@@ -240,7 +244,15 @@ def Kiln_RopeOp : Kiln_Op<"rope", [Pure, AllTypesMatch<["input", "result"]>]> {
     `inv_freq(i) = theta^(-2i / head_dim) / freq_factors[i]` instead (no
     `scaling` allowed then).
 
+    In the batched step entry point `position` is the `!kiln.batch`: row
+    `r` is rotated by the angle of its own position `positions[r]`
+    (sequences at different positions share one call); only unscaled RoPE
+    has that form so far.
+
     ```mlir
+    %br = kiln.rope %q, %batch {num_heads = 8 : i64, head_dim = 8 : i64,
+                                rotary_dim = 8 : i64, theta = 1.0e+04 : f32}
+        : tensor<?x64xf32>, !kiln.batch
     %qr = kiln.rope %q, %pos {num_heads = 8 : i64, head_dim = 8 : i64,
                               rotary_dim = 8 : i64, theta = 1.0e+04 : f32}
         : tensor<?x64xf32>
@@ -255,7 +267,7 @@ def Kiln_RopeOp : Kiln_Op<"rope", [Pure, AllTypesMatch<["input", "result"]>]> {
          theta = 5.0e+05 : f32} : tensor<?x64xf32>
     ```
   }];
-  let arguments = (ins Kiln_Activation:$input, Index:$position,
+  let arguments = (ins Kiln_Activation:$input, Kiln_Position:$position,
                        Optional<1DTensorOf<[F32]>>:$freq_factors,
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
                        ConfinedAttr<I64Attr, [IntPositive]>:$head_dim,
@@ -284,6 +296,8 @@ def Kiln_RopeOp : Kiln_Op<"rope", [Pure, AllTypesMatch<["input", "result"]>]> {
   let extraClassDeclaration = [{
     /// True when the angles are plain theta^(-2i/head_dim) per position
     /// (no scaling, no frequency factors).
+    /// True in the batched step: per-row positions from the !kiln.batch.
+    bool isBatched() { return ::llvm::isa<BatchType>(getPosition().getType()); }
     bool isUnscaled() {
       return !getFreqFactors() &&
              (!getScaling() || *getScaling() == "linear") &&
@@ -293,7 +307,7 @@ def Kiln_RopeOp : Kiln_Op<"rope", [Pure, AllTypesMatch<["input", "result"]>]> {
   let assemblyFormat = [{
     $input `,` $position
     (`freq_factors` `(` $freq_factors^ `:` type($freq_factors) `)`)?
-    attr-dict `:` type($input)
+    attr-dict `:` type($input) custom<PositionType>(type($position))
   }];
   let hasVerifier = 1;
 }
@@ -340,10 +354,24 @@ def Kiln_AttentionOp : Kiln_Op<"attention", [
         : tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>,
           !kiln.kv_cache<5, 512, 4, 8, f8E4M3FN> -> tensor<?x64xf32>
     ```
+
+    In the batched step entry point the cache is a `!kiln.paged_kv_cache`
+    and `position` the `!kiln.batch`: each sequence of the batch appends
+    its rows at its positions through its block table and attends over its
+    own positions only (kernel_abi.h kiln_k_paged_attention_batch), with
+    the same arithmetic per sequence as running it alone.
+
+    ```mlir
+    %o = kiln.attention %q, %k, %v, %cache, %batch
+        {layer = 0 : i64, num_heads = 8 : i64, num_kv_heads = 4 : i64,
+         head_dim = 8 : i64, scale = 0.353553385 : f32}
+        : tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>,
+          !kiln.paged_kv_cache<5, 4, 8, f32>, !kiln.batch -> tensor<?x64xf32>
+    ```
   }];
   let arguments = (ins Kiln_Activation:$query, Kiln_Activation:$key,
-                       Kiln_Activation:$value, Kiln_KVCacheType:$kv_cache,
-                       Index:$position,
+                       Kiln_Activation:$value, Kiln_AnyKVCache:$kv_cache,
+                       Kiln_Position:$position,
                        ConfinedAttr<I64Attr, [IntNonNegative]>:$layer,
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_kv_heads,
@@ -359,7 +387,18 @@ def Kiln_AttentionOp : Kiln_Op<"attention", [
     $query `,` $key `,` $value `,` $kv_cache `,` $position
     (`key_mean` `(` $key_mean^ `:` type($key_mean) `)`)? attr-dict `:`
     type($query) `,` type($key) `,` type($value) `,` qualified(type($kv_cache))
-    `->` type($result)
+    custom<PositionType>(type($position)) `->` type($result)
+  }];
+  let extraClassDeclaration = [{
+    /// True in the batched step: a !kiln.paged_kv_cache and a !kiln.batch.
+    bool isBatched() { return ::llvm::isa<BatchType>(getPosition().getType()); }
+    /// Geometry of the cache operand, contiguous or paged.
+    int64_t getCacheLayers();
+    int64_t getCacheKvHeads();
+    int64_t getCacheHeadDim();
+    ::mlir::Type getCacheElementType();
+    bool isCacheQuantized();
+    bool isCacheFp8();
   }];
   let hasVerifier = 1;
 }
@@ -444,7 +483,9 @@ def Kiln_LogitsOp : Kiln_Op<"logits", [Pure]> {
     applied to the last token only (what sampling needs after prefill or a
     decode step). hidden `[n, dim]`, weight `[vocab, dim]`, result
     `[1, vocab]`. With `format` the weight is kept in a GGML block format,
-    and `act_quant` quantizes the hidden row, as on kiln.linear.
+    and `act_quant` quantizes the hidden row, as on kiln.linear. With
+    `all_rows` every row of `hidden` is classified: result `[n, vocab]`
+    (the batched step, after `kiln.last_rows`).
 
     ```mlir
     %l = kiln.logits %h, %wcls : tensor<?x64xf32>, tensor<512x64xf32> -> tensor<1x512xf32>
@@ -453,7 +494,8 @@ def Kiln_LogitsOp : Kiln_Op<"logits", [Pure]> {
   let arguments = (ins Kiln_Activation:$hidden,
                        2DTensorOf<[F16, BF16, F32, I8]>:$weight,
                        OptionalAttr<StrAttr>:$format,
-                       OptionalAttr<StrAttr>:$act_quant);
+                       OptionalAttr<StrAttr>:$act_quant,
+                       UnitAttr:$all_rows);
   let results = (outs Kiln_Activation:$result);
   let extraClassDeclaration = [{
     /// True when the hidden row is quantized to int8 per 32-element block.
@@ -462,6 +504,23 @@ def Kiln_LogitsOp : Kiln_Op<"logits", [Pure]> {
   let assemblyFormat =
       "$hidden `,` $weight attr-dict `:` type($hidden) `,` type($weight) `->` type($result)";
   let hasVerifier = 1;
+}
+
+def Kiln_LastRowsOp : Kiln_Op<"last_rows", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "The last row of every sequence of a batched step";
+  let description = [{
+    `result[s, :] = input[row_start[s] + row_count[s] - 1, :]` for each
+    sequence `s` of `batch` (`!kiln.batch`): the rows whose logits the
+    step samples. input and result `[?, width]`; the result has one row per
+    sequence.
+
+    ```mlir
+    %last = kiln.last_rows %h, %batch : tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$input, Kiln_BatchType:$batch);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = "$input `,` $batch attr-dict `:` type($input)";
 }
 
 def Kiln_SliceColumnsOp : Kiln_Op<"slice_columns", [Pure]> {

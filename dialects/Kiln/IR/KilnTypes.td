@@ -47,4 +47,61 @@ def Kiln_KVCacheType : TypeDef<Kiln_Dialect, "KVCache"> {
   }];
 }
 
+def Kiln_PagedKVCacheType : TypeDef<Kiln_Dialect, "PagedKVCache"> {
+  let mnemonic = "paged_kv_cache";
+  let summary = "Paged key/value cache shared by the sequences of a batch";
+  let description = [{
+    `!kiln.paged_kv_cache<layers, kv_heads, head_dim, element_type>`: the
+    KV cache of the batched step entry point (PagedAttention, Kwon et al.
+    2023, section 4.2). Per layer a pool of fixed-size blocks of positions,
+    each position a key and a value row of `kv_heads * head_dim` elements
+    of `element_type` (plus an f32 scale per kv head for an int8 or FP8
+    E4M3 cache, as in `!kiln.kv_cache`); each sequence of the batch has a
+    block table mapping its positions to pool rows. The pool's size and
+    the block size are chosen by the runtime when it starts (kiln-serve
+    `--kv-cache-bytes`, `--block-size`), so the type states neither and the
+    memory plan allocates nothing for it.
+
+    ```mlir
+    !kiln.paged_kv_cache<5, 4, 8, f32>
+    ```
+  }];
+  let parameters = (ins "int64_t":$numLayers, "int64_t":$numKvHeads,
+                        "int64_t":$headDim, "::mlir::Type":$elementType);
+  let assemblyFormat =
+      "`<` $numLayers `,` $numKvHeads `,` $headDim `,` $elementType `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// True for an int8 or FP8 E4M3 cache with per-(token, kv-head) scales.
+    bool isQuantized() const {
+      return getElementType().isInteger(8) ||
+             ::llvm::isa<::mlir::Float8E4M3FNType>(getElementType());
+    }
+    bool isFp8() const {
+      return ::llvm::isa<::mlir::Float8E4M3FNType>(getElementType());
+    }
+  }];
+}
+
+def Kiln_BatchType : TypeDef<Kiln_Dialect, "Batch"> {
+  let mnemonic = "batch";
+  let summary = "The sequences of one batched step";
+  let description = [{
+    The `T` token rows of a batched step split into sequences (the
+    flattened "varlen" batch of vLLM): sequence `s` owns rows
+    `[row_start[s], row_start[s] + row_count[s])` at positions
+    `[pos[s], pos[s] + row_count[s])` and has its own block table in the
+    `!kiln.paged_kv_cache`. Linears, norms and elementwise ops treat the T
+    rows as one matrix; `kiln.rope` rotates each row by its own position,
+    `kiln.attention` runs each sequence over its blocks and
+    `kiln.last_rows` picks each sequence's last row. At run time it is
+    kernel_abi.h's `kiln_batch`.
+
+    ```mlir
+    func.func @step(%tokens: tensor<?xi32>, %batch: !kiln.batch,
+                    %cache: !kiln.paged_kv_cache<5, 4, 8, f32>)
+    ```
+  }];
+}
+
 #endif // KILN_DIALECTS_KILN_IR_KILNTYPES_TD

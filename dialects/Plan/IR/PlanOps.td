@@ -101,6 +101,20 @@ def Plan_LogitsOp : Plan_Op<"logits", [Pure]> {
   let assemblyFormat = "attr-dict `:` type($result)";
 }
 
+def Plan_BatchSizeOp : Plan_Op<"batch_size", [Pure]> {
+  let summary = "Number of sequences in the batched step's kiln_batch";
+  let description = [{
+    The `num_seqs` of the step's batch (kernel_abi.h kiln_batch): the rows
+    of the activations after `kiln.last_rows` and of the logits.
+
+    ```mlir
+    %s = plan.batch_size
+    ```
+  }];
+  let results = (outs Index:$result);
+  let assemblyFormat = "attr-dict";
+}
+
 def Plan_RowOp : Plan_Op<"row", [Pure]> {
   let summary = "One row of a rank-2 buffer, as a [1, width] buffer";
   let description = [{

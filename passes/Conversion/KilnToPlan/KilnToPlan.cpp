@@ -10,6 +10,7 @@
 
 #include "passes/Conversion/Passes.h"
 #include "kiln_rt/block_formats.h"
+#include "kiln_rt/kernel_abi.h"
 #include "kiln_rt/rope_scaling.h"
 
 #include "mlir/IR/IRMapping.h"
@@ -49,10 +50,31 @@ private:
     return arith::ConstantFloatOp::create(builder, loc(), builder.getF32Type(),
                                           v);
   }
-  /// Rows (tokens) of a rank-2 activation: a constant or the entry's `n`.
+  /// Rows (tokens) of a rank-2 activation: a constant, the entry's `n`,
+  /// or, for the batched step's rows after kiln.last_rows, the number of
+  /// sequences.
   Value rows(Value tensor) {
+    if (perSequence.contains(tensor))
+      return numSequences();
     int64_t d = cast<RankedTensorType>(tensor.getType()).getDimSize(0);
     return ShapedType::isDynamic(d) ? tokenCount : indexConst(d);
+  }
+  /// plan.batch_size, made once per function.
+  Value numSequences() {
+    if (!batchSize) {
+      OpBuilder::InsertionGuard guard(builder);
+      builder.setInsertionPointToStart(builder.getInsertionBlock());
+      batchSize = plan::BatchSizeOp::create(builder, source.getLoc(),
+                                            builder.getIndexType());
+    }
+    return batchSize;
+  }
+  /// The KILN_ELEM_* code of an activation's element type.
+  Value elemCode(Value tensor) {
+    Type e = cast<RankedTensorType>(tensor.getType()).getElementType();
+    return indexConst(e.isF16()    ? KILN_ELEM_F16
+                      : e.isBF16() ? KILN_ELEM_BF16
+                                   : KILN_ELEM_F32);
   }
   Value elements(Value tensor) {
     int64_t width = cast<RankedTensorType>(tensor.getType()).getDimSize(1);
@@ -63,6 +85,9 @@ private:
 
   LogicalResult lowerOp(Operation *op);
   LogicalResult lowerObserve(ObserveOp op);
+  /// kiln.attention of the batched step: kiln_k_step_attention[_centered]
+  /// (kernel_abi.h) over the layer's paged pool and the step's batch.
+  LogicalResult lowerStepAttention(AttentionOp op, Value out);
   LogicalResult lowerFused(FusedOp op);
   /// kiln.logits marked by kiln-outline-kernels -> plan.fused_kernel
   /// @kiln_logits_<func>_<i> holding the op + plan.call_fused(hidden,
@@ -80,6 +105,10 @@ private:
   func::FuncOp source;
   OpBuilder builder;
   Value tokenCount, position;
+  Value batchSize;
+  /// Activations with one row per sequence of the batched step (the rows
+  /// kiln.last_rows picked, and what is computed from them).
+  llvm::DenseSet<Value> perSequence;
   Operation *current = nullptr;
   IRMapping buffers;
   int64_t numFused = 0;
@@ -163,7 +192,12 @@ LogicalResult FunctionLowering::lowerFused(FusedOp op) {
     buffers.map(result, buffer);
     args.push_back(buffer);
   }
-  args.push_back(tokenCount);
+  bool sequences = llvm::any_of(op.getInputs(), [&](Value v) {
+    return perSequence.contains(v);
+  });
+  if (sequences)
+    perSequence.insert(op.getResults().begin(), op.getResults().end());
+  args.push_back(sequences ? numSequences() : tokenCount);
   // A single-op kernel (kiln-outline-kernels) is named after its op:
   // kiln_linear_decode_3; a fused one kiln_fused_decode_4.
   StringRef what = "fused";
@@ -201,7 +235,30 @@ LogicalResult FunctionLowering::lowerGeneratedLogits(LogitsOp op,
   plan::CallFusedOp::create(
       builder, loc(), FlatSymbolRefAttr::get(builder.getContext(), name),
       {buffers.lookup(op.getHidden()), buffers.lookup(op.getWeight()), logits,
-       tokenCount});
+       perSequence.contains(op.getHidden()) ? numSequences() : tokenCount});
+  return success();
+}
+
+LogicalResult FunctionLowering::lowerStepAttention(AttentionOp a, Value out) {
+  int64_t format = !a.isCacheQuantized() ? KILN_KV_PLAIN
+                   : a.isCacheFp8()      ? KILN_KV_FP8
+                                         : KILN_KV_INT8;
+  SmallVector<Value> args = {
+      buffers.lookup(a.getQuery()), buffers.lookup(a.getKey()),
+      buffers.lookup(a.getValue()), out,
+      indexConst(a.getLayer()),     elemCode(a.getQuery()),
+      indexConst(format),           indexConst(a.getNumHeads()),
+      indexConst(a.getNumKvHeads()), indexConst(a.getHeadDim()),
+      f32Const(a.getScale()),
+      indexConst(int64_t(a.getSlidingWindow().value_or(0)))};
+  if (a.getKeyMean()) {
+    args.append({buffers.lookup(a.getKeyMean()),
+                 indexConst(int64_t(*a.getKeyMeanRotaryDim())),
+                 f32Const(*a.getKeyMeanTheta())});
+    call("kiln_k_step_attention_centered", args);
+    return success();
+  }
+  call("kiln_k_step_attention", args);
   return success();
 }
 
@@ -303,6 +360,18 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
             return success();
           })
           .Case([&](RopeOp r) -> LogicalResult {
+            if (r.isBatched()) {
+              if (!r.isUnscaled())
+                return r.emitOpError()
+                       << "with scaled frequencies has no batched kernel "
+                          "yet (kiln_k_step_rope takes plain RoPE)";
+              call("kiln_k_step_rope",
+                   {in(r.getInput()), *out, rows(r.getInput()),
+                    indexConst(r.getNumHeads()), indexConst(r.getHeadDim()),
+                    indexConst(r.getRotaryDim()), f32Const(r.getTheta()),
+                    elemCode(r.getInput())});
+              return success();
+            }
             SmallVector<Value> args = {
                 in(r.getInput()),           *out,
                 rows(r.getInput()),         indexConst(r.getNumHeads()),
@@ -335,7 +404,15 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
                                      rows(b.getInput()), width(b.getInput())});
             return success();
           })
+          .Case([&](LastRowsOp l) {
+            call("kiln_k_step_last_rows",
+                 {in(l.getInput()), *out, width(l.getInput()),
+                  elemCode(l.getInput())});
+            return success();
+          })
           .Case([&](AttentionOp a) -> LogicalResult {
+            if (a.isBatched())
+              return lowerStepAttention(a, *out);
             auto cache = cast<KVCacheType>(a.getKvCache().getType());
             int64_t kvDim = cache.getNumKvHeads() * cache.getHeadDim();
             int64_t layerBase = a.getLayer() * cache.getLayerBytes();
@@ -421,9 +498,13 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
                  {in(s.getLhs()), in(s.getRhs()), *out, elements(s.getResult())});
             return success();
           })
-          .Case([&](LogitsOp l) {
+          .Case([&](LogitsOp l) -> LogicalResult {
             if (l->hasAttr(kGeneratedKernelAttr))
               return lowerGeneratedLogits(l, *out);
+            if (l.getAllRows())
+              return l.emitOpError()
+                     << "with all_rows needs the generated classifier "
+                        "(kiln-outline-kernels, cpu target)";
             auto hidden = cast<RankedTensorType>(l.getHidden().getType());
             auto weight = cast<RankedTensorType>(l.getWeight().getType());
             Value last = arith::SubIOp::create(builder, loc(),
@@ -455,6 +536,12 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
   if (failed(status))
     return failure();
   buffers.map(op->getResult(0), *out);
+  // Rows of the batched step's sequences: kiln.last_rows and every op
+  // computed from its rows (the final norm, the classifier).
+  if (isa<LastRowsOp>(op) ||
+      llvm::any_of(op->getOperands(),
+                   [&](Value v) { return perSequence.contains(v); }))
+    perSequence.insert(op->getResult(0));
   return success();
 }
 

@@ -362,6 +362,120 @@ kiln_rt_status_t kiln_rt_session_sample(kiln_rt_session_t *session,
                                         kiln_rt_sampler_t *sampler,
                                         int32_t *out_token);
 
+
+/*===--------------------------- serving engine --------------------------===*
+ *
+ * Many sequences at once (issue 12, docs/serving.md): continuous batching at
+ * iteration level (Orca) over a paged KV cache (PagedAttention), with
+ * prefix caching, chunked prefill and preemption by recompute. The engine
+ * owns one thread that runs every model step (the artifact's batched entry
+ * point `kiln_step`); the calls below are thread-safe and never run the
+ * model on the caller's thread. "cpu" artifacts compiled with a step entry
+ * point only (runtime.entry_points.step in manifest.json; kiln-compile
+ * writes it for the cpu target unless the model's RoPE is scaled).
+ *===----------------------------------------------------------------------===*/
+
+typedef struct kiln_rt_engine_s kiln_rt_engine_t;
+
+/// Options of kiln_rt_engine_create; zero-initialize, then set.
+typedef struct kiln_rt_engine_options_t {
+  /* Bytes of the paged KV-cache pool (keys, values and 8-bit scales of all
+   * layers). 0: kv_cache_fraction of physical memory. */
+  uint64_t kv_cache_bytes;
+  /* With kv_cache_bytes 0: this fraction (0, 1] of physical memory; 0 means
+   * the smaller of 0.1 and room for max_batch full-context sequences. */
+  double kv_cache_fraction;
+  int32_t block_tokens;     /* positions per KV block; 0: 16 */
+  int32_t max_batch;        /* sequences per step; 0: 16 */
+  int32_t max_step_tokens;  /* token budget of a step (decode + prefill
+                               chunks); 0: runtime.max_prefill_tokens */
+  int32_t max_queue;        /* waiting requests before submit refuses with
+                               KILN_RT_RESOURCE_EXHAUSTED; 0: 256 */
+  int32_t context_length;   /* positions per sequence; 0: max_seq_len */
+  int32_t threads;          /* threads of the engine's steps; 0: default */
+  uint32_t flags;           /* KILN_RT_ENGINE_* */
+} kiln_rt_engine_options_t;
+
+enum {
+  /// Turn prefix caching off (every prompt is prefilled in full).
+  KILN_RT_ENGINE_NO_PREFIX_CACHE = 1u << 0,
+};
+
+/// Starts an engine on `artifact` (borrowed: release the engine first).
+/// Errors: an artifact without a step entry point or not for "cpu"
+/// (KILN_RT_UNIMPLEMENTED, naming the artifact), options out of range
+/// (KILN_RT_INVALID_ARGUMENT, naming the field), a pool smaller than one
+/// full-context sequence or that cannot be allocated
+/// (KILN_RT_RESOURCE_EXHAUSTED, giving the bytes).
+kiln_rt_status_t kiln_rt_engine_create(kiln_rt_artifact_t *artifact,
+                                       const kiln_rt_engine_options_t *options,
+                                       kiln_rt_engine_t **out_engine);
+/// Cancels every request (each gets its KILN_RT_FINISH_CANCELLED callback),
+/// stops the engine thread and frees the pool.
+void kiln_rt_engine_release(kiln_rt_engine_t *engine);
+
+/// Per-request generation parameters.
+typedef struct kiln_rt_request_params_t {
+  kiln_rt_sampler_params_t sampling; /* as kiln_rt_sampler_create */
+  int32_t max_tokens;                /* tokens to generate, >= 1 */
+  const int32_t *stop_ids;           /* ids that end the request (the id is
+                                        reported, then FINISH_STOP) */
+  int32_t n_stop_ids;
+} kiln_rt_request_params_t;
+
+typedef enum kiln_rt_finish_reason_e {
+  KILN_RT_FINISH_NONE = 0,      /* not finished: a token */
+  KILN_RT_FINISH_LENGTH = 1,    /* max_tokens reached */
+  KILN_RT_FINISH_STOP = 2,      /* a stop id was generated */
+  KILN_RT_FINISH_CANCELLED = 3, /* kiln_rt_engine_cancel or release */
+  KILN_RT_FINISH_ERROR = 4,     /* a step failed (the engine stops) */
+} kiln_rt_finish_reason_t;
+
+/// Receives a request's output on the engine thread: once per generated
+/// token (`token` >= 0, `finish` KILN_RT_FINISH_NONE), then exactly once
+/// with `finish` set and `token` -1. Must return quickly (it delays every
+/// sequence's next step) and may call only kiln_rt_engine_cancel.
+typedef void (*kiln_rt_engine_callback_fn)(void *user, uint64_t request_id,
+                                           int32_t token,
+                                           kiln_rt_finish_reason_t finish);
+
+/// Queues a request for `prompt[0, n)` (ids checked against the vocabulary)
+/// and returns its id (> 0) in `*out_id`; `callback` gets its tokens.
+/// Errors, nothing queued: an id outside [0, vocab), n < 1, max_tokens < 1,
+/// n + max_tokens beyond the context (KILN_RT_OUT_OF_RANGE), a request that
+/// could never fit the pool, a full queue (KILN_RT_RESOURCE_EXHAUSTED), an
+/// engine stopped by a failed step (KILN_RT_INTERNAL).
+kiln_rt_status_t kiln_rt_engine_submit(kiln_rt_engine_t *engine,
+                                       const int32_t *prompt, int64_t n,
+                                       const kiln_rt_request_params_t *params,
+                                       kiln_rt_engine_callback_fn callback,
+                                       void *user, uint64_t *out_id);
+
+/// Ends request `id` before the engine's next step: its KV blocks are freed
+/// and its callback gets KILN_RT_FINISH_CANCELLED. Unknown or finished ids
+/// are ignored. Callable from any thread, including inside a callback.
+void kiln_rt_engine_cancel(kiln_rt_engine_t *engine, uint64_t id);
+
+/// Counters of an engine (cumulative unless stated).
+typedef struct kiln_rt_engine_stats_t {
+  int64_t num_running;            /* now: sequences holding KV blocks */
+  int64_t num_waiting;            /* now: queued requests */
+  int64_t kv_blocks_total;        /* blocks of the pool */
+  int64_t kv_blocks_used;         /* now: blocks referenced by sequences */
+  int64_t block_tokens;           /* positions per block */
+  int64_t prefix_cache_queries;   /* prompt tokens looked up */
+  int64_t prefix_cache_hits;      /* of those, found computed */
+  int64_t num_preemptions;
+  int64_t prompt_tokens;          /* prompt tokens prefilled (computed) */
+  int64_t generation_tokens;      /* tokens generated */
+  int64_t steps;                  /* model steps run */
+  int64_t requests_finished;      /* any reason */
+  int64_t context_length;         /* positions per sequence */
+} kiln_rt_engine_stats_t;
+
+void kiln_rt_engine_stats(kiln_rt_engine_t *engine,
+                          kiln_rt_engine_stats_t *out_stats);
+
 #ifdef __cplusplus
 }
 #endif

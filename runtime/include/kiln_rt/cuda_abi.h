@@ -36,7 +36,7 @@
 extern "C" {
 #endif
 
-#define KILN_CUDA_ABI_VERSION 3
+#define KILN_CUDA_ABI_VERSION 4
 
 typedef struct kiln_cuda_ctx {
   uint8_t *arena;          /* activation arena, runtime.arena_bytes, 256-byte aligned */

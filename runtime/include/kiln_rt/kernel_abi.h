@@ -6,7 +6,12 @@
  *
  *   extern "C" void kiln_prefill(kiln_exec_ctx *ctx, int64_t n, int64_t pos);
  *   extern "C" void kiln_decode(kiln_exec_ctx *ctx, int64_t n, int64_t pos);
+ *   extern "C" void kiln_step(kiln_exec_ctx *ctx, int64_t n, int64_t pos);
  *
+ * kiln_step (present when the plan has a batched step, plan_info.h
+ * step_max_tokens > 0) runs the n token rows of ctx->batch's sequences over
+ * the paged cache ctx->kv_pages (pos is 0 and unused) and writes the logits
+ * of every sequence's last row (see "Batched steps" below).
  * `n` is the number of tokens in `ctx->tokens` (1 for decode, 1..max_tokens
  * of the plan for prefill) and `pos` the position of the first of them in the
  * sequence. Each entry point reads `ctx->tokens[0..n)`, appends their keys and
@@ -33,7 +38,10 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 10
+#define KILN_ABI_VERSION 11
+
+struct kiln_batch;
+struct kiln_paged_kv;
 
 /// Execution context handed to an entry point. Owned by the runtime.
 typedef struct kiln_exec_ctx {
@@ -44,6 +52,12 @@ typedef struct kiln_exec_ctx {
   float *logits;           ///< output: logits of the last input token [vocab]
   void *runtime;           ///< opaque, runtime-private (the session's observer)
   void *trace;             ///< opaque trace recorder; NULL when tracing is off
+  /// kiln_step only (NULL otherwise): the step's sequences, and the paged
+  /// KV cache, one descriptor per layer (block_table unused: each sequence
+  /// uses its row of batch->block_tables). kiln_step writes one logits row
+  /// per sequence, float32[batch->num_seqs, vocab], to `logits`.
+  const struct kiln_batch *batch;
+  const struct kiln_paged_kv *kv_pages;
 } kiln_exec_ctx;
 
 /*===-- Tracing (kiln-run / kiln-bench / kiln-eval --trace) ---------------===*
@@ -819,6 +833,38 @@ void kiln_k_paged_attention_batch(const kiln_paged_kv *kv,
                                   void *out, int64_t heads, int64_t kv_heads,
                                   int64_t head_dim, float scale,
                                   int64_t window);
+
+/* The kernels the emitted kiln_step calls (kiln-lower-to-plan), reading the
+ * step's batch and pools from the context. `elem` is the activations'
+ * KILN_ELEM_* type. */
+
+/// kiln_k_rope_rows of x [rows, heads * head_dim] at the rows' positions
+/// ctx->batch->positions.
+void kiln_k_step_rope(kiln_exec_ctx *ctx, const void *x, void *y,
+                      int64_t rows, int64_t heads, int64_t head_dim,
+                      int64_t rot_dim, float theta, int64_t elem);
+/// kiln_k_paged_attention_batch over layer `layer` of ctx->kv_pages, whose
+/// format must be `format` (KILN_KV_*, what the compiler planned; the
+/// runtime allocates the pool from the same manifest entry).
+void kiln_k_step_attention(kiln_exec_ctx *ctx, const void *q, const void *k,
+                           const void *v, void *out, int64_t layer,
+                           int64_t elem, int64_t format, int64_t heads,
+                           int64_t kv_heads, int64_t head_dim, float scale,
+                           int64_t window);
+/// kiln_k_step_attention of a centered 8-bit cache: keys stored minus the
+/// RoPE-rotated mean k_mean [kv_heads * head_dim] (rot_dim, theta).
+void kiln_k_step_attention_centered(kiln_exec_ctx *ctx, const void *q,
+                                    const void *k, const void *v, void *out,
+                                    int64_t layer, int64_t elem,
+                                    int64_t format, int64_t heads,
+                                    int64_t kv_heads, int64_t head_dim,
+                                    float scale, int64_t window,
+                                    const float *k_mean, int64_t rot_dim,
+                                    float theta);
+/// y[s, :] = x[row_start[s] + row_count[s] - 1, :] for every sequence s of
+/// ctx->batch; rows of `width` elements of `elem`.
+void kiln_k_step_last_rows(kiln_exec_ctx *ctx, const void *x, void *y,
+                           int64_t width, int64_t elem);
 
 #ifdef __cplusplus
 }

@@ -13,7 +13,8 @@
  *
  * Adding a field changes the layout: bump KILN_ABI_VERSION (kernel_abi.h)
  * and KILN_CUDA_ABI_VERSION (cuda_abi.h), which both include this header.
- * Version history: kernel ABI 4 / CUDA ABI 2 added the weight extents.
+ * Version history: kernel ABI 4 / CUDA ABI 2 added the weight extents;
+ * kernel ABI 11 / CUDA ABI 4 the step entry point's.
  *===----------------------------------------------------------------------===*/
 #ifndef KILN_RT_PLAN_INFO_H
 #define KILN_RT_PLAN_INFO_H
@@ -35,6 +36,11 @@ typedef struct kiln_plan_info_t {
    * weights.bin must be at least this large. */
   int64_t prefill_weights_extent;
   int64_t decode_weights_extent;
+  /* The batched step entry point kiln_step (kernel_abi.h, "Batched
+   * steps"): the most token rows one step may take, 0 when the plan has no
+   * step entry point, and the weight extent it addresses. */
+  int64_t step_max_tokens;
+  int64_t step_weights_extent;
 } kiln_plan_info_t;
 
 typedef void (*kiln_plan_info_fn)(kiln_plan_info_t *out);

@@ -232,6 +232,12 @@ Status parseManifest(const std::string &text, const std::string &dir,
       r.getString("runtime.entry_points.decode", out.decodeEntry));
   if (out.prefillEntry.empty() || out.decodeEntry.empty())
     return r.error("runtime.entry_points names must not be empty");
+  if (root["runtime"]["entry_points"].contains("step")) {
+    KILN_RT_RETURN_IF_ERROR(
+        r.getString("runtime.entry_points.step", out.stepEntry));
+    if (out.stepEntry.empty())
+      return r.error("runtime.entry_points.step must not be empty");
+  }
   KILN_RT_RETURN_IF_ERROR(
       r.getInt("runtime.kv_cache.layers", 1, 1 << 20, out.kvLayers));
   KILN_RT_RETURN_IF_ERROR(
@@ -849,16 +855,21 @@ Status Artifact::loadModelLibrary() {
       resolve(manifest_.prefillEntry, "runtime.entry_points.prefill", prefill_));
   KILN_RT_RETURN_IF_ERROR(
       resolve(manifest_.decodeEntry, "runtime.entry_points.decode", decode_));
+  if (!manifest_.stepEntry.empty())
+    KILN_RT_RETURN_IF_ERROR(
+        resolve(manifest_.stepEntry, "runtime.entry_points.step", step_));
   return Status::ok();
 }
 
-Status Artifact::checkPlanInfo() const {
+Status Artifact::checkPlanInfo() {
   void *sym = nullptr;
   KILN_RT_RETURN_IF_ERROR(resolveSymbol("kiln_plan_info", nullptr, sym));
   kiln_plan_info_t info{};
   // A model.so built against an older plan_info.h leaves these untouched.
   info.prefill_weights_extent = -1;
   info.decode_weights_extent = -1;
+  info.step_max_tokens = -1;
+  info.step_weights_extent = -1;
   reinterpret_cast<kiln_plan_info_fn>(sym)(&info);
   auto mismatch = [&](const char *field, int64_t manifestValue,
                       int64_t planned) {
@@ -886,9 +897,26 @@ Status Artifact::checkPlanInfo() const {
     return unimplemented(dir_ + "/model.so: kiln_plan_info reports no weight "
                                 "extents (built against an older plan_info.h; "
                                 "recompile the artifact)");
+  // The step entry point: listed in the manifest exactly when planned.
+  if (info.step_max_tokens < 0 || info.step_weights_extent < 0)
+    return unimplemented(dir_ + "/model.so: kiln_plan_info reports no step "
+                                "entry point fields (built against an older "
+                                "plan_info.h; recompile the artifact)");
+  if (manifest_.stepEntry.empty() != (info.step_max_tokens == 0))
+    return dataLoss(dir_ + "/manifest.json: runtime.entry_points.step is " +
+                    (manifest_.stepEntry.empty() ? "absent" : "present") +
+                    " but model.so was planned " +
+                    (info.step_max_tokens == 0 ? "without" : "with") +
+                    " a step entry point (corrupted or mismatched artifact; "
+                    "recompile it)");
+  if (info.step_max_tokens > manifest_.maxPrefillTokens)
+    return mismatch("runtime.max_prefill_tokens", manifest_.maxPrefillTokens,
+                    info.step_max_tokens);
+  stepMaxTokens_ = info.step_max_tokens;
   for (auto [entry, extent] :
        {std::pair<const char *, int64_t>{"prefill", info.prefill_weights_extent},
-        {"decode", info.decode_weights_extent}})
+        {"decode", info.decode_weights_extent},
+        {"step", info.step_weights_extent}})
     if (uint64_t(extent) > weightsBytes_)
       return dataLoss(dir_ + "/" + manifest_.weightsFile + ": " +
                       std::to_string(weightsBytes_) + " bytes, but model.so's " +

@@ -56,6 +56,8 @@ struct Manifest {
   uint64_t arenaBytes = 0;
   int64_t maxPrefillTokens = 0;
   std::string prefillEntry, decodeEntry;
+  /// runtime.entry_points.step (optional): the batched step; empty if none.
+  std::string stepEntry;
   int64_t kvLayers = 0, kvHeads = 0, kvHeadDim = 0, kvMaxSeq = 0;
   uint64_t kvBytes = 0;
   std::string weightsFile, tokenizerFile;
@@ -109,6 +111,10 @@ public:
   /// CPU target: model.so's entry points (nullptr for CUDA artifacts).
   EntryPoint prefill() const { return prefill_; }
   EntryPoint decode() const { return decode_; }
+  /// CPU target: the batched step kiln_step (nullptr when the artifact has
+  /// none) and the most token rows one step may take.
+  EntryPoint step() const { return step_; }
+  int64_t stepMaxTokens() const { return stepMaxTokens_; }
   /// The device the model runs on ("cpu" or the CUDA device's name).
   const std::string &deviceName() const { return deviceName_; }
   /// The per-session buffers and step runner for this artifact's target.
@@ -148,7 +154,7 @@ private:
   /// fixed cuda_abi.h symbol.
   /// Compares model.so's kiln_plan_info with the manifest and the size of
   /// weights.bin.
-  Status checkPlanInfo() const;
+  Status checkPlanInfo();
   Status resolveSymbol(const std::string &name, const char *field,
                        void *&out) const;
 
@@ -165,7 +171,8 @@ private:
   void *mapping_ = nullptr;
   uint64_t mappingBytes_ = 0;
   void *library_ = nullptr;
-  EntryPoint prefill_ = nullptr, decode_ = nullptr;
+  EntryPoint prefill_ = nullptr, decode_ = nullptr, step_ = nullptr;
+  int64_t stepMaxTokens_ = 0;
   std::string deviceName_ = "cpu";
   std::unique_ptr<CudaBackend> cuda_; ///< released before model.so
 };

@@ -46,6 +46,9 @@ inline Status unimplemented(std::string m) {
 }
 inline Status outOfRange(std::string m) { return Status(KILN_RT_OUT_OF_RANGE, std::move(m)); }
 inline Status internalError(std::string m) { return Status(KILN_RT_INTERNAL, std::move(m)); }
+inline Status resourceExhausted(std::string m) {
+  return Status(KILN_RT_RESOURCE_EXHAUSTED, std::move(m));
+}
 inline Status permissionDenied(std::string m) {
   return Status(KILN_RT_PERMISSION_DENIED, std::move(m));
 }

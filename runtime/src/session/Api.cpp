@@ -8,6 +8,7 @@
 
 #include "artifact/Artifact.h"
 #include "cpu/ThreadPool.h"
+#include "serve/Engine.h"
 #include "session/Session.h"
 #include "tokenizer/Sampler.h"
 
@@ -412,3 +413,53 @@ kiln_rt_status_t kiln_rt_session_sample(kiln_rt_session_t *session,
 }
 
 } // extern "C"
+
+/*===--------------------------- serving engine --------------------------===*/
+
+struct kiln_rt_engine_s {
+  std::unique_ptr<kiln::rt::serve::Engine> impl;
+};
+
+kiln_rt_status_t kiln_rt_engine_create(kiln_rt_artifact_t *artifact,
+                                       const kiln_rt_engine_options_t *options,
+                                       kiln_rt_engine_t **out_engine) {
+  return guarded([&]() -> Status {
+    if (!artifact || !out_engine)
+      return invalidArgument("kiln_rt_engine_create: null argument");
+    kiln_rt_engine_options_t defaults{};
+    std::unique_ptr<kiln::rt::serve::Engine> engine;
+    KILN_RT_RETURN_IF_ERROR(kiln::rt::serve::Engine::create(
+        *artifact->impl, options ? *options : defaults, engine));
+    *out_engine = new kiln_rt_engine_s{std::move(engine)};
+    return Status::ok();
+  });
+}
+
+void kiln_rt_engine_release(kiln_rt_engine_t *engine) { delete engine; }
+
+kiln_rt_status_t kiln_rt_engine_submit(kiln_rt_engine_t *engine,
+                                       const int32_t *prompt, int64_t n,
+                                       const kiln_rt_request_params_t *params,
+                                       kiln_rt_engine_callback_fn callback,
+                                       void *user, uint64_t *out_id) {
+  return guarded([&]() -> Status {
+    if (!engine || !params || !out_id)
+      return invalidArgument("kiln_rt_engine_submit: null argument");
+    uint64_t id = 0;
+    KILN_RT_RETURN_IF_ERROR(
+        engine->impl->submit(prompt, n, *params, callback, user, id));
+    *out_id = id;
+    return Status::ok();
+  });
+}
+
+void kiln_rt_engine_cancel(kiln_rt_engine_t *engine, uint64_t id) {
+  if (engine)
+    engine->impl->cancel(id);
+}
+
+void kiln_rt_engine_stats(kiln_rt_engine_t *engine,
+                          kiln_rt_engine_stats_t *out_stats) {
+  if (engine && out_stats)
+    *out_stats = engine->impl->stats();
+}

@@ -1,0 +1,465 @@
+//===- Engine.cpp - Serving engine: batched steps over a paged cache -------===//
+//
+// See Engine.h and api.h ("serving engine").
+//
+//===----------------------------------------------------------------------===//
+#include "serve/Engine.h"
+
+#include "artifact/Artifact.h"
+#include "cpu/ThreadPool.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace kiln::rt::serve {
+
+namespace {
+constexpr int64_t kDefaultBlockTokens = 16;
+constexpr int64_t kDefaultMaxBatch = 16;
+constexpr int64_t kDefaultMaxQueue = 256;
+/// Byte offsets inside the pool are kept 64-byte aligned.
+constexpr size_t kAlign = 64;
+
+size_t alignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+uint64_t physicalMemory() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+}
+} // namespace
+
+int64_t kvBlockBytes(int64_t layers, int64_t kvHeads, int64_t headDim,
+                     int64_t elemBytes, bool quantized, int64_t blockTokens) {
+  const int64_t row = kvHeads * headDim * elemBytes + (quantized ? kvHeads * 4 : 0);
+  return layers * 2 * row * blockTokens;
+}
+
+Status Engine::create(const Artifact &artifact,
+                      const kiln_rt_engine_options_t &options,
+                      std::unique_ptr<Engine> &out) {
+  const Manifest &m = artifact.manifest();
+  const std::string &dir = artifact.dir();
+  if (artifact.target() != Target::Cpu)
+    return unimplemented(dir + ": the serving engine runs \"cpu\" artifacts "
+                               "only so far; this one is for \"" +
+                         m.targetName + "\"");
+  if (!artifact.step())
+    return unimplemented(
+        dir + ": has no batched step entry point "
+              "(runtime.entry_points.step); recompile it with kiln-compile "
+              "--target=cpu (models with scaled RoPE have none yet)");
+  auto field = [&](const char *name, int64_t value, int64_t lo, int64_t hi) {
+    return invalidArgument("engine option " + std::string(name) + " is " +
+                           std::to_string(value) + ", expected " +
+                           std::to_string(lo) + ".." + std::to_string(hi));
+  };
+  std::unique_ptr<Engine> e(new Engine(artifact));
+  e->options_ = options;
+  e->vocab_ = m.vocabSize;
+  e->layers_ = m.kvLayers;
+  e->kvHeads_ = m.kvHeads;
+  e->headDim_ = m.kvHeadDim;
+
+  e->blockTokens_ = options.block_tokens ? options.block_tokens : kDefaultBlockTokens;
+  if (e->blockTokens_ < 1 || e->blockTokens_ > 1024)
+    return field("block_tokens", e->blockTokens_, 1, 1024);
+  int64_t maxBatch = options.max_batch ? options.max_batch : kDefaultMaxBatch;
+  if (maxBatch < 1 || maxBatch > 4096)
+    return field("max_batch", maxBatch, 1, 4096);
+  const int64_t planTokens = artifact.stepMaxTokens();
+  int64_t budget = options.max_step_tokens ? options.max_step_tokens : planTokens;
+  if (budget < 1 || budget > planTokens)
+    return field("max_step_tokens", budget, 1, planTokens);
+  maxBatch = std::min(maxBatch, budget);
+  e->options_.max_batch = int32_t(maxBatch);
+  const int64_t maxQueue = options.max_queue ? options.max_queue : kDefaultMaxQueue;
+  if (maxQueue < 1 || maxQueue > (1 << 20))
+    return field("max_queue", maxQueue, 1, 1 << 20);
+  e->options_.max_queue = int32_t(maxQueue);
+  e->context_ = options.context_length ? options.context_length
+                                       : artifact.contextLength();
+  if (e->context_ < 2 || e->context_ > artifact.contextLength())
+    return field("context_length", e->context_, 2, artifact.contextLength());
+  if (options.threads < 0 || options.threads > 4096)
+    return field("threads", options.threads, 0, 4096);
+
+  // The pool: the KV format the compiler planned (manifest kv_cache.dtype).
+  int32_t format = KILN_KV_PLAIN;
+  int64_t elemBytes = int64_t(dtypeBytes(m.kvDtype));
+  if (m.kvDtype == "int8" || m.kvDtype == "fp8_e4m3") {
+    format = m.kvDtype == "int8" ? KILN_KV_INT8 : KILN_KV_FP8;
+    elemBytes = 1;
+  }
+  const bool quantized = format != KILN_KV_PLAIN;
+  const int64_t blockBytes = kvBlockBytes(e->layers_, e->kvHeads_, e->headDim_,
+                                          elemBytes, quantized, e->blockTokens_);
+  const int64_t blocksPerSeq = (e->context_ + e->blockTokens_ - 1) / e->blockTokens_;
+  uint64_t bytes = options.kv_cache_bytes;
+  if (!bytes) {
+    const double fraction = options.kv_cache_fraction;
+    if (!(fraction >= 0.0) || fraction > 1.0)
+      return invalidArgument("engine option kv_cache_fraction is " +
+                             std::to_string(fraction) +
+                             ", expected a fraction of memory in (0, 1]");
+    const uint64_t phys = physicalMemory();
+    if (fraction > 0.0) {
+      bytes = uint64_t(double(phys) * fraction);
+    } else {
+      bytes = std::min<uint64_t>(uint64_t(double(phys) * 0.1),
+                                 uint64_t(maxBatch * blocksPerSeq) * uint64_t(blockBytes));
+      bytes = std::max<uint64_t>(bytes, uint64_t(blocksPerSeq * blockBytes));
+    }
+  }
+  const uint64_t blocks = bytes / uint64_t(blockBytes);
+  if (blocks < uint64_t(blocksPerSeq))
+    return resourceExhausted(
+        dir + ": a KV cache of " + std::to_string(bytes) + " bytes holds " +
+        std::to_string(blocks) + " blocks of " + std::to_string(e->blockTokens_) +
+        " positions (" + std::to_string(blockBytes) +
+        " bytes each); one sequence of the context (" +
+        std::to_string(e->context_) + " positions) needs " +
+        std::to_string(blocksPerSeq) + " (" +
+        std::to_string(blocksPerSeq * blockBytes) +
+        " bytes): raise the KV-cache size or lower the context length");
+  e->numBlocks_ = int64_t(std::min<uint64_t>(blocks, INT32_MAX / 2));
+
+  const int64_t rows = e->numBlocks_ * e->blockTokens_;
+  e->kvRowBytes_ = size_t(e->kvHeads_ * e->headDim_ * elemBytes);
+  e->scaleRowBytes_ = quantized ? size_t(e->kvHeads_) * 4 : 0;
+  const size_t dataBytes = alignUp(size_t(rows) * e->kvRowBytes_);
+  const size_t scaleBytes = alignUp(size_t(rows) * e->scaleRowBytes_);
+  const size_t layerBytes = 2 * dataBytes + 2 * scaleBytes;
+  e->poolBytes_ = layerBytes * size_t(e->layers_);
+  void *pool = mmap(nullptr, e->poolBytes_, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (pool == MAP_FAILED)
+    return resourceExhausted(dir + ": cannot map a KV cache of " +
+                             std::to_string(e->poolBytes_) + " bytes: " +
+                             std::strerror(errno));
+  e->pool_ = pool;
+  auto *base = static_cast<uint8_t *>(pool);
+  for (int64_t l = 0; l < e->layers_; ++l) {
+    uint8_t *layer = base + size_t(l) * layerBytes;
+    kiln_paged_kv kv{};
+    kv.format = format;
+    kv.block_tokens = int32_t(e->blockTokens_);
+    kv.k_pool = layer;
+    kv.v_pool = layer + dataBytes;
+    if (quantized) {
+      kv.k_scales = reinterpret_cast<float *>(layer + 2 * dataBytes);
+      kv.v_scales = reinterpret_cast<float *>(layer + 2 * dataBytes + scaleBytes);
+    }
+    e->kvPages_.push_back(kv);
+  }
+
+  const uint64_t arenaBytes = alignUp(m.arenaBytes ? m.arenaBytes : 64);
+  e->arena_ = static_cast<uint8_t *>(std::aligned_alloc(kAlign, arenaBytes));
+  if (!e->arena_)
+    return resourceExhausted(dir + ": cannot allocate the activation arena "
+                                   "of " + std::to_string(arenaBytes) + " bytes");
+  e->logits_.resize(size_t(maxBatch) * size_t(e->vocab_));
+
+  e->blocks_ = std::make_unique<kv::BlockManager>(
+      int32_t(e->numBlocks_), int32_t(e->blockTokens_),
+      !(options.flags & KILN_RT_ENGINE_NO_PREFIX_CACHE));
+  SchedulerConfig config;
+  config.maxBatch = maxBatch;
+  config.tokenBudget = budget;
+  config.maxSeqLen = e->context_;
+  e->scheduler_ = std::make_unique<Scheduler>(*e->blocks_, config);
+  e->stats_.kv_blocks_total = e->numBlocks_;
+  e->stats_.block_tokens = e->blockTokens_;
+  e->stats_.context_length = e->context_;
+  Engine *raw = e.get();
+  e->thread_ = std::thread([raw] { raw->run(); });
+  out = std::move(e);
+  return Status::ok();
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable())
+    thread_.join();
+  if (pool_)
+    munmap(pool_, poolBytes_);
+  std::free(arena_);
+}
+
+Status Engine::submit(const int32_t *prompt, int64_t n,
+                      const kiln_rt_request_params_t &params,
+                      kiln_rt_engine_callback_fn callback, void *user,
+                      uint64_t &outId) {
+  if (!callback)
+    return invalidArgument("kiln_rt_engine_submit: null callback");
+  if (n < 1 || !prompt)
+    return invalidArgument("the prompt has no tokens");
+  for (int64_t i = 0; i < n; ++i)
+    if (prompt[i] < 0 || prompt[i] >= vocab_)
+      return invalidArgument("prompt token " + std::to_string(i) + " is id " +
+                             std::to_string(prompt[i]) +
+                             ", outside the vocabulary [0, " +
+                             std::to_string(vocab_) + ")");
+  if (params.max_tokens < 1)
+    return invalidArgument("max_tokens must be at least 1, got " +
+                           std::to_string(params.max_tokens));
+  if (n + int64_t(params.max_tokens) > context_)
+    return outOfRange(std::to_string(n) + " prompt tokens + max_tokens " +
+                      std::to_string(params.max_tokens) +
+                      " exceed the context of " + std::to_string(context_) +
+                      " tokens");
+  const kiln_rt_sampler_params_t &s = params.sampling;
+  if (!(s.temperature >= 0.0f))
+    return invalidArgument("temperature must be >= 0, got " +
+                           std::to_string(s.temperature));
+  if (s.top_k < 0)
+    return invalidArgument("top_k must be >= 0, got " + std::to_string(s.top_k));
+  if (params.n_stop_ids < 0 || (params.n_stop_ids > 0 && !params.stop_ids))
+    return invalidArgument("stop_ids: " + std::to_string(params.n_stop_ids) +
+                           " ids without an array");
+  Pending p;
+  p.request.prompt.assign(prompt, prompt + n);
+  p.request.maxTokens = params.max_tokens;
+  p.request.stopTokens.assign(params.stop_ids, params.stop_ids + params.n_stop_ids);
+  p.sampling = s;
+  p.callback = callback;
+  p.user = user;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failed_)
+      return internalError("the engine stopped after a failed step");
+    if (stopping_)
+      return internalError("the engine is shutting down");
+    if (queued_ >= options_.max_queue)
+      return resourceExhausted("the request queue is full (" +
+                               std::to_string(options_.max_queue) +
+                               " waiting requests)");
+    p.request.id = kv::SequenceId(nextId_++);
+    outId = uint64_t(p.request.id);
+    ++queued_;
+    incoming_.push_back(std::move(p));
+  }
+  wake_.notify_all();
+  return Status::ok();
+}
+
+void Engine::cancel(uint64_t id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancels_.push_back(id);
+  }
+  wake_.notify_all();
+}
+
+kiln_rt_engine_stats_t Engine::stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  kiln_rt_engine_stats_t s = stats_;
+  s.num_waiting += int64_t(incoming_.size());
+  return s;
+}
+
+void Engine::finish(uint64_t id, kiln_rt_finish_reason_t reason) {
+  auto it = live_.find(id);
+  if (it == live_.end())
+    return;
+  Live live = std::move(it->second);
+  live_.erase(it);
+  live.callback(live.user, id, -1, reason);
+}
+
+void Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled) {
+  const size_t S = plan.chunks.size();
+  const int64_t T = plan.tokens();
+  size_t maxBlocks = 1;
+  for (const Chunk &c : plan.chunks)
+    maxBlocks = std::max(maxBlocks, blocks_->blockTable(c.id).size());
+  rowStart_.assign(S, 0);
+  rowCount_.assign(S, 0);
+  pos_.assign(S, 0);
+  tables_.assign(S * maxBlocks, 0);
+  tokens_.resize(size_t(T));
+  positions_.resize(size_t(T));
+  int64_t row = 0;
+  for (size_t s = 0; s < S; ++s) {
+    const Chunk &c = plan.chunks[s];
+    // Copy-on-write: the rows of a shared block this sequence now writes.
+    if (c.copy.needed())
+      for (const kiln_paged_kv &kv : kvPages_) {
+        const size_t B = size_t(blockTokens_);
+        auto copyRows = [&](void *pool, size_t rowBytes) {
+          auto *p = static_cast<uint8_t *>(pool);
+          std::memcpy(p + size_t(c.copy.dst) * B * rowBytes,
+                      p + size_t(c.copy.src) * B * rowBytes, B * rowBytes);
+        };
+        copyRows(kv.k_pool, kvRowBytes_);
+        copyRows(kv.v_pool, kvRowBytes_);
+        if (kv.k_scales) {
+          copyRows(kv.k_scales, scaleRowBytes_);
+          copyRows(kv.v_scales, scaleRowBytes_);
+        }
+      }
+    const std::vector<int32_t> &ids = scheduler_->tokens(c.id);
+    const std::vector<int32_t> &table = blocks_->blockTable(c.id);
+    rowStart_[s] = int32_t(row);
+    rowCount_[s] = int32_t(c.count);
+    pos_[s] = int32_t(c.start);
+    std::copy(table.begin(), table.end(), tables_.begin() + s * maxBlocks);
+    for (int64_t i = 0; i < c.count; ++i, ++row) {
+      tokens_[size_t(row)] = ids[size_t(c.start + i)];
+      positions_[size_t(row)] = int32_t(c.start + i);
+    }
+  }
+  if (logits_.size() < S * size_t(vocab_))
+    logits_.resize(S * size_t(vocab_));
+  kiln_batch batch{};
+  batch.num_seqs = int32_t(S);
+  batch.max_blocks = int32_t(maxBlocks);
+  batch.row_start = rowStart_.data();
+  batch.row_count = rowCount_.data();
+  batch.pos = pos_.data();
+  batch.block_tables = tables_.data();
+  batch.positions = positions_.data();
+  kiln_exec_ctx ctx{};
+  ctx.arena = arena_;
+  ctx.weights = artifact_.weights();
+  ctx.tokens = tokens_.data();
+  ctx.logits = logits_.data();
+  ctx.batch = &batch;
+  ctx.kv_pages = kvPages_.data();
+  artifact_.step()(&ctx, T, 0);
+
+  sampled.clear();
+  for (size_t s = 0; s < S; ++s) {
+    const Chunk &c = plan.chunks[s];
+    if (!c.samples)
+      continue;
+    auto it = live_.find(uint64_t(c.id));
+    sampled.push_back(it == live_.end()
+                          ? 0
+                          : it->second.sampler->sample(logits_.data() +
+                                                       s * size_t(vocab_)));
+  }
+}
+
+void Engine::run() {
+  if (options_.threads > 0)
+    cpu::setPoolThreads(options_.threads);
+  int64_t promptTokens = 0, generated = 0, steps = 0, finishedCount = 0;
+  for (;;) {
+    std::vector<Pending> in;
+    std::vector<uint64_t> cancels;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] {
+        return stopping_ || !incoming_.empty() || !cancels_.empty() ||
+               !scheduler_->idle();
+      });
+      if (stopping_)
+        break;
+      in.swap(incoming_);
+      cancels.swap(cancels_);
+    }
+    for (Pending &p : in) {
+      const uint64_t id = uint64_t(p.request.id);
+      const kiln_rt_sampler_params_t &s = p.sampling;
+      Live live;
+      live.sampler = std::make_unique<Sampler>(
+          int32_t(vocab_), s.temperature, s.top_k, s.top_p,
+          s.seed ? s.seed : 0x9E3779B97F4A7C15ull);
+      live.callback = p.callback;
+      live.user = p.user;
+      live.promptLen = int64_t(p.request.prompt.size());
+      live_.emplace(id, std::move(live));
+      if (!scheduler_->add(std::move(p.request)).isOk())
+        finish(id, KILN_RT_FINISH_ERROR); // submit() checked the same limits
+    }
+    for (uint64_t id : cancels)
+      scheduler_->cancel(kv::SequenceId(id));
+
+    StepPlan plan = scheduler_->schedule();
+    std::vector<int32_t> sampled;
+    if (!plan.chunks.empty()) {
+      step(plan, sampled);
+      ++steps;
+    }
+    // Prompt tokens computed this step (a decode row is a generated token).
+    for (const Chunk &c : plan.chunks)
+      if (auto it = live_.find(uint64_t(c.id)); it != live_.end())
+        promptTokens += std::max<int64_t>(
+            0, std::min(c.start + c.count, it->second.promptLen) - c.start);
+    std::vector<Finished> done = scheduler_->complete(plan, sampled);
+    for (const Chunk &c : plan.chunks)
+      if (c.samples && live_.count(uint64_t(c.id)))
+        ++generated;
+    finishedCount += int64_t(done.size());
+    bool idleWait;
+    {
+      // The counters first, so that a caller woken by a callback sees
+      // this step reflected (blocks of finished requests freed).
+      std::lock_guard<std::mutex> lock(mu_);
+      const kv::PrefixCacheStats &pc = blocks_->stats();
+      stats_.num_running = scheduler_->numRunning();
+      stats_.num_waiting = scheduler_->numWaiting();
+      stats_.kv_blocks_used = numBlocks_ - blocks_->numAvailable();
+      stats_.prefix_cache_queries = pc.queriedTokens;
+      stats_.prefix_cache_hits = pc.hitTokens;
+      stats_.num_preemptions = scheduler_->numPreemptions();
+      stats_.prompt_tokens = promptTokens;
+      stats_.generation_tokens = generated;
+      stats_.steps = steps;
+      stats_.requests_finished = finishedCount;
+      queued_ = int64_t(incoming_.size()) + scheduler_->numWaiting();
+      idleWait = plan.chunks.empty() && !scheduler_->idle() &&
+                 incoming_.empty() && cancels_.empty();
+    }
+    size_t next = 0;
+    for (const Chunk &c : plan.chunks) {
+      if (!c.samples)
+        continue;
+      const int32_t token = sampled[next++];
+      auto it = live_.find(uint64_t(c.id));
+      if (it == live_.end())
+        continue;
+      it->second.callback(it->second.user, uint64_t(c.id), token,
+                          KILN_RT_FINISH_NONE);
+    }
+    for (const Finished &f : done) {
+      finish(uint64_t(f.id), f.reason == FinishReason::Length
+                                 ? KILN_RT_FINISH_LENGTH
+                             : f.reason == FinishReason::Stop
+                                 ? KILN_RT_FINISH_STOP
+                                 : KILN_RT_FINISH_CANCELLED);
+    }
+    if (idleWait) {
+      // Nothing could run (cannot happen with the admission limits of
+      // submit); do not spin.
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait_for(lock, std::chrono::milliseconds(10));
+    }
+  }
+  // Shutdown: every request still known ends as cancelled.
+  std::vector<Pending> in;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in.swap(incoming_);
+  }
+  for (Pending &p : in)
+    p.callback(p.user, uint64_t(p.request.id), -1, KILN_RT_FINISH_CANCELLED);
+  std::vector<uint64_t> ids;
+  for (auto &entry : live_)
+    ids.push_back(entry.first);
+  for (uint64_t id : ids) {
+    scheduler_->cancel(kv::SequenceId(id));
+    finish(id, KILN_RT_FINISH_CANCELLED);
+  }
+}
+
+} // namespace kiln::rt::serve

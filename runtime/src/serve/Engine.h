@@ -1,0 +1,117 @@
+//===- Engine.h - Serving engine: batched steps over a paged cache -*- C++ -*-===//
+//
+// The engine behind api.h's kiln_rt_engine_*: one thread that loops
+//   Scheduler::schedule -> copy-on-write copies -> the step's kiln_batch and
+//   token ids -> model.so's kiln_step -> sample each sampling sequence's
+//   logits row -> Scheduler::complete -> callbacks,
+// over a paged KV pool it allocates (kv::BlockManager keeps the block
+// tables). Requests come from any thread (submit / cancel, under a mutex)
+// and are handed to the scheduler between steps, so a cancellation frees
+// its blocks before the next step runs.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_RUNTIME_SERVE_ENGINE_H
+#define KILN_RUNTIME_SERVE_ENGINE_H
+
+#include "base/Status.h"
+#include "kiln_rt/api.h"
+#include "kiln_rt/kernel_abi.h"
+#include "kv/BlockManager.h"
+#include "serve/Scheduler.h"
+#include "tokenizer/Sampler.h"
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace kiln::rt {
+class Artifact;
+}
+
+namespace kiln::rt::serve {
+
+/// Bytes of one KV block of all layers: keys and values of `blockTokens`
+/// positions, `kvHeads * headDim` elements of `elemBytes` each, plus an
+/// f32 scale per kv head and position for 8-bit caches.
+int64_t kvBlockBytes(int64_t layers, int64_t kvHeads, int64_t headDim,
+                     int64_t elemBytes, bool quantized, int64_t blockTokens);
+
+class Engine {
+public:
+  /// Validates `options` against `artifact` (see api.h kiln_rt_engine_create
+  /// for the errors), allocates the pool and starts the engine thread.
+  static Status create(const Artifact &artifact,
+                       const kiln_rt_engine_options_t &options,
+                       std::unique_ptr<Engine> &out);
+  /// Cancels every request (their callbacks run) and joins the thread.
+  ~Engine();
+
+  Status submit(const int32_t *prompt, int64_t n,
+                const kiln_rt_request_params_t &params,
+                kiln_rt_engine_callback_fn callback, void *user,
+                uint64_t &outId);
+  void cancel(uint64_t id);
+  kiln_rt_engine_stats_t stats();
+
+private:
+  Engine(const Artifact &artifact) : artifact_(artifact) {}
+  struct Pending {
+    Request request;
+    kiln_rt_sampler_params_t sampling;
+    kiln_rt_engine_callback_fn callback;
+    void *user;
+  };
+  struct Live {
+    std::unique_ptr<Sampler> sampler;
+    kiln_rt_engine_callback_fn callback;
+    void *user;
+    int64_t promptLen = 0;
+  };
+
+  void run();
+  /// One model step over `plan`: the sampled token of every chunk that
+  /// samples, in order, in `sampled`.
+  void step(const StepPlan &plan, std::vector<int32_t> &sampled);
+  void finish(uint64_t id, kiln_rt_finish_reason_t reason);
+
+  const Artifact &artifact_;
+  kiln_rt_engine_options_t options_{};
+  int64_t context_ = 0, vocab_ = 0, blockTokens_ = 16;
+  int64_t layers_ = 0, kvHeads_ = 0, headDim_ = 0;
+
+  // The pool: one anonymous mapping, sliced per layer into K, V and their
+  // scales; kvPages_[layer] describes it for kiln_step.
+  void *pool_ = nullptr;
+  size_t poolBytes_ = 0;
+  std::vector<kiln_paged_kv> kvPages_;
+  size_t kvRowBytes_ = 0, scaleRowBytes_ = 0;
+  int64_t numBlocks_ = 0;
+
+  // Step buffers (engine thread only).
+  uint8_t *arena_ = nullptr;
+  std::vector<float> logits_;
+  std::vector<int32_t> tokens_, rowStart_, rowCount_, pos_, tables_,
+      positions_;
+
+  std::unique_ptr<kv::BlockManager> blocks_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unordered_map<uint64_t, Live> live_; ///< engine thread only
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::vector<Pending> incoming_;  ///< under mu_
+  std::vector<uint64_t> cancels_;  ///< under mu_
+  bool stopping_ = false, failed_ = false; ///< under mu_
+  uint64_t nextId_ = 1;            ///< under mu_
+  int64_t queued_ = 0;             ///< under mu_: incoming + waiting
+  kiln_rt_engine_stats_t stats_{}; ///< under mu_, refreshed after each step
+  std::thread thread_;
+};
+
+} // namespace kiln::rt::serve
+
+#endif // KILN_RUNTIME_SERVE_ENGINE_H
