@@ -529,19 +529,23 @@ LogicalResult AddBiasOp::verify() {
 // Batched step: the position operand's type and the cache geometry
 //===----------------------------------------------------------------------===//
 
-// `: type(input)` then, for a !kiln.batch position, `, !kiln.batch`; an
-// index position prints nothing (the form of the single-sequence entries).
-static ParseResult parsePositionType(OpAsmParser &parser, Type &type) {
+// A type, then `, !kiln.batch` for a batch position; an index position
+// prints nothing more (the form of the single-sequence entry points).
+static ParseResult parseWithPositionType(OpAsmParser &parser, Type &type,
+                                         Type &position) {
+  if (parser.parseType(type))
+    return failure();
   if (succeeded(parser.parseOptionalComma()))
-    return parser.parseType(type);
-  type = parser.getBuilder().getIndexType();
+    return parser.parseType(position);
+  position = parser.getBuilder().getIndexType();
   return success();
 }
 
-static void printPositionType(OpAsmPrinter &printer, Operation *,
-                              Type type) {
-  if (!isa<IndexType>(type))
-    printer << ", " << type;
+static void printWithPositionType(OpAsmPrinter &printer, Operation *,
+                                  Type type, Type position) {
+  printer << type;
+  if (!isa<IndexType>(position))
+    printer << ", " << position;
 }
 
 namespace {

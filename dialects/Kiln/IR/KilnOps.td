@@ -307,7 +307,7 @@ def Kiln_RopeOp : Kiln_Op<"rope", [Pure, AllTypesMatch<["input", "result"]>]> {
   let assemblyFormat = [{
     $input `,` $position
     (`freq_factors` `(` $freq_factors^ `:` type($freq_factors) `)`)?
-    attr-dict `:` type($input) custom<PositionType>(type($position))
+    attr-dict `:` custom<WithPositionType>(type($input), type($position))
   }];
   let hasVerifier = 1;
 }
@@ -386,8 +386,8 @@ def Kiln_AttentionOp : Kiln_Op<"attention", [
   let assemblyFormat = [{
     $query `,` $key `,` $value `,` $kv_cache `,` $position
     (`key_mean` `(` $key_mean^ `:` type($key_mean) `)`)? attr-dict `:`
-    type($query) `,` type($key) `,` type($value) `,` qualified(type($kv_cache))
-    custom<PositionType>(type($position)) `->` type($result)
+    type($query) `,` type($key) `,` type($value) `,`
+    custom<WithPositionType>(type($kv_cache), type($position)) `->` type($result)
   }];
   let extraClassDeclaration = [{
     /// True in the batched step: a !kiln.paged_kv_cache and a !kiln.batch.

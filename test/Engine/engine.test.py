@@ -2,7 +2,7 @@
 """Drives the serving engine (api.h kiln_rt_engine_*) of libkiln_runtime.so
 through ctypes and checks it against the single-sequence session path.
 
-  engine_check.py LIB ARTIFACT MODE [options]
+  engine.test.py LIB ARTIFACT MODE [options]
 
 Modes (each prints one summary line on success, exits 1 with a message):
   equal      greedy requests run alone through the engine give the tokens
@@ -65,7 +65,7 @@ FINISH = {1: "length", 2: "stop", 3: "cancelled", 4: "error"}
 
 
 def fail(msg):
-    print("engine_check: " + msg, file=sys.stderr)
+    print("engine.test.py: " + msg, file=sys.stderr)
     sys.exit(1)
 
 
