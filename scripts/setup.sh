@@ -5,7 +5,8 @@ set -euo pipefail
 PKGS=(cmake ninja-build ccache g++ python3 python3-numpy python3-jinja2
       llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
       libxxhash-dev nlohmann-json3-dev libopenblas-dev libgtest-dev libhwy-dev
-      libsodium-dev libpcre2-dev libutf8proc-dev clang-22 libclang-rt-22-dev libomp-22-dev)
+      libsodium-dev libpcre2-dev libutf8proc-dev clang-22 libclang-rt-22-dev libomp-22-dev
+      libcpp-httplib-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -37,4 +38,9 @@ fi
 # The chat-template tests (test/Chat) compare with jinja2 under that python3.
 if ! python3 -c "import jinja2" 2>/dev/null; then
   python3 -m pip install -q jinja2
+fi
+# The kiln-serve tests (test/Serve) drive the server with the OpenAI Python
+# client and parse /metrics with prometheus_client's exposition parser.
+if ! python3 -c "import openai, prometheus_client" 2>/dev/null; then
+  python3 -m pip install -q openai prometheus_client
 fi

@@ -79,6 +79,8 @@ void kiln_plan_info(kiln_plan_info_t *out) {
 #ifndef KILN_RT_FAKE_MODEL_OLD_PLAN_INFO // built like a kernel ABI 3 model
   out->prefill_weights_extent = 256;
   out->decode_weights_extent = 4;
+  out->step_max_tokens = 0; // no batched step entry point
+  out->step_weights_extent = 0;
 #endif
 }
 

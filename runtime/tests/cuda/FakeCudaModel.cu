@@ -116,6 +116,8 @@ kiln_plan_info(kiln_plan_info_t *out) {
   out->max_seq = 32;
   out->prefill_weights_extent = (int64_t(65) << 20) + 64; // all of weights.bin
   out->decode_weights_extent = 4;                          // word 0 only
+  out->step_max_tokens = 0; // no batched step entry point
+  out->step_weights_extent = 0;
 }
 
 __attribute__((visibility("default"))) uint64_t kiln_cuda_workspace_bytes(void) {

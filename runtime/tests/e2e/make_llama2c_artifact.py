@@ -152,6 +152,7 @@ def main():
             f'  out->arena_bytes = {arena}; out->max_prefill_tokens = {nmax}; out->vocab_size = {vocab};',
             f'  out->kv_cache_bytes = {n_layers * 2 * seq_len * kv_dim * 4}; out->max_seq = {seq_len};',
             f'  out->prefill_weights_extent = {len(blob)}; out->decode_weights_extent = {len(blob)};',
+            '  out->step_max_tokens = 0; out->step_weights_extent = 0;',
             '}', ""]
     cpp = os.path.join(out, "model.cpp")
     open(cpp, "w").write("\n".join(src))
@@ -164,7 +165,7 @@ def main():
         path = os.path.join(out, f)
         files[f] = {"bytes": os.path.getsize(path), "xxh3_64": xxh3(path)}
     manifest = {
-        "format": "kiln-artifact", "version": 1, "abi_version": 10, "target": "cpu",
+        "format": "kiln-artifact", "version": 1, "abi_version": 11, "target": "cpu",
         "model": {"name": os.path.basename(model_path).rsplit(".", 1)[0],
                   "architecture": "llama", "source": os.path.abspath(model_path),
                   "source_format": "llama2c", "dim": dim, "hidden_dim": hidden,
