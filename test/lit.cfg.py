@@ -36,7 +36,7 @@ tools = ["kiln-opt", "kiln-compile", "kiln-calibrate", "kiln-run", "kiln-bench",
          "kiln-chat-render",
          "kiln-keygen", "kiln-weight-dump",
          "KilnImportTests", "kiln_runtime_tests", "kiln_rt_text_tests",
-         "kiln-gpu-kernel-check"]
+         "kiln-gpu-kernel-check", "kiln-serve"]
 tools += ["kiln-fuzz-" + t for t in ("gguf", "hf", "llama2c", "tokbin", "tokjson",
                                       "tokenizer", "calibration", "artifact", "ir")]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
@@ -61,6 +61,14 @@ try:
     config.available_features.add("numpy")
 except ImportError:
     pass
+# kiln-serve is built where cpp-httplib is installed; its tests drive it
+# with the OpenAI Python client and prometheus_client's parser.
+if os.path.exists(os.path.join(config.kiln_tools_dir, "kiln-serve")) and \
+        subprocess.run([config.python_executable, "-c",
+                        "import openai, prometheus_client"],
+                       stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL).returncode == 0:
+    config.available_features.add("kiln-serve")
 # PyPI gguf (gguf-py) in the Python that runs %python: test helpers that
 # write GGUF files.
 import subprocess

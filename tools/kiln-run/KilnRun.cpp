@@ -30,6 +30,9 @@
 #include <cmath>
 #include <cstring>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -142,7 +145,14 @@ static cl::opt<std::string> traceFile(
              "kernel call with its op kind, IR location, bytes and FLOPs, "
              "and sampling/detokenizing; written when the run ends"),
     cl::value_desc("FILE.json"), cl::cat(runCategory));
-
+static cl::opt<bool> noEngine(
+    "no-engine",
+    cl::desc("Generate on the single-sequence session (contiguous KV cache) "
+             "instead of the serving engine (paged KV cache, the batched "
+             "step kiln-serve runs); the session is used anyway for --chat, "
+             "--trace, --dump-logits, artifacts without a step entry point, "
+             "and runs that would fill the context"),
+    cl::cat(runCategory));
 
 namespace {
 
@@ -233,6 +243,104 @@ struct Runtime {
     kiln_rt_artifact_release(artifact);
   }
 };
+
+/// Tokens the serving engine delivers (its callback runs on the engine's
+/// thread; kiln-run prints on the main thread).
+struct EngineOutput {
+  struct Event {
+    int32_t token;
+    kiln_rt_finish_reason_t finish;
+    double ms;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Event> events;
+  static void callback(void *user, uint64_t, int32_t token,
+                       kiln_rt_finish_reason_t finish) {
+    auto *out = static_cast<EngineOutput *>(user);
+    std::lock_guard<std::mutex> lock(out->mu);
+    out->events.push_back(Event{token, finish, nowMs()});
+    out->cv.notify_one();
+  }
+};
+
+/// Generates `maxTokens` tokens after `tokens` as one request of the serving
+/// engine (api.h kiln_rt_engine_*: the batched step over a paged KV cache,
+/// the path kiln-serve runs), printing each piece as it arrives. Returns
+/// false, having printed nothing, when the artifact has no step entry point
+/// (KILN_RT_UNIMPLEMENTED: a cuda artifact, scaled RoPE, --batch-step=false);
+/// the caller then uses the session. Stops at BOS/EOS, as the session loop.
+bool generateWithEngine(Runtime &rt, const kiln_rt_model_info_t &info,
+                        const std::vector<int32_t> &tokens, int64_t ctx,
+                        const kiln_rt_sampler_params_t &sampling,
+                        int32_t threads, std::vector<int32_t> &generated,
+                        double start, double &ttft, double &decodeStart,
+                        double &decodeEnd) {
+  kiln_rt_engine_options_t options{};
+  options.max_batch = 1;
+  options.context_length = int32_t(ctx);
+  options.threads = threads;
+  options.flags = KILN_RT_ENGINE_NO_PREFIX_CACHE;
+  kiln_rt_engine_t *engine = nullptr;
+  kiln_rt_status_t st = kiln_rt_engine_create(rt.artifact, &options, &engine);
+  if (st && kiln_rt_status_code(st) == KILN_RT_UNIMPLEMENTED) {
+    kiln_rt_status_free(st);
+    return false;
+  }
+  check(st);
+  EngineOutput out;
+  const int32_t stops[2] = {info.bos_id, info.eos_id};
+  kiln_rt_request_params_t params{};
+  params.sampling = sampling;
+  params.max_tokens = int32_t(maxTokens);
+  params.stop_ids = stops;
+  params.n_stop_ids = 2;
+  uint64_t id = 0;
+  st = kiln_rt_engine_submit(engine, tokens.data(), int64_t(tokens.size()),
+                             &params, &EngineOutput::callback, &out, &id);
+  if (st) {
+    kiln_rt_engine_release(engine);
+    check(st);
+  }
+  int32_t prev = tokens.back();
+  const char *piece = nullptr;
+  size_t len = 0;
+  for (bool done = false; !done;) {
+    std::deque<EngineOutput::Event> events;
+    {
+      std::unique_lock<std::mutex> lock(out.mu);
+      out.cv.wait(lock, [&] { return !out.events.empty(); });
+      events.swap(out.events);
+    }
+    for (const EngineOutput::Event &e : events) {
+      if (e.finish != KILN_RT_FINISH_NONE) {
+        done = true;
+        if (e.finish == KILN_RT_FINISH_ERROR ||
+            e.finish == KILN_RT_FINISH_CANCELLED) {
+          kiln_rt_engine_release(engine);
+          fail(artifactDir + ": the serving engine stopped the request (" +
+               (e.finish == KILN_RT_FINISH_ERROR ? "a step failed"
+                                                  : "cancelled") +
+               ")");
+        }
+        break;
+      }
+      if (generated.empty() && ttft == 0) {
+        ttft = e.ms - start;
+        decodeStart = decodeEnd = e.ms;
+      }
+      if (e.token == info.bos_id || e.token == info.eos_id)
+        continue; // FINISH_STOP follows
+      generated.push_back(e.token);
+      check(kiln_rt_detokenize(rt.artifact, prev, e.token, &piece, &len));
+      printPiece(piece, len);
+      decodeEnd = e.ms;
+      prev = e.token;
+    }
+  }
+  kiln_rt_engine_release(engine);
+  return true;
+}
 
 void writeLogits(Runtime &rt, const std::vector<int32_t> &tokens,
                  int64_t vocab) {
@@ -552,14 +660,20 @@ int main(int argc, char **argv) {
          " exceeds the artifact's compiled maximum context of " +
          std::to_string(info.max_seq_len) +
          " tokens (recompile with kiln-compile --max-seq-len)");
-  kiln_rt_session_options_t sessionOptions{};
-  sessionOptions.context_length = ctxSize;
-  check(kiln_rt_session_create_with_options(rt.artifact, &sessionOptions,
-                                            &rt.session));
-  const int64_t ctx = kiln_rt_session_context_length(rt.session);
-  rt.trace.attach(rt.session);
+  // The session (contiguous KV cache of `ctx` positions) is created only
+  // where it runs: --chat, --dump-logits, --trace, --no-engine, and
+  // artifacts or runs the serving engine does not take.
+  const int64_t ctx = ctxSize ? int64_t(ctxSize) : info.max_seq_len;
+  auto openSession = [&] {
+    kiln_rt_session_options_t sessionOptions{};
+    sessionOptions.context_length = ctxSize;
+    check(kiln_rt_session_create_with_options(rt.artifact, &sessionOptions,
+                                              &rt.session));
+    rt.trace.attach(rt.session);
+  };
 
   if (chatMode) {
+    openSession();
     kiln_rt_sampler_params_t params;
     params.temperature = temperature;
     params.top_k = topK;
@@ -611,6 +725,7 @@ int main(int argc, char **argv) {
          std::to_string(ctx) + " tokens");
 
   if (!dumpLogits.empty()) {
+    openSession();
     writeLogits(rt, tokens, info.vocab_size);
     rt.writeTrace();
     return 0;
@@ -641,7 +756,18 @@ int main(int argc, char **argv) {
 
   std::vector<int32_t> generated;
   double ttft = 0, decodeStart = 0, decodeEnd = 0;
-  if (maxTokens > 0) {
+  // The serving engine where it applies: the prompt and every requested
+  // token fit the context (the session path also runs into a full context,
+  // with a note).
+  bool done = false;
+  if (maxTokens > 0 && !noEngine && traceFile.empty() &&
+      promptLen + maxTokens <= ctx)
+    done = generateWithEngine(
+        rt, info, tokens, ctx, params,
+        threadCount.getNumOccurrences() ? int32_t(threadCount) : 0, generated,
+        start, ttft, decodeStart, decodeEnd);
+  if (!done && maxTokens > 0) {
+    openSession();
     check(kiln_rt_session_prefill(rt.session, tokens.data(), promptLen));
     int32_t prev = tokens.back();
     for (;;) {
@@ -690,6 +816,7 @@ int main(int argc, char **argv) {
   std::fprintf(stderr, "decode: %.1f tokens/s (%lld tokens)\n",
                decodeMs > 0 ? double(decoded) * 1000.0 / decodeMs : 0.0,
                (long long)decoded);
-  rt.writeTrace();
+  if (rt.session)
+    rt.writeTrace();
   return 0;
 }
