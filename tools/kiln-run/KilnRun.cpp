@@ -315,13 +315,17 @@ bool generateWithEngine(Runtime &rt, const kiln_rt_model_info_t &info,
     for (const EngineOutput::Event &e : events) {
       if (e.finish != KILN_RT_FINISH_NONE) {
         done = true;
-        if (e.finish == KILN_RT_FINISH_ERROR ||
-            e.finish == KILN_RT_FINISH_CANCELLED) {
+        if (e.finish == KILN_RT_FINISH_ERROR) {
+          kiln_rt_status_t why = kiln_rt_engine_request_error(engine, id);
+          std::string msg = why ? kiln_rt_status_message(why)
+                                : "the serving engine failed the request";
+          kiln_rt_status_free(why);
           kiln_rt_engine_release(engine);
-          fail(artifactDir + ": the serving engine stopped the request (" +
-               (e.finish == KILN_RT_FINISH_ERROR ? "a step failed"
-                                                  : "cancelled") +
-               ")");
+          fail(msg);
+        }
+        if (e.finish == KILN_RT_FINISH_CANCELLED) {
+          kiln_rt_engine_release(engine);
+          fail("the serving engine cancelled the request");
         }
         break;
       }

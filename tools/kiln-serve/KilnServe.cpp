@@ -915,6 +915,8 @@ public:
   }
 
   const std::string &finishReason() const { return reason_; }
+  /// Why the engine failed the request (reason "error"), if it said.
+  const std::string &errorMessage() const { return error_; }
   int64_t completionTokens() const { return generated_; }
   int64_t promptTokens() const { return int64_t(p_.prompt.size()); }
   const GenParams &params() const { return p_; }
@@ -980,7 +982,16 @@ private:
       case KILN_RT_FINISH_CANCELLED:
         reason_ = "abort"; // shutdown
         break;
-      case KILN_RT_FINISH_ERROR:
+      case KILN_RT_FINISH_ERROR: {
+        // Non-finite logits: this request fails, the engine goes on.
+        reason_ = "error";
+        kiln_rt_status_t why = kiln_rt_engine_request_error(s_.engine, engineId_);
+        if (why) {
+          error_ = kiln_rt_status_message(why);
+          kiln_rt_status_free(why);
+        }
+        break;
+      }
       case KILN_RT_FINISH_NONE:
         reason_ = "error";
         s_.engineFailed = true;
@@ -1012,6 +1023,7 @@ private:
   bool submitted_ = false, engineDone_ = false, textDone_ = false,
        cancelled_ = false;
   std::string reason_;
+  std::string error_;
 };
 
 //===----------------------------------------------------------------------===//
@@ -1246,7 +1258,10 @@ void respondWhole(Server &s, std::shared_ptr<Generation> gen, bool chat,
                              reason == "abort"
                                  ? "the request was cancelled (client gone or "
                                    "server shutting down)"
-                                 : "the engine failed while running the request",
+                                 : gen->errorMessage().empty()
+                                       ? "the engine failed while running the "
+                                         "request"
+                                       : gen->errorMessage(),
                              "server_error", "", ""});
     return;
   }
@@ -1299,9 +1314,11 @@ void respondStream(Server &s, std::shared_ptr<Generation> gen, bool chat,
       const std::string reason = gen->finishReason();
       if (reason == "abort" || reason == "error") {
         HttpError e{reason == "abort" ? 503 : 500,
-                    reason == "abort" ? "the request was cancelled"
-                                      : "the engine failed while running the "
-                                        "request",
+                    reason == "abort" ? std::string("the request was cancelled")
+                    : gen->errorMessage().empty()
+                        ? std::string("the engine failed while running the "
+                                      "request")
+                        : gen->errorMessage(),
                     "server_error", "", ""};
         out += "data: " + errorBody(e) + "\n\n";
       } else {

@@ -428,7 +428,9 @@ typedef enum kiln_rt_finish_reason_e {
   KILN_RT_FINISH_LENGTH = 1,    /* max_tokens reached */
   KILN_RT_FINISH_STOP = 2,      /* a stop id was generated */
   KILN_RT_FINISH_CANCELLED = 3, /* kiln_rt_engine_cancel or release */
-  KILN_RT_FINISH_ERROR = 4,     /* a step failed (the engine stops) */
+  KILN_RT_FINISH_ERROR = 4,     /* the request's logits were NaN or
+                                   infinite (kiln_rt_engine_request_error
+                                   says where); other requests go on */
 } kiln_rt_finish_reason_t;
 
 /// Receives a request's output on the engine thread: once per generated
@@ -455,6 +457,14 @@ kiln_rt_status_t kiln_rt_engine_submit(kiln_rt_engine_t *engine,
 /// and its callback gets KILN_RT_FINISH_CANCELLED. Unknown or finished ids
 /// are ignored. Callable from any thread, including inside a callback.
 void kiln_rt_engine_cancel(kiln_rt_engine_t *engine, uint64_t id);
+
+/// Why request `id` finished with KILN_RT_FINISH_ERROR: a
+/// KILN_RT_DATA_LOSS status naming the request, the logit and the position
+/// ("request 3: logit 17 is NaN after position 0: the weights are corrupted
+/// or the activations overflowed"); NULL for a request that did not fail
+/// (the last 256 failures are kept). The caller frees the status.
+kiln_rt_status_t kiln_rt_engine_request_error(kiln_rt_engine_t *engine,
+                                             uint64_t id);
 
 /// Counters of an engine (cumulative unless stated).
 typedef struct kiln_rt_engine_stats_t {

@@ -13,7 +13,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
+#include <set>
 #include <string>
 
 namespace kiln::rt::serve {
@@ -275,7 +277,8 @@ void Engine::finish(uint64_t id, kiln_rt_finish_reason_t reason) {
   live.callback(live.user, id, -1, reason);
 }
 
-void Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled) {
+void Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled,
+                  std::vector<std::pair<uint64_t, std::string>> &bad) {
   const size_t S = plan.chunks.size();
   const int64_t T = plan.tokens();
   size_t maxBlocks = 1;
@@ -342,11 +345,32 @@ void Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled) {
     if (!c.samples)
       continue;
     auto it = live_.find(uint64_t(c.id));
-    sampled.push_back(it == live_.end()
-                          ? 0
-                          : it->second.sampler->sample(logits_.data() +
-                                                       s * size_t(vocab_)));
+    float *row = logits_.data() + s * size_t(vocab_);
+    // As the session: sampling a NaN or infinite row would print garbage
+    // silently.
+    int64_t badLogit = -1;
+    for (int64_t i = 0; i < vocab_ && badLogit < 0; ++i)
+      if (!std::isfinite(row[i]))
+        badLogit = i;
+    if (badLogit >= 0) {
+      bad.emplace_back(
+          uint64_t(c.id),
+          "request " + std::to_string(c.id) + ": logit " +
+              std::to_string(badLogit) + " is " +
+              (std::isnan(row[badLogit]) ? "NaN" : "infinite") +
+              " after position " + std::to_string(c.start + c.count - 1) +
+              ": the weights are corrupted or the activations overflowed");
+      sampled.push_back(-1);
+      continue;
+    }
+    sampled.push_back(it == live_.end() ? 0 : it->second.sampler->sample(row));
   }
+}
+
+Status Engine::requestError(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = errors_.find(id);
+  return it == errors_.end() ? Status::ok() : dataLoss(it->second);
 }
 
 void Engine::run() {
@@ -386,9 +410,23 @@ void Engine::run() {
 
     StepPlan plan = scheduler_->schedule();
     std::vector<int32_t> sampled;
+    std::vector<std::pair<uint64_t, std::string>> bad;
+    std::set<uint64_t> failed;
     if (!plan.chunks.empty()) {
-      step(plan, sampled);
+      step(plan, sampled, bad);
       ++steps;
+    }
+    // A request whose logits are not finite ends with FINISH_ERROR (its
+    // blocks freed like a cancellation); the others go on.
+    if (!bad.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto &[id, message] : bad) {
+        scheduler_->cancel(kv::SequenceId(id));
+        failed.insert(id);
+        errors_[id] = std::move(message);
+        while (errors_.size() > kMaxErrors)
+          errors_.erase(errors_.begin());
+      }
     }
     // Prompt tokens computed this step (a decode row is a generated token).
     for (const Chunk &c : plan.chunks)
@@ -426,13 +464,15 @@ void Engine::run() {
         continue;
       const int32_t token = sampled[next++];
       auto it = live_.find(uint64_t(c.id));
-      if (it == live_.end())
+      if (it == live_.end() || failed.count(uint64_t(c.id)))
         continue;
       it->second.callback(it->second.user, uint64_t(c.id), token,
                           KILN_RT_FINISH_NONE);
     }
     for (const Finished &f : done) {
-      finish(uint64_t(f.id), f.reason == FinishReason::Length
+      finish(uint64_t(f.id), failed.count(uint64_t(f.id))
+                                 ? KILN_RT_FINISH_ERROR
+                             : f.reason == FinishReason::Length
                                  ? KILN_RT_FINISH_LENGTH
                              : f.reason == FinishReason::Stop
                                  ? KILN_RT_FINISH_STOP

@@ -22,7 +22,9 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -56,6 +58,9 @@ public:
                 uint64_t &outId);
   void cancel(uint64_t id);
   kiln_rt_engine_stats_t stats();
+  /// The error of request `id` if it finished with KILN_RT_FINISH_ERROR
+  /// (the last kMaxErrors such requests are remembered), else ok.
+  Status requestError(uint64_t id);
 
 private:
   Engine(const Artifact &artifact) : artifact_(artifact) {}
@@ -74,8 +79,11 @@ private:
 
   void run();
   /// One model step over `plan`: the sampled token of every chunk that
-  /// samples, in order, in `sampled`.
-  void step(const StepPlan &plan, std::vector<int32_t> &sampled);
+  /// samples, in order, in `sampled`. A sampling row with a NaN or
+  /// infinite logit (corrupted weights, an overflow) is not sampled: its
+  /// request id and message go to `bad`.
+  void step(const StepPlan &plan, std::vector<int32_t> &sampled,
+            std::vector<std::pair<uint64_t, std::string>> &bad);
   void finish(uint64_t id, kiln_rt_finish_reason_t reason);
 
   const Artifact &artifact_;
@@ -109,6 +117,8 @@ private:
   uint64_t nextId_ = 1;            ///< under mu_
   int64_t queued_ = 0;             ///< under mu_: incoming + waiting
   kiln_rt_engine_stats_t stats_{}; ///< under mu_, refreshed after each step
+  static constexpr size_t kMaxErrors = 256;
+  std::map<uint64_t, std::string> errors_; ///< under mu_: failed requests
   std::thread thread_;
 };
 

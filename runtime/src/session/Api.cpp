@@ -458,6 +458,15 @@ void kiln_rt_engine_cancel(kiln_rt_engine_t *engine, uint64_t id) {
     engine->impl->cancel(id);
 }
 
+kiln_rt_status_t kiln_rt_engine_request_error(kiln_rt_engine_t *engine,
+                                             uint64_t id) {
+  return guarded([&]() -> Status {
+    if (!engine)
+      return invalidArgument("kiln_rt_engine_request_error: null engine");
+    return engine->impl->requestError(id);
+  });
+}
+
 void kiln_rt_engine_stats(kiln_rt_engine_t *engine,
                           kiln_rt_engine_stats_t *out_stats) {
   if (engine && out_stats)
