@@ -4,10 +4,14 @@
 // exactly once in align-multiple chunks that do not depend on the thread
 // count (one chunk when the work is too small for threads); kiln_k_widen /
 // kiln_k_narrow equal the scalar conversions bit for bit; a linear tile over
-// f16 / bf16 weights equals the float32 tile on the widened weights.
+// f16 / bf16 weights equals the float32 tile on the widened weights; the
+// batched-decode tile (2 to 8 tokens: the serving engine's decode steps)
+// matches a double reference and gives each token the same bits whatever
+// the number of tokens beside it.
 //
 //===----------------------------------------------------------------------===//
 #include "kiln_rt/api.h"
+#include "kiln_rt/block_formats.h"
 #include "kiln_rt/kernel_abi.h"
 
 #include <gtest/gtest.h>
@@ -135,6 +139,82 @@ TEST(GeneratedPrimitives, LinearTileHalfWeights) {
           ASSERT_NEAR(c[t * rows + r], ref, 1e-5 * mag + 1e-6)
               << "kind " << kind << " n " << n << " t " << t << " row " << r;
         }
+    }
+  }
+}
+
+/// The serving engine's decode steps: 2..8 token rows through
+/// kiln_k_linear_tile on block-format and f16 weights. Each row matches a
+/// double reference on the decoded weights, and a row's result does not
+/// depend on how many rows share the call (batch invariance).
+TEST(GeneratedPrimitives, LinearTileBatchedDecode) {
+  const int64_t in = 512, out = 40, o0 = 3, o1 = 37, rows = o1 - o0;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::uniform_int_distribution<int> byte(0, 255);
+  struct Case {
+    int32_t kind, format;
+  };
+  for (Case k : {Case{KILN_WEIGHT_BLOCKS, KILN_BLOCK_Q4_0},
+                 Case{KILN_WEIGHT_BLOCKS, KILN_BLOCK_Q4_1},
+                 Case{KILN_WEIGHT_BLOCKS, KILN_BLOCK_Q8_0},
+                 Case{KILN_WEIGHT_BLOCKS, KILN_BLOCK_Q5_1},
+                 Case{KILN_WEIGHT_F16, 0}}) {
+    std::vector<uint8_t> w;
+    std::vector<float> wf(size_t(in * out));
+    if (k.kind == KILN_WEIGHT_BLOCKS) {
+      const int64_t bytes = kiln_block_bytes(k.format), blocks = in / 32;
+      w.resize(size_t(out * blocks * bytes));
+      for (uint8_t &b : w)
+        b = uint8_t(byte(rng));
+      for (int64_t i = 0; i < out * blocks; ++i) { // finite d (and m)
+        uint8_t *blk = w.data() + i * bytes;
+        uint16_t d = kiln_float_to_f16(0.05f * dist(rng));
+        std::memcpy(blk, &d, 2);
+        if (k.format == KILN_BLOCK_Q4_1 || k.format == KILN_BLOCK_Q5_1) {
+          uint16_t m = kiln_float_to_f16(0.1f * dist(rng));
+          std::memcpy(blk + 2, &m, 2);
+        }
+      }
+      for (int64_t o = 0; o < out; ++o)
+        kiln_block_decode_row(k.format, w.data() + o * blocks * bytes, in,
+                              wf.data() + o * in);
+    } else {
+      w.resize(size_t(in * out) * 2);
+      for (int64_t i = 0; i < in * out; ++i) {
+        uint16_t h = kiln_float_to_f16(dist(rng));
+        std::memcpy(w.data() + 2 * i, &h, 2);
+        wf[size_t(i)] = kiln_f16_to_float(h);
+      }
+    }
+    kiln_linear_weight desc{};
+    desc.kind = k.kind;
+    desc.format = k.format;
+    desc.data = w.data();
+    std::vector<float> x(size_t(8 * in));
+    for (float &v : x)
+      v = dist(rng);
+    std::vector<float> all(size_t(8 * rows), -1.0f);
+    kiln_k_linear_tile(&desc, x.data(), 8, in, o0, o1, all.data(), rows);
+    for (int64_t t = 0; t < 8; ++t)
+      for (int64_t r = 0; r < rows; ++r) {
+        double ref = 0, mag = 0;
+        for (int64_t i = 0; i < in; ++i) {
+          double p = double(x[t * in + i]) * wf[(o0 + r) * in + i];
+          ref += p;
+          mag += std::fabs(p);
+        }
+        ASSERT_NEAR(all[t * rows + r], ref, 1e-5 * mag + 1e-6)
+            << "kind " << k.kind << " format " << k.format << " t " << t
+            << " row " << r;
+      }
+    for (int64_t n = 2; n < 8; ++n) {
+      std::vector<float> part(size_t(n * rows), -1.0f);
+      kiln_k_linear_tile(&desc, x.data(), n, in, o0, o1, part.data(), rows);
+      for (int64_t i = 0; i < n * rows; ++i)
+        ASSERT_EQ(part[size_t(i)], all[size_t(i)])
+            << "kind " << k.kind << " format " << k.format << " n " << n
+            << " element " << i;
     }
   }
 }

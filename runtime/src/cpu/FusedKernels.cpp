@@ -14,6 +14,8 @@
 
 #include "cpu/Blas.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -29,6 +31,11 @@ constexpr int64_t kParallelGrain = 1 << 17;
 /// Reduction depth of one dequantized weight tile of a prefill tile (a
 /// multiple of 256, so every block format's tile starts on a block).
 constexpr int64_t kTileDepth = 512;
+/// Most tokens kiln_k_linear_tile runs through batchedGemvTile (decode once,
+/// dot per token); more go through the GEMM. Measured on a Q4_1 576x1536
+/// linear (2-core AMD EPYC, OpenBLAS): 0.32 ms against 0.65 ms at 4 rows,
+/// 0.46 against 0.63 at 8, 0.96 against 0.83 at 16.
+constexpr int64_t kBatchedGemvTokens = 8;
 
 /// Per-thread scratch: slots 0-3 for generated code (kiln_k_scratch), 4-5
 /// for kiln_k_linear_tile.
@@ -189,6 +196,162 @@ void gemmTile(const kiln_linear_weight &w, const float *x, int64_t n,
         c[t * ldc + r] *= w.scales[o0 + r];
 }
 
+/// dots[t] = sum_k d[k] * x[t * in + k] for t < n (n <= kBatchedGemvTokens,
+/// in a multiple of 8), in 8 lanes (k mod 8) reduced in a fixed tree at the
+/// end: the same order for every token and every n, with or without AVX2
+/// (the AVX2 + FMA version fuses each multiply-add; the portable one rounds
+/// twice, as the machines without FMA must).
+__attribute__((target("avx2,fma"))) inline float reduceLanes(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  __m128 s = _mm_add_ps(lo, hi);                 // lanes j + (j+4)
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));        // + (j+2)
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55)); // + (j+1)
+  return _mm_cvtss_f32(s);
+}
+
+__attribute__((target("avx2,fma"))) void
+dotRowWithTokensAvx2(const float *__restrict d, const float *__restrict x,
+                     int64_t n, int64_t in, float *__restrict dots) {
+  // Four tokens at a time, four independent FMA chains; a last group of
+  // fewer tokens reads a zero row in the missing slots, so every token is
+  // summed by the same code in the same order.
+  alignas(32) static const float zeros[8] = {};
+  for (int64_t t = 0; t < n; t += 4) {
+    const float *p[4];
+    int64_t step[4];
+    for (int64_t u = 0; u < 4; ++u) {
+      const bool real = t + u < n;
+      p[u] = real ? x + (t + u) * in : zeros;
+      step[u] = real ? 8 : 0;
+    }
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t k = 0; k < in; k += 8) {
+      __m256 w = _mm256_loadu_ps(d + k);
+      a0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(p[0]), a0);
+      a1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(p[1]), a1);
+      a2 = _mm256_fmadd_ps(w, _mm256_loadu_ps(p[2]), a2);
+      a3 = _mm256_fmadd_ps(w, _mm256_loadu_ps(p[3]), a3);
+      p[0] += step[0];
+      p[1] += step[1];
+      p[2] += step[2];
+      p[3] += step[3];
+    }
+    const float r[4] = {reduceLanes(a0), reduceLanes(a1), reduceLanes(a2),
+                        reduceLanes(a3)};
+    for (int64_t u = 0; u < 4 && t + u < n; ++u)
+      dots[t + u] = r[u];
+  }
+}
+
+void dotRowWithTokensPortable(const float *d, const float *x, int64_t n,
+                              int64_t in, float *dots) {
+  for (int64_t t = 0; t < n; ++t) {
+    float acc[8] = {};
+    for (int64_t k = 0; k < in; k += 8)
+      for (int64_t j = 0; j < 8; ++j)
+        acc[j] += d[k + j] * x[t * in + k + j];
+    dots[t] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) +
+              ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+  }
+}
+
+/// kiln_block_decode_row for Q4_0, Q4_1 and Q8_0 in AVX2: the same
+/// products and sums (d * (q - 8), d * q + m, d * q; multiply then add,
+/// not fused), so the same floats as the reference decode.
+__attribute__((target("avx2"))) inline __m256 widenBytes(__m128i bytes8,
+                                                        bool isSigned) {
+  return _mm256_cvtepi32_ps(isSigned ? _mm256_cvtepi8_epi32(bytes8)
+                                     : _mm256_cvtepu8_epi32(bytes8));
+}
+
+__attribute__((target("avx2"))) void
+decodeLegacyRowAvx2(int64_t format, const uint8_t *row, int64_t in,
+                    float *out) {
+  const int64_t bytes = kiln_block_bytes(format);
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  for (int64_t b = 0; b < in / 32; ++b, row += bytes, out += 32) {
+    const __m256 d = _mm256_set1_ps(kiln_block_f16(row));
+    if (format == KILN_BLOCK_Q8_0) {
+      for (int j = 0; j < 4; ++j) {
+        __m128i q = _mm_loadl_epi64(
+            reinterpret_cast<const __m128i *>(row + 2 + 8 * j));
+        _mm256_storeu_ps(out + 8 * j, _mm256_mul_ps(d, widenBytes(q, true)));
+      }
+      continue;
+    }
+    const bool q41 = format == KILN_BLOCK_Q4_1;
+    const __m128i qs = _mm_loadu_si128(
+        reinterpret_cast<const __m128i *>(row + (q41 ? 4 : 2)));
+    const __m128i halves[2] = {
+        _mm_and_si128(qs, low4),
+        _mm_and_si128(_mm_srli_epi16(qs, 4), low4)};
+    const __m256 m = q41 ? _mm256_set1_ps(kiln_block_f16(row + 2))
+                         : _mm256_set1_ps(8.0f);
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < 2; ++j) {
+        __m256 q = widenBytes(_mm_srli_si128(halves[h], 0), false);
+        if (j)
+          q = widenBytes(_mm_srli_si128(halves[h], 8), false);
+        __m256 v = q41 ? _mm256_add_ps(_mm256_mul_ps(d, q), m)
+                       : _mm256_mul_ps(d, _mm256_sub_ps(q, m));
+        _mm256_storeu_ps(out + 16 * h + 8 * j, v);
+      }
+  }
+}
+
+/// Row `o` of `w` as float into dst[in]: the AVX2 decode for the legacy
+/// 32-element formats, dequantRow otherwise.
+void decodeWholeRow(const kiln_linear_weight &w, int64_t in, int64_t o,
+                    float *dst, bool avx2);
+
+void dotRowWithTokens(const float *d, const float *x, int64_t n, int64_t in,
+                      float *dots) {
+  static const bool avx2 =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2)
+    dotRowWithTokensAvx2(d, x, n, in, dots);
+  else
+    dotRowWithTokensPortable(d, x, n, in, dots);
+}
+
+void decodeWholeRow(const kiln_linear_weight &w, int64_t in, int64_t o,
+                    float *dst, bool avx2) {
+  if (avx2 && w.kind == KILN_WEIGHT_BLOCKS &&
+      (w.format == KILN_BLOCK_Q4_0 || w.format == KILN_BLOCK_Q4_1 ||
+       w.format == KILN_BLOCK_Q8_0)) {
+    decodeLegacyRowAvx2(w.format,
+                        static_cast<const uint8_t *>(w.data) + o * rowBytes(w, in),
+                        in, dst);
+    return;
+  }
+  dequantRow(w, in, o, 0, in, dst);
+}
+
+/// Batched decode (the serving engine's steps of a few rows): rows
+/// [o0, o1) for 2 <= n <= kBatchedGemvTokens tokens. Each weight row is
+/// decoded to float once and dotted with every token's row, so the weights
+/// are read and decoded once per step, not once per token, and no GEMM
+/// packing is paid. A token's result depends on its own row only, in the
+/// same summation order for any n in this range.
+void batchedGemvTile(const kiln_linear_weight &w, const float *x, int64_t n,
+                     int64_t in, int64_t o0, int64_t o1, float *c,
+                     int64_t ldc) {
+  if (w.kind == KILN_WEIGHT_BLOCKS && w.act_quant == KILN_ACT_INT8_PER_BLOCK)
+    x = loopDequantizedA8Input(x, n, in); // the A8 formula's d_b * q_i
+  float *row = threadScratch(5, in);
+  float dots[kBatchedGemvTokens];
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  for (int64_t o = o0; o < o1; ++o) {
+    decodeWholeRow(w, in, o, row, avx2);
+    dotRowWithTokens(row, x, n, in, dots);
+    const float scale = w.kind == KILN_WEIGHT_W8 && w.group_size <= 0
+                            ? w.scales[o]
+                            : 1.0f;
+    for (int64_t t = 0; t < n; ++t)
+      c[t * ldc + (o - o0)] = dots[t] * scale;
+  }
+}
+
 } // namespace
 } // namespace kiln::rt::cpu
 
@@ -206,8 +369,14 @@ void kiln_k_linear_tile(const kiln_linear_weight *w, const float *x, int64_t n,
       std::memset(c + t * ldc, 0, sizeof(float) * size_t(o1 - o0));
     return;
   }
+  const bool a8Integer = w->kind == KILN_WEIGHT_BLOCKS &&
+                        w->act_quant == KILN_ACT_INT8_PER_BLOCK &&
+                        n < kA8FloatTokens;
   if (n == 1)
     gemvTile(*w, x, in, o0, o1, c);
+  else if (n <= kBatchedGemvTokens && in % 8 == 0 &&
+           w->kind != KILN_WEIGHT_F32 && !a8Integer)
+    batchedGemvTile(*w, x, n, in, o0, o1, c, ldc);
   else
     gemmTile(*w, x, n, in, o0, o1, c, ldc);
 }
