@@ -11,9 +11,11 @@ For each concurrency c, c clients each send R streaming completions
 (temperature 0, ignore_eos, a distinct prompt of about P tokens, N tokens
 out) to one server at a time, started fresh for that c with c slots
 (kiln-serve --max-batch c; llama-server -np c, continuous batching). Reported
-per server and c: output tokens/s over the run, TTFT p50/p99 (request sent to
-first token), TPOT p50/p99 (per request: (last token - first token) / (n - 1)),
-and ratios kiln/llama taken in the same run. A second scenario sends c
+per server and c: output tokens/s and requests/s over the run, goodput
+(requests/s meeting an SLO on TTFT and TPOT), TTFT p50/p99 (request sent to
+first token), TPOT p50/p99 (per request: (last token - first token) /
+(n - 1)), ITL p50/p99 (every gap between streamed tokens), and ratios
+kiln/llama taken in the same run. A second scenario sends c
 requests that share a system prompt of about 1,000 tokens (then a short
 distinct question): TTFT and kiln's prefix-cache hit rate from /metrics.
 
@@ -106,7 +108,8 @@ def free_port():
 
 
 def stream_one(port, prompt, max_tokens, out):
-    """One streaming completion; appends (ttft s, tpot s or None, tokens)."""
+    """One streaming completion; appends (ttft s, tpot s or None, tokens,
+    [inter-token gaps s])."""
     body = json.dumps({"prompt": prompt, "max_tokens": max_tokens,
                        "temperature": 0, "ignore_eos": True, "stream": True,
                        "stream_options": {"include_usage": True}})
@@ -120,6 +123,7 @@ def stream_one(port, prompt, max_tokens, out):
     first = last = None
     chunks = 0
     usage = None
+    gaps = []
     for raw in r:
         line = raw.decode().strip()
         if not line.startswith("data:"):
@@ -135,12 +139,14 @@ def stream_one(port, prompt, max_tokens, out):
             now = time.perf_counter()
             if first is None:
                 first = now
+            else:
+                gaps.append(now - last)
             last = now
             chunks += 1
     c.close()
     n = usage or chunks
     tpot = (last - first) / (n - 1) if first is not None and n > 1 else None
-    out.append((first - t0 if first else None, tpot, n))
+    out.append((first - t0 if first else None, tpot, n, gaps))
 
 
 def run_load(port, clients, per_client, prompts, max_tokens):
@@ -173,12 +179,22 @@ def pct(xs, p):
     return xs[k]
 
 
+SLO = {"ttft": 2.0, "tpot": 0.1}  # seconds; --slo-ttft-ms / --slo-tpot-ms
+
+
 def summarize(results, wall):
     toks = sum(r[2] for r in results)
-    return {"tok_s": toks / wall, "ttft_p50": pct([r[0] for r in results], 50),
+    itl = [g for r in results for g in r[3]]
+    good = [r for r in results if r[0] is not None and r[0] <= SLO["ttft"] and
+            (r[1] is None or r[1] <= SLO["tpot"])]
+    return {"tok_s": toks / wall, "req_s": len(results) / wall,
+            "goodput_req_s": len(good) / wall,
+            "ttft_p50": pct([r[0] for r in results], 50),
             "ttft_p99": pct([r[0] for r in results], 99),
             "tpot_p50": pct([r[1] for r in results], 50),
-            "tpot_p99": pct([r[1] for r in results], 99), "requests": len(results)}
+            "tpot_p99": pct([r[1] for r in results], 99),
+            "itl_p50": pct(itl, 50), "itl_p99": pct(itl, 99),
+            "requests": len(results)}
 
 
 def kiln_metrics(port):
@@ -228,7 +244,19 @@ def main():
     ap.add_argument("--cache", default=os.environ.get(
         "KILN_PEER_CACHE", os.path.expanduser("~/.cache/kiln-peers")))
     ap.add_argument("--servers", default="kiln,llama")
+    ap.add_argument("--slo-ttft-ms", type=float, default=2000.0,
+                    help="goodput SLO: time to first token (default 2000)")
+    ap.add_argument("--slo-tpot-ms", type=float, default=100.0,
+                    help="goodput SLO: time per output token (default 100)")
     a = ap.parse_args()
+    if a.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            sys.exit("bench-serve: --plot needs matplotlib "
+                     "(python3 -m pip install matplotlib)")
+    SLO["ttft"] = a.slo_ttft_ms / 1e3
+    SLO["tpot"] = a.slo_tpot_ms / 1e3
     conc = [int(x) for x in a.concurrency.split(",")]
     servers = a.servers.split(",")
 
@@ -298,27 +326,36 @@ def main():
                 p.stop()
 
     by = {(r["server"], r["concurrency"]): r for r in rows}
-    lines = ["| c | kiln tok/s | llama-server tok/s | ratio | kiln vs own c=1 | "
-             "roofline tok/s | TTFT p50 kiln / llama (ms) | TPOT p50 kiln / llama (ms) | "
-             "TPOT p99 kiln / llama (ms) | shared-prompt TTFT p50 kiln / llama (ms) | "
-             "kiln prefix hit rate |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
     k1 = by.get(("kiln", conc[0]))
+
+    def f(r, key, scale=1.0, fmt="%.1f"):
+        v = r.get(key) if r else None
+        return fmt % (v * scale) if v is not None and v == v else "-"
+
+    def pair(k, l, key, scale=1.0, fmt="%.1f"):
+        return "%s / %s" % (f(k, key, scale, fmt), f(l, key, scale, fmt))
+    lines = ["| c | output tok/s kiln / llama | ratio | kiln vs own c=1 | "
+             "roofline tok/s | req/s kiln / llama | goodput req/s kiln / llama | "
+             "TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | "
+             "ITL p50 ms | ITL p99 ms | shared-prompt TTFT p50 ms | "
+             "kiln prefix hit rate |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in conc:
         k, l = by.get(("kiln", c)), by.get(("llama", c))
-
-        def f(r, key, scale=1.0, fmt="%.1f"):
-            return fmt % (r[key] * scale) if r and r.get(key) == r.get(key) and r.get(key) is not None else "-"
         ratio = "%.2f" % (k["tok_s"] / l["tok_s"]) if k and l else "-"
         own = "%.2f" % (k["tok_s"] / k1["tok_s"]) if k and k1 else "-"
-        roof = f(k or l, "roofline_tok_s")
-        lines.append("| %d | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s / %s | %s / %s | %s |" % (
-            c, f(k, "tok_s"), f(l, "tok_s"), ratio, own, roof,
-            f(k, "ttft_p50", 1e3), f(l, "ttft_p50", 1e3),
-            f(k, "tpot_p50", 1e3), f(l, "tpot_p50", 1e3),
-            f(k, "tpot_p99", 1e3), f(l, "tpot_p99", 1e3),
-            f(k, "shared_ttft_p50", 1e3), f(l, "shared_ttft_p50", 1e3),
+        lines.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            c, pair(k, l, "tok_s"), ratio, own, f(k or l, "roofline_tok_s", 1.0, "%.0f"),
+            pair(k, l, "req_s", 1.0, "%.2f"), pair(k, l, "goodput_req_s", 1.0, "%.2f"),
+            pair(k, l, "ttft_p50", 1e3, "%.0f"), pair(k, l, "ttft_p99", 1e3, "%.0f"),
+            pair(k, l, "tpot_p50", 1e3), pair(k, l, "tpot_p99", 1e3),
+            pair(k, l, "itl_p50", 1e3), pair(k, l, "itl_p99", 1e3),
+            pair(k, l, "shared_ttft_p50", 1e3, "%.0f"),
             f(k, "prefix_hit_rate", 1.0, "%.2f")))
+    lines.append("")
+    lines.append("Cells with two values are kiln-serve / llama-server. Goodput: "
+                 "requests per second with TTFT <= %.0f ms and TPOT <= %.0f ms." %
+                 (SLO["ttft"] * 1e3, SLO["tpot"] * 1e3))
     table = "\n".join(lines)
     print(table)
     if a.markdown:

@@ -11,8 +11,9 @@ MODE
   errors  malformed JSON, wrong field types, context overflow, bad model,
           missing or wrong API key, a body over --max-body-bytes, unknown
           routes: each a 4xx in OpenAI's error shape; a full queue: 503;
-  load    64 concurrent clients (streaming and not, some disconnecting
-          mid-stream, some sending garbage) three times over: every greedy
+  load    64 concurrent clients (streaming and not; a quarter disconnecting
+          mid-stream, sending garbage bytes, a truncated body or malformed
+          JSON) three times over: every greedy
           answer equals the answer alone, every disconnect is cancelled,
           no blocks leak and the resident set stays flat.
 
@@ -395,11 +396,18 @@ def mode_load(args, server):
             errors.append("client %d: %r" % (i, e))
 
     def bad(i):
+        kind = (i // 4) % 4
         try:
-            if i % 3 == 0:
+            if kind == 0:
                 raw_stream_disconnect(server, PROMPTS[i % len(PROMPTS)], 300)
+            elif kind == 3:  # well-framed, malformed JSON: a 400, no harm
+                st, resp = http(server, "POST", "/v1/completions",
+                                raw=b'{"prompt": "Once", "max_tokens": 4,,}')
+                if st != 400:
+                    errors.append("malformed JSON client %d: %d %r" %
+                                  (i, st, resp))
             else:
-                garbage(server, i % 3)
+                garbage(server, kind - 1)
         except Exception as e:  # noqa: BLE001
             errors.append("bad client %d: %r" % (i, e))
 

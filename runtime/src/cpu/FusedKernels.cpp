@@ -32,10 +32,12 @@ constexpr int64_t kParallelGrain = 1 << 17;
 /// multiple of 256, so every block format's tile starts on a block).
 constexpr int64_t kTileDepth = 512;
 /// Most tokens kiln_k_linear_tile runs through batchedGemvTile (decode once,
-/// dot per token); more go through the GEMM. Measured on a Q4_1 576x1536
-/// linear (2-core AMD EPYC, OpenBLAS): 0.32 ms against 0.65 ms at 4 rows,
-/// 0.46 against 0.63 at 8, 0.96 against 0.83 at 16.
-constexpr int64_t kBatchedGemvTokens = 8;
+/// dot per token); more go through the GEMM, and so do 16 or more where
+/// AMX runs the GEMM. Measured on a Q4_1 576x1536 linear, one thread of a
+/// 2-core AMD EPYC, OpenBLAS sgemm path / batched path in ms: 2 tokens
+/// 0.71 / 0.25, 4: 0.65 / 0.24, 8: 0.74 / 0.31, 16: 0.75 / 0.51, 24: 0.92 /
+/// 0.73, 32: 1.08 / 0.93.
+constexpr int64_t kBatchedGemvTokens = 32;
 
 /// Per-thread scratch: slots 0-3 for generated code (kiln_k_scratch), 4-5
 /// for kiln_k_linear_tile.
@@ -209,49 +211,65 @@ __attribute__((target("avx2,fma"))) inline float reduceLanes(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+/// dots[r * n + t] = dot(d[r], x[t]) for r < 2 and t < n: two decoded
+/// weight rows against four tokens at a time (eight independent FMA chains,
+/// each weight and token vector loaded once per 8 columns); a last group of
+/// fewer tokens reads a zero row in the missing slots, so every (row,
+/// token) is one chain over the columns in order, whatever n.
 __attribute__((target("avx2,fma"))) void
-dotRowWithTokensAvx2(const float *__restrict d, const float *__restrict x,
-                     int64_t n, int64_t in, float *__restrict dots) {
-  // Four tokens at a time, four independent FMA chains; a last group of
-  // fewer tokens reads a zero row in the missing slots, so every token is
-  // summed by the same code in the same order.
+dotRowsWithTokensAvx2(const float *__restrict d0, const float *__restrict d1,
+                      const float *__restrict x, int64_t n, int64_t in,
+                      float *__restrict dots) {
   alignas(32) static const float zeros[8] = {};
   for (int64_t t = 0; t < n; t += 4) {
-    const float *p[4];
-    int64_t step[4];
-    for (int64_t u = 0; u < 4; ++u) {
-      const bool real = t + u < n;
-      p[u] = real ? x + (t + u) * in : zeros;
-      step[u] = real ? 8 : 0;
-    }
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    // Missing tokens read the zero row at a fixed address (stride 0).
+    const float *p0 = x + t * in;
+    const float *p1 = t + 1 < n ? x + (t + 1) * in : zeros;
+    const float *p2 = t + 2 < n ? x + (t + 2) * in : zeros;
+    const float *p3 = t + 3 < n ? x + (t + 3) * in : zeros;
+    const int64_t s1 = t + 1 < n ? 1 : 0, s2 = t + 2 < n ? 1 : 0,
+                  s3 = t + 3 < n ? 1 : 0;
+    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;
+    __m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
     for (int64_t k = 0; k < in; k += 8) {
-      __m256 w = _mm256_loadu_ps(d + k);
-      a0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(p[0]), a0);
-      a1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(p[1]), a1);
-      a2 = _mm256_fmadd_ps(w, _mm256_loadu_ps(p[2]), a2);
-      a3 = _mm256_fmadd_ps(w, _mm256_loadu_ps(p[3]), a3);
-      p[0] += step[0];
-      p[1] += step[1];
-      p[2] += step[2];
-      p[3] += step[3];
+      const __m256 w0 = _mm256_loadu_ps(d0 + k), w1 = _mm256_loadu_ps(d1 + k);
+      __m256 v = _mm256_loadu_ps(p0 + k);
+      a00 = _mm256_fmadd_ps(w0, v, a00);
+      a10 = _mm256_fmadd_ps(w1, v, a10);
+      v = _mm256_loadu_ps(p1 + s1 * k);
+      a01 = _mm256_fmadd_ps(w0, v, a01);
+      a11 = _mm256_fmadd_ps(w1, v, a11);
+      v = _mm256_loadu_ps(p2 + s2 * k);
+      a02 = _mm256_fmadd_ps(w0, v, a02);
+      a12 = _mm256_fmadd_ps(w1, v, a12);
+      v = _mm256_loadu_ps(p3 + s3 * k);
+      a03 = _mm256_fmadd_ps(w0, v, a03);
+      a13 = _mm256_fmadd_ps(w1, v, a13);
     }
-    const float r[4] = {reduceLanes(a0), reduceLanes(a1), reduceLanes(a2),
-                        reduceLanes(a3)};
-    for (int64_t u = 0; u < 4 && t + u < n; ++u)
-      dots[t + u] = r[u];
+    const float r[2][4] = {{reduceLanes(a00), reduceLanes(a01),
+                            reduceLanes(a02), reduceLanes(a03)},
+                           {reduceLanes(a10), reduceLanes(a11),
+                            reduceLanes(a12), reduceLanes(a13)}};
+    for (int64_t u = 0; u < 4 && t + u < n; ++u) {
+      dots[t + u] = r[0][u];
+      dots[n + t + u] = r[1][u];
+    }
   }
 }
 
-void dotRowWithTokensPortable(const float *d, const float *x, int64_t n,
-                              int64_t in, float *dots) {
-  for (int64_t t = 0; t < n; ++t) {
-    float acc[8] = {};
-    for (int64_t k = 0; k < in; k += 8)
-      for (int64_t j = 0; j < 8; ++j)
-        acc[j] += d[k + j] * x[t * in + k + j];
-    dots[t] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) +
-              ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+void dotRowsWithTokensPortable(const float *d0, const float *d1,
+                               const float *x, int64_t n, int64_t in,
+                               float *dots) {
+  for (int64_t r = 0; r < 2; ++r) {
+    const float *d = r ? d1 : d0;
+    for (int64_t t = 0; t < n; ++t) {
+      float acc[8] = {};
+      for (int64_t k = 0; k < in; k += 8)
+        for (int64_t j = 0; j < 8; ++j)
+          acc[j] += d[k + j] * x[t * in + k + j];
+      dots[r * n + t] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) +
+                        ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    }
   }
 }
 
@@ -304,14 +322,14 @@ decodeLegacyRowAvx2(int64_t format, const uint8_t *row, int64_t in,
 void decodeWholeRow(const kiln_linear_weight &w, int64_t in, int64_t o,
                     float *dst, bool avx2);
 
-void dotRowWithTokens(const float *d, const float *x, int64_t n, int64_t in,
-                      float *dots) {
+void dotRowsWithTokens(const float *d0, const float *d1, const float *x,
+                       int64_t n, int64_t in, float *dots) {
   static const bool avx2 =
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   if (avx2)
-    dotRowWithTokensAvx2(d, x, n, in, dots);
+    dotRowsWithTokensAvx2(d0, d1, x, n, in, dots);
   else
-    dotRowWithTokensPortable(d, x, n, in, dots);
+    dotRowsWithTokensPortable(d0, d1, x, n, in, dots);
 }
 
 void decodeWholeRow(const kiln_linear_weight &w, int64_t in, int64_t o,
@@ -338,17 +356,23 @@ void batchedGemvTile(const kiln_linear_weight &w, const float *x, int64_t n,
                      int64_t ldc) {
   if (w.kind == KILN_WEIGHT_BLOCKS && w.act_quant == KILN_ACT_INT8_PER_BLOCK)
     x = loopDequantizedA8Input(x, n, in); // the A8 formula's d_b * q_i
-  float *row = threadScratch(5, in);
-  float dots[kBatchedGemvTokens];
+  float *rows = threadScratch(5, 2 * in);
+  float dots[2 * kBatchedGemvTokens];
   static const bool avx2 = __builtin_cpu_supports("avx2");
-  for (int64_t o = o0; o < o1; ++o) {
-    decodeWholeRow(w, in, o, row, avx2);
-    dotRowWithTokens(row, x, n, in, dots);
-    const float scale = w.kind == KILN_WEIGHT_W8 && w.group_size <= 0
-                            ? w.scales[o]
-                            : 1.0f;
-    for (int64_t t = 0; t < n; ++t)
-      c[t * ldc + (o - o0)] = dots[t] * scale;
+  for (int64_t o = o0; o < o1; o += 2) {
+    // Two weight rows at a time (the last one alone: its pair repeats it).
+    const bool pair = o + 1 < o1;
+    decodeWholeRow(w, in, o, rows, avx2);
+    if (pair)
+      decodeWholeRow(w, in, o + 1, rows + in, avx2);
+    dotRowsWithTokens(rows, pair ? rows + in : rows, x, n, in, dots);
+    for (int64_t r = 0; r < (pair ? 2 : 1); ++r) {
+      const float scale = w.kind == KILN_WEIGHT_W8 && w.group_size <= 0
+                              ? w.scales[o + r]
+                              : 1.0f;
+      for (int64_t t = 0; t < n; ++t)
+        c[t * ldc + (o + r - o0)] = dots[r * n + t] * scale;
+    }
   }
 }
 
@@ -375,7 +399,8 @@ void kiln_k_linear_tile(const kiln_linear_weight *w, const float *x, int64_t n,
   if (n == 1)
     gemvTile(*w, x, in, o0, o1, c);
   else if (n <= kBatchedGemvTokens && in % 8 == 0 &&
-           w->kind != KILN_WEIGHT_F32 && !a8Integer)
+           w->kind != KILN_WEIGHT_F32 && !a8Integer &&
+           !(n >= kAmxMinTokens && amxAvailable()))
     batchedGemvTile(*w, x, n, in, o0, o1, c, ldc);
   else
     gemmTile(*w, x, n, in, o0, o1, c, ldc);
