@@ -19,10 +19,12 @@ kiln/llama taken in the same run. A second scenario sends c
 requests that share a system prompt of about 1,000 tokens (then a short
 distinct question): TTFT and kiln's prefix-cache hit rate from /metrics.
 
-The roofline column is the decode bound of a memory-bound step: c sequences
-share one read of the weights, so tokens/s <= c * bandwidth / weight bytes,
-with the bandwidth measured here (numpy copy of 512 MiB) and the weight bytes
-from kiln's manifest (the bytes one decode step reads).
+The roofline column is the decode bound of a step: c sequences share one
+read of the weights, so tokens/s <= c * bandwidth / weight bytes (bandwidth
+measured here, numpy copy of 512 MiB; the bytes of kiln's weights.bin, what
+one step reads), and no more than the FMA peak (kiln-bench's measured
+figure) over the FLOPs of a token (2 x the weights it multiplies, from the
+GGUF), whichever is lower.
 
 llama.cpp comes from scripts/peers/llama-cpp.sh (the PyPI llama-cpp-python
 source package, built with llama-server), cached in ~/.cache/kiln-peers.
@@ -221,6 +223,29 @@ def bandwidth_gbs():
     return 2 * a.nbytes / best / 1e9  # read + write
 
 
+def flops_per_token(gguf_path):
+    """2 x the weights one decode token multiplies: every 2-D tensor but the
+    token embedding (a row lookup), which counts once more when it is also
+    the output matrix (tied embeddings)."""
+    from gguf import GGUFReader
+    import numpy as np
+    elems = {t.name: int(np.prod([int(x) for x in t.shape]))
+             for t in GGUFReader(gguf_path).tensors if len(t.shape) == 2}
+    total = sum(v for k, v in elems.items() if k != "token_embd.weight")
+    if "output.weight" not in elems:
+        total += elems.get("token_embd.weight", 0)
+    return 2 * total
+
+
+def compute_peak_gflops(kiln_bench, art, threads):
+    """kiln-bench's measured FMA peak (GFLOP/s) for `threads` threads."""
+    out = subprocess.run([kiln_bench, art, "--threads", str(threads),
+                          "--prompt-tokens", "1", "--decode-tokens", "1",
+                          "--profile"], capture_output=True, text=True)
+    m = re.search(r"compute peak: ([0-9.]+) GFLOP/s", out.stdout + out.stderr)
+    return float(m.group(1)) if m else float("nan")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -280,7 +305,16 @@ def main():
     else:
         weight_bytes = os.path.getsize(a.gguf)
     bw = bandwidth_gbs()
-    note("copy bandwidth %.1f GB/s; weights %.1f MB" % (bw, weight_bytes / 1e6))
+    flops = flops_per_token(a.gguf)
+    peak = compute_peak_gflops(os.path.join(a.kiln_bin, "kiln-bench"), art,
+                               a.threads) if "kiln" in servers else float("nan")
+    note("copy bandwidth %.1f GB/s; weights %.1f MB; %.3f GFLOP per token; "
+         "FMA peak %.1f GFLOP/s" % (bw, weight_bytes / 1e6, flops / 1e9, peak))
+
+    def roofline(c):
+        # Memory: c tokens per read of the weights; compute: the FMA peak.
+        mem = c * bw * 1e9 / weight_bytes
+        return min(mem, peak * 1e9 / flops) if peak == peak else mem
 
     prompts = [prompt_text(i, a.prompt_words) for i in range(256)]
     system = "You are a storyteller. " + prompt_text(10 ** 6, a.system_words)
@@ -318,7 +352,7 @@ def main():
                     h = after.get("vllm:prefix_cache_hits_total", 0) - \
                         before.get("vllm:prefix_cache_hits_total", 0)
                     row["prefix_hit_rate"] = h / q if q else float("nan")
-                row["roofline_tok_s"] = c * bw * 1e9 / weight_bytes
+                row["roofline_tok_s"] = roofline(c)
                 rows.append(row)
                 note("  %s" % json.dumps({k: (round(v, 4) if isinstance(v, float) else v)
                                           for k, v in row.items()}))
@@ -379,8 +413,8 @@ def main():
                        label="kiln-serve" if name == "kiln" else "llama-server")
             ax[1].plot(xs, [by[(name, c)]["tpot_p99"] * 1e3 for c in xs], "o-",
                        label="kiln-serve" if name == "kiln" else "llama-server")
-        ax[0].plot(conc, [c * bw * 1e9 / weight_bytes for c in conc], "k--",
-                   label="roofline (weights read once per step)")
+        ax[0].plot(conc, [roofline(c) for c in conc], "k--",
+                   label="roofline (weights once per step; FMA peak)")
         ax[0].set_xscale("log", base=2)
         ax[0].set_yscale("log")
         ax[0].set_xlabel("concurrent clients")
