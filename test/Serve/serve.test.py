@@ -307,6 +307,11 @@ def mode_errors(args, server):
     expect_error(server, "body size", 413, "POST", comp, headers=key,
                  raw=json.dumps({"prompt": "x" * 300000}).encode())
     expect_error(server, "no route", 404, "GET", "/v1/nothing", headers=key)
+    expect_error(server, "logit_bias", 400, "POST", comp,
+                 {"prompt": "a", "max_tokens": 2, "logit_bias": {"1": 5}}, key)
+    expect_error(server, "response_format", 400, "POST", comp,
+                 {"prompt": "a", "max_tokens": 2,
+                  "response_format": {"type": "json_object"}}, key)
     # A full queue: one sequence at a time, one waiting, many at once.
     results = []
 
@@ -433,13 +438,30 @@ def mode_load(args, server):
           "finished %d" % fin)
 
 
+def mode_flags(args, server):
+    """vLLM's / llama-server's flag names work; a port in use is refused."""
+    st, models = http(server, "GET", "/v1/models")
+    m = models["data"][0]
+    if st != 200 or m["id"] != "aliased" or m["max_model_len"] != 100:
+        fail("aliases: %r" % models, server)
+    print("flags: --model and --ctx-size set the name and the context")
+    out = subprocess.run([args.kiln_serve, args.artifact, "--port",
+                          str(server.port)], capture_output=True, text=True,
+                         timeout=120)
+    if out.returncode != 1 or "port %d: the port is in use" % server.port \
+            not in out.stderr:
+        fail("second server on port %d: %d %r" % (server.port, out.returncode,
+                                                   out.stderr), server)
+    print("flags: a second server on the same port: exit 1, 'the port is in use'")
+
+
 def main():
     import argparse
     ap = argparse.ArgumentParser()
     ap.add_argument("kiln_serve")
     ap.add_argument("kiln_run")
     ap.add_argument("artifact")
-    ap.add_argument("mode", choices=["api", "errors", "load"])
+    ap.add_argument("mode", choices=["api", "errors", "load", "flags"])
     ap.add_argument("--chat", metavar="REFERENCE_JSON",
                     help="also check chat against this reference_outputs.json")
     args, flags = ap.parse_known_args()
@@ -453,6 +475,8 @@ def main():
             mode_api(args, server, args.chat)
         elif args.mode == "errors":
             mode_errors(args, server)
+        elif args.mode == "flags":
+            mode_flags(args, server)
         else:
             mode_load(args, server)
     except SystemExit:

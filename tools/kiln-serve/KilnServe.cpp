@@ -1102,6 +1102,17 @@ HttpError readGenFields(Server &s, const Json &body, bool chat, GenParams &p) {
                             "' is not supported (only 0)",
                         penalty);
   }
+  // Fields this server cannot honour are refused, not ignored.
+  for (const char *name : {"logit_bias", "tools", "tool_choice", "functions",
+                           "function_call", "top_logprobs"})
+    if (const Json *v = field(body, name); v && !v->is_null())
+      return badRequest("'" + std::string(name) + "' is not supported", name);
+  if (const Json *rf = field(body, "response_format"); rf && !rf->is_null()) {
+    if (!rf->is_object() || rf->value("type", Json()) != Json("text"))
+      return badRequest("'response_format' is not supported (only {\"type\": "
+                        "\"text\"})",
+                        "response_format");
+  }
   double rep = 1.0;
   if ((e = getNumber(body, "repetition_penalty", rep, given)))
     return e;
@@ -1694,7 +1705,26 @@ void installRoutes(Server &s, httplib::Server &http) {
 
 } // namespace
 
-/// Other servers' names for our flags (vLLM, llama-server).
+/// Other servers' names for our flags (vLLM, llama-server), accepted as
+/// they are.
+static cl::alias maxNumSeqsAlias("max-num-seqs", cl::aliasopt(maxBatch),
+                                 cl::desc("Alias for --max-batch (vLLM)"));
+static cl::alias parallelAlias("parallel", cl::aliasopt(maxBatch),
+                               cl::desc("Alias for --max-batch (llama-server)"));
+static cl::alias npAlias("np", cl::aliasopt(maxBatch),
+                         cl::desc("Alias for --max-batch (llama-server)"));
+static cl::alias ctxSizeAlias("ctx-size", cl::aliasopt(maxModelLen),
+                              cl::desc("Alias for --max-model-len "
+                                       "(llama-server)"));
+static cl::alias cAlias("c", cl::aliasopt(maxModelLen),
+                        cl::desc("Alias for --max-model-len (llama-server)"));
+static cl::alias gpuMemAlias("gpu-memory-utilization",
+                             cl::aliasopt(kvCacheFraction),
+                             cl::desc("Alias for --kv-cache-fraction (vLLM)"));
+static cl::alias modelAlias("model", cl::aliasopt(servedModelName),
+                            cl::desc("Alias for --served-model-name"));
+
+/// Suggestions for mistyped flags.
 static const kiln::tool::FlagAlias kServeAliases[] = {
     {"max-num-seqs", "max-batch"},
     {"np", "max-batch"},
@@ -1715,7 +1745,8 @@ int main(int argc, char **argv) {
       "serving engine\n\n"
       "  Routes: POST /v1/completions, POST /v1/chat/completions, GET "
       "/v1/models,\n"
-      "  GET /health, GET /metrics, POST /tokenize, POST /detokenize.\n",
+      "  GET /health, GET /metrics, GET /version, POST /tokenize, POST "
+      "/detokenize.\n",
       kServeAliases);
 
   if (port < 0 || port > 65535)
@@ -1767,6 +1798,11 @@ int main(int argc, char **argv) {
     fail("--no-verify and --trusted-keys are mutually exclusive");
   if (apiKey.getNumOccurrences() && apiKey.empty())
     fail("--api-key needs a non-empty key");
+  if (host.empty())
+    fail("--host needs an address (127.0.0.1, or 0.0.0.0 for every "
+         "interface)");
+  if (servedModelName.getNumOccurrences() && servedModelName.empty())
+    fail("--served-model-name needs a non-empty name");
 
   // SIGINT/SIGTERM go to one thread (sigwait) that stops the server; every
   // other thread, created after this, has them blocked. A client that went
@@ -1853,17 +1889,26 @@ int main(int argc, char **argv) {
   http.set_payload_max_length(size_t(bodyLimit));
   http.set_keep_alive_max_count(100000);
   http.set_tcp_nodelay(true);
+  // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, with
+  // which a second server binds a port already in use and the kernel splits
+  // the connections between the two.
+  http.set_socket_options([](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   installRoutes(s, http);
 
   int bound = 0;
   if (port == 0) {
     bound = http.bind_to_any_port(host);
     if (bound <= 0)
-      fail("cannot listen on " + host + " (any port): " + std::strerror(errno));
+      fail("cannot listen on '" + host +
+           "' (any port): not an address of this machine (--host)");
   } else {
     if (!http.bind_to_port(host, int(port)))
-      fail("cannot listen on " + host + ":" + std::to_string(port) + ": " +
-           std::strerror(errno) + " (--host/--port; is the port in use?)");
+      fail("cannot listen on '" + host + "' port " + std::to_string(port) +
+           ": the port is in use or the address is not one of this "
+           "machine's (--host/--port)");
     bound = int(port);
   }
 

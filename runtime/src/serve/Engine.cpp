@@ -240,7 +240,12 @@ Status Engine::submit(const int32_t *prompt, int64_t n,
       return internalError("the engine stopped after a failed step");
     if (stopping_)
       return internalError("the engine is shutting down");
-    if (queued_ >= options_.max_queue)
+    // Requests not yet running count as waiting, less the batch slots
+    // free at the last step (a burst on an idle engine is admitted, not
+    // refused before the engine thread has picked it up).
+    const int64_t freeSlots = std::max<int64_t>(
+        0, int64_t(options_.max_batch) - stats_.num_running);
+    if (queued_ >= int64_t(options_.max_queue) + freeSlots)
       return resourceExhausted("the request queue is full (" +
                                std::to_string(options_.max_queue) +
                                " waiting requests)");
