@@ -5,6 +5,8 @@
 //===----------------------------------------------------------------------===//
 #include "serve/Engine.h"
 
+#include "base/FiniteLogits.h"
+
 #include "artifact/Artifact.h"
 #include "cpu/ThreadPool.h"
 
@@ -353,18 +355,10 @@ void Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled,
     float *row = logits_.data() + s * size_t(vocab_);
     // As the session: sampling a NaN or infinite row would print garbage
     // silently.
-    int64_t badLogit = -1;
-    for (int64_t i = 0; i < vocab_ && badLogit < 0; ++i)
-      if (!std::isfinite(row[i]))
-        badLogit = i;
-    if (badLogit >= 0) {
-      bad.emplace_back(
-          uint64_t(c.id),
-          "request " + std::to_string(c.id) + ": logit " +
-              std::to_string(badLogit) + " is " +
-              (std::isnan(row[badLogit]) ? "NaN" : "infinite") +
-              " after position " + std::to_string(c.start + c.count - 1) +
-              ": the weights are corrupted or the activations overflowed");
+    Status finite = checkFiniteLogits(row, vocab_, c.start + c.count - 1,
+                                      "request " + std::to_string(c.id) + ": ");
+    if (!finite.isOk()) {
+      bad.emplace_back(uint64_t(c.id), finite.message());
       sampled.push_back(-1);
       continue;
     }

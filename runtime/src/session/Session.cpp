@@ -1,6 +1,8 @@
 //===- Session.cpp - One generation stream over an artifact -------*- C++ -*-===//
 #include "session/Session.h"
 
+#include "base/FiniteLogits.h"
+
 #include <cmath>
 
 namespace kiln::rt {
@@ -71,16 +73,10 @@ Status Session::step(Status result, int64_t n) {
   // Host logits are cheap to scan: a NaN or infinity means corrupted weights
   // or an overflow, and sampling from it would print garbage silently.
   if (!executor_->samplesOnDevice()) {
-    const float *logits = executor_->logits();
-    int64_t vocab = artifact_.manifest().vocabSize;
-    for (int64_t i = 0; i < vocab; ++i) {
-      if (std::isfinite(logits[i]))
-        continue;
-      failed_ = dataLoss("logit " + std::to_string(i) + " is " +
-                         (std::isnan(logits[i]) ? "NaN" : "infinite") +
-                         " after position " + std::to_string(pos_ - 1) +
-                         ": the weights are corrupted or the activations "
-                         "overflowed");
+    Status finite = checkFiniteLogits(executor_->logits(),
+                                      artifact_.manifest().vocabSize, pos_ - 1);
+    if (!finite.isOk()) {
+      failed_ = finite;
       hasLogits_ = false;
       return failed_;
     }
