@@ -246,6 +246,10 @@ def compute_peak_gflops(kiln_bench, art, threads):
     return float(m.group(1)) if m else float("nan")
 
 
+LABELS = {"kiln": "kiln-serve", "kiln-bi": "kiln-serve --batch-invariant",
+          "llama": "llama-server"}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -268,7 +272,9 @@ def main():
     ap.add_argument("--llama-bin")
     ap.add_argument("--cache", default=os.environ.get(
         "KILN_PEER_CACHE", os.path.expanduser("~/.cache/kiln-peers")))
-    ap.add_argument("--servers", default="kiln,llama")
+    ap.add_argument("--servers", default="kiln,llama",
+                    help="comma list of kiln (kiln-serve), kiln-bi (kiln-serve "
+                    "--batch-invariant) and llama (llama-server)")
     ap.add_argument("--slo-ttft-ms", type=float, default=2000.0,
                     help="goodput SLO: time to first token (default 2000)")
     ap.add_argument("--slo-tpot-ms", type=float, default=100.0,
@@ -294,7 +300,8 @@ def main():
             sys.exit("bench-serve: scripts/peers/llama-cpp.sh failed")
         a.llama_bin = out.stdout.strip().splitlines()[-1]
     art = os.path.join(a.cache, "kiln", os.path.basename(a.gguf) + ".serve.art")
-    if "kiln" in servers:
+    kiln = any(n.startswith("kiln") for n in servers)
+    if kiln:
         os.makedirs(os.path.dirname(art), exist_ok=True)
         note("compiling %s" % art)
         subprocess.run([os.path.join(a.kiln_bin, "kiln-compile"), a.gguf, "-o",
@@ -307,7 +314,7 @@ def main():
     bw = bandwidth_gbs()
     flops = flops_per_token(a.gguf)
     peak = compute_peak_gflops(os.path.join(a.kiln_bin, "kiln-bench"), art,
-                               a.threads) if "kiln" in servers else float("nan")
+                               a.threads) if kiln else float("nan")
     note("copy bandwidth %.1f GB/s; weights %.1f MB; %.3f GFLOP per token; "
          "FMA peak %.1f GFLOP/s" % (bw, weight_bytes / 1e6, flops / 1e9, peak))
 
@@ -324,11 +331,13 @@ def main():
     for c in conc:
         for name in servers:
             port = free_port()
-            if name == "kiln":
+            if name.startswith("kiln"):
                 argv = [os.path.join(a.kiln_bin, "kiln-serve"), art, "--port",
                         str(port), "--max-batch", str(c), "--threads",
                         str(a.threads), "--max-model-len", str(a.ctx),
                         "--max-queue", "1024"]
+                if name == "kiln-bi":  # batch-invariant kernels
+                    argv.append("--batch-invariant")
             else:
                 argv = [os.path.join(a.llama_bin, "llama-server"), "-m", a.gguf,
                         "--host", "127.0.0.1", "--port", str(port), "-np", str(c),
@@ -341,11 +350,11 @@ def main():
                 res, wall = run_load(port, c, a.requests_per_client, prompts,
                                      a.max_tokens)
                 row = {"server": name, "concurrency": c, **summarize(res, wall)}
-                before = kiln_metrics(port) if name == "kiln" else {}
+                before = kiln_metrics(port) if name.startswith("kiln") else {}
                 res2, wall2 = run_load(port, c, 1, shared, 16)
                 s2 = summarize(res2, wall2)
                 row["shared_ttft_p50"] = s2["ttft_p50"]
-                if name == "kiln":
+                if name.startswith("kiln"):
                     after = kiln_metrics(port)
                     q = after.get("vllm:prefix_cache_queries_total", 0) - \
                         before.get("vllm:prefix_cache_queries_total", 0)
@@ -390,6 +399,18 @@ def main():
     lines.append("Cells with two values are kiln-serve / llama-server. Goodput: "
                  "requests per second with TTFT <= %.0f ms and TPOT <= %.0f ms." %
                  (SLO["ttft"] * 1e3, SLO["tpot"] * 1e3))
+    if any(r["server"] == "kiln-bi" for r in rows):
+        lines += ["", "Batch-invariant kernels (kiln-serve --batch-invariant) "
+                  "against the default kernels, same run:", "",
+                  "| c | output tok/s default / invariant | ratio | "
+                  "TTFT p50 ms default / invariant | TPOT p50 ms default / "
+                  "invariant |", "|---|---|---|---|---|"]
+        for c in conc:
+            k, b = by.get(("kiln", c)), by.get(("kiln-bi", c))
+            ratio = "%.2f" % (b["tok_s"] / k["tok_s"]) if k and b else "-"
+            lines.append("| %d | %s | %s | %s | %s |" % (
+                c, pair(k, b, "tok_s"), ratio, pair(k, b, "ttft_p50", 1e3, "%.0f"),
+                pair(k, b, "tpot_p50", 1e3)))
     table = "\n".join(lines)
     print(table)
     if a.markdown:
@@ -410,9 +431,9 @@ def main():
         for name in servers:
             xs = [c for c in conc if (name, c) in by]
             ax[0].plot(xs, [by[(name, c)]["tok_s"] for c in xs], "o-",
-                       label="kiln-serve" if name == "kiln" else "llama-server")
+                       label=LABELS[name])
             ax[1].plot(xs, [by[(name, c)]["tpot_p99"] * 1e3 for c in xs], "o-",
-                       label="kiln-serve" if name == "kiln" else "llama-server")
+                       label=LABELS[name])
         ax[0].plot(conc, [roofline(c) for c in conc], "k--",
                    label="roofline (weights once per step; FMA peak)")
         ax[0].set_xscale("log", base=2)

@@ -7,9 +7,12 @@
 // f16 / bf16 weights equals the float32 tile on the widened weights; the
 // batched-decode tile (2 to 15 tokens: the serving engine's decode steps)
 // matches a double reference and gives each token the same bits whatever
-// the number of tokens beside it.
+// the number of tokens beside it; with batch-invariant linears on, every
+// weight kind gives each token the same bits for any token count (1 to 70:
+// the GEMV, batched and GEMM ranges of the default paths) and any row range.
 //
 //===----------------------------------------------------------------------===//
+#include "cpu/Kernels.h"
 #include "kiln_rt/api.h"
 #include "kiln_rt/block_formats.h"
 #include "kiln_rt/kernel_abi.h"
@@ -218,6 +221,131 @@ TEST(GeneratedPrimitives, LinearTileBatchedDecode) {
             << " element " << i;
     }
   }
+}
+
+/// A random weight of `kind` (and block `format`) for out x in, with every
+/// f16 field finite (bit 6 of each byte cleared: exponents below 31).
+struct RandomWeight {
+  std::vector<uint8_t> data;
+  std::vector<float> scales;
+  std::vector<int8_t> zeros;
+  kiln_linear_weight desc{};
+};
+
+RandomWeight randomWeight(int32_t kind, int32_t format, int32_t actQuant,
+                          int64_t groupSize, int64_t in, int64_t out,
+                          std::mt19937 &rng) {
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> unit(0.01f, 0.1f);
+  RandomWeight w;
+  int64_t bytes = 0, groups = 1;
+  switch (kind) {
+  case KILN_WEIGHT_F32:
+    bytes = out * in * 4;
+    break;
+  case KILN_WEIGHT_F16:
+  case KILN_WEIGHT_BF16:
+    bytes = out * in * 2;
+    break;
+  case KILN_WEIGHT_W8:
+    bytes = out * in;
+    groups = groupSize > 0 ? in / groupSize : 1;
+    break;
+  case KILN_WEIGHT_W4:
+    bytes = out * kiln::rt::cpu::q4RowBytes(in);
+    groups = kiln::rt::cpu::q4Groups(in, groupSize);
+    break;
+  default:
+    bytes = out * in / kiln_block_elems(format) * kiln_block_bytes(format);
+  }
+  w.data.resize(size_t(bytes));
+  for (uint8_t &b : w.data)
+    b = uint8_t(byte(rng) & 0xBF);
+  if (kind == KILN_WEIGHT_F32) // finite floats in (-4, 4)
+    for (int64_t i = 0; i < out * in; ++i) {
+      float v = std::normal_distribution<float>(0.0f, 1.0f)(rng);
+      std::memcpy(w.data.data() + 4 * i, &v, 4);
+    }
+  w.scales.resize(size_t(out * groups));
+  for (float &v : w.scales)
+    v = unit(rng);
+  w.zeros.resize(size_t(out * groups));
+  for (int8_t &z : w.zeros)
+    z = int8_t(byte(rng) % 16);
+  w.desc.kind = kind;
+  w.desc.format = format;
+  w.desc.act_quant = actQuant;
+  w.desc.group_size = groupSize;
+  w.desc.data = w.data.data();
+  w.desc.scales = w.scales.data();
+  w.desc.zeros = w.zeros.data();
+  return w;
+}
+
+TEST(GeneratedPrimitives, LinearTileBatchInvariant) {
+  struct Case {
+    int32_t kind, format, actQuant;
+    int64_t groupSize, in;
+  };
+  const Case cases[] = {
+      {KILN_WEIGHT_F32, 0, 0, 0, 76}, // in % 8 != 0: the scalar tail
+      {KILN_WEIGHT_F16, 0, 0, 0, 76},
+      {KILN_WEIGHT_BF16, 0, 0, 0, 64},
+      {KILN_WEIGHT_W8, 0, 0, 0, 76},
+      {KILN_WEIGHT_W8, 0, 0, 32, 64},
+      {KILN_WEIGHT_W4, 0, 0, 32, 64},
+      {KILN_WEIGHT_BLOCKS, KILN_BLOCK_Q4_0, 0, 0, 256},
+      {KILN_WEIGHT_BLOCKS, KILN_BLOCK_Q4_1, 0, 0, 256},
+      {KILN_WEIGHT_BLOCKS, KILN_BLOCK_Q8_0, 0, 0, 256},
+      {KILN_WEIGHT_BLOCKS, KILN_BLOCK_Q5_1, 0, 0, 256},
+      {KILN_WEIGHT_BLOCKS, KILN_BLOCK_Q4_K, 0, 0, 256},
+      {KILN_WEIGHT_BLOCKS, KILN_BLOCK_Q6_K, 0, 0, 256},
+      {KILN_WEIGHT_BLOCKS, KILN_BLOCK_Q4_0, KILN_ACT_INT8_PER_BLOCK, 0, 256},
+  };
+  const int64_t out = 70, nMax = 70;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  kiln::rt::cpu::acquireBatchInvariantKernels();
+  ASSERT_TRUE(kiln::rt::cpu::batchInvariantKernels());
+  for (const Case &k : cases) {
+    RandomWeight w =
+        randomWeight(k.kind, k.format, k.actQuant, k.groupSize, k.in, out, rng);
+    std::vector<float> x(size_t(nMax * k.in));
+    for (float &v : x)
+      v = dist(rng);
+    // Each token alone, all rows.
+    std::vector<float> alone(size_t(nMax * out));
+    for (int64_t t = 0; t < nMax; ++t)
+      kiln_k_linear_tile(&w.desc, x.data() + t * k.in, 1, k.in, 0, out,
+                         alone.data() + t * out, out);
+    for (float v : alone)
+      ASSERT_TRUE(std::isfinite(v)) << "kind " << k.kind << " format " << k.format;
+    // The same values as the default (fastest) path, up to rounding.
+    kiln::rt::cpu::releaseBatchInvariantKernels();
+    std::vector<float> fast(static_cast<size_t>(out));
+    kiln_k_linear_tile(&w.desc, x.data(), 1, k.in, 0, out, fast.data(), out);
+    kiln::rt::cpu::acquireBatchInvariantKernels();
+    for (int64_t r = 0; r < out; ++r)
+      ASSERT_NEAR(alone[size_t(r)], fast[size_t(r)],
+                  2e-3f * (1.0f + std::fabs(fast[size_t(r)])))
+          << "kind " << k.kind << " format " << k.format << " row " << r;
+    // Any token count, and a row range that starts and ends mid-tile.
+    for (int64_t n : {2, 3, 5, 16, 17, 33, 70}) {
+      for (auto [o0, o1] : {std::pair<int64_t, int64_t>{0, out}, {3, 67}}) {
+        const int64_t rows = o1 - o0;
+        std::vector<float> got(size_t(n * rows), -1.0f);
+        kiln_k_linear_tile(&w.desc, x.data(), n, k.in, o0, o1, got.data(), rows);
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t r = 0; r < rows; ++r)
+            ASSERT_EQ(got[size_t(t * rows + r)], alone[size_t(t * out + o0 + r)])
+                << "kind " << k.kind << " format " << k.format << " act "
+                << k.actQuant << " n " << n << " token " << t << " row "
+                << o0 + r;
+      }
+    }
+  }
+  kiln::rt::cpu::releaseBatchInvariantKernels();
+  EXPECT_FALSE(kiln::rt::cpu::batchInvariantKernels());
 }
 
 } // namespace

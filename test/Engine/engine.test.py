@@ -17,6 +17,7 @@ Modes (each prints one summary line on success, exits 1 with a message):
   errors     submit refuses bad requests with the documented codes
 """
 import argparse
+import math
 import ctypes as C
 import random
 import sys
@@ -60,7 +61,8 @@ class ModelInfo(C.Structure):
                 ("quant", C.c_char_p), ("kv_dtype", C.c_char_p)]
 
 
-CALLBACK = C.CFUNCTYPE(None, C.c_void_p, C.c_uint64, C.c_int32, C.c_int)
+CALLBACK = C.CFUNCTYPE(None, C.c_void_p, C.c_uint64, C.c_int32, C.c_float,
+                       C.c_int)
 FINISH = {1: "length", 2: "stop", 3: "cancelled", 4: "error"}
 
 
@@ -100,8 +102,10 @@ class Runtime:
         self.lib.kiln_rt_status_free(s)
         return out
 
-    def session_greedy(self, prompt, max_tokens):
-        """Greedy generation with the prefill/decode entry points."""
+    def session_greedy(self, prompt, max_tokens, logprobs=None):
+        """Greedy generation with the prefill/decode entry points; each
+        token's log softmax (computed here in double) appended to
+        `logprobs` when given."""
         L = self.lib
         sess = C.c_void_p()
         self.check(L.kiln_rt_session_create(self.art, C.byref(sess)))
@@ -113,6 +117,11 @@ class Runtime:
             logits = L.kiln_rt_session_logits(sess)
             best = max(range(V), key=lambda v: logits[v])
             out.append(best)
+            if logprobs is not None:
+                m = logits[best]
+                lse = m + math.log(sum(math.exp(logits[v] - m)
+                                       for v in range(V)))
+                logprobs.append(logits[best] - lse)
             if i + 1 < max_tokens:
                 self.check(L.kiln_rt_session_decode(sess, best))
         L.kiln_rt_session_release(sess)
@@ -130,17 +139,18 @@ class Engine:
                                               C.byref(self.handle)), "engine")
         self.lock = threading.Lock()
         self.cv = threading.Condition(self.lock)
-        self.tokens, self.finish = {}, {}
+        self.tokens, self.finish, self.logprobs = {}, {}, {}
         self.cb = CALLBACK(self._on_token)
         self.on_token = None
 
-    def _on_token(self, user, rid, token, finish):
+    def _on_token(self, user, rid, token, logprob, finish):
         with self.lock:
             if finish:
                 self.finish[rid] = FINISH.get(finish, finish)
                 self.cv.notify_all()
             else:
                 self.tokens.setdefault(rid, []).append(token)
+                self.logprobs.setdefault(rid, []).append(logprob)
         if not finish and self.on_token:
             self.on_token(rid, token)
 
@@ -167,6 +177,12 @@ class Engine:
                 if not self.cv.wait(max(0.0, deadline - time.time())):
                     fail(f"timed out waiting for {len(rids)} requests")
         return [self.tokens.get(r, []) for r in rids]
+
+    def wait_logprobs(self, rids, timeout=300):
+        """(tokens, logprobs) of each request, once all have finished."""
+        toks = self.wait(rids, timeout)
+        with self.lock:
+            return toks, [self.logprobs.get(r, []) for r in rids]
 
     def stats(self):
         s = EngineStats()
@@ -199,24 +215,46 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--block-tokens", type=int, default=16)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batch-invariant", action="store_true",
+                    help="KILN_RT_ENGINE_BATCH_INVARIANT: invariant mode "
+                    "also requires bit-identical logprobs and sampled "
+                    "(seeded) requests")
+    ap.add_argument("--logprob-tol", type=float, default=1e-3,
+                    help="equal mode: |engine - session log softmax|")
     a = ap.parse_args()
+    flags = 2 if a.batch_invariant else 0
     rt = Runtime(a.lib, a.artifact)
     ps = prompts(rt, a.requests, 7)
     if a.mode == "equal":
         eng = Engine(rt, block_tokens=a.block_tokens, threads=a.threads)
+        worst = 0.0
         for i, p in enumerate(ps[:4]):
             rid, code, msg = eng.submit(p, a.max_tokens)
-            got = eng.wait([rid])[0]
-            want = rt.session_greedy(p, a.max_tokens)
+            (got,), (got_lp,) = eng.wait_logprobs([rid])
+            want_lp = []
+            want = rt.session_greedy(p, a.max_tokens, want_lp)
             if got != want:
                 fail(f"request {i}: engine {got} != session {want}")
-        print(f"equal: {min(4, len(ps))} requests match the session path")
+            for j, (x, y) in enumerate(zip(got_lp, want_lp)):
+                if not x <= 0.0 or abs(x - y) > a.logprob_tol:
+                    fail(f"request {i} token {j}: engine logprob {x} != "
+                         f"session log softmax {y} (tolerance {a.logprob_tol})")
+                worst = max(worst, abs(x - y))
+        print(f"equal: {min(4, len(ps))} requests match the session path; "
+              f"logprobs within {a.logprob_tol}")
     elif a.mode == "invariant":
-        alone = Engine(rt, block_tokens=a.block_tokens, threads=a.threads)
-        want = []
-        for p in ps:
-            rid, code, msg = alone.submit(p, a.max_tokens)
-            want.append(alone.wait([rid])[0])
+        # With --batch-invariant, every other request samples (seeded):
+        # bit-identical logits make its draws identical too.
+        def temp(i):
+            return 0.9 if a.batch_invariant and i % 2 else 0.0
+        alone = Engine(rt, block_tokens=a.block_tokens, threads=a.threads,
+                       flags=flags)
+        want, want_lp = [], []
+        for i, p in enumerate(ps):
+            rid, code, msg = alone.submit(p, a.max_tokens, temp(i), 1000 + i)
+            (t,), (lp,) = alone.wait_logprobs([rid])
+            want.append(t)
+            want_lp.append(lp)
         alone.release()
         # A pool of three full-context sequences (preemption when 16 run)
         # and a step budget of 24 tokens (chunked prefill).
@@ -224,18 +262,25 @@ def main():
         blocks_per_seq = (ctx + a.block_tokens - 1) // a.block_tokens
         eng = Engine(rt, block_tokens=a.block_tokens, threads=a.threads,
                      max_batch=16, max_step_tokens=24, context_length=ctx,
+                     flags=flags,
                      kv_cache_bytes=3 * blocks_per_seq *
                      block_bytes(a.artifact, a.block_tokens))
         rids = []
-        for p in ps:
-            rid, code, msg = eng.submit(p, a.max_tokens)
+        for i, p in enumerate(ps):
+            rid, code, msg = eng.submit(p, a.max_tokens, temp(i), 1000 + i)
             if rid is None:
                 fail(msg)
             rids.append(rid)
-        got = eng.wait(rids)
+        got, got_lp = eng.wait_logprobs(rids)
         for i, (g, w) in enumerate(zip(got, want)):
             if g != w:
                 fail(f"request {i}: batched {g} != alone {w}")
+            if a.batch_invariant and got_lp[i] != want_lp[i]:
+                j = next(j for j, (x, y) in enumerate(zip(got_lp[i], want_lp[i]))
+                         if x != y)
+                fail(f"request {i} token {j}: batched logprob "
+                     f"{got_lp[i][j]!r} != alone {want_lp[i][j]!r} "
+                     "(batch-invariant mode must be bit-identical)")
         s = eng.stats()
         if s.kv_blocks_used != 0 or s.num_running != 0:
             fail(f"{s.kv_blocks_used} KV blocks still used, "
@@ -243,6 +288,9 @@ def main():
         print(f"invariant: {len(ps)} requests identical batched and alone; "
               f"preemptions>0: {s.num_preemptions > 0}; blocks used 0 of "
               f"{s.kv_blocks_total}")
+        if a.batch_invariant:
+            print(f"invariant: logprobs bit-identical; "
+                  f"{sum(1 for i in range(len(ps)) if temp(i))} of them sampled")
     elif a.mode == "prefix":
         rng = random.Random(3)
         V = rt.info.vocab_size
@@ -301,6 +349,14 @@ def main():
                 fail(f"submit({prompt[:4]}, {mt}) gave {code} {msg!r}, "
                      f"expected an error containing {want!r}")
             print(f"errors: {msg}")
+        o = EngineOptions()
+        o.flags = 1 << 7
+        h = C.c_void_p()
+        code, msg = rt.status(rt.lib.kiln_rt_engine_create(rt.art, C.byref(o),
+                                                           C.byref(h)))
+        if code == 0 or "unknown bits" not in msg:
+            fail(f"engine flags 128 gave {code} {msg!r}")
+        print(f"errors: {msg}")
     else:
         fail(f"unknown mode {a.mode}")
 

@@ -236,6 +236,40 @@ def mode_api(args, server, chat):
         if s != answer:
             fail("streamed chat %r, whole %r" % (s, answer), server)
         print("api: chat answer equals the reference %r, streamed equals whole" % want)
+    # logprobs: the sampled tokens' log probabilities, whole and streamed.
+    r = c.completions.create(model=model, prompt=PROMPTS[0], max_tokens=n,
+                             temperature=0, logprobs=0)
+    lp = r.choices[0].logprobs
+    if lp is None or "".join(lp.tokens) != r.choices[0].text or \
+            len(lp.token_logprobs) != len(lp.tokens) or \
+            not all(x <= 0 for x in lp.token_logprobs) or \
+            lp.text_offset[0] != 0 or \
+            any(lp.text_offset[i + 1] != lp.text_offset[i] + len(lp.tokens[i].encode())
+                for i in range(len(lp.tokens) - 1)):
+        fail("logprobs=0: %r for text %r" % (lp, r.choices[0].text), server)
+    streamed = []
+    for ch in c.completions.create(model=model, prompt=PROMPTS[0],
+                                   max_tokens=n, temperature=0, logprobs=0,
+                                   stream=True):
+        if ch.choices and ch.choices[0].logprobs:
+            streamed += ch.choices[0].logprobs.token_logprobs
+    # (The second run hits the prefix cache: equal up to rounding.)
+    if len(streamed) != len(lp.token_logprobs) or any(
+            abs(a - b) > 1e-4 for a, b in zip(streamed, lp.token_logprobs)):
+        fail("streamed logprobs %r, whole %r" % (streamed, lp.token_logprobs),
+             server)
+    if chat:
+        r = c.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": PROMPTS[1]}],
+            max_tokens=8, temperature=0, logprobs=True)
+        content = r.choices[0].logprobs.content
+        if "".join(t.token for t in content) != r.choices[0].message.content or \
+                not all(t.logprob <= 0 and bytes(t.bytes).decode("utf-8", "replace")
+                        == t.token for t in content):
+            fail("chat logprobs %r for %r" % (content, r.choices[0].message.content),
+                 server)
+    print("api: logprobs cover the text%s, streamed equal whole" %
+          (" (completions and chat)" if chat else ""))
     # tokenize / detokenize round trip.
     st, tok = http(server, "POST", "/tokenize",
                    {"prompt": PROMPTS[1], "add_special_tokens": False})
@@ -312,6 +346,12 @@ def mode_errors(args, server):
     expect_error(server, "response_format", 400, "POST", comp,
                  {"prompt": "a", "max_tokens": 2,
                   "response_format": {"type": "json_object"}}, key)
+    expect_error(server, "logprobs 2", 400, "POST", comp,
+                 {"prompt": "a", "max_tokens": 2, "logprobs": 2}, key)
+    expect_error(server, "logprobs type", 400, "POST", comp,
+                 {"prompt": "a", "max_tokens": 2, "logprobs": True}, key)
+    expect_error(server, "top_logprobs", 400, "POST", comp,
+                 {"prompt": "a", "max_tokens": 2, "top_logprobs": 3}, key)
     # A full queue: one sequence at a time, one waiting, many at once.
     results = []
 
@@ -438,6 +478,36 @@ def mode_load(args, server):
           "finished %d" % fin)
 
 
+def mode_invariant(args, server):
+    """--batch-invariant: 16 concurrent requests get the text and the
+    logprobs, bit for bit, that each got alone (greedy and seeded
+    sampling)."""
+    c = client(server)
+    model = c.models.list().data[0].id
+    reqs = [dict(prompt=PROMPTS[i % len(PROMPTS)] + " " * (i // len(PROMPTS)),
+                 max_tokens=12, logprobs=0,
+                 temperature=0.8 if i % 2 else 0.0, seed=100 + i)
+            for i in range(16)]
+    def run(q):
+        ch = c.completions.create(model=model, **q).choices[0]
+        return ch.text, list(ch.logprobs.token_logprobs)
+    alone = [run(q) for q in reqs]
+    together = [None] * len(reqs)
+    def worker(i):
+        together[i] = run(reqs[i])
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(len(reqs))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for i, (a, b) in enumerate(zip(alone, together)):
+        if a != b:
+            fail("request %d: alone %r, beside 15 others %r" % (i, a, b), server)
+    m = wait_idle(server, "invariant")
+    print("invariant: 16 concurrent requests equal alone, logprobs bit for "
+          "bit (8 sampled)")
+
+
 def mode_flags(args, server):
     """vLLM's / llama-server's flag names work; a port in use is refused."""
     st, models = http(server, "GET", "/v1/models")
@@ -461,7 +531,8 @@ def main():
     ap.add_argument("kiln_serve")
     ap.add_argument("kiln_run")
     ap.add_argument("artifact")
-    ap.add_argument("mode", choices=["api", "errors", "load", "flags"])
+    ap.add_argument("mode", choices=["api", "errors", "load", "flags",
+                                     "invariant"])
     ap.add_argument("--chat", metavar="REFERENCE_JSON",
                     help="also check chat against this reference_outputs.json")
     args, flags = ap.parse_known_args()
@@ -477,6 +548,8 @@ def main():
             mode_errors(args, server)
         elif args.mode == "flags":
             mode_flags(args, server)
+        elif args.mode == "invariant":
+            mode_invariant(args, server)
         else:
             mode_load(args, server)
     except SystemExit:

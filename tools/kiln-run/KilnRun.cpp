@@ -255,7 +255,7 @@ struct EngineOutput {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<Event> events;
-  static void callback(void *user, uint64_t, int32_t token,
+  static void callback(void *user, uint64_t, int32_t token, float,
                        kiln_rt_finish_reason_t finish) {
     auto *out = static_cast<EngineOutput *>(user);
     std::lock_guard<std::mutex> lock(out->mu);

@@ -130,6 +130,13 @@ static cl::opt<bool> noPrefixCaching("no-prefix-caching",
                                      cl::desc("Turn automatic prefix caching "
                                               "off"),
                                      cl::cat(serveCategory));
+static cl::opt<bool> batchInvariant(
+    "batch-invariant",
+    cl::desc("Batch-invariant steps: a request's logits, logprobs and greedy "
+             "tokens are bit-identical alone and beside any others (every "
+             "linear sums in one order whatever the batch; slower, see "
+             "docs/serving.md); vLLM's VLLM_BATCH_INVARIANT"),
+    cl::cat(serveCategory));
 static cl::opt<std::string> maxBodyBytes(
     "max-body-bytes",
     cl::desc("Largest request body accepted (default 1M); larger ones get "
@@ -325,6 +332,7 @@ struct Metrics {
 /// One event from the engine callback.
 struct Event {
   int32_t token;
+  float logprob; ///< log softmax(logits)[token] (api.h)
   kiln_rt_finish_reason_t finish;
   Clock::time_point time;
 };
@@ -339,11 +347,11 @@ struct RequestQueue {
 /// The engine callback: queue the event and wake the waiting handler. The
 /// notification happens under the lock, so that the handler cannot free
 /// the queue between the unlock and the notify.
-void onEngineEvent(void *user, uint64_t, int32_t token,
+void onEngineEvent(void *user, uint64_t, int32_t token, float logprob,
                    kiln_rt_finish_reason_t finish) {
   auto *q = static_cast<RequestQueue *>(user);
   std::lock_guard<std::mutex> lock(q->mu);
-  q->events.push_back(Event{token, finish, Clock::now()});
+  q->events.push_back(Event{token, logprob, finish, Clock::now()});
   q->cv.notify_one();
 }
 
@@ -766,7 +774,17 @@ struct GenParams {
   std::vector<int32_t> stopIds;
   std::vector<std::string> stopStrings;
   bool stream = false, includeUsage = false, echo = false;
+  /// Report each output token's log probability (completions `logprobs:
+  /// 0`, chat `logprobs: true`).
+  bool logprobs = false;
   std::string echoText;
+};
+
+/// An output token with its text and log probability (api.h: log
+/// softmax of the raw logits).
+struct TokenLogprob {
+  std::string piece;
+  float logprob;
 };
 
 /// Sockets of this process's connections, found by the peer's address: the
@@ -920,6 +938,8 @@ public:
   int64_t completionTokens() const { return generated_; }
   int64_t promptTokens() const { return int64_t(p_.prompt.size()); }
   const GenParams &params() const { return p_; }
+  /// The output tokens' log probabilities so far (with params().logprobs).
+  const std::vector<TokenLogprob> &logprobs() const { return logprobs_; }
   const std::string &id() const { return id_; }
 
 private:
@@ -952,6 +972,8 @@ private:
       return; // a stop id: FINISH_STOP follows; its text is not output
     std::string piece = detokenize(s_, prev_, e.token);
     prev_ = e.token;
+    if (p_.logprobs)
+      logprobs_.push_back(TokenLogprob{piece, e.logprob});
     if (text_.add(piece, released)) {
       textDone_ = true;
       reason_ = "stop";
@@ -1020,6 +1042,7 @@ private:
   uint64_t engineId_ = 0;
   int32_t prev_ = -1;
   int64_t generated_ = 0;
+  std::vector<TokenLogprob> logprobs_;
   bool submitted_ = false, engineDone_ = false, textDone_ = false,
        cancelled_ = false;
   std::string reason_;
@@ -1104,7 +1127,7 @@ HttpError readGenFields(Server &s, const Json &body, bool chat, GenParams &p) {
   }
   // Fields this server cannot honour are refused, not ignored.
   for (const char *name : {"logit_bias", "tools", "tool_choice", "functions",
-                           "function_call", "top_logprobs"})
+                           "function_call"})
     if (const Json *v = field(body, name); v && !v->is_null())
       return badRequest("'" + std::string(name) + "' is not supported", name);
   if (const Json *rf = field(body, "response_format"); rf && !rf->is_null()) {
@@ -1119,12 +1142,31 @@ HttpError readGenFields(Server &s, const Json &body, bool chat, GenParams &p) {
   if (given && rep != 1.0)
     return badRequest("'repetition_penalty' is not supported (only 1)",
                       "repetition_penalty");
-  if (const Json *lp = field(body, "logprobs")) {
-    if (!(lp->is_boolean() || lp->is_number_integer()))
+  // Log probabilities of the sampled tokens only: chat `logprobs: true`
+  // (top_logprobs 0), completions `logprobs: 0`; more alternatives are
+  // refused rather than silently dropped.
+  if (const Json *lp = field(body, "logprobs"); lp && !lp->is_null()) {
+    if (chat ? !lp->is_boolean() : !lp->is_number_integer())
       return typeError("logprobs", chat ? "a boolean" : "an integer", *lp);
-    if ((lp->is_boolean() && lp->get<bool>()) ||
-        (lp->is_number_integer() && lp->get<int64_t>() != 0))
-      return badRequest("'logprobs' is not supported", "logprobs");
+    if (!chat && lp->get<int64_t>() != 0)
+      return badRequest("'logprobs' above 0 is not supported: this server "
+                        "reports the sampled token's log probability only "
+                        "(logprobs: 0)",
+                        "logprobs");
+    p.logprobs = chat ? lp->get<bool>() : true;
+  }
+  if (const Json *top = field(body, "top_logprobs"); top && !top->is_null()) {
+    if (!chat)
+      return badRequest("'top_logprobs' is a chat field; completions take "
+                        "'logprobs'",
+                        "top_logprobs");
+    if (!top->is_number_integer())
+      return typeError("top_logprobs", "an integer", *top);
+    if (top->get<int64_t>() != 0)
+      return badRequest("'top_logprobs' above 0 is not supported: this "
+                        "server reports the sampled token's log probability "
+                        "only",
+                        "top_logprobs");
   }
 
   p.sampling.temperature = float(temperature);
@@ -1230,12 +1272,53 @@ std::string sseEvent(const Json &j) {
          "\n\n";
 }
 
+/// OpenAI's `logprobs` object for output tokens [from, to) of `g`: chat's
+/// {"content": [{token, logprob, bytes, top_logprobs: []}]}, or the
+/// completions' {tokens, token_logprobs, top_logprobs (the sampled token
+/// alone, as vLLM reports logprobs 0), text_offset (bytes into the
+/// choice's text, after any echoed prompt)}; null without logprobs.
+Json logprobsJson(const Generation &g, bool chat, size_t from, size_t to) {
+  if (!g.params().logprobs)
+    return nullptr;
+  const std::vector<TokenLogprob> &lp = g.logprobs();
+  to = std::min(to, lp.size());
+  if (chat) {
+    Json content = Json::array();
+    for (size_t i = from; i < to; ++i) {
+      Json bytes = Json::array();
+      for (unsigned char c : lp[i].piece)
+        bytes.push_back(int(c));
+      content.push_back(Json{{"token", lp[i].piece},
+                             {"logprob", lp[i].logprob},
+                             {"bytes", bytes},
+                             {"top_logprobs", Json::array()}});
+    }
+    return Json{{"content", content}};
+  }
+  size_t offset = g.params().echo ? g.params().echoText.size() : 0;
+  for (size_t i = 0; i < from; ++i)
+    offset += lp[i].piece.size();
+  Json tokens = Json::array(), values = Json::array(), tops = Json::array(),
+       offsets = Json::array();
+  for (size_t i = from; i < to; ++i) {
+    tokens.push_back(lp[i].piece);
+    values.push_back(lp[i].logprob);
+    tops.push_back(Json{{lp[i].piece, lp[i].logprob}});
+    offsets.push_back(offset);
+    offset += lp[i].piece.size();
+  }
+  return Json{{"tokens", tokens},
+              {"token_logprobs", values},
+              {"top_logprobs", tops},
+              {"text_offset", offsets}};
+}
+
 /// The chunk of a streamed response carrying `text` (or, with `finish`,
 /// the finish reason and no text).
 Json streamChunk(Server &s, const Generation &g, bool chat,
                  const std::string *text, const std::string *finish,
-                 bool roleOnly = false) {
-  Json choice = {{"index", 0}, {"logprobs", nullptr}};
+                 bool roleOnly = false, Json logprobs = nullptr) {
+  Json choice = {{"index", 0}, {"logprobs", std::move(logprobs)}};
   if (chat) {
     Json delta = Json::object();
     if (roleOnly) {
@@ -1276,7 +1359,8 @@ void respondWhole(Server &s, std::shared_ptr<Generation> gen, bool chat,
                              "server_error", "", ""});
     return;
   }
-  Json choice = {{"index", 0}, {"logprobs", nullptr},
+  Json choice = {{"index", 0},
+                 {"logprobs", logprobsJson(*gen, chat, 0, SIZE_MAX)},
                  {"finish_reason", reason}};
   if (chat)
     choice["message"] = Json{{"role", "assistant"}, {"content", text}};
@@ -1296,8 +1380,17 @@ void respondWhole(Server &s, std::shared_ptr<Generation> gen, bool chat,
 void respondStream(Server &s, std::shared_ptr<Generation> gen, bool chat,
                    int fd, httplib::Response &res) {
   auto started = std::make_shared<bool>(false);
-  auto provider = [&s, gen, chat, fd, started](size_t,
-                                               httplib::DataSink &sink) {
+  // Output tokens whose log probabilities went out already: a chunk carries
+  // those of the tokens decoded since the previous chunk.
+  auto sent = std::make_shared<size_t>(0);
+  auto provider = [&s, gen, chat, fd, started, sent](size_t,
+                                                     httplib::DataSink &sink) {
+    auto pendingLogprobs = [&]() -> Json {
+      const size_t now = gen->logprobs().size();
+      Json j = logprobsJson(*gen, chat, *sent, now);
+      *sent = now;
+      return j;
+    };
     auto write = [&](const std::string &data) {
       if (!sink.write(data.data(), data.size())) {
         gen->abort();
@@ -1320,7 +1413,8 @@ void respondStream(Server &s, std::shared_ptr<Generation> gen, bool chat,
     bool done = gen->poll(50, pieces);
     std::string out;
     for (const std::string &text : pieces)
-      out += sseEvent(streamChunk(s, *gen, chat, &text, nullptr));
+      out += sseEvent(streamChunk(s, *gen, chat, &text, nullptr, false,
+                                  pendingLogprobs()));
     if (done) {
       const std::string reason = gen->finishReason();
       if (reason == "abort" || reason == "error") {
@@ -1333,7 +1427,8 @@ void respondStream(Server &s, std::shared_ptr<Generation> gen, bool chat,
                     "server_error", "", ""};
         out += "data: " + errorBody(e) + "\n\n";
       } else {
-        out += sseEvent(streamChunk(s, *gen, chat, nullptr, &reason));
+        out += sseEvent(streamChunk(s, *gen, chat, nullptr, &reason, false,
+                                    pendingLogprobs()));
       }
       if (gen->params().includeUsage) {
         Json usage = streamChunk(s, *gen, chat, nullptr, nullptr);
@@ -1868,7 +1963,9 @@ int main(int argc, char **argv) {
   options.max_queue = int32_t(maxQueue);
   options.context_length = int32_t(maxModelLen);
   options.threads = threadCount.getNumOccurrences() ? int32_t(threadCount) : 0;
-  options.flags = noPrefixCaching ? uint32_t(KILN_RT_ENGINE_NO_PREFIX_CACHE) : 0u;
+  options.flags =
+      (noPrefixCaching ? uint32_t(KILN_RT_ENGINE_NO_PREFIX_CACHE) : 0u) |
+      (batchInvariant ? uint32_t(KILN_RT_ENGINE_BATCH_INVARIANT) : 0u);
   check(kiln_rt_engine_create(s.artifact, &options, &s.engine));
   kiln_rt_engine_stats_t stats{};
   kiln_rt_engine_stats(s.engine, &stats);

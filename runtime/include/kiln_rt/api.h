@@ -399,6 +399,14 @@ typedef struct kiln_rt_engine_options_t {
 enum {
   /// Turn prefix caching off (every prompt is prefilled in full).
   KILN_RT_ENGINE_NO_PREFIX_CACHE = 1u << 0,
+  /// Batch-invariant steps: every linear sums each output in one order
+  /// whatever the step's token count (one FMA chain of the decoded weight
+  /// row against the token's row), so a request's logits, logprobs and
+  /// greedy tokens are bit-identical alone and beside any other requests,
+  /// under chunked prefill and preemption (He et al. 2025, "Defeating
+  /// Nondeterminism in LLM Inference"; vLLM's VLLM_BATCH_INVARIANT). Costs
+  /// speed (docs/serving.md); process-wide while such an engine lives.
+  KILN_RT_ENGINE_BATCH_INVARIANT = 1u << 1,
 };
 
 /// Starts an engine on `artifact` (borrowed: release the engine first).
@@ -435,10 +443,14 @@ typedef enum kiln_rt_finish_reason_e {
 
 /// Receives a request's output on the engine thread: once per generated
 /// token (`token` >= 0, `finish` KILN_RT_FINISH_NONE), then exactly once
-/// with `finish` set and `token` -1. Must return quickly (it delays every
-/// sequence's next step) and may call only kiln_rt_engine_cancel.
+/// with `finish` set and `token` -1. `logprob` is the token's natural-log
+/// probability under the model's raw distribution, log softmax(logits)
+/// [token] before temperature, top-k and top-p (what OpenAI's and vLLM's
+/// `logprobs` report); 0 with the final call. Must return quickly (it
+/// delays every sequence's next step) and may call only
+/// kiln_rt_engine_cancel.
 typedef void (*kiln_rt_engine_callback_fn)(void *user, uint64_t request_id,
-                                           int32_t token,
+                                           int32_t token, float logprob,
                                            kiln_rt_finish_reason_t finish);
 
 /// Queues a request for `prompt[0, n)` (ids checked against the vocabulary)

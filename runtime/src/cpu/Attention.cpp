@@ -424,7 +424,9 @@ static void attention(const typename E::T *q, const typename E::T *k,
   const int64_t work = n * heads;
   bool parallel =
       work > 1 && n * heads * (pos + n) * head_dim > kParallelGrain / 2;
-  if (n >= kTiledQueries) {
+  // Batch-invariant kernels: the per-row path for every chunk length, so a
+  // row's result does not depend on how the prompt was chunked.
+  if (n >= kTiledQueries && !batchInvariantKernels()) {
     attentionTiles<E>(q, kv, out, n, pos, heads, group, head_dim, scale,
                       window, parallel);
     return;

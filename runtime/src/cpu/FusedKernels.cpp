@@ -17,6 +17,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -215,12 +216,15 @@ __attribute__((target("avx2,fma"))) inline float reduceLanes(__m256 v) {
 /// weight rows against four tokens at a time (eight independent FMA chains,
 /// each weight and token vector loaded once per 8 columns); a last group of
 /// fewer tokens reads a zero row in the missing slots, so every (row,
-/// token) is one chain over the columns in order, whatever n.
+/// token) is one chain over the columns in order, whatever n. Columns past
+/// the last multiple of 8 (in % 8 of them) are summed in order in one
+/// scalar FMA chain added to the reduced lanes.
 __attribute__((target("avx2,fma"))) void
 dotRowsWithTokensAvx2(const float *__restrict d0, const float *__restrict d1,
                       const float *__restrict x, int64_t n, int64_t in,
                       float *__restrict dots) {
   alignas(32) static const float zeros[8] = {};
+  const int64_t in8 = in & ~int64_t(7);
   for (int64_t t = 0; t < n; t += 4) {
     // Missing tokens read the zero row at a fixed address (stride 0).
     const float *p0 = x + t * in;
@@ -231,7 +235,7 @@ dotRowsWithTokensAvx2(const float *__restrict d0, const float *__restrict d1,
                   s3 = t + 3 < n ? 1 : 0;
     __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;
     __m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
-    for (int64_t k = 0; k < in; k += 8) {
+    for (int64_t k = 0; k < in8; k += 8) {
       const __m256 w0 = _mm256_loadu_ps(d0 + k), w1 = _mm256_loadu_ps(d1 + k);
       __m256 v = _mm256_loadu_ps(p0 + k);
       a00 = _mm256_fmadd_ps(w0, v, a00);
@@ -251,26 +255,90 @@ dotRowsWithTokensAvx2(const float *__restrict d0, const float *__restrict d1,
                            {reduceLanes(a10), reduceLanes(a11),
                             reduceLanes(a12), reduceLanes(a13)}};
     for (int64_t u = 0; u < 4 && t + u < n; ++u) {
-      dots[t + u] = r[0][u];
-      dots[n + t + u] = r[1][u];
+      float out[2] = {r[0][u], r[1][u]};
+      if (in8 != in) {
+        const float *xr = x + (t + u) * in;
+        for (int64_t j = 0; j < 2; ++j) {
+          const float *d = j ? d1 : d0;
+          float tail = 0.0f;
+          for (int64_t k = in8; k < in; ++k)
+            tail = std::fma(d[k], xr[k], tail);
+          out[j] += tail;
+        }
+      }
+      dots[t + u] = out[0];
+      dots[n + t + u] = out[1];
     }
   }
+}
+
+/// dots[r] = dot(d + r * in, x) for r < rows: dotRowsWithTokensAvx2's
+/// (row, token) chain for a single token, four rows at a time (four
+/// independent FMA chains, no zero padding): the same floats as the
+/// batched kernel gives that token among any others.
+__attribute__((target("avx2,fma"))) void
+dotRowsOneTokenAvx2(const float *__restrict d, int64_t rows,
+                    const float *__restrict x, int64_t in,
+                    float *__restrict dots) {
+  const int64_t in8 = in & ~int64_t(7);
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const float *e0 = d + r * in, *e1 = e0 + in, *e2 = e1 + in, *e3 = e2 + in;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t k = 0; k < in8; k += 8) {
+      const __m256 v = _mm256_loadu_ps(x + k);
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(e0 + k), v, a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(e1 + k), v, a1);
+      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(e2 + k), v, a2);
+      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(e3 + k), v, a3);
+    }
+    dots[r] = reduceLanes(a0);
+    dots[r + 1] = reduceLanes(a1);
+    dots[r + 2] = reduceLanes(a2);
+    dots[r + 3] = reduceLanes(a3);
+  }
+  for (; r < rows; ++r) {
+    const float *e = d + r * in;
+    __m256 a = _mm256_setzero_ps();
+    for (int64_t k = 0; k < in8; k += 8)
+      a = _mm256_fmadd_ps(_mm256_loadu_ps(e + k), _mm256_loadu_ps(x + k), a);
+    dots[r] = reduceLanes(a);
+  }
+  if (in8 != in)
+    for (int64_t q = 0; q < rows; ++q) {
+      float tail = 0.0f;
+      for (int64_t k = in8; k < in; ++k)
+        tail = std::fma(d[q * in + k], x[k], tail);
+      dots[q] += tail;
+    }
+}
+
+/// The portable order of dotRowsWithTokensAvx2: 8 lanes (k mod 8) summed in
+/// column order, reduced in the same tree, then the scalar tail (not fused:
+/// machines without FMA round twice).
+float dotPortable(const float *d, const float *x, int64_t in) {
+  const int64_t in8 = in & ~int64_t(7);
+  float acc[8] = {};
+  for (int64_t k = 0; k < in8; k += 8)
+    for (int64_t j = 0; j < 8; ++j)
+      acc[j] += d[k + j] * x[k + j];
+  float s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) +
+            ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+  if (in8 != in) {
+    float tail = 0.0f;
+    for (int64_t k = in8; k < in; ++k)
+      tail += d[k] * x[k];
+    s += tail;
+  }
+  return s;
 }
 
 void dotRowsWithTokensPortable(const float *d0, const float *d1,
                                const float *x, int64_t n, int64_t in,
                                float *dots) {
-  for (int64_t r = 0; r < 2; ++r) {
-    const float *d = r ? d1 : d0;
-    for (int64_t t = 0; t < n; ++t) {
-      float acc[8] = {};
-      for (int64_t k = 0; k < in; k += 8)
-        for (int64_t j = 0; j < 8; ++j)
-          acc[j] += d[k + j] * x[t * in + k + j];
-      dots[r * n + t] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) +
-                        ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-    }
-  }
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t t = 0; t < n; ++t)
+      dots[r * n + t] = dotPortable(r ? d1 : d0, x + t * in, in);
 }
 
 /// kiln_block_decode_row for Q4_0, Q4_1 and Q8_0 in AVX2: the same
@@ -376,7 +444,80 @@ void batchedGemvTile(const kiln_linear_weight &w, const float *x, int64_t n,
   }
 }
 
+/// Engines and sessions that asked for batch-invariant linears (see
+/// acquireBatchInvariantKernels).
+std::atomic<int> batchInvariantUsers{0};
+
+/// Weight rows decoded at once by invariantTile, and tokens dotted with
+/// them per pass: 64 decoded rows and 32 token rows of a 576-wide linear
+/// are 221 KiB, within L2.
+constexpr int64_t kInvariantRows = 64;
+constexpr int64_t kInvariantTokens = 32;
+
+/// Batch-invariant linear: rows [o0, o1) for any n >= 1 tokens, every
+/// output c[t, r] one FMA chain of decoded row r against token row t in
+/// column order (8 lanes, a fixed reduction tree, the in % 8 tail last),
+/// so a token's outputs depend on its own row only and are bit-identical
+/// whatever n, o0, o1 and the thread count (dotRowsWithTokensAvx2). The
+/// price against kiln_k_linear_tile's default paths: every weight format is
+/// decoded to float before the dot (no integer-times-x GEMVs, no GEMM
+/// packing), measured in docs/serving.md.
+void invariantTile(const kiln_linear_weight &w, const float *x, int64_t n,
+                   int64_t in, int64_t o0, int64_t o1, float *c,
+                   int64_t ldc) {
+  if (w.kind == KILN_WEIGHT_BLOCKS && w.act_quant == KILN_ACT_INT8_PER_BLOCK)
+    x = loopDequantizedA8Input(x, n, in); // the A8 formula's d_b * q_i
+  static const bool avx2 =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool dense = w.kind == KILN_WEIGHT_F32;
+  float *decoded = dense ? nullptr : threadScratch(5, kInvariantRows * in);
+  float dots[2 * kInvariantTokens];
+  for (int64_t r0 = o0; r0 < o1; r0 += kInvariantRows) {
+    const int64_t r1 = std::min(r0 + kInvariantRows, o1), rows = r1 - r0;
+    const float *d = decoded;
+    if (dense)
+      d = static_cast<const float *>(w.data) + r0 * in;
+    else
+      for (int64_t r = 0; r < rows; ++r)
+        decodeWholeRow(w, in, r0 + r, decoded + r * in, avx2);
+    auto scaleOf = [&](int64_t o) {
+      return w.kind == KILN_WEIGHT_W8 && w.group_size <= 0 ? w.scales[o]
+                                                           : 1.0f;
+    };
+    if (n == 1) {
+      float *out = c + (r0 - o0);
+      if (avx2)
+        dotRowsOneTokenAvx2(d, rows, x, in, out);
+      else
+        for (int64_t r = 0; r < rows; ++r)
+          out[r] = dotPortable(d + r * in, x, in);
+      for (int64_t r = 0; r < rows; ++r)
+        out[r] *= scaleOf(r0 + r);
+      continue;
+    }
+    for (int64_t t0 = 0; t0 < n; t0 += kInvariantTokens) {
+      const int64_t nt = std::min(kInvariantTokens, n - t0);
+      for (int64_t o = r0; o < r1; o += 2) {
+        const bool pair = o + 1 < r1;
+        const float *e = d + (o - r0) * in;
+        dotRowsWithTokens(e, pair ? e + in : e, x + t0 * in, nt, in, dots);
+        for (int64_t r = 0; r < (pair ? 2 : 1); ++r) {
+          const float scale = scaleOf(o + r);
+          for (int64_t t = 0; t < nt; ++t)
+            c[(t0 + t) * ldc + (o + r - o0)] = dots[r * nt + t] * scale;
+        }
+      }
+    }
+  }
+}
+
 } // namespace
+} // namespace kiln::rt::cpu
+
+namespace kiln::rt::cpu {
+void acquireBatchInvariantKernels() { batchInvariantUsers.fetch_add(1); }
+void releaseBatchInvariantKernels() { batchInvariantUsers.fetch_sub(1); }
+bool batchInvariantKernels() { return batchInvariantUsers.load() > 0; }
 } // namespace kiln::rt::cpu
 
 using namespace kiln::rt::cpu;
@@ -391,6 +532,10 @@ void kiln_k_linear_tile(const kiln_linear_weight *w, const float *x, int64_t n,
   if (in <= 0) {
     for (int64_t t = 0; t < n; ++t)
       std::memset(c + t * ldc, 0, sizeof(float) * size_t(o1 - o0));
+    return;
+  }
+  if (batchInvariantUsers.load(std::memory_order_relaxed) > 0) {
+    invariantTile(*w, x, n, in, o0, o1, c, ldc);
     return;
   }
   const bool a8Integer = w->kind == KILN_WEIGHT_BLOCKS &&

@@ -350,6 +350,22 @@ constexpr int64_t kA8FloatTokens = 4;
 void linearBlocksA8(int64_t format, const float *x, int64_t n, int64_t in,
                     const uint8_t *w, int64_t rows, float *c, int64_t ldc);
 
+/// Batch-invariant kernels (FusedKernels.cpp), process-wide while at least
+/// one holder remains (an engine created with
+/// KILN_RT_ENGINE_BATCH_INVARIANT): every kiln_k_linear_tile call, whatever
+/// its token count, sums each output as one FMA chain of the decoded weight
+/// row against the token's row in column order, and attention takes its
+/// per-row path (one query row at a time over the keys in order) for
+/// prefill chunks too, so a sequence's logits are bit-identical alone and
+/// in any batch, under any prefill chunking (He et al., "Defeating
+/// Nondeterminism in LLM Inference", 2025; vLLM's VLLM_BATCH_INVARIANT).
+/// Without a holder each kernel picks the fastest order for its shape
+/// (GEMV, batched decode or GEMM; per-row or tiled attention), equal up to
+/// float rounding.
+void acquireBatchInvariantKernels();
+void releaseBatchInvariantKernels();
+bool batchInvariantKernels();
+
 } // namespace kiln::rt::cpu
 
 #endif // KILN_RUNTIME_CPU_KERNELS_H

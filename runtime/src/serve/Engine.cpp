@@ -8,6 +8,7 @@
 #include "base/FiniteLogits.h"
 
 #include "artifact/Artifact.h"
+#include "cpu/Kernels.h"
 #include "cpu/ThreadPool.h"
 
 #include <sys/mman.h>
@@ -41,6 +42,19 @@ int64_t kvBlockBytes(int64_t layers, int64_t kvHeads, int64_t headDim,
                      int64_t elemBytes, bool quantized, int64_t blockTokens) {
   const int64_t row = kvHeads * headDim * elemBytes + (quantized ? kvHeads * 4 : 0);
   return layers * 2 * row * blockTokens;
+}
+
+/// log softmax(row)[token] = row[token] - max - log(sum_j exp(row[j] -
+/// max)), in double: the token's natural-log probability under the raw
+/// logits (finite, checked by the caller).
+static float logProbability(const float *row, int64_t vocab, int32_t token) {
+  float mx = row[0];
+  for (int64_t j = 1; j < vocab; ++j)
+    mx = std::max(mx, row[j]);
+  double sum = 0.0;
+  for (int64_t j = 0; j < vocab; ++j)
+    sum += std::exp(double(row[j]) - double(mx));
+  return float(double(row[token]) - double(mx) - std::log(sum));
 }
 
 Status Engine::create(const Artifact &artifact,
@@ -91,6 +105,13 @@ Status Engine::create(const Artifact &artifact,
     return field("context_length", e->context_, 2, artifact.contextLength());
   if (options.threads < 0 || options.threads > 4096)
     return field("threads", options.threads, 0, 4096);
+  constexpr uint32_t kKnownFlags =
+      KILN_RT_ENGINE_NO_PREFIX_CACHE | KILN_RT_ENGINE_BATCH_INVARIANT;
+  if (options.flags & ~kKnownFlags)
+    return invalidArgument("engine option flags has unknown bits " +
+                           std::to_string(options.flags & ~kKnownFlags) +
+                           " (known: KILN_RT_ENGINE_NO_PREFIX_CACHE = 1, "
+                           "KILN_RT_ENGINE_BATCH_INVARIANT = 2)");
 
   // The pool: the KV format the compiler planned (manifest kv_cache.dtype).
   int32_t format = KILN_KV_PLAIN;
@@ -179,6 +200,10 @@ Status Engine::create(const Artifact &artifact,
   e->stats_.kv_blocks_total = e->numBlocks_;
   e->stats_.block_tokens = e->blockTokens_;
   e->stats_.context_length = e->context_;
+  if (options.flags & KILN_RT_ENGINE_BATCH_INVARIANT) {
+    cpu::acquireBatchInvariantKernels();
+    e->batchInvariant_ = true;
+  }
   Engine *raw = e.get();
   e->thread_ = std::thread([raw] { raw->run(); });
   out = std::move(e);
@@ -196,6 +221,8 @@ Engine::~Engine() {
   if (pool_)
     munmap(pool_, poolBytes_);
   std::free(arena_);
+  if (batchInvariant_)
+    cpu::releaseBatchInvariantKernels();
 }
 
 Status Engine::submit(const int32_t *prompt, int64_t n,
@@ -281,10 +308,11 @@ void Engine::finish(uint64_t id, kiln_rt_finish_reason_t reason) {
     return;
   Live live = std::move(it->second);
   live_.erase(it);
-  live.callback(live.user, id, -1, reason);
+  live.callback(live.user, id, -1, 0.0f, reason);
 }
 
 void Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled,
+                  std::vector<float> &logprobs,
                   std::vector<std::pair<uint64_t, std::string>> &bad) {
   const size_t S = plan.chunks.size();
   const int64_t T = plan.tokens();
@@ -347,6 +375,7 @@ void Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled,
   artifact_.step()(&ctx, T, 0);
 
   sampled.clear();
+  logprobs.clear();
   for (size_t s = 0; s < S; ++s) {
     const Chunk &c = plan.chunks[s];
     if (!c.samples)
@@ -360,9 +389,12 @@ void Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled,
     if (!finite.isOk()) {
       bad.emplace_back(uint64_t(c.id), finite.message());
       sampled.push_back(-1);
+      logprobs.push_back(0.0f);
       continue;
     }
-    sampled.push_back(it == live_.end() ? 0 : it->second.sampler->sample(row));
+    const int32_t token = it == live_.end() ? 0 : it->second.sampler->sample(row);
+    sampled.push_back(token);
+    logprobs.push_back(logProbability(row, vocab_, token));
   }
 }
 
@@ -409,10 +441,11 @@ void Engine::run() {
 
     StepPlan plan = scheduler_->schedule();
     std::vector<int32_t> sampled;
+    std::vector<float> logprobs;
     std::vector<std::pair<uint64_t, std::string>> bad;
     std::set<uint64_t> failed;
     if (!plan.chunks.empty()) {
-      step(plan, sampled, bad);
+      step(plan, sampled, logprobs, bad);
       ++steps;
     }
     // A request whose logits are not finite ends with FINISH_ERROR (its
@@ -461,11 +494,12 @@ void Engine::run() {
     for (const Chunk &c : plan.chunks) {
       if (!c.samples)
         continue;
-      const int32_t token = sampled[next++];
+      const int32_t token = sampled[next];
+      const float logprob = logprobs[next++];
       auto it = live_.find(uint64_t(c.id));
       if (it == live_.end() || failed.count(uint64_t(c.id)))
         continue;
-      it->second.callback(it->second.user, uint64_t(c.id), token,
+      it->second.callback(it->second.user, uint64_t(c.id), token, logprob,
                           KILN_RT_FINISH_NONE);
     }
     for (const Finished &f : done) {
@@ -491,7 +525,8 @@ void Engine::run() {
     in.swap(incoming_);
   }
   for (Pending &p : in)
-    p.callback(p.user, uint64_t(p.request.id), -1, KILN_RT_FINISH_CANCELLED);
+    p.callback(p.user, uint64_t(p.request.id), -1, 0.0f,
+               KILN_RT_FINISH_CANCELLED);
   std::vector<uint64_t> ids;
   for (auto &entry : live_)
     ids.push_back(entry.first);

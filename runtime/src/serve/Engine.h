@@ -79,10 +79,12 @@ private:
 
   void run();
   /// One model step over `plan`: the sampled token of every chunk that
-  /// samples, in order, in `sampled`. A sampling row with a NaN or
-  /// infinite logit (corrupted weights, an overflow) is not sampled: its
-  /// request id and message go to `bad`.
+  /// samples, in order, in `sampled`, and its log probability in
+  /// `logprobs`. A sampling row with a NaN or infinite logit (corrupted
+  /// weights, an overflow) is not sampled: its request id and message go to
+  /// `bad`.
   void step(const StepPlan &plan, std::vector<int32_t> &sampled,
+            std::vector<float> &logprobs,
             std::vector<std::pair<uint64_t, std::string>> &bad);
   void finish(uint64_t id, kiln_rt_finish_reason_t reason);
 
@@ -90,6 +92,7 @@ private:
   kiln_rt_engine_options_t options_{};
   int64_t context_ = 0, vocab_ = 0, blockTokens_ = 16;
   int64_t layers_ = 0, kvHeads_ = 0, headDim_ = 0;
+  bool batchInvariant_ = false; ///< holds acquireBatchInvariantKernels
 
   // The pool: one anonymous mapping, sliced per layer into K, V and their
   // scales; kvPages_[layer] describes it for kiln_step.
