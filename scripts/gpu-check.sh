@@ -18,6 +18,8 @@
 #      fusion: stories260K unfused (--fuse=none) CUDA vs CPU (section 2
 #      runs the fused default), synthetic:llama-110m f32 fused vs unfused:
 #      greedy tokens, kernel calls per decode step, decode / prefill tokens/s;
+#   2e. the serving engine's batched step on CUDA (paged KV pool): engine
+#      vs session tokens, 16 requests batched vs alone, INT8 / FP8 pools;
 #   3. synthetic:llama-2-7b in bf16: decode tokens/s at batch 1 (median after
 #      warm-up) next to the HBM roofline (weight bytes per token / measured
 #      device copy bandwidth) and PyTorch eager; prefill tokens/s for a
@@ -221,6 +223,32 @@ else
   result[fuse]="FAIL: fused tokens differ from unfused (see details)"; status=1
 fi
 
+section "2e. serving engine on CUDA (kiln_step over the paged pool)"
+# The batched step on the device (KilnCudaStep.cuh: paged appends and the
+# prefill / flash-decoding kernels through block tables), driven by the
+# engine tests of test/Engine: greedy requests through the engine equal the
+# session's prefill/decode path on the same cuda artifact; 16 requests
+# together under preemption and chunked prefill equal each alone; INT8 and
+# FP8 pools; SmolLM2 Q4_1.
+engine_case() { # engine_case NAME ARTIFACT MODE [ARGS...]
+  local name="$1" art="$2"; shift 2
+  if [ ! -d "$art" ]; then
+    result[e-$name]="SKIP: $art was not built"; return
+  fi
+  if run timeout 600 python3 "$root/test/Engine/engine.test.py" \
+       "$build/lib/libkiln_runtime.so" "$art" "$@" > "$work/e-$name.txt"; then
+    result[e-$name]="PASS: $(head -1 "$work/e-$name.txt")"
+  else
+    result[e-$name]="FAIL: see details"; status=1
+  fi
+}
+engine_names=(equal invariant kv-int8 kv-fp8 smol)
+engine_case equal "$work/s260-cuda" equal --logprob-tol 1e-2
+engine_case invariant "$work/s260-cuda" invariant
+engine_case kv-int8 "$work/q-kv-int8-cuda" invariant --max-tokens 16
+engine_case kv-fp8 "$work/q-kv-fp8-cuda" invariant --max-tokens 16
+engine_case smol "$work/smol-cuda" equal --max-tokens 12 --logprob-tol 1e-2
+
 section "3. synthetic:llama-2-7b bf16"
 art7b="$work/llama-2-7b-bf16"
 run /usr/bin/time -v kiln-compile synthetic:llama-2-7b --target=cuda --dtype=bf16 \
@@ -269,6 +297,9 @@ section "summary"
   printf '%-34s %s\n' "  prefill 512 (tokens/s)" "fused ${fpre[all]:-n/a}, unfused ${fpre[none]:-n/a}"
   printf '%-34s %s\n' "GGUF blocks: kq-mix CUDA == CPU" "${result[b-kq-mix]:-n/a}"
   printf '%-34s %s\n' "SmolLM2 Q4_1 CUDA vs reference" "${result[smol]:-n/a}"
+  for e in "${engine_names[@]}"; do
+    printf '%-34s %s\n' "serving engine on CUDA: $e" "${result[e-$e]:-n/a}"
+  done
   printf '%-34s %s\n' "7B bf16 decode (tokens/s)" "${decode:-n/a}"
   printf '%-34s %s\n' "  HBM roofline (tokens/s)" "${roof:-n/a} (copy bandwidth ${bw:-n/a} GB/s)"
   printf '%-34s %s\n' "  of roofline (target >= 75%)" "$(pct "$decode" "$roof")"

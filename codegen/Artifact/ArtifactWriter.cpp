@@ -74,6 +74,9 @@ static constexpr std::pair<const char *, const char *> kCudaFamilyHeaders[] = {
     {"KilnCudaFused.cuh",
 #include "codegen/Artifact/KilnCudaFused.inc"
     },
+    {"KilnCudaStep.cuh",
+#include "codegen/Artifact/KilnCudaStep.inc"
+    },
 };
 
 FailureOr<std::vector<WeightDesc>> mlir::kiln::collectWeightRecipes(ModuleOp graph) {

@@ -51,8 +51,8 @@ static constexpr const char *kCpuPrologue =
 
 static constexpr const char *kCudaPrologue =
     R"(// Emitted by kiln-compile (CUDA target). Do not edit.
-#if KILN_CUDA_ABI_VERSION != 4
-#error "emitted for CUDA ABI version 4"
+#if KILN_CUDA_ABI_VERSION != 5
+#error "emitted for CUDA ABI version 5"
 #endif)";
 
 /// Kernels the CPU target instantiates from the IR (kernel_abi.h,
@@ -267,9 +267,6 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
               return success();
             })
             .Case([&](plan::BatchSizeOp b) -> LogicalResult {
-              if (target.cuda)
-                return b.emitOpError() << "the batched step entry point has "
-                                          "no cuda kernels yet";
               map.map(b.getResult(),
                       callOpaque(l, i64, "KILN_BATCH_SIZE", {ctxValue},
                                  {builder.getIndexAttr(0)}));
@@ -289,11 +286,6 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
               SmallVector<Value> operands;
               bool observe = c.getCallee() == "kiln_k_observe";
               bool step = isStepKernel(c.getCallee());
-              if (step && target.cuda)
-                return c.emitOpError()
-                       << "'" << c.getCallee()
-                       << "': the batched step entry point has no cuda "
-                          "kernels yet; compile it for target=cpu";
               if (observe && target.cuda)
                 return c.emitOpError()
                        << "calibration observers (kiln_k_observe) run on "

@@ -15,14 +15,33 @@ namespace kiln_cuda_detail {
 // Attention
 //===----------------------------------------------------------------------===//
 
-/// Stores k, v ([n, kvDim]) at rows [p, p + n) of the caches ([maxSeq, kvDim]),
-/// p = *dPos; rows >= maxSeq are dropped. k may already be the cache slot
-/// (identity copy); partially overlapping buffers are not supported.
-template <typename T>
+/// Where position `row` of a sequence lives in a cache: the contiguous
+/// caches of a session store it at row `row`; the paged caches of the
+/// serving engine (kernel_abi.h kiln_paged_kv, PagedAttention, Kwon et al.
+/// 2023) at row table[row / B] * B + row % B of the pool, B positions per
+/// block, `table` the sequence's block table (device int32).
+struct RowsContiguous {
+  __device__ __forceinline__ int64_t operator()(int64_t row) const {
+    return row;
+  }
+};
+struct RowsPaged {
+  const int32_t *__restrict__ table;
+  int blockTokens;
+  __device__ __forceinline__ int64_t operator()(int64_t row) const {
+    return int64_t(table[row / blockTokens]) * blockTokens + row % blockTokens;
+  }
+};
+
+/// Stores k, v ([n, kvDim]) at positions [p, p + n) of the caches (rows
+/// slot(position) of [.., kvDim]), p = *dPos; positions >= maxSeq are
+/// dropped. k may already be the cache slot (identity copy); partially
+/// overlapping buffers are not supported.
+template <typename T, typename Rows>
 __global__ void __launch_bounds__(256)
     kvAppendKernel(const T *k, const T *v, T *kCache, T *vCache, int64_t n,
                    int64_t kvDim, int64_t maxSeq,
-                   const int64_t *__restrict__ dPos) {
+                   const int64_t *__restrict__ dPos, Rows slot) {
   const int64_t p = *dPos;
   const int64_t total = n * kvDim;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
@@ -30,7 +49,7 @@ __global__ void __launch_bounds__(256)
     const int64_t row = p + e / kvDim;
     if (row < 0 || row >= maxSeq)
       continue;
-    const int64_t off = row * kvDim + e % kvDim;
+    const int64_t off = slot(row) * kvDim + e % kvDim;
     kCache[off] = k[e];
     vCache[off] = v[e];
   }
@@ -147,13 +166,37 @@ template <typename Kv> struct KvCentered : Kv {
   float theta;
 };
 
+/// KvPaged<KvPlain | KvInt8 | KvFp8>: the same cache read through a block
+/// table (RowsPaged): the kernels address position `row` and element
+/// off = row * kvDim + rest as if contiguous; reads go to pool row
+/// slot(row). Key means (KvCentered<KvPaged<..>>) follow the position.
+template <typename Kv> struct KvPaged : Kv {
+  RowsPaged slot;
+  int64_t kvDim;
+  __device__ __forceinline__ int64_t at(int64_t off) const {
+    return slot(off / kvDim) * kvDim + off % kvDim;
+  }
+  __device__ __forceinline__ float kScale(int64_t row, int kvh) const {
+    return Kv::kScale(slot(row), kvh);
+  }
+  __device__ __forceinline__ float vScale(int64_t row, int kvh) const {
+    return Kv::vScale(slot(row), kvh);
+  }
+  __device__ __forceinline__ float kAt(int64_t off) const {
+    return Kv::kAt(at(off));
+  }
+  __device__ __forceinline__ float vAt(int64_t off) const {
+    return Kv::vAt(at(off));
+  }
+};
+
 /// INT8 KV append (kernel_abi.h, kiln_k_attention_kv8): one warp per (new
 /// token i, kv head h, K or V). amax = max_d |x[d]| by warp reduction, scale =
 /// amax / 127, q = clamp(roundf(x / scale), -127, 127) (0 when scale == 0),
 /// with correctly rounded divisions (__fdiv_rn: same bits as the CPU even
 /// under --use_fast_math). Rows p + i >= maxSeq are dropped. With kMean (the
 /// centered caches) keys are quantized as x - m_t (keyMeanLanes).
-template <typename T>
+template <typename T, typename Rows>
 __global__ void __launch_bounds__(256)
     kvAppendInt8Kernel(const T *__restrict__ k, const T *__restrict__ v,
                        int8_t *__restrict__ kCache, int8_t *__restrict__ vCache,
@@ -161,7 +204,7 @@ __global__ void __launch_bounds__(256)
                        int64_t n, int kvHeads, int headDim, int64_t maxSeq,
                        const int64_t *__restrict__ dPos,
                        const float *__restrict__ kMean, int rotDim,
-                       float theta) {
+                       float theta, Rows slot) {
   const int64_t p = *dPos;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
@@ -186,7 +229,8 @@ __global__ void __launch_bounds__(256)
         amax = fmaxf(amax, fabsf(toF(x[lane + 32 * j]) - m[j]));
     amax = warpMax(amax);
     const float sc = __fdiv_rn(amax, 127.0f);
-    int8_t *qd = (isV ? vCache : kCache) + row * kvDim + int64_t(h) * headDim;
+    const int64_t at = slot(row);
+    int8_t *qd = (isV ? vCache : kCache) + at * kvDim + int64_t(h) * headDim;
 #pragma unroll
     for (int j = 0; j < kAppendLaneDims; ++j) {
       const int d = lane + 32 * j;
@@ -197,7 +241,7 @@ __global__ void __launch_bounds__(256)
       qd[d] = int8_t(r);
     }
     if (lane == 0)
-      (isV ? vScales : kScales)[row * kvHeads + h] = sc;
+      (isV ? vScales : kScales)[at * kvHeads + h] = sc;
   }
 }
 
@@ -246,7 +290,7 @@ struct KvFp8 {
 /// correctly rounded divisions (__fdiv_rn), as the CPU. Rows p + i >= maxSeq
 /// are dropped. With kMean (the centered caches) keys are quantized as
 /// x - m_t (keyMeanLanes).
-template <typename T>
+template <typename T, typename Rows>
 __global__ void __launch_bounds__(256)
     kvAppendFp8Kernel(const T *__restrict__ k, const T *__restrict__ v,
                       uint8_t *__restrict__ kCache,
@@ -255,7 +299,7 @@ __global__ void __launch_bounds__(256)
                       int headDim, int64_t maxSeq,
                       const int64_t *__restrict__ dPos,
                       const float *__restrict__ kMean, int rotDim,
-                      float theta) {
+                      float theta, Rows slot) {
   const int64_t p = *dPos;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
@@ -280,7 +324,8 @@ __global__ void __launch_bounds__(256)
         amax = fmaxf(amax, fabsf(toF(x[lane + 32 * j]) - m[j]));
     amax = warpMax(amax);
     const float sc = __fdiv_rn(amax, 448.0f);
-    uint8_t *qd = (isV ? vCache : kCache) + row * kvDim + int64_t(h) * headDim;
+    const int64_t at = slot(row);
+    uint8_t *qd = (isV ? vCache : kCache) + at * kvDim + int64_t(h) * headDim;
 #pragma unroll
     for (int j = 0; j < kAppendLaneDims; ++j) {
       const int d = lane + 32 * j;
@@ -290,7 +335,7 @@ __global__ void __launch_bounds__(256)
           sc == 0.0f ? uint8_t(0) : fToE4m3(__fdiv_rn(toF(x[d]) - m[j], sc));
     }
     if (lane == 0)
-      (isV ? vScales : kScales)[row * kvHeads + h] = sc;
+      (isV ? vScales : kScales)[at * kvHeads + h] = sc;
   }
 }
 
@@ -667,7 +712,8 @@ template <typename T, int HDM, typename Kv>
 inline void attentionLaunch(kiln_cuda_ctx *ctx, const T *q, const Kv &cache,
                             T *out, int64_t n, int64_t heads,
                             int64_t kvHeads, int64_t headDim, int64_t maxSeq,
-                            float scale, int64_t window) {
+                            float scale, int64_t window,
+                            const int64_t *dPos) {
   cudaStream_t stream = streamOf(ctx);
   const int group = int(heads / kvHeads);
   if (n == 1) {
@@ -688,7 +734,7 @@ inline void attentionLaunch(kiln_cuda_ctx *ctx, const T *q, const Kv &cache,
     attnDecodeSplitKernel<T, HDM, Kv>
         <<<dim3(unsigned(splits), unsigned(heads)), kAttnThreads, 0, stream>>>(
             q, cache, partM, partL, partAcc, int(heads), group,
-            int(headDim), maxSeq, scale, ctx->d_pos, window);
+            int(headDim), maxSeq, scale, dPos, window);
     if (!KILN_CUDA_LAUNCHED(ctx, "attnDecodeSplitKernel<<<>>>"))
       return;
     attnDecodeReduceKernel<T><<<unsigned(heads), kAttnThreads, 0, stream>>>(
@@ -705,8 +751,8 @@ inline void attentionLaunch(kiln_cuda_ctx *ctx, const T *q, const Kv &cache,
     return;
   const dim3 grid(unsigned((n + kPrefillBr - 1) / kPrefillBr), unsigned(heads));
   attnPrefillKernel<T, HDM, Kv><<<grid, kAttnThreads, smem, stream>>>(
-      q, cache, out, n, int(heads), group, int(headDim), maxSeq, scale,
-      ctx->d_pos, window);
+      q, cache, out, n, int(heads), group, int(headDim), maxSeq, scale, dPos,
+      window);
   KILN_CUDA_LAUNCHED(ctx, "attnPrefillKernel<<<>>>");
 }
 
@@ -723,41 +769,54 @@ inline bool attentionArgsOk(kiln_cuda_ctx *ctx, const char *call,
                        call, "head_dim outside [1, 256]");
 }
 
-/// Prefill / decode attention over `cache` (KvPlain, KvInt8 or KvFp8), HDM picked
-/// from head_dim.
+/// Prefill / decode attention over `cache` (KvPlain, KvInt8 or KvFp8, or
+/// those KvPaged / KvCentered), HDM picked from head_dim; the first
+/// position is *dPos (device), ctx->d_pos when dPos is null.
 template <typename T, typename Kv>
 inline void attentionDispatch(kiln_cuda_ctx *ctx, const T *q, const Kv &cache,
                               T *out, int64_t n, int64_t heads,
                               int64_t kvHeads, int64_t headDim, int64_t maxSeq,
-                              float scale, int64_t window = 0) {
+                              float scale, int64_t window = 0,
+                              const int64_t *dPos = nullptr) {
+  if (!dPos)
+    dPos = ctx->d_pos;
   if (headDim <= 32)
     return attentionLaunch<T, 32>(ctx, q, cache, out, n, heads, kvHeads,
-                                  headDim, maxSeq, scale, window);
+                                  headDim, maxSeq, scale, window, dPos);
   if (headDim <= 64)
     return attentionLaunch<T, 64>(ctx, q, cache, out, n, heads, kvHeads,
-                                  headDim, maxSeq, scale, window);
+                                  headDim, maxSeq, scale, window, dPos);
   if (headDim <= 128)
     return attentionLaunch<T, 128>(ctx, q, cache, out, n, heads, kvHeads,
-                                   headDim, maxSeq, scale, window);
+                                   headDim, maxSeq, scale, window, dPos);
   attentionLaunch<T, 256>(ctx, q, cache, out, n, heads, kvHeads, headDim,
-                          maxSeq, scale, window);
+                          maxSeq, scale, window, dPos);
 }
 
 /// The 8-bit KV attention wrappers: `append` (kvAppendInt8Kernel /
 /// kvAppendFp8Kernel) quantizes the new rows, then the prefill /
-/// flash-decoding kernels read `cache` (KvInt8 / KvFp8), wrapped in
-/// KvCentered with kCentered (keys relative to the rotated k_mean).
-template <bool kCentered, typename T, typename Kv, typename Code>
+/// flash-decoding kernels read `cache` (KvInt8 / KvFp8, or KvPaged of
+/// them), wrapped in KvCentered with kCentered (keys relative to the
+/// rotated k_mean). Positions start at *dPos (ctx->d_pos when null) and
+/// are stored at rows slot(position); `window` >= 1 limits each row to its
+/// last `window` keys.
+template <bool kCentered, typename T, typename Kv, typename Code,
+          typename Rows = RowsContiguous>
 inline void
 attentionQuantKv(kiln_cuda_ctx *ctx, const char *call, const char *appendName,
                  void (*append)(const T *, const T *, Code *, Code *, float *,
                                 float *, int64_t, int, int, int64_t,
-                                const int64_t *, const float *, int, float),
+                                const int64_t *, const float *, int, float,
+                                Rows),
                  const Kv &cache, const T *q, const T *k, const T *v,
                  Code *k_cache, Code *v_cache, float *k_scales, float *v_scales,
                  const float *k_mean, T *out, int64_t n, int64_t heads,
                  int64_t kv_heads, int64_t head_dim, int64_t rot_dim,
-                 int64_t max_seq, float scale, float theta) {
+                 int64_t max_seq, float scale, float theta,
+                 const int64_t *dPos = nullptr, Rows slot = Rows(),
+                 int64_t window = 0) {
+  if (!dPos)
+    dPos = ctx->d_pos;
   if (skip(ctx) || n <= 0)
     return;
   if (!attentionArgsOk(ctx, call, heads, kv_heads, head_dim, max_seq))
@@ -770,17 +829,18 @@ attentionQuantKv(kiln_cuda_ctx *ctx, const char *call, const char *appendName,
   const int64_t warps = 2 * n * kv_heads; // (token, kv head, K|V)
   append<<<gridFor(ctx, warps * 32, 256), 256, 0, streamOf(ctx)>>>(
       k, v, k_cache, v_cache, k_scales, v_scales, n, int(kv_heads),
-      int(head_dim), max_seq, ctx->d_pos, kCentered ? k_mean : nullptr,
-      int(rot_dim), theta);
+      int(head_dim), max_seq, dPos, kCentered ? k_mean : nullptr,
+      int(rot_dim), theta, slot);
   if (!KILN_CUDA_LAUNCHED(ctx, appendName))
     return;
   if constexpr (kCentered)
     attentionDispatch(ctx, q,
                       KvCentered<Kv>{cache, k_mean, int(rot_dim), theta}, out,
-                      n, heads, kv_heads, head_dim, max_seq, scale);
+                      n, heads, kv_heads, head_dim, max_seq, scale, window,
+                      dPos);
   else
     attentionDispatch(ctx, q, cache, out, n, heads, kv_heads, head_dim, max_seq,
-                      scale);
+                      scale, window, dPos);
 }
 
 //===----------------------------------------------------------------------===//

@@ -387,7 +387,7 @@ inline void kiln_cuda_rope(kiln_cuda_ctx *ctx, const T *x, T *y, int64_t n,
     return;
   const int64_t work = n * heads * ((head_dim + 1) / 2);
   ropeKernel<T><<<gridFor(ctx, work, 256), 256, 0, streamOf(ctx)>>>(
-      x, y, n, heads, head_dim, rot_dim, theta, ctx->d_pos);
+      x, y, n, heads, head_dim, rot_dim, theta, ctx->d_pos, nullptr);
   KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_rope<<<>>>");
 }
 
@@ -475,8 +475,10 @@ inline void kiln_cuda_attention(kiln_cuda_ctx *ctx, const T *q, const T *k,
                        max_seq))
     return;
   const int64_t kvDim = kv_heads * head_dim;
-  kvAppendKernel<T><<<gridFor(ctx, n * kvDim, 256), 256, 0, streamOf(ctx)>>>(
-      k, v, k_cache, v_cache, n, kvDim, max_seq, ctx->d_pos);
+  kvAppendKernel<T, RowsContiguous>
+      <<<gridFor(ctx, n * kvDim, 256), 256, 0, streamOf(ctx)>>>(
+          k, v, k_cache, v_cache, n, kvDim, max_seq, ctx->d_pos,
+          RowsContiguous());
   if (!KILN_CUDA_LAUNCHED(ctx, "kvAppendKernel<<<>>>"))
     return;
   attentionDispatch(ctx, q, KvPlain<T>{k_cache, v_cache}, out, n, heads,
@@ -505,8 +507,10 @@ inline void kiln_cuda_attention_window(kiln_cuda_ctx *ctx, const T *q,
                      "window must be positive"))
     return;
   const int64_t kvDim = kv_heads * head_dim;
-  kvAppendKernel<T><<<gridFor(ctx, n * kvDim, 256), 256, 0, streamOf(ctx)>>>(
-      k, v, k_cache, v_cache, n, kvDim, max_seq, ctx->d_pos);
+  kvAppendKernel<T, RowsContiguous>
+      <<<gridFor(ctx, n * kvDim, 256), 256, 0, streamOf(ctx)>>>(
+          k, v, k_cache, v_cache, n, kvDim, max_seq, ctx->d_pos,
+          RowsContiguous());
   if (!KILN_CUDA_LAUNCHED(ctx, "kvAppendKernel<<<>>>"))
     return;
   attentionDispatch(ctx, q, KvPlain<T>{k_cache, v_cache}, out, n, heads,
@@ -532,7 +536,7 @@ inline void kiln_cuda_attention_kv8(kiln_cuda_ctx *ctx, const T *q, const T *k,
   (void)pos; // graph replays read the position from ctx->d_pos
   attentionQuantKv<false>(
       ctx, "kiln_cuda_attention_kv8", "kvAppendInt8Kernel<<<>>>",
-      kvAppendInt8Kernel<T>,
+      kvAppendInt8Kernel<T, RowsContiguous>,
       KvInt8{k_cache, v_cache, k_scales, v_scales, int(kv_heads)}, q, k, v,
       k_cache, v_cache, k_scales, v_scales, nullptr, out, n, heads, kv_heads,
       head_dim, 0, max_seq, scale, 0.0f);
@@ -556,7 +560,7 @@ inline void kiln_cuda_attention_kv8_centered(
   (void)pos; // graph replays read the position from ctx->d_pos
   attentionQuantKv<true>(
       ctx, "kiln_cuda_attention_kv8_centered", "kvAppendInt8Kernel<<<>>>",
-      kvAppendInt8Kernel<T>,
+      kvAppendInt8Kernel<T, RowsContiguous>,
       KvInt8{k_cache, v_cache, k_scales, v_scales, int(kv_heads)}, q, k, v,
       k_cache, v_cache, k_scales, v_scales, k_mean, out, n, heads, kv_heads,
       head_dim, rot_dim, max_seq, scale, theta);
@@ -583,7 +587,7 @@ inline void kiln_cuda_attention_kvf8(kiln_cuda_ctx *ctx, const T *q, const T *k,
   (void)pos; // graph replays read the position from ctx->d_pos
   attentionQuantKv<false>(
       ctx, "kiln_cuda_attention_kvf8", "kvAppendFp8Kernel<<<>>>",
-      kvAppendFp8Kernel<T>,
+      kvAppendFp8Kernel<T, RowsContiguous>,
       KvFp8{k_cache, v_cache, k_scales, v_scales, int(kv_heads)}, q, k, v,
       k_cache, v_cache, k_scales, v_scales, nullptr, out, n, heads, kv_heads,
       head_dim, 0, max_seq, scale, 0.0f);
@@ -604,7 +608,7 @@ inline void kiln_cuda_attention_kvf8_centered(
   (void)pos; // graph replays read the position from ctx->d_pos
   attentionQuantKv<true>(
       ctx, "kiln_cuda_attention_kvf8_centered", "kvAppendFp8Kernel<<<>>>",
-      kvAppendFp8Kernel<T>,
+      kvAppendFp8Kernel<T, RowsContiguous>,
       KvFp8{k_cache, v_cache, k_scales, v_scales, int(kv_heads)}, q, k, v,
       k_cache, v_cache, k_scales, v_scales, k_mean, out, n, heads, kv_heads,
       head_dim, rot_dim, max_seq, scale, theta);

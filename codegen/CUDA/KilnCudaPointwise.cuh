@@ -83,7 +83,9 @@ __global__ void __launch_bounds__(256)
 
 /// One thread per (row, head, pair slot i < ceil(head_dim / 2)). For
 /// i < rot_dim / 2 it rotates (x[2i], x[2i+1]) by p * theta^(-2i/head_dim),
-/// p = *dPos + row; other slots copy through. The CPU computes
+/// p = *dPos + row, or rowPos[row] when rowPos is not null (the batched
+/// step: each row at its own sequence's position); other slots copy
+/// through. The CPU computes
 /// freq = 1 / powf(theta, float(2i) / float(head_dim)) and cosf / sinf of
 /// float(p) * freq in float with glibc (correctly rounded in practice); the
 /// device evaluates pow / cos / sin in double and rounds to float, which
@@ -92,11 +94,12 @@ __global__ void __launch_bounds__(256)
 template <typename T>
 __global__ void __launch_bounds__(256)
     ropeKernel(const T *x, T *y, int64_t n, int64_t heads, int64_t headDim,
-               int64_t rotDim, float theta, const int64_t *__restrict__ dPos) {
+               int64_t rotDim, float theta, const int64_t *__restrict__ dPos,
+               const int32_t *__restrict__ rowPos) {
   const int64_t slots = (headDim + 1) / 2;
   const int64_t pairs = rotDim / 2;
   const int64_t total = n * heads * slots;
-  const int64_t p0 = *dPos;
+  const int64_t p0 = rowPos ? 0 : *dPos;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = e % slots;
@@ -106,7 +109,8 @@ __global__ void __launch_bounds__(256)
     if (i < pairs) {
       float expo = float(2 * i) / float(headDim);
       float freq = 1.0f / float(pow(double(theta), double(expo)));
-      float val = float(p0 + row) * freq;
+      const int64_t p = rowPos ? int64_t(rowPos[row]) : p0 + row;
+      float val = float(p) * freq;
       float fcr = float(cos(double(val))), fci = float(sin(double(val)));
       float v0 = toF(x[base]), v1 = toF(x[base + 1]);
       y[base] = fromF<T>(v0 * fcr - v1 * fci);

@@ -6,7 +6,8 @@
 // elementwise; KilnCudaLinear.cuh: GEMV and cuBLASLt; KilnCudaQuantLinear.cuh:
 // W8A16, W8A8, W4A16; KilnCudaAttention.cuh; KilnCudaSampling.cuh;
 // KilnCudaBlocks.cuh: GGML block formats; KilnCudaHost.cuh: the host
-// wrappers; KilnCudaFused.cuh: the templates of generated fused kernels)
+// wrappers; KilnCudaFused.cuh: the templates of generated fused kernels;
+// KilnCudaStep.cuh: the batched step's paged-cache kernels)
 // next to the emitted model.cu, which includes this one once; nvcc
 // compiles them for sm_80 and sm_90a into model.so. Self-contained: they
 // include only CUDA runtime, cuBLASLt and CCCL headers, the C++ standard
@@ -65,6 +66,6 @@
 #ifndef KILN_CODEGEN_CUDA_KILNKERNELS_CUH
 #define KILN_CODEGEN_CUDA_KILNKERNELS_CUH
 
-#include "KilnCudaFused.cuh"
+#include "KilnCudaStep.cuh"
 
 #endif // KILN_CODEGEN_CUDA_KILNKERNELS_CUH

@@ -134,8 +134,8 @@ static cl::opt<bool> batchStep(
     "batch-step",
     cl::desc("Add the batched step entry point kiln_step that kiln-serve "
              "runs (continuous batching over a paged KV cache; "
-             "kiln-batch-step, docs/serving.md). Default true for the cpu "
-             "target; models with scaled RoPE get a note and no step"),
+             "kiln-batch-step, docs/serving.md). Default true (cpu and cuda "
+             "targets); models with scaled RoPE get a note and no step"),
     cl::init(true), cl::cat(category));
 static cl::opt<bool> kvCentering(
     "kv-centering",
@@ -559,7 +559,7 @@ int main(int argc, char **argv) {
   if (!quantPasses.empty())
     options.addGraphPasses = [&](OpPassManager &pm) { addGraphPasses(pm); };
   options.fuseFamilies = fuseFamilies;
-  options.batchStep = batchStep && target == "cpu";
+  options.batchStep = batchStep;
   std::string fusePass =
       fuseFamilies.empty()
           ? std::string()

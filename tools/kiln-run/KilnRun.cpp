@@ -268,7 +268,7 @@ struct EngineOutput {
 /// engine (api.h kiln_rt_engine_*: the batched step over a paged KV cache,
 /// the path kiln-serve runs), printing each piece as it arrives. Returns
 /// false, having printed nothing, when the artifact has no step entry point
-/// (KILN_RT_UNIMPLEMENTED: a cuda artifact, scaled RoPE, --batch-step=false);
+/// (KILN_RT_UNIMPLEMENTED: scaled RoPE, --batch-step=false);
 /// the caller then uses the session. Stops at BOS/EOS, as the session loop.
 bool generateWithEngine(Runtime &rt, const kiln_rt_model_info_t &info,
                         const std::vector<int32_t> &tokens, int64_t ctx,
@@ -762,9 +762,12 @@ int main(int argc, char **argv) {
   double ttft = 0, decodeStart = 0, decodeEnd = 0;
   // The serving engine where it applies: the prompt and every requested
   // token fit the context (the session path also runs into a full context,
-  // with a note).
+  // with a note). cuda artifacts stay on the session (device sampling, CUDA
+  // graphs) until the CUDA step has been checked on a GPU
+  // (scripts/gpu-check.sh); kiln-serve runs them on the engine.
   bool done = false;
-  if (maxTokens > 0 && !noEngine && traceFile.empty() &&
+  const bool cudaArtifact = info.target && std::string(info.target) == "cuda";
+  if (maxTokens > 0 && !noEngine && traceFile.empty() && !cudaArtifact &&
       promptLen + maxTokens <= ctx)
     done = generateWithEngine(
         rt, info, tokens, ctx, params,

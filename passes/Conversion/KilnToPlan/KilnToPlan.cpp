@@ -501,30 +501,35 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
           .Case([&](LogitsOp l) -> LogicalResult {
             if (l->hasAttr(kGeneratedKernelAttr))
               return lowerGeneratedLogits(l, *out);
-            if (l.getAllRows())
-              return l.emitOpError()
-                     << "with all_rows needs the generated classifier "
-                        "(kiln-outline-kernels, cpu target)";
             auto hidden = cast<RankedTensorType>(l.getHidden().getType());
             auto weight = cast<RankedTensorType>(l.getWeight().getType());
-            Value last = arith::SubIOp::create(builder, loc(),
-                                               rows(l.getHidden()),
-                                               indexConst(1));
-            auto rowType = MemRefType::get({1, hidden.getDimSize(1)},
-                                           hidden.getElementType());
-            Value row = plan::RowOp::create(builder, loc(), rowType,
-                                            in(l.getHidden()), last);
+            // The classifier of every row (the batched step: one row per
+            // sequence), or of the last row only.
+            Value row, count;
+            if (l.getAllRows()) {
+              row = in(l.getHidden());
+              count = rows(l.getHidden());
+            } else {
+              Value last = arith::SubIOp::create(builder, loc(),
+                                                 rows(l.getHidden()),
+                                                 indexConst(1));
+              auto rowType = MemRefType::get({1, hidden.getDimSize(1)},
+                                             hidden.getElementType());
+              row = plan::RowOp::create(builder, loc(), rowType,
+                                        in(l.getHidden()), last);
+              count = indexConst(1);
+            }
             if (std::optional<StringRef> format = l.getFormat()) {
               call(l.hasQuantizedActivations() ? "kiln_k_linear_blocks_a8"
                                                : "kiln_k_linear_blocks",
-                   {row, in(l.getWeight()), *out, indexConst(1),
+                   {row, in(l.getWeight()), *out, count,
                     indexConst(hidden.getDimSize(1)),
                     indexConst(weight.getDimSize(0)),
                     indexConst(blockFormatId(*format))});
               return success();
             }
             call("kiln_k_linear",
-                 {row, in(l.getWeight()), *out, indexConst(1),
+                 {row, in(l.getWeight()), *out, count,
                   indexConst(hidden.getDimSize(1)),
                   indexConst(weight.getDimSize(0))});
             return success();

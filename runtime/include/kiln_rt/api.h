@@ -370,9 +370,11 @@ kiln_rt_status_t kiln_rt_session_sample(kiln_rt_session_t *session,
  * prefix caching, chunked prefill and preemption by recompute. The engine
  * owns one thread that runs every model step (the artifact's batched entry
  * point `kiln_step`); the calls below are thread-safe and never run the
- * model on the caller's thread. "cpu" artifacts compiled with a step entry
- * point only (runtime.entry_points.step in manifest.json; kiln-compile
- * writes it for the cpu target unless the model's RoPE is scaled).
+ * model on the caller's thread. Artifacts compiled with a step entry point
+ * only (runtime.entry_points.step in manifest.json; kiln-compile writes it
+ * unless the model's RoPE is scaled). "cpu" artifacts keep the pool in host
+ * memory; "cuda" ones in device memory (cuda_abi.h kiln_cuda_paged_kv; the
+ * logits of each step are copied back and sampled on the host).
  *===----------------------------------------------------------------------===*/
 
 typedef struct kiln_rt_engine_s kiln_rt_engine_t;
@@ -410,11 +412,12 @@ enum {
 };
 
 /// Starts an engine on `artifact` (borrowed: release the engine first).
-/// Errors: an artifact without a step entry point or not for "cpu"
-/// (KILN_RT_UNIMPLEMENTED, naming the artifact), options out of range
+/// Errors: an artifact without a step entry point (KILN_RT_UNIMPLEMENTED,
+/// naming the artifact), options out of range
 /// (KILN_RT_INVALID_ARGUMENT, naming the field), a pool smaller than one
 /// full-context sequence or that cannot be allocated
-/// (KILN_RT_RESOURCE_EXHAUSTED, giving the bytes).
+/// (KILN_RT_RESOURCE_EXHAUSTED, giving the bytes), a device failure while
+/// allocating a cuda artifact's pool (the CUDA reason).
 kiln_rt_status_t kiln_rt_engine_create(kiln_rt_artifact_t *artifact,
                                        const kiln_rt_engine_options_t *options,
                                        kiln_rt_engine_t **out_engine);

@@ -7,6 +7,13 @@
  *
  *   extern "C" void kiln_prefill(kiln_cuda_ctx *ctx, int64_t n, int64_t pos);
  *   extern "C" void kiln_decode(kiln_cuda_ctx *ctx, int64_t n, int64_t pos);
+ *   extern "C" void kiln_step(kiln_cuda_ctx *ctx, int64_t n, int64_t pos);
+ *
+ * kiln_step (when the plan has one: runtime.entry_points.step) is the
+ * batched step of the serving engine (kernel_abi.h, "Batched steps"): n
+ * token rows of ctx->batch->num_seqs sequences over the paged KV cache
+ * ctx->kv_pages, one logits row per sequence. It is run eagerly (not
+ * captured: its launches depend on the host batch description).
  *
  * nvcc compiles model.cu for sm_80 and sm_90a into model.so. The runtime's
  * CUDA executor owns every resource in the context: it copies weights.bin to
@@ -36,7 +43,39 @@
 extern "C" {
 #endif
 
-#define KILN_CUDA_ABI_VERSION 4
+#define KILN_CUDA_ABI_VERSION 5
+
+/// The sequences of one kiln_step call (kernel_abi.h kiln_batch, split into
+/// the host copy the launches are planned from and the device copy the
+/// kernels read). T = the step's token rows (its `n`), S = num_seqs.
+typedef struct kiln_cuda_batch {
+  int32_t num_seqs;           /* S */
+  int32_t max_blocks;         /* entries per row of the block tables */
+  const int32_t *row_start;   /* host [S]: first row of each sequence */
+  const int32_t *row_count;   /* host [S]: its rows, each >= 1 */
+  const int32_t *pos;         /* host [S]: position of its first row */
+  const int32_t *d_positions; /* device [T]: each row's position */
+  const int64_t *d_seq_pos;   /* device [S]: pos as int64 (the d_pos of the
+                                 sequence's attention launches) */
+  const int32_t *d_block_tables; /* device [S, max_blocks] */
+} kiln_cuda_batch;
+
+/// One layer's paged KV cache on the device (kernel_abi.h kiln_paged_kv):
+/// pools of num_blocks * block_tokens rows of kv_heads * head_dim elements
+/// (the activation type for KILN_KV_PLAIN, int8 / FP8 E4M3 codes for
+/// KILN_KV_INT8 / KILN_KV_FP8 with float scales per (row, kv head)).
+enum {
+  KILN_CUDA_KV_PLAIN = 0, /* kernel_abi.h KILN_KV_PLAIN */
+  KILN_CUDA_KV_INT8 = 1,  /* KILN_KV_INT8 */
+  KILN_CUDA_KV_FP8 = 2,   /* KILN_KV_FP8 */
+};
+typedef struct kiln_cuda_paged_kv {
+  int32_t format;       /* KILN_CUDA_KV_* */
+  int32_t block_tokens; /* positions per block */
+  int64_t rows;         /* num_blocks * block_tokens */
+  void *k_pool, *v_pool;
+  float *k_scales, *v_scales; /* 8-bit formats only, else NULL */
+} kiln_cuda_paged_kv;
 
 typedef struct kiln_cuda_ctx {
   uint8_t *arena;          /* activation arena, runtime.arena_bytes, 256-byte aligned */
@@ -56,6 +95,11 @@ typedef struct kiln_cuda_ctx {
   int32_t sm_count;        /* multiprocessors of the device, for split-K choices */
   int32_t status;          /* first CUDA/cuBLAS error seen by emitted code, 0 if none */
   char error[256];         /* its message: "<call> failed at <file>:<line>: <reason>" */
+  /* kiln_step only (NULL otherwise): the step's sequences (host struct), and
+   * one paged-cache descriptor per layer (host array of device pools).
+   * kiln_step writes float32[num_seqs, vocab] to `logits`. */
+  const kiln_cuda_batch *batch;
+  const kiln_cuda_paged_kv *kv_pages;
 } kiln_cuda_ctx;
 
 /* Besides the entry points, emitted model.so exports (C linkage):

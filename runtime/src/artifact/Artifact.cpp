@@ -948,12 +948,15 @@ Status Artifact::loadCuda() {
   KILN_RT_RETURN_IF_ERROR(CudaBackend::open(dir_, cuda_));
   deviceName_ = cuda_->deviceName();
   KILN_RT_RETURN_IF_ERROR(loadModelLibrary());
-  void *prefill = nullptr, *decode = nullptr, *sample = nullptr,
-       *workspace = nullptr, *abi = nullptr;
+  void *prefill = nullptr, *decode = nullptr, *step = nullptr,
+       *sample = nullptr, *workspace = nullptr, *abi = nullptr;
   KILN_RT_RETURN_IF_ERROR(resolveSymbol(
       manifest_.prefillEntry, "runtime.entry_points.prefill", prefill));
   KILN_RT_RETURN_IF_ERROR(resolveSymbol(
       manifest_.decodeEntry, "runtime.entry_points.decode", decode));
+  if (!manifest_.stepEntry.empty())
+    KILN_RT_RETURN_IF_ERROR(resolveSymbol(
+        manifest_.stepEntry, "runtime.entry_points.step", step));
   KILN_RT_RETURN_IF_ERROR(resolveSymbol("kiln_cuda_sample", nullptr, sample));
   KILN_RT_RETURN_IF_ERROR(
       resolveSymbol("kiln_cuda_workspace_bytes", nullptr, workspace));
@@ -975,6 +978,7 @@ Status Artifact::loadCuda() {
   desc.vocab_size = manifest_.vocabSize;
   desc.prefill = reinterpret_cast<kiln_cuda_entry_fn>(prefill);
   desc.decode = reinterpret_cast<kiln_cuda_entry_fn>(decode);
+  desc.step = reinterpret_cast<kiln_cuda_entry_fn>(step);
   desc.sample = reinterpret_cast<kiln_cuda_sample_fn>(sample);
   desc.workspace_bytes = reinterpret_cast<kiln_cuda_workspace_bytes_fn>(workspace);
   desc.abi_version = abiFn;

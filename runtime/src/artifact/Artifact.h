@@ -115,6 +115,10 @@ public:
   /// none) and the most token rows one step may take.
   EntryPoint step() const { return step_; }
   int64_t stepMaxTokens() const { return stepMaxTokens_; }
+  /// Whether the plan has the batched step (either target).
+  bool hasStep() const { return !manifest_.stepEntry.empty(); }
+  /// CUDA target: the device model (nullptr for cpu artifacts).
+  const CudaBackend *cudaBackend() const { return cuda_.get(); }
   /// The device the model runs on ("cpu" or the CUDA device's name).
   const std::string &deviceName() const { return deviceName_; }
   /// The per-session buffers and step runner for this artifact's target.

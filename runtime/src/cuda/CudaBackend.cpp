@@ -172,6 +172,18 @@ Status CudaBackend::createExecutor(std::unique_ptr<Executor> &out) const {
   return Status::ok();
 }
 
+Status CudaBackend::createStepper(const kiln_cudaexec_step_desc_t &desc,
+                                  std::unique_ptr<CudaStepper> &out) const {
+  if (!model_)
+    return internalError("CUDA model not created");
+  kiln_cudaexec_error_t err{};
+  kiln_cudaexec_stepper_t *s = nullptr;
+  KILN_RT_RETURN_IF_ERROR(
+      cudaStatus(api_->stepper_create(model_, &desc, &s, &err), err));
+  out = std::make_unique<CudaStepper>(api_, s);
+  return Status::ok();
+}
+
 Status CudaBackend::memcpyBandwidth(uint64_t bytes, int32_t reps,
                                     double &out) const {
   kiln_cudaexec_error_t err{};

@@ -18,6 +18,31 @@
 
 namespace kiln::rt {
 
+/// A failed kiln_cudaexec_* call as a Status (its code and message).
+Status cudaStatus(int32_t code, const kiln_cudaexec_error_t &err);
+
+/// The serving engine's batched step on the device (CudaExecutor.h
+/// stepper_*): a paged KV pool in device memory and kiln_step.
+class CudaStepper {
+public:
+  CudaStepper(const kiln_cudaexec_api_t *api, kiln_cudaexec_stepper_t *s)
+      : api_(api), stepper_(s) {}
+  ~CudaStepper() { api_->stepper_release(stepper_); }
+  CudaStepper(const CudaStepper &) = delete;
+  CudaStepper &operator=(const CudaStepper &) = delete;
+
+  /// Runs one step; `logits` is then float32[num_seqs, vocab] (host,
+  /// valid until the next run).
+  Status run(const kiln_cudaexec_step_t &step, const float *&logits) {
+    kiln_cudaexec_error_t err{};
+    return cudaStatus(api_->stepper_run(stepper_, &step, &logits, &err), err);
+  }
+
+private:
+  const kiln_cudaexec_api_t *api_;
+  kiln_cudaexec_stepper_t *stepper_;
+};
+
 /// One artifact's CUDA model: device weights and the cuBLASLt handle.
 class CudaBackend {
 public:
@@ -34,6 +59,9 @@ public:
   Status createModel(const kiln_cudaexec_model_desc_t &desc);
   /// A session executor on this model.
   Status createExecutor(std::unique_ptr<Executor> &out) const;
+  /// A stepper (the model must have a step entry point).
+  Status createStepper(const kiln_cudaexec_step_desc_t &desc,
+                       std::unique_ptr<CudaStepper> &out) const;
   /// Device-to-device copy bandwidth, bytes/s.
   Status memcpyBandwidth(uint64_t bytes, int32_t reps, double &out) const;
 
@@ -45,9 +73,6 @@ private:
   kiln_cudaexec_model_t *model_ = nullptr;
   std::string deviceName_;
 };
-
-/// A failed kiln_cudaexec_* call as a Status (its code and message).
-Status cudaStatus(int32_t code, const kiln_cudaexec_error_t &err);
 
 } // namespace kiln::rt
 

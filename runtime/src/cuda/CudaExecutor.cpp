@@ -16,6 +16,14 @@
 // token/position copy enqueued before (outside) the graph. Every step ends
 // with a stream synchronize, ctx->status and cudaGetLastError checks.
 //
+// Per stepper (the serving engine's batched step): one stream, the paged KV
+// pool (zeroed), arena, workspace, logits float[max_seqs, vocab] with a
+// pinned mirror, and
+//   io:     int64 seq_pos[max_seqs] | int32 tokens[max_tokens] |
+//           int32 positions[max_tokens] | int32 tables[max_seqs, max_blocks]
+// with a pinned host mirror: one H2D copy per step, kiln_step run eagerly,
+// one D2H copy of the logits, one synchronize.
+//
 //===----------------------------------------------------------------------===//
 #include "cuda/CudaExecutor.h"
 
@@ -32,6 +40,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -152,6 +161,37 @@ struct kiln_cudaexec_session_s {
   }
 };
 
+struct kiln_cudaexec_stepper_s {
+  kiln_cudaexec_model_s *model = nullptr;
+  kiln_cudaexec_step_desc_t desc{};
+  std::vector<kiln_cudaexec_layer_pool_t> layerPools;
+  std::vector<kiln_cuda_paged_kv> pages; ///< host array, device pools
+  cudaStream_t stream = nullptr;
+  uint8_t *dPool = nullptr, *dArena = nullptr, *dWorkspace = nullptr;
+  uint8_t *dIo = nullptr, *hIo = nullptr;
+  uint64_t ioBytes = 0, seqPosOffset = 0, tokensOffset = 0,
+           positionsOffset = 0, tablesOffset = 0;
+  float *dLogits = nullptr, *hLogits = nullptr;
+  kiln_cuda_batch batch{};
+  kiln_cuda_ctx ctx{};
+
+  ~kiln_cudaexec_stepper_s() {
+    if (stream)
+      cudaStreamSynchronize(stream);
+    for (void *p : {(void *)dPool, (void *)dArena, (void *)dWorkspace,
+                    (void *)dIo, (void *)dLogits})
+      if (p)
+        cudaFree(p);
+    if (hIo)
+      cudaFreeHost(hIo);
+    if (hLogits)
+      cudaFreeHost(hLogits);
+    if (stream)
+      cudaStreamDestroy(stream);
+    (void)cudaGetLastError();
+  }
+};
+
 namespace {
 
 /// cudaMalloc rounded up to 256 bytes (allocations are 256-byte aligned).
@@ -261,14 +301,14 @@ int32_t createCublasLt(kiln_cudaexec_model_s &m, kiln_cudaexec_error_t *err) {
 
 /// After emitted host code ran (eagerly or under capture): its own error
 /// report first, then launch errors it did not check.
-int32_t checkModelCall(kiln_cudaexec_session_s &s, const char *what,
+int32_t checkModelCall(kiln_cuda_ctx &ctx, const char *what,
                        kiln_cudaexec_error_t *err) {
-  if (s.ctx.status != 0) {
-    s.ctx.error[sizeof(s.ctx.error) - 1] = '\0';
+  if (ctx.status != 0) {
+    ctx.error[sizeof(ctx.error) - 1] = '\0';
     (void)cudaGetLastError();
     return setError(err, KILN_RT_INTERNAL, "%s: %s (status %d)", what,
-                    s.ctx.error[0] ? s.ctx.error : "emitted code reported an error",
-                    s.ctx.status);
+                    ctx.error[0] ? ctx.error : "emitted code reported an error",
+                    ctx.status);
   }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
@@ -276,11 +316,16 @@ int32_t checkModelCall(kiln_cudaexec_session_s &s, const char *what,
                     cudaGetErrorString(e));
   return 0;
 }
-
-void clearModelStatus(kiln_cudaexec_session_s &s) {
-  s.ctx.status = 0;
-  s.ctx.error[0] = '\0';
+int32_t checkModelCall(kiln_cudaexec_session_s &s, const char *what,
+                       kiln_cudaexec_error_t *err) {
+  return checkModelCall(s.ctx, what, err);
 }
+
+void clearModelStatus(kiln_cuda_ctx &ctx) {
+  ctx.status = 0;
+  ctx.error[0] = '\0';
+}
+void clearModelStatus(kiln_cudaexec_session_s &s) { clearModelStatus(s.ctx); }
 
 /// Before host code rewrites hIo: the last H2D copy from it must be done.
 int32_t waitIo(kiln_cudaexec_session_s &s, kiln_cudaexec_error_t *err) {
@@ -559,6 +604,180 @@ int32_t sessionSample(kiln_cudaexec_session_t *s, float temperature,
   return 0;
 }
 
+int32_t stepperCreateImpl(kiln_cudaexec_stepper_s &t,
+                          kiln_cudaexec_error_t *err) {
+  kiln_cudaexec_model_s &m = *t.model;
+  const kiln_cudaexec_model_desc_t &md = m.desc;
+  const kiln_cudaexec_step_desc_t &d = t.desc;
+  KILN_CUDA_CHECK(cudaSetDevice(m.device));
+  KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&t.stream, cudaStreamNonBlocking));
+  t.seqPosOffset = 0;
+  t.tokensOffset = alignUp(uint64_t(d.max_seqs) * sizeof(int64_t), 16);
+  t.positionsOffset =
+      alignUp(t.tokensOffset + uint64_t(d.max_tokens) * sizeof(int32_t), 16);
+  t.tablesOffset =
+      alignUp(t.positionsOffset + uint64_t(d.max_tokens) * sizeof(int32_t), 16);
+  t.ioBytes = t.tablesOffset +
+              uint64_t(d.max_seqs) * uint64_t(d.max_blocks) * sizeof(int32_t);
+  KILN_RETURN_IF_FAILED(deviceAlloc(&t.dIo, t.ioBytes, "step buffer", err));
+  KILN_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&t.hIo), t.ioBytes,
+                                cudaHostAllocDefault));
+  std::memset(t.hIo, 0, t.ioBytes);
+  KILN_RETURN_IF_FAILED(deviceAlloc(&t.dPool, d.pool_bytes, "paged KV cache", err));
+  KILN_RETURN_IF_FAILED(deviceAlloc(&t.dArena, md.arena_bytes, "activation arena", err));
+  KILN_RETURN_IF_FAILED(deviceAlloc(&t.dWorkspace, m.workspaceBytes,
+                                    "cuBLASLt/kernel workspace", err));
+  const uint64_t logitsBytes =
+      uint64_t(d.max_seqs) * uint64_t(md.vocab_size) * sizeof(float);
+  KILN_RETURN_IF_FAILED(deviceAlloc(&t.dLogits, logitsBytes, "step logits", err));
+  KILN_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&t.hLogits),
+                                logitsBytes, cudaHostAllocDefault));
+  KILN_CUDA_CHECK(cudaMemsetAsync(t.dPool, 0, d.pool_bytes, t.stream));
+  KILN_CUDA_CHECK(cudaMemsetAsync(t.dIo, 0, t.ioBytes, t.stream));
+  KILN_CUDA_CHECK(cudaStreamSynchronize(t.stream));
+
+  const bool quantized = d.format != KILN_CUDA_KV_PLAIN;
+  for (const kiln_cudaexec_layer_pool_t &l : t.layerPools) {
+    kiln_cuda_paged_kv kv{};
+    kv.format = d.format;
+    kv.block_tokens = d.block_tokens;
+    kv.rows = d.num_blocks * d.block_tokens;
+    kv.k_pool = t.dPool + l.k_offset;
+    kv.v_pool = t.dPool + l.v_offset;
+    if (quantized) {
+      kv.k_scales = reinterpret_cast<float *>(t.dPool + l.k_scales_offset);
+      kv.v_scales = reinterpret_cast<float *>(t.dPool + l.v_scales_offset);
+    }
+    t.pages.push_back(kv);
+  }
+  kiln_cuda_ctx &c = t.ctx;
+  c.arena = t.dArena;
+  c.weights = m.dWeights;
+  c.kv = nullptr; // the step addresses the paged pool only
+  c.tokens = reinterpret_cast<const int32_t *>(t.dIo + t.tokensOffset);
+  c.logits = t.dLogits;
+  c.d_pos = reinterpret_cast<const int64_t *>(t.dIo + t.seqPosOffset);
+  c.stream = t.stream;
+  c.cublaslt = m.cublasLt;
+  c.workspace = t.dWorkspace;
+  c.workspace_bytes = m.workspaceBytes;
+  c.sm_count = m.smCount;
+  c.batch = &t.batch;
+  c.kv_pages = t.pages.data();
+  clearModelStatus(c);
+  return 0;
+}
+
+int32_t stepperCreate(kiln_cudaexec_model_t *model,
+                      const kiln_cudaexec_step_desc_t *desc,
+                      kiln_cudaexec_stepper_t **out,
+                      kiln_cudaexec_error_t *err) {
+  if (!model || !desc || !out || !desc->layer_pools || desc->layers < 1 ||
+      desc->block_tokens < 1 || desc->num_blocks < 1 || desc->max_seqs < 1 ||
+      desc->max_tokens < 1 || desc->max_blocks < 1 || desc->pool_bytes == 0 ||
+      desc->format < KILN_CUDA_KV_PLAIN || desc->format > KILN_CUDA_KV_FP8)
+    return setError(err, KILN_RT_INVALID_ARGUMENT,
+                    "stepper_create: incomplete step description");
+  if (!model->desc.step)
+    return setError(err, KILN_RT_UNIMPLEMENTED,
+                    "stepper_create: model.so has no kiln_step entry point");
+  if (desc->max_tokens > model->desc.max_prefill_tokens)
+    return setError(err, KILN_RT_INVALID_ARGUMENT,
+                    "stepper_create: %d token rows per step exceed the plan's "
+                    "%lld",
+                    desc->max_tokens, (long long)model->desc.max_prefill_tokens);
+  auto *t = new (std::nothrow) kiln_cudaexec_stepper_s();
+  if (!t)
+    return setError(err, KILN_RT_RESOURCE_EXHAUSTED, "out of host memory");
+  t->model = model;
+  t->desc = *desc;
+  t->layerPools.assign(desc->layer_pools, desc->layer_pools + desc->layers);
+  t->desc.layer_pools = t->layerPools.data();
+  int32_t code = stepperCreateImpl(*t, err);
+  if (code != 0) {
+    delete t;
+    return code;
+  }
+  *out = t;
+  return 0;
+}
+
+void stepperRelease(kiln_cudaexec_stepper_t *stepper) { delete stepper; }
+
+int32_t stepperRun(kiln_cudaexec_stepper_t *t, const kiln_cudaexec_step_t *step,
+                   const float **outLogits, kiln_cudaexec_error_t *err) {
+  const kiln_cudaexec_step_desc_t &d = t->desc;
+  const int32_t S = step ? step->num_seqs : 0, T = step ? step->num_tokens : 0;
+  if (!step || !outLogits || S < 1 || S > d.max_seqs || T < S ||
+      T > d.max_tokens || step->max_blocks < 1 ||
+      step->max_blocks > d.max_blocks)
+    return setError(err, KILN_RT_INVALID_ARGUMENT,
+                    "stepper_run: a step of %d sequences and %d rows outside "
+                    "the stepper's limits (%d, %d)",
+                    S, T, d.max_seqs, d.max_tokens);
+  auto *seqPos = reinterpret_cast<int64_t *>(t->hIo + t->seqPosOffset);
+  for (int32_t s = 0; s < S; ++s)
+    seqPos[s] = step->pos[s];
+  std::memcpy(t->hIo + t->tokensOffset, step->tokens, sizeof(int32_t) * size_t(T));
+  std::memcpy(t->hIo + t->positionsOffset, step->positions,
+              sizeof(int32_t) * size_t(T));
+  const size_t tableBytes =
+      sizeof(int32_t) * size_t(S) * size_t(step->max_blocks);
+  std::memcpy(t->hIo + t->tablesOffset, step->block_tables, tableBytes);
+  // Copy-on-write of shared blocks, stream-ordered before the step.
+  const uint64_t B = uint64_t(d.block_tokens);
+  for (int32_t i = 0; i < step->num_copies; ++i) {
+    const uint64_t src = uint64_t(step->copy_src[i]),
+                   dst = uint64_t(step->copy_dst[i]);
+    if (src >= uint64_t(d.num_blocks) || dst >= uint64_t(d.num_blocks))
+      return setError(err, KILN_RT_INVALID_ARGUMENT,
+                      "stepper_run: block copy %llu -> %llu outside the pool",
+                      (unsigned long long)src, (unsigned long long)dst);
+    for (const kiln_cudaexec_layer_pool_t &l : t->layerPools) {
+      const uint64_t offsets[4] = {l.k_offset, l.v_offset, l.k_scales_offset,
+                                   l.v_scales_offset};
+      for (int j = 0; j < (d.scale_row_bytes ? 4 : 2); ++j) {
+        const uint64_t row = j < 2 ? d.kv_row_bytes : d.scale_row_bytes;
+        KILN_CUDA_CHECK(cudaMemcpyAsync(
+            t->dPool + offsets[j] + dst * B * row,
+            t->dPool + offsets[j] + src * B * row, B * row,
+            cudaMemcpyDeviceToDevice, t->stream));
+      }
+    }
+  }
+  KILN_CUDA_CHECK(cudaMemcpyAsync(t->dIo, t->hIo, t->tablesOffset + tableBytes,
+                                  cudaMemcpyHostToDevice, t->stream));
+  kiln_cuda_batch &b = t->batch;
+  b.num_seqs = S;
+  b.max_blocks = step->max_blocks;
+  b.row_start = step->row_start;
+  b.row_count = step->row_count;
+  b.pos = step->pos;
+  b.d_positions = reinterpret_cast<const int32_t *>(t->dIo + t->positionsOffset);
+  b.d_seq_pos = reinterpret_cast<const int64_t *>(t->dIo + t->seqPosOffset);
+  b.d_block_tables = reinterpret_cast<const int32_t *>(t->dIo + t->tablesOffset);
+  clearModelStatus(t->ctx);
+  t->model->desc.step(&t->ctx, T, 0);
+  const int32_t code = checkModelCall(t->ctx, "kiln_step", err);
+  // The host arrays of the batch belong to the caller: never kept.
+  b.row_start = b.row_count = b.pos = nullptr;
+  KILN_RETURN_IF_FAILED(code);
+  const uint64_t vocab = uint64_t(t->model->desc.vocab_size);
+  KILN_CUDA_CHECK(cudaMemcpyAsync(t->hLogits, t->dLogits,
+                                  uint64_t(S) * vocab * sizeof(float),
+                                  cudaMemcpyDeviceToHost, t->stream));
+  cudaError_t e = cudaStreamSynchronize(t->stream);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return setError(err, codeOf(e),
+                    "cudaStreamSynchronize after kiln_step failed at %s:%d: %s",
+                    baseName(__FILE__), __LINE__, cudaGetErrorString(e));
+  }
+  KILN_RETURN_IF_FAILED(checkModelCall(t->ctx, "kiln_step", err));
+  *outLogits = t->hLogits;
+  return 0;
+}
+
 int32_t memcpyBandwidth(uint64_t bytes, int32_t reps, double *out,
                         kiln_cudaexec_error_t *err) {
   if (bytes == 0 || reps < 1 || !out)
@@ -612,6 +831,9 @@ const kiln_cudaexec_api_t kApi = {
     sessionDecode,
     sessionLogits,
     sessionSample,
+    stepperCreate,
+    stepperRelease,
+    stepperRun,
     memcpyBandwidth,
 };
 

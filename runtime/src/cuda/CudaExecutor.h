@@ -11,7 +11,12 @@
  *           the cuBLASLt handle (libcublasLt is dlopen()ed, never linked);
  *   session (one per sequence): a non-blocking stream, arena, zeroed KV
  *           cache, token/position buffers, logits, workspace, and the CUDA
- *           graph of `kiln_decode(ctx, 1, pos)` captured at the first decode.
+ *           graph of `kiln_decode(ctx, 1, pos)` captured at the first decode;
+ *   stepper (one per serving engine): the batched step `kiln_step` over a
+ *           paged KV pool in device memory (cuda_abi.h kiln_cuda_batch /
+ *           kiln_cuda_paged_kv): a stream, arena, workspace, the pool
+ *           (zeroed), device copies of each step's tokens, positions and
+ *           block tables, and the logits of one row per sequence.
  *
  * Conventions: plain C, no exception crosses it. Fallible calls return a
  * kiln_rt_status_code_t value (0 = OK) and, on failure, fill `*err` with the
@@ -32,7 +37,7 @@ extern "C" {
 #endif
 
 /* Bump when the table or a descriptor changes layout or meaning. */
-#define KILN_CUDAEXEC_INTERFACE_VERSION 1
+#define KILN_CUDAEXEC_INTERFACE_VERSION 2
 
 typedef struct kiln_cudaexec_error_t {
   int32_t code;       /* kiln_rt_status_code_t */
@@ -41,6 +46,7 @@ typedef struct kiln_cudaexec_error_t {
 
 typedef struct kiln_cudaexec_model_s kiln_cudaexec_model_t;
 typedef struct kiln_cudaexec_session_s kiln_cudaexec_session_t;
+typedef struct kiln_cudaexec_stepper_s kiln_cudaexec_stepper_t;
 
 /* What model_create needs; the runtime fills it from the validated manifest
  * and the dlopen()ed model.so. Pointers need only live during the call. */
@@ -53,10 +59,49 @@ typedef struct kiln_cudaexec_model_desc_t {
   int64_t vocab_size;          /* model.vocab_size (logits row) */
   kiln_cuda_entry_fn prefill;  /* runtime.entry_points.prefill */
   kiln_cuda_entry_fn decode;   /* runtime.entry_points.decode */
+  kiln_cuda_entry_fn step;     /* runtime.entry_points.step, or NULL */
   kiln_cuda_sample_fn sample;  /* kiln_cuda_sample */
   kiln_cuda_workspace_bytes_fn workspace_bytes; /* kiln_cuda_workspace_bytes */
   kiln_cuda_abi_version_fn abi_version;         /* kiln_cuda_abi_version */
 } kiln_cudaexec_model_desc_t;
+
+/* Where layer l's K and V pools (and the 8-bit formats' scales) lie in the
+ * stepper's pool allocation, in bytes from its start (64-byte aligned). */
+typedef struct kiln_cudaexec_layer_pool_t {
+  uint64_t k_offset, v_offset;
+  uint64_t k_scales_offset, v_scales_offset; /* 8-bit formats only */
+} kiln_cudaexec_layer_pool_t;
+
+/* The serving engine's paged KV pool and step limits (stepper_create). */
+typedef struct kiln_cudaexec_step_desc_t {
+  int32_t layers;
+  int32_t format;          /* KILN_CUDA_KV_* */
+  int32_t block_tokens;    /* positions per block */
+  int64_t num_blocks;      /* blocks of the pool */
+  uint64_t pool_bytes;     /* the whole pool, every layer */
+  uint64_t kv_row_bytes;   /* one position of one layer's K (or V) pool */
+  uint64_t scale_row_bytes; /* its scales (8-bit formats), else 0 */
+  const kiln_cudaexec_layer_pool_t *layer_pools; /* [layers] */
+  int32_t max_seqs;        /* sequences per step */
+  int32_t max_tokens;      /* token rows per step (<= the plan's step max) */
+  int32_t max_blocks;      /* block-table entries per sequence */
+} kiln_cudaexec_step_desc_t;
+
+/* One step (host arrays, read during the call): T = num_tokens rows of
+ * S = num_seqs sequences, as kernel_abi.h kiln_batch. */
+typedef struct kiln_cudaexec_step_t {
+  int32_t num_seqs, num_tokens, max_blocks;
+  const int32_t *tokens;       /* [T] */
+  const int32_t *positions;    /* [T] */
+  const int32_t *row_start;    /* [S] */
+  const int32_t *row_count;    /* [S] */
+  const int32_t *pos;          /* [S] */
+  const int32_t *block_tables; /* [S, max_blocks] */
+  /* Copy-on-write before the step: block copy_dst[i] of every layer's
+   * pools (and scales) becomes a copy of block copy_src[i]. */
+  int32_t num_copies;
+  const int32_t *copy_src, *copy_dst;
+} kiln_cudaexec_step_t;
 
 typedef struct kiln_cudaexec_api_t {
   uint32_t interface_version; /* KILN_CUDAEXEC_INTERFACE_VERSION */
@@ -103,6 +148,21 @@ typedef struct kiln_cudaexec_api_t {
                             float temperature, int32_t top_k, float top_p,
                             float coin, int32_t *out_token,
                             kiln_cudaexec_error_t *err);
+
+  /* A stepper for the model's kiln_step (model_desc.step must be set):
+   * allocates the pool (zeroed) and the step buffers. */
+  int32_t (*stepper_create)(kiln_cudaexec_model_t *model,
+                            const kiln_cudaexec_step_desc_t *desc,
+                            kiln_cudaexec_stepper_t **out_stepper,
+                            kiln_cudaexec_error_t *err);
+  void (*stepper_release)(kiln_cudaexec_stepper_t *stepper); /* NULL ok */
+  /* Uploads the step's tokens, positions and block tables, runs kiln_step
+   * eagerly, copies the logits back and synchronizes: *out_logits is a
+   * host (pinned) float32[num_seqs, vocab], valid until the next call. The
+   * caller validated the step against the desc's limits. */
+  int32_t (*stepper_run)(kiln_cudaexec_stepper_t *stepper,
+                         const kiln_cudaexec_step_t *step,
+                         const float **out_logits, kiln_cudaexec_error_t *err);
 
   /* Best-of-`reps` device-to-device cudaMemcpy of `bytes` on device 0,
    * counted as 2 * bytes moved (read + write) per second. */

@@ -62,15 +62,13 @@ Status Engine::create(const Artifact &artifact,
                       std::unique_ptr<Engine> &out) {
   const Manifest &m = artifact.manifest();
   const std::string &dir = artifact.dir();
-  if (artifact.target() != Target::Cpu)
-    return unimplemented(dir + ": the serving engine runs \"cpu\" artifacts "
-                               "only so far; this one is for \"" +
-                         m.targetName + "\"");
-  if (!artifact.step())
+  const bool cuda = artifact.target() == Target::Cuda;
+  if (!artifact.hasStep() || (!cuda && !artifact.step()) ||
+      (cuda && !artifact.cudaBackend()))
     return unimplemented(
         dir + ": has no batched step entry point "
               "(runtime.entry_points.step); recompile it with kiln-compile "
-              "--target=cpu (models with scaled RoPE have none yet)");
+              "(models with scaled RoPE have none yet)");
   auto field = [&](const char *name, int64_t value, int64_t lo, int64_t hi) {
     return invalidArgument("engine option " + std::string(name) + " is " +
                            std::to_string(value) + ", expected " +
@@ -136,7 +134,8 @@ Status Engine::create(const Artifact &artifact,
       bytes = uint64_t(double(phys) * fraction);
     } else {
       bytes = std::min<uint64_t>(uint64_t(double(phys) * 0.1),
-                                 uint64_t(maxBatch * blocksPerSeq) * uint64_t(blockBytes));
+                                 uint64_t(maxBatch * blocksPerSeq) *
+                                     uint64_t(blockBytes));
       bytes = std::max<uint64_t>(bytes, uint64_t(blocksPerSeq * blockBytes));
     }
   }
@@ -144,8 +143,9 @@ Status Engine::create(const Artifact &artifact,
   if (blocks < uint64_t(blocksPerSeq))
     return resourceExhausted(
         dir + ": a KV cache of " + std::to_string(bytes) + " bytes holds " +
-        std::to_string(blocks) + " blocks of " + std::to_string(e->blockTokens_) +
-        " positions (" + std::to_string(blockBytes) +
+        std::to_string(blocks) + " blocks of " +
+        std::to_string(e->blockTokens_) + " positions (" +
+        std::to_string(blockBytes) +
         " bytes each); one sequence of the context (" +
         std::to_string(e->context_) + " positions) needs " +
         std::to_string(blocksPerSeq) + " (" +
@@ -160,33 +160,70 @@ Status Engine::create(const Artifact &artifact,
   const size_t scaleBytes = alignUp(size_t(rows) * e->scaleRowBytes_);
   const size_t layerBytes = 2 * dataBytes + 2 * scaleBytes;
   e->poolBytes_ = layerBytes * size_t(e->layers_);
-  void *pool = mmap(nullptr, e->poolBytes_, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (pool == MAP_FAILED)
-    return resourceExhausted(dir + ": cannot map a KV cache of " +
-                             std::to_string(e->poolBytes_) + " bytes: " +
-                             std::strerror(errno));
-  e->pool_ = pool;
-  auto *base = static_cast<uint8_t *>(pool);
-  for (int64_t l = 0; l < e->layers_; ++l) {
-    uint8_t *layer = base + size_t(l) * layerBytes;
-    kiln_paged_kv kv{};
-    kv.format = format;
-    kv.block_tokens = int32_t(e->blockTokens_);
-    kv.k_pool = layer;
-    kv.v_pool = layer + dataBytes;
-    if (quantized) {
-      kv.k_scales = reinterpret_cast<float *>(layer + 2 * dataBytes);
-      kv.v_scales = reinterpret_cast<float *>(layer + 2 * dataBytes + scaleBytes);
+  if (cuda) {
+    // The pool lives on the device: the stepper allocates it (and the
+    // arena, workspace and step buffers) from the same layout.
+    std::vector<kiln_cudaexec_layer_pool_t> layout;
+    for (int64_t l = 0; l < e->layers_; ++l) {
+      const uint64_t base = uint64_t(l) * layerBytes;
+      kiln_cudaexec_layer_pool_t lp{};
+      lp.k_offset = base;
+      lp.v_offset = base + dataBytes;
+      if (quantized) {
+        lp.k_scales_offset = base + 2 * dataBytes;
+        lp.v_scales_offset = base + 2 * dataBytes + scaleBytes;
+      }
+      layout.push_back(lp);
     }
-    e->kvPages_.push_back(kv);
-  }
+    kiln_cudaexec_step_desc_t sd{};
+    sd.layers = int32_t(e->layers_);
+    sd.format = format;
+    sd.block_tokens = int32_t(e->blockTokens_);
+    sd.num_blocks = e->numBlocks_;
+    sd.pool_bytes = e->poolBytes_;
+    sd.kv_row_bytes = e->kvRowBytes_;
+    sd.scale_row_bytes = e->scaleRowBytes_;
+    sd.layer_pools = layout.data();
+    sd.max_seqs = int32_t(maxBatch);
+    sd.max_tokens = int32_t(budget);
+    sd.max_blocks = int32_t(blocksPerSeq);
+    Status st = artifact.cudaBackend()->createStepper(sd, e->cudaStepper_);
+    if (!st.isOk())
+      return Status(st.code(), dir + ": starting the serving engine on " +
+                                   artifact.deviceName() +
+                                   " failed: " + st.message());
+  } else {
+    void *pool = mmap(nullptr, e->poolBytes_, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (pool == MAP_FAILED)
+      return resourceExhausted(dir + ": cannot map a KV cache of " +
+                               std::to_string(e->poolBytes_) +
+                               " bytes: " + std::strerror(errno));
+    e->pool_ = pool;
+    auto *base = static_cast<uint8_t *>(pool);
+    for (int64_t l = 0; l < e->layers_; ++l) {
+      uint8_t *layer = base + size_t(l) * layerBytes;
+      kiln_paged_kv kv{};
+      kv.format = format;
+      kv.block_tokens = int32_t(e->blockTokens_);
+      kv.k_pool = layer;
+      kv.v_pool = layer + dataBytes;
+      if (quantized) {
+        kv.k_scales = reinterpret_cast<float *>(layer + 2 * dataBytes);
+        kv.v_scales =
+            reinterpret_cast<float *>(layer + 2 * dataBytes + scaleBytes);
+      }
+      e->kvPages_.push_back(kv);
+    }
 
-  const uint64_t arenaBytes = alignUp(m.arenaBytes ? m.arenaBytes : 64);
-  e->arena_ = static_cast<uint8_t *>(std::aligned_alloc(kAlign, arenaBytes));
-  if (!e->arena_)
-    return resourceExhausted(dir + ": cannot allocate the activation arena "
-                                   "of " + std::to_string(arenaBytes) + " bytes");
+    const uint64_t arenaBytes = alignUp(m.arenaBytes ? m.arenaBytes : 64);
+    e->arena_ = static_cast<uint8_t *>(std::aligned_alloc(kAlign, arenaBytes));
+    if (!e->arena_)
+      return resourceExhausted(dir +
+                               ": cannot allocate the activation arena "
+                               "of " +
+                               std::to_string(arenaBytes) + " bytes");
+  }
   e->logits_.resize(size_t(maxBatch) * size_t(e->vocab_));
 
   e->blocks_ = std::make_unique<kv::BlockManager>(
@@ -311,9 +348,9 @@ void Engine::finish(uint64_t id, kiln_rt_finish_reason_t reason) {
   live.callback(live.user, id, -1, 0.0f, reason);
 }
 
-void Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled,
-                  std::vector<float> &logprobs,
-                  std::vector<std::pair<uint64_t, std::string>> &bad) {
+Status Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled,
+                    std::vector<float> &logprobs,
+                    std::vector<std::pair<uint64_t, std::string>> &bad) {
   const size_t S = plan.chunks.size();
   const int64_t T = plan.tokens();
   size_t maxBlocks = 1;
@@ -326,10 +363,16 @@ void Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled,
   tokens_.resize(size_t(T));
   positions_.resize(size_t(T));
   int64_t row = 0;
+  copySrc_.clear();
+  copyDst_.clear();
   for (size_t s = 0; s < S; ++s) {
     const Chunk &c = plan.chunks[s];
-    // Copy-on-write: the rows of a shared block this sequence now writes.
-    if (c.copy.needed())
+    // Copy-on-write: the rows of a shared block this sequence now writes
+    // (on the device: by the stepper, before the step).
+    if (c.copy.needed() && cudaStepper_) {
+      copySrc_.push_back(int32_t(c.copy.src));
+      copyDst_.push_back(int32_t(c.copy.dst));
+    } else if (c.copy.needed())
       for (const kiln_paged_kv &kv : kvPages_) {
         const size_t B = size_t(blockTokens_);
         auto copyRows = [&](void *pool, size_t rowBytes) {
@@ -357,22 +400,42 @@ void Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled,
   }
   if (logits_.size() < S * size_t(vocab_))
     logits_.resize(S * size_t(vocab_));
-  kiln_batch batch{};
-  batch.num_seqs = int32_t(S);
-  batch.max_blocks = int32_t(maxBlocks);
-  batch.row_start = rowStart_.data();
-  batch.row_count = rowCount_.data();
-  batch.pos = pos_.data();
-  batch.block_tables = tables_.data();
-  batch.positions = positions_.data();
-  kiln_exec_ctx ctx{};
-  ctx.arena = arena_;
-  ctx.weights = artifact_.weights();
-  ctx.tokens = tokens_.data();
-  ctx.logits = logits_.data();
-  ctx.batch = &batch;
-  ctx.kv_pages = kvPages_.data();
-  artifact_.step()(&ctx, T, 0);
+  if (cudaStepper_) {
+    kiln_cudaexec_step_t st{};
+    st.num_seqs = int32_t(S);
+    st.num_tokens = int32_t(T);
+    st.max_blocks = int32_t(maxBlocks);
+    st.tokens = tokens_.data();
+    st.positions = positions_.data();
+    st.row_start = rowStart_.data();
+    st.row_count = rowCount_.data();
+    st.pos = pos_.data();
+    st.block_tables = tables_.data();
+    st.num_copies = int32_t(copySrc_.size());
+    st.copy_src = copySrc_.data();
+    st.copy_dst = copyDst_.data();
+    const float *deviceLogits = nullptr; // the stepper's pinned copy
+    KILN_RT_RETURN_IF_ERROR(cudaStepper_->run(st, deviceLogits));
+    std::memcpy(logits_.data(), deviceLogits,
+                sizeof(float) * S * size_t(vocab_));
+  } else {
+    kiln_batch batch{};
+    batch.num_seqs = int32_t(S);
+    batch.max_blocks = int32_t(maxBlocks);
+    batch.row_start = rowStart_.data();
+    batch.row_count = rowCount_.data();
+    batch.pos = pos_.data();
+    batch.block_tables = tables_.data();
+    batch.positions = positions_.data();
+    kiln_exec_ctx ctx{};
+    ctx.arena = arena_;
+    ctx.weights = artifact_.weights();
+    ctx.tokens = tokens_.data();
+    ctx.logits = logits_.data();
+    ctx.batch = &batch;
+    ctx.kv_pages = kvPages_.data();
+    artifact_.step()(&ctx, T, 0);
+  }
 
   sampled.clear();
   logprobs.clear();
@@ -396,6 +459,7 @@ void Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled,
     sampled.push_back(token);
     logprobs.push_back(logProbability(row, vocab_, token));
   }
+  return Status::ok();
 }
 
 Status Engine::requestError(uint64_t id) {
@@ -445,8 +509,36 @@ void Engine::run() {
     std::vector<std::pair<uint64_t, std::string>> bad;
     std::set<uint64_t> failed;
     if (!plan.chunks.empty()) {
-      step(plan, sampled, logprobs, bad);
+      Status st = step(plan, sampled, logprobs, bad);
       ++steps;
+      if (!st.isOk()) {
+        // A failed step (a device error) leaves the pool in an unknown
+        // state: every request fails with the message, and the engine
+        // refuses new ones.
+        std::vector<uint64_t> ids;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          failed_ = true;
+          for (auto &entry : live_) {
+            errors_[entry.first] = "request " + std::to_string(entry.first) +
+                                   ": the step failed: " + st.message();
+            ids.push_back(entry.first);
+          }
+          while (errors_.size() > kMaxErrors)
+            errors_.erase(errors_.begin());
+        }
+        for (uint64_t id : ids) {
+          scheduler_->cancel(kv::SequenceId(id));
+          finish(id, KILN_RT_FINISH_ERROR);
+        }
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          stats_.num_running = scheduler_->numRunning();
+          stats_.num_waiting = scheduler_->numWaiting();
+          stats_.kv_blocks_used = numBlocks_ - blocks_->numAvailable();
+        }
+        continue;
+      }
     }
     // A request whose logits are not finite ends with FINISH_ERROR (its
     // blocks freed like a cancellation); the others go on.

@@ -17,6 +17,7 @@
 #include "kiln_rt/api.h"
 #include "kiln_rt/kernel_abi.h"
 #include "kv/BlockManager.h"
+#include "cuda/CudaBackend.h"
 #include "serve/Scheduler.h"
 #include "tokenizer/Sampler.h"
 
@@ -83,9 +84,9 @@ private:
   /// `logprobs`. A sampling row with a NaN or infinite logit (corrupted
   /// weights, an overflow) is not sampled: its request id and message go to
   /// `bad`.
-  void step(const StepPlan &plan, std::vector<int32_t> &sampled,
-            std::vector<float> &logprobs,
-            std::vector<std::pair<uint64_t, std::string>> &bad);
+  Status step(const StepPlan &plan, std::vector<int32_t> &sampled,
+              std::vector<float> &logprobs,
+              std::vector<std::pair<uint64_t, std::string>> &bad);
   void finish(uint64_t id, kiln_rt_finish_reason_t reason);
 
   const Artifact &artifact_;
@@ -93,6 +94,9 @@ private:
   int64_t context_ = 0, vocab_ = 0, blockTokens_ = 16;
   int64_t layers_ = 0, kvHeads_ = 0, headDim_ = 0;
   bool batchInvariant_ = false; ///< holds acquireBatchInvariantKernels
+  /// CUDA artifacts: the device pool, arena and kiln_step (null on cpu).
+  std::unique_ptr<CudaStepper> cudaStepper_;
+  std::vector<int32_t> copySrc_, copyDst_; ///< copy-on-write, CUDA only
 
   // The pool: one anonymous mapping, sliced per layer into K, V and their
   // scales; kvPages_[layer] describes it for kiln_step.
