@@ -1858,8 +1858,11 @@ int main(int argc, char **argv) {
          std::to_string(maxNumBatchedTokens));
   if (maxQueue < 1 || maxQueue > (1 << 20))
     fail("--max-queue must be in [1, 1048576], got " + std::to_string(maxQueue));
-  if (maxModelLen < 0 || maxModelLen > INT32_MAX)
+  if (maxModelLen < 0)
     fail("--max-model-len must be >= 2 (or 0 for the compiled maximum), got " +
+         std::to_string(maxModelLen));
+  if (maxModelLen > INT32_MAX)
+    fail("--max-model-len must be at most 2147483647 tokens, got " +
          std::to_string(maxModelLen));
   if (maxModelLen == 1)
     fail("--max-model-len must be >= 2 (a prompt token and a completion "
@@ -1882,6 +1885,9 @@ int main(int argc, char **argv) {
     fail("--max-body-bytes: expected a positive size in bytes, optionally "
          "with a suffix K, M, G (e.g. 1M), got '" +
          maxBodyBytes + "'");
+  if (bodyLimit > (uint64_t(1) << 30))
+    fail("--max-body-bytes must be at most 1G (a request body is held in "
+         "memory whole), got '" + maxBodyBytes + "'");
   if (httpThreads < 0 || httpThreads > 65536)
     fail("--http-threads must be in [1, 65536] (0: the default), got " +
          std::to_string(httpThreads));
@@ -1929,6 +1935,11 @@ int main(int argc, char **argv) {
   s.modelName = servedModelName.getNumOccurrences() ? std::string(servedModelName)
                 : s.info.name && *s.info.name ? std::string(s.info.name)
                                               : std::string("kiln");
+  if (maxNumBatchedTokens > s.info.max_prefill_tokens)
+    fail("--max-num-batched-tokens " + std::to_string(maxNumBatchedTokens) +
+         " exceeds the artifact's step maximum of " +
+         std::to_string(s.info.max_prefill_tokens) +
+         " tokens (recompile with kiln-compile --max-prefill-tokens)");
   if (maxModelLen > s.info.max_seq_len)
     fail("--max-model-len " + std::to_string(maxModelLen) +
          " exceeds the artifact's compiled maximum context of " +
