@@ -350,38 +350,86 @@ __attribute__((target("avx2"))) inline __m256 widenBytes(__m128i bytes8,
                                      : _mm256_cvtepu8_epi32(bytes8));
 }
 
+/// One 32-element block of Q4_0, Q4_1 or Q8_0 as four vectors of eight
+/// floats (elements 8j .. 8j + 7 in v[j]).
+__attribute__((target("avx2"))) inline void
+decodeLegacyBlockAvx2(int64_t format, const uint8_t *blk, __m256 v[4]) {
+  const __m256 d = _mm256_set1_ps(kiln_block_f16(blk));
+  if (format == KILN_BLOCK_Q8_0) {
+    for (int j = 0; j < 4; ++j) {
+      __m128i q =
+          _mm_loadl_epi64(reinterpret_cast<const __m128i *>(blk + 2 + 8 * j));
+      v[j] = _mm256_mul_ps(d, widenBytes(q, true));
+    }
+    return;
+  }
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  const bool q41 = format == KILN_BLOCK_Q4_1;
+  const __m128i qs =
+      _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + (q41 ? 4 : 2)));
+  const __m128i halves[2] = {_mm_and_si128(qs, low4),
+                             _mm_and_si128(_mm_srli_epi16(qs, 4), low4)};
+  const __m256 m = q41 ? _mm256_set1_ps(kiln_block_f16(blk + 2))
+                       : _mm256_set1_ps(8.0f);
+  for (int h = 0; h < 2; ++h)
+    for (int j = 0; j < 2; ++j) {
+      __m256 q = widenBytes(j ? _mm_srli_si128(halves[h], 8) : halves[h], false);
+      v[2 * h + j] = q41 ? _mm256_add_ps(_mm256_mul_ps(d, q), m)
+                         : _mm256_mul_ps(d, _mm256_sub_ps(q, m));
+    }
+}
+
 __attribute__((target("avx2"))) void
 decodeLegacyRowAvx2(int64_t format, const uint8_t *row, int64_t in,
                     float *out) {
   const int64_t bytes = kiln_block_bytes(format);
-  const __m128i low4 = _mm_set1_epi8(0x0f);
   for (int64_t b = 0; b < in / 32; ++b, row += bytes, out += 32) {
-    const __m256 d = _mm256_set1_ps(kiln_block_f16(row));
-    if (format == KILN_BLOCK_Q8_0) {
-      for (int j = 0; j < 4; ++j) {
-        __m128i q = _mm_loadl_epi64(
-            reinterpret_cast<const __m128i *>(row + 2 + 8 * j));
-        _mm256_storeu_ps(out + 8 * j, _mm256_mul_ps(d, widenBytes(q, true)));
+    __m256 v[4];
+    decodeLegacyBlockAvx2(format, row, v);
+    for (int j = 0; j < 4; ++j)
+      _mm256_storeu_ps(out + 8 * j, v[j]);
+  }
+}
+
+/// out[r] = dot(decoded row r, x) for r < rows of Q4_0 / Q4_1 / Q8_0
+/// blocks (rows `rowBytes` apart from w): the blocks decoded in registers
+/// (decodeLegacyBlockAvx2, the floats decodeLegacyRowAvx2 stores) and
+/// dotted in column order in one FMA chain per row, four rows at a time:
+/// the bits dotRowsOneTokenAvx2 gives on the decoded rows, without
+/// writing them out.
+__attribute__((target("avx2,fma"))) void
+legacyRowsOneTokenAvx2(int64_t format, const uint8_t *w, int64_t rowBytes,
+                       int64_t rows, const float *x, int64_t in, float *out) {
+  const int64_t bytes = kiln_block_bytes(format), blocks = in / 32;
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float *xb = x + 32 * b;
+      const __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8),
+                   x2 = _mm256_loadu_ps(xb + 16), x3 = _mm256_loadu_ps(xb + 24);
+      for (int q = 0; q < 4; ++q) {
+        __m256 v[4];
+        decodeLegacyBlockAvx2(format, w + (r + q) * rowBytes + b * bytes, v);
+        a[q] = _mm256_fmadd_ps(v[0], x0, a[q]);
+        a[q] = _mm256_fmadd_ps(v[1], x1, a[q]);
+        a[q] = _mm256_fmadd_ps(v[2], x2, a[q]);
+        a[q] = _mm256_fmadd_ps(v[3], x3, a[q]);
       }
-      continue;
     }
-    const bool q41 = format == KILN_BLOCK_Q4_1;
-    const __m128i qs = _mm_loadu_si128(
-        reinterpret_cast<const __m128i *>(row + (q41 ? 4 : 2)));
-    const __m128i halves[2] = {
-        _mm_and_si128(qs, low4),
-        _mm_and_si128(_mm_srli_epi16(qs, 4), low4)};
-    const __m256 m = q41 ? _mm256_set1_ps(kiln_block_f16(row + 2))
-                         : _mm256_set1_ps(8.0f);
-    for (int h = 0; h < 2; ++h)
-      for (int j = 0; j < 2; ++j) {
-        __m256 q = widenBytes(_mm_srli_si128(halves[h], 0), false);
-        if (j)
-          q = widenBytes(_mm_srli_si128(halves[h], 8), false);
-        __m256 v = q41 ? _mm256_add_ps(_mm256_mul_ps(d, q), m)
-                       : _mm256_mul_ps(d, _mm256_sub_ps(q, m));
-        _mm256_storeu_ps(out + 16 * h + 8 * j, v);
-      }
+    for (int q = 0; q < 4; ++q)
+      out[r + q] = reduceLanes(a[q]);
+  }
+  for (; r < rows; ++r) {
+    __m256 a = _mm256_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b) {
+      __m256 v[4];
+      decodeLegacyBlockAvx2(format, w + r * rowBytes + b * bytes, v);
+      for (int j = 0; j < 4; ++j)
+        a = _mm256_fmadd_ps(v[j], _mm256_loadu_ps(x + 32 * b + 8 * j), a);
+    }
+    out[r] = reduceLanes(a);
   }
 }
 
@@ -469,6 +517,16 @@ void invariantTile(const kiln_linear_weight &w, const float *x, int64_t n,
     x = loopDequantizedA8Input(x, n, in); // the A8 formula's d_b * q_i
   static const bool avx2 =
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (n == 1 && avx2 && w.kind == KILN_WEIGHT_BLOCKS &&
+      (w.format == KILN_BLOCK_Q4_0 || w.format == KILN_BLOCK_Q4_1 ||
+       w.format == KILN_BLOCK_Q8_0)) {
+    // Decode: the blocks decoded in registers, the same bits.
+    const int64_t rb = rowBytes(w, in);
+    legacyRowsOneTokenAvx2(w.format,
+                           static_cast<const uint8_t *>(w.data) + o0 * rb, rb,
+                           o1 - o0, x, in, c);
+    return;
+  }
   const bool dense = w.kind == KILN_WEIGHT_F32;
   float *decoded = dense ? nullptr : threadScratch(5, kInvariantRows * in);
   float dots[2 * kInvariantTokens];
