@@ -51,6 +51,8 @@ static std::string sourceKey(const WeightDesc &w) {
         t.method == WeightTransform::QuantMethod::GPTQ)
       os << ":gptq:" << t.calibration.size() << ':' << t.calibration << ':'
          << t.hessian << ':' << t.actOrder << ':' << format("%a", t.damp);
+    if (t.kind == WeightTransform::Kind::Slice)
+      os << ":slice" << t.axis << ':' << t.offset << ':' << t.size;
     if (t.kind == WeightTransform::Kind::Scale) {
       os << ":scale" << t.axis << ':' << t.factors.size() << ':';
       for (float f : t.factors)
@@ -76,6 +78,14 @@ static Expected<Quantized4> runGptq(const WeightDesc &w,
                                     const WeightTransform &quant,
                                     ArrayRef<float> buffer, int64_t rows,
                                     int64_t cols) {
+  if (llvm::any_of(w.transforms, [](const WeightTransform &t) {
+        return t.kind == WeightTransform::Kind::Slice;
+      }))
+    return createStringError(inconvertibleErrorCode(),"weight '" + w.name +
+                           "': GPTQ of a tensor-parallel shard is not "
+                           "supported yet (its Hessian is the whole "
+                           "layer's); use RTN (--quant=w4a16 without "
+                           "--calibration) or tp=1");
   Expected<CalibrationFile> calib = CalibrationFile::open(quant.calibration);
   if (!calib)
     return calib.takeError();
@@ -196,7 +206,9 @@ static void toLittleEndian(MutableArrayRef<float> values) {
 static Error emitTensor(StringRef path, const WeightDesc &w, StorageType dtype,
                         WriterState &st, WrittenTensor &t,
                         function_ref<void(const char *, size_t)> sink) {
-  t.shape = w.source.shape;
+  // The float tensor's shape: the source's, narrowed by any slice.
+  const std::vector<int64_t> shape = floatShape(w);
+  t.shape.assign(shape.begin(), shape.end());
   if (repackStep(w)) { // a part of a pre-quantized checkpoint's linear
     Expected<RepackedLayout> layout = repackedLayout(w);
     if (!layout)
@@ -210,11 +222,11 @@ static Error emitTensor(StringRef path, const WeightDesc &w, StorageType dtype,
     return Error::success();
   }
   const WeightTransform *quant = quantizeStep(w);
-  if (quant && w.source.shape.size() != 2)
+  if (quant && shape.size() != 2)
     return writerError(path, "weight '" + w.name + "': quantize needs a matrix");
   int64_t groups = 0, packedCols = 0;
   if (quant) {
-    int64_t rows = w.source.shape[0], cols = w.source.shape[1];
+    int64_t rows = shape[0], cols = shape[1];
     bool four = quant->bits == 4;
     // 4-bit: always groups; 8-bit: per row (group_size 0) or groups.
     groups = quant->groupSize > 0
@@ -242,7 +254,7 @@ static Error emitTensor(StringRef path, const WeightDesc &w, StorageType dtype,
   t.dtype = quant ? (quant->part == WeightTransform::QuantPart::Scales ? "f32" : "i8")
                   : std::string(stringifyStorageType(floatType));
   uint64_t numel = 1;
-  for (int64_t d : w.source.shape) {
+  for (int64_t d : shape) {
     if (d < 0 || __builtin_mul_overflow(numel, static_cast<uint64_t>(d),
                                           &numel))
       return writerError(path, "weight '" + w.name + "' has an invalid shape");
@@ -276,7 +288,7 @@ static Error emitTensor(StringRef path, const WeightDesc &w, StorageType dtype,
     sink(reinterpret_cast<const char *>(st.narrow.data()), t.bytes);
     return Error::success();
   }
-  int64_t rows = w.source.shape[0], cols = w.source.shape[1];
+  int64_t rows = shape[0], cols = shape[1];
   std::vector<uint8_t> bytes;     // qweight or zeros
   std::vector<float> scaleValues; // scales
   if (quant->bits == 8) {

@@ -342,4 +342,47 @@ def BatchStepPass : Pass<"kiln-batch-step", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::kiln::KilnDialect"];
 }
 
+def PartitionPass : Pass<"kiln-partition", "::mlir::ModuleOp"> {
+  let summary = "Tensor parallelism: one rank's shard of every layer (Megatron-LM splits)";
+  let description = [{
+    Rewrites the module into rank `rank`'s program of a tensor-parallel
+    group of `tp` ranks (Shoeybi et al. 2019, "Megatron-LM", section 3):
+    per layer, the query, key and value projections and the FFN's gate and
+    up projections are column-parallel (the rank keeps the rows of its
+    attention heads and of its `hidden_dim / tp` hidden features, as a
+    `#kiln.transform<"slice", {axis = 0, ...}>` appended to each weight's
+    recipe), the attention output and FFN down projections row-parallel
+    (the matching columns, axis 1), each followed by a `kiln.all_reduce`
+    summing the ranks' partial products: exactly two all-reduces per
+    layer. Attention, RoPE and the KV cache (the function signatures'
+    `!kiln.kv_cache` / `!kiln.paged_kv_cache`) take the rank's
+    `n_heads / tp` query heads and `n_kv_heads / tp` KV heads; with fewer
+    KV heads than ranks (tp a multiple of n_kv_heads) each KV head is
+    replicated on the `tp / n_kv_heads` ranks whose query heads use it.
+    The embedding, the norms and the classifier stay whole on every rank.
+    The module gets `kiln.partition = {tp, rank}`.
+
+    Errors, naming the counts: heads, hidden features or KV heads that do
+    not divide (nor are divided by) tp; weights already quantized, fused
+    or kept in GGUF block formats (run the pass first, on float weights:
+    the quantization passes then quantize each shard on its own); centered
+    keys.
+
+    ```mlir
+    // tp=2, rank=1 of a 64-wide model with 8 heads of 8:
+    kiln.weight @layers.0.wq : tensor<32x64xf32> {..., transforms = [
+        #kiln.transform<"slice", {axis = 0 : i64, offset = 32 : i64, size = 32 : i64}>]}
+    %o = kiln.linear %a, %wo : tensor<?x32xf32>, tensor<64x32xf32> -> tensor<?x64xf32>
+    %r = kiln.all_reduce %o {group_size = 2 : i64} : tensor<?x64xf32>
+    ```
+  }];
+  let options = [
+    Option<"tp", "tp", "int64_t", /*default=*/"1",
+           "Ranks of the tensor-parallel group (1: no change)">,
+    Option<"rank", "rank", "int64_t", /*default=*/"0",
+           "The rank whose program is produced, in [0, tp)">,
+  ];
+  let dependentDialects = ["::mlir::kiln::KilnDialect"];
+}
+
 #endif // KILN_PASSES_TRANSFORMS_PASSES_TD

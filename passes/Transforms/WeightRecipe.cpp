@@ -104,6 +104,14 @@ static FailureOr<WeightDesc> getRecipe(WeightOp op, StringRef name,
       w.transforms.push_back(wt);
       continue;
     }
+    if (t.getKind() == "slice") {
+      WeightTransform wt{WeightTransform::Kind::Slice};
+      wt.axis = params.getAs<IntegerAttr>("axis").getInt();
+      wt.offset = params.getAs<IntegerAttr>("offset").getInt();
+      wt.size = params.getAs<IntegerAttr>("size").getInt();
+      w.transforms.push_back(wt);
+      continue;
+    }
     if (t.getKind() == "scale") {
       WeightTransform wt{WeightTransform::Kind::Scale};
       wt.axis = params.getAs<IntegerAttr>("axis").getInt();
@@ -134,7 +142,7 @@ FailureOr<std::vector<float>> materializeWeightOp(WeightOp op) {
   std::vector<float> out;
   for (const WeightDesc *d : pieces) {
     size_t numel = 1;
-    for (int64_t dim : d->source.shape)
+    for (int64_t dim : floatShape(*d))
       numel *= static_cast<size_t>(dim);
     size_t at = out.size();
     out.resize(at + numel);

@@ -263,6 +263,18 @@ WeightTransformAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                               "non-zero";
     return success();
   }
+  if (kind == "slice") {
+    auto axis = params ? params.getAs<IntegerAttr>("axis") : IntegerAttr();
+    auto offset = params ? params.getAs<IntegerAttr>("offset") : IntegerAttr();
+    auto size = params ? params.getAs<IntegerAttr>("size") : IntegerAttr();
+    if (!axis || (axis.getInt() != 0 && axis.getInt() != 1))
+      return emitError() << "'slice' transform needs 'axis' = 0 (rows or "
+                            "vector elements) or 1 (columns)";
+    if (!offset || offset.getInt() < 0 || !size || size.getInt() < 1)
+      return emitError() << "'slice' transform needs 'offset' >= 0 and "
+                            "'size' >= 1";
+    return success();
+  }
   if (kind == "repack")
     return verifyRepackParams(emitError, params);
   if (kind == "concat_rows") {

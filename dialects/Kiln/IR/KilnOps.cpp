@@ -122,7 +122,10 @@ verifyWeightRecipe(RankedTensorType type, WeightSourceAttr source,
   // The shape the recipe produces: the source's, unless a quantize step
   // splits it into integer values (same shape) and per-row scales.
   SmallVector<int64_t, 2> produced(sourceShape.begin(), sourceShape.end());
-  bool quantizedToInt = false, repacked = false;
+  // The float tensor that rope / scale / quantize act on: the source's,
+  // narrowed by any 'slice' (tensor parallelism, kiln-partition).
+  SmallVector<int64_t, 2> floatShape(sourceShape.begin(), sourceShape.end());
+  bool quantizedToInt = false, repacked = false, quantized = false;
   for (auto [index, a] : llvm::enumerate(transforms)) {
     auto t = cast<WeightTransformAttr>(a);
     if (t.getKind() == "concat_rows") {
@@ -165,15 +168,36 @@ verifyWeightRecipe(RankedTensorType type, WeightSourceAttr source,
       }
       continue;
     }
+    if (t.getKind() == "slice") {
+      int64_t axis = t.getParams().getAs<IntegerAttr>("axis").getInt();
+      int64_t offset = t.getParams().getAs<IntegerAttr>("offset").getInt();
+      int64_t size = t.getParams().getAs<IntegerAttr>("size").getInt();
+      if (quantized || repacked)
+        return emitOpError() << "'slice' must come before 'quantize' and "
+                                "cannot follow 'repack' (slice the float "
+                                "weight)";
+      if (axis >= int64_t(floatShape.size()) ||
+          offset + size > floatShape[axis])
+        return emitOpError() << "'slice' [" << offset << ", " << offset + size
+                             << ") along axis " << axis
+                             << " does not fit shape ["
+                             << llvm::join(llvm::map_range(floatShape, dimStr),
+                                           ", ")
+                             << "]";
+      floatShape[axis] = size;
+      produced = floatShape;
+      continue;
+    }
     if (t.getKind() == "quantize") {
-      if (sourceShape.size() != 2)
+      if (floatShape.size() != 2)
         return emitOpError() << "'quantize' needs a matrix source, got shape ["
-                             << llvm::join(llvm::map_range(sourceShape, dimStr), ", ")
+                             << llvm::join(llvm::map_range(floatShape, dimStr), ", ")
                              << "]";
       StringRef part = t.getParams().getAs<StringAttr>("part").getValue();
       int64_t bits = t.getParams().getAs<IntegerAttr>("bits").getInt();
       int64_t group = t.getParams().getAs<IntegerAttr>("group_size").getInt();
-      int64_t rows = sourceShape[0], cols = sourceShape[1];
+      int64_t rows = floatShape[0], cols = floatShape[1];
+      quantized = true;
       if (part == "qweight") {
         produced = {rows, bits == 4 ? llvm::divideCeilSigned(cols, int64_t(2)) : cols};
         quantizedToInt = true;
@@ -228,15 +252,15 @@ verifyWeightRecipe(RankedTensorType type, WeightSourceAttr source,
       // Applies to the source-shaped tensor, before any quantize step.
       int64_t axis = t.getParams().getAs<IntegerAttr>("axis").getInt();
       int64_t n = t.getParams().getAs<DenseElementsAttr>("factors").getNumElements();
-      if (produced != SmallVector<int64_t, 2>(sourceShape.begin(), sourceShape.end()))
+      if (produced != floatShape)
         return emitOpError() << "'scale' must come before 'quantize'";
-      bool fits = sourceShape.size() <= 2 &&
-                  (axis == 0 ? n == sourceShape[0]
-                             : sourceShape.size() == 2 && n == sourceShape[1]);
+      bool fits = floatShape.size() <= 2 &&
+                  (axis == 0 ? n == floatShape[0]
+                             : floatShape.size() == 2 && n == floatShape[1]);
       if (!fits)
         return emitOpError() << "'scale' with " << n << " factors along axis "
                              << axis << " does not fit shape ["
-                             << llvm::join(llvm::map_range(sourceShape, dimStr), ", ")
+                             << llvm::join(llvm::map_range(floatShape, dimStr), ", ")
                              << "]";
       continue;
     }
@@ -245,7 +269,7 @@ verifyWeightRecipe(RankedTensorType type, WeightSourceAttr source,
     // Applies to the source-shaped tensor, before any quantize step (or to
     // the repacked rows, one per output feature).
     ArrayRef<int64_t> rowShape =
-        repacked ? ArrayRef<int64_t>(produced) : sourceShape;
+        repacked ? ArrayRef<int64_t>(produced) : ArrayRef<int64_t>(floatShape);
     int64_t heads = t.getParams().getAs<IntegerAttr>("heads").getInt();
     if (rowShape.empty() || rowShape.size() > 2 || rowShape[0] % heads != 0 ||
         (rowShape[0] / heads) % 2 != 0)

@@ -22,6 +22,10 @@ struct KVCacheResource : public SideEffects::Resource::Base<KVCacheResource> {
 struct ObserverResource : public SideEffects::Resource::Base<ObserverResource> {
   llvm::StringRef getName() final { return "Observer"; }
 };
+/// Inter-rank communication (kiln.all_reduce).
+struct CommResource : public SideEffects::Resource::Base<CommResource> {
+  llvm::StringRef getName() final { return "Comm"; }
+};
 } // namespace mlir::kiln
 
 #define GET_OP_CLASSES

@@ -29,6 +29,10 @@ def Kiln_KVCacheResource : Resource<"::mlir::kiln::KVCacheResource">;
 // Resource for the calibration observer: kiln.observe writes to it, so the
 // op has an effect and is never removed as dead.
 def Kiln_ObserverResource : Resource<"::mlir::kiln::ObserverResource">;
+// Resource for inter-rank communication: collectives read and write it, so
+// they keep their order (every rank must issue them in the same order) and
+// are never removed as dead.
+def Kiln_CommResource : Resource<"::mlir::kiln::CommResource">;
 
 //===----------------------------------------------------------------------===//
 // Weights
@@ -474,6 +478,29 @@ def Kiln_AddBiasOp : Kiln_Op<"add_bias", [Pure, AllTypesMatch<["input", "result"
   let results = (outs Kiln_Activation:$result);
   let assemblyFormat = "$input `,` $bias attr-dict `:` type($input) `,` type($bias)";
   let hasVerifier = 1;
+}
+
+def Kiln_AllReduceOp : Kiln_Op<"all_reduce", [
+    AllTypesMatch<["input", "result"]>,
+    MemoryEffects<[MemRead<Kiln_CommResource>, MemWrite<Kiln_CommResource>]>]> {
+  let summary = "Elementwise sum of a tensor over the ranks of a tensor-parallel group";
+  let description = [{
+    `result = sum over the group_size ranks r of input_r`, elementwise; every
+    rank receives the sum (MPI_Allreduce / ncclAllReduce with a sum). Written
+    by `kiln-partition` after each row-parallel linear (the attention output
+    projection and the FFN down projection), whose per-rank products are
+    partial sums of the full one: Megatron-LM's `g` operator (Shoeybi et
+    al. 2019, section 3), two per layer. A ring all-reduce moves
+    `2 (N - 1) / N` times the tensor's bytes per rank.
+
+    ```mlir
+    %o = kiln.all_reduce %partial {group_size = 2 : i64} : tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$input,
+                       ConfinedAttr<I64Attr, [IntMinValue<2>]>:$group_size);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
 def Kiln_LogitsOp : Kiln_Op<"logits", [Pure]> {

@@ -165,8 +165,8 @@ static Error decodeFromFile(const TensorSource &s, MutableArrayRef<float> out) {
 /// i, row 2i+1 <- row i + hd/2 (inverse of HF's convert_llama_weights_to_hf
 /// permute, same as llama.cpp's convert_hf_to_gguf permute).
 static Error ropeHalfToAdjacent(const WeightDesc &w, int64_t heads,
+                                ArrayRef<int64_t> shape,
                                 MutableArrayRef<float> data) {
-  ArrayRef<int64_t> shape = w.source.shape;
   // A vector (the bias of a projection) is a matrix of one column.
   if (shape.size() < 1 || shape.size() > 2 || heads <= 0 ||
       shape[0] % heads != 0 || (shape[0] / heads) % 2 != 0)
@@ -194,8 +194,7 @@ static Error ropeHalfToAdjacent(const WeightDesc &w, int64_t heads,
 /// Multiplies rows (axis 0; the elements of a vector) or columns (axis 1)
 /// of `data` by `t.factors`.
 static Error applyScale(const WeightDesc &w, const WeightTransform &t,
-                        MutableArrayRef<float> data) {
-  ArrayRef<int64_t> shape = w.source.shape;
+                        ArrayRef<int64_t> shape, MutableArrayRef<float> data) {
   bool fits = (t.axis == 0 && !shape.empty() &&
                static_cast<int64_t>(t.factors.size()) == shape[0]) ||
               (t.axis == 1 && shape.size() == 2 &&
@@ -212,34 +211,92 @@ static Error applyScale(const WeightDesc &w, const WeightTransform &t,
   return Error::success();
 }
 
+std::vector<int64_t> floatShape(const WeightDesc &w) {
+  std::vector<int64_t> shape(w.source.shape.begin(), w.source.shape.end());
+  for (const WeightTransform &t : w.transforms)
+    if (t.kind == WeightTransform::Kind::Slice && t.axis >= 0 &&
+        t.axis < int64_t(shape.size()))
+      shape[size_t(t.axis)] = t.size;
+  return shape;
+}
+
+/// Keeps t.size rows (axis 0) or columns (axis 1) from t.offset of `data`
+/// (shape `shape`, updated), in place.
+static Error applySlice(const WeightDesc &w, const WeightTransform &t,
+                        std::vector<int64_t> &shape, std::vector<float> &data) {
+  if (shape.empty() || shape.size() > 2 || t.axis < 0 ||
+      t.axis >= int64_t(shape.size()) || t.offset < 0 || t.size < 1 ||
+      t.offset + t.size > shape[size_t(t.axis)])
+    return makeError("weight '" + w.name + "': slice [" + Twine(t.offset) +
+                     ", " + Twine(t.offset + t.size) + ") along axis " +
+                     Twine(t.axis) + " does not fit shape " +
+                     formatShape(shape));
+  const size_t rows = size_t(shape[0]),
+               cols = shape.size() == 2 ? size_t(shape[1]) : 1;
+  if (t.axis == 0) {
+    data.erase(data.begin(), data.begin() + size_t(t.offset) * cols);
+    data.resize(size_t(t.size) * cols);
+  } else {
+    for (size_t r = 0; r < rows; ++r)
+      std::memmove(data.data() + r * size_t(t.size),
+                   data.data() + r * cols + size_t(t.offset),
+                   size_t(t.size) * sizeof(float));
+    data.resize(rows * size_t(t.size));
+  }
+  shape[size_t(t.axis)] = t.size;
+  return Error::success();
+}
+
 Error materializeWeight(const WeightDesc &w, MutableArrayRef<float> out) {
   const TensorSource &s = w.source;
-  std::optional<uint64_t> numel = numElements(s.shape);
+  std::vector<int64_t> finalShape = floatShape(w);
+  std::optional<uint64_t> numel = numElements(finalShape);
   if (!numel || *numel != out.size())
     return makeError("weight '" + w.name + "': output buffer holds " +
                      Twine(out.size()) + " floats but the shape " +
-                     formatShape(s.shape) + " needs " +
+                     formatShape(finalShape) + " needs " +
                      Twine(numel.value_or(0)));
+  const bool sliced = llvm::any_of(w.transforms, [](const WeightTransform &t) {
+    return t.kind == WeightTransform::Kind::Slice;
+  });
   for (const WeightTransform &t : w.transforms)
     if (t.kind == WeightTransform::Kind::Repack)
       return makeError("weight '" + w.name + "' (" + s.file + ", tensor '" +
                        s.tensor +
                        "') is a repacked quantized part, not a "
                        "float tensor (materializeRepacked writes it)");
+  // Unsliced weights are decoded straight into `out`; sliced ones into a
+  // source-sized buffer first.
+  std::vector<float> whole;
+  std::vector<int64_t> shape(s.shape.begin(), s.shape.end());
+  MutableArrayRef<float> data = out;
+  if (sliced) {
+    std::optional<uint64_t> sourceNumel = numElements(s.shape);
+    if (!sourceNumel)
+      return makeError("weight '" + w.name + "': invalid source shape " +
+                       formatShape(s.shape));
+    whole.resize(size_t(*sourceNumel));
+    data = whole;
+  }
   if (s.storage == StorageType::Synthetic) {
-    generateSynthetic(s, out);
-  } else if (Error e = decodeFromFile(s, out)) {
+    generateSynthetic(s, data);
+  } else if (Error e = decodeFromFile(s, data)) {
     return e;
   }
   for (const WeightTransform &t : w.transforms) {
     switch (t.kind) {
     case WeightTransform::Kind::RopeHalfToAdjacent:
-      if (Error e = ropeHalfToAdjacent(w, t.heads, out))
+      if (Error e = ropeHalfToAdjacent(w, t.heads, shape, data))
         return e;
       break;
     case WeightTransform::Kind::Scale:
-      if (Error e = applyScale(w, t, out))
+      if (Error e = applyScale(w, t, shape, data))
         return e;
+      break;
+    case WeightTransform::Kind::Slice:
+      if (Error e = applySlice(w, t, shape, whole))
+        return e;
+      data = whole;
       break;
     case WeightTransform::Kind::Quantize:
       break; // applied by the artifact writer to the f32 result
@@ -247,6 +304,8 @@ Error materializeWeight(const WeightDesc &w, MutableArrayRef<float> out) {
       break; // refused above
     }
   }
+  if (sliced)
+    std::copy(whole.begin(), whole.end(), out.begin());
   return Error::success();
 }
 

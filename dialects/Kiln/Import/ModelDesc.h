@@ -120,6 +120,12 @@ struct WeightTransform {
     /// SmoothQuant) that move a per-channel scale s from an op's input into
     /// its weight's columns and 1/s into the previous op's weight.
     Scale,
+    /// Keeps `size` rows (`axis` 0; the elements of a vector) or columns
+    /// (`axis` 1) from `offset` on: one rank's shard under tensor
+    /// parallelism (kiln-partition; Megatron-LM, Shoeybi et al. 2019).
+    /// Before any Quantize (the shard is quantized on its own); never with
+    /// Repack. Later transforms see the sliced shape.
+    Slice,
   };
   /// Blocks: the whole tensor, kept in its GGML block format (Repack with
   /// `format` q4_0 ... q6_k): written verbatim as rows of raw blocks.
@@ -139,7 +145,9 @@ struct WeightTransform {
   std::string hessian;      ///< Quantize/GPTQ: Hessian tensor in that file
   bool actOrder = false;    ///< Quantize/GPTQ: descending diag(H) order
   double damp = 0.01;       ///< Quantize/GPTQ: dampening, fraction of mean diag(H)
-  int64_t axis = 0;         ///< Scale: 0 rows / vector elements, 1 columns
+  int64_t axis = 0;         ///< Scale, Slice: 0 rows / vector elements, 1 columns
+  int64_t offset = 0;       ///< Slice: first row / column kept
+  int64_t size = 0;         ///< Slice: rows / columns kept
   std::vector<float> factors; ///< Scale: one factor per row/column/element
 };
 
@@ -334,8 +342,12 @@ std::vector<CanonicalWeight> canonicalWeights(const LlamaConfig &config);
 llvm::Expected<ModelDesc> importModel(llvm::StringRef spec,
                                       llvm::StringRef tokenizer = "");
 
+/// The shape of `w`'s float tensor: source.shape narrowed by its Slice
+/// transforms (what materializeWeight writes and a Quantize step reads).
+std::vector<int64_t> floatShape(const WeightDesc &w);
+
 /// Decodes `w` from its source, applies its transforms and writes the f32
-/// result (product of source.shape elements) to `out`. Reads only this
+/// result (product of floatShape(w) elements) to `out`. Reads only this
 /// tensor's bytes. Errors name the file and offset.
 llvm::Error materializeWeight(const WeightDesc &w, llvm::MutableArrayRef<float> out);
 

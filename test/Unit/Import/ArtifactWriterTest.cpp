@@ -186,6 +186,98 @@ TEST(WeightWriter, GroupwiseInt8) {
   EXPECT_EQ(int8_t(bytes[q.offset + 1 * cols + 66]), -3);
 }
 
+/// "slice" (kiln-partition's tensor-parallel shards): rows (axis 0) and
+/// columns (axis 1) of the float tensor, after the row permutations and
+/// before quantization; two slices of one source are two tensors (not
+/// deduplicated as the same bytes); the quantized shard is the shard
+/// quantized on its own.
+TEST(WeightWriter, Slices) {
+  const int64_t rows = 6, cols = 8;
+  std::vector<float> w(rows * cols);
+  for (int64_t i = 0; i < rows * cols; ++i)
+    w[i] = float(i) - 20.0f;
+  TempDir dir;
+  std::string src = dir.path("w.bin");
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(src, ec);
+    ASSERT_FALSE(ec);
+    os.write(reinterpret_cast<const char *>(w.data()), w.size() * 4);
+  }
+  auto desc = [&](llvm::StringRef name, int64_t axis, int64_t offset,
+                  int64_t size) {
+    WeightDesc d;
+    d.name = name.str();
+    d.source.file = src;
+    d.source.tensor = "w";
+    d.source.shape = {rows, cols};
+    d.source.bytes = rows * cols * 4;
+    WeightTransform t;
+    t.kind = WeightTransform::Kind::Slice;
+    t.axis = axis;
+    t.offset = offset;
+    t.size = size;
+    d.transforms.push_back(t);
+    return d;
+  };
+  WeightDesc quant = desc("q.qweight", 1, 4, 4);
+  WeightTransform qt;
+  qt.kind = WeightTransform::Kind::Quantize;
+  qt.bits = 8;
+  qt.part = WeightTransform::QuantPart::QWeight;
+  quant.transforms.push_back(qt);
+  WeightDesc quantScales = quant;
+  quantScales.name = "q.scales";
+  quantScales.transforms.back().part = WeightTransform::QuantPart::Scales;
+  std::vector<WeightDesc> ws = {desc("rows", 0, 2, 3), desc("cols0", 1, 0, 4),
+                                desc("cols1", 1, 4, 4), quant, quantScales};
+  std::string out = dir.path("weights.bin");
+  llvm::Expected<std::vector<WrittenTensor>> written = writeWeightsFile(out, ws);
+  ASSERT_TRUE(bool(written)) << errorMessage(written);
+  ASSERT_EQ(written->size(), 5u);
+  std::string bytes = readFileBytes(out);
+  auto at = [&](const WrittenTensor &t, int64_t i) {
+    float v;
+    std::memcpy(&v, bytes.data() + t.offset + 4 * i, 4);
+    return v;
+  };
+  const WrittenTensor &r = (*written)[0], &c0 = (*written)[1],
+                      &c1 = (*written)[2], &q = (*written)[3],
+                      &qs = (*written)[4];
+  EXPECT_EQ(r.shape, (llvm::SmallVector<int64_t, 2>{3, cols}));
+  EXPECT_EQ(c0.shape, (llvm::SmallVector<int64_t, 2>{rows, 4}));
+  EXPECT_NE(c0.offset, c1.offset) << "two slices deduplicated as one tensor";
+  for (int64_t i = 0; i < 3 * cols; ++i)
+    ASSERT_EQ(at(r, i), w[2 * cols + i]) << i;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < 4; ++j) {
+      ASSERT_EQ(at(c0, i * 4 + j), w[i * cols + j]) << i << "," << j;
+      ASSERT_EQ(at(c1, i * 4 + j), w[i * cols + 4 + j]) << i << "," << j;
+    }
+  // The shard [rows, 4] quantized per row on its own.
+  EXPECT_EQ(q.shape, (llvm::SmallVector<int64_t, 2>{rows, 4}));
+  EXPECT_EQ(qs.shape, (llvm::SmallVector<int64_t, 2>{rows}));
+  for (int64_t i = 0; i < rows; ++i) {
+    float amax = 0.0f;
+    for (int64_t j = 4; j < 8; ++j)
+      amax = std::max(amax, std::fabs(w[i * cols + j]));
+    EXPECT_EQ(at(qs, i), amax / 127.0f) << i;
+    for (int64_t j = 0; j < 4; ++j)
+      EXPECT_EQ(int(int8_t(bytes[q.offset + i * 4 + j])),
+                int(std::lround(w[i * cols + 4 + j] / (amax / 127.0f))))
+          << i << "," << j;
+  }
+  // A slice beyond the tensor is an error naming the weight.
+  std::vector<WeightDesc> bad = {desc("oob", 1, 6, 4)};
+  llvm::Expected<std::vector<WrittenTensor>> badWritten =
+      writeWeightsFile(dir.path("bad.bin"), bad);
+  std::string msg = errorMessage(badWritten);
+  EXPECT_NE(msg.find("'oob'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("slice [6, 10) along axis 1 does not fit shape"),
+            std::string::npos)
+      << msg;
+}
+
 TEST(WeightWriter, HashFileXXH3) {
   TempDir dir;
   std::string empty = dir.path("empty");

@@ -1,0 +1,330 @@
+//===- Partition.cpp - kiln-partition: tensor-parallel shards
+//--------------===//
+//
+// One rank's program of a tensor-parallel group (Passes.td, PartitionPass;
+// Megatron-LM, Shoeybi et al. 2019, section 3): the attention heads and the
+// FFN's hidden features are split across `tp` ranks. Per layer
+//   column-parallel  wq, wk, wv (and their biases), w1, w3: rows of the
+//                    rank's heads / hidden features (a "slice" transform on
+//                    axis 0 of the weight's recipe);
+//   row-parallel     wo, w2: the matching columns (axis 1), each followed
+//                    by a kiln.all_reduce of the partial products;
+// the attention, RoPE and the KV cache take the rank's heads. The
+// embedding, the norms and the classifier stay whole on every rank.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Transforms/Passes.h"
+#include "passes/Transforms/WeightRecipe.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Verifier.h"
+
+#include "llvm/ADT/StringExtras.h"
+
+namespace mlir::kiln {
+#define GEN_PASS_DEF_PARTITIONPASS
+#include "passes/Transforms/Passes.h.inc"
+
+namespace {
+
+/// Where a linear's weight sits in the Megatron split.
+enum class Split { None, Columns, Rows };
+
+/// The rank's share of one dimension: [offset, offset + size).
+struct Shard {
+  int64_t offset = 0, size = 0;
+};
+
+struct PartitionPass final : impl::PartitionPassBase<PartitionPass> {
+  using Base::Base;
+  void runOnOperation() override;
+
+private:
+  /// The canonical role ("wq", "w2", ...) of `name` = "layers.<i>.<role>",
+  /// or "" for another weight.
+  static StringRef roleOf(StringRef name);
+  /// The split and shard of a weight of `role` (column-parallel roles slice
+  /// rows, row-parallel roles slice columns); Split::None for the others.
+  std::pair<Split, Shard> shardOf(StringRef role) const;
+
+  int64_t heads = 0, kvHeads = 0, headDim = 0, hidden = 0;
+  Shard q, kv, ffn;
+  int64_t headsPerRank = 0, kvHeadsPerRank = 0;
+};
+
+} // namespace
+
+StringRef PartitionPass::roleOf(StringRef name) {
+  if (!name.consume_front("layers."))
+    return "";
+  auto [index, role] = name.split('.');
+  int64_t layer;
+  if (index.getAsInteger(10, layer) || role.contains('.'))
+    return "";
+  return role;
+}
+
+std::pair<Split, Shard> PartitionPass::shardOf(StringRef role) const {
+  if (role == "wq" || role == "bq")
+    return {Split::Columns, q};
+  if (role == "wk" || role == "wv" || role == "bk" || role == "bv")
+    return {Split::Columns, kv};
+  if (role == "w1" || role == "w3")
+    return {Split::Columns, ffn};
+  if (role == "wo")
+    return {Split::Rows, q};
+  if (role == "w2")
+    return {Split::Rows, ffn};
+  return {Split::None, {}};
+}
+
+void PartitionPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  MLIRContext *ctx = &getContext();
+  auto fail = [&](Operation *op, const Twine &why) {
+    op->emitError() << "kiln-partition: " << why;
+    signalPassFailure();
+  };
+  if (tp < 1 || rank < 0 || rank >= tp)
+    return fail(module, "needs tp >= 1 and 0 <= rank < tp, got tp=" +
+                            Twine(tp) + " rank=" + Twine(rank));
+  if (tp == 1)
+    return;
+  if (module->hasAttr("kiln.partition"))
+    return fail(module, "the module is already partitioned");
+  // Already quantized or fused layers: the split needs the float weights
+  // and the plain ops.
+  Operation *late = nullptr;
+  std::string lateWhy;
+  module.walk([&](Operation *op) {
+    if (late)
+      return;
+    if (isa<FusedOp>(op)) {
+      late = op;
+      lateWhy = "found a kiln.fused region: run kiln-partition before "
+                "kiln-fuse";
+    } else if (isa<QuantizedLinearOp>(op)) {
+      late = op;
+      lateWhy = "found a kiln.quantized_linear: run kiln-partition before "
+                "kiln-quantize-weights (each shard is then quantized on its "
+                "own)";
+    } else if (auto w = dyn_cast<WeightOp>(op);
+               w && w.getSymName().starts_with("layers.")) {
+      for (Attribute a : w.getTransforms()) {
+        StringRef kind = cast<WeightTransformAttr>(a).getKind();
+        if (kind == "repack" || kind == "quantize" || kind == "concat_rows") {
+          late = op;
+          lateWhy = ("weight '" + w.getSymName() + "' has a '" + kind +
+                     "' step: run kiln-partition before the quantization and "
+                     "fusion passes, on float weights (GGUF block formats "
+                     "and pre-quantized checkpoints are not partitioned "
+                     "yet)")
+                        .str();
+          return;
+        }
+      }
+    }
+  });
+  if (late)
+    return fail(late, lateWhy);
+
+  // The geometry, from the IR itself: every attention must agree on heads
+  // and head size, every gate / up projection on the FFN width.
+  Operation *mismatch = nullptr;
+  module.walk([&](Operation *op) {
+    if (auto att = dyn_cast<AttentionOp>(op)) {
+      if (heads == 0) {
+        heads = att.getNumHeads();
+        kvHeads = att.getNumKvHeads();
+        headDim = att.getHeadDim();
+      } else if (heads != int64_t(att.getNumHeads()) ||
+                 kvHeads != int64_t(att.getNumKvHeads()) ||
+                 headDim != int64_t(att.getHeadDim())) {
+        mismatch = op;
+      }
+    } else if (auto w = dyn_cast<WeightOp>(op)) {
+      StringRef role = roleOf(w.getSymName());
+      if (role != "w1" && role != "w3")
+        return;
+      const int64_t rows = w.getTensorType().getDimSize(0);
+      if (hidden == 0)
+        hidden = rows;
+      else if (hidden != rows)
+        mismatch = op;
+    }
+  });
+  if (mismatch)
+    return fail(mismatch, "layers of different attention or FFN shapes "
+                          "cannot share one split");
+  if (heads == 0 || hidden == 0)
+    return fail(module, "found no kiln.attention or no FFN gate/up weight "
+                        "('layers.<i>.w1' / 'w3') to split");
+
+  // Attention heads: each rank its own query heads; KV heads split too, or
+  // replicated when there are fewer of them than ranks (every query head
+  // of a rank then shares one KV head).
+  if (heads % tp != 0)
+    return fail(module, "the model's " + Twine(heads) +
+                            " attention heads do not divide among tp=" +
+                            Twine(tp) + " ranks");
+  headsPerRank = heads / tp;
+  if (kvHeads % tp == 0) {
+    kvHeadsPerRank = kvHeads / tp;
+    kv = {rank * kvHeadsPerRank * headDim, kvHeadsPerRank * headDim};
+  } else if (tp % kvHeads == 0) {
+    kvHeadsPerRank = 1; // replicated: ranks tp / kvHeads share a KV head
+    kv = {rank / (tp / kvHeads) * headDim, headDim};
+  } else {
+    return fail(module, "the model's " + Twine(kvHeads) +
+                            " KV heads and tp=" + Twine(tp) +
+                            ": one must divide the other (split or "
+                            "replicate the KV heads)");
+  }
+  if (hidden % tp != 0)
+    return fail(module, "the FFN's " + Twine(hidden) +
+                            " hidden features do not divide among tp=" +
+                            Twine(tp) + " ranks");
+  q = {rank * headsPerRank * headDim, headsPerRank * headDim};
+  ffn = {rank * (hidden / tp), hidden / tp};
+
+  // 1. Weights: append the rank's slice and narrow the declared type.
+  bool failedWeight = false;
+  module.walk([&](WeightOp w) {
+    auto [split, shard] = shardOf(roleOf(w.getSymName()));
+    if (split == Split::None || failedWeight)
+      return;
+    for (Attribute a : w.getTransforms()) {
+      StringRef kind = cast<WeightTransformAttr>(a).getKind();
+      if (kind == "repack" || kind == "quantize" || kind == "concat_rows") {
+        fail(w, "weight '" + w.getSymName() + "' has a '" + kind +
+                    "' step: run kiln-partition before the quantization "
+                    "and fusion passes, on float weights (GGUF block "
+                    "formats and pre-quantized checkpoints are not "
+                    "partitioned yet)");
+        failedWeight = true;
+        return;
+      }
+    }
+    RankedTensorType type = w.getTensorType();
+    // A bias is a vector: its elements follow the rows of its linear.
+    const int64_t axis = split == Split::Rows && type.getRank() == 2 ? 1 : 0;
+    Builder b(ctx);
+    appendTransform(
+        w, WeightTransformAttr::get(
+               ctx, "slice",
+               b.getDictionaryAttr(
+                   {b.getNamedAttr("axis", b.getI64IntegerAttr(axis)),
+                    b.getNamedAttr("offset", b.getI64IntegerAttr(shard.offset)),
+                    b.getNamedAttr("size", b.getI64IntegerAttr(shard.size))})));
+    SmallVector<int64_t> shape(type.getShape());
+    shape[axis] = shard.size;
+    w.setTypeAttr(TypeAttr::get(type.clone(shape)));
+  });
+  if (failedWeight)
+    return;
+  SymbolTable symbols(module);
+  module.walk([&](WeightRefOp ref) {
+    if (auto w = symbols.lookup<WeightOp>(ref.getName()))
+      ref.getResult().setType(w.getType());
+  });
+
+  // 2. The KV caches of the function signatures: the rank's KV heads.
+  auto narrowCache = [&](Type t) -> Type {
+    if (auto c = dyn_cast<KVCacheType>(t))
+      return KVCacheType::get(ctx, c.getNumLayers(), c.getMaxSeq(),
+                              kvHeadsPerRank, c.getHeadDim(),
+                              c.getElementType());
+    if (auto c = dyn_cast<PagedKVCacheType>(t))
+      return PagedKVCacheType::get(ctx, c.getNumLayers(), kvHeadsPerRank,
+                                   c.getHeadDim(), c.getElementType());
+    return t;
+  };
+  for (auto func : module.getOps<func::FuncOp>()) {
+    if (func.isExternal())
+      continue;
+    for (BlockArgument arg : func.getArguments())
+      arg.setType(narrowCache(arg.getType()));
+    func.setType(FunctionType::get(ctx, func.getBody().getArgumentTypes(),
+                                   func.getFunctionType().getResults()));
+
+    // 3. Ops in order: results take the narrowed widths; row-parallel
+    // linears get their all-reduce.
+    auto narrow = [](Value v, int64_t width) {
+      auto t = cast<RankedTensorType>(v.getType());
+      v.setType(t.clone({t.getDimSize(0), width}));
+    };
+    WalkResult walk = func.walk([&](Operation *op) -> WalkResult {
+      if (auto lin = dyn_cast<LinearOp>(op)) {
+        auto ref = lin.getWeight().getDefiningOp<WeightRefOp>();
+        auto [split, shard] = ref ? shardOf(roleOf(ref.getName()))
+                                  : std::pair{Split::None, Shard{}};
+        if (split == Split::None)
+          return WalkResult::advance();
+        auto weight = cast<RankedTensorType>(lin.getWeight().getType());
+        narrow(lin.getResult(), weight.getDimSize(0));
+        if (split == Split::Rows) {
+          OpBuilder b(ctx);
+          b.setInsertionPointAfter(lin);
+          auto reduce =
+              AllReduceOp::create(b, lin.getLoc(), lin.getResult().getType(),
+                                  lin.getResult(), b.getI64IntegerAttr(tp));
+          lin.getResult().replaceAllUsesExcept(reduce.getResult(), reduce);
+        }
+        return WalkResult::advance();
+      }
+      if (isa<QuantizedLinearOp>(op)) {
+        op->emitError() << "kiln-partition: run before kiln-quantize-weights "
+                           "(the shards are quantized on their own)";
+        return WalkResult::interrupt();
+      }
+      if (auto bias = dyn_cast<AddBiasOp>(op)) {
+        narrow(bias.getResult(),
+               cast<RankedTensorType>(bias.getInput().getType()).getDimSize(1));
+        return WalkResult::advance();
+      }
+      if (auto rope = dyn_cast<RopeOp>(op)) {
+        const int64_t width =
+            cast<RankedTensorType>(rope.getInput().getType()).getDimSize(1);
+        narrow(rope.getResult(), width);
+        rope.setNumHeads(width / rope.getHeadDim());
+        return WalkResult::advance();
+      }
+      if (auto att = dyn_cast<AttentionOp>(op)) {
+        if (att.getKeyMean()) {
+          op->emitError() << "kiln-partition: centered keys "
+                             "(kiln-center-keys) are not partitioned yet; "
+                             "partition first";
+          return WalkResult::interrupt();
+        }
+        att.setNumHeads(headsPerRank);
+        att.setNumKvHeads(kvHeadsPerRank);
+        narrow(att.getResult(), headsPerRank * headDim);
+        return WalkResult::advance();
+      }
+      if (isa<SiluOp, MulOp, SwigluOp>(op)) {
+        narrow(
+            op->getResult(0),
+            cast<RankedTensorType>(op->getOperand(0).getType()).getDimSize(1));
+        return WalkResult::advance();
+      }
+      if (isa<FusedOp>(op)) {
+        op->emitError() << "kiln-partition: run before kiln-fuse";
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (walk.wasInterrupted())
+      return signalPassFailure();
+  }
+  Builder b(ctx);
+  module->setAttr(
+      "kiln.partition",
+      b.getDictionaryAttr({b.getNamedAttr("tp", b.getI64IntegerAttr(tp)),
+                           b.getNamedAttr("rank", b.getI64IntegerAttr(rank))}));
+  if (failed(verify(module)))
+    return signalPassFailure();
+}
+
+} // namespace mlir::kiln
