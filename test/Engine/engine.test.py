@@ -118,14 +118,34 @@ class Runtime:
             best = max(range(V), key=lambda v: logits[v])
             out.append(best)
             if logprobs is not None:
-                m = logits[best]
-                lse = m + math.log(sum(math.exp(logits[v] - m)
-                                       for v in range(V)))
-                logprobs.append(logits[best] - lse)
+                logprobs.append(log_softmax_at(logits, V, best))
             if i + 1 < max_tokens:
                 self.check(L.kiln_rt_session_decode(sess, best))
         L.kiln_rt_session_release(sess)
         return out
+
+    def session_logprobs(self, prompt, tokens):
+        """The raw-logit log softmax of each of `tokens` generated after
+        `prompt`, teacher-forced through the prefill/decode entry points."""
+        L = self.lib
+        sess = C.c_void_p()
+        self.check(L.kiln_rt_session_create(self.art, C.byref(sess)))
+        arr = (C.c_int32 * len(prompt))(*prompt)
+        self.check(L.kiln_rt_session_prefill(sess, arr, len(prompt)))
+        out = []
+        for i, t in enumerate(tokens):
+            out.append(log_softmax_at(L.kiln_rt_session_logits(sess),
+                                      self.info.vocab_size, t))
+            if i + 1 < len(tokens):
+                self.check(L.kiln_rt_session_decode(sess, t))
+        L.kiln_rt_session_release(sess)
+        return out
+
+
+def log_softmax_at(logits, V, token):
+    m = max(logits[v] for v in range(V))
+    return logits[token] - (m + math.log(sum(math.exp(logits[v] - m)
+                                             for v in range(V))))
 
 
 class Engine:
@@ -240,8 +260,19 @@ def main():
                     fail(f"request {i} token {j}: engine logprob {x} != "
                          f"session log softmax {y} (tolerance {a.logprob_tol})")
                 worst = max(worst, abs(x - y))
+        # Sampled requests report the raw distribution's log probability of
+        # the token drawn (not of the tempered / truncated one).
+        for i, p in enumerate(ps[4:6]):
+            rid, code, msg = eng.submit(p, a.max_tokens, temperature=0.9,
+                                        seed=77 + i)
+            (got,), (got_lp,) = eng.wait_logprobs([rid])
+            want_lp = rt.session_logprobs(p, got)
+            for j, (x, y) in enumerate(zip(got_lp, want_lp)):
+                if not x <= 0.0 or abs(x - y) > a.logprob_tol:
+                    fail(f"sampled request {i} token {j} ({got[j]}): engine "
+                         f"logprob {x} != session log softmax {y}")
         print(f"equal: {min(4, len(ps))} requests match the session path; "
-              f"logprobs within {a.logprob_tol}")
+              f"logprobs within {a.logprob_tol}, sampled ones too")
     elif a.mode == "invariant":
         # With --batch-invariant, every other request samples (seeded):
         # bit-identical logits make its draws identical too.

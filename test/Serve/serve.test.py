@@ -244,9 +244,28 @@ def mode_api(args, server, chat):
             len(lp.token_logprobs) != len(lp.tokens) or \
             not all(x <= 0 for x in lp.token_logprobs) or \
             lp.text_offset[0] != 0 or \
-            any(lp.text_offset[i + 1] != lp.text_offset[i] + len(lp.tokens[i].encode())
+            any(lp.text_offset[i + 1] != lp.text_offset[i] + len(lp.tokens[i])
                 for i in range(len(lp.tokens) - 1)):
         fail("logprobs=0: %r for text %r" % (lp, r.choices[0].text), server)
+    # A stop string cuts the text: no token that starts after the cut.
+    words = r.choices[0].text.split()
+    if len(words) > 2:
+        cut = c.completions.create(model=model, prompt=PROMPTS[0], max_tokens=n,
+                                   temperature=0, logprobs=0,
+                                   stop=[" " + words[2]])
+        ct = cut.choices[0]
+        if not "".join(ct.logprobs.tokens).startswith(ct.text) or \
+                any(o >= len(ct.text) for o in ct.logprobs.text_offset):
+            fail("stop %r: text %r, logprob tokens %r offsets %r" % (
+                words[2], ct.text, ct.logprobs.tokens, ct.logprobs.text_offset),
+                server)
+    # Echo of a token-id prompt: every id's text, the first included.
+    st, tok = http(server, "POST", "/tokenize",
+                   {"prompt": PROMPTS[1], "add_special_tokens": False})
+    e = c.completions.create(model=model, prompt=tok["tokens"], max_tokens=1,
+                             temperature=0, echo=True).choices[0].text
+    if not e.strip().startswith(PROMPTS[1]):
+        fail("echo of %r's ids gave %r" % (PROMPTS[1], e), server)
     streamed = []
     for ch in c.completions.create(model=model, prompt=PROMPTS[0],
                                    max_tokens=n, temperature=0, logprobs=0,
@@ -341,6 +360,19 @@ def mode_errors(args, server):
     expect_error(server, "body size", 413, "POST", comp, headers=key,
                  raw=json.dumps({"prompt": "x" * 300000}).encode())
     expect_error(server, "no route", 404, "GET", "/v1/nothing", headers=key)
+    expect_error(server, "wrong method", 405, "GET", "/v1/completions",
+                 headers=key)
+    expect_error(server, "number overflow", 400, "POST", comp, headers=key,
+                 raw=b'{"prompt": "a", "max_tokens": 2, "foo": 1e999}')
+    expect_error(server, "min_p", 400, "POST", comp,
+                 {"prompt": "a", "max_tokens": 2, "min_p": 0.1}, key)
+    expect_error(server, "min_tokens", 400, "POST", comp,
+                 {"prompt": "a", "max_tokens": 2, "min_tokens": 5}, key)
+    expect_error(server, "negative logprobs", 400, "POST", comp,
+                 {"prompt": "a", "max_tokens": 2, "logprobs": -1}, key)
+    expect_error(server, "echo with logprobs", 400, "POST", comp,
+                 {"prompt": "a", "max_tokens": 2, "logprobs": 0,
+                  "echo": True}, key)
     expect_error(server, "logit_bias", 400, "POST", comp,
                  {"prompt": "a", "max_tokens": 2, "logit_bias": {"1": 5}}, key)
     expect_error(server, "response_format", 400, "POST", comp,

@@ -442,6 +442,10 @@ HttpError parseBody(const httplib::Request &req, Json &out) {
   } catch (const Json::parse_error &e) {
     return badRequest(std::string("the request body is not valid JSON: ") +
                       e.what());
+  } catch (const Json::exception &e) {
+    // out_of_range: a number beyond a double (1e999), anywhere in the body.
+    return badRequest(std::string("the request body is not valid JSON: ") +
+                      e.what());
   }
   if (!out.is_object())
     return badRequest("the request body must be a JSON object, got " +
@@ -903,6 +907,7 @@ public:
     for (const Event &e : events) {
       std::string text;
       process(e, text);
+      textBytes_ += text.size();
       if (!text.empty())
         pieces.push_back(std::move(text));
     }
@@ -940,6 +945,15 @@ public:
   const GenParams &params() const { return p_; }
   /// The output tokens' log probabilities so far (with params().logprobs).
   const std::vector<TokenLogprob> &logprobs() const { return logprobs_; }
+  /// How many of logprobs() start inside the text released so far: a token
+  /// still held back (a possible stop string) or cut by a stop string is
+  /// not reported.
+  size_t logprobsInText() const {
+    size_t n = 0, at = 0;
+    for (; n < logprobs_.size() && at < textBytes_; ++n)
+      at += logprobs_[n].piece.size();
+    return n;
+  }
   const std::string &id() const { return id_; }
 
 private:
@@ -1043,6 +1057,7 @@ private:
   int32_t prev_ = -1;
   int64_t generated_ = 0;
   std::vector<TokenLogprob> logprobs_;
+  size_t textBytes_ = 0; ///< generated text released so far (bytes)
   bool submitted_ = false, engineDone_ = false, textDone_ = false,
        cancelled_ = false;
   std::string reason_;
@@ -1125,11 +1140,30 @@ HttpError readGenFields(Server &s, const Json &body, bool chat, GenParams &p) {
                             "' is not supported (only 0)",
                         penalty);
   }
-  // Fields this server cannot honour are refused, not ignored.
-  for (const char *name : {"logit_bias", "tools", "tool_choice", "functions",
-                           "function_call"})
+  // Fields this server cannot honour are refused, not ignored (vLLM's
+  // sampling extensions included).
+  for (const char *name :
+       {"logit_bias", "tools", "tool_choice", "functions", "function_call",
+        "prompt_logprobs", "guided_json", "guided_regex", "guided_choice",
+        "guided_grammar", "structured_outputs", "bad_words", "allowed_token_ids"})
     if (const Json *v = field(body, name); v && !v->is_null())
       return badRequest("'" + std::string(name) + "' is not supported", name);
+  for (const char *name : {"use_beam_search", "include_stop_str_in_output"})
+    if (const Json *v = field(body, name); v && !(v->is_boolean() && !v->get<bool>()))
+      return badRequest("'" + std::string(name) + "' is not supported (only false)",
+                        name);
+  {
+    double minP = 0;
+    if ((e = getNumber(body, "min_p", minP, given)))
+      return e;
+    if (given && minP != 0.0)
+      return badRequest("'min_p' is not supported (only 0)", "min_p");
+    int64_t minTokens = 0;
+    if ((e = getInt(body, "min_tokens", minTokens, given)))
+      return e;
+    if (given && minTokens != 0)
+      return badRequest("'min_tokens' is not supported (only 0)", "min_tokens");
+  }
   if (const Json *rf = field(body, "response_format"); rf && !rf->is_null()) {
     if (!rf->is_object() || rf->value("type", Json()) != Json("text"))
       return badRequest("'response_format' is not supported (only {\"type\": "
@@ -1148,6 +1182,10 @@ HttpError readGenFields(Server &s, const Json &body, bool chat, GenParams &p) {
   if (const Json *lp = field(body, "logprobs"); lp && !lp->is_null()) {
     if (chat ? !lp->is_boolean() : !lp->is_number_integer())
       return typeError("logprobs", chat ? "a boolean" : "an integer", *lp);
+    if (!chat && lp->get<int64_t>() < 0)
+      return badRequest("'logprobs' must be 0 or more, got " +
+                            std::to_string(lp->get<int64_t>()),
+                        "logprobs");
     if (!chat && lp->get<int64_t>() != 0)
       return badRequest("'logprobs' above 0 is not supported: this server "
                         "reports the sampled token's log probability only "
@@ -1162,6 +1200,10 @@ HttpError readGenFields(Server &s, const Json &body, bool chat, GenParams &p) {
                         "top_logprobs");
     if (!top->is_number_integer())
       return typeError("top_logprobs", "an integer", *top);
+    if (top->get<int64_t>() < 0)
+      return badRequest("'top_logprobs' must be 0 or more, got " +
+                            std::to_string(top->get<int64_t>()),
+                        "top_logprobs");
     if (top->get<int64_t>() != 0)
       return badRequest("'top_logprobs' above 0 is not supported: this "
                         "server reports the sampled token's log probability "
@@ -1272,16 +1314,28 @@ std::string sseEvent(const Json &j) {
          "\n\n";
 }
 
-/// OpenAI's `logprobs` object for output tokens [from, to) of `g`: chat's
-/// {"content": [{token, logprob, bytes, top_logprobs: []}]}, or the
-/// completions' {tokens, token_logprobs, top_logprobs (the sampled token
-/// alone, as vLLM reports logprobs 0), text_offset (bytes into the
-/// choice's text, after any echoed prompt)}; null without logprobs.
+/// Characters (Unicode code points) of UTF-8 `s`: its bytes that do not
+/// continue a sequence.
+size_t utf8Chars(const std::string &s) {
+  size_t n = 0;
+  for (unsigned char c : s)
+    n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+/// OpenAI's `logprobs` object for output tokens [from, to) of `g` (at most
+/// those inside the released text): chat's {"content": [{token, logprob,
+/// bytes, top_logprobs: []}]}, or the completions' {tokens, token_logprobs,
+/// top_logprobs (the sampled token alone, as vLLM reports logprobs 0),
+/// text_offset (characters into the choice's text, as vLLM counts)}; null
+/// without logprobs. A token that ends inside a multi-byte character reads
+/// "\ufffd" in `tokens` / `token` (chat's `bytes` has its bytes).
 Json logprobsJson(const Generation &g, bool chat, size_t from, size_t to) {
   if (!g.params().logprobs)
     return nullptr;
   const std::vector<TokenLogprob> &lp = g.logprobs();
-  to = std::min(to, lp.size());
+  to = std::min(to, g.logprobsInText());
+  from = std::min(from, to);
   if (chat) {
     Json content = Json::array();
     for (size_t i = from; i < to; ++i) {
@@ -1295,9 +1349,9 @@ Json logprobsJson(const Generation &g, bool chat, size_t from, size_t to) {
     }
     return Json{{"content", content}};
   }
-  size_t offset = g.params().echo ? g.params().echoText.size() : 0;
+  size_t offset = 0; // echo and logprobs are refused together
   for (size_t i = 0; i < from; ++i)
-    offset += lp[i].piece.size();
+    offset += utf8Chars(lp[i].piece);
   Json tokens = Json::array(), values = Json::array(), tops = Json::array(),
        offsets = Json::array();
   for (size_t i = from; i < to; ++i) {
@@ -1305,7 +1359,7 @@ Json logprobsJson(const Generation &g, bool chat, size_t from, size_t to) {
     values.push_back(lp[i].logprob);
     tops.push_back(Json{{lp[i].piece, lp[i].logprob}});
     offsets.push_back(offset);
-    offset += lp[i].piece.size();
+    offset += utf8Chars(lp[i].piece);
   }
   return Json{{"tokens", tokens},
               {"token_logprobs", values},
@@ -1386,7 +1440,7 @@ void respondStream(Server &s, std::shared_ptr<Generation> gen, bool chat,
   auto provider = [&s, gen, chat, fd, started, sent](size_t,
                                                      httplib::DataSink &sink) {
     auto pendingLogprobs = [&]() -> Json {
-      const size_t now = gen->logprobs().size();
+      const size_t now = gen->logprobsInText();
       Json j = logprobsJson(*gen, chat, *sent, now);
       *sent = now;
       return j;
@@ -1511,8 +1565,13 @@ void handleGenerate(Server &s, const httplib::Request &req,
       }
       if (p.prompt.empty())
         return sendError(res, badRequest("'prompt' has no tokens", "prompt"));
-      for (size_t i = 1; i < p.prompt.size(); ++i)
-        p.echoText += detokenize(s, p.prompt[i - 1], p.prompt[i]);
+      // The echoed text of the ids; a leading BOS has none.
+      for (size_t i = 0; i < p.prompt.size(); ++i) {
+        if (i == 0 && p.prompt[0] == s.info.bos_id)
+          continue;
+        p.echoText +=
+            detokenize(s, i ? p.prompt[i - 1] : s.info.bos_id, p.prompt[i]);
+      }
     } else {
       return sendError(res, typeError("prompt",
                                       "a string or an array of token ids",
@@ -1531,6 +1590,11 @@ void handleGenerate(Server &s, const httplib::Request &req,
     return sendError(res, e);
   if (chat)
     p.echo = false;
+  if (p.echo && p.logprobs)
+    return sendError(res, badRequest("'echo' with 'logprobs' is not "
+                                     "supported (the prompt's log "
+                                     "probabilities are not computed)",
+                                     "echo"));
 
   const bool stream = p.stream;
   auto gen = std::make_shared<Generation>(
@@ -1775,6 +1839,18 @@ void installRoutes(Server &s, httplib::Server &http) {
     if (!res.body.empty())
       return httplib::Server::HandlerResponse::Unhandled;
     std::string message;
+    // A route that exists under another method: 405 with Allow.
+    static const std::map<std::string, std::string> kRoutes = {
+        {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+        {"/v1/models", "GET"},       {"/health", "GET"},
+        {"/version", "GET"},         {"/metrics", "GET"},
+        {"/tokenize", "POST"},       {"/detokenize", "POST"}};
+    if (res.status == 404)
+      if (auto it = kRoutes.find(req.path);
+          it != kRoutes.end() && it->second != req.method) {
+        res.status = 405;
+        res.set_header("Allow", it->second);
+      }
     if (res.status == 404)
       message = "no route for " + req.method + " " + req.path;
     else if (res.status == 413)
@@ -2034,7 +2110,11 @@ int main(int argc, char **argv) {
                "kiln-serve: serving %s on http://%s:%d (max batch %lld, KV "
                "cache %.1f MiB in %lld blocks of %lld tokens, context %lld)\n",
                s.modelName.c_str(), hostShown.c_str(), bound,
-               (long long)maxBatch, poolMiB, (long long)stats.kv_blocks_total,
+               // The engine runs at most one sequence per budgeted token.
+               (long long)std::min<int64_t>(
+                   maxBatch, maxNumBatchedTokens ? int64_t(maxNumBatchedTokens)
+                                                 : s.info.max_prefill_tokens),
+               poolMiB, (long long)stats.kv_blocks_total,
                (long long)stats.block_tokens, (long long)s.context);
   std::fflush(stderr);
 

@@ -455,9 +455,12 @@ Status Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled,
       logprobs.push_back(0.0f);
       continue;
     }
+    // The log-softmax of the raw logits: computed before sampling, which
+    // turns the row into probabilities in place.
+    logRow_.assign(row, row + vocab_);
     const int32_t token = it == live_.end() ? 0 : it->second.sampler->sample(row);
     sampled.push_back(token);
-    logprobs.push_back(logProbability(row, vocab_, token));
+    logprobs.push_back(logProbability(logRow_.data(), vocab_, token));
   }
   return Status::ok();
 }

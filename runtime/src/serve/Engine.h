@@ -109,6 +109,7 @@ private:
   // Step buffers (engine thread only).
   uint8_t *arena_ = nullptr;
   std::vector<float> logits_;
+  std::vector<float> logRow_; ///< a sampled row's raw logits (logprobs)
   std::vector<int32_t> tokens_, rowStart_, rowCount_, pos_, tables_,
       positions_;
 
