@@ -384,8 +384,10 @@ typedef struct kiln_rt_engine_options_t {
   /* Bytes of the paged KV-cache pool (keys, values and 8-bit scales of all
    * layers). 0: kv_cache_fraction of physical memory. */
   uint64_t kv_cache_bytes;
-  /* With kv_cache_bytes 0: this fraction (0, 1] of physical memory; 0 means
-   * the smaller of 0.1 and room for max_batch full-context sequences. */
+  /* With kv_cache_bytes 0: this fraction (0, 1] of the memory the pool
+   * lives in (physical memory; the device's for a "cuda" artifact); 0 means
+   * the smaller of 0.1 of it and room for max_batch full-context
+   * sequences. */
   double kv_cache_fraction;
   int32_t block_tokens;     /* positions per KV block; 0: 16 */
   int32_t max_batch;        /* sequences per step; 0: 16 */

@@ -143,7 +143,8 @@ Status CudaBackend::open(const std::string &artifactDir,
     return unimplemented(artifactDir + " targets cuda but " + lib.error);
   kiln_cudaexec_error_t err{};
   char name[256] = {0};
-  int32_t code = lib.api->device_probe(name, sizeof(name), &err);
+  uint64_t memory = 0;
+  int32_t code = lib.api->device_probe(name, sizeof(name), &memory, &err);
   if (code != 0)
     return Status(KILN_RT_NOT_FOUND,
                   artifactDir + " targets cuda but no CUDA device is available (" +
@@ -151,6 +152,7 @@ Status CudaBackend::open(const std::string &artifactDir,
   std::unique_ptr<CudaBackend> b(new CudaBackend());
   b->api_ = lib.api;
   b->deviceName_ = name;
+  b->deviceMemory_ = memory;
   out = std::move(b);
   return Status::ok();
 }

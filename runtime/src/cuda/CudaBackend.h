@@ -66,12 +66,15 @@ public:
   Status memcpyBandwidth(uint64_t bytes, int32_t reps, double &out) const;
 
   const std::string &deviceName() const { return deviceName_; }
+  /// Global memory of the device, bytes.
+  uint64_t deviceMemory() const { return deviceMemory_; }
 
 private:
   CudaBackend() = default;
   const kiln_cudaexec_api_t *api_ = nullptr;
   kiln_cudaexec_model_t *model_ = nullptr;
   std::string deviceName_;
+  uint64_t deviceMemory_ = 0;
 };
 
 } // namespace kiln::rt

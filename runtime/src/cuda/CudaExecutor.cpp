@@ -395,7 +395,8 @@ int32_t captureDecode(kiln_cudaexec_session_s &s, int64_t pos,
 // The table entries
 //===----------------------------------------------------------------------===//
 
-int32_t deviceProbe(char *outName, size_t capacity, kiln_cudaexec_error_t *err) {
+int32_t deviceProbe(char *outName, size_t capacity, uint64_t *outMemory,
+                    kiln_cudaexec_error_t *err) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
@@ -408,6 +409,8 @@ int32_t deviceProbe(char *outName, size_t capacity, kiln_cudaexec_error_t *err) 
                     "cudaGetDeviceCount: no CUDA-capable device is detected");
   cudaDeviceProp prop;
   KILN_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  if (outMemory)
+    *outMemory = uint64_t(prop.totalGlobalMem);
   if (outName && capacity)
     std::snprintf(outName, capacity, "%s (%d SMs, %.0f GiB, sm_%d%d)", prop.name,
                   prop.multiProcessorCount,

@@ -108,8 +108,10 @@ typedef struct kiln_cudaexec_api_t {
   uint32_t struct_size;       /* sizeof(kiln_cudaexec_api_t) */
 
   /* cudaGetDeviceCount() >= 1. Writes "NAME (N SMs, M GiB, sm_XY)" of device
-   * 0 to out_name. Fails with the CUDA reason (no driver, no device). */
+   * 0 to out_name and its global memory in bytes to *out_memory_bytes.
+   * Fails with the CUDA reason (no driver, no device). */
   int32_t (*device_probe)(char *out_name, size_t name_capacity,
+                          uint64_t *out_memory_bytes,
                           kiln_cudaexec_error_t *err);
 
   /* cudaSetDevice(0); checks abi_version(); creates the cuBLASLt handle;

@@ -129,7 +129,10 @@ Status Engine::create(const Artifact &artifact,
       return invalidArgument("engine option kv_cache_fraction is " +
                              std::to_string(fraction) +
                              ", expected a fraction of memory in (0, 1]");
-    const uint64_t phys = physicalMemory();
+    // A fraction of the memory the pool lives in: the device's for a
+    // cuda artifact (vLLM's --gpu-memory-utilization), the host's else.
+    const uint64_t phys = cuda ? artifact.cudaBackend()->deviceMemory()
+                               : physicalMemory();
     if (fraction > 0.0) {
       bytes = uint64_t(double(phys) * fraction);
     } else {
