@@ -123,20 +123,45 @@ struct kiln_cudaexec_model_s {
   }
 };
 
-struct kiln_cudaexec_session_s {
+/// What a session and a stepper both own: a non-blocking stream, the I/O
+/// buffer of token ids and positions with its pinned host mirror, the
+/// activation arena, the workspace, and the logits with their pinned
+/// mirror (allocateRunBuffers); the context that points at them.
+struct RunBuffers {
   kiln_cudaexec_model_s *model = nullptr;
   cudaStream_t stream = nullptr;
+  uint64_t ioBytes = 0;
+  uint8_t *dIo = nullptr, *hIo = nullptr;
+  uint8_t *dArena = nullptr, *dWorkspace = nullptr;
+  float *dLogits = nullptr, *hLogits = nullptr;
+  kiln_cuda_ctx ctx{};
+
+  ~RunBuffers() {
+    if (stream)
+      cudaStreamSynchronize(stream);
+    for (void *p :
+         {(void *)dIo, (void *)dArena, (void *)dWorkspace, (void *)dLogits})
+      if (p)
+        cudaFree(p);
+    if (hIo)
+      cudaFreeHost(hIo);
+    if (hLogits)
+      cudaFreeHost(hLogits);
+    if (stream)
+      cudaStreamDestroy(stream);
+    (void)cudaGetLastError();
+  }
+};
+
+struct kiln_cudaexec_session_s : RunBuffers {
   cudaEvent_t ioFree = nullptr; ///< recorded after each H2D copy from hIo
   bool ioPending = false;
-  uint64_t ioBytes = 0, coinOffset = 0, tokenOffset = 0;
-  uint8_t *dIo = nullptr, *hIo = nullptr;
-  uint8_t *dArena = nullptr, *dKv = nullptr, *dWorkspace = nullptr;
-  float *dLogits = nullptr, *hLogits = nullptr;
+  uint64_t coinOffset = 0, tokenOffset = 0;
+  uint8_t *dKv = nullptr;
   bool logitsOnHost = false;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t graphExec = nullptr;
   bool useGraph = true;
-  kiln_cuda_ctx ctx{};
 
   ~kiln_cudaexec_session_s() {
     if (stream)
@@ -145,51 +170,30 @@ struct kiln_cudaexec_session_s {
       cudaGraphExecDestroy(graphExec);
     if (graph)
       cudaGraphDestroy(graph);
-    for (void *p : {(void *)dIo, (void *)dArena, (void *)dKv,
-                    (void *)dWorkspace, (void *)dLogits})
-      if (p)
-        cudaFree(p);
-    if (hIo)
-      cudaFreeHost(hIo);
-    if (hLogits)
-      cudaFreeHost(hLogits);
+    if (dKv)
+      cudaFree(dKv);
     if (ioFree)
       cudaEventDestroy(ioFree);
-    if (stream)
-      cudaStreamDestroy(stream);
     (void)cudaGetLastError();
-  }
+  } // then ~RunBuffers
 };
 
-struct kiln_cudaexec_stepper_s {
-  kiln_cudaexec_model_s *model = nullptr;
+struct kiln_cudaexec_stepper_s : RunBuffers {
   kiln_cudaexec_step_desc_t desc{};
   std::vector<kiln_cudaexec_layer_pool_t> layerPools;
   std::vector<kiln_cuda_paged_kv> pages; ///< host array, device pools
-  cudaStream_t stream = nullptr;
-  uint8_t *dPool = nullptr, *dArena = nullptr, *dWorkspace = nullptr;
-  uint8_t *dIo = nullptr, *hIo = nullptr;
-  uint64_t ioBytes = 0, seqPosOffset = 0, tokensOffset = 0,
-           positionsOffset = 0, tablesOffset = 0;
-  float *dLogits = nullptr, *hLogits = nullptr;
+  uint8_t *dPool = nullptr;
+  uint64_t seqPosOffset = 0, tokensOffset = 0, positionsOffset = 0,
+           tablesOffset = 0;
   kiln_cuda_batch batch{};
-  kiln_cuda_ctx ctx{};
 
   ~kiln_cudaexec_stepper_s() {
     if (stream)
       cudaStreamSynchronize(stream);
-    for (void *p : {(void *)dPool, (void *)dArena, (void *)dWorkspace,
-                    (void *)dIo, (void *)dLogits})
-      if (p)
-        cudaFree(p);
-    if (hIo)
-      cudaFreeHost(hIo);
-    if (hLogits)
-      cudaFreeHost(hLogits);
-    if (stream)
-      cudaStreamDestroy(stream);
+    if (dPool)
+      cudaFree(dPool);
     (void)cudaGetLastError();
-  }
+  } // then ~RunBuffers
 };
 
 namespace {
@@ -461,46 +465,59 @@ int32_t modelCreate(const kiln_cudaexec_model_desc_t *desc,
 
 void modelRelease(kiln_cudaexec_model_t *model) { delete model; }
 
-int32_t sessionCreateImpl(kiln_cudaexec_session_s &s, kiln_cudaexec_error_t *err) {
-  kiln_cudaexec_model_s &m = *s.model;
+/// Creates b's stream and allocates its buffers (ioBytes of I/O, logitsRows
+/// rows of logits, the model's arena and workspace), zeroed; points b.ctx
+/// at them (tokens at tokensOffset, the position at posOffset of the I/O
+/// buffer). The caller sets ctx.kv / batch / kv_pages.
+int32_t allocateRunBuffers(RunBuffers &b, uint64_t ioBytes, uint64_t tokensOffset,
+                           uint64_t posOffset, uint64_t logitsRows,
+                           kiln_cudaexec_error_t *err) {
+  kiln_cudaexec_model_s &m = *b.model;
   const kiln_cudaexec_model_desc_t &d = m.desc;
   KILN_CUDA_CHECK(cudaSetDevice(m.device));
-  KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
-  KILN_CUDA_CHECK(cudaEventCreateWithFlags(&s.ioFree, cudaEventDisableTiming));
+  KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking));
+  b.ioBytes = ioBytes;
+  KILN_RETURN_IF_FAILED(deviceAlloc(&b.dIo, ioBytes, "token/position buffer", err));
+  KILN_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&b.hIo), ioBytes,
+                                cudaHostAllocDefault));
+  std::memset(b.hIo, 0, ioBytes);
+  KILN_RETURN_IF_FAILED(deviceAlloc(&b.dArena, d.arena_bytes, "activation arena", err));
+  const uint64_t logitsBytes = logitsRows * uint64_t(d.vocab_size) * sizeof(float);
+  KILN_RETURN_IF_FAILED(deviceAlloc(&b.dLogits, logitsBytes, "logits", err));
+  KILN_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&b.hLogits),
+                                logitsBytes, cudaHostAllocDefault));
+  KILN_RETURN_IF_FAILED(
+      deviceAlloc(&b.dWorkspace, m.workspaceBytes, "cuBLASLt/kernel workspace", err));
+  KILN_CUDA_CHECK(cudaMemsetAsync(b.dIo, 0, ioBytes, b.stream));
+  KILN_CUDA_CHECK(cudaMemsetAsync(b.dLogits, 0, logitsBytes, b.stream));
+  KILN_CUDA_CHECK(cudaStreamSynchronize(b.stream));
+  kiln_cuda_ctx &c = b.ctx;
+  c.arena = b.dArena;
+  c.weights = m.dWeights;
+  c.tokens = reinterpret_cast<const int32_t *>(b.dIo + tokensOffset);
+  c.logits = b.dLogits;
+  c.d_pos = reinterpret_cast<const int64_t *>(b.dIo + posOffset);
+  c.stream = b.stream;
+  c.cublaslt = m.cublasLt;
+  c.workspace = b.dWorkspace;
+  c.workspace_bytes = m.workspaceBytes;
+  c.sm_count = m.smCount;
+  clearModelStatus(c);
+  return 0;
+}
+
+int32_t sessionCreateImpl(kiln_cudaexec_session_s &s, kiln_cudaexec_error_t *err) {
+  const kiln_cudaexec_model_desc_t &d = s.model->desc;
   s.coinOffset =
       alignUp(kTokensOffset + uint64_t(d.max_prefill_tokens) * sizeof(int32_t), 16);
   s.tokenOffset = s.coinOffset + 16;
-  s.ioBytes = s.tokenOffset + 16;
-  KILN_RETURN_IF_FAILED(deviceAlloc(&s.dIo, s.ioBytes, "token/position buffer", err));
-  KILN_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&s.hIo), s.ioBytes,
-                                cudaHostAllocDefault));
-  std::memset(s.hIo, 0, s.ioBytes);
-  KILN_RETURN_IF_FAILED(deviceAlloc(&s.dArena, d.arena_bytes, "activation arena", err));
+  KILN_RETURN_IF_FAILED(allocateRunBuffers(s, s.tokenOffset + 16, kTokensOffset,
+                                           kPosOffset, 1, err));
+  KILN_CUDA_CHECK(cudaEventCreateWithFlags(&s.ioFree, cudaEventDisableTiming));
   KILN_RETURN_IF_FAILED(deviceAlloc(&s.dKv, d.kv_bytes, "KV cache", err));
-  uint64_t logitsBytes = uint64_t(d.vocab_size) * sizeof(float);
-  KILN_RETURN_IF_FAILED(deviceAlloc(&s.dLogits, logitsBytes, "logits", err));
-  KILN_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&s.hLogits), logitsBytes,
-                                cudaHostAllocDefault));
-  KILN_RETURN_IF_FAILED(
-      deviceAlloc(&s.dWorkspace, m.workspaceBytes, "cuBLASLt/kernel workspace", err));
-  KILN_CUDA_CHECK(cudaMemsetAsync(s.dIo, 0, s.ioBytes, s.stream));
   KILN_CUDA_CHECK(cudaMemsetAsync(s.dKv, 0, d.kv_bytes, s.stream));
-  KILN_CUDA_CHECK(cudaMemsetAsync(s.dLogits, 0, logitsBytes, s.stream));
   KILN_CUDA_CHECK(cudaStreamSynchronize(s.stream));
-
-  kiln_cuda_ctx &c = s.ctx;
-  c.arena = s.dArena;
-  c.weights = m.dWeights;
-  c.kv = s.dKv;
-  c.tokens = reinterpret_cast<const int32_t *>(s.dIo + kTokensOffset);
-  c.logits = s.dLogits;
-  c.d_pos = reinterpret_cast<const int64_t *>(s.dIo + kPosOffset);
-  c.stream = s.stream;
-  c.cublaslt = m.cublasLt;
-  c.workspace = s.dWorkspace;
-  c.workspace_bytes = m.workspaceBytes;
-  c.sm_count = m.smCount;
-  clearModelStatus(s);
+  s.ctx.kv = s.dKv;
   const char *graphs = std::getenv("KILN_CUDA_GRAPHS");
   s.useGraph = !(graphs && std::strcmp(graphs, "0") == 0);
   return 0;
@@ -609,34 +626,22 @@ int32_t sessionSample(kiln_cudaexec_session_t *s, float temperature,
 
 int32_t stepperCreateImpl(kiln_cudaexec_stepper_s &t,
                           kiln_cudaexec_error_t *err) {
-  kiln_cudaexec_model_s &m = *t.model;
-  const kiln_cudaexec_model_desc_t &md = m.desc;
   const kiln_cudaexec_step_desc_t &d = t.desc;
-  KILN_CUDA_CHECK(cudaSetDevice(m.device));
-  KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&t.stream, cudaStreamNonBlocking));
   t.seqPosOffset = 0;
   t.tokensOffset = alignUp(uint64_t(d.max_seqs) * sizeof(int64_t), 16);
   t.positionsOffset =
       alignUp(t.tokensOffset + uint64_t(d.max_tokens) * sizeof(int32_t), 16);
   t.tablesOffset =
       alignUp(t.positionsOffset + uint64_t(d.max_tokens) * sizeof(int32_t), 16);
-  t.ioBytes = t.tablesOffset +
-              uint64_t(d.max_seqs) * uint64_t(d.max_blocks) * sizeof(int32_t);
-  KILN_RETURN_IF_FAILED(deviceAlloc(&t.dIo, t.ioBytes, "step buffer", err));
-  KILN_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&t.hIo), t.ioBytes,
-                                cudaHostAllocDefault));
-  std::memset(t.hIo, 0, t.ioBytes);
+  const uint64_t ioBytes =
+      t.tablesOffset +
+      uint64_t(d.max_seqs) * uint64_t(d.max_blocks) * sizeof(int32_t);
+  // ctx.d_pos: the sequences' first positions (no step kernel reads it).
+  KILN_RETURN_IF_FAILED(allocateRunBuffers(t, ioBytes, t.tokensOffset,
+                                           t.seqPosOffset,
+                                           uint64_t(d.max_seqs), err));
   KILN_RETURN_IF_FAILED(deviceAlloc(&t.dPool, d.pool_bytes, "paged KV cache", err));
-  KILN_RETURN_IF_FAILED(deviceAlloc(&t.dArena, md.arena_bytes, "activation arena", err));
-  KILN_RETURN_IF_FAILED(deviceAlloc(&t.dWorkspace, m.workspaceBytes,
-                                    "cuBLASLt/kernel workspace", err));
-  const uint64_t logitsBytes =
-      uint64_t(d.max_seqs) * uint64_t(md.vocab_size) * sizeof(float);
-  KILN_RETURN_IF_FAILED(deviceAlloc(&t.dLogits, logitsBytes, "step logits", err));
-  KILN_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&t.hLogits),
-                                logitsBytes, cudaHostAllocDefault));
   KILN_CUDA_CHECK(cudaMemsetAsync(t.dPool, 0, d.pool_bytes, t.stream));
-  KILN_CUDA_CHECK(cudaMemsetAsync(t.dIo, 0, t.ioBytes, t.stream));
   KILN_CUDA_CHECK(cudaStreamSynchronize(t.stream));
 
   const bool quantized = d.format != KILN_CUDA_KV_PLAIN;
@@ -654,20 +659,9 @@ int32_t stepperCreateImpl(kiln_cudaexec_stepper_s &t,
     t.pages.push_back(kv);
   }
   kiln_cuda_ctx &c = t.ctx;
-  c.arena = t.dArena;
-  c.weights = m.dWeights;
   c.kv = nullptr; // the step addresses the paged pool only
-  c.tokens = reinterpret_cast<const int32_t *>(t.dIo + t.tokensOffset);
-  c.logits = t.dLogits;
-  c.d_pos = reinterpret_cast<const int64_t *>(t.dIo + t.seqPosOffset);
-  c.stream = t.stream;
-  c.cublaslt = m.cublasLt;
-  c.workspace = t.dWorkspace;
-  c.workspace_bytes = m.workspaceBytes;
-  c.sm_count = m.smCount;
   c.batch = &t.batch;
   c.kv_pages = t.pages.data();
-  clearModelStatus(c);
   return 0;
 }
 
