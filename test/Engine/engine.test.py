@@ -102,44 +102,43 @@ class Runtime:
         self.lib.kiln_rt_status_free(s)
         return out
 
-    def session_greedy(self, prompt, max_tokens, logprobs=None):
-        """Greedy generation with the prefill/decode entry points; each
-        token's log softmax (computed here in double) appended to
-        `logprobs` when given."""
+    def _session_run(self, prompt, steps, choose):
+        """Prefill `prompt`, then `steps` tokens through the decode entry
+        point, token i = choose(logits, i); returns the tokens and each
+        one's raw-logit log softmax (computed here in double)."""
         L = self.lib
+        V = self.info.vocab_size
         sess = C.c_void_p()
         self.check(L.kiln_rt_session_create(self.art, C.byref(sess)))
         arr = (C.c_int32 * len(prompt))(*prompt)
         self.check(L.kiln_rt_session_prefill(sess, arr, len(prompt)))
-        out = []
-        V = self.info.vocab_size
-        for i in range(max_tokens):
+        tokens, logprobs = [], []
+        for i in range(steps):
             logits = L.kiln_rt_session_logits(sess)
-            best = max(range(V), key=lambda v: logits[v])
-            out.append(best)
-            if logprobs is not None:
-                logprobs.append(log_softmax_at(logits, V, best))
-            if i + 1 < max_tokens:
-                self.check(L.kiln_rt_session_decode(sess, best))
+            t = choose(logits, i)
+            tokens.append(t)
+            logprobs.append(log_softmax_at(logits, V, t))
+            if i + 1 < steps:
+                self.check(L.kiln_rt_session_decode(sess, t))
         L.kiln_rt_session_release(sess)
+        return tokens, logprobs
+
+    def session_greedy(self, prompt, max_tokens, logprobs=None):
+        """Greedy generation with the prefill/decode entry points; each
+        token's log softmax appended to `logprobs` when given."""
+        V = self.info.vocab_size
+        out, lp = self._session_run(
+            prompt, max_tokens,
+            lambda logits, i: max(range(V), key=lambda v: logits[v]))
+        if logprobs is not None:
+            logprobs.extend(lp)
         return out
 
     def session_logprobs(self, prompt, tokens):
         """The raw-logit log softmax of each of `tokens` generated after
         `prompt`, teacher-forced through the prefill/decode entry points."""
-        L = self.lib
-        sess = C.c_void_p()
-        self.check(L.kiln_rt_session_create(self.art, C.byref(sess)))
-        arr = (C.c_int32 * len(prompt))(*prompt)
-        self.check(L.kiln_rt_session_prefill(sess, arr, len(prompt)))
-        out = []
-        for i, t in enumerate(tokens):
-            out.append(log_softmax_at(L.kiln_rt_session_logits(sess),
-                                      self.info.vocab_size, t))
-            if i + 1 < len(tokens):
-                self.check(L.kiln_rt_session_decode(sess, t))
-        L.kiln_rt_session_release(sess)
-        return out
+        return self._session_run(prompt, len(tokens),
+                                 lambda logits, i: tokens[i])[1]
 
 
 def log_softmax_at(logits, V, token):

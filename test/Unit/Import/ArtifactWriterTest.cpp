@@ -104,6 +104,22 @@ TEST(WeightWriter, Errors) {
   EXPECT_FALSE(llvm::sys::fs::exists(out));
 }
 
+/// Writes `w` (float32 [rows, cols]) to DIR/w.bin and returns a recipe
+/// reading it whole (tensor "w", no transforms).
+WeightDesc floatMatrixSource(TempDir &dir, const std::vector<float> &w,
+                             int64_t rows, int64_t cols) {
+  WeightDesc d;
+  d.source.file = dir.path("w.bin");
+  d.source.tensor = "w";
+  d.source.shape = {rows, cols};
+  d.source.bytes = uint64_t(rows * cols) * 4;
+  std::error_code ec;
+  llvm::raw_fd_ostream os(d.source.file, ec);
+  EXPECT_FALSE(ec) << d.source.file;
+  os.write(reinterpret_cast<const char *>(w.data()), w.size() * 4);
+  return d;
+}
+
 /// 8-bit "quantize" with group_size > 0 (GGUF Q8_0-like groups): scales
 /// [rows, ceil(cols / G)], each max|w_group| / 127, q = round(w / scale)
 /// (ties away from zero), the last group of a row shorter; group_size 0
@@ -119,21 +135,11 @@ TEST(WeightWriter, GroupwiseInt8) {
   w[1 * cols + 65] = 2.5f;   // a tie: rounds away from zero to 3
   w[1 * cols + 66] = -2.5f;
   TempDir dir;
-  std::string src = dir.path("w.bin");
-  {
-    std::error_code ec;
-    llvm::raw_fd_ostream os(src, ec);
-    ASSERT_FALSE(ec);
-    os.write(reinterpret_cast<const char *>(w.data()), w.size() * 4);
-  }
+  const WeightDesc source = floatMatrixSource(dir, w, rows, cols);
   auto desc = [&](llvm::StringRef name, int64_t gs,
                   WeightTransform::QuantPart part) {
-    WeightDesc d;
+    WeightDesc d = source;
     d.name = name.str();
-    d.source.file = src;
-    d.source.tensor = "w";
-    d.source.shape = {rows, cols};
-    d.source.bytes = rows * cols * 4;
     WeightTransform t;
     t.kind = WeightTransform::Kind::Quantize;
     t.bits = 8;
@@ -197,21 +203,11 @@ TEST(WeightWriter, Slices) {
   for (int64_t i = 0; i < rows * cols; ++i)
     w[i] = float(i) - 20.0f;
   TempDir dir;
-  std::string src = dir.path("w.bin");
-  {
-    std::error_code ec;
-    llvm::raw_fd_ostream os(src, ec);
-    ASSERT_FALSE(ec);
-    os.write(reinterpret_cast<const char *>(w.data()), w.size() * 4);
-  }
+  const WeightDesc source = floatMatrixSource(dir, w, rows, cols);
   auto desc = [&](llvm::StringRef name, int64_t axis, int64_t offset,
                   int64_t size) {
-    WeightDesc d;
+    WeightDesc d = source;
     d.name = name.str();
-    d.source.file = src;
-    d.source.tensor = "w";
-    d.source.shape = {rows, cols};
-    d.source.bytes = rows * cols * 4;
     WeightTransform t;
     t.kind = WeightTransform::Kind::Slice;
     t.axis = axis;
