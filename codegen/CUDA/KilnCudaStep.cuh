@@ -58,31 +58,28 @@ inline void stepAttention(kiln_cuda_ctx *ctx, const char *call, const T *q,
                          int(c.block_tokens)};
     const T *qs = q + r0 * qDim, *ks = k + r0 * kvDim, *vs = v + r0 * kvDim;
     T *os = out + r0 * qDim;
+    // The 8-bit pools: int8 or FP8 codes with per-(row, kv head) scales.
+    auto quantized = [&](auto trait, auto *kp, auto *vp, auto append,
+                         const char *appendName) {
+      using Kv = decltype(trait);
+      attentionQuantKv<kCentered>(
+          ctx, call, appendName, append,
+          KvPaged<Kv>{{kp, vp, c.k_scales, c.v_scales, int(kvHeads)}, slot,
+                      kvDim},
+          qs, ks, vs, kp, vp, c.k_scales, c.v_scales, kMean, os, n, heads,
+          kvHeads, headDim, rotDim, maxSeq, scale, theta, dPos, slot, window);
+    };
     switch (c.format) {
-    case KILN_CUDA_KV_INT8: {
-      auto *kp = static_cast<int8_t *>(c.k_pool);
-      auto *vp = static_cast<int8_t *>(c.v_pool);
-      attentionQuantKv<kCentered>(
-          ctx, call, "kvAppendInt8Kernel<<<>>>", kvAppendInt8Kernel<T, RowsPaged>,
-          KvPaged<KvInt8>{{kp, vp, c.k_scales, c.v_scales, int(kvHeads)},
-                          slot,
-                          kvDim},
-          qs, ks, vs, kp, vp, c.k_scales, c.v_scales, kMean, os, n, heads,
-          kvHeads, headDim, rotDim, maxSeq, scale, theta, dPos, slot, window);
+    case KILN_CUDA_KV_INT8:
+      quantized(KvInt8{}, static_cast<int8_t *>(c.k_pool),
+                static_cast<int8_t *>(c.v_pool),
+                kvAppendInt8Kernel<T, RowsPaged>, "kvAppendInt8Kernel<<<>>>");
       break;
-    }
-    case KILN_CUDA_KV_FP8: {
-      auto *kp = static_cast<uint8_t *>(c.k_pool);
-      auto *vp = static_cast<uint8_t *>(c.v_pool);
-      attentionQuantKv<kCentered>(
-          ctx, call, "kvAppendFp8Kernel<<<>>>", kvAppendFp8Kernel<T, RowsPaged>,
-          KvPaged<KvFp8>{{kp, vp, c.k_scales, c.v_scales, int(kvHeads)},
-                         slot,
-                         kvDim},
-          qs, ks, vs, kp, vp, c.k_scales, c.v_scales, kMean, os, n, heads,
-          kvHeads, headDim, rotDim, maxSeq, scale, theta, dPos, slot, window);
+    case KILN_CUDA_KV_FP8:
+      quantized(KvFp8{}, static_cast<uint8_t *>(c.k_pool),
+                static_cast<uint8_t *>(c.v_pool),
+                kvAppendFp8Kernel<T, RowsPaged>, "kvAppendFp8Kernel<<<>>>");
       break;
-    }
     default: {
       auto *kp = static_cast<T *>(c.k_pool);
       auto *vp = static_cast<T *>(c.v_pool);
