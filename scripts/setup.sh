@@ -6,7 +6,7 @@ PKGS=(cmake ninja-build ccache g++ python3 python3-numpy python3-jinja2
       llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
       libxxhash-dev nlohmann-json3-dev libopenblas-dev libgtest-dev libhwy-dev
       libsodium-dev libpcre2-dev libutf8proc-dev clang-22 libclang-rt-22-dev libomp-22-dev
-      libcpp-httplib-dev)
+      libcpp-httplib-dev openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -41,6 +41,28 @@ tools += ["kiln-fuzz-" + t for t in ("gguf", "hf", "llama2c", "tokbin", "tokjson
                                       "tokenizer", "calibration", "artifact", "ir")]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 
+# Tensor-parallel runs over Open MPI (runtime/src/comm/MpiBackend.cpp): tests
+# that launch ranks require the backend library, its checker and mpirun, and
+# launch through %mpirun: a local job, bounded by `timeout 60`, allowed to
+# oversubscribe the cores, unbound, over shared memory only (single-copy off:
+# containers often forbid the cross-process memory access CMA needs).
+config.substitutions.append(("%comm_mpi_lib", os.path.join(
+    config.kiln_obj_root, "lib", "libkiln_comm_mpi.so")))
+config.substitutions.append(
+    ("%mpirun", "timeout 60 mpirun --oversubscribe --bind-to none "
+     "--mca btl self,vader --mca btl_vader_single_copy_mechanism none "
+     "--mca pml ob1"))
+if shutil.which("mpirun") and \
+        os.path.exists(os.path.join(config.kiln_obj_root, "lib",
+                                    "libkiln_comm_mpi.so")) and \
+        os.path.exists(os.path.join(config.kiln_tools_dir,
+                                    "kiln-comm-mpi-check")):
+    config.available_features.add("mpi")
+    llvm_config.add_tool_substitutions(["kiln-comm-mpi-check"], tool_dirs)
+    # Test machines and containers often run as root.
+    config.environment["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+    config.environment["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+
 if shutil.which("nvcc") or os.path.exists("/usr/local/cuda/bin/nvcc"):
     config.available_features.add("nvcc")
 if os.path.exists(os.path.join(config.kiln_tools_dir, "kiln-gpu-kernel-check")):

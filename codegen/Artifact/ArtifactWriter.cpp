@@ -109,6 +109,11 @@ static llvm::Error writeFile(StringRef path, StringRef contents) {
 namespace fs = llvm::sys::fs;
 
 static bool isArtifactFile(StringRef name) {
+  // weights.rank<R>.bin: a partitioned artifact's shards.
+  StringRef rank = name;
+  if (rank.consume_front("weights.rank") && rank.consume_back(".bin") &&
+      !rank.empty() && llvm::all_of(rank, llvm::isDigit))
+    return true;
   return llvm::is_contained(ArrayRef<StringRef>{"manifest.json", "model.so",
                                                 "model.cpp", "model.cu",
                                                 "weights.bin", "tokenizer.json",
@@ -271,10 +276,39 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
                                           : StorageType::F32;
   std::string codeFile = cuda ? "model.cu" : "model.cpp";
 
-  // Weights, streamed one tensor at a time, at the offsets the plan chose.
-  auto written = writeWeightsFile(pathIn("weights.bin"), in.weights, dtype);
+  // Weights, streamed one tensor at a time, at the offsets the plan chose;
+  // a partitioned plan's shards one file per rank, each laid out as rank
+  // 0's (the code reads them at the same offsets).
+  const bool partitioned = in.tp > 1;
+  if (partitioned && in.shards.size() != size_t(in.tp - 1))
+    return llvm::createStringError(
+        "internal error: " + std::to_string(in.tp) + " ranks but " +
+        std::to_string(in.shards.size() + 1) + " weight shards");
+  std::vector<std::string> weightFiles;
+  for (int64_t r = 0; r < (partitioned ? in.tp : 1); ++r)
+    weightFiles.push_back(partitioned
+                              ? "weights.rank" + std::to_string(r) + ".bin"
+                              : std::string("weights.bin"));
+  auto written = writeWeightsFile(pathIn(weightFiles[0]), in.weights, dtype);
   if (!written)
     return written.takeError();
+  for (int64_t r = 1; r < int64_t(weightFiles.size()); ++r) {
+    auto shard = writeWeightsFile(pathIn(weightFiles[size_t(r)]),
+                                  in.shards[size_t(r - 1)], dtype);
+    if (!shard)
+      return shard.takeError();
+    bool same = shard->size() == written->size();
+    for (size_t i = 0; same && i < shard->size(); ++i) {
+      const WrittenTensor &a = (*written)[i], &b = (*shard)[i];
+      same = a.name == b.name && a.offset == b.offset && a.bytes == b.bytes &&
+             a.dtype == b.dtype && a.shape == b.shape;
+    }
+    if (!same)
+      return llvm::createStringError(
+          "internal error: rank " + std::to_string(r) +
+          "'s weights are not laid out as rank 0's (one model.so reads "
+          "every shard at the same offsets)");
+  }
   llvm::StringMap<int64_t> planOffsets;
   for (auto w : planModule.getOps<plan::WeightOp>())
     planOffsets[w.getSymName()] = w.getOffset();
@@ -346,9 +380,10 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
 
   // Checksums of every file, then the manifest.
   llvm::json::Object files;
-  std::vector<StringRef> fileNames = {StringRef("model.so"), StringRef(codeFile),
-                                      StringRef("weights.bin"),
-                                      StringRef("tokenizer.json")};
+  std::vector<StringRef> fileNames = {StringRef("model.so"), StringRef(codeFile)};
+  for (const std::string &w : weightFiles)
+    fileNames.push_back(w);
+  fileNames.push_back("tokenizer.json");
   if (!chat.tmpl.empty())
     fileNames.push_back("chat_template.jinja");
   for (StringRef name : fileNames) {
@@ -384,7 +419,8 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
   // head) f32 scales.
   bool kvQuantized = in.kvDtype == "int8" || in.kvDtype == "fp8_e4m3";
   int64_t kvElementBytes = kvQuantized ? 1 : in.kvDtype == "f32" ? 4 : 2;
-  int64_t kvBytes = cfg.nLayers * 2 * maxSeq * cfg.nKvHeads *
+  const int64_t kvHeads = in.kvHeads > 0 ? in.kvHeads : cfg.nKvHeads;
+  int64_t kvBytes = cfg.nLayers * 2 * maxSeq * kvHeads *
                     (cfg.headDim * kvElementBytes + (kvQuantized ? 4 : 0));
   // A pre-quantized checkpoint names its format (Prequantized.h).
   std::string quant = in.quant;
@@ -406,16 +442,19 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
            {"max_prefill_tokens", maxTokens},
            {"entry_points", std::move(entryPoints)},
            {"kv_cache", llvm::json::Object{{"layers", cfg.nLayers},
-                                           {"kv_heads", cfg.nKvHeads},
+                                           {"kv_heads", kvHeads},
                                            {"head_dim", cfg.headDim},
                                            {"max_seq", maxSeq},
                                            {"dtype", in.kvDtype},
                                            {"bytes", kvBytes}}}}},
-      {"weights", llvm::json::Object{{"file", "weights.bin"},
+      {"weights", llvm::json::Object{{"file", weightFiles[0]},
                                      {"tensors", std::move(tensors)}}},
       {"tokenizer", llvm::json::Object{{"file", "tokenizer.json"}}},
       {"files", std::move(files)},
   };
+  if (partitioned)
+    manifest["parallel"] = llvm::json::Object{
+        {"tp", in.tp}, {"weights", llvm::json::Array(weightFiles)}};
   // Chat: the template file (when the checkpoint has one), the tokens that
   // end a turn, and the strings templates use as bos_token / eos_token.
   {

@@ -20,6 +20,14 @@ FailureOr<std::vector<WeightDesc>> collectWeightRecipes(ModuleOp graph);
 struct ArtifactInputs {
   const ModelDesc *model;              ///< config and tokenizer
   std::vector<WeightDesc> weights;     ///< from collectWeightRecipes
+  /// Tensor parallelism: tp > 1 writes `weights` (rank 0's) as
+  /// weights.rank0.bin and shards[r - 1] as weights.rank<r>.bin, which must
+  /// lay out the same tensors at the same offsets and sizes.
+  int64_t tp = 1;
+  std::vector<std::vector<WeightDesc>> shards;
+  /// KV heads of the plan's cache (a rank's share when partitioned); 0:
+  /// the model's.
+  int64_t kvHeads = 0;
   ModuleOp plan;                       ///< after kiln-lower-to-plan
   std::string cpp;                     ///< emitted C++ of the plan
   std::string target = "cpu";          ///< "cpu" or "cuda"

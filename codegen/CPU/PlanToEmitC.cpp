@@ -45,8 +45,8 @@ static constexpr const char *kPointerMacros = R"(
 
 static constexpr const char *kCpuPrologue =
     R"(// Emitted by kiln-compile (CPU target). Do not edit.
-#if KILN_ABI_VERSION != 11
-#error "emitted for kernel ABI version 11"
+#if KILN_ABI_VERSION != 12
+#error "emitted for kernel ABI version 12"
 #endif)";
 
 static constexpr const char *kCudaPrologue =
@@ -86,7 +86,8 @@ struct TargetInfo {
     StringRef kernel = call.getCallee();
     if (cuda)
       return ("kiln_cuda_" + kernel.drop_front(StringRef("kiln_k_").size())).str();
-    if (isStepKernel(kernel))
+    // Kernels that take their element type as an argument.
+    if (isStepKernel(kernel) || kernel == "kiln_k_all_reduce")
       return kernel.str();
     SmallVector<Type> floats;
     for (Value arg : call.getArgs())
@@ -301,12 +302,26 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
                        << "int8 activations (act_quant 'int8_per_block') "
                           "have kernels for the cpu target only so far; "
                           "compile without --act-quant";
+              bool allReduce = c.getCallee() == "kiln_k_all_reduce";
+              if (allReduce && target.cuda)
+                return c.emitOpError()
+                       << "tensor-parallel all-reduce has no CUDA lowering "
+                          "yet (NCCL); compile the partitioned model for "
+                          "target=cpu";
               // CUDA launch wrappers take the context first, and so do CPU
               // kernels that talk to the runtime (kernel_abi.h).
-              if (target.cuda || observe || step)
+              if (target.cuda || observe || step || allReduce)
                 operands.push_back(ctxValue);
               for (Value a : c.getArgs())
                 operands.push_back(map.lookup(a));
+              // The all-reduce names itself in a timeout's message by its
+              // call site's IR location (the trace site table's `loc`).
+              if (allReduce)
+                operands.push_back(emitc::LiteralOp::create(
+                    builder, l,
+                    emitc::PointerType::get(
+                        emitc::OpaqueType::get(ctx, "const char")),
+                    (sitesName + "[" + Twine(nextSite) + "].loc").str()));
               if (target.cuda) {
                 emitc::CallOpaqueOp::create(builder, l, TypeRange{},
                                             target.callee(c), operands);

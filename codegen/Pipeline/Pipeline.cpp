@@ -9,6 +9,7 @@
 #include "codegen/Artifact/ArtifactWriter.h"
 #include "codegen/CPU/Passes.h"
 #include "dialects/Kiln/Builder/LlamaBuilder.h"
+#include "dialects/Kiln/IR/KilnOps.h"
 #include "passes/Conversion/Passes.h"
 #include "passes/Transforms/Passes.h"
 
@@ -52,28 +53,41 @@ LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
   options.maxPrefillTokens = opts.maxPrefillTokens;
   options.dtype = opts.dtype;
   options.kvDtype = opts.kvCache;
-  auto module = buildLlamaModule(&context, desc, options);
+  // The graph of one rank (the whole model when tp is 1) after the graph
+  // passes.
+  auto buildGraph = [&](int64_t rank) -> FailureOr<OwningOpRef<ModuleOp>> {
+    auto module = buildLlamaModule(&context, desc, options);
+    if (failed(module))
+      return failure();
+    PassManager graphPm(&context);
+    graphPm.addPass(createVerifyModelPass());
+    graphPm.addPass(createCanonicalizerPass());
+    if (opts.tp > 1) {
+      PartitionPassOptions partition;
+      partition.tp = opts.tp;
+      partition.rank = rank;
+      graphPm.addPass(createPartitionPass(partition));
+    }
+    if (opts.addGraphPasses)
+      opts.addGraphPasses(graphPm);
+    if (opts.batchStep) {
+      BatchStepPassOptions step;
+      step.required = false;
+      graphPm.addPass(createBatchStepPass(step));
+    }
+    if (!opts.fuseFamilies.empty()) {
+      FusePassOptions fuse;
+      fuse.families.assign(opts.fuseFamilies.begin(), opts.fuseFamilies.end());
+      graphPm.addPass(createFusePass(fuse));
+    }
+    if (failed(graphPm.run(**module)))
+      return failure();
+    return std::move(*module);
+  };
+  auto module = buildGraph(0);
   if (failed(module))
     return failure();
   ModuleOp graph = **module;
-
-  PassManager graphPm(&context);
-  graphPm.addPass(createVerifyModelPass());
-  graphPm.addPass(createCanonicalizerPass());
-  if (opts.addGraphPasses)
-    opts.addGraphPasses(graphPm);
-  if (opts.batchStep) {
-    BatchStepPassOptions step;
-    step.required = false;
-    graphPm.addPass(createBatchStepPass(step));
-  }
-  if (!opts.fuseFamilies.empty()) {
-    FusePassOptions fuse;
-    fuse.families.assign(opts.fuseFamilies.begin(), opts.fuseFamilies.end());
-    graphPm.addPass(createFusePass(fuse));
-  }
-  if (failed(graphPm.run(graph)))
-    return failure();
   if (opts.onGraph && failed(opts.onGraph(graph)))
     return failure();
   if (opts.stop == CompileStage::Kiln) {
@@ -84,6 +98,25 @@ LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
   auto recipes = collectWeightRecipes(graph);
   if (failed(recipes))
     return failure();
+  // The rank's KV heads, from the cache type of the entry points (the
+  // manifest's kv_cache describes one rank's cache).
+  int64_t kvHeads = 0;
+  for (auto f : graph.getOps<func::FuncOp>())
+    for (Type t : f.getArgumentTypes())
+      if (auto c = dyn_cast<KVCacheType>(t))
+        kvHeads = c.getNumKvHeads();
+  // The other ranks' weight recipes (their slices of the same layout).
+  std::vector<std::vector<WeightDesc>> shards;
+  if (opts.stop == CompileStage::Artifact)
+    for (int64_t rank = 1; rank < opts.tp; ++rank) {
+      auto other = buildGraph(rank);
+      if (failed(other))
+        return failure();
+      auto weights = collectWeightRecipes(**other);
+      if (failed(weights))
+        return failure();
+      shards.push_back(std::move(*weights));
+    }
 
   PassManager planPm(&context);
   // The CPU target instantiates a kernel for every linear and elementwise
@@ -120,6 +153,9 @@ LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
   ArtifactInputs inputs;
   inputs.model = &desc;
   inputs.weights = std::move(*recipes);
+  inputs.shards = std::move(shards);
+  inputs.tp = opts.tp;
+  inputs.kvHeads = kvHeads;
   inputs.plan = *plan;
   inputs.cpp = std::move(cpp);
   inputs.target = opts.target;

@@ -36,8 +36,13 @@ struct CompileOptions {
   std::string kvCache;          ///< KV cache: "" (the dtype), "int8", "fp8"
   int64_t maxSeqLen = 0;        ///< 0: the model's context
   int64_t maxPrefillTokens = 0; ///< 0: min(context, 512)
+  /// Tensor parallelism (docs/parallelism.md): > 1 runs kiln-partition
+  /// right after canonicalize, once per rank. Rank 0's program is planned
+  /// and emitted (every rank runs the same code over shards of one
+  /// layout); every rank's weights go to its own weights.rank<R>.bin.
+  int64_t tp = 1;
   /// Adds graph passes (quantization, observers) after kiln-verify and
-  /// canonicalize; may be empty.
+  /// canonicalize (and kiln-partition); may be empty.
   std::function<void(OpPassManager &)> addGraphPasses;
   /// Called with the graph after those passes, before memory planning (to
   /// read what they recorded); failure stops the pipeline.

@@ -5,6 +5,7 @@
 
 #include "kiln_rt/api.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -39,6 +40,13 @@ int applyThreads(int64_t n, bool given) {
     if (env && *env)
       return kiln_rt_threads(); // the environment's choice stands
     n = 0;                      // physical cores
+    // Ranks of an mpirun job on one node share its cores: each takes its
+    // share (mpirun's core binding already narrows the affinity mask, and
+    // then the share is that mask's cores).
+    const char *local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const int ranks = local ? std::atoi(local) : 0;
+    if (ranks > 1)
+      n = std::max(1, kiln_rt_default_threads() / ranks);
   }
   if (kiln_rt_status_t s = kiln_rt_set_threads(int(n))) {
     std::fprintf(stderr, "%s: error: --threads: %s\n", toolName().str().c_str(),

@@ -157,6 +157,20 @@ static cl::opt<int64_t> maxPrefillTokens(
                                    "plan is sized for (default: min(context, 512))"),
     cl::init(0), cl::cat(category));
 
+static cl::opt<int64_t> tensorParallel(
+    "tp",
+    cl::desc("Tensor parallelism: partition the model over N ranks "
+             "(kiln-partition, Megatron-LM splits; docs/parallelism.md). The "
+             "artifact holds one program and a weights.rank<R>.bin shard per "
+             "rank; run it with `mpirun -np N kiln-run ARTIFACT ...`. "
+             "Default 1"),
+    cl::init(1), cl::value_desc("N"), cl::cat(category));
+static cl::opt<int64_t> pipelineParallel(
+    "pp",
+    cl::desc("Pipeline parallelism: stages of layers over M ranks (not "
+             "built yet: only 1 is accepted)"),
+    cl::init(1), cl::value_desc("M"), cl::cat(category));
+
 static cl::opt<std::string> signKeyPath(
     "sign-key",
     cl::desc("Sign the artifact with this Ed25519 secret key (written by "
@@ -366,7 +380,8 @@ int main(int argc, char **argv) {
       "               [--gguf-linears=auto|blocks|repacked]\n"
       "               [--fuse=all|none|horizontal,prologue,epilogue,elementwise]\n"
       "               [--emit=kiln|plan|cpp] [--tokenizer FILE]\n"
-      "               [--max-seq-len N] [--max-prefill-tokens N] [--sign-key KEY]\n\n"
+      "               [--max-seq-len N] [--max-prefill-tokens N] [--sign-key KEY]\n"
+      "               [--tp N]\n\n"
       "MODEL is a llama2.c checkpoint (.bin), a GGUF file, a Hugging Face\n"
       "directory (config.json + *.safetensors) or synthetic:<shape>\n"
       "(llama-2-7b, llama-2-13b, llama-110m, stories260k).\n",
@@ -451,6 +466,29 @@ int main(int argc, char **argv) {
       (maxPrefillTokens.getNumOccurrences() && maxPrefillTokens <= 0) ||
       maxSeqLen < 0 || maxPrefillTokens < 0)
     return fail("--max-seq-len and --max-prefill-tokens must be positive");
+
+  if (tensorParallel < 1 || tensorParallel > 64)
+    return fail("--tp=" + std::to_string(tensorParallel) +
+                " is outside [1, 64] (ranks of a tensor-parallel group)");
+  if (pipelineParallel != 1)
+    return fail("--pp=" + std::to_string(pipelineParallel) +
+                ": pipeline parallelism is not built yet (docs/"
+                "parallelism.md); use --tp for now");
+  if (tensorParallel > 1) {
+    if (target != "cpu")
+      return fail("--tp " + std::to_string(tensorParallel) +
+                  " --target=" + target +
+                  ": the partitioned plan's all-reduce has a CPU (Open MPI) "
+                  "lowering only so far; NCCL for CUDA ranks is not built "
+                  "yet");
+    if (quant != "none" && quant != "w8a16" && quant != "w4a16-rtn")
+      return fail("--tp with --quant=" + quant +
+                  ": calibrated recipes are not partitioned yet (use none, "
+                  "w8a16 or w4a16-rtn: each rank quantizes its own shard)");
+    if (centerKeys())
+      return fail("--tp with key centering (--kv with --calibration) is not "
+                  "partitioned yet: pass --kv-centering=false");
+  }
 
   // The signing key is read before compiling, so a bad key fails at once.
   ::kiln::sign::SecretKey signKey;
@@ -564,7 +602,12 @@ int main(int argc, char **argv) {
       fuseFamilies.empty()
           ? std::string()
           : "kiln-fuse{families=" + llvm::join(fuseFamilies, ",") + "},";
+  options.tp = tensorParallel;
   options.pipeline = "kiln-verify,canonicalize," +
+                     (tensorParallel > 1
+                          ? "kiln-partition{tp=" +
+                                std::to_string(tensorParallel) + " rank=R},"
+                          : std::string()) +
                      (quantPasses.empty() ? "" : quantPasses + ",") +
                      (options.batchStep ? "kiln-batch-step{required=false},"
                                         : "") +

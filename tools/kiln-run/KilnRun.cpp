@@ -241,6 +241,9 @@ struct Runtime {
     kiln_rt_sampler_release(sampler);
     kiln_rt_session_release(session);
     kiln_rt_artifact_release(artifact);
+    // A rank of an mpirun job leaves it cleanly at a normal exit only (an
+    // error exits without: mpirun then ends every rank).
+    kiln_rt_parallel_finalize();
   }
 };
 
@@ -651,12 +654,23 @@ int main(int argc, char **argv) {
                                                            "--dump-logits"))
       fail(llvm::toString(std::move(e)));
   }
+  // One rank of an mpirun job (a partitioned artifact, docs/parallelism.md):
+  // join the job before opening the artifact, which maps this rank's shard.
+  int32_t rank = 0, ranks = 1;
+  if (kiln_rt_parallel_launched())
+    check(kiln_rt_parallel_init(&rank, &ranks));
   kiln::tool::applyThreads(threadCount, threadCount.getNumOccurrences() > 0);
   kiln_rt_open_options_t openOptions{};
   openOptions.flags = noVerify ? KILN_RT_OPEN_SKIP_CHECKSUMS : 0;
   openOptions.trusted_keys = trustedKeys.empty() ? nullptr : trustedKeys.c_str();
   check(kiln_rt_artifact_open_with_options(artifactDir.c_str(), &openOptions,
                                            &rt.artifact));
+  if (rank != 0) {
+    // The other ranks run rank 0's steps on their shards until it is done;
+    // rank 0 alone reads the prompt and prints.
+    check(kiln_rt_parallel_follow(rt.artifact));
+    return 0;
+  }
   kiln_rt_model_info_t info;
   kiln_rt_artifact_info(rt.artifact, &info);
   if (ctxSize > info.max_seq_len)

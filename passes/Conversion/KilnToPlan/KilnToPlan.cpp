@@ -493,6 +493,14 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
                  {in(s.getLhs()), in(s.getRhs()), *out, elements(s.getResult())});
             return success();
           })
+          .Case([&](AllReduceOp r) {
+            // In place when the memory plan gave input and result one
+            // buffer; the kernel copies otherwise.
+            call("kiln_k_all_reduce", {in(r.getInput()), *out,
+                                       elements(r.getResult()),
+                                       elemCode(r.getInput())});
+            return success();
+          })
           .Case([&](MulOp s) {
             call("kiln_k_mul",
                  {in(s.getLhs()), in(s.getRhs()), *out, elements(s.getResult())});

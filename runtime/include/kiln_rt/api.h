@@ -38,6 +38,10 @@ typedef enum kiln_rt_status_code_e {
   KILN_RT_INTERNAL = 7,
   KILN_RT_PERMISSION_DENIED = 8, /* signature required but missing, malformed
                                     or not by a trusted key */
+  KILN_RT_FAILED_PRECONDITION = 9, /* wrong process setup: a partitioned
+                                      artifact outside its mpirun job */
+  KILN_RT_DEADLINE_EXCEEDED = 10,  /* a peer rank missed a collective's
+                                      deadline (KILN_COMM_TIMEOUT_S) */
 } kiln_rt_status_code_t;
 
 typedef struct kiln_rt_status_s *kiln_rt_status_t; /* NULL == OK */
@@ -255,6 +259,42 @@ typedef void (*kiln_rt_observer_fn)(void *user, int64_t tap, const float *x,
 kiln_rt_status_t kiln_rt_session_set_observer(kiln_rt_session_t *session,
                                               kiln_rt_observer_fn fn,
                                               void *user);
+
+/*===-------------------- tensor parallelism (mpirun) --------------------===*/
+/*
+ * An artifact compiled with kiln-compile --tp N (manifest "parallel") runs
+ * as N processes started by mpirun, one rank each (docs/parallelism.md).
+ * Every rank calls kiln_rt_parallel_init, then opens the artifact (mapping
+ * only its own weights.rank<R>.bin). Rank 0 then uses the API as usual
+ * (sessions; the serving engine does not drive a group yet): each session
+ * step is broadcast to the other ranks, which run it on their shards inside
+ * kiln_rt_parallel_follow. Every collective of a step has a deadline,
+ * KILN_COMM_TIMEOUT_S seconds (default 30): a rank that died or hung ends
+ * the whole job with a message naming the rank that waited.
+ */
+
+/// 1 when this process was started by mpirun (or another PMI/PMIx
+/// launcher) as a rank of a job, even of one rank; else 0.
+int kiln_rt_parallel_launched(void);
+
+/// Joins the job (loads libkiln_comm_mpi.so from the runtime's directory
+/// and initializes MPI) once per process; later calls return the same
+/// values. *out_rank in [0, *out_size). Errors: KILN_RT_NOT_FOUND when the
+/// runtime was built without Open MPI; KILN_RT_INVALID_ARGUMENT for a bad
+/// KILN_COMM_TIMEOUT_S; KILN_RT_INTERNAL when MPI cannot start.
+kiln_rt_status_t kiln_rt_parallel_init(int32_t *out_rank, int32_t *out_size);
+
+/// Ranks other than 0: runs rank 0's session steps on this rank's shard of
+/// `artifact` until rank 0 releases its artifact, then returns OK. Errors:
+/// the artifact is not partitioned or this is rank 0
+/// (KILN_RT_FAILED_PRECONDITION), a malformed command (KILN_RT_INTERNAL).
+kiln_rt_status_t kiln_rt_parallel_follow(kiln_rt_artifact_t *artifact);
+
+/// Leaves the job cleanly (MPI_Finalize) after every artifact is released;
+/// every rank must call it at a normal exit. A rank that exits without it
+/// (an error) makes mpirun end the whole job with a non-zero status. No-op
+/// when kiln_rt_parallel_init was not called.
+void kiln_rt_parallel_finalize(void);
 
 /*===--------------------------- threads ---------------------------------===*/
 

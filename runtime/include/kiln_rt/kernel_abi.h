@@ -38,7 +38,7 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 11
+#define KILN_ABI_VERSION 12
 
 struct kiln_batch;
 struct kiln_paged_kv;
@@ -58,6 +58,9 @@ typedef struct kiln_exec_ctx {
   /// per sequence, float32[batch->num_seqs, vocab], to `logits`.
   const struct kiln_batch *batch;
   const struct kiln_paged_kv *kv_pages;
+  /// opaque, runtime-private: the tensor-parallel group this rank belongs
+  /// to (kiln_k_all_reduce); NULL in a single-process run
+  void *comm;
 } kiln_exec_ctx;
 
 /*===-- Tracing (kiln-run / kiln-bench / kiln-eval --trace) ---------------===*
@@ -132,6 +135,18 @@ void kiln_k_rms_norm(const float *x, const float *w, float *y, int64_t n,
 /// first.
 void kiln_k_observe(kiln_exec_ctx *ctx, const float *x, int64_t rows,
                     int64_t cols, int64_t tap);
+
+/// Tensor-parallel all-reduce (kiln.all_reduce; Megatron-LM's `g`
+/// operator, Shoeybi et al. 2019, section 3): y[i] = sum over the ranks r of
+/// the group of rank r's x[i], i < count, on every rank, in place when
+/// x == y. elem: KILN_ELEM_F32, _F16 or _BF16 (16-bit values are summed in
+/// float32 and rounded once). `what` names the reduction in messages (the
+/// op's location, "layers.3.wo"). With ctx->comm NULL (one rank) y = x.
+/// Takes the context first. Never returns a failure: a peer that does not
+/// reach the reduction within the group's deadline (KILN_COMM_TIMEOUT_S)
+/// ends the whole job with a message naming this rank (docs/parallelism.md).
+void kiln_k_all_reduce(kiln_exec_ctx *ctx, const void *x, void *y,
+                       int64_t count, int64_t elem, const char *what);
 
 /// Rotary position embedding (Su et al. 2021, RoFormer eq. 34), "adjacent
 /// pair" layout of Meta's Llama / llama2.c / GGUF: within each head, the pair

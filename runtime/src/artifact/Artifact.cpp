@@ -13,6 +13,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "artifact/Artifact.h"
+#include "comm/Comm.h"
+#include "comm/ParallelExecutor.h"
 
 #include "cuda/CudaBackend.h"
 #include "session/Executor.h"
@@ -321,6 +323,42 @@ Status parseManifest(const std::string &text, const std::string &dir,
                      "\" (its size and checksum are required)");
   uint64_t weightsSize = findFile(out.weightsFile)->bytes;
 
+  // parallel (optional): {"tp": N, "weights": [FILE of rank 0, ...]}, the
+  // shards of a partitioned plan; weights.file is rank 0's.
+  if (root.contains("parallel")) {
+    const json &p = root["parallel"];
+    if (!p.is_object() || !p.contains("tp") || !p["tp"].is_number_integer() ||
+        p["tp"].get<int64_t>() < 1 || p["tp"].get<int64_t>() > 4096)
+      return r.error("field 'parallel' must be an object with an integer "
+                     "'tp' in [1, 4096]");
+    out.tp = p["tp"].get<int64_t>();
+    if (!p.contains("weights") || !p["weights"].is_array() ||
+        int64_t(p["weights"].size()) != out.tp)
+      return r.error("field 'parallel.weights' must list tp = " +
+                     std::to_string(out.tp) +
+                     " weight files, one per rank");
+    for (size_t i = 0; i < p["weights"].size(); ++i) {
+      const json &f = p["weights"][i];
+      std::string at = "parallel.weights[" + std::to_string(i) + "]";
+      if (!f.is_string())
+        return r.error("field '" + at + "' must be a file name");
+      const ArtifactFile *listed = findFile(f.get<std::string>());
+      if (!listed)
+        return r.error("'files' does not list \"" + f.get<std::string>() +
+                       "\" (" + at + "; its size and checksum are required)");
+      if (listed->bytes != weightsSize)
+        return r.error(at + " \"" + listed->name + "\" has " +
+                       std::to_string(listed->bytes) + " bytes but " +
+                       out.weightsFile + " has " +
+                       std::to_string(weightsSize) +
+                       ": every rank's shard has the same layout");
+      out.rankWeightsFiles.push_back(f.get<std::string>());
+    }
+    if (out.rankWeightsFiles.front() != out.weightsFile)
+      return r.error("field 'parallel.weights[0]' must be weights.file (\"" +
+                     out.weightsFile + "\")");
+  }
+
   KILN_RT_RETURN_IF_ERROR(r.node("weights.tensors", n));
   if (!n->is_array())
     return r.error("field 'weights.tensors' must be an array");
@@ -502,6 +540,9 @@ static Status hashFd(int fd, const std::string &path, FileHasher &hasher) {
 }
 
 Artifact::~Artifact() {
+  // Rank 0 of a partitioned artifact: the other ranks stop following.
+  if (group_ && group_->rank() == 0)
+    endFollowers(*group_);
   cuda_.reset(); // device memory and cuBLASLt before model.so goes away
   if (library_)
     dlclose(library_);
@@ -515,7 +556,16 @@ Artifact::~Artifact() {
 Status Artifact::createExecutor(std::unique_ptr<Executor> &out) const {
   if (cuda_)
     return cuda_->createExecutor(out);
-  return createCpuExecutor(*this, out);
+  if (!group_)
+    return createCpuExecutor(*this, out);
+  if (group_->rank() != 0)
+    return failedPrecondition(
+        "rank " + std::to_string(group_->rank()) + " of " + dir_ +
+        "'s tensor-parallel group runs rank 0's sessions "
+        "(kiln_rt_parallel_follow), it cannot create its own");
+  std::unique_ptr<Executor> inner;
+  KILN_RT_RETURN_IF_ERROR(createCpuExecutor(*this, inner));
+  return createParallelExecutor(*this, *group_, std::move(inner), out);
 }
 
 Status Artifact::deviceBandwidth(uint64_t bytes, int32_t reps,
@@ -646,6 +696,12 @@ Status Artifact::checkFiles(const OpenOptions &options,
             "--sign-key)");
   // Every listed file: a regular file (no links), listed size, listed hashes.
   for (const ArtifactFile &f : manifest_.files) {
+    // Each rank reads its own weight shard only.
+    if (f.name != manifest_.weightsFile &&
+        std::find(manifest_.rankWeightsFiles.begin(),
+                  manifest_.rankWeightsFiles.end(),
+                  f.name) != manifest_.rankWeightsFiles.end())
+      continue;
     const std::string path = dir_ + "/" + f.name;
     int fd = -1;
     uint64_t size = 0;
@@ -746,6 +802,29 @@ Status Artifact::load(const OpenOptions &options) {
   if (!options.trustedKeys.empty())
     KILN_RT_RETURN_IF_ERROR(verifySignature(manifestText, options.trustedKeys));
   KILN_RT_RETURN_IF_ERROR(parseManifest(manifestText, dir_, manifest_));
+  // A partitioned plan runs as tp ranks, each mapping its own shard.
+  if (manifest_.tp > 1) {
+    Communicator *comm = processGroup();
+    const std::string tp = std::to_string(manifest_.tp);
+    if (!comm)
+      return failedPrecondition(
+          dir_ + " is partitioned for tensor parallelism over " + tp +
+          " ranks (manifest parallel.tp): launch one process per rank, "
+          "e.g. `mpirun -np " + tp + " kiln-run " + dir_ + " ...` "
+          "(docs/parallelism.md)");
+    if (comm->size() != manifest_.tp)
+      return failedPrecondition(
+          dir_ + " is partitioned for " + tp + " ranks but this job has " +
+          std::to_string(comm->size()) + ": launch it with mpirun -np " + tp);
+    group_ = comm;
+    manifest_.weightsFile = manifest_.rankWeightsFiles[size_t(comm->rank())];
+  } else if (Communicator *comm = processGroup(); comm && comm->size() > 1) {
+    return failedPrecondition(
+        dir_ + " is not partitioned (compiled without kiln-compile --tp) "
+        "but this job has " + std::to_string(comm->size()) +
+        " ranks: every rank would run the whole model; launch one process, "
+        "or recompile with --tp " + std::to_string(comm->size()));
+  }
   std::string tokenizerText;
   KILN_RT_RETURN_IF_ERROR(checkFiles(options, tokenizerText));
 

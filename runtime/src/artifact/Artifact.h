@@ -43,6 +43,8 @@ struct ArtifactFile {
   std::string blake2b; ///< empty when the manifest has none
 };
 
+class Communicator;
+
 /// What the runtime reads from manifest.json (docs/artifact.md, version 1).
 struct Manifest {
   Target target = Target::Cpu;
@@ -61,6 +63,13 @@ struct Manifest {
   int64_t kvLayers = 0, kvHeads = 0, kvHeadDim = 0, kvMaxSeq = 0;
   uint64_t kvBytes = 0;
   std::string weightsFile, tokenizerFile;
+  /// manifest "parallel" (optional; docs/parallelism.md): the tensor-
+  /// parallel group size the plan was partitioned for (1: not partitioned)
+  /// and rank r's weight shard file, rankWeightsFiles[r], all of one size
+  /// and one layout (`tensors`); weightsFile is then this process's shard
+  /// once the artifact is opened (rank 0's in a parsed manifest).
+  int64_t tp = 1;
+  std::vector<std::string> rankWeightsFiles;
   std::vector<WeightTensor> tensors;
   std::vector<ArtifactFile> files;
   /// manifest "chat" (optional; docs/artifact.md): the template file (empty:
@@ -122,7 +131,12 @@ public:
   /// The device the model runs on ("cpu" or the CUDA device's name).
   const std::string &deviceName() const { return deviceName_; }
   /// The per-session buffers and step runner for this artifact's target.
+  /// Partitioned artifacts: on rank 0 an executor that drives the other
+  /// ranks too (comm/ParallelExecutor.h); refused on the other ranks,
+  /// which follow rank 0 (followRankZero).
   Status createExecutor(std::unique_ptr<Executor> &out) const;
+  /// Partitioned artifacts: this process's group (null when tp is 1).
+  Communicator *group() const { return group_; }
   /// CUDA target: device-to-device copy bandwidth in bytes/s.
   Status deviceBandwidth(uint64_t bytes, int32_t reps, double &out) const;
   /// Context length: min(model.max_seq_len, runtime.kv_cache.max_seq).
@@ -179,6 +193,7 @@ private:
   int64_t stepMaxTokens_ = 0;
   std::string deviceName_ = "cpu";
   std::unique_ptr<CudaBackend> cuda_; ///< released before model.so
+  Communicator *group_ = nullptr;
 };
 
 } // namespace kiln::rt

@@ -49,6 +49,9 @@ inline Status internalError(std::string m) { return Status(KILN_RT_INTERNAL, std
 inline Status resourceExhausted(std::string m) {
   return Status(KILN_RT_RESOURCE_EXHAUSTED, std::move(m));
 }
+inline Status failedPrecondition(std::string m) {
+  return Status(KILN_RT_FAILED_PRECONDITION, std::move(m));
+}
 inline Status permissionDenied(std::string m) {
   return Status(KILN_RT_PERMISSION_DENIED, std::move(m));
 }

@@ -1,5 +1,6 @@
 //===- CudaBackend.cpp - libkiln_runtime's side of the CUDA executor -----===//
 #include "cuda/CudaBackend.h"
+#include "base/LibraryPath.h"
 
 #include <dlfcn.h>
 #include <sys/stat.h>
@@ -23,17 +24,6 @@ Status cudaStatus(int32_t code, const kiln_cudaexec_error_t &err) {
 }
 
 namespace {
-
-/// Directory of libkiln_runtime.so itself.
-std::string runtimeDirectory() {
-  Dl_info info;
-  if (dladdr(reinterpret_cast<void *>(&kiln_rt_artifact_open), &info) == 0 ||
-      !info.dli_fname)
-    return ".";
-  std::string path = info.dli_fname;
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
 
 struct LoadedLibrary {
   const kiln_cudaexec_api_t *api = nullptr;

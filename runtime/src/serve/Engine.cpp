@@ -69,6 +69,12 @@ Status Engine::create(const Artifact &artifact,
         dir + ": has no batched step entry point "
               "(runtime.entry_points.step); recompile it with kiln-compile "
               "(models with scaled RoPE have none yet)");
+  if (artifact.group())
+    return unimplemented(
+        dir + ": is partitioned for tensor parallelism (tp = " +
+        std::to_string(m.tp) +
+        "); the serving engine does not drive a rank group yet, sessions "
+        "do (kiln-run without the engine; docs/parallelism.md)");
   auto field = [&](const char *name, int64_t value, int64_t lo, int64_t hi) {
     return invalidArgument("engine option " + std::string(name) + " is " +
                            std::to_string(value) + ", expected " +

@@ -7,6 +7,8 @@
 #include "kiln_rt/api.h"
 
 #include "artifact/Artifact.h"
+#include "comm/Comm.h"
+#include "comm/ParallelExecutor.h"
 #include "cpu/ThreadPool.h"
 #include "serve/Engine.h"
 #include "session/Session.h"
@@ -281,6 +283,42 @@ kiln_rt_status_t kiln_rt_set_threads(int n) {
 
     return Status::ok();
   });
+}
+
+int kiln_rt_parallel_launched(void) {
+  return kiln::rt::launchedAsRank() ? 1 : 0;
+}
+
+kiln_rt_status_t kiln_rt_parallel_init(int32_t *out_rank, int32_t *out_size) {
+  return guarded([&]() -> Status {
+    if (!out_rank || !out_size)
+      return invalidArgument("kiln_rt_parallel_init: null output");
+    kiln::rt::Communicator *comm = nullptr;
+    KILN_RT_RETURN_IF_ERROR(kiln::rt::joinGroup(comm));
+    *out_rank = comm->rank();
+    *out_size = comm->size();
+    return Status::ok();
+  });
+}
+
+kiln_rt_status_t kiln_rt_parallel_follow(kiln_rt_artifact_t *artifact) {
+  return guarded([&]() -> Status {
+    if (!artifact)
+      return invalidArgument("kiln_rt_parallel_follow: null artifact");
+    const Artifact &a = *artifact->impl;
+    if (!a.group())
+      return failedPrecondition(a.dir() + " is not partitioned (tp = 1): "
+                                "there is no rank 0 to follow");
+    if (a.group()->rank() == 0)
+      return failedPrecondition("rank 0 drives its group; only the other "
+                                "ranks follow");
+    return kiln::rt::followRankZero(a, *a.group());
+  });
+}
+
+void kiln_rt_parallel_finalize(void) {
+  if (kiln::rt::Communicator *comm = kiln::rt::processGroup())
+    comm->finalize();
 }
 
 uint64_t kiln_rt_clock_ns(void) { return kiln_trace_clock(); }

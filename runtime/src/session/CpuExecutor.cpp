@@ -93,7 +93,7 @@ public:
 private:
   void run(EntryPoint fn, const int32_t *tokens, int64_t n, int64_t pos) {
     cpu::StepScope step; // the pool's workers stay awake between kernels
-    kiln_exec_ctx ctx;
+    kiln_exec_ctx ctx{};
     ctx.arena = arena_;
     ctx.weights = artifact_.weights();
     ctx.kv = static_cast<float *>(kv_);
@@ -101,6 +101,7 @@ private:
     ctx.logits = logits_.data();
     ctx.runtime = &observer_; // read by kiln_k_observe (cpu/Observe.cpp)
     ctx.trace = trace_;       // read by KILN_TRACE_* (kernel_abi.h)
+    ctx.comm = artifact_.group(); // read by kiln_k_all_reduce (comm/Comm.cpp)
     fn(&ctx, n, pos);
   }
 

@@ -1,0 +1,164 @@
+//===- Comm.cpp - This process's tensor-parallel group --------------------===//
+#include "comm/Comm.h"
+
+#include "base/LibraryPath.h"
+#include "kiln_rt/kernel_abi.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+namespace kiln::rt {
+
+namespace {
+
+Status commStatus(int32_t code, const kiln_comm_error_t &err) {
+  if (code == 0)
+    return Status::ok();
+  kiln_rt_status_code_t c = code > 0 && code <= KILN_RT_DEADLINE_EXCEEDED
+                                ? kiln_rt_status_code_t(code)
+                                : KILN_RT_INTERNAL;
+  std::string msg(err.message, strnlen(err.message, sizeof(err.message)));
+  return Status(c, msg.empty() ? "communication error " + std::to_string(code)
+                               : msg);
+}
+
+/// KILN_COMM_TIMEOUT_S (seconds, default 30) in milliseconds, or -1 when
+/// it is not a positive finite number.
+int64_t timeoutFromEnvironment(std::string &text) {
+  const char *env = std::getenv("KILN_COMM_TIMEOUT_S");
+  if (!env || !*env)
+    return 30000;
+  text = env;
+  char *end = nullptr;
+  errno = 0;
+  double s = std::strtod(env, &end);
+  if (errno || *end != '\0' || !(s > 0) || !std::isfinite(s) || s > 86400)
+    return -1;
+  return std::max<int64_t>(1, int64_t(s * 1000.0));
+}
+
+std::mutex groupMutex;
+std::unique_ptr<Communicator> group;
+Status groupError; // a failed join, repeated to later callers
+bool joined = false;
+
+} // namespace
+
+Status Communicator::allReduceSum(void *buf, int64_t count, int32_t elem,
+                                  const char *what) {
+  kiln_comm_error_t err{};
+  return commStatus(
+      api_->all_reduce_sum(buf, count, elem, what, timeoutMs_, &err), err);
+}
+
+Status Communicator::broadcast(void *buf, int64_t bytes, int32_t root,
+                               const char *what, bool bounded) {
+  kiln_comm_error_t err{};
+  return commStatus(api_->broadcast(buf, bytes, root, what,
+                                    bounded ? timeoutMs_ : 0, &err),
+                    err);
+}
+
+void Communicator::abort(const std::string &message, int32_t code) {
+  api_->abort(message.c_str(), code);
+  std::_Exit(code); // abort does not return; in case a backend does
+}
+
+void Communicator::finalize() { api_->finalize(); }
+
+bool launchedAsRank() {
+  for (const char *name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"})
+    if (const char *v = std::getenv(name); v && *v)
+      return true;
+  return false;
+}
+
+Communicator *processGroup() {
+  std::lock_guard<std::mutex> lock(groupMutex);
+  return group.get();
+}
+
+Status joinGroup(Communicator *&out) {
+  std::lock_guard<std::mutex> lock(groupMutex);
+  out = group.get();
+  if (joined)
+    return groupError;
+  joined = true;
+  auto failWith = [&](Status s) {
+    groupError = s;
+    return s;
+  };
+  std::string timeoutText;
+  int64_t timeoutMs = timeoutFromEnvironment(timeoutText);
+  if (timeoutMs < 0)
+    return failWith(invalidArgument(
+        "KILN_COMM_TIMEOUT_S='" + timeoutText +
+        "' is not a positive number of seconds (at most 86400)"));
+  // KILN_RUNTIME_COMM_LIBRARY overrides the path (tests, relocated installs).
+  const char *env = std::getenv("KILN_RUNTIME_COMM_LIBRARY");
+  std::string path =
+      env && *env ? env : runtimeDirectory() + "/libkiln_comm_mpi.so";
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    return failWith(Status(
+        KILN_RT_NOT_FOUND,
+        "tensor-parallel runs need the MPI communicator " + path +
+            ", which is missing: this runtime was built without Open MPI "
+            "(install openmpi-bin and libopenmpi-dev, then rebuild)"));
+  dlerror();
+  // RTLD_GLOBAL: Open MPI loads its own components with dlopen and expects
+  // libmpi's symbols to be visible to them.
+  void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (!handle) {
+    const char *e = dlerror();
+    return failWith(internalError("cannot load " + path + ": " +
+                                  (e ? e : "unknown dlopen error")));
+  }
+  auto get = reinterpret_cast<kiln_comm_get_api_fn>(
+      dlsym(handle, "kiln_comm_get_api"));
+  const kiln_comm_api_t *api = get ? get() : nullptr;
+  if (!api)
+    return failWith(
+        internalError(path + " does not export kiln_comm_get_api"));
+  if (api->interface_version != KILN_COMM_INTERFACE_VERSION ||
+      api->struct_size < sizeof(kiln_comm_api_t))
+    return failWith(internalError(
+        path + " implements communication interface version " +
+        std::to_string(api->interface_version) + ", expected " +
+        std::to_string(KILN_COMM_INTERFACE_VERSION) +
+        " (mismatched runtime libraries)"));
+  int32_t rank = 0, size = 0;
+  kiln_comm_error_t err{};
+  if (Status s = commStatus(api->init(&rank, &size, &err), err); !s.isOk())
+    return failWith(s);
+  group = std::make_unique<Communicator>(api, rank, size, timeoutMs);
+  out = group.get();
+  return Status::ok();
+}
+
+} // namespace kiln::rt
+
+using kiln::rt::Communicator;
+
+extern "C" void kiln_k_all_reduce(kiln_exec_ctx *ctx, const void *x, void *y,
+                                  int64_t count, int64_t elem,
+                                  const char *what) {
+  const size_t bytes = size_t(count) * (elem == KILN_ELEM_F32 ? 4 : 2);
+  if (x != y)
+    std::memcpy(y, x, bytes);
+  auto *comm = static_cast<Communicator *>(ctx->comm);
+  if (!comm || comm->size() == 1 || count == 0)
+    return;
+  kiln::rt::Status s = comm->allReduceSum(y, count, int32_t(elem), what);
+  if (!s.isOk())
+    comm->abort(s.message(), 1);
+}

@@ -1,0 +1,86 @@
+//===- CommBackend.h - C interface of a communication backend ----*- C++ -*-===//
+//
+// The collectives a tensor-parallel group of ranks needs, as a C table of
+// functions exported by a backend library that libkiln_runtime.so dlopen()s
+// only when a process is launched as one rank of several (so single-process
+// users need no MPI): libkiln_comm_mpi.so implements it over Open MPI
+// (MPI_COMM_WORLD, one rank per process, docs/parallelism.md).
+//
+// Every collective takes a deadline: `timeout_ms` > 0 bounds the wait for the
+// other ranks (a dead or hung peer), after which the call fails with a
+// message naming this rank, the collective and the wait; timeout_ms <= 0
+// waits without bound (a rank idling until rank 0's next command, which may
+// wait on a user). Waiting polls the nonblocking collective (MPI_I*) and
+// sleeps between polls once the first millisecond has passed, so an idle
+// rank does not hold a core.
+//
+// Functions return 0 on success and a kiln_rt_status_code_t (KILN_RT_*) on
+// failure, with `err->message` set (NUL-terminated, truncated to fit).
+// Every function must be called from the thread that called init.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_RT_COMM_COMMBACKEND_H
+#define KILN_RT_COMM_COMMBACKEND_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/// Bump whenever the table below changes; the runtime refuses a mismatch.
+#define KILN_COMM_INTERFACE_VERSION 1
+
+typedef struct kiln_comm_error_t {
+  char message[512];
+} kiln_comm_error_t;
+
+typedef struct kiln_comm_api_t {
+  uint32_t interface_version; ///< KILN_COMM_INTERFACE_VERSION
+  uint32_t struct_size;       ///< sizeof(kiln_comm_api_t)
+  const char *name;           ///< "mpi": the backend, for messages
+
+  /// Joins the job (MPI_Init_thread with MPI_THREAD_FUNNELED on the first
+  /// call; later calls return the same values): this process's rank in
+  /// [0, size) and the number of ranks.
+  int32_t (*init)(int32_t *rank, int32_t *size, kiln_comm_error_t *err);
+
+  /// In place, buf[0, count) = elementwise sum over every rank of its
+  /// buf[0, count) (MPI_Iallreduce with MPI_SUM; every rank gets the same
+  /// bits). elem: KILN_ELEM_F32, _F16 or _BF16 (kernel_abi.h); 16-bit
+  /// values are summed in float32 and rounded once to nearest even.
+  /// `what` names the reduction in a timeout's message ("layers.3.wo").
+  int32_t (*all_reduce_sum)(void *buf, int64_t count, int32_t elem,
+                            const char *what, int64_t timeout_ms,
+                            kiln_comm_error_t *err);
+
+  /// buf[0, bytes) of rank `root` is copied to every rank's buf
+  /// (MPI_Ibcast of bytes).
+  int32_t (*broadcast)(void *buf, int64_t bytes, int32_t root,
+                       const char *what, int64_t timeout_ms,
+                       kiln_comm_error_t *err);
+
+  /// recv[r * bytes, (r + 1) * bytes) = rank r's send[0, bytes), on every
+  /// rank (MPI_Iallgather of bytes). recv holds size * bytes.
+  int32_t (*all_gather)(const void *send, void *recv, int64_t bytes,
+                        const char *what, int64_t timeout_ms,
+                        kiln_comm_error_t *err);
+
+  /// Ends every rank of the job now: writes `message` (one line) to stderr
+  /// prefixed with this rank, then MPI_Abort(MPI_COMM_WORLD, code). Does not
+  /// return.
+  void (*abort)(const char *message, int32_t code);
+
+  /// Leaves the job (MPI_Finalize) when init succeeded; idempotent.
+  void (*finalize)(void);
+} kiln_comm_api_t;
+
+/// The one symbol a backend library exports.
+typedef const kiln_comm_api_t *(*kiln_comm_get_api_fn)(void);
+const kiln_comm_api_t *kiln_comm_get_api(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif // KILN_RT_COMM_COMMBACKEND_H
