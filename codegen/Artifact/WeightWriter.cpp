@@ -5,6 +5,7 @@
 #include "passes/Quantization/QuantMath.h"
 
 #include "dialects/Kiln/Import/Prequantized.h"
+#include "runtime/include/kiln_rt/block_formats.h"
 #include "runtime/src/sign/Signing.h"
 
 #include "llvm/ADT/StringMap.h"
@@ -200,6 +201,80 @@ static void toLittleEndian(MutableArrayRef<float> values) {
     }
 }
 
+/// A GGML block-format weight kept as stored, sliced for one tensor-parallel
+/// rank (kiln-partition): `w` is [repack blocks, row reorderings..., slice...]
+/// with the slices last, in the tensor's element coordinates. The whole
+/// tensor's blocks (materializeRepacked) are cut without decoding: rows
+/// (axis 0) are a byte range of whole rows, columns (axis 1) in every row a
+/// range of whole blocks, so a column slice must start and end on a block
+/// boundary. Leaves the shard's bytes in `st.repacked`; sets t.shape, t.dtype
+/// and t.bytes.
+static Error emitSlicedBlocks(StringRef path, const WeightDesc &w,
+                              WriterState &st, WrittenTensor &t) {
+  const WeightTransform &r = *repackStep(w);
+  const size_t firstSlice =
+      llvm::find_if(w.transforms,
+                    [](const WeightTransform &x) {
+                      return x.kind == WeightTransform::Kind::Slice;
+                    }) -
+      w.transforms.begin();
+  ArrayRef<WeightTransform> slices =
+      ArrayRef(w.transforms).drop_front(firstSlice);
+  std::optional<int64_t> format = blockFormatOf(w.source.storage);
+  if (r.part != WeightTransform::QuantPart::Blocks || !format)
+    return writerError(path, "weight '" + w.name +
+                                 "': a repacked quantized part cannot be "
+                                 "sliced (only GGML blocks kept as stored)");
+  if (llvm::any_of(slices, [](const WeightTransform &x) {
+        return x.kind != WeightTransform::Kind::Slice;
+      }))
+    return writerError(path, "weight '" + w.name +
+                                 "': only slices can follow a slice of GGML "
+                                 "blocks");
+  WeightDesc whole = w;
+  whole.transforms.resize(whole.transforms.size() - slices.size());
+  if (Error e = materializeRepacked(whole, st.repacked))
+    return e;
+  const int64_t elems = kiln_block_elems(*format),
+                blockBytes = kiln_block_bytes(*format);
+  int64_t rows = r.rows, cols = r.cols;
+  for (const WeightTransform &sl : slices) {
+    const int64_t extent = sl.axis == 0 ? rows : cols;
+    if ((sl.axis != 0 && sl.axis != 1) || sl.offset < 0 || sl.size < 1 ||
+        sl.offset + sl.size > extent)
+      return writerError(
+          path, "weight '" + w.name + "': slice [" + Twine(sl.offset) + ", " +
+                    Twine(sl.offset + sl.size) + ") along axis " +
+                    Twine(sl.axis) + " does not fit shape [" + Twine(rows) +
+                    ", " + Twine(cols) + "]");
+    const size_t rowBytes = size_t(cols / elems * blockBytes);
+    if (sl.axis == 0) {
+      std::memmove(st.repacked.data(),
+                   st.repacked.data() + size_t(sl.offset) * rowBytes,
+                   size_t(sl.size) * rowBytes);
+      rows = sl.size;
+      st.repacked.resize(size_t(rows) * rowBytes);
+      continue;
+    }
+    if (sl.offset % elems != 0 || sl.size % elems != 0)
+      return writerError(
+          path, "weight '" + w.name + "' (" + r.format + ", blocks of " +
+                    Twine(elems) + "): columns [" + Twine(sl.offset) + ", " +
+                    Twine(sl.offset + sl.size) + ") do not hold whole blocks");
+    const size_t begin = size_t(sl.offset / elems * blockBytes),
+                 keep = size_t(sl.size / elems * blockBytes);
+    for (int64_t o = 0; o < rows; ++o)
+      std::memmove(st.repacked.data() + size_t(o) * keep,
+                   st.repacked.data() + size_t(o) * rowBytes + begin, keep);
+    cols = sl.size;
+    st.repacked.resize(size_t(rows) * keep);
+  }
+  t.shape = {rows, cols / elems * blockBytes};
+  t.dtype = "i8";
+  t.bytes = st.repacked.size();
+  return Error::success();
+}
+
 /// Materializes `w` (without its concat_rows parts) as the bytes weights.bin
 /// stores, handing them to `sink` in order; sets t.shape, t.dtype and
 /// t.bytes. Errors name `path` and the weight.
@@ -209,6 +284,14 @@ static Error emitTensor(StringRef path, const WeightDesc &w, StorageType dtype,
   // The float tensor's shape: the source's, narrowed by any slice.
   const std::vector<int64_t> shape = floatShape(w);
   t.shape.assign(shape.begin(), shape.end());
+  if (repackStep(w) && llvm::any_of(w.transforms, [](const WeightTransform &x) {
+        return x.kind == WeightTransform::Kind::Slice;
+      })) { // a rank's shard of GGML blocks kept as stored
+    if (Error e = emitSlicedBlocks(path, w, st, t))
+      return e;
+    sink(st.repacked.data(), t.bytes);
+    return Error::success();
+  }
   if (repackStep(w)) { // a part of a pre-quantized checkpoint's linear
     Expected<RepackedLayout> layout = repackedLayout(w);
     if (!layout)

@@ -12,10 +12,25 @@
 // the attention, RoPE and the KV cache take the rank's heads. The
 // embedding, the norms and the classifier stay whole on every rank.
 //
+// The slice is the last step of the recipe, in the float tensor's element
+// coordinates ([out, in]). A GGUF weight kept in a GGML block format has the
+// recipe [repack{part = "blocks", rows, cols}, slice{...}]: the repack stays
+// first (it names the stored tensor, whole: its rows / cols are the
+// source's) and the slice then keeps whole rows, or in every row a range of
+// whole blocks, of the kept bytes; exact, nothing is decoded. A column shard
+// must therefore start and end on a block boundary (32 elements for
+// Q4_0 ... Q8_0, 256 for the K-quants), or the weight is refused. The
+// declared type narrows as block weights are declared: [rows, cols /
+// block_elems * block_bytes] x i8 of the shard.
+//
 //===----------------------------------------------------------------------===//
 
 #include "passes/Transforms/Passes.h"
 #include "passes/Transforms/WeightRecipe.h"
+
+// Header-only block codec; the runtime include root is not on this
+// library's path.
+#include "runtime/include/kiln_rt/block_formats.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -54,7 +69,56 @@ private:
   int64_t headsPerRank = 0, kvHeadsPerRank = 0;
 };
 
+/// The GGML block format of a weight kept in it (its first step a "repack"
+/// of part "blocks"): format name, elements and bytes per block.
+struct BlockFormat {
+  StringRef name;
+  int64_t elems = 0, bytes = 0;
+};
+
 } // namespace
+
+static std::optional<BlockFormat> blockFormatOf(WeightOp w) {
+  ArrayAttr transforms = w.getTransforms();
+  if (transforms.empty())
+    return std::nullopt;
+  auto first = cast<WeightTransformAttr>(transforms[0]);
+  DictionaryAttr params = first.getParams();
+  auto part = params ? params.getAs<StringAttr>("part") : StringAttr();
+  if (first.getKind() != "repack" || !part || part.getValue() != "blocks")
+    return std::nullopt;
+  StringRef name = params.getAs<StringAttr>("format").getValue();
+  int64_t id = kiln_block_format_from_name(name.str().c_str());
+  return BlockFormat{name, kiln_block_elems(id), kiln_block_bytes(id)};
+}
+
+/// Why `w`'s recipe cannot be split ("" when it can): quantized or fused
+/// weights, and parts repacked from pre-quantized checkpoints, are refused;
+/// float weights and GGML blocks kept as stored are split.
+static std::string unsplittableWhy(WeightOp w) {
+  for (Attribute a : w.getTransforms()) {
+    auto t = cast<WeightTransformAttr>(a);
+    StringRef kind = t.getKind();
+    auto part =
+        t.getParams() ? t.getParams().getAs<StringAttr>("part") : StringAttr();
+    if (kind == "repack" && part && part.getValue() == "blocks")
+      continue;
+    if (kind == "repack")
+      return ("weight '" + w.getSymName() +
+              "' has a 'repack' step: parts repacked from a pre-quantized "
+              "checkpoint into the W4A16 / W8A16 layout are not partitioned "
+              "yet (GGUF Q4_0 / Q8_0 linears kept as GGML blocks are: "
+              "kiln-compile --gguf-linears=blocks)")
+          .str();
+    if (kind == "quantize" || kind == "concat_rows")
+      return ("weight '" + w.getSymName() + "' has a '" + kind +
+              "' step: run kiln-partition before the quantization and "
+              "fusion passes, on float weights or GGML blocks kept as "
+              "stored")
+          .str();
+  }
+  return "";
+}
 
 StringRef PartitionPass::roleOf(StringRef name) {
   if (!name.consume_front("layers."))
@@ -112,19 +176,9 @@ void PartitionPass::runOnOperation() {
                 "own)";
     } else if (auto w = dyn_cast<WeightOp>(op);
                w && w.getSymName().starts_with("layers.")) {
-      for (Attribute a : w.getTransforms()) {
-        StringRef kind = cast<WeightTransformAttr>(a).getKind();
-        if (kind == "repack" || kind == "quantize" || kind == "concat_rows") {
-          late = op;
-          lateWhy = ("weight '" + w.getSymName() + "' has a '" + kind +
-                     "' step: run kiln-partition before the quantization and "
-                     "fusion passes, on float weights (GGUF block formats "
-                     "and pre-quantized checkpoints are not partitioned "
-                     "yet)")
-                        .str();
-          return;
-        }
-      }
+      lateWhy = unsplittableWhy(w);
+      if (!lateWhy.empty())
+        late = op;
     }
   });
   if (late)
@@ -195,21 +249,32 @@ void PartitionPass::runOnOperation() {
     auto [split, shard] = shardOf(roleOf(w.getSymName()));
     if (split == Split::None || failedWeight)
       return;
-    for (Attribute a : w.getTransforms()) {
-      StringRef kind = cast<WeightTransformAttr>(a).getKind();
-      if (kind == "repack" || kind == "quantize" || kind == "concat_rows") {
-        fail(w, "weight '" + w.getSymName() + "' has a '" + kind +
-                    "' step: run kiln-partition before the quantization "
-                    "and fusion passes, on float weights (GGUF block "
-                    "formats and pre-quantized checkpoints are not "
-                    "partitioned yet)");
-        failedWeight = true;
-        return;
-      }
+    if (std::string why = unsplittableWhy(w); !why.empty()) {
+      fail(w, why);
+      failedWeight = true;
+      return;
     }
     RankedTensorType type = w.getTensorType();
     // A bias is a vector: its elements follow the rows of its linear.
     const int64_t axis = split == Split::Rows && type.getRank() == 2 ? 1 : 0;
+    std::optional<BlockFormat> blocks = blockFormatOf(w);
+    // GGML blocks: a column shard keeps whole blocks of every row.
+    if (blocks && axis == 1 &&
+        (shard.offset % blocks->elems != 0 ||
+         shard.size % blocks->elems != 0)) {
+      fail(w, "weight '" + w.getSymName() + "' (" + blocks->name +
+                  ", blocks of " + Twine(blocks->elems) +
+                  ") cannot be split into columns [" + Twine(shard.offset) +
+                  ", " + Twine(shard.offset + shard.size) +
+                  ") at tp=" + Twine(tp) +
+                  ": a shard must hold whole blocks (use a tp whose column "
+                  "shards are multiples of " +
+                  Twine(blocks->elems) +
+                  ", or decode the blocks to float: kiln-compile "
+                  "--dtype=f16 or bf16)");
+      failedWeight = true;
+      return;
+    }
     Builder b(ctx);
     appendTransform(
         w, WeightTransformAttr::get(
@@ -219,7 +284,9 @@ void PartitionPass::runOnOperation() {
                     b.getNamedAttr("offset", b.getI64IntegerAttr(shard.offset)),
                     b.getNamedAttr("size", b.getI64IntegerAttr(shard.size))})));
     SmallVector<int64_t> shape(type.getShape());
-    shape[axis] = shard.size;
+    shape[axis] = blocks && axis == 1
+                      ? shard.size / blocks->elems * blocks->bytes
+                      : shard.size;
     w.setTypeAttr(TypeAttr::get(type.clone(shape)));
   });
   if (failedWeight)

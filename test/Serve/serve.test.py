@@ -42,6 +42,12 @@ PROMPTS = [
 ]
 
 
+# --mpirun "LAUNCHER": kiln-serve and kiln-run run as the ranks of an
+# mpirun job (a partitioned artifact, docs/parallelism.md); the server is
+# stopped by SIGTERM to rank 0, which shuts the group down.
+LAUNCH = []
+
+
 def fail(msg, server=None):
     print("FAIL: " + msg)
     if server is not None:
@@ -54,8 +60,10 @@ class Server:
 
     def __init__(self, exe, artifact, flags, env=None):
         self.lines = []
+        self.artifact = artifact
         self.proc = subprocess.Popen(
-            [exe, artifact, "--port", "0"] + flags, stderr=subprocess.PIPE,
+            LAUNCH + [exe, artifact, "--port", "0"] + flags,
+            stderr=subprocess.PIPE,
             stdout=subprocess.DEVNULL, text=True, env=env)
         self.port = None
         deadline = time.time() + 120
@@ -88,8 +96,26 @@ class Server:
                     return int(line.split()[1])
         return 0
 
+    def rank0_pid(self):
+        """The process of rank 0 (itself when not launched by mpirun)."""
+        if not LAUNCH:
+            return self.proc.pid
+        for pid in os.listdir("/proc"):
+            try:
+                with open("/proc/%s/environ" % pid, "rb") as f:
+                    env = f.read().split(b"\0")
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    cmd = f.read().split(b"\0")
+            except OSError:
+                continue
+            if b"OMPI_COMM_WORLD_RANK=0" in env and \
+                    self.artifact.encode() in cmd and \
+                    any(c.endswith(b"kiln-serve") for c in cmd):
+                return int(pid)
+        fail("no rank 0 process of kiln-serve", self)
+
     def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
+        os.kill(self.rank0_pid(), signal.SIGTERM)
         try:
             rc = self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -151,7 +177,7 @@ def wait_idle(server, what):
 def kiln_run_text(kiln_run, artifact, prompt, n):
     """kiln-run's greedy continuation of `prompt` (stdout less the echo)."""
     out = subprocess.run(
-        [kiln_run, artifact, "--prompt", prompt, "--max-tokens", str(n),
+        LAUNCH + [kiln_run, artifact, "--prompt", prompt, "--max-tokens", str(n),
          "--temperature", "0"], capture_output=True, text=True, check=True)
     text = out.stdout
     assert text.startswith(prompt) and text.endswith("\n"), text
@@ -567,7 +593,11 @@ def main():
                                      "invariant"])
     ap.add_argument("--chat", metavar="REFERENCE_JSON",
                     help="also check chat against this reference_outputs.json")
+    ap.add_argument("--mpirun", metavar="LAUNCHER",
+                    help="run kiln-serve and kiln-run under this launcher")
     args, flags = ap.parse_known_args()
+    if args.mpirun:
+        LAUNCH.extend(args.mpirun.split())
     env = dict(os.environ)
     if args.mode == "errors":
         flags += ["--api-key", "sekret", "--max-body-bytes", "256K",

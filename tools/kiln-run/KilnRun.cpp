@@ -659,7 +659,8 @@ int main(int argc, char **argv) {
   int32_t rank = 0, ranks = 1;
   if (kiln_rt_parallel_launched())
     check(kiln_rt_parallel_init(&rank, &ranks));
-  kiln::tool::applyThreads(threadCount, threadCount.getNumOccurrences() > 0);
+  const int threadsApplied = kiln::tool::applyThreads(
+      threadCount, threadCount.getNumOccurrences() > 0);
   kiln_rt_open_options_t openOptions{};
   openOptions.flags = noVerify ? KILN_RT_OPEN_SKIP_CHECKSUMS : 0;
   openOptions.trusted_keys = trustedKeys.empty() ? nullptr : trustedKeys.c_str();
@@ -785,7 +786,10 @@ int main(int argc, char **argv) {
       promptLen + maxTokens <= ctx)
     done = generateWithEngine(
         rt, info, tokens, ctx, params,
-        threadCount.getNumOccurrences() ? int32_t(threadCount) : 0, generated,
+        threadCount.getNumOccurrences() ? int32_t(threadCount)
+        : ranks > 1                     ? int32_t(threadsApplied)
+                                        : 0,
+        generated,
         start, ttft, decodeStart, decodeEnd);
   if (!done && maxTokens > 0) {
     openSession();

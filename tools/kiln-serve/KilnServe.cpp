@@ -1999,11 +1999,28 @@ int main(int argc, char **argv) {
       s.key = env;
   s.created = int64_t(std::time(nullptr));
 
+  // One rank of an mpirun job (a partitioned artifact, docs/parallelism.md):
+  // rank 0 serves HTTP, tokenizes and samples; the other ranks run its
+  // engine's steps on their weight shards until it shuts down.
+  int32_t rank = 0, ranks = 1;
+  if (kiln_rt_parallel_launched())
+    check(kiln_rt_parallel_init(&rank, &ranks));
   kiln_rt_open_options_t openOptions{};
   openOptions.flags = noVerify ? KILN_RT_OPEN_SKIP_CHECKSUMS : 0;
   openOptions.trusted_keys = trustedKeys.empty() ? nullptr : trustedKeys.c_str();
   check(kiln_rt_artifact_open_with_options(artifactDir.c_str(), &openOptions,
                                            &s.artifact));
+  // Ranks on one node share its cores (tools/common/Threads.h).
+  const int rankThreads = ranks > 1 ? kiln::tool::applyThreads(
+                                          threadCount,
+                                          threadCount.getNumOccurrences() > 0)
+                                    : 0;
+  if (rank != 0) {
+    check(kiln_rt_parallel_follow(s.artifact));
+    kiln_rt_artifact_release(s.artifact);
+    kiln_rt_parallel_finalize();
+    return 0;
+  }
   kiln_rt_artifact_info(s.artifact, &s.info);
   kiln_rt_artifact_chat_info(s.artifact, &s.chat);
   s.endOfTurn.assign(s.chat.end_of_turn_ids,
@@ -2049,7 +2066,8 @@ int main(int argc, char **argv) {
   options.max_step_tokens = int32_t(maxNumBatchedTokens);
   options.max_queue = int32_t(maxQueue);
   options.context_length = int32_t(maxModelLen);
-  options.threads = threadCount.getNumOccurrences() ? int32_t(threadCount) : 0;
+  options.threads = threadCount.getNumOccurrences() ? int32_t(threadCount)
+                                                    : int32_t(rankThreads);
   options.flags =
       (noPrefixCaching ? uint32_t(KILN_RT_ENGINE_NO_PREFIX_CACHE) : 0u) |
       (batchInvariant ? uint32_t(KILN_RT_ENGINE_BATCH_INVARIANT) : 0u);
@@ -2149,6 +2167,7 @@ int main(int argc, char **argv) {
   s.engine = nullptr;
   kiln_rt_artifact_release(s.artifact);
   s.artifact = nullptr;
+  kiln_rt_parallel_finalize();
   if (!signalled)
     fail(ok ? "the HTTP server stopped unexpectedly"
             : "the HTTP server failed while listening");

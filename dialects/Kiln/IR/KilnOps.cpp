@@ -126,6 +126,9 @@ verifyWeightRecipe(RankedTensorType type, WeightSourceAttr source,
   // narrowed by any 'slice' (tensor parallelism, kiln-partition).
   SmallVector<int64_t, 2> floatShape(sourceShape.begin(), sourceShape.end());
   bool quantizedToInt = false, repacked = false, quantized = false;
+  // A GGML block-format tensor kept as stored (a "repack" of part
+  // "blocks"): its format's id, 0 otherwise.
+  int64_t blockFormat = 0;
   for (auto [index, a] : llvm::enumerate(transforms)) {
     auto t = cast<WeightTransformAttr>(a);
     if (t.getKind() == "concat_rows") {
@@ -172,10 +175,13 @@ verifyWeightRecipe(RankedTensorType type, WeightSourceAttr source,
       int64_t axis = t.getParams().getAs<IntegerAttr>("axis").getInt();
       int64_t offset = t.getParams().getAs<IntegerAttr>("offset").getInt();
       int64_t size = t.getParams().getAs<IntegerAttr>("size").getInt();
-      if (quantized || repacked)
+      // A slice cuts the float tensor, or the rows of GGML blocks kept as
+      // stored (in the tensor's element coordinates, after their repack):
+      // never a quantized or repacked part.
+      if (quantized || (repacked && !blockFormat))
         return emitOpError() << "'slice' must come before 'quantize' and "
                                 "cannot follow 'repack' (slice the float "
-                                "weight)";
+                                "weight, or GGML blocks kept as stored)";
       if (axis >= int64_t(floatShape.size()) ||
           offset + size > floatShape[axis])
         return emitOpError() << "'slice' [" << offset << ", " << offset + size
@@ -186,6 +192,17 @@ verifyWeightRecipe(RankedTensorType type, WeightSourceAttr source,
                              << "]";
       floatShape[axis] = size;
       produced = floatShape;
+      if (!blockFormat)
+        continue;
+      // Blocks: whole rows, or a range of whole blocks of every row.
+      const int64_t elems = kiln_block_elems(blockFormat);
+      if (axis == 1 && (offset % elems != 0 || size % elems != 0))
+        return emitOpError()
+               << "'slice' [" << offset << ", " << offset + size
+               << ") along axis 1 of " << kiln_block_format_name(blockFormat)
+               << " blocks must hold whole blocks of " << elems << " elements";
+      produced = {floatShape[0],
+                  floatShape[1] / elems * kiln_block_bytes(blockFormat)};
       continue;
     }
     if (t.getKind() == "quantize") {
@@ -211,7 +228,13 @@ verifyWeightRecipe(RankedTensorType type, WeightSourceAttr source,
     }
     if (t.getKind() == "repack") {
       // A pre-quantized checkpoint tensor becomes one part of Kiln's
-      // quantized-linear layout for a [rows, cols] weight.
+      // quantized-linear layout for a [rows, cols] weight. It reads the
+      // stored tensor whole, so it is the first step: a slice of blocks
+      // comes after it.
+      if (index != 0)
+        return emitOpError() << "'repack' must be the first transform (it "
+                                "reads the stored tensor whole; row "
+                                "reorderings and slices follow it)";
       DictionaryAttr p = t.getParams();
       StringRef part = p.getAs<StringAttr>("part").getValue();
       if (part == "blocks") {
@@ -233,6 +256,7 @@ verifyWeightRecipe(RankedTensorType type, WeightSourceAttr source,
         produced = {rows, cols / kiln_block_elems(id) * kiln_block_bytes(id)};
         quantizedToInt = true;
         repacked = true;
+        blockFormat = id;
         continue;
       }
       int64_t bits = p.getAs<IntegerAttr>("bits").getInt();

@@ -123,8 +123,10 @@ struct WeightTransform {
     /// Keeps `size` rows (`axis` 0; the elements of a vector) or columns
     /// (`axis` 1) from `offset` on: one rank's shard under tensor
     /// parallelism (kiln-partition; Megatron-LM, Shoeybi et al. 2019).
-    /// Before any Quantize (the shard is quantized on its own); never with
-    /// Repack. Later transforms see the sliced shape.
+    /// Before any Quantize (the shard is quantized on its own); after a
+    /// Repack only of its Blocks part (whole rows, or whole blocks of each
+    /// row: the shard stays in its GGML format). Later transforms see the
+    /// sliced shape.
     Slice,
   };
   /// Blocks: the whole tensor, kept in its GGML block format (Repack with

@@ -55,6 +55,7 @@ bool joined = false;
 
 Status Communicator::allReduceSum(void *buf, int64_t count, int32_t elem,
                                   const char *what) {
+  std::lock_guard<std::mutex> lock(mu_);
   kiln_comm_error_t err{};
   return commStatus(
       api_->all_reduce_sum(buf, count, elem, what, timeoutMs_, &err), err);
@@ -62,6 +63,7 @@ Status Communicator::allReduceSum(void *buf, int64_t count, int32_t elem,
 
 Status Communicator::broadcast(void *buf, int64_t bytes, int32_t root,
                                const char *what, bool bounded) {
+  std::lock_guard<std::mutex> lock(mu_);
   kiln_comm_error_t err{};
   return commStatus(api_->broadcast(buf, bytes, root, what,
                                     bounded ? timeoutMs_ : 0, &err),
@@ -73,7 +75,10 @@ void Communicator::abort(const std::string &message, int32_t code) {
   std::_Exit(code); // abort does not return; in case a backend does
 }
 
-void Communicator::finalize() { api_->finalize(); }
+void Communicator::finalize() {
+  std::lock_guard<std::mutex> lock(mu_);
+  api_->finalize();
+}
 
 bool launchedAsRank() {
   for (const char *name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"})

@@ -20,6 +20,7 @@
 #include "comm/CommBackend.h"
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 namespace kiln::rt {
@@ -50,8 +51,17 @@ public:
   /// Leaves the job cleanly (MPI_Finalize); every rank must call it.
   void finalize();
 
+  /// Rank 0 holds it from broadcasting a command until its own part of the
+  /// command has run: the other ranks run commands one at a time, so the
+  /// collectives of two commands (a session's and the serving engine's,
+  /// on different threads) must not interleave.
+  std::mutex &stepMutex() { return stepMu_; }
+
 private:
   const kiln_comm_api_t *api_;
+  /// The backend's calls must not overlap (MPI_THREAD_SERIALIZED).
+  std::mutex mu_;
+  std::mutex stepMu_;
   int32_t rank_, size_;
   int64_t timeoutMs_;
 };

@@ -16,7 +16,9 @@
 //
 // Functions return 0 on success and a kiln_rt_status_code_t (KILN_RT_*) on
 // failure, with `err->message` set (NUL-terminated, truncated to fit).
-// Every function must be called from the thread that called init.
+// Calls must not overlap: MPI is initialized with MPI_THREAD_SERIALIZED (the
+// runtime serializes its calls; a serving engine's thread runs the steps),
+// and with a host-initialized MPI below that, only init's thread may call.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_RT_COMM_COMMBACKEND_H
@@ -40,7 +42,7 @@ typedef struct kiln_comm_api_t {
   uint32_t struct_size;       ///< sizeof(kiln_comm_api_t)
   const char *name;           ///< "mpi": the backend, for messages
 
-  /// Joins the job (MPI_Init_thread with MPI_THREAD_FUNNELED on the first
+  /// Joins the job (MPI_Init_thread with MPI_THREAD_SERIALIZED on the first
   /// call; later calls return the same values): this process's rank in
   /// [0, size) and the number of ranks.
   int32_t (*init)(int32_t *rank, int32_t *size, kiln_comm_error_t *err);

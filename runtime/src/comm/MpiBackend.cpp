@@ -30,8 +30,11 @@
 //   KILN_RT_INVALID_ARGUMENT     bad element type, count, root or buffer, or
 //                                KILN_COMM_MPI_MAX_CHUNK;
 //   KILN_RT_FAILED_PRECONDITION  no init (or after finalize), a call from
-//                                another thread than init's, any collective
-//                                after a timeout, MPI below THREAD_FUNNELED;
+//                                another thread than init's when MPI gave
+//                                only THREAD_FUNNELED (SERIALIZED is asked
+//                                for: the serving engine's thread runs the
+//                                steps), any collective after a timeout,
+//                                MPI below THREAD_FUNNELED;
 //   KILN_RT_RESOURCE_EXHAUSTED   the 16-bit scratch buffer;
 //   KILN_RT_INTERNAL             an MPI call failed (MPI_Error_string).
 // abort prints `kiln: rank R of N: <message>` (a message that already starts
@@ -250,7 +253,7 @@ int32_t commInit(int32_t *rank, int32_t *size, kiln_comm_error_t *err) {
                     "MPI backend: MPI was already finalized in this process");
   int provided = MPI_THREAD_SINGLE;
   if (!initialized) {
-    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS)
       return setError(err, KILN_RT_INTERNAL,
                       "MPI backend: MPI_Init_thread failed: %s",

@@ -2,8 +2,11 @@
 #include "comm/ParallelExecutor.h"
 
 #include "artifact/Artifact.h"
+#include "cpu/Kernels.h"
 
 #include <atomic>
+#include <climits>
+#include <mutex>
 #include <map>
 #include <vector>
 
@@ -18,6 +21,10 @@ enum class Op : uint32_t {
   Prefill = 4,
   Decode = 5,
   End = 6,
+  EngineCreate = 7, ///< n: block tokens, pos: blocks, token: batch-invariant
+  EngineRelease = 8,
+  Step = 9, ///< n: token rows, pos: sequences, token: max blocks,
+            ///< reserved: copies; the arrays follow (packStep)
 };
 
 /// One broadcast command; a prefill's token ids follow in a second
@@ -25,7 +32,7 @@ enum class Op : uint32_t {
 struct Command {
   uint32_t op = 0;
   uint32_t session = 0;
-  int64_t n = 0;   ///< prefill: tokens; reset: 1 when dirty
+  int64_t n = 0;   ///< prefill: tokens; reset: 1 when dirty (see Op)
   int64_t pos = 0; ///< prefill, decode: position of the first token
   int32_t token = 0;
   uint32_t reserved = 0;
@@ -45,12 +52,14 @@ class ParallelExecutor final : public Executor {
 public:
   ParallelExecutor(Communicator &comm, std::unique_ptr<Executor> inner)
       : comm_(comm), inner_(std::move(inner)), id_(nextSession++) {
+    std::lock_guard<std::mutex> lock(comm_.stepMutex());
     Command c;
     c.op = uint32_t(Op::Create);
     c.session = id_;
     send(comm_, c);
   }
   ~ParallelExecutor() override {
+    std::lock_guard<std::mutex> lock(comm_.stepMutex());
     Command c;
     c.op = uint32_t(Op::Release);
     c.session = id_;
@@ -58,6 +67,7 @@ public:
   }
 
   Status reset(bool dirty) override {
+    std::lock_guard<std::mutex> lock(comm_.stepMutex());
     Command c;
     c.op = uint32_t(Op::Reset);
     c.session = id_;
@@ -66,6 +76,7 @@ public:
     return inner_->reset(dirty);
   }
   Status prefill(const int32_t *tokens, int64_t n, int64_t pos) override {
+    std::lock_guard<std::mutex> lock(comm_.stepMutex());
     Command c;
     c.op = uint32_t(Op::Prefill);
     c.session = id_;
@@ -80,6 +91,7 @@ public:
     return inner_->prefill(tokens, n, pos);
   }
   Status decode(int32_t token, int64_t pos) override {
+    std::lock_guard<std::mutex> lock(comm_.stepMutex());
     Command c;
     c.op = uint32_t(Op::Decode);
     c.session = id_;
@@ -109,13 +121,85 @@ Status createParallelExecutor(const Artifact &, Communicator &comm,
 }
 
 void endFollowers(Communicator &comm) {
+  std::lock_guard<std::mutex> lock(comm.stepMutex());
   Command c;
   c.op = uint32_t(Op::End);
   send(comm, c);
 }
 
+/// int32 values of a step's arrays, in the order packStep writes them.
+static int64_t stepValues(int64_t seqs, int64_t tokens, int64_t maxBlocks,
+                          int64_t copies) {
+  return 3 * seqs + seqs * maxBlocks + 2 * tokens + 2 * copies;
+}
+
+uint32_t sendEngineCreate(Communicator &comm, int64_t blockTokens,
+                          int64_t numBlocks, bool batchInvariant) {
+  std::lock_guard<std::mutex> lock(comm.stepMutex());
+  Command c;
+  c.op = uint32_t(Op::EngineCreate);
+  c.session = nextSession++;
+  c.n = blockTokens;
+  c.pos = numBlocks;
+  c.token = batchInvariant ? 1 : 0;
+  send(comm, c);
+  return c.session;
+}
+
+void sendEngineRelease(Communicator &comm, uint32_t id) {
+  std::lock_guard<std::mutex> lock(comm.stepMutex());
+  Command c;
+  c.op = uint32_t(Op::EngineRelease);
+  c.session = id;
+  send(comm, c);
+}
+
+void sendStep(Communicator &comm, uint32_t id, const serve::StepArrays &a) {
+  Command c;
+  c.op = uint32_t(Op::Step);
+  c.session = id;
+  c.n = a.numTokens;
+  c.pos = a.numSeqs;
+  c.token = a.maxBlocks;
+  c.reserved = uint32_t(a.numCopies);
+  send(comm, c);
+  std::vector<int32_t> packed;
+  packed.reserve(size_t(
+      stepValues(a.numSeqs, a.numTokens, a.maxBlocks, a.numCopies)));
+  auto put = [&](const int32_t *p, int64_t n) {
+    packed.insert(packed.end(), p, p + n);
+  };
+  put(a.rowStart, a.numSeqs);
+  put(a.rowCount, a.numSeqs);
+  put(a.pos, a.numSeqs);
+  put(a.blockTables, int64_t(a.numSeqs) * a.maxBlocks);
+  put(a.tokens, a.numTokens);
+  put(a.positions, a.numTokens);
+  put(a.copySrc, a.numCopies);
+  put(a.copyDst, a.numCopies);
+  Status s = comm.broadcast(packed.data(),
+                            int64_t(packed.size() * sizeof(int32_t)), 0,
+                            "step arrays", /*bounded=*/true);
+  if (!s.isOk())
+    comm.abort(s.message(), 1);
+}
+
 Status followRankZero(const Artifact &artifact, Communicator &comm) {
   std::map<uint32_t, std::unique_ptr<Executor>> sessions;
+  struct FollowerEngine {
+    std::unique_ptr<serve::CpuStepper> stepper;
+    int64_t numBlocks = 0;
+    bool batchInvariant = false;
+    std::vector<float> logits;
+  };
+  std::map<uint32_t, FollowerEngine> engines;
+  struct ReleaseKernels { // the batch-invariant kernels engines acquired
+    int held = 0;
+    ~ReleaseKernels() {
+      for (; held > 0; --held)
+        cpu::releaseBatchInvariantKernels();
+    }
+  } kernels;
   const int64_t vocab = artifact.manifest().vocabSize;
   auto malformed = [&](const Command &c, const std::string &why) {
     return internalError("rank " + std::to_string(comm.rank()) +
@@ -134,6 +218,91 @@ Status followRankZero(const Artifact &artifact, Communicator &comm) {
       std::unique_ptr<Executor> e;
       KILN_RT_RETURN_IF_ERROR(createCpuExecutor(artifact, e));
       sessions[c.session] = std::move(e);
+      continue;
+    }
+    if (Op(c.op) == Op::EngineCreate) {
+      if (!artifact.step() || c.n < 1 || c.n > 1024 || c.pos < 1 ||
+          c.pos > INT32_MAX / 2)
+        return malformed(c, "engine of " + std::to_string(c.pos) +
+                                " blocks of " + std::to_string(c.n) +
+                                " positions");
+      FollowerEngine e;
+      KILN_RT_RETURN_IF_ERROR(
+          serve::CpuStepper::create(artifact, c.n, c.pos, e.stepper));
+      e.numBlocks = c.pos;
+      if (c.token) {
+        cpu::acquireBatchInvariantKernels();
+        ++kernels.held;
+        e.batchInvariant = true;
+      }
+      engines[c.session] = std::move(e);
+      continue;
+    }
+    if (Op(c.op) == Op::EngineRelease || Op(c.op) == Op::Step) {
+      auto e = engines.find(c.session);
+      if (e == engines.end())
+        return malformed(c, "no such engine");
+      if (Op(c.op) == Op::EngineRelease) {
+        if (e->second.batchInvariant) {
+          cpu::releaseBatchInvariantKernels();
+          --kernels.held;
+        }
+        engines.erase(e);
+        continue;
+      }
+      const int64_t T = c.n, S = c.pos, maxBlocks = c.token,
+                    copies = int64_t(c.reserved);
+      if (T < 1 || T > artifact.stepMaxTokens() || S < 1 || S > T ||
+          maxBlocks < 1 || maxBlocks > e->second.numBlocks || copies > S)
+        return malformed(c, "step of " + std::to_string(S) +
+                                " sequences and " + std::to_string(T) +
+                                " token rows");
+      std::vector<int32_t> v(size_t(stepValues(S, T, maxBlocks, copies)));
+      KILN_RT_RETURN_IF_ERROR(comm.broadcast(
+          v.data(), int64_t(v.size() * sizeof(int32_t)), 0, "step arrays",
+          /*bounded=*/true));
+      serve::StepArrays a;
+      a.numSeqs = int32_t(S);
+      a.numTokens = int32_t(T);
+      a.maxBlocks = int32_t(maxBlocks);
+      a.numCopies = int32_t(copies);
+      const int32_t *p = v.data();
+      auto take = [&](int64_t n) {
+        const int32_t *q = p;
+        p += n;
+        return q;
+      };
+      a.rowStart = take(S);
+      a.rowCount = take(S);
+      a.pos = take(S);
+      a.blockTables = take(S * maxBlocks);
+      a.tokens = take(T);
+      a.positions = take(T);
+      a.copySrc = take(copies);
+      a.copyDst = take(copies);
+      // Rank 0 built these from its scheduler; a follower checks what the
+      // kernels index with before trusting them.
+      int64_t rows = 0;
+      for (int64_t s = 0; s < S; ++s) {
+        if (a.rowStart[s] != rows || a.rowCount[s] < 1 || a.pos[s] < 0 ||
+            a.pos[s] + a.rowCount[s] > artifact.contextLength())
+          return malformed(c, "sequence " + std::to_string(s) + "'s rows");
+        rows += a.rowCount[s];
+      }
+      if (rows != T)
+        return malformed(c, "rows do not add up to the step's tokens");
+      for (int64_t i = 0; i < S * maxBlocks; ++i)
+        if (a.blockTables[i] < 0 || a.blockTables[i] >= e->second.numBlocks)
+          return malformed(c, "block " + std::to_string(a.blockTables[i]));
+      for (int64_t i = 0; i < copies; ++i)
+        if (a.copySrc[i] < 0 || a.copySrc[i] >= e->second.numBlocks ||
+            a.copyDst[i] < 0 || a.copyDst[i] >= e->second.numBlocks)
+          return malformed(c, "copy-on-write block");
+      for (int64_t i = 0; i < T; ++i)
+        if (a.tokens[i] < 0 || a.tokens[i] >= vocab)
+          return malformed(c, "token id " + std::to_string(a.tokens[i]));
+      e->second.logits.resize(size_t(S * vocab));
+      e->second.stepper->run(a, e->second.logits.data(), &comm);
       continue;
     }
     auto it = sessions.find(c.session);

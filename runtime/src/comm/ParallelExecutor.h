@@ -9,15 +9,18 @@
 // kiln_k_all_reduce). After the last all-reduce every rank holds the same
 // residual stream, so rank 0's logits are the model's.
 //
-// Commands (ParallelCommand): create / release a session, reset, prefill
-// (n tokens at pos), decode (one token at pos), and end (rank 0 released
-// the artifact: followers return from followRankZero).
+// Commands: create / release a session, reset, prefill (n tokens at pos),
+// decode (one token at pos); create / release a serving engine's pool and
+// run one of its batched steps (the step's arrays follow the command); and
+// end (rank 0 released the artifact: followers return from
+// followRankZero).
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_RUNTIME_COMM_PARALLELEXECUTOR_H
 #define KILN_RUNTIME_COMM_PARALLELEXECUTOR_H
 
 #include "comm/Comm.h"
+#include "serve/CpuStepper.h"
 #include "session/Executor.h"
 
 #include <memory>
@@ -31,6 +34,18 @@ class Artifact;
 Status createParallelExecutor(const Artifact &artifact, Communicator &comm,
                               std::unique_ptr<Executor> inner,
                               std::unique_ptr<Executor> &out);
+
+/// Rank 0's serving engine (serve/Engine.h): every rank allocates a paged
+/// pool of `numBlocks` blocks of `blockTokens` positions (the CPU kernels
+/// in their batch-invariant mode when `batchInvariant`); returns the
+/// engine's id in the group.
+uint32_t sendEngineCreate(Communicator &comm, int64_t blockTokens,
+                          int64_t numBlocks, bool batchInvariant);
+/// One step of engine `id` (hold comm.stepMutex() until rank 0 has run it
+/// too): the step's arrays go to every rank.
+void sendStep(Communicator &comm, uint32_t id, const serve::StepArrays &step);
+/// The engine is gone: the followers free its pool.
+void sendEngineRelease(Communicator &comm, uint32_t id);
 
 /// Rank 0, when it releases the artifact: tells the followers to return.
 void endFollowers(Communicator &comm);

@@ -8,6 +8,8 @@
 #include "base/FiniteLogits.h"
 
 #include "artifact/Artifact.h"
+#include "comm/Comm.h"
+#include "comm/ParallelExecutor.h"
 #include "cpu/Kernels.h"
 #include "cpu/ThreadPool.h"
 
@@ -69,12 +71,6 @@ Status Engine::create(const Artifact &artifact,
         dir + ": has no batched step entry point "
               "(runtime.entry_points.step); recompile it with kiln-compile "
               "(models with scaled RoPE have none yet)");
-  if (artifact.group())
-    return unimplemented(
-        dir + ": is partitioned for tensor parallelism (tp = " +
-        std::to_string(m.tp) +
-        "); the serving engine does not drive a rank group yet, sessions "
-        "do (kiln-run without the engine; docs/parallelism.md)");
   auto field = [&](const char *name, int64_t value, int64_t lo, int64_t hi) {
     return invalidArgument("engine option " + std::string(name) + " is " +
                            std::to_string(value) + ", expected " +
@@ -163,12 +159,12 @@ Status Engine::create(const Artifact &artifact,
   e->numBlocks_ = int64_t(std::min<uint64_t>(blocks, INT32_MAX / 2));
 
   const int64_t rows = e->numBlocks_ * e->blockTokens_;
-  e->kvRowBytes_ = size_t(e->kvHeads_ * e->headDim_ * elemBytes);
-  e->scaleRowBytes_ = quantized ? size_t(e->kvHeads_) * 4 : 0;
-  const size_t dataBytes = alignUp(size_t(rows) * e->kvRowBytes_);
-  const size_t scaleBytes = alignUp(size_t(rows) * e->scaleRowBytes_);
+  const size_t kvRowBytes = size_t(e->kvHeads_ * e->headDim_ * elemBytes);
+  const size_t scaleRowBytes = quantized ? size_t(e->kvHeads_) * 4 : 0;
+  const size_t dataBytes = alignUp(size_t(rows) * kvRowBytes);
+  const size_t scaleBytes = alignUp(size_t(rows) * scaleRowBytes);
   const size_t layerBytes = 2 * dataBytes + 2 * scaleBytes;
-  e->poolBytes_ = layerBytes * size_t(e->layers_);
+  const size_t poolBytes = layerBytes * size_t(e->layers_);
   if (cuda) {
     // The pool lives on the device: the stepper allocates it (and the
     // arena, workspace and step buffers) from the same layout.
@@ -189,9 +185,9 @@ Status Engine::create(const Artifact &artifact,
     sd.format = format;
     sd.block_tokens = int32_t(e->blockTokens_);
     sd.num_blocks = e->numBlocks_;
-    sd.pool_bytes = e->poolBytes_;
-    sd.kv_row_bytes = e->kvRowBytes_;
-    sd.scale_row_bytes = e->scaleRowBytes_;
+    sd.pool_bytes = poolBytes;
+    sd.kv_row_bytes = kvRowBytes;
+    sd.scale_row_bytes = scaleRowBytes;
     sd.layer_pools = layout.data();
     sd.max_seqs = int32_t(maxBatch);
     sd.max_tokens = int32_t(budget);
@@ -202,36 +198,8 @@ Status Engine::create(const Artifact &artifact,
                                    artifact.deviceName() +
                                    " failed: " + st.message());
   } else {
-    void *pool = mmap(nullptr, e->poolBytes_, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (pool == MAP_FAILED)
-      return resourceExhausted(dir + ": cannot map a KV cache of " +
-                               std::to_string(e->poolBytes_) +
-                               " bytes: " + std::strerror(errno));
-    e->pool_ = pool;
-    auto *base = static_cast<uint8_t *>(pool);
-    for (int64_t l = 0; l < e->layers_; ++l) {
-      uint8_t *layer = base + size_t(l) * layerBytes;
-      kiln_paged_kv kv{};
-      kv.format = format;
-      kv.block_tokens = int32_t(e->blockTokens_);
-      kv.k_pool = layer;
-      kv.v_pool = layer + dataBytes;
-      if (quantized) {
-        kv.k_scales = reinterpret_cast<float *>(layer + 2 * dataBytes);
-        kv.v_scales =
-            reinterpret_cast<float *>(layer + 2 * dataBytes + scaleBytes);
-      }
-      e->kvPages_.push_back(kv);
-    }
-
-    const uint64_t arenaBytes = alignUp(m.arenaBytes ? m.arenaBytes : 64);
-    e->arena_ = static_cast<uint8_t *>(std::aligned_alloc(kAlign, arenaBytes));
-    if (!e->arena_)
-      return resourceExhausted(dir +
-                               ": cannot allocate the activation arena "
-                               "of " +
-                               std::to_string(arenaBytes) + " bytes");
+    KILN_RT_RETURN_IF_ERROR(CpuStepper::create(artifact, e->blockTokens_,
+                                               e->numBlocks_, e->cpuStepper_));
   }
   e->logits_.resize(size_t(maxBatch) * size_t(e->vocab_));
 
@@ -250,6 +218,11 @@ Status Engine::create(const Artifact &artifact,
     cpu::acquireBatchInvariantKernels();
     e->batchInvariant_ = true;
   }
+  // Rank 0 of a tensor-parallel group: every rank allocates the same pool
+  // geometry, addressed by rank 0's block tables.
+  if (Communicator *group = artifact.group())
+    e->groupId_ = sendEngineCreate(*group, e->blockTokens_, e->numBlocks_,
+                                   e->batchInvariant_);
   Engine *raw = e.get();
   e->thread_ = std::thread([raw] { raw->run(); });
   out = std::move(e);
@@ -264,9 +237,9 @@ Engine::~Engine() {
   wake_.notify_all();
   if (thread_.joinable())
     thread_.join();
-  if (pool_)
-    munmap(pool_, poolBytes_);
-  std::free(arena_);
+  // Rank 0 of a tensor-parallel group: the followers drop their pools.
+  if (Communicator *group = artifact_.group())
+    sendEngineRelease(*group, groupId_);
   if (batchInvariant_)
     cpu::releaseBatchInvariantKernels();
 }
@@ -376,26 +349,12 @@ Status Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled,
   copyDst_.clear();
   for (size_t s = 0; s < S; ++s) {
     const Chunk &c = plan.chunks[s];
-    // Copy-on-write: the rows of a shared block this sequence now writes
-    // (on the device: by the stepper, before the step).
-    if (c.copy.needed() && cudaStepper_) {
+    // Copy-on-write: the rows of a shared block this sequence now writes,
+    // copied by the stepper before the step.
+    if (c.copy.needed()) {
       copySrc_.push_back(int32_t(c.copy.src));
       copyDst_.push_back(int32_t(c.copy.dst));
-    } else if (c.copy.needed())
-      for (const kiln_paged_kv &kv : kvPages_) {
-        const size_t B = size_t(blockTokens_);
-        auto copyRows = [&](void *pool, size_t rowBytes) {
-          auto *p = static_cast<uint8_t *>(pool);
-          std::memcpy(p + size_t(c.copy.dst) * B * rowBytes,
-                      p + size_t(c.copy.src) * B * rowBytes, B * rowBytes);
-        };
-        copyRows(kv.k_pool, kvRowBytes_);
-        copyRows(kv.v_pool, kvRowBytes_);
-        if (kv.k_scales) {
-          copyRows(kv.k_scales, scaleRowBytes_);
-          copyRows(kv.v_scales, scaleRowBytes_);
-        }
-      }
+    }
     const std::vector<int32_t> &ids = scheduler_->tokens(c.id);
     const std::vector<int32_t> &table = blocks_->blockTable(c.id);
     rowStart_[s] = int32_t(row);
@@ -428,22 +387,28 @@ Status Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled,
     std::memcpy(logits_.data(), deviceLogits,
                 sizeof(float) * S * size_t(vocab_));
   } else {
-    kiln_batch batch{};
-    batch.num_seqs = int32_t(S);
-    batch.max_blocks = int32_t(maxBlocks);
-    batch.row_start = rowStart_.data();
-    batch.row_count = rowCount_.data();
-    batch.pos = pos_.data();
-    batch.block_tables = tables_.data();
-    batch.positions = positions_.data();
-    kiln_exec_ctx ctx{};
-    ctx.arena = arena_;
-    ctx.weights = artifact_.weights();
-    ctx.tokens = tokens_.data();
-    ctx.logits = logits_.data();
-    ctx.batch = &batch;
-    ctx.kv_pages = kvPages_.data();
-    artifact_.step()(&ctx, T, 0);
+    StepArrays arrays;
+    arrays.numSeqs = int32_t(S);
+    arrays.numTokens = int32_t(T);
+    arrays.maxBlocks = int32_t(maxBlocks);
+    arrays.numCopies = int32_t(copySrc_.size());
+    arrays.rowStart = rowStart_.data();
+    arrays.rowCount = rowCount_.data();
+    arrays.pos = pos_.data();
+    arrays.blockTables = tables_.data();
+    arrays.tokens = tokens_.data();
+    arrays.positions = positions_.data();
+    arrays.copySrc = copySrc_.data();
+    arrays.copyDst = copyDst_.data();
+    if (Communicator *group = artifact_.group()) {
+      // Every rank runs the step on its shard; the all-reduces inside make
+      // the logits whole, so rank 0 samples from its own.
+      std::lock_guard<std::mutex> lock(group->stepMutex());
+      sendStep(*group, groupId_, arrays);
+      cpuStepper_->run(arrays, logits_.data(), group);
+    } else {
+      cpuStepper_->run(arrays, logits_.data(), nullptr);
+    }
   }
 
   sampled.clear();

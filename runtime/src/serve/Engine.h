@@ -18,6 +18,7 @@
 #include "kiln_rt/kernel_abi.h"
 #include "kv/BlockManager.h"
 #include "cuda/CudaBackend.h"
+#include "serve/CpuStepper.h"
 #include "serve/Scheduler.h"
 #include "tokenizer/Sampler.h"
 
@@ -96,18 +97,14 @@ private:
   bool batchInvariant_ = false; ///< holds acquireBatchInvariantKernels
   /// CUDA artifacts: the device pool, arena and kiln_step (null on cpu).
   std::unique_ptr<CudaStepper> cudaStepper_;
-  std::vector<int32_t> copySrc_, copyDst_; ///< copy-on-write, CUDA only
-
-  // The pool: one anonymous mapping, sliced per layer into K, V and their
-  // scales; kvPages_[layer] describes it for kiln_step.
-  void *pool_ = nullptr;
-  size_t poolBytes_ = 0;
-  std::vector<kiln_paged_kv> kvPages_;
-  size_t kvRowBytes_ = 0, scaleRowBytes_ = 0;
+  /// cpu artifacts: the host pool, arena and kiln_step (null on cuda).
+  std::unique_ptr<CpuStepper> cpuStepper_;
+  std::vector<int32_t> copySrc_, copyDst_; ///< the step's copy-on-write
   int64_t numBlocks_ = 0;
+  /// Rank 0 of a tensor-parallel group: the followers' name for this engine.
+  uint32_t groupId_ = 0;
 
   // Step buffers (engine thread only).
-  uint8_t *arena_ = nullptr;
   std::vector<float> logits_;
   std::vector<float> logRow_; ///< a sampled row's raw logits (logprobs)
   std::vector<int32_t> tokens_, rowStart_, rowCount_, pos_, tables_,

@@ -5,6 +5,8 @@
 #include "codegen/Artifact/TokenizerWriter.h"
 #include "codegen/Artifact/WeightWriter.h"
 #include "dialects/Kiln/Import/Importers.h"
+#include "dialects/Kiln/Import/Prequantized.h"
+#include "runtime/include/kiln_rt/block_formats.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -15,6 +17,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <xxhash.h>
 
 using namespace mlir::kiln;
@@ -272,6 +275,156 @@ TEST(WeightWriter, Slices) {
   EXPECT_NE(msg.find("slice [6, 10) along axis 1 does not fit shape"),
             std::string::npos)
       << msg;
+}
+
+/// Writes a [rows, cols] tensor of pseudo-random GGML blocks of `storage`
+/// (Q4_1 or Q4_K: their f16 fields d and m / dmin, the first four bytes of
+/// a block, are set to finite values) to DIR/<name>.bin and returns a recipe
+/// keeping it as stored (keepGgufBlocks: one "repack" of part blocks).
+WeightDesc blockMatrixSource(TempDir &dir, llvm::StringRef name,
+                             StorageType storage, int64_t rows, int64_t cols) {
+  const int64_t format = *blockFormatOf(storage);
+  const int64_t elems = kiln_block_elems(format),
+                blockBytes = kiln_block_bytes(format);
+  std::string bytes(size_t(rows * cols / elems * blockBytes), '\0');
+  uint32_t state = 12345;
+  auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  for (char &c : bytes)
+    c = static_cast<char>(next() >> 24);
+  // Random sign, exponent 8..11: |d|, |m| in [2^-7, 2^-3).
+  for (size_t b = 0; b < bytes.size(); b += size_t(blockBytes))
+    for (size_t f = 0; f < 2; ++f) {
+      uint16_t half = uint16_t((next() >> 16) & 0x8fff) | 0x2000;
+      bytes[b + 2 * f] = static_cast<char>(half & 0xff);
+      bytes[b + 2 * f + 1] = static_cast<char>(half >> 8);
+    }
+  WeightDesc d;
+  d.name = name.str();
+  d.source.file = dir.path(name.str() + ".bin");
+  d.source.tensor = name.str();
+  d.source.storage = storage;
+  d.source.shape = {rows, cols};
+  d.source.bytes = bytes.size();
+  writeFileBytes(d.source.file, bytes);
+  keepGgufBlocks(d);
+  return d;
+}
+
+/// "slice" of a weight kept in a GGML block format (kiln-partition of GGUF
+/// linears): [repack blocks, slice] writes the rank's shard of raw blocks
+/// without decoding them: whole rows (axis 0), or whole blocks of every row
+/// (axis 1). Decoded with the block codec, each shard equals the matching
+/// slice of the whole weight decoded (materializeWeight, the float path);
+/// a column slice that would cut a block is refused.
+TEST(WeightWriter, SlicesBlocks) {
+  struct Case {
+    StorageType storage;
+    int64_t rows, cols, tp;
+  };
+  // Q4_1: 3 blocks of 32 per row over 3 ranks; Q4_K: 2 of 256 over 2.
+  for (Case c : {Case{StorageType::Q4_1, 6, 96, 3},
+                 Case{StorageType::Q4_K, 4, 512, 2}}) {
+    const std::string fmt = stringifyStorageType(c.storage).str();
+    SCOPED_TRACE(fmt);
+    const int64_t format = *blockFormatOf(c.storage);
+    const int64_t elems = kiln_block_elems(format),
+                  blockBytes = kiln_block_bytes(format);
+    const int64_t rowBytes = c.cols / elems * blockBytes;
+    TempDir dir;
+    const WeightDesc whole =
+        blockMatrixSource(dir, fmt, c.storage, c.rows, c.cols);
+    auto slice = [&](llvm::StringRef name, int64_t axis, int64_t offset,
+                     int64_t size) {
+      WeightDesc d = whole;
+      d.name = name.str();
+      WeightTransform t;
+      t.kind = WeightTransform::Kind::Slice;
+      t.axis = axis;
+      t.offset = offset;
+      t.size = size;
+      d.transforms.push_back(t);
+      return d;
+    };
+    const int64_t rowShard = c.rows / c.tp, colShard = c.cols / c.tp;
+    std::vector<WeightDesc> ws;
+    for (int64_t r = 0; r < c.tp; ++r) {
+      ws.push_back(
+          slice("rows" + std::to_string(r), 0, r * rowShard, rowShard));
+      ws.push_back(
+          slice("cols" + std::to_string(r), 1, r * colShard, colShard));
+    }
+    std::string out = dir.path("weights.bin");
+    llvm::Expected<std::vector<WrittenTensor>> written =
+        writeWeightsFile(out, ws);
+    ASSERT_TRUE(bool(written)) << errorMessage(written);
+    ASSERT_EQ(written->size(), ws.size());
+    const std::string bytes = readFileBytes(out);
+    const std::string stored = readFileBytes(whole.source.file);
+    // The whole weight dequantized (materializeWeight's float path).
+    const std::vector<float> dequantized = materialize(whole);
+    ASSERT_EQ(dequantized.size(), size_t(c.rows * c.cols));
+    for (size_t i = 0; i < ws.size(); ++i) {
+      const WeightDesc &d = ws[i];
+      const WrittenTensor &t = (*written)[i];
+      SCOPED_TRACE(d.name);
+      const WeightTransform &sl = d.transforms.back();
+      const int64_t rows = sl.axis == 0 ? sl.size : c.rows,
+                    cols = sl.axis == 1 ? sl.size : c.cols;
+      EXPECT_EQ(t.dtype, "i8");
+      EXPECT_EQ(t.shape, (llvm::SmallVector<int64_t, 2>{rows, cols / elems *
+                                                                  blockBytes}));
+      ASSERT_EQ(t.bytes, uint64_t(rows * cols / elems * blockBytes));
+      ASSERT_LE(t.offset + t.bytes, bytes.size());
+      const char *shard = bytes.data() + t.offset;
+      // The raw bytes: a contiguous range of rows, or in every row a range
+      // of whole blocks.
+      for (int64_t o = 0; o < rows; ++o) {
+        const int64_t srcRow = sl.axis == 0 ? sl.offset + o : o;
+        const int64_t srcByte =
+            sl.axis == 1 ? sl.offset / elems * blockBytes : 0;
+        const int64_t n = cols / elems * blockBytes;
+        ASSERT_EQ(std::memcmp(shard + o * n,
+                              stored.data() + srcRow * rowBytes + srcByte, n),
+                  0)
+            << "row " << o;
+      }
+      // Decoded, the shard is the slice of the whole weight decoded.
+      std::vector<float> decoded(size_t(rows * cols));
+      for (int64_t o = 0; o < rows; ++o)
+        kiln_block_decode_row(format,
+                              reinterpret_cast<const uint8_t *>(shard) +
+                                  o * (cols / elems * blockBytes),
+                              cols, decoded.data() + o * cols);
+      for (int64_t o = 0; o < rows; ++o)
+        for (int64_t j = 0; j < cols; ++j) {
+          const int64_t srcRow = sl.axis == 0 ? sl.offset + o : o,
+                        srcCol = sl.axis == 1 ? sl.offset + j : j;
+          ASSERT_EQ(decoded[o * cols + j],
+                    dequantized[srcRow * c.cols + srcCol])
+              << o << "," << j;
+        }
+      EXPECT_TRUE(
+          llvm::all_of(decoded, [](float v) { return std::isfinite(v); }));
+    }
+    // Each rank's shard is its own tensor (the slice is part of the
+    // deduplication key).
+    std::set<uint64_t> offsets;
+    for (const WrittenTensor &t : *written)
+      offsets.insert(t.offset);
+    EXPECT_EQ(offsets.size(), written->size());
+    // A column shard cutting a block is refused, naming the weight.
+    const int64_t half = elems / 2;
+    llvm::Expected<std::vector<WrittenTensor>> straddle = writeWeightsFile(
+        dir.path("bad.bin"), {slice("straddle", 1, half, elems)});
+    std::string msg = errorMessage(straddle);
+    EXPECT_NE(msg.find("weight 'straddle' (" + fmt + ", blocks of " +
+                       std::to_string(elems) + "): columns [" +
+                       std::to_string(half) + ", " +
+                       std::to_string(half + elems) +
+                       ") do not hold whole blocks"),
+              std::string::npos)
+        << msg;
+  }
 }
 
 TEST(WeightWriter, HashFileXXH3) {

@@ -1,0 +1,113 @@
+//===- CpuStepper.cpp - The batched step on the host ----------------------===//
+#include "serve/CpuStepper.h"
+
+#include "artifact/Artifact.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace kiln::rt::serve {
+
+namespace {
+/// Byte offsets inside the pool are kept 64-byte aligned.
+constexpr size_t kAlign = 64;
+size_t alignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+} // namespace
+
+Status CpuStepper::create(const Artifact &artifact, int64_t blockTokens,
+                          int64_t numBlocks, std::unique_ptr<CpuStepper> &out) {
+  const Manifest &m = artifact.manifest();
+  std::unique_ptr<CpuStepper> s(new CpuStepper(artifact));
+  s->blockTokens_ = blockTokens;
+  int32_t format = KILN_KV_PLAIN;
+  int64_t elemBytes = int64_t(dtypeBytes(m.kvDtype));
+  if (m.kvDtype == "int8" || m.kvDtype == "fp8_e4m3") {
+    format = m.kvDtype == "int8" ? KILN_KV_INT8 : KILN_KV_FP8;
+    elemBytes = 1;
+  }
+  const bool quantized = format != KILN_KV_PLAIN;
+  const int64_t rows = numBlocks * blockTokens;
+  s->kvRowBytes_ = size_t(m.kvHeads * m.kvHeadDim * elemBytes);
+  s->scaleRowBytes_ = quantized ? size_t(m.kvHeads) * 4 : 0;
+  const size_t dataBytes = alignUp(size_t(rows) * s->kvRowBytes_);
+  const size_t scaleBytes = alignUp(size_t(rows) * s->scaleRowBytes_);
+  const size_t layerBytes = 2 * dataBytes + 2 * scaleBytes;
+  s->poolBytes_ = layerBytes * size_t(m.kvLayers);
+  void *pool = mmap(nullptr, s->poolBytes_, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (pool == MAP_FAILED)
+    return resourceExhausted(artifact.dir() + ": cannot map a KV cache of " +
+                             std::to_string(s->poolBytes_) +
+                             " bytes: " + std::strerror(errno));
+  s->pool_ = pool;
+  auto *base = static_cast<uint8_t *>(pool);
+  for (int64_t l = 0; l < m.kvLayers; ++l) {
+    uint8_t *layer = base + size_t(l) * layerBytes;
+    kiln_paged_kv kv{};
+    kv.format = format;
+    kv.block_tokens = int32_t(blockTokens);
+    kv.k_pool = layer;
+    kv.v_pool = layer + dataBytes;
+    if (quantized) {
+      kv.k_scales = reinterpret_cast<float *>(layer + 2 * dataBytes);
+      kv.v_scales =
+          reinterpret_cast<float *>(layer + 2 * dataBytes + scaleBytes);
+    }
+    s->kvPages_.push_back(kv);
+  }
+  const uint64_t arenaBytes = alignUp(m.arenaBytes ? m.arenaBytes : 64);
+  s->arena_ = static_cast<uint8_t *>(std::aligned_alloc(kAlign, arenaBytes));
+  if (!s->arena_)
+    return resourceExhausted(artifact.dir() +
+                             ": cannot allocate the activation arena of " +
+                             std::to_string(arenaBytes) + " bytes");
+  out = std::move(s);
+  return Status::ok();
+}
+
+CpuStepper::~CpuStepper() {
+  if (pool_)
+    munmap(pool_, poolBytes_);
+  std::free(arena_);
+}
+
+void CpuStepper::run(const StepArrays &step, float *logits, void *comm) {
+  // Copy-on-write: the rows of a shared block a sequence now writes.
+  const size_t B = size_t(blockTokens_);
+  for (int32_t i = 0; i < step.numCopies; ++i)
+    for (const kiln_paged_kv &kv : kvPages_) {
+      auto copyRows = [&](void *pool, size_t rowBytes) {
+        auto *p = static_cast<uint8_t *>(pool);
+        std::memcpy(p + size_t(step.copyDst[i]) * B * rowBytes,
+                    p + size_t(step.copySrc[i]) * B * rowBytes, B * rowBytes);
+      };
+      copyRows(kv.k_pool, kvRowBytes_);
+      copyRows(kv.v_pool, kvRowBytes_);
+      if (kv.k_scales) {
+        copyRows(kv.k_scales, scaleRowBytes_);
+        copyRows(kv.v_scales, scaleRowBytes_);
+      }
+    }
+  kiln_batch batch{};
+  batch.num_seqs = step.numSeqs;
+  batch.max_blocks = step.maxBlocks;
+  batch.row_start = step.rowStart;
+  batch.row_count = step.rowCount;
+  batch.pos = step.pos;
+  batch.block_tables = step.blockTables;
+  batch.positions = step.positions;
+  kiln_exec_ctx ctx{};
+  ctx.arena = arena_;
+  ctx.weights = artifact_.weights();
+  ctx.tokens = step.tokens;
+  ctx.logits = logits;
+  ctx.batch = &batch;
+  ctx.kv_pages = kvPages_.data();
+  ctx.comm = comm;
+  artifact_.step()(&ctx, step.numTokens, 0);
+}
+
+} // namespace kiln::rt::serve
