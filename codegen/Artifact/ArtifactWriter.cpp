@@ -77,6 +77,9 @@ static constexpr std::pair<const char *, const char *> kCudaFamilyHeaders[] = {
     {"KilnCudaStep.cuh",
 #include "codegen/Artifact/KilnCudaStep.inc"
     },
+    {"KilnCudaComm.cuh",
+#include "codegen/Artifact/KilnCudaComm.inc"
+    },
 };
 
 FailureOr<std::vector<WeightDesc>> mlir::kiln::collectWeightRecipes(ModuleOp graph) {
@@ -371,7 +374,8 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
       if (auto err = writeHeader(includeDir, name, text))
         return err;
     if (auto err = compileCudaSharedObject(pathIn(codeFile), pathIn("model.so"),
-                                           includeDir, shownCode))
+                                           includeDir, shownCode,
+                                           /*linkNccl=*/partitioned))
       return err;
   } else if (auto err = compileSharedObject(pathIn(codeFile), pathIn("model.so"),
                                             includeDir, shownCode)) {

@@ -37,12 +37,13 @@ llvm::Error compileSharedObject(llvm::StringRef cppPath, llvm::StringRef soPath,
 /// nvcc ($KILN_NVCC, else nvcc on PATH, else /usr/local/cuda/bin/nvcc) for
 /// sm_80 and sm_90a, with compute_90 PTX for newer GPUs to JIT, linking
 /// cuBLASLt and the CUDA runtime (rpath to the
-/// toolkit's lib64). `includeDir` and `displayName` as for
-/// compileSharedObject.
+/// toolkit's lib64), and NCCL when `linkNccl` (a partitioned plan's
+/// all-reduces). `includeDir` and `displayName` as for compileSharedObject.
 llvm::Error compileCudaSharedObject(llvm::StringRef cuPath,
                                     llvm::StringRef soPath,
                                     llvm::StringRef includeDir,
-                                    llvm::StringRef displayName = "");
+                                    llvm::StringRef displayName = "",
+                                    bool linkNccl = false);
 
 } // namespace mlir::kiln
 

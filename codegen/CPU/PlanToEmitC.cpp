@@ -51,8 +51,8 @@ static constexpr const char *kCpuPrologue =
 
 static constexpr const char *kCudaPrologue =
     R"(// Emitted by kiln-compile (CUDA target). Do not edit.
-#if KILN_CUDA_ABI_VERSION != 5
-#error "emitted for CUDA ABI version 5"
+#if KILN_CUDA_ABI_VERSION != 6
+#error "emitted for CUDA ABI version 6"
 #endif)";
 
 /// Kernels the CPU target instantiates from the IR (kernel_abi.h,
@@ -303,25 +303,23 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
                           "have kernels for the cpu target only so far; "
                           "compile without --act-quant";
               bool allReduce = c.getCallee() == "kiln_k_all_reduce";
-              if (allReduce && target.cuda)
-                return c.emitOpError()
-                       << "tensor-parallel all-reduce has no CUDA lowering "
-                          "yet (NCCL); compile the partitioned model for "
-                          "target=cpu";
               // CUDA launch wrappers take the context first, and so do CPU
               // kernels that talk to the runtime (kernel_abi.h).
               if (target.cuda || observe || step || allReduce)
                 operands.push_back(ctxValue);
               for (Value a : c.getArgs())
                 operands.push_back(map.lookup(a));
-              // The all-reduce names itself in a timeout's message by its
-              // call site's IR location (the trace site table's `loc`).
+              // The all-reduce names itself in messages by its call site's
+              // IR location ("layers.3.wo"): the CPU trace site table's
+              // `loc`, a string literal on CUDA.
               if (allReduce)
                 operands.push_back(emitc::LiteralOp::create(
                     builder, l,
                     emitc::PointerType::get(
                         emitc::OpaqueType::get(ctx, "const char")),
-                    (sitesName + "[" + Twine(nextSite) + "].loc").str()));
+                    target.cuda ? cStringLiteral(locationLabel(c.getLoc()))
+                                : (sitesName + "[" + Twine(nextSite) + "].loc")
+                                      .str()));
               if (target.cuda) {
                 emitc::CallOpaqueOp::create(builder, l, TypeRange{},
                                             target.callee(c), operands);
@@ -495,6 +493,13 @@ void PlanToEmitCPass::runOnOperation() {
   if (info.cuda) {
     emitc::IncludeOp::create(builder, loc, "kiln_rt/cuda_abi.h", false);
     emitc::IncludeOp::create(builder, loc, "KilnKernels.cuh", false);
+    // NCCL only for partitioned plans (KilnCudaComm.cuh).
+    bool allReduce = false;
+    module.walk([&](plan::CallKernelOp c) {
+      allReduce |= c.getCallee() == "kiln_k_all_reduce";
+    });
+    if (allReduce)
+      emitc::IncludeOp::create(builder, loc, "KilnCudaComm.cuh", false);
     emitc::VerbatimOp::create(builder, loc, kCudaPrologue);
   } else {
     emitc::IncludeOp::create(builder, loc, "kiln_rt/kernel_abi.h", false);
@@ -628,7 +633,7 @@ llvm::Error compileSharedObject(StringRef cppPath, StringRef soPath,
 
 llvm::Error compileCudaSharedObject(StringRef cuPath, StringRef soPath,
                                     StringRef includeDir,
-                                    StringRef displayName) {
+                                    StringRef displayName, bool linkNccl) {
   std::string nvcc;
   if (const char *env = std::getenv("KILN_NVCC"))
     nvcc = env;
@@ -647,16 +652,19 @@ llvm::Error compileCudaSharedObject(StringRef cuPath, StringRef soPath,
   std::string include = ("-I" + includeDir).str();
   std::string libPath = ("-L" + libDir).str();
   std::string rpath = ("-Xlinker=-rpath=" + libDir).str();
-  return runCompiler({nvcc, "-std=c++17", "-O3", "-shared",
-                      "-Xcompiler=-fPIC", "--cudart=shared",
-                      "-gencode=arch=compute_80,code=sm_80",
-                      "-gencode=arch=compute_90a,code=sm_90a",
-                      // PTX beside the cubins: GPUs newer than sm_90 JIT it
-                      // when the artifact is loaded.
-                      "-gencode=arch=compute_90,code=compute_90", include,
-                      cuPath,
-                      "-o", soPath, libPath, rpath, "-lcublasLt"},
-                     displayName.empty() ? cuPath : displayName, includeDir);
+  SmallVector<StringRef> argv = {
+      nvcc, "-std=c++17", "-O3", "-shared", "-Xcompiler=-fPIC",
+      "--cudart=shared", "-gencode=arch=compute_80,code=sm_80",
+      "-gencode=arch=compute_90a,code=sm_90a",
+      // PTX beside the cubins: GPUs newer than sm_90 JIT it when the
+      // artifact is loaded.
+      "-gencode=arch=compute_90,code=compute_90", include, cuPath, "-o",
+      soPath, libPath, rpath, "-lcublasLt"};
+  // Partitioned plans call NCCL (KilnCudaComm.cuh).
+  if (linkNccl)
+    argv.push_back("-lnccl");
+  return runCompiler(argv, displayName.empty() ? cuPath : displayName,
+                     includeDir);
 }
 
 } // namespace mlir::kiln

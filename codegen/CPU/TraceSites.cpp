@@ -205,8 +205,7 @@ TraceSite traceSiteOf(plan::CallKernelOp call, StringRef kernel) {
   return site;
 }
 
-/// `s` as a C string literal.
-static std::string cString(StringRef s) {
+std::string cStringLiteral(StringRef s) {
   std::string out = "\"";
   for (unsigned char c : s) {
     if (c == '"' || c == '\\') {
@@ -228,8 +227,8 @@ std::string traceSiteTable(StringRef name, ArrayRef<TraceSite> sites) {
   llvm::raw_string_ostream os(text);
   os << "static const kiln_trace_site " << name << "[] = {\n";
   for (const TraceSite &s : sites)
-    os << "  {" << cString(s.kernel) << ", " << cString(s.kind) << ", "
-       << cString(s.loc) << ", " << s.bytesFixed << ", " << s.bytesPerToken
+    os << "  {" << cStringLiteral(s.kernel) << ", " << cStringLiteral(s.kind) << ", "
+       << cStringLiteral(s.loc) << ", " << s.bytesFixed << ", " << s.bytesPerToken
        << ", " << s.kvBytesPerPos << ", " << s.flopsFixed << ", "
        << s.flopsPerToken << ", " << s.flopsPerPos << ", " << s.window << ", "
        << (s.perToken ? 1 : 0) << "},\n";

@@ -39,6 +39,10 @@ TraceSite traceSiteOfFused(plan::CallFusedOp call, plan::FusedKernelOp kernel);
 /// parts of a fused location joined by '+', "?" when unknown.
 std::string locationLabel(Location loc);
 
+/// `s` as a C string literal (quotes, backslashes and bytes outside
+/// printable ASCII escaped).
+std::string cStringLiteral(llvm::StringRef s);
+
 /// `static const kiln_trace_site NAME[] = {...};` for `sites` (C++).
 std::string traceSiteTable(StringRef name, ArrayRef<TraceSite> sites);
 

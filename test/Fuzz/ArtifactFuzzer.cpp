@@ -16,8 +16,12 @@
 #include "FuzzUtils.h"
 
 #include "artifact/Artifact.h"
+#include "comm/Comm.h"
+#include "comm/ParallelExecutor.h"
 #include "cuda/CudaBackend.h"
 #include "session/Executor.h"
+
+#include <cstdlib>
 
 using namespace kiln::rt;
 
@@ -42,6 +46,22 @@ Status CudaBackend::createExecutor(std::unique_ptr<Executor> &) const {
 Status CudaBackend::memcpyBandwidth(uint64_t, int32_t, double &) const {
   return unimplemented("kiln-fuzz-artifact has no CUDA backend");
 }
+Status CudaBackend::ncclUniqueId(uint8_t *) const {
+  return unimplemented("kiln-fuzz-artifact has no CUDA backend");
+}
+// No rank group: a partitioned manifest is refused after parsing, as in a
+// process not launched by mpirun.
+Communicator *processGroup() { return nullptr; }
+Status Communicator::broadcast(void *, int64_t, int32_t, const char *, bool) {
+  return internalError("kiln-fuzz-artifact has no rank group");
+}
+void Communicator::abort(const std::string &, int32_t code) { std::_Exit(code); }
+Status createParallelExecutor(const Artifact &, Communicator &,
+                              std::unique_ptr<Executor>,
+                              std::unique_ptr<Executor> &) {
+  return internalError("kiln-fuzz-artifact has no rank group");
+}
+void endFollowers(Communicator &) {}
 } // namespace kiln::rt
 
 /// Listed files larger than this are not created (the loader then reports

@@ -2,6 +2,7 @@
 """Checks a Kiln artifact against a model's published reference outputs.
 
 usage: check_reference_outputs.py KILN_RUN ARTIFACT REFERENCE.json [--tol T]
+                                  [--launcher "mpirun -np N"]
 
 REFERENCE.json is a ../shared/models/*/reference_outputs.json with "cases":
 each gives the rendered prompt, its token ids, the greedy continuation ids
@@ -17,6 +18,8 @@ position. For every case this runs KILN_RUN (kiln-run) on ARTIFACT:
     the reference's top-5 ids must have a logit within --tol (absolute,
     default 1e-3) of the reference's, and the argmax must agree.
 Prints one line per check and "reference outputs: PASS" or exits 1.
+--launcher runs every kiln-run under it (the ranks of a partitioned
+artifact, docs/parallelism.md).
 """
 
 import json
@@ -42,9 +45,15 @@ def main(argv):
         i = argv.index("--tol")
         tol = float(argv[i + 1])
         del argv[i:i + 2]
+    launcher = []
+    if "--launcher" in argv:
+        i = argv.index("--launcher")
+        launcher = argv[i + 1].split()
+        del argv[i:i + 2]
     if len(argv) != 3:
         sys.exit(__doc__)
     kiln_run, art, ref_path = argv
+    kiln_run = launcher + [kiln_run]
     ref = json.load(open(ref_path))
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
@@ -52,7 +61,7 @@ def main(argv):
             ids = case["prompt_ids"]
             tag = "case %d (%s%r)" % (n, "chat " if case.get("chat") else "", case["prompt"])
             # Tokenization of the rendered prompt.
-            p = run([kiln_run, art, "--prompt", case["rendered_prompt"], "--max-tokens", "0",
+            p = run(kiln_run + [art, "--prompt", case["rendered_prompt"], "--max-tokens", "0",
                      "--print-prompt-tokens"])
             line = [l for l in p.stderr.splitlines() if l.startswith("prompt:")]
             got = [int(t) for t in line[0][len("prompt:"):].split()] if line else None
@@ -63,7 +72,7 @@ def main(argv):
                 print("%s: %d prompt ids equal" % (tag, len(ids)))
             # Greedy continuation.
             toks = ",".join(map(str, ids))
-            p = run([kiln_run, art, "--tokens=" + toks, "--temperature", "0",
+            p = run(kiln_run + [art, "--tokens=" + toks, "--temperature", "0",
                      "--max-tokens", str(case["max_new_tokens"]), "--print-tokens"])
             lines = [l for l in p.stderr.splitlines() if l and all(c.isdigit() or c == " " for c in l)]
             got = [int(t) for t in lines[0].split()] if lines else []
@@ -81,7 +90,7 @@ def main(argv):
                 print("%s: %d greedy ids equal%s" % (tag, len(got), ", stopped at end-of-text" if stopped else ""))
             # Logits at the last prompt position.
             f = os.path.join(tmp, "logits%d" % n)
-            run([kiln_run, art, "--tokens=" + toks, "--dump-logits=" + f])
+            run(kiln_run + [art, "--tokens=" + toks, "--dump-logits=" + f])
             rows = np.fromfile(f, dtype="<f4")
             top = case["last_position_top5"]
             vocab = rows.size // (len(ids) - (len(ids) + 1) // 2 + 1)

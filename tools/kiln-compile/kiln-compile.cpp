@@ -475,12 +475,6 @@ int main(int argc, char **argv) {
                 ": pipeline parallelism is not built yet (docs/"
                 "parallelism.md); use --tp for now");
   if (tensorParallel > 1) {
-    if (target != "cpu")
-      return fail("--tp " + std::to_string(tensorParallel) +
-                  " --target=" + target +
-                  ": the partitioned plan's all-reduce has a CPU (Open MPI) "
-                  "lowering only so far; NCCL for CUDA ranks is not built "
-                  "yet");
     if (quant != "none" && quant != "w8a16" && quant != "w4a16-rtn")
       return fail("--tp with --quant=" + quant +
                   ": calibrated recipes are not partitioned yet (use none, "

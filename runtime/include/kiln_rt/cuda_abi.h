@@ -43,7 +43,7 @@
 extern "C" {
 #endif
 
-#define KILN_CUDA_ABI_VERSION 5
+#define KILN_CUDA_ABI_VERSION 6
 
 /// The sequences of one kiln_step call (kernel_abi.h kiln_batch, split into
 /// the host copy the launches are planned from and the device copy the
@@ -100,6 +100,9 @@ typedef struct kiln_cuda_ctx {
    * kiln_step writes float32[num_seqs, vocab] to `logits`. */
   const kiln_cuda_batch *batch;
   const kiln_cuda_paged_kv *kv_pages;
+  /* ncclComm_t of the rank's tensor-parallel group (kiln_cuda_all_reduce,
+   * KilnCudaComm.cuh); NULL in a single-process run. */
+  void *nccl;
 } kiln_cuda_ctx;
 
 /* Besides the entry points, emitted model.so exports (C linkage):

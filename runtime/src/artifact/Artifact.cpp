@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <sstream>
@@ -553,18 +554,22 @@ Artifact::~Artifact() {
   closeFd(modelFd_);
 }
 
-Status Artifact::createExecutor(std::unique_ptr<Executor> &out) const {
+Status Artifact::createRankExecutor(std::unique_ptr<Executor> &out) const {
   if (cuda_)
     return cuda_->createExecutor(out);
+  return createCpuExecutor(*this, out);
+}
+
+Status Artifact::createExecutor(std::unique_ptr<Executor> &out) const {
   if (!group_)
-    return createCpuExecutor(*this, out);
+    return createRankExecutor(out);
   if (group_->rank() != 0)
     return failedPrecondition(
         "rank " + std::to_string(group_->rank()) + " of " + dir_ +
         "'s tensor-parallel group runs rank 0's sessions "
         "(kiln_rt_parallel_follow), it cannot create its own");
   std::unique_ptr<Executor> inner;
-  KILN_RT_RETURN_IF_ERROR(createCpuExecutor(*this, inner));
+  KILN_RT_RETURN_IF_ERROR(createRankExecutor(inner));
   return createParallelExecutor(*this, *group_, std::move(inner), out);
 }
 
@@ -1061,6 +1066,23 @@ Status Artifact::loadCuda() {
   desc.sample = reinterpret_cast<kiln_cuda_sample_fn>(sample);
   desc.workspace_bytes = reinterpret_cast<kiln_cuda_workspace_bytes_fn>(workspace);
   desc.abi_version = abiFn;
+  // A tensor-parallel rank: one device per rank of the node, joined by an
+  // NCCL communicator whose unique id rank 0 makes and broadcasts.
+  if (group_) {
+    desc.tp_rank = group_->rank();
+    desc.tp_size = group_->size();
+    const char *local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    desc.local_rank = local ? std::atoi(local) : group_->rank();
+    desc.timeout_ms = group_->timeoutMs();
+    Status id = group_->rank() == 0 ? cuda_->ncclUniqueId(desc.nccl_id)
+                                    : Status::ok();
+    if (!id.isOk())
+      group_->abort(dir_ + ": " + id.message(), 1);
+    KILN_RT_RETURN_IF_ERROR(group_->broadcast(desc.nccl_id,
+                                              sizeof(desc.nccl_id), 0,
+                                              "NCCL unique id",
+                                              /*bounded=*/true));
+  }
   if (mapping_)
     madvise(mapping_, mappingBytes_, MADV_SEQUENTIAL);
   Status st = cuda_->createModel(desc);

@@ -135,6 +135,9 @@ public:
   /// ranks too (comm/ParallelExecutor.h); refused on the other ranks,
   /// which follow rank 0 (followRankZero).
   Status createExecutor(std::unique_ptr<Executor> &out) const;
+  /// This rank's own executor for the target (no commands to the other
+  /// ranks): what rank 0's executor wraps and what followers run.
+  Status createRankExecutor(std::unique_ptr<Executor> &out) const;
   /// Partitioned artifacts: this process's group (null when tp is 1).
   Communicator *group() const { return group_; }
   /// CUDA target: device-to-device copy bandwidth in bytes/s.

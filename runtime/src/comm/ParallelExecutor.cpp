@@ -216,7 +216,7 @@ Status followRankZero(const Artifact &artifact, Communicator &comm) {
       return Status::ok();
     if (Op(c.op) == Op::Create) {
       std::unique_ptr<Executor> e;
-      KILN_RT_RETURN_IF_ERROR(createCpuExecutor(artifact, e));
+      KILN_RT_RETURN_IF_ERROR(artifact.createRankExecutor(e));
       sessions[c.session] = std::move(e);
       continue;
     }
@@ -310,13 +310,18 @@ Status followRankZero(const Artifact &artifact, Communicator &comm) {
       return malformed(c, "no such session");
     Executor &e = *it->second;
     // Rank 0 checked token ids and positions before sending; a step's own
-    // failure (non-finite logits) is rank 0's to report, so followers go on.
+    // failure (non-finite logits) is rank 0's to report, so followers go on,
+    // unless a peer missed the step's deadline: then the job ends here.
+    auto check = [&](Status st) {
+      if (st.code() == KILN_RT_DEADLINE_EXCEEDED)
+        comm.abort(st.message(), 1);
+    };
     switch (Op(c.op)) {
     case Op::Release:
       sessions.erase(it);
       break;
     case Op::Reset:
-      (void)e.reset(c.n != 0);
+      check(e.reset(c.n != 0));
       break;
     case Op::Prefill: {
       if (c.n < 1 || c.n > artifact.contextLength() || c.pos < 0)
@@ -330,13 +335,13 @@ Status followRankZero(const Artifact &artifact, Communicator &comm) {
       for (int32_t id : ids)
         if (id < 0 || id >= vocab)
           return malformed(c, "token id " + std::to_string(id));
-      (void)e.prefill(ids.data(), c.n, c.pos);
+      check(e.prefill(ids.data(), c.n, c.pos));
       break;
     }
     case Op::Decode:
       if (c.token < 0 || c.token >= vocab || c.pos < 0)
         return malformed(c, "decode of token " + std::to_string(c.token));
-      (void)e.decode(c.token, c.pos);
+      check(e.decode(c.token, c.pos));
       break;
     default:
       return malformed(c, "unknown op");

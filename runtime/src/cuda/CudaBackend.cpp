@@ -154,6 +154,11 @@ Status CudaBackend::createModel(const kiln_cudaexec_model_desc_t &desc) {
   return cudaStatus(api_->model_create(&desc, &model_, &err), err);
 }
 
+Status CudaBackend::ncclUniqueId(uint8_t out[128]) const {
+  kiln_cudaexec_error_t err{};
+  return cudaStatus(api_->nccl_unique_id(out, &err), err);
+}
+
 Status CudaBackend::createExecutor(std::unique_ptr<Executor> &out) const {
   if (!model_)
     return internalError("CUDA model not created");

@@ -62,6 +62,8 @@ public:
   /// A stepper (the model must have a step entry point).
   Status createStepper(const kiln_cudaexec_step_desc_t &desc,
                        std::unique_ptr<CudaStepper> &out) const;
+  /// ncclGetUniqueId (rank 0 of a partitioned cuda artifact), 128 bytes.
+  Status ncclUniqueId(uint8_t out[128]) const;
   /// Device-to-device copy bandwidth, bytes/s.
   Status memcpyBandwidth(uint64_t bytes, int32_t reps, double &out) const;
 

@@ -30,16 +30,21 @@
 #include "kiln_rt/api.h"
 
 #include <cuda_runtime.h>
+#ifdef KILN_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -106,6 +111,7 @@ using CublasLtDestroyFn = int (*)(void *handle);
 struct kiln_cudaexec_model_s {
   kiln_cudaexec_model_desc_t desc{};
   int device = 0;
+  void *nccl = nullptr; ///< ncclComm_t of a tensor-parallel rank
   int32_t smCount = 0;
   uint8_t *dWeights = nullptr;
   uint64_t workspaceBytes = 0;
@@ -114,6 +120,10 @@ struct kiln_cudaexec_model_s {
   CublasLtDestroyFn cublasLtDestroy = nullptr;
 
   ~kiln_cudaexec_model_s() {
+#ifdef KILN_HAVE_NCCL
+    if (nccl)
+      ncclCommDestroy(static_cast<ncclComm_t>(nccl));
+#endif
     if (cublasLt && cublasLtDestroy)
       cublasLtDestroy(cublasLt);
     if (dWeights)
@@ -354,8 +364,41 @@ int32_t uploadStep(kiln_cudaexec_session_s &s, const int32_t *tokens,
   return 0;
 }
 
+/// cudaStreamSynchronize, bounded for a tensor-parallel rank: a step that
+/// waits in an all-reduce for a peer that died or hung would never finish,
+/// so after desc.timeout_ms the communicator is aborted (which ends the
+/// pending NCCL kernels) and the step fails with KILN_RT_DEADLINE_EXCEEDED.
+int32_t waitStream(kiln_cudaexec_model_s &m, cudaStream_t stream,
+                   const char *what, kiln_cudaexec_error_t *err) {
+  if (!m.nccl || m.desc.timeout_ms <= 0)
+    return 0; // the caller synchronizes without bound
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    cudaError_t q = cudaStreamQuery(stream);
+    if (q != cudaErrorNotReady)
+      return 0; // done, or an error the caller's synchronize reports
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now() - start)
+                            .count();
+    if (waited > m.desc.timeout_ms) {
+#ifdef KILN_HAVE_NCCL
+      ncclCommAbort(static_cast<ncclComm_t>(m.nccl));
+#endif
+      m.nccl = nullptr;
+      return setError(err, KILN_RT_DEADLINE_EXCEEDED,
+                      "rank %d of %d: %s did not finish within %.1f s on "
+                      "device %d: a peer rank died or hung in an NCCL "
+                      "all-reduce (KILN_COMM_TIMEOUT_S sets the limit)",
+                      m.desc.tp_rank, m.desc.tp_size, what,
+                      double(m.desc.timeout_ms) / 1000.0, m.device);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 int32_t synchronize(kiln_cudaexec_session_s &s, const char *what,
                     kiln_cudaexec_error_t *err) {
+  KILN_RETURN_IF_FAILED(waitStream(*s.model, s.stream, what, err));
   cudaError_t e = cudaStreamSynchronize(s.stream);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
@@ -438,6 +481,34 @@ int32_t modelCreateImpl(const kiln_cudaexec_model_desc_t *desc,
                     "model.so was built for CUDA ABI version %d, this runtime "
                     "implements version %d (recompile the artifact)",
                     abi, KILN_CUDA_ABI_VERSION);
+  if (desc->tp_size > 1) {
+    // One device per rank of the node; NCCL joins the ranks' devices.
+    int count = 0;
+    KILN_CUDA_CHECK(cudaGetDeviceCount(&count));
+    m.device = count > 0 ? desc->local_rank % count : 0;
+    KILN_CUDA_CHECK(cudaSetDevice(m.device));
+#ifdef KILN_HAVE_NCCL
+    ncclUniqueId id;
+    static_assert(sizeof(id.internal) == sizeof(desc->nccl_id),
+                  "ncclUniqueId is 128 bytes");
+    std::memcpy(id.internal, desc->nccl_id, sizeof(id.internal));
+    ncclComm_t comm = nullptr;
+    ncclResult_t r =
+        ncclCommInitRank(&comm, desc->tp_size, id, desc->tp_rank);
+    if (r != ncclSuccess)
+      return setError(err, KILN_RT_INTERNAL,
+                      "rank %d of %d: ncclCommInitRank on device %d failed: "
+                      "%s",
+                      desc->tp_rank, desc->tp_size, m.device,
+                      ncclGetErrorString(r));
+    m.nccl = comm;
+#else
+    return setError(err, KILN_RT_UNIMPLEMENTED,
+                    "this CUDA executor was built without NCCL: partitioned "
+                    "cuda artifacts (tp %d) need it",
+                    desc->tp_size);
+#endif
+  }
   KILN_CUDA_CHECK(cudaSetDevice(m.device));
   int sms = 0;
   KILN_CUDA_CHECK(
@@ -502,6 +573,7 @@ int32_t allocateRunBuffers(RunBuffers &b, uint64_t ioBytes, uint64_t tokensOffse
   c.workspace = b.dWorkspace;
   c.workspace_bytes = m.workspaceBytes;
   c.sm_count = m.smCount;
+  c.nccl = m.nccl;
   clearModelStatus(c);
   return 0;
 }
@@ -763,6 +835,7 @@ int32_t stepperRun(kiln_cudaexec_stepper_t *t, const kiln_cudaexec_step_t *step,
   KILN_CUDA_CHECK(cudaMemcpyAsync(t->hLogits, t->dLogits,
                                   uint64_t(S) * vocab * sizeof(float),
                                   cudaMemcpyDeviceToHost, t->stream));
+  KILN_RETURN_IF_FAILED(waitStream(*t->model, t->stream, "kiln_step", err));
   cudaError_t e = cudaStreamSynchronize(t->stream);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
@@ -815,6 +888,23 @@ int32_t memcpyBandwidth(uint64_t bytes, int32_t reps, double *out,
   return 0;
 }
 
+int32_t ncclUniqueIdOf(uint8_t *out, kiln_cudaexec_error_t *err) {
+#ifdef KILN_HAVE_NCCL
+  ncclUniqueId id;
+  ncclResult_t r = ncclGetUniqueId(&id);
+  if (r != ncclSuccess)
+    return setError(err, KILN_RT_INTERNAL, "ncclGetUniqueId failed: %s",
+                    ncclGetErrorString(r));
+  std::memcpy(out, id.internal, sizeof(id.internal));
+  return 0;
+#else
+  (void)out;
+  return setError(err, KILN_RT_UNIMPLEMENTED,
+                  "this CUDA executor was built without NCCL: partitioned "
+                  "cuda artifacts need it (install NCCL and rebuild)");
+#endif
+}
+
 const kiln_cudaexec_api_t kApi = {
     KILN_CUDAEXEC_INTERFACE_VERSION,
     sizeof(kiln_cudaexec_api_t),
@@ -832,6 +922,7 @@ const kiln_cudaexec_api_t kApi = {
     stepperRelease,
     stepperRun,
     memcpyBandwidth,
+    ncclUniqueIdOf,
 };
 
 } // namespace

@@ -37,7 +37,7 @@ extern "C" {
 #endif
 
 /* Bump when the table or a descriptor changes layout or meaning. */
-#define KILN_CUDAEXEC_INTERFACE_VERSION 2
+#define KILN_CUDAEXEC_INTERFACE_VERSION 3
 
 typedef struct kiln_cudaexec_error_t {
   int32_t code;       /* kiln_rt_status_code_t */
@@ -63,6 +63,17 @@ typedef struct kiln_cudaexec_model_desc_t {
   kiln_cuda_sample_fn sample;  /* kiln_cuda_sample */
   kiln_cuda_workspace_bytes_fn workspace_bytes; /* kiln_cuda_workspace_bytes */
   kiln_cuda_abi_version_fn abi_version;         /* kiln_cuda_abi_version */
+  /* Tensor parallelism (manifest parallel.tp; docs/parallelism.md): with
+   * tp_size > 1 the model runs on device local_rank % device count and
+   * joins an NCCL communicator of tp_size ranks as tp_rank
+   * (ncclCommInitRank over nccl_id, the ncclUniqueId rank 0 made with
+   * nccl_unique_id and broadcast); every step then waits at most
+   * timeout_ms for the device (a peer that never joins an all-reduce),
+   * after which the communicator is aborted and the step fails with
+   * KILN_RT_DEADLINE_EXCEEDED. tp_size 0 or 1: device 0, no NCCL. */
+  int32_t tp_rank, tp_size, local_rank;
+  uint8_t nccl_id[128];
+  int64_t timeout_ms;
 } kiln_cudaexec_model_desc_t;
 
 /* Where layer l's K and V pools (and the 8-bit formats' scales) lie in the
@@ -171,6 +182,11 @@ typedef struct kiln_cudaexec_api_t {
   int32_t (*memcpy_bandwidth)(uint64_t bytes, int32_t reps,
                               double *out_bytes_per_second,
                               kiln_cudaexec_error_t *err);
+
+  /* ncclGetUniqueId into out[0, 128): rank 0's, broadcast to the other
+   * ranks before model_create. KILN_RT_UNIMPLEMENTED when the executor was
+   * built without NCCL. */
+  int32_t (*nccl_unique_id)(uint8_t *out, kiln_cudaexec_error_t *err);
 } kiln_cudaexec_api_t;
 
 /* The one exported symbol of libkiln_runtime_cuda.so. */

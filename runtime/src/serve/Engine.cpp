@@ -71,6 +71,11 @@ Status Engine::create(const Artifact &artifact,
         dir + ": has no batched step entry point "
               "(runtime.entry_points.step); recompile it with kiln-compile "
               "(models with scaled RoPE have none yet)");
+  if (cuda && artifact.group())
+    return unimplemented(
+        dir + ": a partitioned cuda artifact (tp = " + std::to_string(m.tp) +
+        ") runs on sessions (kiln-run); the serving engine drives CPU rank "
+        "groups only so far (docs/parallelism.md)");
   auto field = [&](const char *name, int64_t value, int64_t lo, int64_t hi) {
     return invalidArgument("engine option " + std::string(name) + " is " +
                            std::to_string(value) + ", expected " +

@@ -1,0 +1,68 @@
+//===- KilnCudaComm.cuh - Collectives of partitioned CUDA plans -*- CUDA -*-===//
+//
+// Included by model.cu only when the plan was partitioned for tensor
+// parallelism (kiln-compile --tp N --target=cuda; docs/parallelism.md), so
+// that single-GPU artifacts neither include nor link NCCL.
+//
+//   kiln_cuda_all_reduce(ctx, x, y, count, elem, what): y[0, count) = the
+//   elementwise sum over the ranks of the group of each rank's x (kiln.all_
+//   reduce; Megatron-LM's `g` operator, Shoeybi et al. 2019, section 3) with
+//   ncclAllReduce(ncclSum) on ctx->stream over the communicator
+//   ctx->nccl, which the CUDA executor created for the rank's device
+//   (ncclCommInitRank with the unique id rank 0 broadcast over MPI). T is
+//   float, __half or __nv_bfloat16; NCCL sums 16-bit values in their own
+//   type (the CPU kernel sums in float32 and rounds once: with two ranks
+//   both are one correctly rounded addition). With ctx->nccl NULL (one
+//   rank) y = x. Enqueued only, so a CUDA graph may capture it; a peer that
+//   never joins shows up as a step that does not finish, which the
+//   executor bounds with its deadline (KILN_COMM_TIMEOUT_S) and turns into
+//   ncclCommAbort and an error naming the rank.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_CODEGEN_CUDA_KILNCUDACOMM_CUH
+#define KILN_CODEGEN_CUDA_KILNCUDACOMM_CUH
+
+#include "KilnCudaCommon.cuh"
+
+#include <nccl.h>
+
+/// ctx->status of an NCCL failure is this plus the ncclResult_t.
+#define KILN_CUDA_NCCL_STATUS_BASE 200000
+
+namespace kiln_cuda_detail {
+template <typename T> inline ncclDataType_t ncclTypeOf();
+template <> inline ncclDataType_t ncclTypeOf<float>() { return ncclFloat32; }
+template <> inline ncclDataType_t ncclTypeOf<__half>() { return ncclFloat16; }
+template <> inline ncclDataType_t ncclTypeOf<__nv_bfloat16>() {
+  return ncclBfloat16;
+}
+} // namespace kiln_cuda_detail
+
+template <typename T>
+inline void kiln_cuda_all_reduce(kiln_cuda_ctx *ctx, const T *x, T *y,
+                                 int64_t count, int64_t elem,
+                                 const char *what) {
+  using namespace kiln_cuda_detail;
+  (void)elem;
+  if (skip(ctx) || count == 0)
+    return;
+  if (x != y && !KILN_CUDA_CHECK(ctx, cudaMemcpyAsync(
+                                          y, x, sizeof(T) * size_t(count),
+                                          cudaMemcpyDeviceToDevice,
+                                          streamOf(ctx))))
+    return;
+  if (!ctx->nccl)
+    return;
+  ncclResult_t r = ncclAllReduce(y, y, size_t(count), ncclTypeOf<T>(), ncclSum,
+                                 static_cast<ncclComm_t>(ctx->nccl),
+                                 streamOf(ctx));
+  if (r != ncclSuccess) {
+    char reason[160];
+    std::snprintf(reason, sizeof(reason), "%s (all-reduce '%s')",
+                  ncclGetErrorString(r), what ? what : "?");
+    setError(ctx, KILN_CUDA_NCCL_STATUS_BASE + int32_t(r), "ncclAllReduce",
+             __FILE__, __LINE__, reason);
+  }
+}
+
+#endif // KILN_CODEGEN_CUDA_KILNCUDACOMM_CUH
