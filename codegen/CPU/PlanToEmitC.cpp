@@ -87,7 +87,8 @@ struct TargetInfo {
     if (cuda)
       return ("kiln_cuda_" + kernel.drop_front(StringRef("kiln_k_").size())).str();
     // Kernels that take their element type as an argument.
-    if (isStepKernel(kernel) || kernel == "kiln_k_all_reduce")
+    if (isStepKernel(kernel) || kernel == "kiln_k_all_reduce" ||
+        kernel == "kiln_k_all_gather")
       return kernel.str();
     SmallVector<Type> floats;
     for (Value arg : call.getArgs())
@@ -302,7 +303,8 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
                        << "int8 activations (act_quant 'int8_per_block') "
                           "have kernels for the cpu target only so far; "
                           "compile without --act-quant";
-              bool allReduce = c.getCallee() == "kiln_k_all_reduce";
+              bool allReduce = c.getCallee() == "kiln_k_all_reduce" ||
+                               c.getCallee() == "kiln_k_all_gather";
               // CUDA launch wrappers take the context first, and so do CPU
               // kernels that talk to the runtime (kernel_abi.h).
               if (target.cuda || observe || step || allReduce)
@@ -496,7 +498,8 @@ void PlanToEmitCPass::runOnOperation() {
     // NCCL only for partitioned plans (KilnCudaComm.cuh).
     bool allReduce = false;
     module.walk([&](plan::CallKernelOp c) {
-      allReduce |= c.getCallee() == "kiln_k_all_reduce";
+      allReduce |= c.getCallee() == "kiln_k_all_reduce" ||
+                   c.getCallee() == "kiln_k_all_gather";
     });
     if (allReduce)
       emitc::IncludeOp::create(builder, loc, "KilnCudaComm.cuh", false);

@@ -65,4 +65,39 @@ inline void kiln_cuda_all_reduce(kiln_cuda_ctx *ctx, const T *x, T *y,
   }
 }
 
+/// kiln.all_gather of one row (the vocab-parallel classifier's logits of
+/// prefill and decode): y[0, ranks * cols) = the ranks' x[0, cols) side by
+/// side, ncclAllGather on ctx->stream. Several rows (the batched step) are
+/// not run on CUDA rank groups yet: the serving engine refuses them, and
+/// this records an error if reached.
+template <typename T>
+inline void kiln_cuda_all_gather(kiln_cuda_ctx *ctx, const T *x, T *y,
+                                 int64_t rows, int64_t cols, int64_t elem,
+                                 const char *what) {
+  using namespace kiln_cuda_detail;
+  (void)elem;
+  if (skip(ctx))
+    return;
+  if (!ctx->nccl) {
+    KILN_CUDA_CHECK(ctx, cudaMemcpyAsync(y, x, sizeof(T) * size_t(rows * cols),
+                                         cudaMemcpyDeviceToDevice,
+                                         streamOf(ctx)));
+    return;
+  }
+  if (!KILN_CUDA_ARG(ctx, rows == 1, "kiln_cuda_all_gather",
+                     "gathers one row (the batched step does not run on "
+                     "CUDA rank groups yet)"))
+    return;
+  ncclResult_t r =
+      ncclAllGather(x, y, size_t(cols), ncclTypeOf<T>(),
+                    static_cast<ncclComm_t>(ctx->nccl), streamOf(ctx));
+  if (r != ncclSuccess) {
+    char reason[160];
+    std::snprintf(reason, sizeof(reason), "%s (all-gather '%s')",
+                  ncclGetErrorString(r), what ? what : "?");
+    setError(ctx, KILN_CUDA_NCCL_STATUS_BASE + int32_t(r), "ncclAllGather",
+             __FILE__, __LINE__, reason);
+  }
+}
+
 #endif // KILN_CODEGEN_CUDA_KILNCUDACOMM_CUH

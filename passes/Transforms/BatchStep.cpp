@@ -116,9 +116,15 @@ void BatchStepPass::runOnOperation() {
   // The classifier: one row per sequence, taken before the final norm (a
   // per-row op) so that it normalizes only the sampled rows.
   auto ret = cast<func::ReturnOp>(body.getTerminator());
-  auto logits = ret.getNumOperands() == 1
-                    ? ret.getOperand(0).getDefiningOp<LogitsOp>()
-                    : LogitsOp();
+  // A vocab-parallel classifier (kiln-partition) returns its logits through
+  // a kiln.all_gather.
+  auto gather = ret.getNumOperands() == 1
+                    ? ret.getOperand(0).getDefiningOp<AllGatherOp>()
+                    : AllGatherOp();
+  auto logits =
+      ret.getNumOperands() != 1 ? LogitsOp()
+      : gather                  ? gather.getInput().getDefiningOp<LogitsOp>()
+                                : ret.getOperand(0).getDefiningOp<LogitsOp>();
   if (!logits) {
     ret.emitError() << "kiln-batch-step: @prefill must return the result of "
                        "kiln.logits";
@@ -143,7 +149,14 @@ void BatchStepPass::runOnOperation() {
       {ShapedType::kDynamic, logitsType.getDimSize(1)},
       logitsType.getElementType());
   logits.setAllRows(true);
-  logits.getResult().setType(rowsType);
+  if (gather) {
+    auto part = cast<RankedTensorType>(logits.getResult().getType());
+    logits.getResult().setType(RankedTensorType::get(
+        {ShapedType::kDynamic, part.getDimSize(1)}, part.getElementType()));
+    gather.getResult().setType(rowsType);
+  } else {
+    logits.getResult().setType(rowsType);
+  }
   step.setFunctionType(FunctionType::get(
       ctx, body.getArgumentTypes(), TypeRange{rowsType}));
 }

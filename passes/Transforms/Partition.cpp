@@ -10,7 +10,9 @@
 //   row-parallel     wo, w2: the matching columns (axis 1), each followed
 //                    by a kiln.all_reduce of the partial products;
 // the attention, RoPE and the KV cache take the rank's heads. The
-// embedding, the norms and the classifier stay whole on every rank.
+// classifier is vocab-parallel (the rank's rows of @output, the logits
+// gathered by kiln.all_gather) when tp divides the vocabulary; the
+// embedding and the norms stay whole on every rank.
 //
 // The slice is the last step of the recipe, in the float tensor's element
 // coordinates ([out, in]). A GGUF weight kept in a GGML block format has the
@@ -65,7 +67,8 @@ private:
   std::pair<Split, Shard> shardOf(StringRef role) const;
 
   int64_t heads = 0, kvHeads = 0, headDim = 0, hidden = 0;
-  Shard q, kv, ffn;
+  /// vocab: the rank's rows of the classifier (size 0: kept whole).
+  Shard q, kv, ffn, vocab;
   int64_t headsPerRank = 0, kvHeadsPerRank = 0;
 };
 
@@ -121,6 +124,8 @@ static std::string unsplittableWhy(WeightOp w) {
 }
 
 StringRef PartitionPass::roleOf(StringRef name) {
+  if (name == "output")
+    return name; // the classifier
   if (!name.consume_front("layers."))
     return "";
   auto [index, role] = name.split('.');
@@ -141,6 +146,8 @@ std::pair<Split, Shard> PartitionPass::shardOf(StringRef role) const {
     return {Split::Rows, q};
   if (role == "w2")
     return {Split::Rows, ffn};
+  if (role == "output" && vocab.size > 0)
+    return {Split::Columns, vocab};
   return {Split::None, {}};
 }
 
@@ -242,6 +249,32 @@ void PartitionPass::runOnOperation() {
                             Twine(tp) + " ranks");
   q = {rank * headsPerRank * headDim, headsPerRank * headDim};
   ffn = {rank * (hidden / tp), hidden / tp};
+  // The classifier: vocab-parallel when every kiln.logits reads @output and
+  // tp divides its rows; else whole on every rank (with a remark).
+  if (vocabParallel) {
+    SymbolTable table(module);
+    auto output = table.lookup<WeightOp>("output");
+    bool onlyOutput = true;
+    module.walk([&](LogitsOp l) {
+      auto ref = l.getWeight().getDefiningOp<WeightRefOp>();
+      onlyOutput &= ref && ref.getName() == "output";
+    });
+    const int64_t rows = output ? output.getTensorType().getDimSize(0) : 0;
+    if (!output) {
+      // No classifier weight (a module of layers only): nothing to split.
+    } else if (!onlyOutput || !unsplittableWhy(output).empty())
+      emitRemark(module.getLoc())
+          << "kiln-partition: the classifier stays whole on every rank "
+             "(a kiln.logits reads a weight other than @output, or @output "
+             "cannot be split)";
+    else if (rows % tp != 0)
+      emitRemark(module.getLoc())
+          << "kiln-partition: the classifier's " << rows
+          << " vocabulary rows do not divide among tp=" << tp
+          << " ranks: it stays whole on every rank";
+    else
+      vocab = {rank * (rows / tp), rows / tp};
+  }
 
   // 1. Weights: append the rank's slice and narrow the declared type.
   bool failedWeight = false;
@@ -346,6 +379,19 @@ void PartitionPass::runOnOperation() {
                            "(the shards are quantized on their own)";
         return WalkResult::interrupt();
       }
+      // Vocab-parallel classifier: the rank's columns of the logits, then
+      // every rank's side by side.
+      if (auto logits = dyn_cast<LogitsOp>(op); logits && vocab.size > 0) {
+        auto whole = cast<RankedTensorType>(logits.getResult().getType());
+        narrow(logits.getResult(), vocab.size);
+        OpBuilder b(ctx);
+        b.setInsertionPointAfter(logits);
+        auto gather =
+            AllGatherOp::create(b, logits.getLoc(), whole, logits.getResult(),
+                                b.getI64IntegerAttr(tp));
+        logits.getResult().replaceAllUsesExcept(gather.getResult(), gather);
+        return WalkResult::advance();
+      }
       if (auto bias = dyn_cast<AddBiasOp>(op)) {
         narrow(bias.getResult(),
                cast<RankedTensorType>(bias.getInput().getType()).getDimSize(1));
@@ -388,8 +434,10 @@ void PartitionPass::runOnOperation() {
   Builder b(ctx);
   module->setAttr(
       "kiln.partition",
-      b.getDictionaryAttr({b.getNamedAttr("tp", b.getI64IntegerAttr(tp)),
-                           b.getNamedAttr("rank", b.getI64IntegerAttr(rank))}));
+      b.getDictionaryAttr(
+          {b.getNamedAttr("tp", b.getI64IntegerAttr(tp)),
+           b.getNamedAttr("rank", b.getI64IntegerAttr(rank)),
+           b.getNamedAttr("vocab_parallel", b.getBoolAttr(vocab.size > 0))}));
   if (failed(verify(module)))
     return signalPassFailure();
 }

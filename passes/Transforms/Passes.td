@@ -359,8 +359,14 @@ def PartitionPass : Pass<"kiln-partition", "::mlir::ModuleOp"> {
     `n_heads / tp` query heads and `n_kv_heads / tp` KV heads; with fewer
     KV heads than ranks (tp a multiple of n_kv_heads) each KV head is
     replicated on the `tp / n_kv_heads` ranks whose query heads use it.
-    The embedding, the norms and the classifier stay whole on every rank.
-    The module gets `kiln.partition = {tp, rank}`.
+    The classifier is vocab-parallel by default (Megatron-LM's parallel
+    output embedding): the rank keeps `vocab / tp` rows of `@output`, its
+    `kiln.logits` computes those columns of the logits and a
+    `kiln.all_gather` puts the ranks' columns side by side, so each rank
+    reads 1/tp of the classifier instead of all of it (with
+    `vocab-parallel=false`, or a vocabulary tp does not divide, it stays
+    whole on every rank). The embedding and the norms stay whole on every
+    rank. The module gets `kiln.partition = {tp, rank, vocab_parallel}`.
 
     Errors, naming the counts: heads, hidden features or KV heads that do
     not divide (nor are divided by) tp; weights already quantized, fused
@@ -381,6 +387,10 @@ def PartitionPass : Pass<"kiln-partition", "::mlir::ModuleOp"> {
            "Ranks of the tensor-parallel group (1: no change)">,
     Option<"rank", "rank", "int64_t", /*default=*/"0",
            "The rank whose program is produced, in [0, tp)">,
+    Option<"vocabParallel", "vocab-parallel", "bool", /*default=*/"true",
+           "Split the classifier's vocabulary rows across the ranks and "
+           "gather the logits (kiln.all_gather); false, or a vocabulary "
+           "that tp does not divide, keeps it whole on every rank">,
   ];
   let dependentDialects = ["::mlir::kiln::KilnDialect"];
 }

@@ -120,19 +120,23 @@ module attributes {kiln.model = {name = "blocks-kquant", max_seq_len = 16 : i64}
   }
 }
 
-// SMOL: kiln.partition = {rank = 2 : i64, tp = 3 : i64}
+// SMOL: kiln.partition = {rank = 2 : i64, tp = 3 : i64, vocab_parallel = true}
 // SMOL: kiln.weight @tok_embeddings : tensor<49152x612xi8>
 // SMOL: kiln.weight @layers.0.wq : tensor<192x360xi8> {{.*}}format = "q4_1", part = "blocks", rows = 576 : i64}>, #kiln.transform<"slice", {axis = 0 : i64, offset = 384 : i64, size = 192 : i64}>]
 // SMOL: kiln.weight @layers.0.wk : tensor<64x360xi8> {{.*}}"slice", {axis = 0 : i64, offset = 128 : i64, size = 64 : i64}
 // SMOL: kiln.weight @layers.0.wo : tensor<576x120xi8> {{.*}}"slice", {axis = 1 : i64, offset = 384 : i64, size = 192 : i64}
 // SMOL: kiln.weight @layers.0.w1 : tensor<512x360xi8> {{.*}}"slice", {axis = 0 : i64, offset = 1024 : i64, size = 512 : i64}
 // SMOL: kiln.weight @layers.0.w2 : tensor<576x320xi8> {{.*}}"slice", {axis = 1 : i64, offset = 1024 : i64, size = 512 : i64}
-// SMOL: kiln.weight @output : tensor<49152x612xi8> {{.*}}transforms = [#kiln.transform<"repack", {cols = 576 : i64, format = "q8_0", part = "blocks", rows = 49152 : i64}>]}
+// The vocab-parallel classifier keeps a third of the Q8_0 rows (whole
+// rows of blocks); the logits are gathered.
+// SMOL: kiln.weight @output : tensor<16384x612xi8> {{.*}}transforms = [#kiln.transform<"repack", {cols = 576 : i64, format = "q8_0", part = "blocks", rows = 49152 : i64}>, #kiln.transform<"slice", {axis = 0 : i64, offset = 32768 : i64, size = 16384 : i64}>]}
 // SMOL-LABEL: func.func @prefill(
 // SMOL-SAME: !kiln.kv_cache<30, {{[0-9]+}}, 1, 64, f32>
 // SMOL: kiln.attention {{.*}} {head_dim = 64 : i64, layer = 0 : i64, num_heads = 3 : i64, num_kv_heads = 1 : i64
 // SMOL: kiln.linear {{.*}} {format = "q4_1"} : tensor<?x192xf32>, tensor<576x120xi8> -> tensor<?x576xf32>
 // SMOL: kiln.linear {{.*}} {format = "q4_1"} : tensor<?x512xf32>, tensor<576x320xi8> -> tensor<?x576xf32>
+// SMOL: kiln.logits {{.*}} {format = "q8_0"} : tensor<?x576xf32>, tensor<16384x612xi8> -> tensor<1x16384xf32>
+// SMOL: kiln.all_gather {{.*}} {group_size = 3 : i64} : tensor<1x16384xf32> -> tensor<1x49152xf32>
 
 // PIPE: plan.weight @"layers.0.wq+wk+wv" : memref<320x360xi8>
 // PIPE: plan.weight @layers.0.wo : memref<576x120xi8>

@@ -562,6 +562,24 @@ LogicalResult RopeOp::verify() {
   return success();
 }
 
+LogicalResult AllGatherOp::verify() {
+  auto in = cast<RankedTensorType>(getInput().getType());
+  auto out = cast<RankedTensorType>(getResult().getType());
+  if (in.getElementType() != out.getElementType())
+    return emitOpError() << "result element type " << out.getElementType()
+                         << " differs from the input's "
+                         << in.getElementType();
+  if (in.getDimSize(0) != out.getDimSize(0))
+    return emitOpError() << "result rows differ from the input's (" << out
+                         << " vs " << in << ")";
+  const int64_t cols = in.getDimSize(1), group = getGroupSize();
+  if (ShapedType::isDynamic(cols) || ShapedType::isDynamic(out.getDimSize(1)) ||
+      out.getDimSize(1) != cols * group)
+    return emitOpError() << "result must have group_size (" << group
+                         << ") x " << cols << " columns, got " << out;
+  return success();
+}
+
 LogicalResult AddBiasOp::verify() {
   auto input = cast<RankedTensorType>(getInput().getType());
   auto bias = cast<RankedTensorType>(getBias().getType());

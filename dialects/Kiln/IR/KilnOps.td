@@ -503,6 +503,30 @@ def Kiln_AllReduceOp : Kiln_Op<"all_reduce", [
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
+def Kiln_AllGatherOp : Kiln_Op<"all_gather", [
+    MemoryEffects<[MemRead<Kiln_CommResource>, MemWrite<Kiln_CommResource>]>]> {
+  let summary = "Concatenation of the ranks' column blocks over a tensor-parallel group";
+  let description = [{
+    `result[r, k * C + c] = input_k[r, c]` for every rank k of the
+    `group_size` ranks, on every rank (MPI_Allgather / ncclAllGather of the
+    ranks' `[R, C]` blocks, laid out side by side): input `[R, C]`, result
+    `[R, group_size * C]`. Written by `kiln-partition` after a
+    vocab-parallel classifier, whose rank computes the logits of its
+    `vocab / group_size` rows of the output weight (Megatron-LM's
+    parallel output embedding, Shoeybi et al. 2019, section 3). Moves
+    `(N - 1) / N` of the result's bytes into each rank.
+
+    ```mlir
+    %l = kiln.all_gather %part {group_size = 2 : i64} : tensor<1x256xf32> -> tensor<1x512xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$input,
+                       ConfinedAttr<I64Attr, [IntMinValue<2>]>:$group_size);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
 def Kiln_LogitsOp : Kiln_Op<"logits", [Pure]> {
   let summary = "Classifier logits of the last token";
   let description = [{

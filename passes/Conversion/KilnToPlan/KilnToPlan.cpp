@@ -123,7 +123,11 @@ static MemRefType toMemRef(Type t) {
 FailureOr<Value> FunctionLowering::bufferFor(Operation *op) {
   Value result = op->getResult(0);
   MemRefType type = toMemRef(result.getType());
-  if (isa<LogitsOp>(op))
+  // The entry point's result (kiln.logits, or the kiln.all_gather of a
+  // vocab-parallel classifier's logits) is the context's logits buffer.
+  if (isa<LogitsOp, AllGatherOp>(op) &&
+      llvm::any_of(result.getUsers(),
+                   [](Operation *u) { return isa<func::ReturnOp>(u); }))
     return plan::LogitsOp::create(builder, loc(), type).getResult();
   auto offset = op->getAttrOfType<IntegerAttr>("kiln.buffer_offset");
   if (!offset)
@@ -271,10 +275,14 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
     return success();
   }
   if (isa<func::ReturnOp>(op)) {
-    for (Value v : op->getOperands())
-      if (!v.getDefiningOp<LogitsOp>())
+    for (Value v : op->getOperands()) {
+      auto gather = v.getDefiningOp<AllGatherOp>();
+      if (!v.getDefiningOp<LogitsOp>() &&
+          !(gather && gather.getInput().getDefiningOp<LogitsOp>()))
         return op->emitOpError()
-               << "entry points must return the result of kiln.logits";
+               << "entry points must return the result of kiln.logits (or "
+                  "its kiln.all_gather)";
+    }
     func::ReturnOp::create(builder, loc());
     return success();
   }
@@ -499,6 +507,14 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
             call("kiln_k_all_reduce", {in(r.getInput()), *out,
                                        elements(r.getResult()),
                                        elemCode(r.getInput())});
+            return success();
+          })
+          .Case([&](AllGatherOp g) {
+            auto in = cast<RankedTensorType>(g.getInput().getType());
+            call("kiln_k_all_gather", {buffers.lookup(g.getInput()), *out,
+                                       rows(g.getInput()),
+                                       indexConst(in.getDimSize(1)),
+                                       elemCode(g.getInput())});
             return success();
           })
           .Case([&](MulOp s) {

@@ -148,6 +148,16 @@ void kiln_k_observe(kiln_exec_ctx *ctx, const float *x, int64_t rows,
 void kiln_k_all_reduce(kiln_exec_ctx *ctx, const void *x, void *y,
                        int64_t count, int64_t elem, const char *what);
 
+/// Tensor-parallel all-gather of column blocks (kiln.all_gather; the
+/// logits of a vocab-parallel classifier, Megatron-LM's parallel output
+/// embedding): x [rows, cols] of each rank k lands in y [rows, ranks *
+/// cols] at columns [k * cols, (k + 1) * cols), on every rank. elem:
+/// KILN_ELEM_*. Takes the context first; with ctx->comm NULL y = x. Like
+/// kiln_k_all_reduce, a peer that misses the deadline ends the job.
+void kiln_k_all_gather(kiln_exec_ctx *ctx, const void *x, void *y,
+                       int64_t rows, int64_t cols, int64_t elem,
+                       const char *what);
+
 /// Rotary position embedding (Su et al. 2021, RoFormer eq. 34), "adjacent
 /// pair" layout of Meta's Llama / llama2.c / GGUF: within each head, the pair
 /// (x[2i], x[2i+1]) for i < rot_dim/2 is rotated by angle

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 namespace kiln::rt {
 
@@ -59,6 +60,14 @@ Status Communicator::allReduceSum(void *buf, int64_t count, int32_t elem,
   kiln_comm_error_t err{};
   return commStatus(
       api_->all_reduce_sum(buf, count, elem, what, timeoutMs_, &err), err);
+}
+
+Status Communicator::allGather(const void *send, void *recv, int64_t bytes,
+                               const char *what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  kiln_comm_error_t err{};
+  return commStatus(
+      api_->all_gather(send, recv, bytes, what, timeoutMs_, &err), err);
 }
 
 Status Communicator::broadcast(void *buf, int64_t bytes, int32_t root,
@@ -166,4 +175,38 @@ extern "C" void kiln_k_all_reduce(kiln_exec_ctx *ctx, const void *x, void *y,
   kiln::rt::Status s = comm->allReduceSum(y, count, int32_t(elem), what);
   if (!s.isOk())
     comm->abort(s.message(), 1);
+}
+
+extern "C" void kiln_k_all_gather(kiln_exec_ctx *ctx, const void *x, void *y,
+                                  int64_t rows, int64_t cols, int64_t elem,
+                                  const char *what) {
+  const size_t elemBytes = elem == KILN_ELEM_F32 ? 4 : 2;
+  const size_t block = size_t(rows) * size_t(cols) * elemBytes;
+  auto *comm = static_cast<Communicator *>(ctx->comm);
+  if (!comm || comm->size() == 1) {
+    if (x != y)
+      std::memcpy(y, x, block);
+    return;
+  }
+  const size_t ranks = size_t(comm->size());
+  // One row: the ranks' blocks are already side by side. Several (the
+  // batched step's sequences): gather [ranks][rows][cols], then interleave.
+  thread_local std::vector<uint8_t> scratch;
+  uint8_t *into = static_cast<uint8_t *>(y);
+  if (rows != 1) {
+    scratch.resize(ranks * block);
+    into = scratch.data();
+  }
+  kiln::rt::Status s =
+      comm->allGather(x, into, int64_t(block), what ? what : "all-gather");
+  if (!s.isOk())
+    comm->abort(s.message(), 1);
+  if (rows == 1)
+    return;
+  const size_t rowBytes = size_t(cols) * elemBytes;
+  auto *out = static_cast<uint8_t *>(y);
+  for (size_t k = 0; k < ranks; ++k)
+    for (size_t r = 0; r < size_t(rows); ++r)
+      std::memcpy(out + (r * ranks + k) * rowBytes,
+                  scratch.data() + k * block + r * rowBytes, rowBytes);
 }

@@ -40,6 +40,10 @@ public:
   /// all_reduce_sum; elem KILN_ELEM_*), within the deadline.
   Status allReduceSum(void *buf, int64_t count, int32_t elem,
                       const char *what);
+  /// recv[r * bytes, (r + 1) * bytes) = rank r's send[0, bytes), on every
+  /// rank, within the deadline.
+  Status allGather(const void *send, void *recv, int64_t bytes,
+                   const char *what);
   /// Rank `root`'s buf[0, bytes) to every rank. `bounded`: within the
   /// deadline; otherwise waits as long as it takes (a rank idling until
   /// rank 0's next command).

@@ -1,0 +1,47 @@
+// RUN: kiln-opt %s --split-input-file --verify-diagnostics | FileCheck %s
+// The tensor-parallel collectives kiln-partition writes (docs/parallelism.md):
+// kiln.all_reduce sums [n, d] over the group in place of its shape;
+// kiln.all_gather puts the ranks' [r, c] column blocks side by side.
+
+// CHECK-LABEL: func.func @collectives
+// CHECK: kiln.all_reduce %{{.*}} {group_size = 2 : i64} : tensor<?x64xf32>
+// CHECK: kiln.all_gather %{{.*}} {group_size = 4 : i64} : tensor<1x128xf32> -> tensor<1x512xf32>
+// CHECK: kiln.all_gather %{{.*}} {group_size = 2 : i64} : tensor<?x8xbf16> -> tensor<?x16xbf16>
+func.func @collectives(%x: tensor<?x64xf32>, %l: tensor<1x128xf32>, %s: tensor<?x8xbf16>) -> (tensor<?x64xf32>, tensor<1x512xf32>, tensor<?x16xbf16>) {
+  %r = kiln.all_reduce %x {group_size = 2 : i64} : tensor<?x64xf32>
+  %g = kiln.all_gather %l {group_size = 4 : i64} : tensor<1x128xf32> -> tensor<1x512xf32>
+  %h = kiln.all_gather %s {group_size = 2 : i64} : tensor<?x8xbf16> -> tensor<?x16xbf16>
+  return %r, %g, %h : tensor<?x64xf32>, tensor<1x512xf32>, tensor<?x16xbf16>
+}
+
+// -----
+
+func.func @gather_columns(%l: tensor<1x128xf32>) -> tensor<1x500xf32> {
+  // expected-error @+1 {{'kiln.all_gather' op result must have group_size (4) x 128 columns, got 'tensor<1x500xf32>'}}
+  %g = kiln.all_gather %l {group_size = 4 : i64} : tensor<1x128xf32> -> tensor<1x500xf32>
+  return %g : tensor<1x500xf32>
+}
+
+// -----
+
+func.func @gather_rows(%l: tensor<1x128xf32>) -> tensor<2x256xf32> {
+  // expected-error @+1 {{'kiln.all_gather' op result rows differ from the input's}}
+  %g = kiln.all_gather %l {group_size = 2 : i64} : tensor<1x128xf32> -> tensor<2x256xf32>
+  return %g : tensor<2x256xf32>
+}
+
+// -----
+
+func.func @gather_type(%l: tensor<1x128xf32>) -> tensor<1x256xf16> {
+  // expected-error @+1 {{'kiln.all_gather' op result element type 'f16' differs from the input's 'f32'}}
+  %g = kiln.all_gather %l {group_size = 2 : i64} : tensor<1x128xf32> -> tensor<1x256xf16>
+  return %g : tensor<1x256xf16>
+}
+
+// -----
+
+func.func @group_of_one(%x: tensor<?x64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{'kiln.all_reduce' op attribute 'group_size' failed to satisfy constraint}}
+  %r = kiln.all_reduce %x {group_size = 1 : i64} : tensor<?x64xf32>
+  return %r : tensor<?x64xf32>
+}
