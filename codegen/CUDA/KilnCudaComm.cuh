@@ -30,6 +30,19 @@
 #define KILN_CUDA_NCCL_STATUS_BASE 200000
 
 namespace kiln_cuda_detail {
+/// Records an NCCL failure of `call` for the collective named `what`.
+inline bool checkNccl(kiln_cuda_ctx *ctx, ncclResult_t r, const char *call,
+                      const char *what, const char *file, int line) {
+  if (r == ncclSuccess)
+    return true;
+  char reason[160];
+  std::snprintf(reason, sizeof(reason), "%s ('%s')", ncclGetErrorString(r),
+                what ? what : "?");
+  setError(ctx, KILN_CUDA_NCCL_STATUS_BASE + int32_t(r), call, file, line,
+           reason);
+  return false;
+}
+
 template <typename T> inline ncclDataType_t ncclTypeOf();
 template <> inline ncclDataType_t ncclTypeOf<float>() { return ncclFloat32; }
 template <> inline ncclDataType_t ncclTypeOf<__half>() { return ncclFloat16; }
@@ -53,16 +66,10 @@ inline void kiln_cuda_all_reduce(kiln_cuda_ctx *ctx, const T *x, T *y,
     return;
   if (!ctx->nccl)
     return;
-  ncclResult_t r = ncclAllReduce(y, y, size_t(count), ncclTypeOf<T>(), ncclSum,
-                                 static_cast<ncclComm_t>(ctx->nccl),
-                                 streamOf(ctx));
-  if (r != ncclSuccess) {
-    char reason[160];
-    std::snprintf(reason, sizeof(reason), "%s (all-reduce '%s')",
-                  ncclGetErrorString(r), what ? what : "?");
-    setError(ctx, KILN_CUDA_NCCL_STATUS_BASE + int32_t(r), "ncclAllReduce",
-             __FILE__, __LINE__, reason);
-  }
+  checkNccl(ctx,
+            ncclAllReduce(y, y, size_t(count), ncclTypeOf<T>(), ncclSum,
+                          static_cast<ncclComm_t>(ctx->nccl), streamOf(ctx)),
+            "ncclAllReduce", what, __FILE__, __LINE__);
 }
 
 /// kiln.all_gather of one row (the vocab-parallel classifier's logits of
@@ -88,16 +95,10 @@ inline void kiln_cuda_all_gather(kiln_cuda_ctx *ctx, const T *x, T *y,
                      "gathers one row (the batched step does not run on "
                      "CUDA rank groups yet)"))
     return;
-  ncclResult_t r =
-      ncclAllGather(x, y, size_t(cols), ncclTypeOf<T>(),
-                    static_cast<ncclComm_t>(ctx->nccl), streamOf(ctx));
-  if (r != ncclSuccess) {
-    char reason[160];
-    std::snprintf(reason, sizeof(reason), "%s (all-gather '%s')",
-                  ncclGetErrorString(r), what ? what : "?");
-    setError(ctx, KILN_CUDA_NCCL_STATUS_BASE + int32_t(r), "ncclAllGather",
-             __FILE__, __LINE__, reason);
-  }
+  checkNccl(ctx,
+            ncclAllGather(x, y, size_t(cols), ncclTypeOf<T>(),
+                          static_cast<ncclComm_t>(ctx->nccl), streamOf(ctx)),
+            "ncclAllGather", what, __FILE__, __LINE__);
 }
 
 #endif // KILN_CODEGEN_CUDA_KILNCUDACOMM_CUH

@@ -48,38 +48,36 @@ void send(Communicator &comm, Command c) {
     comm.abort(s.message(), 1);
 }
 
+/// The command `op` of session or engine `id` (the other fields zero).
+Command command(Op op, uint32_t id) {
+  Command c;
+  c.op = uint32_t(op);
+  c.session = id;
+  return c;
+}
+
 class ParallelExecutor final : public Executor {
 public:
   ParallelExecutor(Communicator &comm, std::unique_ptr<Executor> inner)
       : comm_(comm), inner_(std::move(inner)), id_(nextSession++) {
     std::lock_guard<std::mutex> lock(comm_.stepMutex());
-    Command c;
-    c.op = uint32_t(Op::Create);
-    c.session = id_;
-    send(comm_, c);
+    send(comm_, command(Op::Create, id_));
   }
   ~ParallelExecutor() override {
     std::lock_guard<std::mutex> lock(comm_.stepMutex());
-    Command c;
-    c.op = uint32_t(Op::Release);
-    c.session = id_;
-    send(comm_, c);
+    send(comm_, command(Op::Release, id_));
   }
 
   Status reset(bool dirty) override {
     std::lock_guard<std::mutex> lock(comm_.stepMutex());
-    Command c;
-    c.op = uint32_t(Op::Reset);
-    c.session = id_;
+    Command c = command(Op::Reset, id_);
     c.n = dirty ? 1 : 0;
     send(comm_, c);
     return inner_->reset(dirty);
   }
   Status prefill(const int32_t *tokens, int64_t n, int64_t pos) override {
     std::lock_guard<std::mutex> lock(comm_.stepMutex());
-    Command c;
-    c.op = uint32_t(Op::Prefill);
-    c.session = id_;
+    Command c = command(Op::Prefill, id_);
     c.n = n;
     c.pos = pos;
     send(comm_, c);
@@ -92,9 +90,7 @@ public:
   }
   Status decode(int32_t token, int64_t pos) override {
     std::lock_guard<std::mutex> lock(comm_.stepMutex());
-    Command c;
-    c.op = uint32_t(Op::Decode);
-    c.session = id_;
+    Command c = command(Op::Decode, id_);
     c.pos = pos;
     c.token = token;
     send(comm_, c);
@@ -122,9 +118,7 @@ Status createParallelExecutor(const Artifact &, Communicator &comm,
 
 void endFollowers(Communicator &comm) {
   std::lock_guard<std::mutex> lock(comm.stepMutex());
-  Command c;
-  c.op = uint32_t(Op::End);
-  send(comm, c);
+  send(comm, command(Op::End, 0));
 }
 
 /// int32 values of a step's arrays, in the order packStep writes them.
@@ -136,9 +130,7 @@ static int64_t stepValues(int64_t seqs, int64_t tokens, int64_t maxBlocks,
 uint32_t sendEngineCreate(Communicator &comm, int64_t blockTokens,
                           int64_t numBlocks, bool batchInvariant) {
   std::lock_guard<std::mutex> lock(comm.stepMutex());
-  Command c;
-  c.op = uint32_t(Op::EngineCreate);
-  c.session = nextSession++;
+  Command c = command(Op::EngineCreate, nextSession++);
   c.n = blockTokens;
   c.pos = numBlocks;
   c.token = batchInvariant ? 1 : 0;
@@ -148,16 +140,11 @@ uint32_t sendEngineCreate(Communicator &comm, int64_t blockTokens,
 
 void sendEngineRelease(Communicator &comm, uint32_t id) {
   std::lock_guard<std::mutex> lock(comm.stepMutex());
-  Command c;
-  c.op = uint32_t(Op::EngineRelease);
-  c.session = id;
-  send(comm, c);
+  send(comm, command(Op::EngineRelease, id));
 }
 
 void sendStep(Communicator &comm, uint32_t id, const serve::StepArrays &a) {
-  Command c;
-  c.op = uint32_t(Op::Step);
-  c.session = id;
+  Command c = command(Op::Step, id);
   c.n = a.numTokens;
   c.pos = a.numSeqs;
   c.token = a.maxBlocks;

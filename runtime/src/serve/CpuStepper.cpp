@@ -17,25 +17,43 @@ constexpr size_t kAlign = 64;
 size_t alignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 } // namespace
 
+PoolFormat poolFormat(const std::string &kvDtype) {
+  if (kvDtype == "int8")
+    return {KILN_KV_INT8, 1};
+  if (kvDtype == "fp8_e4m3")
+    return {KILN_KV_FP8, 1};
+  return {KILN_KV_PLAIN, int64_t(dtypeBytes(kvDtype))};
+}
+
+PoolLayout poolLayout(int64_t layers, int64_t kvHeads, int64_t headDim,
+                      PoolFormat format, int64_t numBlocks,
+                      int64_t blockTokens) {
+  PoolLayout l;
+  const size_t rows = size_t(numBlocks * blockTokens);
+  l.kvRowBytes = size_t(kvHeads * headDim * format.elemBytes);
+  l.scaleRowBytes = format.quantized() ? size_t(kvHeads) * 4 : 0;
+  l.dataBytes = alignUp(rows * l.kvRowBytes);
+  l.scaleBytes = alignUp(rows * l.scaleRowBytes);
+  l.layerBytes = 2 * l.dataBytes + 2 * l.scaleBytes;
+  l.poolBytes = l.layerBytes * size_t(layers);
+  return l;
+}
+
 Status CpuStepper::create(const Artifact &artifact, int64_t blockTokens,
                           int64_t numBlocks, std::unique_ptr<CpuStepper> &out) {
   const Manifest &m = artifact.manifest();
   std::unique_ptr<CpuStepper> s(new CpuStepper(artifact));
   s->blockTokens_ = blockTokens;
-  int32_t format = KILN_KV_PLAIN;
-  int64_t elemBytes = int64_t(dtypeBytes(m.kvDtype));
-  if (m.kvDtype == "int8" || m.kvDtype == "fp8_e4m3") {
-    format = m.kvDtype == "int8" ? KILN_KV_INT8 : KILN_KV_FP8;
-    elemBytes = 1;
-  }
-  const bool quantized = format != KILN_KV_PLAIN;
-  const int64_t rows = numBlocks * blockTokens;
-  s->kvRowBytes_ = size_t(m.kvHeads * m.kvHeadDim * elemBytes);
-  s->scaleRowBytes_ = quantized ? size_t(m.kvHeads) * 4 : 0;
-  const size_t dataBytes = alignUp(size_t(rows) * s->kvRowBytes_);
-  const size_t scaleBytes = alignUp(size_t(rows) * s->scaleRowBytes_);
-  const size_t layerBytes = 2 * dataBytes + 2 * scaleBytes;
-  s->poolBytes_ = layerBytes * size_t(m.kvLayers);
+  const PoolFormat f = poolFormat(m.kvDtype);
+  const PoolLayout l = poolLayout(m.kvLayers, m.kvHeads, m.kvHeadDim, f,
+                                  numBlocks, blockTokens);
+  s->kvRowBytes_ = l.kvRowBytes;
+  s->scaleRowBytes_ = l.scaleRowBytes;
+  s->poolBytes_ = l.poolBytes;
+  const size_t dataBytes = l.dataBytes, scaleBytes = l.scaleBytes,
+               layerBytes = l.layerBytes;
+  const bool quantized = f.quantized();
+  const int32_t format = f.format;
   void *pool = mmap(nullptr, s->poolBytes_, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (pool == MAP_FAILED)

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace kiln::rt {
@@ -36,6 +37,29 @@ struct StepArrays {
   const int32_t *tokens = nullptr, *positions = nullptr; ///< [numTokens]
   const int32_t *copySrc = nullptr, *copyDst = nullptr;  ///< [numCopies]
 };
+
+/// The paged pool's element format for a manifest's kv_cache.dtype:
+/// KILN_KV_PLAIN with the dtype's bytes, or KILN_KV_INT8 / KILN_KV_FP8
+/// with one byte and f32 scales per (position, kv head).
+struct PoolFormat {
+  int32_t format = KILN_KV_PLAIN;
+  int64_t elemBytes = 4;
+  bool quantized() const { return format != KILN_KV_PLAIN; }
+};
+PoolFormat poolFormat(const std::string &kvDtype);
+
+/// Byte layout of a pool of `numBlocks` blocks of `blockTokens` positions:
+/// per layer, keys, values, then (8-bit formats) their scales, each part
+/// 64-byte aligned; layer l starts at l * layerBytes. The host pool
+/// (CpuStepper) and the device pool (the CUDA stepper) share it.
+struct PoolLayout {
+  size_t kvRowBytes = 0, scaleRowBytes = 0; ///< one position of one layer
+  size_t dataBytes = 0, scaleBytes = 0;     ///< one part of one layer
+  size_t layerBytes = 0, poolBytes = 0;
+};
+PoolLayout poolLayout(int64_t layers, int64_t kvHeads, int64_t headDim,
+                      PoolFormat format, int64_t numBlocks,
+                      int64_t blockTokens);
 
 class CpuStepper {
 public:

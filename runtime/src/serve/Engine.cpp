@@ -29,10 +29,6 @@ namespace {
 constexpr int64_t kDefaultBlockTokens = 16;
 constexpr int64_t kDefaultMaxBatch = 16;
 constexpr int64_t kDefaultMaxQueue = 256;
-/// Byte offsets inside the pool are kept 64-byte aligned.
-constexpr size_t kAlign = 64;
-
-size_t alignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 uint64_t physicalMemory() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
@@ -119,13 +115,10 @@ Status Engine::create(const Artifact &artifact,
                            "KILN_RT_ENGINE_BATCH_INVARIANT = 2)");
 
   // The pool: the KV format the compiler planned (manifest kv_cache.dtype).
-  int32_t format = KILN_KV_PLAIN;
-  int64_t elemBytes = int64_t(dtypeBytes(m.kvDtype));
-  if (m.kvDtype == "int8" || m.kvDtype == "fp8_e4m3") {
-    format = m.kvDtype == "int8" ? KILN_KV_INT8 : KILN_KV_FP8;
-    elemBytes = 1;
-  }
-  const bool quantized = format != KILN_KV_PLAIN;
+  const PoolFormat poolFmt = poolFormat(m.kvDtype);
+  const int32_t format = poolFmt.format;
+  const int64_t elemBytes = poolFmt.elemBytes;
+  const bool quantized = poolFmt.quantized();
   const int64_t blockBytes = kvBlockBytes(e->layers_, e->kvHeads_, e->headDim_,
                                           elemBytes, quantized, e->blockTokens_);
   const int64_t blocksPerSeq = (e->context_ + e->blockTokens_ - 1) / e->blockTokens_;
@@ -163,13 +156,12 @@ Status Engine::create(const Artifact &artifact,
         " bytes): raise the KV-cache size or lower the context length");
   e->numBlocks_ = int64_t(std::min<uint64_t>(blocks, INT32_MAX / 2));
 
-  const int64_t rows = e->numBlocks_ * e->blockTokens_;
-  const size_t kvRowBytes = size_t(e->kvHeads_ * e->headDim_ * elemBytes);
-  const size_t scaleRowBytes = quantized ? size_t(e->kvHeads_) * 4 : 0;
-  const size_t dataBytes = alignUp(size_t(rows) * kvRowBytes);
-  const size_t scaleBytes = alignUp(size_t(rows) * scaleRowBytes);
-  const size_t layerBytes = 2 * dataBytes + 2 * scaleBytes;
-  const size_t poolBytes = layerBytes * size_t(e->layers_);
+  const PoolLayout pool = poolLayout(e->layers_, e->kvHeads_, e->headDim_,
+                                     poolFmt, e->numBlocks_, e->blockTokens_);
+  const size_t kvRowBytes = pool.kvRowBytes,
+               scaleRowBytes = pool.scaleRowBytes,
+               dataBytes = pool.dataBytes, scaleBytes = pool.scaleBytes,
+               layerBytes = pool.layerBytes, poolBytes = pool.poolBytes;
   if (cuda) {
     // The pool lives on the device: the stepper allocates it (and the
     // arena, workspace and step buffers) from the same layout.
@@ -373,38 +365,38 @@ Status Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled,
   }
   if (logits_.size() < S * size_t(vocab_))
     logits_.resize(S * size_t(vocab_));
+  StepArrays arrays;
+  arrays.numSeqs = int32_t(S);
+  arrays.numTokens = int32_t(T);
+  arrays.maxBlocks = int32_t(maxBlocks);
+  arrays.numCopies = int32_t(copySrc_.size());
+  arrays.rowStart = rowStart_.data();
+  arrays.rowCount = rowCount_.data();
+  arrays.pos = pos_.data();
+  arrays.blockTables = tables_.data();
+  arrays.tokens = tokens_.data();
+  arrays.positions = positions_.data();
+  arrays.copySrc = copySrc_.data();
+  arrays.copyDst = copyDst_.data();
   if (cudaStepper_) {
     kiln_cudaexec_step_t st{};
-    st.num_seqs = int32_t(S);
-    st.num_tokens = int32_t(T);
-    st.max_blocks = int32_t(maxBlocks);
-    st.tokens = tokens_.data();
-    st.positions = positions_.data();
-    st.row_start = rowStart_.data();
-    st.row_count = rowCount_.data();
-    st.pos = pos_.data();
-    st.block_tables = tables_.data();
-    st.num_copies = int32_t(copySrc_.size());
-    st.copy_src = copySrc_.data();
-    st.copy_dst = copyDst_.data();
+    st.num_seqs = arrays.numSeqs;
+    st.num_tokens = arrays.numTokens;
+    st.max_blocks = arrays.maxBlocks;
+    st.tokens = arrays.tokens;
+    st.positions = arrays.positions;
+    st.row_start = arrays.rowStart;
+    st.row_count = arrays.rowCount;
+    st.pos = arrays.pos;
+    st.block_tables = arrays.blockTables;
+    st.num_copies = arrays.numCopies;
+    st.copy_src = arrays.copySrc;
+    st.copy_dst = arrays.copyDst;
     const float *deviceLogits = nullptr; // the stepper's pinned copy
     KILN_RT_RETURN_IF_ERROR(cudaStepper_->run(st, deviceLogits));
     std::memcpy(logits_.data(), deviceLogits,
                 sizeof(float) * S * size_t(vocab_));
   } else {
-    StepArrays arrays;
-    arrays.numSeqs = int32_t(S);
-    arrays.numTokens = int32_t(T);
-    arrays.maxBlocks = int32_t(maxBlocks);
-    arrays.numCopies = int32_t(copySrc_.size());
-    arrays.rowStart = rowStart_.data();
-    arrays.rowCount = rowCount_.data();
-    arrays.pos = pos_.data();
-    arrays.blockTables = tables_.data();
-    arrays.tokens = tokens_.data();
-    arrays.positions = positions_.data();
-    arrays.copySrc = copySrc_.data();
-    arrays.copyDst = copyDst_.data();
     if (Communicator *group = artifact_.group()) {
       // Every rank runs the step on its shard; the all-reduces inside make
       // the logits whole, so rank 0 samples from its own.
