@@ -65,6 +65,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -84,6 +85,10 @@ struct State {
   pthread_t initThread{};
   int32_t rank = -1, size = 0;
   MPI_Comm comm = MPI_COMM_NULL;
+  // Liveness pings between waiting ranks (servicePings, unresponsive):
+  // point-to-point on a communicator of their own, never mixed with the
+  // collectives.
+  MPI_Comm probeComm = MPI_COMM_NULL;
   int64_t maxChunk = INT64_MAX; // KILN_COMM_MPI_MAX_CHUNK
   // A collective that timed out is still pending: its message, refusing
   // every later collective, and no finalize (it would wait for it).
@@ -184,6 +189,78 @@ int32_t checkUsable(kiln_comm_error_t *err, const std::string &desc) {
   return 0;
 }
 
+constexpr int kPingTag = 0x4b50; // "are you waiting?"
+constexpr int kPongTag = 0x4b51; // "yes"
+
+/// Answers every pending ping: a rank that polls in waitFor (in a
+/// collective, or waiting for rank 0's next command) is alive.
+void servicePings() {
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kPingTag, g.probeComm, &flag, &st) !=
+            MPI_SUCCESS ||
+        !flag)
+      return;
+    int32_t payload = 0;
+    MPI_Recv(&payload, 1, MPI_INT32_T, st.MPI_SOURCE, kPingTag, g.probeComm,
+             MPI_STATUS_IGNORE);
+    MPI_Request req;
+    if (MPI_Isend(&g.rank, 1, MPI_INT32_T, st.MPI_SOURCE, kPongTag,
+                  g.probeComm, &req) == MPI_SUCCESS)
+      MPI_Request_free(&req);
+  }
+}
+
+/// After a timeout: pings every other rank and waits up to `waitMs` for
+/// the answers. Returns the ranks that did not answer (hung, stopped, or
+/// busy outside Kiln's collectives for that long), as "1, 3".
+std::string unresponsive(int64_t waitMs) {
+  static const int32_t ping = 1;
+  std::vector<char> answered(size_t(g.size), 0);
+  answered[size_t(g.rank)] = 1;
+  for (int32_t r = 0; r < g.size; ++r) {
+    if (r == g.rank)
+      continue;
+    MPI_Request req;
+    if (MPI_Isend(&ping, 1, MPI_INT32_T, r, kPingTag, g.probeComm, &req) ==
+        MPI_SUCCESS)
+      MPI_Request_free(&req);
+  }
+  const int64_t end = nowNs() + waitMs * 1000000;
+  int left = g.size - 1;
+  while (left > 0 && nowNs() < end) {
+    servicePings(); // the other waiting ranks ask too
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kPongTag, g.probeComm, &flag, &st) !=
+        MPI_SUCCESS)
+      break;
+    if (!flag) {
+      timespec ts{0, 1000000};
+      nanosleep(&ts, nullptr);
+      continue;
+    }
+    int32_t from = -1;
+    MPI_Recv(&from, 1, MPI_INT32_T, st.MPI_SOURCE, kPongTag, g.probeComm,
+             MPI_STATUS_IGNORE);
+    if (!answered[size_t(st.MPI_SOURCE)]) {
+      answered[size_t(st.MPI_SOURCE)] = 1;
+      --left;
+    }
+  }
+  // (snprintf, not std::to_string: its digit table would be a unique
+  // symbol exported from this library.)
+  std::string out;
+  for (int32_t r = 0; r < g.size; ++r)
+    if (!answered[size_t(r)]) {
+      char num[16];
+      std::snprintf(num, sizeof(num), "%s%d", out.empty() ? "" : ", ", r);
+      out += num;
+    }
+  return out;
+}
+
 /// Waits for `req` to complete, polling MPI_Test (see the file comment);
 /// `deadlineNs` (CLOCK_MONOTONIC) <= 0: no deadline. On a timeout the
 /// request is left pending and the backend refuses later collectives.
@@ -200,17 +277,28 @@ int32_t waitFor(MPI_Request *req, int64_t deadlineNs, int64_t timeoutMs,
     if (done)
       return 0;
     int64_t now = nowNs();
+    if (now - startNs >= kSpinNs)
+      servicePings();
     if (deadlineNs > 0 && now >= deadlineNs) {
       g.broken = true;
       g.brokenBecause = desc + " timed out";
       // Still in use by the pending request: never reuse or free it.
       g.scratch = nullptr;
       g.scratchElems = 0;
+      // Which rank is missing: the others are polling too and answer.
+      const std::string silent = unresponsive(1000);
+      const std::string who =
+          silent.empty()
+              ? std::string("every rank answers a ping, so one is waiting "
+                            "in another collective (mismatched steps?)")
+              : (silent.find(',') == std::string::npos ? "rank " : "ranks ") +
+                    silent + " did not answer within 1 s (hung or stopped)";
       return setError(
           err, KILN_RT_DEADLINE_EXCEEDED,
-          "%s: %s timed out after %.1f s waiting for the other ranks: a "
-          "rank died or hung (KILN_COMM_TIMEOUT_S sets the limit)",
-          rankTag().c_str(), desc.c_str(), double(timeoutMs) / 1000.0);
+          "%s: %s timed out after %.1f s waiting for the other ranks: %s "
+          "(KILN_COMM_TIMEOUT_S sets the limit)",
+          rankTag().c_str(), desc.c_str(), double(timeoutMs) / 1000.0,
+          who.c_str());
     }
     if (now - startNs < kSpinNs) {
       sched_yield();
@@ -307,6 +395,18 @@ int32_t commInit(int32_t *rank, int32_t *size, kiln_comm_error_t *err) {
     }
     g.maxChunk = v;
   }
+  MPI_Comm probe = MPI_COMM_NULL;
+  rc = MPI_Comm_dup(MPI_COMM_WORLD, &probe);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_set_errhandler(probe, MPI_ERRORS_RETURN);
+  if (rc != MPI_SUCCESS) {
+    MPI_Comm_free(&comm);
+    return setError(err, KILN_RT_INTERNAL,
+                    "MPI backend: rank %d of %d: the liveness communicator: "
+                    "%s",
+                    r, n, mpiErrorString(rc).c_str());
+  }
+  g.probeComm = probe;
   g.comm = comm;
   g.rank = r;
   g.size = n;
@@ -537,6 +637,8 @@ void commFinalize(void) {
   if (finalized)
     return;
   MPI_Comm_free(&g.comm);
+  if (g.probeComm != MPI_COMM_NULL)
+    MPI_Comm_free(&g.probeComm);
   std::free(g.scratch);
   g.scratch = nullptr;
   g.scratchElems = 0;
