@@ -459,6 +459,11 @@ static std::string planInfoExport(ModuleOp module) {
       maxSeq = std::max(maxSeq, t.getDimSize(0));
     }
   });
+  // kiln-partition's group size (1: not partitioned).
+  int64_t tpSize = 1;
+  if (auto p = module->getAttrOfType<DictionaryAttr>("kiln.partition"))
+    if (auto tp = p.getAs<IntegerAttr>("tp"))
+      tpSize = tp.getInt();
   std::string text;
   llvm::raw_string_ostream os(text);
   os << "extern \"C\" void kiln_plan_info(kiln_plan_info_t *out) {\n"
@@ -474,6 +479,7 @@ static std::string planInfoExport(ModuleOp module) {
      << "  out->step_max_tokens = " << stepTokens << ";\n"
      << "  out->step_weights_extent = " << weightExtent.lookup("step")
      << ";\n"
+     << "  out->tp_size = " << tpSize << ";\n"
      << "}";
   return text;
 }

@@ -226,10 +226,17 @@ void PartitionPass::runOnOperation() {
   // Attention heads: each rank its own query heads; KV heads split too, or
   // replicated when there are fewer of them than ranks (every query head
   // of a rank then shares one KV head).
+  // The group sizes this model does split into, for the errors below.
+  std::string valid;
+  for (int64_t t = 1; t <= heads && t <= 64; ++t)
+    if (heads % t == 0 && (kvHeads % t == 0 || t % kvHeads == 0) &&
+        hidden % t == 0)
+      valid += (valid.empty() ? "" : ", ") + std::to_string(t);
+  const std::string hint = " (this model splits into tp = " + valid + ")";
   if (heads % tp != 0)
     return fail(module, "the model's " + Twine(heads) +
                             " attention heads do not divide among tp=" +
-                            Twine(tp) + " ranks");
+                            Twine(tp) + " ranks" + hint);
   headsPerRank = heads / tp;
   if (kvHeads % tp == 0) {
     kvHeadsPerRank = kvHeads / tp;
@@ -241,12 +248,12 @@ void PartitionPass::runOnOperation() {
     return fail(module, "the model's " + Twine(kvHeads) +
                             " KV heads and tp=" + Twine(tp) +
                             ": one must divide the other (split or "
-                            "replicate the KV heads)");
+                            "replicate the KV heads)" + hint);
   }
   if (hidden % tp != 0)
     return fail(module, "the FFN's " + Twine(hidden) +
                             " hidden features do not divide among tp=" +
-                            Twine(tp) + " ranks");
+                            Twine(tp) + " ranks" + hint);
   q = {rank * headsPerRank * headDim, headsPerRank * headDim};
   ffn = {rank * (hidden / tp), hidden / tp};
   // The classifier: vocab-parallel when every kiln.logits reads @output and

@@ -81,6 +81,7 @@ void kiln_plan_info(kiln_plan_info_t *out) {
   out->decode_weights_extent = 4;
   out->step_max_tokens = 0; // no batched step entry point
   out->step_weights_extent = 0;
+  out->tp_size = 1;
 #endif
 }
 

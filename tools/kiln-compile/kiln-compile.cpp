@@ -157,19 +157,32 @@ static cl::opt<int64_t> maxPrefillTokens(
                                    "plan is sized for (default: min(context, 512))"),
     cl::init(0), cl::cat(category));
 
-static cl::opt<int64_t> tensorParallel(
+static cl::opt<std::string> tensorParallel(
     "tp",
     cl::desc("Tensor parallelism: partition the model over N ranks "
              "(kiln-partition, Megatron-LM splits; docs/parallelism.md). The "
              "artifact holds one program and a weights.rank<R>.bin shard per "
              "rank; run it with `mpirun -np N kiln-run ARTIFACT ...`. "
              "Default 1"),
-    cl::init(1), cl::value_desc("N"), cl::cat(category));
-static cl::opt<int64_t> pipelineParallel(
+    cl::init("1"), cl::value_desc("N"), cl::cat(category));
+static cl::opt<std::string> pipelineParallel(
     "pp",
     cl::desc("Pipeline parallelism: stages of layers over M ranks (not "
              "built yet: only 1 is accepted)"),
-    cl::init(1), cl::value_desc("M"), cl::cat(category));
+    cl::init("1"), cl::value_desc("M"), cl::cat(category));
+
+/// --tp, parsed (main).
+static int64_t tensorParallelRanks = 1;
+
+/// A rank count of --tp / --pp: decimal digits only (no sign, hex or octal),
+/// in [1, 64]; 0 when `text` is not one.
+static int64_t parseRanks(llvm::StringRef text) {
+  if (text.empty() || text.size() > 2 || !llvm::all_of(text, llvm::isDigit))
+    return 0;
+  int64_t v = 0;
+  text.getAsInteger(10, v);
+  return v >= 1 && v <= 64 ? v : 0;
+}
 
 static cl::opt<std::string> signKeyPath(
     "sign-key",
@@ -437,6 +450,25 @@ int main(int argc, char **argv) {
     return fail("--emit given more than once");
   if (!kvCache.empty() && kvCache != "int8" && kvCache != "fp8")
     return fail("unsupported --kv='" + kvCache + "' (expected int8 or fp8)");
+  for (cl::opt<std::string> *o : {&tensorParallel, &pipelineParallel})
+    if (o->getNumOccurrences() > 1)
+      return fail("--" + o->ArgStr + " given more than once");
+  tensorParallelRanks = parseRanks(tensorParallel);
+  if (!tensorParallelRanks)
+    return fail("--tp=" + tensorParallel +
+                " is not a rank count (a decimal number in [1, 64])");
+  if (!parseRanks(pipelineParallel))
+    return fail("--pp=" + pipelineParallel +
+                " is not a stage count (a decimal number in [1, 64])");
+  if (pipelineParallel != "1")
+    return fail("--pp=" + pipelineParallel +
+                ": pipeline parallelism is not built yet (docs/"
+                "parallelism.md); use --tp for now");
+  if (tensorParallelRanks > 1 && quant != "none" && quant != "w8a16" &&
+      quant != "w4a16-rtn")
+    return fail("--tp with --quant=" + quant +
+                ": calibrated recipes are not partitioned yet (use none, "
+                "w8a16 or w4a16-rtn: each rank quantizes its own shard)");
   if (llvm::Error err = checkQuantFlags())
     return fail(llvm::toString(std::move(err)));
   if (kvCache.getNumOccurrences() && kvCache.empty())
@@ -454,7 +486,7 @@ int main(int argc, char **argv) {
     return fail("--act-quant=int8 reads GGUF linears as stored blocks: drop "
                 "--gguf-linears=repacked");
   if (!kvCache.empty() && calibrationPath.empty() &&
-      !kvCentering.getNumOccurrences())
+      !kvCentering.getNumOccurrences() && tensorParallelRanks == 1)
     llvm::errs() << "kiln-compile: note: --kv=" << kvCache
                  << " without --calibration stores keys uncentered; keys "
                     "with per-channel offsets then lose accuracy (on "
@@ -467,18 +499,7 @@ int main(int argc, char **argv) {
       maxSeqLen < 0 || maxPrefillTokens < 0)
     return fail("--max-seq-len and --max-prefill-tokens must be positive");
 
-  if (tensorParallel < 1 || tensorParallel > 64)
-    return fail("--tp=" + std::to_string(tensorParallel) +
-                " is outside [1, 64] (ranks of a tensor-parallel group)");
-  if (pipelineParallel != 1)
-    return fail("--pp=" + std::to_string(pipelineParallel) +
-                ": pipeline parallelism is not built yet (docs/"
-                "parallelism.md); use --tp for now");
-  if (tensorParallel > 1) {
-    if (quant != "none" && quant != "w8a16" && quant != "w4a16-rtn")
-      return fail("--tp with --quant=" + quant +
-                  ": calibrated recipes are not partitioned yet (use none, "
-                  "w8a16 or w4a16-rtn: each rank quantizes its own shard)");
+  if (tensorParallelRanks > 1) {
     if (centerKeys())
       return fail("--tp with key centering (--kv with --calibration) is not "
                   "partitioned yet: pass --kv-centering=false");
@@ -596,11 +617,11 @@ int main(int argc, char **argv) {
       fuseFamilies.empty()
           ? std::string()
           : "kiln-fuse{families=" + llvm::join(fuseFamilies, ",") + "},";
-  options.tp = tensorParallel;
+  options.tp = tensorParallelRanks;
   options.pipeline = "kiln-verify,canonicalize," +
-                     (tensorParallel > 1
+                     (tensorParallelRanks > 1
                           ? "kiln-partition{tp=" +
-                                std::to_string(tensorParallel) + " rank=R},"
+                                std::to_string(tensorParallelRanks) + " rank=R},"
                           : std::string()) +
                      (quantPasses.empty() ? "" : quantPasses + ",") +
                      (options.batchStep ? "kiln-batch-step{required=false},"

@@ -2016,6 +2016,9 @@ int main(int argc, char **argv) {
                                           threadCount.getNumOccurrences() > 0)
                                     : 0;
   if (rank != 0) {
+    // A follower has no HTTP to drain: SIGINT / SIGTERM end it at once (and
+    // mpirun then the job), as for kiln-run's followers.
+    pthread_sigmask(SIG_UNBLOCK, &stopSignals, nullptr);
     check(kiln_rt_parallel_follow(s.artifact));
     kiln_rt_artifact_release(s.artifact);
     kiln_rt_parallel_finalize();

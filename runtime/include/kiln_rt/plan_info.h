@@ -14,7 +14,8 @@
  * Adding a field changes the layout: bump KILN_ABI_VERSION (kernel_abi.h)
  * and KILN_CUDA_ABI_VERSION (cuda_abi.h), which both include this header.
  * Version history: kernel ABI 4 / CUDA ABI 2 added the weight extents;
- * kernel ABI 11 / CUDA ABI 4 the step entry point's.
+ * kernel ABI 11 / CUDA ABI 4 the step entry point's; kernel ABI 12 / CUDA
+ * ABI 6 the tensor-parallel group size.
  *===----------------------------------------------------------------------===*/
 #ifndef KILN_RT_PLAN_INFO_H
 #define KILN_RT_PLAN_INFO_H
@@ -41,6 +42,11 @@ typedef struct kiln_plan_info_t {
    * step entry point, and the weight extent it addresses. */
   int64_t step_max_tokens;
   int64_t step_weights_extent;
+  /* Ranks of the tensor-parallel group the plan was partitioned for
+   * (kiln-partition's tp; 1: not partitioned). The manifest's parallel.tp
+   * and the job's size must equal it: the collectives' buffers are sized
+   * for it. */
+  int64_t tp_size;
 } kiln_plan_info_t;
 
 typedef void (*kiln_plan_info_fn)(kiln_plan_info_t *out);

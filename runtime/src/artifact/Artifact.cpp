@@ -353,6 +353,10 @@ Status parseManifest(const std::string &text, const std::string &dir,
                        out.weightsFile + " has " +
                        std::to_string(weightsSize) +
                        ": every rank's shard has the same layout");
+      if (std::find(out.rankWeightsFiles.begin(), out.rankWeightsFiles.end(),
+                    f.get<std::string>()) != out.rankWeightsFiles.end())
+        return r.error("field '" + at + "' names \"" + f.get<std::string>() +
+                       "\" again: every rank has its own shard");
       out.rankWeightsFiles.push_back(f.get<std::string>());
     }
     if (out.rankWeightsFiles.front() != out.weightsFile)
@@ -811,6 +815,12 @@ Status Artifact::load(const OpenOptions &options) {
   if (manifest_.tp > 1) {
     Communicator *comm = processGroup();
     const std::string tp = std::to_string(manifest_.tp);
+    if (!comm && launchedAsRank())
+      return failedPrecondition(
+          dir_ + " is partitioned for tensor parallelism over " + tp +
+          " ranks (manifest parallel.tp), and this tool does not run rank "
+          "groups: kiln-run and kiln-serve do (`mpirun -np " + tp +
+          " kiln-run " + dir_ + " ...`; docs/parallelism.md)");
     if (!comm)
       return failedPrecondition(
           dir_ + " is partitioned for tensor parallelism over " + tp +
@@ -821,6 +831,19 @@ Status Artifact::load(const OpenOptions &options) {
       return failedPrecondition(
           dir_ + " is partitioned for " + tp + " ranks but this job has " +
           std::to_string(comm->size()) + ": launch it with mpirun -np " + tp);
+    // Every rank must have opened the same artifact (a stale copy on one
+    // node would run silently wrong): compare the manifests' hashes.
+    const uint64_t mine = XXH3_64bits(manifestText.data(), manifestText.size());
+    std::vector<uint64_t> all(size_t(comm->size()));
+    KILN_RT_RETURN_IF_ERROR(comm->allGather(&mine, all.data(), sizeof(mine),
+                                            "manifest check"));
+    for (size_t r = 0; r < all.size(); ++r)
+      if (all[r] != all[0])
+        return failedPrecondition(
+            dir_ + "/manifest.json differs between rank 0 and rank " +
+            std::to_string(r) +
+            ": every rank must open the same artifact (a different or stale "
+            "copy at this path on that rank's node?)");
     group_ = comm;
     manifest_.weightsFile = manifest_.rankWeightsFiles[size_t(comm->rank())];
   } else if (Communicator *comm = processGroup(); comm && comm->size() > 1) {
@@ -954,6 +977,7 @@ Status Artifact::checkPlanInfo() {
   info.decode_weights_extent = -1;
   info.step_max_tokens = -1;
   info.step_weights_extent = -1;
+  info.tp_size = -1;
   reinterpret_cast<kiln_plan_info_fn>(sym)(&info);
   auto mismatch = [&](const char *field, int64_t manifestValue,
                       int64_t planned) {
@@ -986,6 +1010,9 @@ Status Artifact::checkPlanInfo() {
     return unimplemented(dir_ + "/model.so: kiln_plan_info reports no step "
                                 "entry point fields (built against an older "
                                 "plan_info.h; recompile the artifact)");
+  // The collectives' buffers are sized for the plan's group.
+  if (manifest_.tp != info.tp_size)
+    return mismatch("parallel.tp", manifest_.tp, info.tp_size);
   if (manifest_.stepEntry.empty() != (info.step_max_tokens == 0))
     return dataLoss(dir_ + "/manifest.json: runtime.entry_points.step is " +
                     (manifest_.stepEntry.empty() ? "absent" : "present") +

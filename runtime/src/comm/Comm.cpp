@@ -42,7 +42,7 @@ int64_t timeoutFromEnvironment(std::string &text) {
   char *end = nullptr;
   errno = 0;
   double s = std::strtod(env, &end);
-  if (errno || *end != '\0' || !(s > 0) || !std::isfinite(s) || s > 86400)
+  if (errno || *end != '\0' || !(s >= 0.1) || !std::isfinite(s) || s > 86400)
     return -1;
   return std::max<int64_t>(1, int64_t(s * 1000.0));
 }
@@ -116,7 +116,7 @@ Status joinGroup(Communicator *&out) {
   if (timeoutMs < 0)
     return failWith(invalidArgument(
         "KILN_COMM_TIMEOUT_S='" + timeoutText +
-        "' is not a positive number of seconds (at most 86400)"));
+        "' is not a number of seconds in [0.1, 86400]"));
   // KILN_RUNTIME_COMM_LIBRARY overrides the path (tests, relocated installs).
   const char *env = std::getenv("KILN_RUNTIME_COMM_LIBRARY");
   std::string path =

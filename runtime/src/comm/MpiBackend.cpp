@@ -289,8 +289,9 @@ int32_t waitFor(MPI_Request *req, int64_t deadlineNs, int64_t timeoutMs,
       const std::string silent = unresponsive(1000);
       const std::string who =
           silent.empty()
-              ? std::string("every rank answers a ping, so one is waiting "
-                            "in another collective (mismatched steps?)")
+              ? std::string("every rank answers a ping: they are slower "
+                            "than the deadline allows (raise it), or one "
+                            "waits in another collective")
               : (silent.find(',') == std::string::npos ? "rank " : "ranks ") +
                     silent + " did not answer within 1 s (hung or stopped)";
       return setError(

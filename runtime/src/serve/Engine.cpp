@@ -235,7 +235,7 @@ Engine::~Engine() {
   if (thread_.joinable())
     thread_.join();
   // Rank 0 of a tensor-parallel group: the followers drop their pools.
-  if (Communicator *group = artifact_.group())
+  if (Communicator *group = artifact_.group(); group && groupId_ != 0)
     sendEngineRelease(*group, groupId_);
   if (batchInvariant_)
     cpu::releaseBatchInvariantKernels();

@@ -118,6 +118,7 @@ kiln_plan_info(kiln_plan_info_t *out) {
   out->decode_weights_extent = 4;                          // word 0 only
   out->step_max_tokens = 0; // no batched step entry point
   out->step_weights_extent = 0;
+  out->tp_size = 1;
 }
 
 __attribute__((visibility("default"))) uint64_t kiln_cuda_workspace_bytes(void) {

@@ -152,7 +152,7 @@ def main():
             f'  out->arena_bytes = {arena}; out->max_prefill_tokens = {nmax}; out->vocab_size = {vocab};',
             f'  out->kv_cache_bytes = {n_layers * 2 * seq_len * kv_dim * 4}; out->max_seq = {seq_len};',
             f'  out->prefill_weights_extent = {len(blob)}; out->decode_weights_extent = {len(blob)};',
-            '  out->step_max_tokens = 0; out->step_weights_extent = 0;',
+            '  out->step_max_tokens = 0; out->step_weights_extent = 0; out->tp_size = 1;',
             '}', ""]
     cpp = os.path.join(out, "model.cpp")
     open(cpp, "w").write("\n".join(src))
