@@ -56,6 +56,23 @@ inline Status permissionDenied(std::string m) {
   return Status(KILN_RT_PERMISSION_DENIED, std::move(m));
 }
 
+/// The result of a C backend table's call (the CUDA executor, the
+/// communicator): 0 is ok; otherwise a KILN_RT_* code (anything else is
+/// KILN_RT_INTERNAL) and the NUL-terminated message the backend wrote into
+/// its fixed `capacity`-byte buffer, or `fallback` when it wrote none.
+inline Status backendStatus(int32_t code, const char *message, size_t capacity,
+                            const std::string &fallback) {
+  if (code == 0)
+    return Status::ok();
+  size_t n = 0;
+  while (n < capacity && message[n])
+    ++n;
+  const kiln_rt_status_code_t c = code > 0 && code <= KILN_RT_DEADLINE_EXCEEDED
+                                      ? kiln_rt_status_code_t(code)
+                                      : KILN_RT_INTERNAL;
+  return Status(c, n ? std::string(message, n) : fallback);
+}
+
 } // namespace kiln::rt
 
 #define KILN_RT_RETURN_IF_ERROR(expr)                                          \

@@ -22,14 +22,8 @@ namespace kiln::rt {
 namespace {
 
 Status commStatus(int32_t code, const kiln_comm_error_t &err) {
-  if (code == 0)
-    return Status::ok();
-  kiln_rt_status_code_t c = code > 0 && code <= KILN_RT_DEADLINE_EXCEEDED
-                                ? kiln_rt_status_code_t(code)
-                                : KILN_RT_INTERNAL;
-  std::string msg(err.message, strnlen(err.message, sizeof(err.message)));
-  return Status(c, msg.empty() ? "communication error " + std::to_string(code)
-                               : msg);
+  return backendStatus(code, err.message, sizeof(err.message),
+                       "communication error " + std::to_string(code));
 }
 
 /// KILN_COMM_TIMEOUT_S (seconds, default 30) in milliseconds, or -1 when

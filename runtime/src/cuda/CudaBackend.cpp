@@ -13,14 +13,8 @@
 namespace kiln::rt {
 
 Status cudaStatus(int32_t code, const kiln_cudaexec_error_t &err) {
-  if (code == 0)
-    return Status::ok();
-  kiln_rt_status_code_t c = code > 0 && code <= KILN_RT_INTERNAL
-                                ? kiln_rt_status_code_t(code)
-                                : KILN_RT_INTERNAL;
-  std::string msg(err.message, strnlen(err.message, sizeof(err.message)));
-  return Status(c, msg.empty() ? "CUDA executor error " + std::to_string(code)
-                               : msg);
+  return backendStatus(code, err.message, sizeof(err.message),
+                       "CUDA executor error " + std::to_string(code));
 }
 
 namespace {
