@@ -21,6 +21,7 @@
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SmallBitVector.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
@@ -41,7 +42,8 @@ public:
       : kernel(kernel), body(kernel.getBody().front()),
         name(kernel.getSymName().str()), cuda(cuda) {}
   FailureOr<std::string> run();
-  FailureOr<std::string> runCuda(int64_t maxTokens, std::string &scratchBytes);
+  FailureOr<std::string> runCuda(int64_t maxTokens, std::string &scratchBytes,
+                                 llvm::StringMap<std::string> *epilogueTypes);
 
 private:
   LogicalResult classify();
@@ -755,8 +757,9 @@ FailureOr<std::string> Emitter::cudaRowsExpr() {
   return text;
 }
 
-FailureOr<std::string> Emitter::runCuda(int64_t maxTokens,
-                                        std::string &scratchBytes) {
+FailureOr<std::string>
+Emitter::runCuda(int64_t maxTokens, std::string &scratchBytes,
+                 llvm::StringMap<std::string> *epilogueTypes) {
   scratchBytes.clear();
   if (failed(classify()) || failed(checkTypes()))
     return failure();
@@ -779,8 +782,9 @@ FailureOr<std::string> Emitter::runCuda(int64_t maxTokens,
   os << "// " << name << ": kiln.fused region (families:";
   for (Attribute f : kernel.getFamilies())
     os << " " << cast<StringAttr>(f).getValue();
-  os << "), CUDA template (KilnCudaFused.cuh)\nnamespace {\nstruct " << epi
-     << " {\n";
+  os << "), CUDA template (KilnCudaFused.cuh)\n";
+  const size_t structBegin = text.size();
+  os << "namespace {\nstruct " << epi << " {\n";
   for (unsigned i = 0; i < body.getNumArguments(); ++i)
     os << "  " << argDecl(i) << ";\n";
   for (unsigned i = 0; i < yield.getValues().size(); ++i)
@@ -852,6 +856,21 @@ FailureOr<std::string> Emitter::runCuda(int64_t maxTokens,
     os << "  }\n";
   }
   os << "};\n} // namespace\n";
+  // Regions with the same body (the same layer's fusion in every layer and
+  // entry point) share one epilogue type, so nvcc compiles one kernel
+  // template instance for all of them instead of one per call site.
+  if (epilogueTypes) {
+    std::string key = text.substr(structBegin);
+    for (size_t at = key.find(epi); at != std::string::npos;
+         at = key.find(epi, at + 1))
+      key.replace(at, epi.size(), "@");
+    auto [it, inserted] = epilogueTypes->try_emplace(key, epi);
+    if (!inserted) {
+      text.resize(structBegin);
+      os << "namespace {\nusing " << epi << " = " << it->second
+         << "; // same body\n} // namespace\n";
+    }
+  }
 
   // The host function plan.call_fused calls.
   emitEntryHead(os, "kiln_cuda_ctx *ctx, ", "(void)n;\n  " + epi + " e{};");
@@ -908,10 +927,12 @@ FailureOr<std::string> emitFusedKernelCpu(plan::FusedKernelOp kernel) {
   return Emitter(kernel, /*cuda=*/false).run();
 }
 
-FailureOr<std::string> emitFusedKernelCuda(plan::FusedKernelOp kernel,
-                                           int64_t maxTokens,
-                                           std::string &scratchBytes) {
-  return Emitter(kernel, /*cuda=*/true).runCuda(maxTokens, scratchBytes);
+FailureOr<std::string>
+emitFusedKernelCuda(plan::FusedKernelOp kernel, int64_t maxTokens,
+                    std::string &scratchBytes,
+                    llvm::StringMap<std::string> *epilogueTypes) {
+  return Emitter(kernel, /*cuda=*/true)
+      .runCuda(maxTokens, scratchBytes, epilogueTypes);
 }
 
 } // namespace mlir::kiln

@@ -16,6 +16,8 @@
 
 #include "dialects/Plan/IR/PlanOps.h"
 
+#include "llvm/ADT/StringMap.h"
+
 #include <string>
 
 namespace mlir::kiln {
@@ -37,9 +39,14 @@ FailureOr<std::string> emitFusedKernelCpu(plan::FusedKernelOp kernel);
 /// kiln_cuda_fused_scratch_bytes call; empty when none). Emits an error on
 /// what the CUDA template cannot express (the CPU's limits, W8A8 or int8
 /// activations, RoPE pairs split across column ranges) and fails.
-FailureOr<std::string> emitFusedKernelCuda(plan::FusedKernelOp kernel,
-                                           int64_t maxTokens,
-                                           std::string &scratchBytes);
+/// `epilogueTypes` (optional, shared by the kernels of one module): epilogue
+/// bodies already emitted, keyed with their name blanked, to the struct
+/// name; a kernel whose body is there gets `using <name>_epi = <that>;`
+/// instead of a new struct, so equal regions share one device kernel.
+FailureOr<std::string>
+emitFusedKernelCuda(plan::FusedKernelOp kernel, int64_t maxTokens,
+                    std::string &scratchBytes,
+                    llvm::StringMap<std::string> *epilogueTypes = nullptr);
 
 } // namespace mlir::kiln
 

@@ -14,7 +14,9 @@
 #include "dialects/Plan/IR/PlanOps.h"
 
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/Target/Cpp/CppEmitter.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -385,6 +387,72 @@ static std::optional<std::string> cudaConstants(ModuleOp module) {
   return text;
 }
 
+/// The defines that narrow the attention kernels nvcc compiles to the ones
+/// this plan calls (KilnCudaAttention.cuh KILN_CUDA_ATTN_HDM_MASK and
+/// KILN_CUDA_STEP_KV_FORMAT_MASK): the head-dim bucket of kiln.model's
+/// head_dim and of every kiln_k_step_attention* call's head_dim operand,
+/// and the formats of those calls' format operand; the GGML block formats
+/// of the kiln_k_{linear,embedding}_blocks calls (KilnCudaHost.cuh
+/// KILN_CUDA_BLOCK_FORMAT_MASK). A non-constant operand
+/// (or no kiln.model) keeps the header's default (every bucket / format).
+static std::string cudaAttentionDefines(ModuleOp module) {
+  auto bucketBit = [](int64_t headDim) {
+    return headDim <= 32 ? 1 : headDim <= 64 ? 2 : headDim <= 128 ? 4 : 8;
+  };
+  int hdmMask = 0, formatMask = 0;
+  uint64_t blockMask = 0;
+  bool hdmKnown = true, formatKnown = true, blockKnown = true;
+  if (auto model = module->getAttrOfType<DictionaryAttr>("kiln.model")) {
+    if (auto hd = model.getAs<IntegerAttr>("head_dim"); hd && hd.getInt() > 0)
+      hdmMask |= bucketBit(hd.getInt());
+    else
+      hdmKnown = false;
+  } else {
+    hdmKnown = false;
+  }
+  // kiln_k_step_attention{,_centered}(q, k, v, out, layer, elem, format,
+  // heads, kv_heads, head_dim, ...): kernel_abi.h.
+  module.walk([&](plan::CallKernelOp call) {
+    auto operands = call.getOperands();
+    // kiln_k_{linear,embedding}_blocks(..., format): operand 6.
+    if (call.getCallee() == "kiln_k_linear_blocks" ||
+        call.getCallee() == "kiln_k_embedding_blocks") {
+      APInt format;
+      if (operands.size() == 7 &&
+          matchPattern(operands[6], m_ConstantInt(&format)) &&
+          format.getSExtValue() > 0 && format.getSExtValue() < 63)
+        blockMask |= uint64_t(1) << format.getSExtValue();
+      else
+        blockKnown = false;
+      return;
+    }
+    if (!call.getCallee().starts_with("kiln_k_step_attention"))
+      return;
+    APInt format, headDim;
+    if (operands.size() > 9 && matchPattern(operands[6], m_ConstantInt(&format)) &&
+        format.getSExtValue() >= 0 && format.getSExtValue() <= 2)
+      formatMask |= 1 << format.getSExtValue();
+    else
+      formatKnown = false;
+    if (operands.size() > 9 &&
+        matchPattern(operands[9], m_ConstantInt(&headDim)) &&
+        headDim.getSExtValue() > 0)
+      hdmMask |= bucketBit(headDim.getSExtValue());
+    else
+      hdmKnown = false;
+  });
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  if (hdmKnown && hdmMask)
+    os << "#define KILN_CUDA_ATTN_HDM_MASK " << hdmMask << "\n";
+  if (formatKnown && formatMask)
+    os << "#define KILN_CUDA_STEP_KV_FORMAT_MASK " << formatMask << "\n";
+  if (blockKnown && blockMask)
+    os << "#define KILN_CUDA_BLOCK_FORMAT_MASK 0x"
+       << llvm::utohexstr(blockMask, /*LowerCase=*/true) << "\n";
+  return text;
+}
+
 static LogicalResult cudaShapeError(ModuleOp module) {
   return module.emitError() << "the cuda target needs the module attribute "
                                "kiln.model with positive n_heads, head_dim, "
@@ -500,6 +568,9 @@ void PlanToEmitCPass::runOnOperation() {
   emitc::IncludeOp::create(builder, loc, "stdint.h", true);
   if (info.cuda) {
     emitc::IncludeOp::create(builder, loc, "kiln_rt/cuda_abi.h", false);
+    std::string defines = cudaAttentionDefines(module);
+    if (!defines.empty())
+      emitc::VerbatimOp::create(builder, loc, StringRef(defines).rtrim());
     emitc::IncludeOp::create(builder, loc, "KilnKernels.cuh", false);
     // NCCL only for partitioned plans (KilnCudaComm.cuh).
     bool allReduce = false;
@@ -534,10 +605,12 @@ void PlanToEmitCPass::runOnOperation() {
     if (auto a = f->getAttrOfType<IntegerAttr>("plan.max_tokens"))
       maxTokens = std::max(maxTokens, a.getInt());
   std::vector<std::string> fusedScratch; // one of each expression
+  llvm::StringMap<std::string> epilogueTypes;
   for (plan::FusedKernelOp kernel : fusedKernels) {
     std::string scratch;
     FailureOr<std::string> text =
-        info.cuda ? emitFusedKernelCuda(kernel, maxTokens, scratch)
+        info.cuda ? emitFusedKernelCuda(kernel, maxTokens, scratch,
+                                        &epilogueTypes)
                   : emitFusedKernelCpu(kernel);
     if (!scratch.empty() && !llvm::is_contained(fusedScratch, scratch))
       fusedScratch.push_back(scratch);

@@ -10,6 +10,23 @@
 
 #include "KilnCudaPointwise.cuh"
 
+/// The head-dimension buckets (HDM = 32, 64, 128, 256: bits 0..3) whose
+/// attention kernels attentionDispatch instantiates, and the KV formats
+/// (bit KILN_CUDA_KV_*) of the batched step's paged pools whose kernels
+/// kiln_cuda_step_attention instantiates. An emitted model.cu defines both
+/// from its plan's constant head_dim / format operands before including
+/// KilnKernels.cuh, so nvcc compiles the attention kernels the model calls
+/// and not every (bucket, format) pair (about 4/5 of the device code of a
+/// small model before, and most of its nvcc time). A call outside the
+/// compiled set fails with cudaErrorInvalidValue naming the bucket or
+/// format. Default: all of them.
+#ifndef KILN_CUDA_ATTN_HDM_MASK
+#define KILN_CUDA_ATTN_HDM_MASK 15
+#endif
+#ifndef KILN_CUDA_STEP_KV_FORMAT_MASK
+#define KILN_CUDA_STEP_KV_FORMAT_MASK 7
+#endif
+
 namespace kiln_cuda_detail {
 
 // Attention
@@ -780,17 +797,34 @@ inline void attentionDispatch(kiln_cuda_ctx *ctx, const T *q, const Kv &cache,
                               const int64_t *dPos = nullptr) {
   if (!dPos)
     dPos = ctx->d_pos;
-  if (headDim <= 32)
-    return attentionLaunch<T, 32>(ctx, q, cache, out, n, heads, kvHeads,
-                                  headDim, maxSeq, scale, window, dPos);
-  if (headDim <= 64)
-    return attentionLaunch<T, 64>(ctx, q, cache, out, n, heads, kvHeads,
-                                  headDim, maxSeq, scale, window, dPos);
-  if (headDim <= 128)
-    return attentionLaunch<T, 128>(ctx, q, cache, out, n, heads, kvHeads,
-                                   headDim, maxSeq, scale, window, dPos);
-  attentionLaunch<T, 256>(ctx, q, cache, out, n, heads, kvHeads, headDim,
-                          maxSeq, scale, window, dPos);
+  constexpr int kMask = KILN_CUDA_ATTN_HDM_MASK;
+  const int bucket = headDim <= 32 ? 0 : headDim <= 64 ? 1 : headDim <= 128 ? 2 : 3;
+  if (!KILN_CUDA_ARG(ctx, (kMask >> bucket) & 1, "kiln_cuda_attention",
+                     "head_dim's bucket is not compiled into this model "
+                     "(KILN_CUDA_ATTN_HDM_MASK)"))
+    return;
+  switch (bucket) {
+  case 0:
+    if constexpr ((kMask & 1) != 0)
+      attentionLaunch<T, 32>(ctx, q, cache, out, n, heads, kvHeads, headDim,
+                             maxSeq, scale, window, dPos);
+    return;
+  case 1:
+    if constexpr ((kMask & 2) != 0)
+      attentionLaunch<T, 64>(ctx, q, cache, out, n, heads, kvHeads, headDim,
+                             maxSeq, scale, window, dPos);
+    return;
+  case 2:
+    if constexpr ((kMask & 4) != 0)
+      attentionLaunch<T, 128>(ctx, q, cache, out, n, heads, kvHeads, headDim,
+                              maxSeq, scale, window, dPos);
+    return;
+  default:
+    if constexpr ((kMask & 8) != 0)
+      attentionLaunch<T, 256>(ctx, q, cache, out, n, heads, kvHeads, headDim,
+                              maxSeq, scale, window, dPos);
+    return;
+  }
 }
 
 /// The 8-bit KV attention wrappers: `append` (kvAppendInt8Kernel /

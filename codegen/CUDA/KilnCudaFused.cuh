@@ -35,6 +35,7 @@
 #include "KilnCudaHost.cuh"
 
 #include <initializer_list>
+#include <type_traits>
 
 /// kernel_abi.h's kiln_silu / kiln_swiglu for the generated epilogues, with
 /// the arithmetic of the unfused CUDA kernels (KilnCudaPointwise.cuh).
@@ -145,28 +146,32 @@ __global__ void __launch_bounds__(256)
 
 /// The unfused linear of each row reader (prefill path): y float [n, out] =
 /// x float [n, in] W^T.
-inline void fusedLinear(kiln_cuda_ctx *ctx, const DenseRows<float> &r,
-                        const float *x, float *y, int64_t n, int64_t out) {
-  kiln_cuda_linear(ctx, x, r.w, y, n, r.in, out);
-}
-inline void fusedLinear(kiln_cuda_ctx *ctx, const W8Rows<float> &r,
-                        const float *x, float *y, int64_t n, int64_t out) {
-  kiln_cuda_linear_w8a16(ctx, x, r.q, r.scales, y, n, r.in, out, 0);
-}
-inline void fusedLinear(kiln_cuda_ctx *ctx, const W8GroupRows<float> &r,
-                        const float *x, float *y, int64_t n, int64_t out) {
-  kiln_cuda_linear_w8a16(ctx, x, r.q, r.scales, y, n, r.in, out, r.groupSize);
-}
-inline void fusedLinear(kiln_cuda_ctx *ctx, const W4Rows<float> &r,
-                        const float *x, float *y, int64_t n, int64_t out) {
-  kiln_cuda_linear_w4a16(ctx, x, r.q, r.scales, r.zeros, y, n, r.in, out,
-                         r.groupSize);
+/// (Templates: a reader's kernels are compiled only when a region uses it.)
+template <typename R>
+inline void fusedLinear(kiln_cuda_ctx *ctx, const R &r, const float *x,
+                        float *y, int64_t n, int64_t out) {
+  if constexpr (std::is_same_v<R, DenseRows<float>>)
+    kiln_cuda_linear(ctx, x, r.w, y, n, r.in, out);
+  else if constexpr (std::is_same_v<R, W8Rows<float>>)
+    kiln_cuda_linear_w8a16(ctx, x, r.q, r.scales, y, n, r.in, out, 0);
+  else if constexpr (std::is_same_v<R, W8GroupRows<float>>)
+    kiln_cuda_linear_w8a16(ctx, x, r.q, r.scales, y, n, r.in, out,
+                           r.groupSize);
+  else if constexpr (std::is_same_v<R, W4Rows<float>>)
+    kiln_cuda_linear_w4a16(ctx, x, r.q, r.scales, r.zeros, y, n, r.in, out,
+                           r.groupSize);
+  else
+    static_assert(sizeof(R) == 0, "no unfused linear for this row reader");
 }
 template <int64_t F>
 inline void fusedLinear(kiln_cuda_ctx *ctx, const BlockRows<F> &r,
                         const float *x, float *y, int64_t n, int64_t out) {
-  kiln_cuda_linear_blocks(ctx, x, reinterpret_cast<const int8_t *>(r.w), y, n,
-                          r.in, out, F);
+  if (skip(ctx) || n <= 0 || out <= 0)
+    return;
+  if (!KILN_CUDA_ARG(ctx, r.in % kiln_block_elems(F) == 0,
+                     "kiln_cuda_linear_blocks", "in not whole blocks"))
+    return;
+  linearBlocksOf<F>(ctx, x, r.w, y, n, r.in, out);
 }
 
 /// Launches fusedGemvKernel (n == 1, in <= kFusedStageMax).

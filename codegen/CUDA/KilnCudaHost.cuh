@@ -37,10 +37,55 @@ inline void kiln_cuda_embedding(kiln_cuda_ctx *ctx, const int32_t *tokens,
   KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_embedding<<<>>>");
 }
 
+/// The GGML block formats (bit f = kiln_block_format id f) whose kernels
+/// kiln_cuda_embedding_blocks / kiln_cuda_linear_blocks instantiate: an
+/// emitted model.cu defines it from its plan's constant format operands
+/// (the fused kernels' readers name their format in the type and need
+/// none). Default: every format.
+#ifndef KILN_CUDA_BLOCK_FORMAT_MASK
+#define KILN_CUDA_BLOCK_FORMAT_MASK 0x7ffc
+#endif
+
+namespace kiln_cuda_detail {
+/// True when block format `format` is known and compiled in.
+inline bool blockFormatCompiled(int64_t format) {
+  return kiln_block_elems(format) > 0 && format < 63 &&
+         ((uint64_t(KILN_CUDA_BLOCK_FORMAT_MASK) >> format) & 1);
+}
+
+/// kiln_cuda_linear_blocks for format F (arguments checked, n, out > 0,
+/// `in` whole blocks): n == 1 a warp-per-row GEMV decoding in registers,
+/// n > 1 the 16 x 16 tiled SIMT GEMM.
+template <int64_t F>
+inline void linearBlocksOf(kiln_cuda_ctx *ctx, const float *x,
+                           const uint8_t *wb, float *y, int64_t n, int64_t in,
+                           int64_t out) {
+  if (in <= 0) {
+    KILN_CUDA_CHECK(ctx, cudaMemsetAsync(y, 0, size_t(n * out) * sizeof(float),
+                                         streamOf(ctx)));
+    return;
+  }
+  if (n == 1) {
+    launchGemv(ctx, BlockRows<F>{wb, in}, x, y, out,
+               "kiln_cuda_linear_blocks(gemv)<<<>>>");
+    return;
+  }
+  const int64_t gx = (out + kBlockTileRows - 1) / kBlockTileRows;
+  const int64_t gy = (n + kBlockTileTokens - 1) / kBlockTileTokens;
+  if (!KILN_CUDA_ARG(ctx, gx <= INT32_MAX && gy <= 65535,
+                     "kiln_cuda_linear_blocks", "n or out too large"))
+    return;
+  const dim3 grid{unsigned(gx), unsigned(gy), 1u};
+  blockGemmKernel<F><<<grid, 256, 0, streamOf(ctx)>>>(x, wb, y, n, in, out);
+  KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_linear_blocks(gemm)<<<>>>");
+}
+} // namespace kiln_cuda_detail
+
 /// GGML block formats (kernel_abi.h kiln_k_embedding_blocks): out float
 /// [n, dim] = decoded rows of table ([vocab, dim] in block format `format`,
-/// a kiln_block_format id). An unknown format is refused
-/// (cudaErrorInvalidValue).
+/// a kiln_block_format id). An unknown format, or one not compiled in
+/// (KILN_CUDA_BLOCK_FORMAT_MASK), is refused (cudaErrorInvalidValue).
+template <int kUnused = 0>
 inline void kiln_cuda_embedding_blocks(kiln_cuda_ctx *ctx,
                                        const int32_t *tokens, int64_t n,
                                        const int8_t *table, int64_t vocab,
@@ -49,18 +94,20 @@ inline void kiln_cuda_embedding_blocks(kiln_cuda_ctx *ctx,
   using namespace kiln_cuda_detail;
   if (skip(ctx) || n <= 0 || dim <= 0)
     return;
-  if (!KILN_CUDA_ARG(ctx, kiln_block_elems(format) > 0 &&
+  if (!KILN_CUDA_ARG(ctx, blockFormatCompiled(format) &&
                               dim % kiln_block_elems(format) == 0,
                      "kiln_cuda_embedding_blocks",
-                     "unknown block format or dim not whole blocks"))
+                     "unknown or not compiled block format, or dim not "
+                     "whole blocks"))
     return;
   const unsigned grid = unsigned(n < 65535 ? n : 65535);
   const auto *t = reinterpret_cast<const uint8_t *>(table);
   switch (format) {
 #define KILN_BLOCK_CASE(f)                                                    \
   case f:                                                                     \
-    blockEmbeddingKernel<f>                                                   \
-        <<<grid, 256, 0, streamOf(ctx)>>>(tokens, n, t, vocab, dim, out);     \
+    if constexpr ((uint64_t(KILN_CUDA_BLOCK_FORMAT_MASK) >> f) & 1)           \
+      blockEmbeddingKernel<f>                                                 \
+          <<<grid, 256, 0, streamOf(ctx)>>>(tokens, n, t, vocab, dim, out);   \
     break;
     KILN_BLOCK_FORMATS(KILN_BLOCK_CASE)
 #undef KILN_BLOCK_CASE
@@ -74,56 +121,34 @@ inline void kiln_cuda_embedding_blocks(kiln_cuda_ctx *ctx,
 /// = x float [n, in] * W^T, W [out, in] in block format `format`. n == 1: a
 /// warp-per-row GEMV decoding in registers; n > 1: a 16 x 16 tiled SIMT GEMM
 /// decoding weight tiles into shared memory (float accumulation, no
-/// workspace). An unknown format or an `in` that is not whole blocks is
+/// workspace). An unknown format, one not compiled in
+/// (KILN_CUDA_BLOCK_FORMAT_MASK) or an `in` that is not whole blocks is
 /// refused (cudaErrorInvalidValue).
+template <int kUnused = 0>
 inline void kiln_cuda_linear_blocks(kiln_cuda_ctx *ctx, const float *x,
                                     const int8_t *w, float *y, int64_t n,
                                     int64_t in, int64_t out, int64_t format) {
   using namespace kiln_cuda_detail;
   if (skip(ctx) || n <= 0 || out <= 0)
     return;
-  if (!KILN_CUDA_ARG(ctx, kiln_block_elems(format) > 0 &&
+  if (!KILN_CUDA_ARG(ctx, blockFormatCompiled(format) &&
                               in % kiln_block_elems(format) == 0,
                      "kiln_cuda_linear_blocks",
-                     "unknown block format or in not whole blocks"))
+                     "unknown or not compiled block format, or in not whole "
+                     "blocks"))
     return;
-  if (in <= 0) {
-    KILN_CUDA_CHECK(ctx, cudaMemsetAsync(y, 0, size_t(n * out) * sizeof(float),
-                                         streamOf(ctx)));
-    return;
-  }
   const auto *wb = reinterpret_cast<const uint8_t *>(w);
-  if (n == 1) {
-    switch (format) {
-#define KILN_BLOCK_CASE(f)                                                    \
-  case f:                                                                     \
-    launchGemv(ctx, BlockRows<f>{wb, in}, x, y, out,                          \
-               "kiln_cuda_linear_blocks(gemv)<<<>>>");                        \
-    break;
-      KILN_BLOCK_FORMATS(KILN_BLOCK_CASE)
-#undef KILN_BLOCK_CASE
-    default:
-      break;
-    }
-    return;
-  }
-  const int64_t gx = (out + kBlockTileRows - 1) / kBlockTileRows;
-  const int64_t gy = (n + kBlockTileTokens - 1) / kBlockTileTokens;
-  if (!KILN_CUDA_ARG(ctx, gx <= INT32_MAX && gy <= 65535,
-                     "kiln_cuda_linear_blocks", "n or out too large"))
-    return;
-  const dim3 grid{unsigned(gx), unsigned(gy), 1u};
   switch (format) {
 #define KILN_BLOCK_CASE(f)                                                    \
   case f:                                                                     \
-    blockGemmKernel<f><<<grid, 256, 0, streamOf(ctx)>>>(x, wb, y, n, in, out); \
+    if constexpr ((uint64_t(KILN_CUDA_BLOCK_FORMAT_MASK) >> f) & 1)           \
+      linearBlocksOf<f>(ctx, x, wb, y, n, in, out);                           \
     break;
     KILN_BLOCK_FORMATS(KILN_BLOCK_CASE)
 #undef KILN_BLOCK_CASE
   default:
     break;
   }
-  KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_linear_blocks(gemm)<<<>>>");
 }
 
 /// RMSNorm: y[i, :] = w * x[i, :] / sqrt(mean(x[i, :]^2) + eps). x, y T

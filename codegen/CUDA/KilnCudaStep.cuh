@@ -45,6 +45,12 @@ inline void stepAttention(kiln_cuda_ctx *ctx, const char *call, const T *q,
   const kiln_cuda_paged_kv &c = ctx->kv_pages[layer];
   if (!KILN_CUDA_ARG(ctx, c.format == format && c.block_tokens >= 1, call,
                      "the pool's KV format differs from the plan's") ||
+      !KILN_CUDA_ARG(ctx,
+                     format >= 0 && format <= 2 &&
+                         ((KILN_CUDA_STEP_KV_FORMAT_MASK >> format) & 1),
+                     call,
+                     "KV format not compiled into this model "
+                     "(KILN_CUDA_STEP_KV_FORMAT_MASK)") ||
       !KILN_CUDA_ARG(ctx, !kCentered || c.format != KILN_CUDA_KV_PLAIN, call,
                      "centered keys need an 8-bit cache"))
     return;
@@ -69,29 +75,35 @@ inline void stepAttention(kiln_cuda_ctx *ctx, const char *call, const T *q,
           qs, ks, vs, kp, vp, c.k_scales, c.v_scales, kMean, os, n, heads,
           kvHeads, headDim, rotDim, maxSeq, scale, theta, dPos, slot, window);
     };
+    // Only the formats of KILN_CUDA_STEP_KV_FORMAT_MASK are instantiated
+    // (KilnCudaAttention.cuh); the plain pool never holds centered keys.
+    constexpr int kFormats = KILN_CUDA_STEP_KV_FORMAT_MASK;
     switch (c.format) {
     case KILN_CUDA_KV_INT8:
-      quantized(KvInt8{}, static_cast<int8_t *>(c.k_pool),
-                static_cast<int8_t *>(c.v_pool),
-                kvAppendInt8Kernel<T, RowsPaged>, "kvAppendInt8Kernel<<<>>>");
+      if constexpr ((kFormats >> KILN_CUDA_KV_INT8) & 1)
+        quantized(KvInt8{}, static_cast<int8_t *>(c.k_pool),
+                  static_cast<int8_t *>(c.v_pool),
+                  kvAppendInt8Kernel<T, RowsPaged>, "kvAppendInt8Kernel<<<>>>");
       break;
     case KILN_CUDA_KV_FP8:
-      quantized(KvFp8{}, static_cast<uint8_t *>(c.k_pool),
-                static_cast<uint8_t *>(c.v_pool),
-                kvAppendFp8Kernel<T, RowsPaged>, "kvAppendFp8Kernel<<<>>>");
+      if constexpr ((kFormats >> KILN_CUDA_KV_FP8) & 1)
+        quantized(KvFp8{}, static_cast<uint8_t *>(c.k_pool),
+                  static_cast<uint8_t *>(c.v_pool),
+                  kvAppendFp8Kernel<T, RowsPaged>, "kvAppendFp8Kernel<<<>>>");
       break;
-    default: {
-      auto *kp = static_cast<T *>(c.k_pool);
-      auto *vp = static_cast<T *>(c.v_pool);
-      kvAppendKernel<T, RowsPaged>
-          <<<gridFor(ctx, n * kvDim, 256), 256, 0, streamOf(ctx)>>>(
-              ks, vs, kp, vp, n, kvDim, maxSeq, dPos, slot);
-      if (!KILN_CUDA_LAUNCHED(ctx, "kvAppendKernel<<<>>>"))
-        return;
-      attentionDispatch(ctx, qs, KvPaged<KvPlain<T>>{{kp, vp}, slot, kvDim},
-                        os, n, heads, kvHeads, headDim, maxSeq, scale, window,
-                        dPos);
-    }
+    default:
+      if constexpr (!kCentered && ((kFormats >> KILN_CUDA_KV_PLAIN) & 1)) {
+        auto *kp = static_cast<T *>(c.k_pool);
+        auto *vp = static_cast<T *>(c.v_pool);
+        kvAppendKernel<T, RowsPaged>
+            <<<gridFor(ctx, n * kvDim, 256), 256, 0, streamOf(ctx)>>>(
+                ks, vs, kp, vp, n, kvDim, maxSeq, dPos, slot);
+        if (!KILN_CUDA_LAUNCHED(ctx, "kvAppendKernel<<<>>>"))
+          return;
+        attentionDispatch(ctx, qs, KvPaged<KvPlain<T>>{{kp, vp}, slot, kvDim},
+                          os, n, heads, kvHeads, headDim, maxSeq, scale,
+                          window, dPos);
+      }
     }
     if (skip(ctx))
       return;

@@ -19,14 +19,6 @@
 
 namespace kiln::rt {
 
-Status Executor::sample(float, int32_t, float, float, int32_t &) {
-  return unimplemented("this executor does not sample on the device");
-}
-
-Status Executor::setObserver(kiln_rt_observer_fn, void *) {
-  return unimplemented("calibration observers run on the cpu target only");
-}
-
 namespace {
 
 class CpuExecutor final : public Executor {
