@@ -13,19 +13,29 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 lit=/usr/lib/llvm-22/bin/lit
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
+# Wall time of each phase, printed as "kiln: <phase> took N s" (CI budget).
+phase_start=$SECONDS
+phase() {
+  echo "kiln: $1 took $((SECONDS - phase_start)) s"
+  phase_start=$SECONDS
+}
 
 bash "$root/scripts/build.sh" || { echo "kiln: build failed"; echo "kiln: 0 passed, 1 failed"; exit 1; }
+phase "build"
 "$lit" -sv "$root/build/test" 2>&1 | tee -a "$log"
 status=${PIPESTATUS[0]}
+phase "lit"
 
 if [ "${KILN_SKIP_ASAN:-0}" != "1" ]; then
   echo "== ASan+UBSan build (build-asan/) =="
   if KILN_BUILD_DIR="$root/build-asan" KILN_BUILD_TYPE=RelWithDebInfo \
        bash "$root/scripts/build.sh" -DKILN_ENABLE_SANITIZERS=ON -DKILN_ENABLE_CUDA=OFF; then
+    phase "ASan build"
     ASAN_OPTIONS="detect_leaks=0:abort_on_error=0" UBSAN_OPTIONS="print_stacktrace=1" \
       "$lit" -sv "$root/build-asan/test/Unit" "$root/build-asan/test/Integration" \
       "$root/build-asan/test/Import" "$root/build-asan/test/Fuzz" 2>&1 | tee -a "$log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    phase "ASan lit"
   else
     echo "kiln: ASan build failed"; status=1
   fi
@@ -36,6 +46,7 @@ if [ "${KILN_SKIP_FUZZ:-0}" != "1" ]; then
   # Each target counts as one test in the "Passed:"/"Failed:" lines below.
   bash "$root/scripts/fuzz.sh" all "${KILN_CI_FUZZ_SECONDS:-20}" 2>&1 | tee -a "$log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  phase "fuzz build and runs"
   if [ -f "$root/build-fuzz/test/lit.site.cfg.py" ]; then
     ASAN_OPTIONS="allow_user_poisoning=0:detect_leaks=0" \
       "$lit" -sv "$root/build-fuzz/test/Fuzz" 2>&1 | tee -a "$log"

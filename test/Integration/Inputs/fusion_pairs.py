@@ -42,17 +42,28 @@ def regions_per_layer(art):
     return kernels // layers
 
 
+# The unfused baseline of each (model, tokens, flags): several cases (the
+# fusion families) compare against the same one.
+UNFUSED = {}
+
+
 def case(args, name, model, tokens, flags, fuse=None, exact=False, tol=TOL):
     d = os.path.join(args.dir, name)
     os.makedirs(d, exist_ok=True)
     arts = {}
     for kind, fuse_flags in (("fused", [] if fuse is None else ["--fuse=" + fuse]),
                              ("unfused", ["--fuse=none"])):
+        key = (model, tokens, tuple(flags))
+        if kind == "unfused" and key in UNFUSED:
+            arts[kind] = UNFUSED[key]
+            continue
         art = os.path.join(d, kind + ".art")
         run([args.compile, model, "-o", art] + flags + fuse_flags)
         logits = os.path.join(d, kind + ".bin")
         run([args.run, art, "--tokens=" + tokens, "--dump-logits=" + logits])
         arts[kind] = (art, np.fromfile(logits, dtype="<f4").astype(np.float64))
+        if kind == "unfused":
+            UNFUSED[key] = arts[kind]
     a, b = arts["fused"][1], arts["unfused"][1]
     regions = regions_per_layer(arts["fused"][0])
     if a.size == 0 or a.size != b.size:
