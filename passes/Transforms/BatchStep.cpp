@@ -60,8 +60,13 @@ void BatchStepPass::runOnOperation() {
   auto logitsType = type.getNumResults() == 1
                         ? dyn_cast<RankedTensorType>(type.getResult(0))
                         : RankedTensorType();
-  if (!cache || !isa<IndexType>(type.getInput(1)) || !logitsType ||
-      logitsType.getRank() != 2) {
+  // A pipeline stage before the last (kiln-partition{pp}) returns nothing:
+  // it ends with a kiln.send of the residual stream.
+  auto partition = module->getAttrOfType<DictionaryAttr>("kiln.partition");
+  const bool earlyStage = type.getNumResults() == 0 && partition &&
+                          partition.get("pp") && partition.get("stage");
+  if (!cache || !isa<IndexType>(type.getInput(1)) ||
+      (!earlyStage && (!logitsType || logitsType.getRank() != 2))) {
     (void)unsupported(prefill, "@prefill must take (tensor<?xi32>, index, "
                                "!kiln.kv_cache<...>) and return logits");
     return;
@@ -113,6 +118,10 @@ void BatchStepPass::runOnOperation() {
                                         cache.getHeadDim(),
                                         cache.getElementType()));
 
+  if (earlyStage) {
+    step.setFunctionType(FunctionType::get(ctx, body.getArgumentTypes(), {}));
+    return;
+  }
   // The classifier: one row per sequence, taken before the final norm (a
   // per-row op) so that it normalizes only the sampled rows.
   auto ret = cast<func::ReturnOp>(body.getTerminator());

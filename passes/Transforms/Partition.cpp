@@ -38,7 +38,10 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Verifier.h"
 
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringExtras.h"
+
+#include <limits>
 
 namespace mlir::kiln {
 #define GEN_PASS_DEF_PARTITIONPASS
@@ -59,6 +62,14 @@ struct PartitionPass final : impl::PartitionPassBase<PartitionPass> {
   void runOnOperation() override;
 
 private:
+  /// Rank `rank`'s shard of every layer (tp > 1).
+  LogicalResult splitTensorParallel();
+  /// Stage `stage`'s layers, with kiln.recv / kiln.send at its edges
+  /// (pp > 1).
+  LogicalResult keepPipelineStage();
+  /// Sets `key` in the module's kiln.partition dictionary.
+  void setPartitionEntry(StringRef key, Attribute value);
+
   /// The canonical role ("wq", "w2", ...) of `name` = "layers.<i>.<role>",
   /// or "" for another weight.
   static StringRef roleOf(StringRef name);
@@ -153,7 +164,6 @@ std::pair<Split, Shard> PartitionPass::shardOf(StringRef role) const {
 
 void PartitionPass::runOnOperation() {
   ModuleOp module = getOperation();
-  MLIRContext *ctx = &getContext();
   auto fail = [&](Operation *op, const Twine &why) {
     op->emitError() << "kiln-partition: " << why;
     signalPassFailure();
@@ -161,10 +171,35 @@ void PartitionPass::runOnOperation() {
   if (tp < 1 || rank < 0 || rank >= tp)
     return fail(module, "needs tp >= 1 and 0 <= rank < tp, got tp=" +
                             Twine(tp) + " rank=" + Twine(rank));
-  if (tp == 1)
+  if (pp < 1 || stage < 0 || stage >= pp)
+    return fail(module, "needs pp >= 1 and 0 <= stage < pp, got pp=" +
+                            Twine(pp) + " stage=" + Twine(stage));
+  if (tp == 1 && pp == 1)
     return;
   if (module->hasAttr("kiln.partition"))
     return fail(module, "the module is already partitioned");
+  Builder b(&getContext());
+  module->setAttr(
+      "kiln.partition",
+      b.getDictionaryAttr({b.getNamedAttr("tp", b.getI64IntegerAttr(tp)),
+                           b.getNamedAttr("rank", b.getI64IntegerAttr(rank)),
+                           b.getNamedAttr("vocab_parallel",
+                                          b.getBoolAttr(false))}));
+  if (tp > 1 && failed(splitTensorParallel()))
+    return signalPassFailure();
+  if (pp > 1 && failed(keepPipelineStage()))
+    return signalPassFailure();
+  if (failed(verify(module)))
+    return signalPassFailure();
+}
+
+LogicalResult PartitionPass::splitTensorParallel() {
+  ModuleOp module = getOperation();
+  MLIRContext *ctx = &getContext();
+  auto fail = [&](Operation *op, const Twine &why) -> LogicalResult {
+    op->emitError() << "kiln-partition: " << why;
+    return failure();
+  };
   // Already quantized or fused layers: the split needs the float weights
   // and the plain ops.
   Operation *late = nullptr;
@@ -290,7 +325,7 @@ void PartitionPass::runOnOperation() {
     if (split == Split::None || failedWeight)
       return;
     if (std::string why = unsplittableWhy(w); !why.empty()) {
-      fail(w, why);
+      (void)fail(w, why);
       failedWeight = true;
       return;
     }
@@ -302,7 +337,7 @@ void PartitionPass::runOnOperation() {
     if (blocks && axis == 1 &&
         (shard.offset % blocks->elems != 0 ||
          shard.size % blocks->elems != 0)) {
-      fail(w, "weight '" + w.getSymName() + "' (" + blocks->name +
+      (void)fail(w, "weight '" + w.getSymName() + "' (" + blocks->name +
                   ", blocks of " + Twine(blocks->elems) +
                   ") cannot be split into columns [" + Twine(shard.offset) +
                   ", " + Twine(shard.offset + shard.size) +
@@ -330,7 +365,7 @@ void PartitionPass::runOnOperation() {
     w.setTypeAttr(TypeAttr::get(type.clone(shape)));
   });
   if (failedWeight)
-    return;
+    return failure();
   SymbolTable symbols(module);
   module.walk([&](WeightRefOp ref) {
     if (auto w = symbols.lookup<WeightOp>(ref.getName()))
@@ -436,17 +471,265 @@ void PartitionPass::runOnOperation() {
       return WalkResult::advance();
     });
     if (walk.wasInterrupted())
-      return signalPassFailure();
+      return failure();
   }
+  setPartitionEntry("vocab_parallel", BoolAttr::get(ctx, vocab.size > 0));
+  return success();
+}
+
+
+void PartitionPass::setPartitionEntry(StringRef key, Attribute value) {
+  ModuleOp module = getOperation();
+  NamedAttrList entries(
+      module->getAttrOfType<DictionaryAttr>("kiln.partition"));
+  entries.set(key, value);
+  module->setAttr("kiln.partition",
+                  entries.getDictionary(module.getContext()));
+}
+
+/// Bytes of the tensor `type` declares (i8 for GGML blocks kept as stored,
+/// so their size is the stored one).
+static int64_t tensorBytes(RankedTensorType type) {
+  if (!type.hasStaticShape())
+    return 0;
+  return type.getNumElements() *
+         int64_t(llvm::divideCeil(type.getElementTypeBitWidth(), 8));
+}
+
+/// The layer index of weight `name` = "layers.<i>.<role>", or -1.
+static int64_t layerOfWeight(StringRef name) {
+  if (!name.consume_front("layers."))
+    return -1;
+  int64_t layer;
+  if (name.split('.').first.getAsInteger(10, layer))
+    return -1;
+  return layer;
+}
+
+std::vector<int64_t> planPipelineStages(ArrayRef<int64_t> layerCost,
+                                        int64_t firstCost, int64_t lastCost,
+                                        int64_t stages) {
+  const int64_t n = int64_t(layerCost.size());
+  if (stages < 1 || stages > n)
+    return {};
+  // prefix[i]: cost of layers [0, i).
+  std::vector<int64_t> prefix(n + 1, 0);
+  for (int64_t i = 0; i < n; ++i)
+    prefix[i + 1] = prefix[i] + layerCost[i];
+  auto cost = [&](int64_t s, int64_t from, int64_t to) {
+    return prefix[to] - prefix[from] + (s == 0 ? firstCost : 0) +
+           (s == stages - 1 ? lastCost : 0);
+  };
+  // best[s][i]: the least largest-stage cost of layers [0, i) in stages
+  // [0, s]; cut[s][i]: where stage s starts in it. The latest start wins a
+  // tie, so earlier stages take the extra layer.
+  constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
+  std::vector<std::vector<int64_t>> best(stages,
+                                         std::vector<int64_t>(n + 1, kInf)),
+      cut(stages, std::vector<int64_t>(n + 1, 0));
+  for (int64_t i = 1; i <= n; ++i)
+    best[0][i] = cost(0, 0, i);
+  for (int64_t s = 1; s < stages; ++s)
+    for (int64_t i = s + 1; i <= n; ++i)
+      for (int64_t j = s; j < i; ++j) {
+        if (best[s - 1][j] == kInf)
+          continue;
+        const int64_t c = std::max(best[s - 1][j], cost(s, j, i));
+        if (c <= best[s][i]) {
+          best[s][i] = c;
+          cut[s][i] = j;
+        }
+      }
+  std::vector<int64_t> counts(stages, 0);
+  int64_t end = n;
+  for (int64_t s = stages - 1; s > 0; --s) {
+    counts[s] = end - cut[s][end];
+    end = cut[s][end];
+  }
+  counts[0] = end;
+  return counts;
+}
+
+LogicalResult PartitionPass::keepPipelineStage() {
+  ModuleOp module = getOperation();
+  MLIRContext *ctx = &getContext();
+  auto fail = [&](Operation *op, const Twine &why) -> LogicalResult {
+    op->emitError() << "kiln-partition: " << why;
+    return failure();
+  };
+  if (Operation *observe = [&]() -> Operation * {
+        Operation *found = nullptr;
+        module.walk([&](ObserveOp op) { found = found ? found : op; });
+        return found;
+      }())
+    return fail(observe, "calibration observers (kiln.observe) are not "
+                         "split into pipeline stages: calibrate the whole "
+                         "model");
+  if (Operation *fused = [&]() -> Operation * {
+        Operation *found = nullptr;
+        module.walk([&](FusedOp op) { found = found ? found : op; });
+        return found;
+      }())
+    return fail(fused, "found a kiln.fused region: run kiln-partition "
+                       "before kiln-fuse");
+
+  // 1. The cost of each layer and of the two ends: bytes of the weights
+  // each reads per decoded token.
+  SymbolTable symbols(module);
+  SmallVector<int64_t> layerCost;
+  for (WeightOp w : module.getOps<WeightOp>()) {
+    const int64_t layer = layerOfWeight(w.getSymName());
+    if (layer < 0)
+      continue;
+    if (layer >= int64_t(layerCost.size()))
+      layerCost.resize(layer + 1, 0);
+    layerCost[layer] += tensorBytes(w.getTensorType());
+  }
+  const int64_t numLayers = int64_t(layerCost.size());
+  if (numLayers == 0)
+    return fail(module, "found no layer weights ('layers.<i>.*') to split "
+                        "into pipeline stages");
+  if (pp > numLayers)
+    return fail(module, "pp=" + Twine(pp) + " stages need at least " +
+                            Twine(pp) + " layers; the model has " +
+                            Twine(numLayers));
+  // The last stage's final norm and classifier; the first stage's
+  // embedding reads one row per token.
+  int64_t lastCost = 0, firstCost = 0;
+  llvm::DenseSet<StringRef> headWeights;
+  module.walk([&](Operation *op) {
+    Value w;
+    if (auto logits = dyn_cast<LogitsOp>(op))
+      w = logits.getWeight();
+    else if (auto emb = dyn_cast<EmbeddingOp>(op)) {
+      auto t = dyn_cast<RankedTensorType>(emb.getResult().getType());
+      if (t && !t.isDynamicDim(1))
+        firstCost = std::max<int64_t>(
+            firstCost, t.getDimSize(1) * int64_t(llvm::divideCeil(
+                                             t.getElementTypeBitWidth(), 8)));
+      return;
+    } else if (auto norm = dyn_cast<RmsNormOp>(op)) {
+      w = norm.getWeight();
+    }
+    auto ref = w ? w.getDefiningOp<WeightRefOp>() : WeightRefOp();
+    if (!ref || layerOfWeight(ref.getName()) >= 0 ||
+        !headWeights.insert(ref.getName()).second)
+      return;
+    if (auto decl = symbols.lookup<WeightOp>(ref.getName()))
+      lastCost += tensorBytes(decl.getTensorType());
+  });
+  std::vector<int64_t> counts =
+      planPipelineStages(layerCost, firstCost, lastCost, pp);
+  int64_t first = 0;
+  for (int64_t s = 0; s < stage; ++s)
+    first += counts[s];
+  const int64_t last = first + counts[stage]; // exclusive
+  const bool isFirst = stage == 0, isLast = stage == pp - 1;
+
+  // 2. Each entry point: the residual stream at the stage's edges.
+  for (auto func : module.getOps<func::FuncOp>()) {
+    if (func.isExternal())
+      continue;
+    Block &body = func.getBody().front();
+    // The value entering layer i (i < numLayers: the input of
+    // layers.<i>.attention_norm) or the final norm (i == numLayers).
+    auto residualBefore = [&](int64_t layer) -> Value {
+      Value found;
+      std::string name = layer < numLayers
+                             ? "layers." + std::to_string(layer) +
+                                   ".attention_norm"
+                             : std::string("norm");
+      func.walk([&](RmsNormOp norm) {
+        auto ref = norm.getWeight().getDefiningOp<WeightRefOp>();
+        if (!found && ref && ref.getName() == name)
+          found = norm.getInput();
+      });
+      return found;
+    };
+    OpBuilder b(ctx);
+    if (!isFirst) {
+      Value in = residualBefore(first);
+      if (!in)
+        return fail(func, "cannot find where layer " + Twine(first) +
+                              " starts in @" + func.getSymName() +
+                              " (no kiln.rms_norm of @layers." +
+                              Twine(first) + ".attention_norm)");
+      b.setInsertionPointToStart(&body);
+      auto recv = RecvOp::create(b, in.getLoc(), in.getType(),
+                                 b.getI64IntegerAttr(stage - 1));
+      in.replaceAllUsesWith(recv.getResult());
+    }
+    if (!isLast) {
+      Value out = residualBefore(last);
+      if (!out)
+        return fail(func, "cannot find where layer " + Twine(last) +
+                              " starts in @" + func.getSymName() +
+                              " (no kiln.rms_norm of @layers." +
+                              Twine(last) + ".attention_norm)");
+      b.setInsertionPointAfterValue(out);
+      SendOp::create(b, out.getLoc(), out, b.getI64IntegerAttr(stage + 1));
+      // Nothing to return: the logits are the last stage's.
+      Operation *ret = body.getTerminator();
+      b.setInsertionPoint(ret);
+      func::ReturnOp::create(b, ret->getLoc());
+      ret->erase();
+      func.setType(
+          FunctionType::get(ctx, func.getFunctionType().getInputs(), {}));
+    }
+    // 3. The other stages' ops are now unused: erase them, last first.
+    bool changed = true;
+    while (changed) {
+      changed = false;
+      for (Operation &op : llvm::make_early_inc_range(llvm::reverse(body))) {
+        if (op.getNumResults() == 0 || !op.use_empty() ||
+            isa<SendOp, RecvOp>(op))
+          continue;
+        op.erase();
+        changed = true;
+      }
+    }
+    // 4. The stage's attention ops index its own KV cache from 0.
+    WalkResult walk = func.walk([&](AttentionOp att) -> WalkResult {
+      const int64_t layer = att.getLayer();
+      if (layer < first || layer >= last) {
+        att.emitError() << "kiln-partition: attention of layer " << layer
+                        << " left in stage " << stage << " (layers ["
+                        << first << ", " << last << "))";
+        return WalkResult::interrupt();
+      }
+      att.setLayer(layer - first);
+      return WalkResult::advance();
+    });
+    if (walk.wasInterrupted())
+      return failure();
+    for (BlockArgument arg : body.getArguments()) {
+      if (auto c = dyn_cast<KVCacheType>(arg.getType()))
+        arg.setType(KVCacheType::get(ctx, last - first, c.getMaxSeq(),
+                                     c.getNumKvHeads(), c.getHeadDim(),
+                                     c.getElementType()));
+      else if (auto c = dyn_cast<PagedKVCacheType>(arg.getType()))
+        arg.setType(PagedKVCacheType::get(ctx, last - first,
+                                          c.getNumKvHeads(), c.getHeadDim(),
+                                          c.getElementType()));
+    }
+    func.setType(FunctionType::get(ctx, body.getArgumentTypes(),
+                                   func.getFunctionType().getResults()));
+  }
+
+  // 5. Weights no program of this stage reads.
+  llvm::DenseSet<StringRef> used;
+  module.walk([&](WeightRefOp ref) { used.insert(ref.getName()); });
+  for (WeightOp w : llvm::make_early_inc_range(module.getOps<WeightOp>()))
+    if (!used.contains(w.getSymName()))
+      w.erase();
+
   Builder b(ctx);
-  module->setAttr(
-      "kiln.partition",
-      b.getDictionaryAttr(
-          {b.getNamedAttr("tp", b.getI64IntegerAttr(tp)),
-           b.getNamedAttr("rank", b.getI64IntegerAttr(rank)),
-           b.getNamedAttr("vocab_parallel", b.getBoolAttr(vocab.size > 0))}));
-  if (failed(verify(module)))
-    return signalPassFailure();
+  setPartitionEntry("pp", b.getI64IntegerAttr(pp));
+  setPartitionEntry("stage", b.getI64IntegerAttr(stage));
+  setPartitionEntry("first_layer", b.getI64IntegerAttr(first));
+  setPartitionEntry("num_layers", b.getI64IntegerAttr(last - first));
+  setPartitionEntry("stage_layers", b.getDenseI64ArrayAttr(counts));
+  return success();
 }
 
 } // namespace mlir::kiln

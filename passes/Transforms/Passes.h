@@ -7,6 +7,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/Pass.h"
 
+#include <vector>
+
 namespace mlir::kiln {
 
 #define GEN_PASS_DECL
@@ -19,6 +21,17 @@ namespace mlir::kiln {
 /// fused op's results. Shared by kiln-fuse and kiln-outline-kernels.
 FusedOp outlineFusedRegion(SmallVector<Operation *> ops,
                            ArrayRef<StringRef> families);
+
+/// kiln-partition's pipeline split: the layer count of each of `stages`
+/// contiguous stages of layers with costs `layerCost` (bytes of weights
+/// read per token), the first stage also paying `firstCost` (embedding)
+/// and the last `lastCost` (final norm and classifier), that minimises the
+/// largest stage's cost (the linear partition problem, by dynamic
+/// programming; ties give earlier stages the extra layer). Empty when
+/// `stages` is not in [1, layerCost.size()].
+std::vector<int64_t> planPipelineStages(ArrayRef<int64_t> layerCost,
+                                        int64_t firstCost, int64_t lastCost,
+                                        int64_t stages);
 
 #define GEN_PASS_REGISTRATION
 #include "passes/Transforms/Passes.h.inc"

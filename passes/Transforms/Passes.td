@@ -343,7 +343,7 @@ def BatchStepPass : Pass<"kiln-batch-step", "::mlir::ModuleOp"> {
 }
 
 def PartitionPass : Pass<"kiln-partition", "::mlir::ModuleOp"> {
-  let summary = "Tensor parallelism: one rank's shard of every layer (Megatron-LM splits)";
+  let summary = "Tensor and pipeline parallelism: one rank's shard of its stage's layers (Megatron-LM splits)";
   let description = [{
     Rewrites the module into rank `rank`'s program of a tensor-parallel
     group of `tp` ranks (Shoeybi et al. 2019, "Megatron-LM", section 3):
@@ -368,11 +368,31 @@ def PartitionPass : Pass<"kiln-partition", "::mlir::ModuleOp"> {
     whole on every rank). The embedding and the norms stay whole on every
     rank. The module gets `kiln.partition = {tp, rank, vocab_parallel}`.
 
+    Pipeline parallelism (`pp` > 1; GPipe, Huang et al. 2019; Narayanan
+    et al. 2021): the layers are split into `pp` contiguous stages that
+    minimise the largest stage's cost, the bytes of weights it reads per
+    decoded token (each layer's weights; the first stage also holds the
+    embedding, read one row per token; the last the final norm and the
+    classifier, often as large as several layers). Stage `stage` keeps its
+    layers: unless it is the first, a `kiln.recv {source = stage - 1}` of
+    the residual stream replaces the embedding and the layers before it;
+    unless it is the last, a `kiln.send {destination = stage + 1}` of the
+    residual entering the next stage's first layer ends it, and its entry
+    points return nothing (the last stage returns the logits). Its
+    attention ops are renumbered from 0, its KV caches hold its layers
+    only, and weights it no longer reads are dropped. Runs after the
+    tensor-parallel split (a rank's program is stage `stage` of tp rank
+    `rank`). The module gets `kiln.partition = {..., pp, stage,
+    first_layer, num_layers, stage_layers}` (stage_layers: every stage's
+    layer count).
+
     Errors, naming the counts: heads, hidden features or KV heads that do
-    not divide (nor are divided by) tp; weights already quantized, fused
-    or kept in GGUF block formats (run the pass first, on float weights:
-    the quantization passes then quantize each shard on its own); centered
-    keys.
+    not divide (nor are divided by) tp; more stages than layers; a layer
+    whose start cannot be found (no `kiln.rms_norm` of
+    `@layers.<i>.attention_norm`); calibration observers; weights already
+    quantized, fused or kept in GGUF block formats (run the pass first, on
+    float weights: the quantization passes then quantize each shard on its
+    own); centered keys.
 
     ```mlir
     // tp=2, rank=1 of a 64-wide model with 8 heads of 8:
@@ -391,6 +411,12 @@ def PartitionPass : Pass<"kiln-partition", "::mlir::ModuleOp"> {
            "Split the classifier's vocabulary rows across the ranks and "
            "gather the logits (kiln.all_gather); false, or a vocabulary "
            "that tp does not divide, keeps it whole on every rank">,
+    Option<"pp", "pp", "int64_t", /*default=*/"1",
+           "Pipeline stages: the layers split into pp contiguous stages "
+           "balanced by the bytes of weights each reads per token (1: no "
+           "change)">,
+    Option<"stage", "stage", "int64_t", /*default=*/"0",
+           "The pipeline stage whose program is produced, in [0, pp)">,
   ];
   let dependentDialects = ["::mlir::kiln::KilnDialect"];
 }

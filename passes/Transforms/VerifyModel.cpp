@@ -46,6 +46,25 @@ static KVCacheType verifyEntryPoint(func::FuncOp func) {
                        << tokens;
     return {};
   }
+  // A pipeline stage before the last (kiln-partition{pp}) returns nothing:
+  // the last stage returns the logits.
+  auto module = func->getParentOfType<ModuleOp>();
+  auto partition =
+      module ? module->getAttrOfType<DictionaryAttr>("kiln.partition")
+             : DictionaryAttr();
+  auto pp = partition ? partition.getAs<IntegerAttr>("pp") : IntegerAttr();
+  auto stage =
+      partition ? partition.getAs<IntegerAttr>("stage") : IntegerAttr();
+  if (pp && stage && stage.getInt() < pp.getInt() - 1) {
+    if (type.getNumResults() != 0) {
+      func.emitOpError() << "entry point '" << func.getSymName()
+                         << "' of pipeline stage " << stage.getInt()
+                         << " (not the last) must return nothing, got "
+                         << type;
+      return {};
+    }
+    return cache;
+  }
   auto result = type.getNumResults() == 1
                     ? dyn_cast<RankedTensorType>(type.getResult(0))
                     : RankedTensorType();

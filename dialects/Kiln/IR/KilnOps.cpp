@@ -580,6 +580,38 @@ LogicalResult AllGatherOp::verify() {
   return success();
 }
 
+/// A kiln.send / kiln.recv peer against the module's pipeline stage
+/// (kiln.partition {pp, stage}, when the module has one): a stage in
+/// [0, pp) other than the program's own.
+static LogicalResult verifyPeerStage(Operation *op, StringRef what,
+                                     int64_t peer) {
+  auto module = op->getParentOfType<ModuleOp>();
+  auto partition =
+      module ? module->getAttrOfType<DictionaryAttr>("kiln.partition")
+             : DictionaryAttr();
+  auto pp = partition ? partition.getAs<IntegerAttr>("pp") : IntegerAttr();
+  auto stage =
+      partition ? partition.getAs<IntegerAttr>("stage") : IntegerAttr();
+  if (!pp || !stage)
+    return success();
+  if (peer >= pp.getInt())
+    return op->emitOpError() << what << " " << peer
+                             << " is not a stage of the pipeline (pp = "
+                             << pp.getInt() << ")";
+  if (peer == stage.getInt())
+    return op->emitOpError() << what << " " << peer
+                             << " is this program's own stage";
+  return success();
+}
+
+LogicalResult SendOp::verify() {
+  return verifyPeerStage(*this, "destination", getDestination());
+}
+
+LogicalResult RecvOp::verify() {
+  return verifyPeerStage(*this, "source", getSource());
+}
+
 LogicalResult AddBiasOp::verify() {
   auto input = cast<RankedTensorType>(getInput().getType());
   auto bias = cast<RankedTensorType>(getBias().getType());

@@ -527,6 +527,52 @@ def Kiln_AllGatherOp : Kiln_Op<"all_gather", [
   let hasVerifier = 1;
 }
 
+def Kiln_SendOp : Kiln_Op<"send", [
+    MemoryEffects<[MemRead<Kiln_CommResource>, MemWrite<Kiln_CommResource>]>]> {
+  let summary = "Sends an activation to another pipeline stage";
+  let description = [{
+    Point-to-point transfer of `input` (`[R, C]`, every row) to pipeline
+    stage `destination` (MPI_Send / ncclSend to the rank of that stage with
+    the same tensor-parallel rank; the name and meaning of MLIR's
+    `shard.send`). Written by `kiln-partition{pp=M stage=S}` at the end of
+    a stage that is not the last: the residual stream entering the next
+    stage's first layer (GPipe, Huang et al. 2019; Megatron-LM's pipeline
+    schedule, Narayanan et al. 2021). Moves `R * C * sizeof(elem)` bytes
+    per step: `dim * sizeof(elem)` per token, independent of the layer
+    count. Pairs with a `kiln.recv {source = S}` in stage `destination`'s
+    program.
+
+    ```mlir
+    kiln.send %h {destination = 1 : i64} : tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$input,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$destination);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Kiln_RecvOp : Kiln_Op<"recv", [
+    MemoryEffects<[MemRead<Kiln_CommResource>, MemWrite<Kiln_CommResource>]>]> {
+  let summary = "Receives an activation from another pipeline stage";
+  let description = [{
+    The matching end of a `kiln.send {destination = S}` in pipeline stage
+    `source`'s program: `result` (`[R, C]`) is that stage's `input`. Its
+    rows are the entry point's token count (the dynamic dimension, as for
+    every activation of the function). Written by
+    `kiln-partition{pp=M stage=S}` at the start of a stage that is not the
+    first, in place of the layers before it (MLIR's `shard.recv`).
+
+    ```mlir
+    %h = kiln.recv {source = 0 : i64} : tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins ConfinedAttr<I64Attr, [IntNonNegative]>:$source);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
 def Kiln_LogitsOp : Kiln_Op<"logits", [Pure]> {
   let summary = "Classifier logits of the last token";
   let description = [{

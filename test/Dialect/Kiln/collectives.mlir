@@ -45,3 +45,44 @@ func.func @group_of_one(%x: tensor<?x64xf32>) -> tensor<?x64xf32> {
   %r = kiln.all_reduce %x {group_size = 1 : i64} : tensor<?x64xf32>
   return %r : tensor<?x64xf32>
 }
+
+// -----
+
+// Pipeline stages: kiln.send / kiln.recv of the residual stream.
+// CHECK-LABEL: func.func @stage_edges
+// CHECK: %[[H:.*]] = kiln.recv {source = 0 : i64} : tensor<?x64xf32>
+// CHECK: kiln.send %[[H]] {destination = 2 : i64} : tensor<?x64xf32>
+func.func @stage_edges() {
+  %h = kiln.recv {source = 0 : i64} : tensor<?x64xf32>
+  kiln.send %h {destination = 2 : i64} : tensor<?x64xf32>
+  return
+}
+
+// -----
+
+// A stage program's peers are other stages of its pipeline.
+module attributes {kiln.partition = {pp = 2 : i64, stage = 1 : i64, tp = 1 : i64, rank = 0 : i64}} {
+  func.func @own_stage(%h: tensor<?x64xf32>) {
+    // expected-error @+1 {{'kiln.send' op destination 1 is this program's own stage}}
+    kiln.send %h {destination = 1 : i64} : tensor<?x64xf32>
+    return
+  }
+}
+
+// -----
+
+module attributes {kiln.partition = {pp = 2 : i64, stage = 1 : i64, tp = 1 : i64, rank = 0 : i64}} {
+  func.func @no_such_stage() {
+    // expected-error @+1 {{'kiln.recv' op source 2 is not a stage of the pipeline (pp = 2)}}
+    %h = kiln.recv {source = 2 : i64} : tensor<?x64xf32>
+    return
+  }
+}
+
+// -----
+
+func.func @negative_peer(%h: tensor<?x64xf32>) {
+  // expected-error @+1 {{'kiln.send' op attribute 'destination' failed to satisfy constraint}}
+  kiln.send %h {destination = -1 : i64} : tensor<?x64xf32>
+  return
+}
