@@ -117,6 +117,11 @@ static bool isArtifactFile(StringRef name) {
   if (rank.consume_front("weights.rank") && rank.consume_back(".bin") &&
       !rank.empty() && llvm::all_of(rank, llvm::isDigit))
     return true;
+  // stage<S>/: a pipeline stage's program (parallel.stages).
+  StringRef stage = name;
+  if (stage.consume_front("stage") && !stage.empty() &&
+      llvm::all_of(stage, llvm::isDigit))
+    return true;
   return llvm::is_contained(ArrayRef<StringRef>{"manifest.json", "model.so",
                                                 "model.cpp", "model.cu",
                                                 "weights.bin", "tokenizer.json",
@@ -203,70 +208,14 @@ static llvm::json::Object modelJson(const LlamaConfig &c, ModuleOp plan) {
   };
 }
 
-llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
-                                      const ArtifactInputs &in) {
+/// Writes the files of one program's artifact (`in`) into `tmp`, building
+/// in `includeDir`; `outDir` names it in messages. `stageManifests`: the
+/// pipeline stages' manifests already in `tmp` (stage 0 lists them).
+static llvm::Error writeArtifactFiles(const ArtifactInputs &in, StringRef tmp,
+                                      StringRef includeDir, StringRef outDir,
+                                      ArrayRef<std::string> stageManifests) {
   ModuleOp planModule = in.plan;
   const LlamaConfig &cfg = in.model->config;
-  auto note = [&](const llvm::Twine &message) {
-    if (in.note)
-      in.note(message);
-    else
-      llvm::errs() << "kiln: note: " << message << "\n";
-  };
-
-  // "out.kiln/" is out.kiln; a symbolic link is followed, so what it points
-  // to is replaced and the link is kept (docs/artifact.md).
-  llvm::Expected<ResolvedOutput> resolved = resolveOutputPath(outPath);
-  if (!resolved)
-    return resolved.takeError();
-  std::string outDir = resolved->path;
-  std::string via = resolved->symlinkVia.empty()
-                        ? std::string()
-                        : " (where the symbolic link " + resolved->symlinkVia +
-                              " points)";
-
-  // Refuse to clobber anything but a Kiln artifact: an existing directory
-  // may be replaced only if its manifest.json says it is one and it holds
-  // nothing but artifact files.
-  auto checkTarget = [&]() -> llvm::Error {
-    if (!fs::exists(outDir))
-      return llvm::Error::success();
-    if (!fs::is_directory(outDir))
-      return llvm::createStringError(outDir + via +
-                                     " exists and is not a directory");
-    if (auto err = checkReplaceable(outDir))
-      return llvm::createStringError(llvm::toString(std::move(err)) + via);
-    return llvm::Error::success();
-  };
-  if (auto err = checkTarget())
-    return err;
-
-  SmallString<256> parent(llvm::sys::path::parent_path(outDir));
-  if (parent.empty())
-    parent = ".";
-  if (std::error_code ec = fs::create_directories(parent))
-    return llvm::createStringError(ec, "cannot create " + parent + ": " +
-                                           ec.message());
-
-  // Everything is written into a private scratch directory beside the
-  // target (same file system, so the final rename is atomic), named
-  // unpredictably and removed on every exit path (SafeOutput.h):
-  //   <name>.kiln-tmp-XXXXXX/artifact/  the new artifact
-  //   <name>.kiln-tmp-XXXXXX/build/     headers and compiler log
-  // First, what killed runs left there.
-  std::string scratchPrefix =
-      (llvm::sys::path::filename(outDir) + ".kiln-tmp-").str();
-  for (const std::string &line : removeStaleScratchDirs(parent, scratchPrefix))
-    note(line);
-  llvm::Expected<ScratchDir> scratch = ScratchDir::create(parent, scratchPrefix);
-  if (!scratch)
-    return scratch.takeError();
-  std::string tmp = scratch->child("artifact");
-  std::string includeDir = scratch->child("build");
-  for (const std::string &dir : {tmp, includeDir})
-    if (std::error_code ec = fs::create_directory(dir, /*IgnoreExisting=*/false))
-      return llvm::createStringError(ec, "cannot create " + dir + ": " +
-                                             ec.message());
   auto pathIn = [&](StringRef name) {
     SmallString<256> p(tmp);
     llvm::sys::path::append(p, name);
@@ -344,7 +293,7 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
   // Compile the emitted code against the embedded kernel ABI header.
   // Errors name the code as the user knows it: the scratch path is removed
   // before they are printed.
-  std::string shownCode = codeFile + " (emitted for " + outDir + ")";
+  std::string shownCode = codeFile + " (emitted for " + outDir.str() + ")";
   SmallString<256> headerDir(includeDir);
   llvm::sys::path::append(headerDir, "kiln_rt");
   if (std::error_code ec = fs::create_directory(headerDir))
@@ -390,6 +339,8 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
   fileNames.push_back("tokenizer.json");
   if (!chat.tmpl.empty())
     fileNames.push_back("chat_template.jinja");
+  for (const std::string &m : stageManifests)
+    fileNames.push_back(m);
   for (StringRef name : fileNames) {
     std::string p = pathIn(name);
     uint64_t size = 0;
@@ -424,7 +375,8 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
   bool kvQuantized = in.kvDtype == "int8" || in.kvDtype == "fp8_e4m3";
   int64_t kvElementBytes = kvQuantized ? 1 : in.kvDtype == "f32" ? 4 : 2;
   const int64_t kvHeads = in.kvHeads > 0 ? in.kvHeads : cfg.nKvHeads;
-  int64_t kvBytes = cfg.nLayers * 2 * maxSeq * kvHeads *
+  const int64_t kvLayers = in.kvLayers > 0 ? in.kvLayers : cfg.nLayers;
+  int64_t kvBytes = kvLayers * 2 * maxSeq * kvHeads *
                     (cfg.headDim * kvElementBytes + (kvQuantized ? 4 : 0));
   // A pre-quantized checkpoint names its format (Prequantized.h).
   std::string quant = in.quant;
@@ -445,7 +397,7 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
            {"arena_bytes", getI64(planModule, "plan.arena_bytes")},
            {"max_prefill_tokens", maxTokens},
            {"entry_points", std::move(entryPoints)},
-           {"kv_cache", llvm::json::Object{{"layers", cfg.nLayers},
+           {"kv_cache", llvm::json::Object{{"layers", kvLayers},
                                            {"kv_heads", kvHeads},
                                            {"head_dim", cfg.headDim},
                                            {"max_seq", maxSeq},
@@ -456,9 +408,21 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
       {"tokenizer", llvm::json::Object{{"file", "tokenizer.json"}}},
       {"files", std::move(files)},
   };
-  if (partitioned)
-    manifest["parallel"] = llvm::json::Object{
-        {"tp", in.tp}, {"weights", llvm::json::Array(weightFiles)}};
+  if (partitioned || in.pp > 1) {
+    llvm::json::Object parallel{{"tp", in.tp},
+                                {"weights", llvm::json::Array(weightFiles)}};
+    if (in.pp > 1) {
+      parallel["pp"] = in.pp;
+      parallel["stage"] = in.stage;
+      if (in.stage == 0) {
+        llvm::json::Array dirs;
+        for (int64_t st = 1; st < in.pp; ++st)
+          dirs.push_back("stage" + std::to_string(st));
+        parallel["stages"] = std::move(dirs);
+      }
+    }
+    manifest["parallel"] = std::move(parallel);
+  }
   // Chat: the template file (when the checkpoint has one), the tokens that
   // end a turn, and the strings templates use as bos_token / eos_token.
   {
@@ -495,6 +459,93 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
                                        sig.size())))
       return err;
   }
+  return llvm::Error::success();
+}
+
+llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
+                                      const ArtifactInputs &in) {
+  auto note = [&](const llvm::Twine &message) {
+    if (in.note)
+      in.note(message);
+    else
+      llvm::errs() << "kiln: note: " << message << "\n";
+  };
+
+  // "out.kiln/" is out.kiln; a symbolic link is followed, so what it points
+  // to is replaced and the link is kept (docs/artifact.md).
+  llvm::Expected<ResolvedOutput> resolved = resolveOutputPath(outPath);
+  if (!resolved)
+    return resolved.takeError();
+  std::string outDir = resolved->path;
+  std::string via = resolved->symlinkVia.empty()
+                        ? std::string()
+                        : " (where the symbolic link " + resolved->symlinkVia +
+                              " points)";
+
+  // Refuse to clobber anything but a Kiln artifact: an existing directory
+  // may be replaced only if its manifest.json says it is one and it holds
+  // nothing but artifact files.
+  auto checkTarget = [&]() -> llvm::Error {
+    if (!fs::exists(outDir))
+      return llvm::Error::success();
+    if (!fs::is_directory(outDir))
+      return llvm::createStringError(outDir + via +
+                                     " exists and is not a directory");
+    if (auto err = checkReplaceable(outDir))
+      return llvm::createStringError(llvm::toString(std::move(err)) + via);
+    return llvm::Error::success();
+  };
+  if (auto err = checkTarget())
+    return err;
+
+  SmallString<256> parent(llvm::sys::path::parent_path(outDir));
+  if (parent.empty())
+    parent = ".";
+  if (std::error_code ec = fs::create_directories(parent))
+    return llvm::createStringError(ec, "cannot create " + parent + ": " +
+                                           ec.message());
+
+  // Everything is written into a private scratch directory beside the
+  // target (same file system, so the final rename is atomic), named
+  // unpredictably and removed on every exit path (SafeOutput.h):
+  //   <name>.kiln-tmp-XXXXXX/artifact/  the new artifact
+  //   <name>.kiln-tmp-XXXXXX/build/     headers and compiler log
+  // First, what killed runs left there.
+  std::string scratchPrefix =
+      (llvm::sys::path::filename(outDir) + ".kiln-tmp-").str();
+  for (const std::string &line : removeStaleScratchDirs(parent, scratchPrefix))
+    note(line);
+  llvm::Expected<ScratchDir> scratch = ScratchDir::create(parent, scratchPrefix);
+  if (!scratch)
+    return scratch.takeError();
+  std::string tmp = scratch->child("artifact");
+  std::string includeDir = scratch->child("build");
+  for (const std::string &dir : {tmp, includeDir})
+    if (std::error_code ec = fs::create_directory(dir, /*IgnoreExisting=*/false))
+      return llvm::createStringError(ec, "cannot create " + dir + ": " +
+                                             ec.message());
+  // Pipeline stages 1 .. pp - 1 first, each a complete artifact in its own
+  // stage<S>/ directory (and build directory); stage 0's manifest lists
+  // their manifests.
+  std::vector<std::string> stageManifests;
+  for (const ArtifactInputs &later : in.laterStages) {
+    const std::string name = "stage" + std::to_string(later.stage);
+    SmallString<256> stageDir(tmp), stageBuild(includeDir);
+    llvm::sys::path::append(stageDir, name);
+    llvm::sys::path::append(stageBuild, name);
+    for (StringRef dir : {StringRef(stageDir), StringRef(stageBuild)})
+      if (std::error_code ec =
+              fs::create_directory(dir, /*IgnoreExisting=*/false))
+        return llvm::createStringError(ec, "cannot create " + dir + ": " +
+                                               ec.message());
+    if (auto err = writeArtifactFiles(later, stageDir, stageBuild,
+                                      outDir + "/" + name, {}))
+      return err;
+    stageManifests.push_back(name + "/manifest.json");
+  }
+  if (auto err = writeArtifactFiles(in, tmp, includeDir, outDir,
+                                    stageManifests))
+    return err;
 
   // Swap into place: renameat2(RENAME_EXCHANGE) over an existing artifact,
   // so outDir is the old or the new artifact at every instant. Check the

@@ -25,6 +25,14 @@ struct ArtifactInputs {
   /// lay out the same tensors at the same offsets and sizes.
   int64_t tp = 1;
   std::vector<std::vector<WeightDesc>> shards;
+  /// Pipeline parallelism: this program is stage `stage` of `pp`; stage 0's
+  /// inputs carry the later stages' (`laterStages`, stages 1 .. pp - 1),
+  /// written as complete artifacts in stage<S>/ and listed by stage 0's
+  /// manifest (parallel.pp, .stage, .stages).
+  int64_t pp = 1, stage = 0;
+  std::vector<ArtifactInputs> laterStages;
+  /// KV cache layers of the program (a stage's); 0: the model's.
+  int64_t kvLayers = 0;
   /// KV heads of the plan's cache (a rank's share when partitioned); 0:
   /// the model's.
   int64_t kvHeads = 0;

@@ -47,8 +47,8 @@ static constexpr const char *kPointerMacros = R"(
 
 static constexpr const char *kCpuPrologue =
     R"(// Emitted by kiln-compile (CPU target). Do not edit.
-#if KILN_ABI_VERSION != 12
-#error "emitted for kernel ABI version 12"
+#if KILN_ABI_VERSION != 13
+#error "emitted for kernel ABI version 13"
 #endif)";
 
 static constexpr const char *kCudaPrologue =
@@ -75,6 +75,14 @@ static bool isStepKernel(StringRef callee) {
   return callee.starts_with("kiln_k_step_");
 }
 
+/// The kernels that talk to the other ranks (kernel_abi.h): the context
+/// first, the element type as an argument, and a name for messages last.
+static bool isCommKernel(StringRef callee) {
+  return llvm::is_contained({"kiln_k_all_reduce", "kiln_k_all_gather",
+                             "kiln_k_send", "kiln_k_recv"},
+                            callee);
+}
+
 namespace {
 /// What differs between the CPU and the CUDA flavour of the emitted code.
 struct TargetInfo {
@@ -89,8 +97,7 @@ struct TargetInfo {
     if (cuda)
       return ("kiln_cuda_" + kernel.drop_front(StringRef("kiln_k_").size())).str();
     // Kernels that take their element type as an argument.
-    if (isStepKernel(kernel) || kernel == "kiln_k_all_reduce" ||
-        kernel == "kiln_k_all_gather")
+    if (isStepKernel(kernel) || isCommKernel(kernel))
       return kernel.str();
     SmallVector<Type> floats;
     for (Value arg : call.getArgs())
@@ -305,8 +312,13 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
                        << "int8 activations (act_quant 'int8_per_block') "
                           "have kernels for the cpu target only so far; "
                           "compile without --act-quant";
-              bool allReduce = c.getCallee() == "kiln_k_all_reduce" ||
-                               c.getCallee() == "kiln_k_all_gather";
+              if (target.cuda && (c.getCallee() == "kiln_k_send" ||
+                                  c.getCallee() == "kiln_k_recv"))
+                return c.emitOpError()
+                       << "pipeline stages (kiln.send / kiln.recv) have "
+                          "kernels for the cpu target only so far; compile "
+                          "with target=cpu";
+              bool allReduce = isCommKernel(c.getCallee());
               // CUDA launch wrappers take the context first, and so do CPU
               // kernels that talk to the runtime (kernel_abi.h).
               if (target.cuda || observe || step || allReduce)
@@ -527,6 +539,12 @@ static std::string planInfoExport(ModuleOp module) {
       maxSeq = std::max(maxSeq, t.getDimSize(0));
     }
   });
+  // A pipeline stage before the last writes no logits; its plan info
+  // still names the model's vocabulary (the artifact's, checked at load).
+  if (vocab == 0)
+    if (auto model = module->getAttrOfType<DictionaryAttr>("kiln.model"))
+      if (auto v = model.getAs<IntegerAttr>("vocab_size"))
+        vocab = v.getInt();
   // kiln-partition's group size (1: not partitioned).
   int64_t tpSize = 1;
   if (auto p = module->getAttrOfType<DictionaryAttr>("kiln.partition"))

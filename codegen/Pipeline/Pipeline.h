@@ -41,6 +41,12 @@ struct CompileOptions {
   /// and emitted (every rank runs the same code over shards of one
   /// layout); every rank's weights go to its own weights.rank<R>.bin.
   int64_t tp = 1;
+  /// Pipeline parallelism (kiln-partition{pp stage}): pp > 1 compiles one
+  /// program per stage (each planned and emitted for its tp rank 0, its
+  /// ranks' shards beside it); stage 0's is the artifact's own, stages
+  /// 1 .. pp - 1 go to its stage<S>/ directories. --emit prints every
+  /// stage, separated by "// -----" lines.
+  int64_t pp = 1;
   /// Adds graph passes (quantization, observers) after kiln-verify and
   /// canonicalize (and kiln-partition); may be empty.
   std::function<void(OpPassManager &)> addGraphPasses;

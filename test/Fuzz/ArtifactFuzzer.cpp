@@ -55,10 +55,14 @@ Communicator *processGroup() { return nullptr; }
 Status Communicator::broadcast(void *, int64_t, int32_t, const char *, bool) {
   return internalError("kiln-fuzz-artifact has no rank group");
 }
-Status Communicator::allGather(const void *, void *, int64_t, const char *) {
+Status Communicator::allGather(const void *, void *, int64_t, const char *,
+                               bool) {
   return internalError("kiln-fuzz-artifact has no rank group");
 }
 void Communicator::abort(const std::string &, int32_t code) { std::_Exit(code); }
+Status Communicator::setPipeline(int32_t, int32_t) {
+  return internalError("kiln-fuzz-artifact has no rank group");
+}
 bool launchedAsRank() { return false; }
 Status createParallelExecutor(const Artifact &, Communicator &,
                               std::unique_ptr<Executor>,

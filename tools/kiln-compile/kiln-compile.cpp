@@ -167,12 +167,16 @@ static cl::opt<std::string> tensorParallel(
     cl::init("1"), cl::value_desc("N"), cl::cat(category));
 static cl::opt<std::string> pipelineParallel(
     "pp",
-    cl::desc("Pipeline parallelism: stages of layers over M ranks (not "
-             "built yet: only 1 is accepted)"),
+    cl::desc("Pipeline parallelism: split the layers into M stages balanced "
+             "by the weight bytes each reads per token (kiln-partition; "
+             "docs/parallelism.md). Stage 0 is the artifact's program, "
+             "stages 1..M-1 its stage<S>/ directories; with --tp N it runs "
+             "as N x M ranks: `mpirun -np N*M kiln-run ARTIFACT ...`. "
+             "Default 1 (cpu target)"),
     cl::init("1"), cl::value_desc("M"), cl::cat(category));
 
-/// --tp, parsed (main).
-static int64_t tensorParallelRanks = 1;
+/// --tp, --pp, parsed (main).
+static int64_t tensorParallelRanks = 1, pipelineStages = 1;
 
 /// A rank count of --tp / --pp: decimal digits only (no sign, hex or octal),
 /// in [1, 64]; 0 when `text` is not one.
@@ -457,16 +461,22 @@ int main(int argc, char **argv) {
   if (!tensorParallelRanks)
     return fail("--tp=" + tensorParallel +
                 " is not a rank count (a decimal number in [1, 64])");
-  if (!parseRanks(pipelineParallel))
+  pipelineStages = parseRanks(pipelineParallel);
+  if (!pipelineStages)
     return fail("--pp=" + pipelineParallel +
                 " is not a stage count (a decimal number in [1, 64])");
-  if (pipelineParallel != "1")
-    return fail("--pp=" + pipelineParallel +
-                ": pipeline parallelism is not built yet (docs/"
-                "parallelism.md); use --tp for now");
-  if (tensorParallelRanks > 1 && quant != "none" && quant != "w8a16" &&
+  if (pipelineStages > 1 && target == "cuda")
+    return fail("--pp with --target=cuda: pipeline stages have kernels for "
+                "the cpu target only so far (docs/parallelism.md)");
+  if (tensorParallelRanks * pipelineStages > 64)
+    return fail("--tp " + std::to_string(tensorParallelRanks) + " x --pp " +
+                std::to_string(pipelineStages) +
+                " is more than 64 ranks");
+  const bool parallel = tensorParallelRanks > 1 || pipelineStages > 1;
+  const std::string parallelFlag = tensorParallelRanks > 1 ? "--tp" : "--pp";
+  if (parallel && quant != "none" && quant != "w8a16" &&
       quant != "w4a16-rtn")
-    return fail("--tp with --quant=" + quant +
+    return fail(parallelFlag + " with --quant=" + quant +
                 ": calibrated recipes are not partitioned yet (use none, "
                 "w8a16 or w4a16-rtn: each rank quantizes its own shard)");
   if (llvm::Error err = checkQuantFlags())
@@ -486,7 +496,7 @@ int main(int argc, char **argv) {
     return fail("--act-quant=int8 reads GGUF linears as stored blocks: drop "
                 "--gguf-linears=repacked");
   if (!kvCache.empty() && calibrationPath.empty() &&
-      !kvCentering.getNumOccurrences() && tensorParallelRanks == 1)
+      !kvCentering.getNumOccurrences() && !parallel)
     llvm::errs() << "kiln-compile: note: --kv=" << kvCache
                  << " without --calibration stores keys uncentered; keys "
                     "with per-channel offsets then lose accuracy (on "
@@ -499,10 +509,11 @@ int main(int argc, char **argv) {
       maxSeqLen < 0 || maxPrefillTokens < 0)
     return fail("--max-seq-len and --max-prefill-tokens must be positive");
 
-  if (tensorParallelRanks > 1) {
+  if (parallel) {
     if (centerKeys())
-      return fail("--tp with key centering (--kv with --calibration) is not "
-                  "partitioned yet: pass --kv-centering=false");
+      return fail(parallelFlag + " with key centering (--kv with "
+                  "--calibration) is not partitioned yet: pass "
+                  "--kv-centering=false");
   }
 
   // The signing key is read before compiling, so a bad key fails at once.
@@ -618,11 +629,18 @@ int main(int argc, char **argv) {
           ? std::string()
           : "kiln-fuse{families=" + llvm::join(fuseFamilies, ",") + "},";
   options.tp = tensorParallelRanks;
+  options.pp = pipelineStages;
   options.pipeline = "kiln-verify,canonicalize," +
-                     (tensorParallelRanks > 1
-                          ? "kiln-partition{tp=" +
-                                std::to_string(tensorParallelRanks) + " rank=R},"
-                          : std::string()) +
+                     (parallel ? "kiln-partition{tp=" +
+                                     std::to_string(tensorParallelRanks) +
+                                     " rank=R" +
+                                     (pipelineStages > 1
+                                          ? " pp=" +
+                                                std::to_string(pipelineStages) +
+                                                " stage=S"
+                                          : std::string()) +
+                                     "},"
+                               : std::string()) +
                      (quantPasses.empty() ? "" : quantPasses + ",") +
                      (options.batchStep ? "kiln-batch-step{required=false},"
                                         : "") +

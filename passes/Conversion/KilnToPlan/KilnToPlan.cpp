@@ -290,6 +290,16 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
     return lowerObserve(observe);
   if (auto fused = dyn_cast<FusedOp>(op))
     return lowerFused(fused);
+  // Pipeline stages (kernel_abi.h kiln_k_send): the residual stream to the
+  // next stage.
+  if (auto send = dyn_cast<SendOp>(op)) {
+    Value x = send.getInput();
+    call("kiln_k_send",
+         {buffers.lookup(x), rows(x),
+          indexConst(cast<RankedTensorType>(x.getType()).getDimSize(1)),
+          elemCode(x), indexConst(send.getDestination())});
+    return success();
+  }
   if (op->getNumResults() != 1)
     return op->emitOpError() << "cannot be lowered to the plan dialect";
 
@@ -507,6 +517,13 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
             call("kiln_k_all_reduce", {in(r.getInput()), *out,
                                        elements(r.getResult()),
                                        elemCode(r.getInput())});
+            return success();
+          })
+          .Case([&](RecvOp r) {
+            call("kiln_k_recv", {*out, rows(r.getResult()),
+                                 width(r.getResult()),
+                                 elemCode(r.getResult()),
+                                 indexConst(r.getSource())});
             return success();
           })
           .Case([&](AllGatherOp g) {

@@ -38,7 +38,7 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 12
+#define KILN_ABI_VERSION 13
 
 struct kiln_batch;
 struct kiln_paged_kv;
@@ -157,6 +157,26 @@ void kiln_k_all_reduce(kiln_exec_ctx *ctx, const void *x, void *y,
 void kiln_k_all_gather(kiln_exec_ctx *ctx, const void *x, void *y,
                        int64_t rows, int64_t cols, int64_t elem,
                        const char *what);
+
+/// Pipeline parallelism (kiln.send; GPipe, Huang et al. 2019): x [rows,
+/// cols] of element type `elem` (KILN_ELEM_*) goes to pipeline stage
+/// `dest_stage`, i.e. to the rank holding the same tensor-parallel shard of
+/// that stage (rank dest_stage * tp + this rank's tp rank), where the
+/// matching kiln_k_recv takes it. Takes the context first. `what` names the
+/// transfer in messages (the op's location). Never returns a failure: a
+/// peer that does not take it within the group's deadline
+/// (KILN_COMM_TIMEOUT_S) ends the whole job with a message naming this
+/// rank; with ctx->comm NULL (one process) the job ends at once, naming
+/// the call (a stage program needs its pipeline).
+void kiln_k_send(kiln_exec_ctx *ctx, const void *x, int64_t rows,
+                 int64_t cols, int64_t elem, int64_t dest_stage,
+                 const char *what);
+
+/// The matching end of kiln_k_send (kiln.recv): y [rows, cols] of element
+/// type `elem` from pipeline stage `source_stage`. Deadline and errors as
+/// kiln_k_send.
+void kiln_k_recv(kiln_exec_ctx *ctx, void *y, int64_t rows, int64_t cols,
+                 int64_t elem, int64_t source_stage, const char *what);
 
 /// Rotary position embedding (Su et al. 2021, RoFormer eq. 34), "adjacent
 /// pair" layout of Meta's Llama / llama2.c / GGUF: within each head, the pair

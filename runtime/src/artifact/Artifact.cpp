@@ -147,6 +147,20 @@ static bool isPlainFileName(const std::string &s) {
   return !s.empty() && s != "." && s != ".." && s.find('/') == std::string::npos;
 }
 
+/// "stage<S>/manifest.json": a pipeline stage's manifest, listed in stage
+/// 0's (S a decimal number without leading zeros, >= 1).
+static bool isStageManifestName(const std::string &s) {
+  const std::string prefix = "stage", suffix = "/manifest.json";
+  if (s.size() <= prefix.size() + suffix.size() || s.rfind(prefix, 0) != 0 ||
+      s.compare(s.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return false;
+  const std::string digits =
+      s.substr(prefix.size(), s.size() - prefix.size() - suffix.size());
+  return !digits.empty() && digits.size() <= 4 && digits[0] != '0' &&
+         std::all_of(digits.begin(), digits.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
+
 Status parseManifest(const std::string &text, const std::string &dir,
                      Manifest &out) {
   const std::string where = dir + "/manifest.json";
@@ -280,7 +294,7 @@ Status parseManifest(const std::string &text, const std::string &dir,
   for (auto it = n->begin(); it != n->end(); ++it) {
     ArtifactFile f;
     f.name = it.key();
-    if (!isPlainFileName(f.name))
+    if (!isPlainFileName(f.name) && !isStageManifestName(f.name))
       return r.error("files entry \"" + f.name +
                      "\" is not a plain file name inside the artifact");
     // File names contain dots: address the entry directly, not by path.
@@ -362,6 +376,48 @@ Status parseManifest(const std::string &text, const std::string &dir,
     if (out.rankWeightsFiles.front() != out.weightsFile)
       return r.error("field 'parallel.weights[0]' must be weights.file (\"" +
                      out.weightsFile + "\")");
+    // Pipeline stages (optional): {"pp": M, "stage": S, "stages": [DIR of
+    // stage 1, ...]} (stages: stage 0's manifest only).
+    auto intIn = [&](const char *key, int64_t lo, int64_t hi,
+                     int64_t &value) -> Status {
+      if (!p.contains(key))
+        return Status::ok();
+      if (!p[key].is_number_integer() || p[key].get<int64_t>() < lo ||
+          p[key].get<int64_t>() > hi)
+        return r.error("field 'parallel." + std::string(key) +
+                       "' must be an integer in [" + std::to_string(lo) +
+                       ", " + std::to_string(hi) + "]");
+      value = p[key].get<int64_t>();
+      return Status::ok();
+    };
+    KILN_RT_RETURN_IF_ERROR(intIn("pp", 1, 4096, out.pp));
+    KILN_RT_RETURN_IF_ERROR(intIn("stage", 0, out.pp - 1, out.stage));
+    if (out.tp * out.pp > 4096)
+      return r.error("fields 'parallel.tp' x 'parallel.pp' must be at most "
+                     "4096 ranks");
+    if (p.contains("stages")) {
+      const json &st = p["stages"];
+      if (out.stage != 0 || !st.is_array() ||
+          int64_t(st.size()) != out.pp - 1)
+        return r.error("field 'parallel.stages' must list pp - 1 = " +
+                       std::to_string(out.pp - 1) +
+                       " stage directories, in stage 0's manifest");
+      for (size_t i = 0; i < st.size(); ++i) {
+        const std::string want = "stage" + std::to_string(i + 1);
+        if (!st[i].is_string() || st[i].get<std::string>() != want)
+          return r.error("field 'parallel.stages[" + std::to_string(i) +
+                         "]' must be \"" + want + "\"");
+        if (!findFile(want + "/manifest.json"))
+          return r.error("'files' does not list \"" + want +
+                         "/manifest.json\" (parallel.stages; its size and "
+                         "checksum are required)");
+        out.stageDirs.push_back(want);
+      }
+    } else if (out.stage == 0 && out.pp > 1) {
+      return r.error("field 'parallel.stages' is required when "
+                     "'parallel.pp' > 1 (stage 0's manifest names the "
+                     "others)");
+    }
   }
 
   KILN_RT_RETURN_IF_ERROR(r.node("weights.tensors", n));
@@ -603,6 +659,18 @@ Status Artifact::open(const std::string &dir, const OpenOptions &options,
 Status Artifact::openMember(const std::string &name, int &fd, uint64_t &bytes,
                             const std::string &ifMissing) const {
   const std::string path = dir_ + "/" + name;
+  // A stage's manifest: its directory must be a directory, not a link.
+  if (size_t slash = name.find('/'); slash != std::string::npos) {
+    struct stat dirSt;
+    const std::string sub = name.substr(0, slash);
+    if (::fstatat(dirFd_, sub.c_str(), &dirSt, AT_SYMLINK_NOFOLLOW) != 0)
+      return notFound(dir_ + "/" + sub + ": " +
+                      (errno == ENOENT ? ifMissing : errnoText()));
+    if (!S_ISDIR(dirSt.st_mode))
+      return dataLoss(dir_ + "/" + sub + ": " + fileKind(dirSt.st_mode) +
+                      ", not a directory; a pipeline stage is a directory "
+                      "inside the artifact (links are not followed)");
+  }
   // O_NOFOLLOW: a symbolic link fails with ELOOP instead of being followed;
   // O_NONBLOCK: opening a FIFO returns at once (fstat then refuses it).
   fd = ::openat(dirFd_, name.c_str(),
@@ -768,6 +836,58 @@ Status Artifact::checkFiles(const OpenOptions &options,
   return Status::ok();
 }
 
+Status Artifact::enterStage(int32_t stage, const OpenOptions &options) {
+  const std::string name = "stage" + std::to_string(stage) + "/manifest.json";
+  const ArtifactFile *listed = nullptr;
+  for (const ArtifactFile &f : manifest_.files)
+    if (f.name == name)
+      listed = &f;
+  if (!listed || size_t(stage) > manifest_.stageDirs.size())
+    return dataLoss(dir_ + "/manifest.json: pipeline stage " +
+                    std::to_string(stage) + " is not listed");
+  // The stage's manifest, checked against stage 0's listing (which the
+  // signature, if any, covers): size and checksums.
+  int fd = -1;
+  uint64_t bytes = 0;
+  KILN_RT_RETURN_IF_ERROR(openMember(
+      name, fd, bytes,
+      "missing; manifest.json lists it under 'files' (pipeline stage " +
+          std::to_string(stage) + ")"));
+  std::string text;
+  Status s = bytes != listed->bytes
+                 ? dataLoss(dir_ + "/" + name + ": size " +
+                            std::to_string(bytes) + " bytes, manifest says " +
+                            std::to_string(listed->bytes))
+                 : readMember(fd, name, kMaxManifestBytes, text);
+  closeFd(fd);
+  KILN_RT_RETURN_IF_ERROR(s);
+  FileHasher hasher(!options.trustedKeys.empty() || !listed->blake2b.empty());
+  hasher.update(text.data(), text.size());
+  KILN_RT_RETURN_IF_ERROR(hasher.check(dir_ + "/" + name, *listed));
+  const std::string stageDir = dir_ + "/" + manifest_.stageDirs[stage - 1];
+  Manifest m;
+  KILN_RT_RETURN_IF_ERROR(parseManifest(text, stageDir, m));
+  if (m.tp != manifest_.tp || m.pp != manifest_.pp || m.stage != stage ||
+      m.modelName != manifest_.modelName || m.vocabSize != manifest_.vocabSize)
+    return dataLoss(stageDir + "/manifest.json: describes stage " +
+                    std::to_string(m.stage) + " of tp " + std::to_string(m.tp) +
+                    " x pp " + std::to_string(m.pp) + " of '" + m.modelName +
+                    "', not stage " + std::to_string(stage) + " of this " +
+                    "artifact's tp " + std::to_string(manifest_.tp) + " x pp " +
+                    std::to_string(manifest_.pp) + " '" + manifest_.modelName +
+                    "'");
+  // From here on the stage's directory is the artifact this rank loads.
+  int sub = ::openat(dirFd_, manifest_.stageDirs[stage - 1].c_str(),
+                     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (sub < 0)
+    return notFound(stageDir + ": cannot open: " + errnoText());
+  closeFd(dirFd_);
+  dirFd_ = sub;
+  dir_ = stageDir;
+  manifest_ = std::move(m);
+  return Status::ok();
+}
+
 Status Artifact::load(const OpenOptions &options) {
   // Descriptors needed only while loading are closed on every path.
   struct Cleanup {
@@ -811,26 +931,40 @@ Status Artifact::load(const OpenOptions &options) {
   if (!options.trustedKeys.empty())
     KILN_RT_RETURN_IF_ERROR(verifySignature(manifestText, options.trustedKeys));
   KILN_RT_RETURN_IF_ERROR(parseManifest(manifestText, dir_, manifest_));
-  // A partitioned plan runs as tp ranks, each mapping its own shard.
-  if (manifest_.tp > 1) {
+  // A partitioned plan runs as tp x pp ranks, each mapping its own shard.
+  if (manifest_.tp > 1 || manifest_.pp > 1) {
     Communicator *comm = processGroup();
-    const std::string tp = std::to_string(manifest_.tp);
+    const std::string tp = std::to_string(manifest_.tp * manifest_.pp);
+    const std::string what =
+        manifest_.pp == 1
+            ? "tensor parallelism over " + tp + " ranks (manifest parallel.tp)"
+            : "pipeline parallelism over " + tp + " ranks (manifest " +
+                  "parallel: tp " + std::to_string(manifest_.tp) + " x pp " +
+                  std::to_string(manifest_.pp) + ")";
     if (!comm && launchedAsRank())
       return failedPrecondition(
-          dir_ + " is partitioned for tensor parallelism over " + tp +
-          " ranks (manifest parallel.tp), and this tool does not run rank "
-          "groups: kiln-run and kiln-serve do (`mpirun -np " + tp +
-          " kiln-run " + dir_ + " ...`; docs/parallelism.md)");
+          dir_ + " is partitioned for " + what +
+          ", and this tool does not run rank groups: kiln-run and kiln-serve "
+          "do (`mpirun -np " + tp + " kiln-run " + dir_ +
+          " ...`; docs/parallelism.md)");
     if (!comm)
       return failedPrecondition(
-          dir_ + " is partitioned for tensor parallelism over " + tp +
-          " ranks (manifest parallel.tp): launch one process per rank, "
-          "e.g. `mpirun -np " + tp + " kiln-run " + dir_ + " ...` "
-          "(docs/parallelism.md)");
-    if (comm->size() != manifest_.tp)
+          dir_ + " is partitioned for " + what +
+          ": launch one process per rank, e.g. `mpirun -np " + tp +
+          " kiln-run " + dir_ + " ...` (docs/parallelism.md)");
+    if (comm->size() != manifest_.tp * manifest_.pp)
       return failedPrecondition(
-          dir_ + " is partitioned for " + tp + " ranks but this job has " +
+          dir_ + " is partitioned for " + tp + " ranks" +
+          (manifest_.pp > 1 ? " (tp " + std::to_string(manifest_.tp) +
+                                  " x pp " + std::to_string(manifest_.pp) +
+                                  ")"
+                            : std::string()) +
+          " but this job has " +
           std::to_string(comm->size()) + ": launch it with mpirun -np " + tp);
+    if (manifest_.stage != 0)
+      return failedPrecondition(
+          dir_ + " is pipeline stage " + std::to_string(manifest_.stage) +
+          " of an artifact: open the artifact's directory, the one above");
     // Every rank must have opened the same artifact (a stale copy on one
     // node would run silently wrong): compare the manifests' hashes.
     const uint64_t mine = XXH3_64bits(manifestText.data(), manifestText.size());
@@ -844,8 +978,12 @@ Status Artifact::load(const OpenOptions &options) {
             std::to_string(r) +
             ": every rank must open the same artifact (a different or stale "
             "copy at this path on that rank's node?)");
+    KILN_RT_RETURN_IF_ERROR(comm->setPipeline(int32_t(manifest_.tp),
+                                              int32_t(manifest_.pp)));
     group_ = comm;
-    manifest_.weightsFile = manifest_.rankWeightsFiles[size_t(comm->rank())];
+    if (comm->stage() > 0)
+      KILN_RT_RETURN_IF_ERROR(enterStage(comm->stage(), options));
+    manifest_.weightsFile = manifest_.rankWeightsFiles[size_t(comm->tpRank())];
   } else if (Communicator *comm = processGroup(); comm && comm->size() > 1) {
     return failedPrecondition(
         dir_ + " is not partitioned (compiled without kiln-compile --tp) "

@@ -70,6 +70,13 @@ struct Manifest {
   /// once the artifact is opened (rank 0's in a parsed manifest).
   int64_t tp = 1;
   std::vector<std::string> rankWeightsFiles;
+  /// Pipeline parallelism (parallel.pp, .stage, .stages): `pp` stages of tp
+  /// ranks each; this manifest's program is stage `stage`'s. The
+  /// artifact's own manifest is stage 0's and names the directories of
+  /// stages 1 .. pp - 1 (`stageDirs`, each listed in `files` by its
+  /// manifest.json), which hold their own programs and shards.
+  int64_t pp = 1, stage = 0;
+  std::vector<std::string> stageDirs;
   std::vector<WeightTensor> tensors;
   std::vector<ArtifactFile> files;
   /// manifest "chat" (optional; docs/artifact.md): the template file (empty:
@@ -197,6 +204,9 @@ private:
   std::string deviceName_ = "cpu";
   std::unique_ptr<CudaBackend> cuda_; ///< released before model.so
   Communicator *group_ = nullptr;
+  /// A rank of pipeline stage `stage` > 0: checks that stage's manifest
+  /// against stage 0's listing and makes its directory this artifact's.
+  Status enterStage(int32_t stage, const OpenOptions &options);
 };
 
 } // namespace kiln::rt

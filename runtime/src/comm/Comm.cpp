@@ -57,11 +57,42 @@ Status Communicator::allReduceSum(void *buf, int64_t count, int32_t elem,
 }
 
 Status Communicator::allGather(const void *send, void *recv, int64_t bytes,
-                               const char *what) {
+                               const char *what, bool tpGroup) {
   std::lock_guard<std::mutex> lock(mu_);
   kiln_comm_error_t err{};
   return commStatus(
-      api_->all_gather(send, recv, bytes, what, timeoutMs_, &err), err);
+      api_->all_gather(send, recv, bytes,
+                       tpGroup ? KILN_COMM_SCOPE_TP : KILN_COMM_SCOPE_WORLD,
+                       what, timeoutMs_, &err),
+      err);
+}
+
+Status Communicator::setPipeline(int32_t tp, int32_t pp) {
+  if (tp < 1 || pp < 1 || int64_t(tp) * pp != size_)
+    return failedPrecondition(
+        "the artifact runs as " + std::to_string(int64_t(tp) * pp) +
+        " ranks (tp " + std::to_string(tp) + " x pp " + std::to_string(pp) +
+        ") but the job has " + std::to_string(size_));
+  std::lock_guard<std::mutex> lock(mu_);
+  kiln_comm_error_t err{};
+  KILN_RT_RETURN_IF_ERROR(commStatus(api_->set_tp_group(tp, &err), err));
+  tp_ = tp;
+  pp_ = pp;
+  return Status::ok();
+}
+
+Status Communicator::send(const void *buf, int64_t bytes, int32_t peer,
+                          const char *what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  kiln_comm_error_t err{};
+  return commStatus(api_->send(buf, bytes, peer, what, timeoutMs_, &err), err);
+}
+
+Status Communicator::recv(void *buf, int64_t bytes, int32_t peer,
+                          const char *what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  kiln_comm_error_t err{};
+  return commStatus(api_->recv(buf, bytes, peer, what, timeoutMs_, &err), err);
 }
 
 Status Communicator::broadcast(void *buf, int64_t bytes, int32_t root,
@@ -164,7 +195,7 @@ extern "C" void kiln_k_all_reduce(kiln_exec_ctx *ctx, const void *x, void *y,
   if (x != y)
     std::memcpy(y, x, bytes);
   auto *comm = static_cast<Communicator *>(ctx->comm);
-  if (!comm || comm->size() == 1 || count == 0)
+  if (!comm || comm->groupSize() == 1 || count == 0)
     return;
   kiln::rt::Status s = comm->allReduceSum(y, count, int32_t(elem), what);
   if (!s.isOk())
@@ -177,12 +208,12 @@ extern "C" void kiln_k_all_gather(kiln_exec_ctx *ctx, const void *x, void *y,
   const size_t elemBytes = elem == KILN_ELEM_F32 ? 4 : 2;
   const size_t block = size_t(rows) * size_t(cols) * elemBytes;
   auto *comm = static_cast<Communicator *>(ctx->comm);
-  if (!comm || comm->size() == 1) {
+  if (!comm || comm->groupSize() == 1) {
     if (x != y)
       std::memcpy(y, x, block);
     return;
   }
-  const size_t ranks = size_t(comm->size());
+  const size_t ranks = size_t(comm->groupSize());
   // One row: the ranks' blocks are already side by side. Several (the
   // batched step's sequences): gather [ranks][rows][cols], then interleave.
   thread_local std::vector<uint8_t> scratch;
@@ -192,7 +223,8 @@ extern "C" void kiln_k_all_gather(kiln_exec_ctx *ctx, const void *x, void *y,
     into = scratch.data();
   }
   kiln::rt::Status s =
-      comm->allGather(x, into, int64_t(block), what ? what : "all-gather");
+      comm->allGather(x, into, int64_t(block), what ? what : "all-gather",
+                      /*tpGroup=*/true);
   if (!s.isOk())
     comm->abort(s.message(), 1);
   if (rows == 1)
@@ -203,4 +235,45 @@ extern "C" void kiln_k_all_gather(kiln_exec_ctx *ctx, const void *x, void *y,
     for (size_t r = 0; r < size_t(rows); ++r)
       std::memcpy(out + (r * ranks + k) * rowBytes,
                   scratch.data() + k * block + r * rowBytes, rowBytes);
+}
+
+/// kiln_k_send / kiln_k_recv: the stage's peer rank, or the job ends.
+static Communicator *pipelineComm(kiln_exec_ctx *ctx, int64_t stage,
+                                  const char *call, const char *what) {
+  auto *comm = static_cast<Communicator *>(ctx->comm);
+  if (!comm) {
+    std::fprintf(stderr,
+                 "kiln: %s '%s': a pipeline stage's program runs only as a "
+                 "rank of its pipeline (mpirun)\n",
+                 call, what ? what : "");
+    std::_Exit(1);
+  }
+  if (stage < 0 || stage >= comm->ppSize() || stage == comm->stage())
+    comm->abort(std::string(call) + " '" + (what ? what : "") + "': stage " +
+                    std::to_string(stage) + " is not another stage of the " +
+                    std::to_string(comm->ppSize()) + "-stage pipeline",
+                1);
+  return comm;
+}
+
+extern "C" void kiln_k_send(kiln_exec_ctx *ctx, const void *x, int64_t rows,
+                            int64_t cols, int64_t elem, int64_t dest_stage,
+                            const char *what) {
+  Communicator *comm = pipelineComm(ctx, dest_stage, "kiln_k_send", what);
+  const int64_t bytes = rows * cols * (elem == KILN_ELEM_F32 ? 4 : 2);
+  kiln::rt::Status s = comm->send(x, bytes, comm->rankOfStage(dest_stage),
+                                  what ? what : "activations");
+  if (!s.isOk())
+    comm->abort(s.message(), 1);
+}
+
+extern "C" void kiln_k_recv(kiln_exec_ctx *ctx, void *y, int64_t rows,
+                            int64_t cols, int64_t elem, int64_t source_stage,
+                            const char *what) {
+  Communicator *comm = pipelineComm(ctx, source_stage, "kiln_k_recv", what);
+  const int64_t bytes = rows * cols * (elem == KILN_ELEM_F32 ? 4 : 2);
+  kiln::rt::Status s = comm->recv(y, bytes, comm->rankOfStage(source_stage),
+                                  what ? what : "activations");
+  if (!s.isOk())
+    comm->abort(s.message(), 1);
 }

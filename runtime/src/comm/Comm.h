@@ -41,9 +41,30 @@ public:
   Status allReduceSum(void *buf, int64_t count, int32_t elem,
                       const char *what);
   /// recv[r * bytes, (r + 1) * bytes) = rank r's send[0, bytes), on every
-  /// rank, within the deadline.
+  /// rank r of the job (`tpGroup` false) or of this rank's tensor-parallel
+  /// group, within the deadline.
   Status allGather(const void *send, void *recv, int64_t bytes,
-                   const char *what);
+                   const char *what, bool tpGroup = false);
+  /// Pipeline geometry of the artifact the ranks run: `tp` ranks per
+  /// stage, `pp` stages (tp * pp = size()); splits the job into the
+  /// stages' tensor-parallel groups (CommBackend.h set_tp_group).
+  Status setPipeline(int32_t tp, int32_t pp);
+  int32_t tpSize() const { return tp_; }
+  int32_t ppSize() const { return pp_; }
+  /// This rank's pipeline stage and tensor-parallel rank.
+  int32_t stage() const { return rank_ / tp_; }
+  int32_t tpRank() const { return rank_ % tp_; }
+  /// The rank of `stage`'s shard with this rank's tensor-parallel rank.
+  int32_t rankOfStage(int64_t stage) const {
+    return int32_t(stage) * tp_ + tpRank();
+  }
+  /// The rank that holds the logits: the last stage's tp rank 0.
+  int32_t logitsRank() const { return (pp_ - 1) * tp_; }
+  /// Point-to-point bytes to / from rank `peer`, within the deadline.
+  Status send(const void *buf, int64_t bytes, int32_t peer, const char *what);
+  Status recv(void *buf, int64_t bytes, int32_t peer, const char *what);
+  /// The tensor-parallel group's size (the all-reduces' ranks).
+  int32_t groupSize() const { return tp_; }
   /// Rank `root`'s buf[0, bytes) to every rank. `bounded`: within the
   /// deadline; otherwise waits as long as it takes (a rank idling until
   /// rank 0's next command).
@@ -67,6 +88,7 @@ private:
   std::mutex mu_;
   std::mutex stepMu_;
   int32_t rank_, size_;
+  int32_t tp_ = size_, pp_ = 1; // setPipeline
   int64_t timeoutMs_;
 };
 

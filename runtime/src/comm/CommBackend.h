@@ -1,6 +1,7 @@
 //===- CommBackend.h - C interface of a communication backend ----*- C++ -*-===//
 //
-// The collectives a tensor-parallel group of ranks needs, as a C table of
+// The collectives a tensor-parallel group of ranks needs, and the
+// point-to-point transfers between pipeline stages, as a C table of
 // functions exported by a backend library that libkiln_runtime.so dlopen()s
 // only when a process is launched as one rank of several (so single-process
 // users need no MPI): libkiln_comm_mpi.so implements it over Open MPI
@@ -31,7 +32,12 @@ extern "C" {
 #endif
 
 /// Bump whenever the table below changes; the runtime refuses a mismatch.
-#define KILN_COMM_INTERFACE_VERSION 1
+#define KILN_COMM_INTERFACE_VERSION 2
+
+/// all_gather's `scope`: every rank of the job, or this rank's
+/// tensor-parallel group (set_tp_group; the whole job until it is set).
+#define KILN_COMM_SCOPE_WORLD 0
+#define KILN_COMM_SCOPE_TP 1
 
 typedef struct kiln_comm_error_t {
   char message[512];
@@ -47,8 +53,9 @@ typedef struct kiln_comm_api_t {
   /// [0, size) and the number of ranks.
   int32_t (*init)(int32_t *rank, int32_t *size, kiln_comm_error_t *err);
 
-  /// In place, buf[0, count) = elementwise sum over every rank of its
-  /// buf[0, count) (MPI_Iallreduce with MPI_SUM; every rank gets the same
+  /// In place, buf[0, count) = elementwise sum over every rank of this
+  /// rank's tensor-parallel group (set_tp_group; the whole job until then)
+  /// of its buf[0, count) (MPI_Iallreduce with MPI_SUM; every rank gets the same
   /// bits). elem: KILN_ELEM_F32, _F16 or _BF16 (kernel_abi.h); 16-bit
   /// values are summed in float32 and rounded once to nearest even.
   /// `what` names the reduction in a timeout's message ("layers.3.wo").
@@ -63,10 +70,24 @@ typedef struct kiln_comm_api_t {
                        kiln_comm_error_t *err);
 
   /// recv[r * bytes, (r + 1) * bytes) = rank r's send[0, bytes), on every
-  /// rank (MPI_Iallgather of bytes). recv holds size * bytes.
+  /// rank r of `scope` (KILN_COMM_SCOPE_*; MPI_Iallgather of bytes). recv
+  /// holds (ranks in scope) * bytes.
   int32_t (*all_gather)(const void *send, void *recv, int64_t bytes,
-                        const char *what, int64_t timeout_ms,
+                        int32_t scope, const char *what, int64_t timeout_ms,
                         kiln_comm_error_t *err);
+  /// Pipeline parallelism: splits the job into tensor-parallel groups of
+  /// `tp` consecutive ranks (pipeline stage s: ranks [s * tp, (s + 1) *
+  /// tp); MPI_Comm_split, collective over the job, without a deadline).
+  /// Once per job; the same tp again is a no-op.
+  int32_t (*set_tp_group)(int32_t tp, kiln_comm_error_t *err);
+  /// Point-to-point buf[0, bytes) to rank `dest` (MPI_Isend), matched in
+  /// order by its recv from this rank.
+  int32_t (*send)(const void *buf, int64_t bytes, int32_t dest,
+                  const char *what, int64_t timeout_ms,
+                  kiln_comm_error_t *err);
+  /// buf[0, bytes) from rank `source`'s matching send (MPI_Irecv).
+  int32_t (*recv)(void *buf, int64_t bytes, int32_t source, const char *what,
+                  int64_t timeout_ms, kiln_comm_error_t *err);
 
   /// Ends every rank of the job now: writes `message` (one line) to stderr
   /// prefixed with this rank, then MPI_Abort(MPI_COMM_WORLD, code). Does not

@@ -85,6 +85,10 @@ struct State {
   pthread_t initThread{};
   int32_t rank = -1, size = 0;
   MPI_Comm comm = MPI_COMM_NULL;
+  // The tensor-parallel group of this rank's pipeline stage (set_tp_group;
+  // the plan's all-reduces and all-gathers): `comm` itself until then.
+  MPI_Comm tpComm = MPI_COMM_NULL;
+  int32_t tpSize = 0;
   // Liveness pings between waiting ranks (servicePings, unresponsive):
   // point-to-point on a communicator of their own, never mixed with the
   // collectives.
@@ -409,6 +413,7 @@ int32_t commInit(int32_t *rank, int32_t *size, kiln_comm_error_t *err) {
   }
   g.probeComm = probe;
   g.comm = comm;
+  g.tpComm = comm;
   g.rank = r;
   g.size = n;
   g.initThread = pthread_self();
@@ -449,7 +454,7 @@ int32_t allReduceSum(void *buf, int64_t count, int32_t elem, const char *what,
       int n = int(count - off < step ? count - off : step);
       MPI_Request req;
       int rc = MPI_Iallreduce(MPI_IN_PLACE, data + off, n, MPI_FLOAT, MPI_SUM,
-                              g.comm, &req);
+                              g.tpComm, &req);
       if (rc != MPI_SUCCESS)
         return mpiFailure(err, "MPI_Iallreduce", desc, rc);
       if (int32_t w = waitFor(&req, deadlineNs, timeoutMs, "MPI_Iallreduce",
@@ -487,7 +492,7 @@ int32_t allReduceSum(void *buf, int64_t count, int32_t elem, const char *what,
         wide[i] = kiln_bf16_to_float(src[i]);
     }
     MPI_Request req;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, wide, n, MPI_FLOAT, MPI_SUM, g.comm,
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, wide, n, MPI_FLOAT, MPI_SUM, g.tpComm,
                             &req);
     if (rc != MPI_SUCCESS)
       return mpiFailure(err, "MPI_Iallreduce", desc, rc);
@@ -537,9 +542,10 @@ int32_t broadcast(void *buf, int64_t bytes, int32_t root, const char *what,
   return 0;
 }
 
-int32_t allGather(const void *send, void *recv, int64_t bytes,
+int32_t allGather(const void *send, void *recv, int64_t bytes, int32_t scope,
                   const char *what, int64_t timeoutMs,
                   kiln_comm_error_t *err) {
+  MPI_Comm comm = scope == KILN_COMM_SCOPE_TP ? g.tpComm : g.comm;
   std::string desc = format("all-gather '%s' (%lld bytes per rank)",
                             nameOr(what), (long long)bytes);
   if (int32_t rc = checkUsable(err, desc))
@@ -559,7 +565,7 @@ int32_t allGather(const void *send, void *recv, int64_t bytes,
       return 0;
     MPI_Request req;
     int rc = MPI_Iallgather(src, int(bytes), MPI_BYTE, dst, int(bytes),
-                            MPI_BYTE, g.comm, &req);
+                            MPI_BYTE, comm, &req);
     if (rc != MPI_SUCCESS)
       return mpiFailure(err, "MPI_Iallgather", desc, rc);
     return waitFor(&req, deadlineNs, timeoutMs, "MPI_Iallgather", desc,
@@ -583,7 +589,7 @@ int32_t allGather(const void *send, void *recv, int64_t bytes,
       return mpiFailure(err, "MPI_Type_commit", desc, rc);
     }
     MPI_Request req;
-    rc = MPI_Iallgather(src + off, n, MPI_BYTE, dst + off, 1, strided, g.comm,
+    rc = MPI_Iallgather(src + off, n, MPI_BYTE, dst + off, 1, strided, comm,
                         &req);
     // Freeing a type a pending operation uses is allowed (MPI 4.1 3.3.4).
     MPI_Type_free(&strided);
@@ -594,6 +600,82 @@ int32_t allGather(const void *send, void *recv, int64_t bytes,
       return w;
   }
   return 0;
+}
+
+int32_t setTpGroup(int32_t tp, kiln_comm_error_t *err) {
+  std::string desc = format("tensor-parallel groups of %d ranks", tp);
+  if (int32_t rc = checkUsable(err, desc))
+    return rc;
+  if (tp < 1 || g.size % tp != 0)
+    return setError(err, KILN_RT_INVALID_ARGUMENT,
+                    "%s: %s: %d ranks do not split into them",
+                    rankTag().c_str(), desc.c_str(), g.size);
+  if (g.tpSize == tp)
+    return 0;
+  if (g.tpSize != 0)
+    return setError(err, KILN_RT_FAILED_PRECONDITION,
+                    "%s: %s: the groups are already of %d ranks",
+                    rankTag().c_str(), desc.c_str(), g.tpSize);
+  if (tp == g.size) {
+    g.tpSize = tp;
+    return 0;
+  }
+  // Stage s holds ranks [s * tp, (s + 1) * tp); tp rank = rank % tp.
+  MPI_Comm sub = MPI_COMM_NULL;
+  int rc = MPI_Comm_split(g.comm, g.rank / tp, g.rank % tp, &sub);
+  if (rc != MPI_SUCCESS)
+    return mpiFailure(err, "MPI_Comm_split", desc, rc);
+  MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
+  g.tpComm = sub;
+  g.tpSize = tp;
+  return 0;
+}
+
+/// Point-to-point transfer of bytes to (send) or from (!send) `peer`, in
+/// chunks, each polled against the deadline like a collective.
+int32_t pointToPoint(bool send, void *buf, int64_t bytes, int32_t peer,
+                     const char *what, int64_t timeoutMs,
+                     kiln_comm_error_t *err) {
+  std::string desc =
+      format("%s '%s' (%lld bytes %s rank %d)", send ? "send" : "receive",
+             nameOr(what), (long long)bytes, send ? "to" : "from", peer);
+  if (int32_t rc = checkUsable(err, desc))
+    return rc;
+  if (peer < 0 || peer >= g.size || peer == g.rank)
+    return setError(err, KILN_RT_INVALID_ARGUMENT,
+                    "%s: %s: rank %d is not another rank of the job",
+                    rankTag().c_str(), desc.c_str(), peer);
+  if (bytes < 0 || (bytes > 0 && !buf))
+    return setError(err, KILN_RT_INVALID_ARGUMENT,
+                    "%s: %s: bad buffer (%lld bytes, buf %p)",
+                    rankTag().c_str(), desc.c_str(), (long long)bytes, buf);
+  int64_t deadlineNs = deadlineOf(nowNs(), timeoutMs);
+  char *data = static_cast<char *>(buf);
+  int64_t step = chunkLimit(kMaxByteChunk);
+  for (int64_t off = 0; off < bytes; off += step) {
+    int n = int(bytes - off < step ? bytes - off : step);
+    MPI_Request req;
+    int rc = send ? MPI_Isend(data + off, n, MPI_BYTE, peer, 0, g.comm, &req)
+                  : MPI_Irecv(data + off, n, MPI_BYTE, peer, 0, g.comm, &req);
+    if (rc != MPI_SUCCESS)
+      return mpiFailure(err, send ? "MPI_Isend" : "MPI_Irecv", desc, rc);
+    if (int32_t w = waitFor(&req, deadlineNs, timeoutMs,
+                            send ? "MPI_Isend" : "MPI_Irecv", desc, err))
+      return w;
+  }
+  return 0;
+}
+
+int32_t sendBytes(const void *buf, int64_t bytes, int32_t dest,
+                  const char *what, int64_t timeoutMs,
+                  kiln_comm_error_t *err) {
+  return pointToPoint(true, const_cast<void *>(buf), bytes, dest, what,
+                      timeoutMs, err);
+}
+
+int32_t recvBytes(void *buf, int64_t bytes, int32_t source, const char *what,
+                  int64_t timeoutMs, kiln_comm_error_t *err) {
+  return pointToPoint(false, buf, bytes, source, what, timeoutMs, err);
 }
 
 [[noreturn]] void commAbort(const char *message, int32_t code) {
@@ -637,6 +719,8 @@ void commFinalize(void) {
   MPI_Finalized(&finalized);
   if (finalized)
     return;
+  if (g.tpComm != g.comm && g.tpComm != MPI_COMM_NULL)
+    MPI_Comm_free(&g.tpComm);
   MPI_Comm_free(&g.comm);
   if (g.probeComm != MPI_COMM_NULL)
     MPI_Comm_free(&g.probeComm);
@@ -656,6 +740,9 @@ const kiln_comm_api_t kApi = {
     allReduceSum,
     broadcast,
     allGather,
+    setTpGroup,
+    sendBytes,
+    recvBytes,
     commAbort,
     commFinalize,
 };

@@ -58,8 +58,10 @@ Command command(Op op, uint32_t id) {
 
 class ParallelExecutor final : public Executor {
 public:
-  ParallelExecutor(Communicator &comm, std::unique_ptr<Executor> inner)
-      : comm_(comm), inner_(std::move(inner)), id_(nextSession++) {
+  ParallelExecutor(Communicator &comm, std::unique_ptr<Executor> inner,
+                   int64_t vocab)
+      : comm_(comm), inner_(std::move(inner)), id_(nextSession++),
+        vocab_(vocab) {
     std::lock_guard<std::mutex> lock(comm_.stepMutex());
     send(comm_, command(Op::Create, id_));
   }
@@ -86,7 +88,8 @@ public:
                                "prefill tokens", /*bounded=*/true);
     if (!s.isOk())
       comm_.abort(s.message(), 1);
-    return inner_->prefill(tokens, n, pos);
+    KILN_RT_RETURN_IF_ERROR(inner_->prefill(tokens, n, pos));
+    return receiveLogits();
   }
   Status decode(int32_t token, int64_t pos) override {
     std::lock_guard<std::mutex> lock(comm_.stepMutex());
@@ -94,25 +97,44 @@ public:
     c.pos = pos;
     c.token = token;
     send(comm_, c);
-    return inner_->decode(token, pos);
+    KILN_RT_RETURN_IF_ERROR(inner_->decode(token, pos));
+    return receiveLogits();
   }
-  const float *logits() override { return inner_->logits(); }
+  const float *logits() override {
+    return comm_.ppSize() > 1 ? logits_.data() : inner_->logits();
+  }
   void setTrace(TraceRecorder *recorder) override {
     inner_->setTrace(recorder);
   }
 
 private:
+  /// Pipeline parallelism: the logits are the last stage's (its tp rank 0
+  /// sends them after the step, sendLogits); rank 0 samples from them.
+  Status receiveLogits() {
+    if (comm_.ppSize() == 1)
+      return Status::ok();
+    logits_.resize(size_t(vocab_));
+    Status s = comm_.recv(logits_.data(), vocab_ * int64_t(sizeof(float)),
+                          comm_.logitsRank(), "logits");
+    if (!s.isOk())
+      comm_.abort(s.message(), 1);
+    return Status::ok();
+  }
+
   Communicator &comm_;
   std::unique_ptr<Executor> inner_;
   uint32_t id_;
+  int64_t vocab_;
+  std::vector<float> logits_;
 };
 
 } // namespace
 
-Status createParallelExecutor(const Artifact &, Communicator &comm,
+Status createParallelExecutor(const Artifact &artifact, Communicator &comm,
                               std::unique_ptr<Executor> inner,
                               std::unique_ptr<Executor> &out) {
-  out = std::make_unique<ParallelExecutor>(comm, std::move(inner));
+  out = std::make_unique<ParallelExecutor>(comm, std::move(inner),
+                                           artifact.manifest().vocabSize);
   return Status::ok();
 }
 
@@ -194,6 +216,20 @@ Status followRankZero(const Artifact &artifact, Communicator &comm) {
                          std::to_string(c.op) + ", session " +
                          std::to_string(c.session) + "): " + why +
                          " (mismatched kiln versions across ranks?)");
+  };
+  // Pipeline parallelism: the last stage's tp rank 0 holds the logits of
+  // every step and sends them to rank 0, which samples.
+  std::vector<float> noLogits;
+  auto sendLogits = [&](const float *logits, int64_t count) {
+    if (comm.ppSize() == 1 || comm.rank() != comm.logitsRank())
+      return;
+    if (!logits) { // the executor could not read them: send zeros
+      noLogits.assign(size_t(count), 0.0f);
+      logits = noLogits.data();
+    }
+    Status st = comm.send(logits, count * int64_t(sizeof(float)), 0, "logits");
+    if (!st.isOk())
+      comm.abort(st.message(), 1);
   };
   for (;;) {
     Command c;
@@ -290,6 +326,7 @@ Status followRankZero(const Artifact &artifact, Communicator &comm) {
           return malformed(c, "token id " + std::to_string(a.tokens[i]));
       e->second.logits.resize(size_t(S * vocab));
       e->second.stepper->run(a, e->second.logits.data(), &comm);
+      sendLogits(e->second.logits.data(), S * vocab);
       continue;
     }
     auto it = sessions.find(c.session);
@@ -323,12 +360,14 @@ Status followRankZero(const Artifact &artifact, Communicator &comm) {
         if (id < 0 || id >= vocab)
           return malformed(c, "token id " + std::to_string(id));
       check(e.prefill(ids.data(), c.n, c.pos));
+      sendLogits(e.logits(), vocab);
       break;
     }
     case Op::Decode:
       if (c.token < 0 || c.token >= vocab || c.pos < 0)
         return malformed(c, "decode of token " + std::to_string(c.token));
       check(e.decode(c.token, c.pos));
+      sendLogits(e.logits(), vocab);
       break;
     default:
       return malformed(c, "unknown op");

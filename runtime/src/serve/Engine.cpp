@@ -403,6 +403,14 @@ Status Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled,
       std::lock_guard<std::mutex> lock(group->stepMutex());
       sendStep(*group, groupId_, arrays);
       cpuStepper_->run(arrays, logits_.data(), group);
+      // Pipeline parallelism: the last stage's logits (ParallelExecutor.h).
+      if (group->ppSize() > 1) {
+        Status got = group->recv(logits_.data(),
+                                 int64_t(S) * vocab_ * int64_t(sizeof(float)),
+                                 group->logitsRank(), "step logits");
+        if (!got.isOk())
+          group->abort(got.message(), 1);
+      }
     } else {
       cpuStepper_->run(arrays, logits_.data(), nullptr);
     }

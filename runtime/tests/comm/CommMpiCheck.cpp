@@ -216,7 +216,7 @@ void checkEmpty() {
     fail("all-reduce of 0 elements wrote the buffer");
   mustSucceed(api->broadcast(nullptr, 0, 0, "check.empty", kTimeoutMs, &err),
               err, "broadcast of 0 bytes");
-  mustSucceed(api->all_gather(nullptr, nullptr, 0, "check.empty", kTimeoutMs,
+  mustSucceed(api->all_gather(nullptr, nullptr, 0, KILN_COMM_SCOPE_WORLD, "check.empty", kTimeoutMs,
                               &err),
               err, "all-gather of 0 bytes");
 }
@@ -250,7 +250,7 @@ void checkAllGather() {
   for (int64_t j = 0; j < n; ++j)
     send[j] = gatherByte(rank, j);
   kiln_comm_error_t err{};
-  mustSucceed(api->all_gather(send.data(), recv.data(), n, "check.gather",
+  mustSucceed(api->all_gather(send.data(), recv.data(), n, KILN_COMM_SCOPE_WORLD, "check.gather",
                               kTimeoutMs, &err),
               err, "all-gather");
   int bad = 0;
@@ -259,6 +259,60 @@ void checkAllGather() {
       if (recv[size_t(r) * n + j] != gatherByte(r, j) && bad++ < 5)
         fail("all-gather: block of rank %d [%lld] = %u, want %u", r,
              (long long)j, recv[size_t(r) * n + j], gatherByte(r, j));
+}
+
+/// Pipeline transfers: ranks 2k and 2k + 1 swap 70000 bytes (two chunks
+/// with KILN_COMM_MPI_MAX_CHUNK), the even one sending first.
+void checkPointToPoint() {
+  const int32_t peer = rank % 2 == 0 ? rank + 1 : rank - 1;
+  if (peer >= size)
+    return;
+  const int64_t n = 70000;
+  std::vector<uint8_t> out(n), in(n, 0xee);
+  for (int64_t j = 0; j < n; ++j)
+    out[j] = gatherByte(rank, j);
+  kiln_comm_error_t err{};
+  auto sendIt = [&] {
+    mustSucceed(api->send(out.data(), n, peer, "check.send", kTimeoutMs, &err),
+                err, "send");
+  };
+  auto recvIt = [&] {
+    mustSucceed(api->recv(in.data(), n, peer, "check.recv", kTimeoutMs, &err),
+                err, "recv");
+  };
+  if (rank % 2 == 0) {
+    sendIt();
+    recvIt();
+  } else {
+    recvIt();
+    sendIt();
+  }
+  int bad = 0;
+  for (int64_t j = 0; j < n; ++j)
+    if (in[j] != gatherByte(peer, j) && bad++ < 5)
+      fail("recv from rank %d [%lld] = %u, want %u", peer, (long long)j,
+           in[j], gatherByte(peer, j));
+  int32_t rc = api->send(out.data(), 1, rank, "check.self", kTimeoutMs, &err);
+  if (rc != KILN_RT_INVALID_ARGUMENT || !std::strstr(err.message, "another"))
+    fail("send to itself: code %d, message '%s'", rc, err.message);
+}
+
+/// Tensor-parallel groups of 2 (an even job): the all-reduce then sums
+/// over ranks {2k, 2k + 1} only; the world all-gather still sees every rank.
+void checkTpGroups() {
+  if (size % 2 != 0 || size < 4)
+    return;
+  kiln_comm_error_t err{};
+  mustSucceed(api->set_tp_group(2, &err), err, "set_tp_group(2)");
+  float x = float(rank + 1);
+  mustSucceed(api->all_reduce_sum(&x, 1, KILN_ELEM_F32, "check.group",
+                                  kTimeoutMs, &err),
+              err, "group all-reduce");
+  const float want = float((rank / 2) * 4 + 3); // (2k + 1) + (2k + 2)
+  if (x != want)
+    fail("group all-reduce = %g, want %g", double(x), double(want));
+  if (api->set_tp_group(3, &err) == 0)
+    fail("set_tp_group(3) after set_tp_group(2) succeeded");
 }
 
 void checkErrors() {
@@ -328,8 +382,11 @@ int main(int argc, char **argv) {
   const char *lib = KILN_COMM_MPI_LIBRARY;
   int32_t hangRank = -1;
   int64_t hangTimeoutMs = 0;
+  bool pipelineOnly = false; // --pipeline: send / recv and tp groups only
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--hang-rank") && i + 1 < argc)
+    if (!std::strcmp(argv[i], "--pipeline"))
+      pipelineOnly = true;
+    else if (!std::strcmp(argv[i], "--hang-rank") && i + 1 < argc)
       hangRank = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--timeout-ms") && i + 1 < argc)
       hangTimeoutMs = std::atoll(argv[++i]);
@@ -337,8 +394,8 @@ int main(int argc, char **argv) {
       lib = argv[i];
     else {
       std::fprintf(stderr,
-                   "usage: kiln-comm-mpi-check [LIB] [--hang-rank K "
-                   "--timeout-ms T]\n");
+                   "usage: kiln-comm-mpi-check [LIB] [--pipeline] "
+                   "[--hang-rank K --timeout-ms T]\n");
       return 2;
     }
   }
@@ -389,13 +446,18 @@ int main(int argc, char **argv) {
     return runHang(hangRank, hangTimeoutMs);
   }
 
-  checkF32();
-  check16(KILN_ELEM_F16);
-  check16(KILN_ELEM_BF16);
-  checkEmpty();
-  checkBroadcast();
-  checkAllGather();
-  checkErrors();
+  if (!pipelineOnly) {
+    checkF32();
+    check16(KILN_ELEM_F16);
+    check16(KILN_ELEM_BF16);
+    checkEmpty();
+    checkBroadcast();
+    checkAllGather();
+  }
+  checkPointToPoint();
+  if (!pipelineOnly)
+    checkErrors();
+  checkTpGroups();
   api->finalize();
   api->finalize(); // idempotent
   if (failures) {

@@ -165,7 +165,7 @@ def main():
         path = os.path.join(out, f)
         files[f] = {"bytes": os.path.getsize(path), "xxh3_64": xxh3(path)}
     manifest = {
-        "format": "kiln-artifact", "version": 1, "abi_version": 12, "target": "cpu",
+        "format": "kiln-artifact", "version": 1, "abi_version": 13, "target": "cpu",
         "model": {"name": os.path.basename(model_path).rsplit(".", 1)[0],
                   "architecture": "llama", "source": os.path.abspath(model_path),
                   "source_format": "llama2c", "dim": dim, "hidden_dim": hidden,
