@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
-"""Tensor parallelism on the CPU, measured (docs/parallelism.md).
+"""Tensor and pipeline parallelism on the CPU, measured (docs/parallelism.md).
 
 usage: bench-tp.py ARTIFACT_TP1 ARTIFACT_TPN [ARTIFACT_TPN_B ...]
                    [--reps 5] [--prompt-tokens 128] [--decode-tokens 64]
                    [--markdown FILE]
 
-Runs each artifact (tp from its manifest; tp > 1 under mpirun -np tp) on
+Runs each artifact (tp x pp ranks from its manifest, under mpirun when
+more than one) on
 the same prompt of random token ids, greedy, on the session path, the
 artifacts interleaved rep by rep so that machine drift hits all alike, and
 reports the median TTFT and decode tokens/s with their ratios to the first
 artifact. One more traced run per artifact (rank 0's kiln-run --trace)
-gives the share of decode time in each op kind, the collectives
-(all_reduce, all_gather) being the communication share. Checks that every
+gives the share of decode time in each op kind; the communication share
+is the collectives' (all_reduce, all_gather) and, with pipeline stages,
+the transfers' (send, recv) plus the time rank 0 spends outside its own
+kernels waiting for the later stages and their logits. Checks that every
 artifact generates the same tokens.
 """
 import argparse
@@ -29,9 +32,16 @@ MPIRUN = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "btl",
           "--mca", "pml", "ob1"]
 
 
-def tp_of(art):
+def ranks_of(art):
+    """(tp, pp) of an artifact."""
     with open(os.path.join(art, "manifest.json")) as f:
-        return int(json.load(f).get("parallel", {}).get("tp", 1))
+        p = json.load(f).get("parallel", {})
+    return int(p.get("tp", 1)), int(p.get("pp", 1))
+
+
+def tp_of(art):
+    tp, pp = ranks_of(art)
+    return tp * pp
 
 
 def run(kiln_run, art, tokens, n, extra=()):
@@ -93,7 +103,7 @@ def main():
     same = len(set(ids.values())) == 1
     base = None
     lines = ["| artifact | ranks | TTFT (ms, median) | decode (tokens/s, median) "
-             "| decode vs first | decode time in collectives | top op kinds |",
+             "| decode vs first | decode time in communication | top op kinds |",
              "|---|---|---|---|---|---|---|"]
     for art in a.artifacts:
         ttft = statistics.median(r[0] for r in res[art])
@@ -103,7 +113,10 @@ def main():
             path = os.path.join(tmp, "trace.json")
             run(a.kiln_run, art, tokens, a.decode_tokens, ["--trace", path])
             _, shares = decode_shares(path)
-        comm = sum(v for k, v in shares.items() if k.startswith("all_"))
+        comm = sum(v for k, v in shares.items()
+                   if k.startswith("all_") or k in ("send", "recv"))
+        if ranks_of(art)[1] > 1:  # waiting for the later stages
+            comm += max(0.0, 1.0 - sum(shares.values()))
         top = ", ".join("%s %.0f%%" % (k, 100 * v) for k, v in
                         sorted(shares.items(), key=lambda kv: -kv[1])[:4])
         lines.append("| %s | %d | %.1f | %.1f | %.2fx | %.1f%% | %s |" % (

@@ -515,6 +515,11 @@ def mode_load(args, server):
             errors.append("bad client %d: %r" % (i, e))
 
     for rnd in range(3):
+        # A fresh connection pool per round: the server closes connections
+        # idle for its keep-alive timeout (5 s), and a pooled one it closes
+        # just as a request goes out fails without a retry (max_retries=0)
+        # although the server did nothing wrong.
+        c = client(server)
         ts = []
         for i in range(64):
             ts.append(threading.Thread(target=good if i % 4 else bad, args=(i,)))

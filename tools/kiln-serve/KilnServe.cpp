@@ -27,6 +27,11 @@
 
 #include "llvm/Support/CommandLine.h"
 
+// The accept queue of the listening socket: cpp-httplib's default of 5
+// drops connections when many clients connect at once (64 in serve.test.py's
+// load rounds; a burst of users in production); the kernel caps it at
+// net.core.somaxconn.
+#define CPPHTTPLIB_LISTEN_BACKLOG 1024
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
