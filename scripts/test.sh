@@ -3,7 +3,8 @@
 # suites for dialects, passes, codegen and importers; the GoogleTest unit
 # suites; numerics against the numpy reference; end-to-end generation on the
 # real models; bad-input cases), then rebuilds the importers, runtime and
-# tools with ASan+UBSan in build-asan/ and reruns the unit, importer and
+# tools with ASan+UBSan in build-asan/ (-g1: line tables for the reports,
+# a faster build than full debug info) and reruns the unit, importer and
 # integration tests there, and finally builds the libFuzzer targets with
 # clang in build-fuzz/ and runs each briefly (scripts/fuzz.sh, 20 s per
 # target or $KILN_CI_FUZZ_SECONDS; KILN_SKIP_FUZZ=1 skips) plus the fuzz
@@ -29,7 +30,9 @@ phase "lit"
 if [ "${KILN_SKIP_ASAN:-0}" != "1" ]; then
   echo "== ASan+UBSan build (build-asan/) =="
   if KILN_BUILD_DIR="$root/build-asan" KILN_BUILD_TYPE=RelWithDebInfo \
-       bash "$root/scripts/build.sh" -DKILN_ENABLE_SANITIZERS=ON -DKILN_ENABLE_CUDA=OFF; then
+       bash "$root/scripts/build.sh" -DKILN_ENABLE_SANITIZERS=ON -DKILN_ENABLE_CUDA=OFF \
+         "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
+         "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"; then
     phase "ASan build"
     ASAN_OPTIONS="detect_leaks=0:abort_on_error=0" UBSAN_OPTIONS="print_stacktrace=1" \
       "$lit" -sv "$root/build-asan/test/Unit" "$root/build-asan/test/Integration" \
