@@ -88,8 +88,11 @@ public:
                                "prefill tokens", /*bounded=*/true);
     if (!s.isOk())
       comm_.abort(s.message(), 1);
-    KILN_RT_RETURN_IF_ERROR(inner_->prefill(tokens, n, pos));
-    return receiveLogits();
+    // Received even when this rank's part failed: the last stage sends
+    // them after every step, and the next step must not read these.
+    Status s = inner_->prefill(tokens, n, pos);
+    receiveLogits();
+    return s;
   }
   Status decode(int32_t token, int64_t pos) override {
     std::lock_guard<std::mutex> lock(comm_.stepMutex());
@@ -97,8 +100,9 @@ public:
     c.pos = pos;
     c.token = token;
     send(comm_, c);
-    KILN_RT_RETURN_IF_ERROR(inner_->decode(token, pos));
-    return receiveLogits();
+    Status s = inner_->decode(token, pos);
+    receiveLogits();
+    return s;
   }
   const float *logits() override {
     return comm_.ppSize() > 1 ? logits_.data() : inner_->logits();
@@ -110,15 +114,14 @@ public:
 private:
   /// Pipeline parallelism: the logits are the last stage's (its tp rank 0
   /// sends them after the step, sendLogits); rank 0 samples from them.
-  Status receiveLogits() {
+  void receiveLogits() {
     if (comm_.ppSize() == 1)
-      return Status::ok();
+      return;
     logits_.resize(size_t(vocab_));
     Status s = comm_.recv(logits_.data(), vocab_ * int64_t(sizeof(float)),
                           comm_.logitsRank(), "logits");
     if (!s.isOk())
       comm_.abort(s.message(), 1);
-    return Status::ok();
   }
 
   Communicator &comm_;
