@@ -90,9 +90,9 @@ public:
       comm_.abort(s.message(), 1);
     // Received even when this rank's part failed: the last stage sends
     // them after every step, and the next step must not read these.
-    Status s = inner_->prefill(tokens, n, pos);
+    Status ran = inner_->prefill(tokens, n, pos);
     receiveLogits();
-    return s;
+    return ran;
   }
   Status decode(int32_t token, int64_t pos) override {
     std::lock_guard<std::mutex> lock(comm_.stepMutex());
