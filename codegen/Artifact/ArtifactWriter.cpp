@@ -117,11 +117,6 @@ static bool isArtifactFile(StringRef name) {
   if (rank.consume_front("weights.rank") && rank.consume_back(".bin") &&
       !rank.empty() && llvm::all_of(rank, llvm::isDigit))
     return true;
-  // stage<S>/: a pipeline stage's program (parallel.stages).
-  StringRef stage = name;
-  if (stage.consume_front("stage") && !stage.empty() &&
-      llvm::all_of(stage, llvm::isDigit))
-    return true;
   return llvm::is_contained(ArrayRef<StringRef>{"manifest.json", "model.so",
                                                 "model.cpp", "model.cu",
                                                 "weights.bin", "tokenizer.json",
@@ -133,7 +128,22 @@ static bool isArtifactFile(StringRef name) {
 /// Succeeds if `dir` is empty or an existing Kiln artifact (manifest.json
 /// with "format": "kiln-artifact" and only artifact files), so replacing it
 /// loses nothing the user put there.
-static llvm::Error checkReplaceable(StringRef dir) {
+static llvm::Error checkReplaceable(StringRef dir, bool isStage = false);
+
+/// The pipeline stages an artifact's manifest names (parallel.stages).
+static SmallVector<std::string> stagesOf(const llvm::json::Object &manifest) {
+  SmallVector<std::string> stages;
+  if (const llvm::json::Object *p = manifest.getObject("parallel"))
+    if (const llvm::json::Array *a = p->getArray("stages"))
+      for (const llvm::json::Value &v : *a)
+        if (std::optional<StringRef> name = v.getAsString())
+          stages.push_back(name->str());
+  return stages;
+}
+
+/// `isStage`: `dir` is a pipeline stage of the artifact above it (a stage
+/// holds no stages of its own).
+static llvm::Error checkReplaceable(StringRef dir, bool isStage) {
   std::error_code ec;
   SmallVector<std::string> entries;
   for (fs::directory_iterator it(dir, ec), end; it != end && !ec;
@@ -178,9 +188,23 @@ static llvm::Error checkReplaceable(StringRef dir) {
   if (!format || *format != "kiln-artifact")
     return refuse("has a manifest.json whose \"format\" is not "
                   "\"kiln-artifact\"");
-  for (const std::string &name : entries)
-    if (!isArtifactFile(name))
-      return refuse("holds '" + name + "', which is not an artifact file");
+  // A pipeline stage's directory is part of the artifact when the manifest
+  // names it and it is itself an artifact of artifact files only.
+  SmallVector<std::string> stages =
+      isStage ? SmallVector<std::string>() : stagesOf(*object);
+  for (const std::string &name : entries) {
+    if (isArtifactFile(name))
+      continue;
+    SmallString<256> sub(dir);
+    llvm::sys::path::append(sub, name);
+    if (llvm::is_contained(stages, name) && !fs::is_symlink_file(sub) &&
+        fs::is_directory(sub)) {
+      if (auto err = checkReplaceable(sub, /*isStage=*/true))
+        return err;
+      continue;
+    }
+    return refuse("holds '" + name + "', which is not an artifact file");
+  }
   return llvm::Error::success();
 }
 
@@ -495,6 +519,26 @@ llvm::Error mlir::kiln::writeArtifact(StringRef outPath,
       return llvm::createStringError(llvm::toString(std::move(err)) + via);
     return llvm::Error::success();
   };
+  // Not inside another artifact (a pipeline stage's directory): replacing
+  // it would break the artifact above, whose manifest lists its checksums.
+  {
+    SmallString<256> above(llvm::sys::path::parent_path(outDir));
+    llvm::sys::path::append(above, "manifest.json");
+    auto text = fs::exists(above)
+                    ? mlir::kiln::detail::readRegularFile(
+                          above, mlir::kiln::detail::kMaxJsonConfigBytes,
+                          "a manifest file")
+                    : llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>(
+                          nullptr);
+    if (!text)
+      llvm::consumeError(text.takeError());
+    else if (*text && (*text)->getBuffer().contains("\"kiln-artifact\""))
+      return llvm::createStringError(
+          outDir + via + " is inside the artifact " +
+          llvm::sys::path::parent_path(outDir) +
+          " (a pipeline stage's directory?); refusing to write an artifact "
+          "there: choose a directory outside it");
+  }
   if (auto err = checkTarget())
     return err;
 

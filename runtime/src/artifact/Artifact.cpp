@@ -397,7 +397,11 @@ Status parseManifest(const std::string &text, const std::string &dir,
                      "4096 ranks");
     if (p.contains("stages")) {
       const json &st = p["stages"];
-      if (out.stage != 0 || !st.is_array() ||
+      if (out.stage != 0)
+        return r.error("field 'parallel.stages' belongs to stage 0's "
+                       "manifest, but 'parallel.stage' is " +
+                       std::to_string(out.stage));
+      if (!st.is_array() ||
           int64_t(st.size()) != out.pp - 1)
         return r.error("field 'parallel.stages' must list pp - 1 = " +
                        std::to_string(out.pp - 1) +
@@ -651,7 +655,26 @@ Status Artifact::open(const std::string &dir, const OpenOptions &options,
   a->dir_ = dir;
   while (a->dir_.size() > 1 && a->dir_.back() == '/')
     a->dir_.pop_back();
-  KILN_RT_RETURN_IF_ERROR(a->load(options));
+  Status loaded = a->load(options);
+  // A rank group: every rank that joined it says whether it loaded, so
+  // that no rank starts (rank 0 printing, serving) while another failed
+  // (a stage's corrupted shard); the failed rank reports its own error.
+  if (Communicator *group = a->group_) {
+    const uint8_t mine = loaded.isOk() ? 1 : 0;
+    std::vector<uint8_t> all(size_t(group->size()));
+    Status gathered =
+        group->allGather(&mine, all.data(), 1, "artifact loaded");
+    if (!gathered.isOk())
+      return loaded.isOk() ? gathered : loaded;
+    if (loaded.isOk())
+      for (size_t r = 0; r < all.size(); ++r)
+        if (!all[r])
+          return failedPrecondition(
+              a->dir_ + ": rank " + std::to_string(r) +
+              " could not load its part of the artifact (its error is on "
+              "its stderr)");
+  }
+  KILN_RT_RETURN_IF_ERROR(loaded);
   out = std::move(a);
   return Status::ok();
 }
@@ -665,9 +688,14 @@ Status Artifact::openMember(const std::string &name, int &fd, uint64_t &bytes,
     const std::string sub = name.substr(0, slash);
     if (::fstatat(dirFd_, sub.c_str(), &dirSt, AT_SYMLINK_NOFOLLOW) != 0)
       return notFound(dir_ + "/" + sub + ": " +
-                      (errno == ENOENT ? ifMissing : errnoText()));
+                      (errno == ENOENT
+                           ? std::string("missing; manifest.json names it "
+                                         "under 'parallel.stages'")
+                           : errnoText()));
     if (!S_ISDIR(dirSt.st_mode))
-      return dataLoss(dir_ + "/" + sub + ": " + fileKind(dirSt.st_mode) +
+      return dataLoss(dir_ + "/" + sub + ": " +
+                      (S_ISLNK(dirSt.st_mode) ? std::string("a symbolic link")
+                                              : fileKind(dirSt.st_mode)) +
                       ", not a directory; a pipeline stage is a directory "
                       "inside the artifact (links are not followed)");
   }
@@ -867,6 +895,31 @@ Status Artifact::enterStage(int32_t stage, const OpenOptions &options) {
   const std::string stageDir = dir_ + "/" + manifest_.stageDirs[stage - 1];
   Manifest m;
   KILN_RT_RETURN_IF_ERROR(parseManifest(text, stageDir, m));
+  // What every stage must share with stage 0: the model, the recipe, the
+  // context and token limits the ranks check commands against, and the
+  // entry points rank 0 drives.
+  std::string differs;
+  auto same = [&](const char *field, const auto &a, const auto &b) {
+    if (differs.empty() && !(a == b))
+      differs = field;
+  };
+  same("model.max_seq_len", m.maxSeqLen, manifest_.maxSeqLen);
+  same("runtime.kv_cache.max_seq", m.kvMaxSeq, manifest_.kvMaxSeq);
+  same("runtime.max_prefill_tokens", m.maxPrefillTokens,
+       manifest_.maxPrefillTokens);
+  same("recipe.dtype", m.dtype, manifest_.dtype);
+  same("recipe.quant", m.quant, manifest_.quant);
+  same("runtime.kv_cache.dtype", m.kvDtype, manifest_.kvDtype);
+  same("target", m.targetName, manifest_.targetName);
+  same("runtime.entry_points.step", m.stepEntry.empty(),
+       manifest_.stepEntry.empty());
+  same("runtime.kv_cache.kv_heads", m.kvHeads, manifest_.kvHeads);
+  same("runtime.kv_cache.head_dim", m.kvHeadDim, manifest_.kvHeadDim);
+  if (!differs.empty())
+    return dataLoss(stageDir + "/manifest.json: " + differs +
+                    " differs from stage 0's (" + dir_ +
+                    "/manifest.json): every stage of an artifact is compiled "
+                    "with one recipe (recompile the artifact)");
   if (m.tp != manifest_.tp || m.pp != manifest_.pp || m.stage != stage ||
       m.modelName != manifest_.modelName || m.vocabSize != manifest_.vocabSize)
     return dataLoss(stageDir + "/manifest.json: describes stage " +
@@ -932,6 +985,10 @@ Status Artifact::load(const OpenOptions &options) {
     KILN_RT_RETURN_IF_ERROR(verifySignature(manifestText, options.trustedKeys));
   KILN_RT_RETURN_IF_ERROR(parseManifest(manifestText, dir_, manifest_));
   // A partitioned plan runs as tp x pp ranks, each mapping its own shard.
+  if (manifest_.stage != 0)
+    return failedPrecondition(
+        dir_ + " is pipeline stage " + std::to_string(manifest_.stage) +
+        " of an artifact: open the artifact's directory, the one above");
   if (manifest_.tp > 1 || manifest_.pp > 1) {
     Communicator *comm = processGroup();
     const std::string tp = std::to_string(manifest_.tp * manifest_.pp);
@@ -951,7 +1008,8 @@ Status Artifact::load(const OpenOptions &options) {
       return failedPrecondition(
           dir_ + " is partitioned for " + what +
           ": launch one process per rank, e.g. `mpirun -np " + tp +
-          " kiln-run " + dir_ + " ...` (docs/parallelism.md)");
+          " kiln-run " + dir_ + " ...` (or kiln-serve; "
+          "docs/parallelism.md)");
     if (comm->size() != manifest_.tp * manifest_.pp)
       return failedPrecondition(
           dir_ + " is partitioned for " + tp + " ranks" +
@@ -961,10 +1019,6 @@ Status Artifact::load(const OpenOptions &options) {
                             : std::string()) +
           " but this job has " +
           std::to_string(comm->size()) + ": launch it with mpirun -np " + tp);
-    if (manifest_.stage != 0)
-      return failedPrecondition(
-          dir_ + " is pipeline stage " + std::to_string(manifest_.stage) +
-          " of an artifact: open the artifact's directory, the one above");
     // Every rank must have opened the same artifact (a stale copy on one
     // node would run silently wrong): compare the manifests' hashes.
     const uint64_t mine = XXH3_64bits(manifestText.data(), manifestText.size());
@@ -986,7 +1040,8 @@ Status Artifact::load(const OpenOptions &options) {
     manifest_.weightsFile = manifest_.rankWeightsFiles[size_t(comm->tpRank())];
   } else if (Communicator *comm = processGroup(); comm && comm->size() > 1) {
     return failedPrecondition(
-        dir_ + " is not partitioned (compiled without kiln-compile --tp) "
+        dir_ + " is not partitioned (compiled without kiln-compile --tp or "
+        "--pp) "
         "but this job has " + std::to_string(comm->size()) +
         " ranks: every rank would run the whole model; launch one process, "
         "or recompile with --tp " + std::to_string(comm->size()));
