@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/Transforms/Passes.h"
+#include "dialects/Kiln/IR/PipelineStage.h"
 
 #include "mlir/IR/Builders.h"
 
@@ -62,9 +63,9 @@ void BatchStepPass::runOnOperation() {
                         : RankedTensorType();
   // A pipeline stage before the last (kiln-partition{pp}) returns nothing:
   // it ends with a kiln.send of the residual stream.
-  auto partition = module->getAttrOfType<DictionaryAttr>("kiln.partition");
-  const bool earlyStage = type.getNumResults() == 0 && partition &&
-                          partition.get("pp") && partition.get("stage");
+  std::optional<PipelineStage> stage = pipelineStageOf(module);
+  const bool earlyStage =
+      type.getNumResults() == 0 && stage && stage->isEarly();
   if (!cache || !isa<IndexType>(type.getInput(1)) ||
       (!earlyStage && (!logitsType || logitsType.getRank() != 2))) {
     (void)unsupported(prefill, "@prefill must take (tensor<?xi32>, index, "

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/Transforms/Passes.h"
+#include "dialects/Kiln/IR/PipelineStage.h"
 
 #include "llvm/ADT/SmallBitVector.h"
 
@@ -48,17 +49,11 @@ static KVCacheType verifyEntryPoint(func::FuncOp func) {
   }
   // A pipeline stage before the last (kiln-partition{pp}) returns nothing:
   // the last stage returns the logits.
-  auto module = func->getParentOfType<ModuleOp>();
-  auto partition =
-      module ? module->getAttrOfType<DictionaryAttr>("kiln.partition")
-             : DictionaryAttr();
-  auto pp = partition ? partition.getAs<IntegerAttr>("pp") : IntegerAttr();
-  auto stage =
-      partition ? partition.getAs<IntegerAttr>("stage") : IntegerAttr();
-  if (pp && stage && stage.getInt() < pp.getInt() - 1) {
+  if (std::optional<PipelineStage> stage = pipelineStageOf(func);
+      stage && stage->isEarly()) {
     if (type.getNumResults() != 0) {
       func.emitOpError() << "entry point '" << func.getSymName()
-                         << "' of pipeline stage " << stage.getInt()
+                         << "' of pipeline stage " << stage->stage
                          << " (not the last) must return nothing, got "
                          << type;
       return {};

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dialects/Kiln/IR/KilnOps.h"
+#include "dialects/Kiln/IR/PipelineStage.h"
 #include "kiln_rt/block_formats.h"
 
 #include "mlir/IR/Builders.h"
@@ -585,7 +586,22 @@ LogicalResult AllGatherOp::verify() {
 /// [0, pp) other than the program's own.
 static LogicalResult verifyPeerStage(Operation *op, StringRef what,
                                      int64_t peer) {
-  auto module = op->getParentOfType<ModuleOp>();
+  std::optional<PipelineStage> stage = pipelineStageOf(op);
+  if (!stage)
+    return success();
+  if (peer >= stage->pp)
+    return op->emitOpError() << what << " " << peer
+                             << " is not a stage of the pipeline (pp = "
+                             << stage->pp << ")";
+  if (peer == stage->stage)
+    return op->emitOpError() << what << " " << peer
+                             << " is this program's own stage";
+  return success();
+}
+
+std::optional<PipelineStage> mlir::kiln::pipelineStageOf(Operation *op) {
+  auto module = isa<ModuleOp>(op) ? cast<ModuleOp>(op)
+                                  : op->getParentOfType<ModuleOp>();
   auto partition =
       module ? module->getAttrOfType<DictionaryAttr>("kiln.partition")
              : DictionaryAttr();
@@ -593,15 +609,8 @@ static LogicalResult verifyPeerStage(Operation *op, StringRef what,
   auto stage =
       partition ? partition.getAs<IntegerAttr>("stage") : IntegerAttr();
   if (!pp || !stage)
-    return success();
-  if (peer >= pp.getInt())
-    return op->emitOpError() << what << " " << peer
-                             << " is not a stage of the pipeline (pp = "
-                             << pp.getInt() << ")";
-  if (peer == stage.getInt())
-    return op->emitOpError() << what << " " << peer
-                             << " is this program's own stage";
-  return success();
+    return std::nullopt;
+  return PipelineStage{pp.getInt(), stage.getInt()};
 }
 
 LogicalResult SendOp::verify() {

@@ -237,9 +237,13 @@ extern "C" void kiln_k_all_gather(kiln_exec_ctx *ctx, const void *x, void *y,
                   scratch.data() + k * block + r * rowBytes, rowBytes);
 }
 
-/// kiln_k_send / kiln_k_recv: the stage's peer rank, or the job ends.
-static Communicator *pipelineComm(kiln_exec_ctx *ctx, int64_t stage,
-                                  const char *call, const char *what) {
+/// kiln_k_send (`send`) / kiln_k_recv: [rows, cols] of `elem` to or from
+/// the rank of pipeline `stage` with this rank's tp rank; any failure ends
+/// the job.
+static void stageTransfer(kiln_exec_ctx *ctx, bool send, void *buf,
+                          int64_t rows, int64_t cols, int64_t elem,
+                          int64_t stage, const char *what) {
+  const char *call = send ? "kiln_k_send" : "kiln_k_recv";
   auto *comm = static_cast<Communicator *>(ctx->comm);
   if (!comm) {
     std::fprintf(stderr,
@@ -253,27 +257,24 @@ static Communicator *pipelineComm(kiln_exec_ctx *ctx, int64_t stage,
                     std::to_string(stage) + " is not another stage of the " +
                     std::to_string(comm->ppSize()) + "-stage pipeline",
                 1);
-  return comm;
+  const int64_t bytes = rows * cols * (elem == KILN_ELEM_F32 ? 4 : 2);
+  const int32_t peer = comm->rankOfStage(stage);
+  const char *name = what ? what : "activations";
+  kiln::rt::Status s = send ? comm->send(buf, bytes, peer, name)
+                            : comm->recv(buf, bytes, peer, name);
+  if (!s.isOk())
+    comm->abort(s.message(), 1);
 }
 
 extern "C" void kiln_k_send(kiln_exec_ctx *ctx, const void *x, int64_t rows,
                             int64_t cols, int64_t elem, int64_t dest_stage,
                             const char *what) {
-  Communicator *comm = pipelineComm(ctx, dest_stage, "kiln_k_send", what);
-  const int64_t bytes = rows * cols * (elem == KILN_ELEM_F32 ? 4 : 2);
-  kiln::rt::Status s = comm->send(x, bytes, comm->rankOfStage(dest_stage),
-                                  what ? what : "activations");
-  if (!s.isOk())
-    comm->abort(s.message(), 1);
+  stageTransfer(ctx, /*send=*/true, const_cast<void *>(x), rows, cols, elem,
+                dest_stage, what);
 }
 
 extern "C" void kiln_k_recv(kiln_exec_ctx *ctx, void *y, int64_t rows,
                             int64_t cols, int64_t elem, int64_t source_stage,
                             const char *what) {
-  Communicator *comm = pipelineComm(ctx, source_stage, "kiln_k_recv", what);
-  const int64_t bytes = rows * cols * (elem == KILN_ELEM_F32 ? 4 : 2);
-  kiln::rt::Status s = comm->recv(y, bytes, comm->rankOfStage(source_stage),
-                                  what ? what : "activations");
-  if (!s.isOk())
-    comm->abort(s.message(), 1);
+  stageTransfer(ctx, /*send=*/false, y, rows, cols, elem, source_stage, what);
 }
