@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Configures (once) and builds Kiln into build/ (or $KILN_BUILD_DIR) with
 # CMake + Ninja against Debian's LLVM/MLIR 22. Installs missing packages
-# first. Extra arguments are passed to the CMake configure step.
+# first. Extra arguments are passed to the CMake configure step;
+# $KILN_BUILD_TARGETS (space-separated) builds only those targets.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${KILN_BUILD_DIR:-$root/build}"
@@ -15,4 +16,5 @@ if [ ! -f "$build/build.ninja" ] || [ $# -gt 0 ]; then
     -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit \
     -DCMAKE_BUILD_TYPE="${KILN_BUILD_TYPE:-Release}" "$@" >/dev/null
 fi
-ninja -C "$build"
+# shellcheck disable=SC2086 # a list of target names
+ninja -C "$build" ${KILN_BUILD_TARGETS:-}

@@ -79,18 +79,21 @@ static Expected<Quantized4> runGptq(const WeightDesc &w,
                                     const WeightTransform &quant,
                                     ArrayRef<float> buffer, int64_t rows,
                                     int64_t cols) {
-  if (llvm::any_of(w.transforms, [](const WeightTransform &t) {
-        return t.kind == WeightTransform::Kind::Slice;
-      }))
-    return createStringError(inconvertibleErrorCode(),"weight '" + w.name +
-                           "': GPTQ of a tensor-parallel shard is not "
-                           "supported yet (its Hessian is the whole "
-                           "layer's); use RTN (--quant=w4a16 without "
-                           "--calibration) or tp=1");
   Expected<CalibrationFile> calib = CalibrationFile::open(quant.calibration);
   if (!calib)
     return calib.takeError();
-  Expected<std::vector<float>> h = calib->read(quant.hessian, {cols, cols});
+  // A row-parallel tensor-parallel shard (a slice of the columns) sees
+  // inputs [offset, offset + cols) of the layer: the block of the whole
+  // layer's Hessian on them (GPTQ per shard, as each rank quantizes its
+  // own). Column-parallel shards keep every input, so the whole Hessian.
+  int64_t full = cols, offset = 0;
+  for (const WeightTransform &t : w.transforms)
+    if (t.kind == WeightTransform::Kind::Slice && t.axis == 1) {
+      offset = t.offset;
+      full = w.source.shape.size() == 2 ? w.source.shape[1] : t.offset + t.size;
+    }
+  Expected<std::vector<float>> h =
+      calib->readBlock(quant.hessian, full, offset, cols);
   if (!h)
     return h.takeError();
   std::vector<double> hessian(h->begin(), h->end());

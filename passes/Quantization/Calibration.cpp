@@ -215,4 +215,53 @@ CalibrationFile::read(StringRef tensor, ArrayRef<int64_t> shape) const {
   return out;
 }
 
+/// Checks that [offset, offset + size) lies inside `channels`.
+static Error checkRange(StringRef path, StringRef tensor, int64_t channels,
+                        int64_t offset, int64_t size) {
+  if (offset >= 0 && size > 0 && offset <= channels - size)
+    return Error::success();
+  return calibError(path, "tensor '" + tensor + "': channels [" +
+                              Twine(offset) + ", " + Twine(offset + size) +
+                              ") are not inside its " + Twine(channels));
+}
+
+Expected<std::vector<float>>
+CalibrationFile::readChannels(StringRef tensor, int64_t channels,
+                              int64_t offset, int64_t size) const {
+  if (Error e = checkRange(filePath, tensor, channels, offset, size))
+    return std::move(e);
+  Expected<std::vector<float>> all = read(tensor, {channels});
+  if (!all)
+    return all.takeError();
+  return std::vector<float>(all->begin() + offset,
+                            all->begin() + offset + size);
+}
+
+Expected<std::vector<float>>
+CalibrationFile::readBlock(StringRef tensor, int64_t channels, int64_t offset,
+                           int64_t size) const {
+  if (Error e = checkRange(filePath, tensor, channels, offset, size))
+    return std::move(e);
+  Expected<std::vector<float>> all = read(tensor, {channels, channels});
+  if (!all)
+    return all.takeError();
+  std::vector<float> block(static_cast<size_t>(size * size));
+  for (int64_t i = 0; i < size; ++i)
+    std::copy_n(all->begin() + (offset + i) * channels + offset, size,
+                block.begin() + i * size);
+  return block;
+}
+
+Expected<CalibrationFile::TensorLocation>
+CalibrationFile::locateChannels(StringRef tensor, int64_t channels,
+                                int64_t offset, int64_t size) const {
+  if (Error e = checkRange(filePath, tensor, channels, offset, size))
+    return std::move(e);
+  Expected<TensorLocation> all = locate(tensor, {channels});
+  if (!all)
+    return all.takeError();
+  return TensorLocation{all->offset + 4 * static_cast<uint64_t>(offset),
+                        4 * static_cast<uint64_t>(size)};
+}
+
 } // namespace mlir::kiln

@@ -72,6 +72,26 @@ public:
   llvm::Expected<std::vector<float>> read(llvm::StringRef tensor,
                                           llvm::ArrayRef<int64_t> shape) const;
 
+  /// The statistics of a tensor-parallel shard's inputs, taken by
+  /// kiln-calibrate on the whole model: channels [offset, offset + size)
+  /// of the [channels] tensor `tensor` (readChannels, locateChannels), or
+  /// the [size, size] diagonal block at (offset, offset) of the [channels,
+  /// channels] one (readBlock: a Hessian restricted to the shard's inputs).
+  /// The whole tensor is checked as read() / locate() check it; a range
+  /// past `channels` is an error naming the tensor.
+  llvm::Expected<std::vector<float>> readChannels(llvm::StringRef tensor,
+                                                  int64_t channels,
+                                                  int64_t offset,
+                                                  int64_t size) const;
+  llvm::Expected<std::vector<float>> readBlock(llvm::StringRef tensor,
+                                               int64_t channels,
+                                               int64_t offset,
+                                               int64_t size) const;
+  llvm::Expected<TensorLocation> locateChannels(llvm::StringRef tensor,
+                                                int64_t channels,
+                                                int64_t offset,
+                                                int64_t size) const;
+
 private:
   struct Entry {
     std::string dtype;

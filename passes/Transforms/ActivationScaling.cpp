@@ -249,16 +249,35 @@ FailureOr<TapStats> readTap(const CalibrationFile &calib, ScalingGroup &g,
   auto fail = [&](llvm::Error e) {
     return g.linears.front().emitError() << llvm::toString(std::move(e));
   };
-  auto absmax = calib.read(t.tap + ".absmax", {c});
+  // A row-parallel shard (wo, w2 under tensor parallelism) reads its own
+  // columns of the whole model's statistics.
+  InputColumns cols = inputColumnsOf(g.linears.front());
+  for (WeightOp w : g.linears) {
+    InputColumns other = inputColumnsOf(w);
+    if (other.offset != cols.offset || other.full != cols.full)
+      return w.emitError() << "weight '" << w.getSymName()
+                           << "' keeps input columns [" << other.offset
+                           << ", " << other.offset + other.size << ") but '"
+                           << g.linears.front().getSymName()
+                           << "', which shares its input, keeps ["
+                           << cols.offset << ", " << cols.offset + cols.size
+                           << ")";
+  }
+  if (cols.size != c)
+    return g.linears.front().emitError()
+           << "weight '" << g.linears.front().getSymName() << "' has " << c
+           << " input columns but its recipe keeps " << cols.size;
+  auto absmax = calib.readChannels(t.tap + ".absmax", cols.full, cols.offset, c);
   if (!absmax)
     return fail(absmax.takeError());
-  auto absmean = calib.read(t.tap + ".absmean", {c});
+  auto absmean =
+      calib.readChannels(t.tap + ".absmean", cols.full, cols.offset, c);
   if (!absmean)
     return fail(absmean.takeError());
   t.absmax = std::move(*absmax);
   t.absmean = std::move(*absmean);
   if (needHessian) {
-    auto h = calib.read(t.tap + ".hessian", {c, c});
+    auto h = calib.readBlock(t.tap + ".hessian", cols.full, cols.offset, c);
     if (!h)
       return fail(h.takeError());
     t.hessian.assign(h->begin(), h->end());

@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "dialects/Kiln/IR/PipelineStage.h"
 #include "passes/Quantization/Calibration.h"
 #include "passes/Transforms/Passes.h"
 
@@ -85,7 +86,15 @@ void CenterKeysPass::runOnOperation() {
                          "supported";
       return WalkResult::interrupt();
     }
-    int64_t width = att.getNumKvHeads() * att.getHeadDim();
+    // A tensor-parallel rank holds KV heads [kvOffset, kvOffset +
+    // num_kv_heads) and a pipeline stage renumbers its layers from 0: the
+    // statistics are the whole model's, taken per model layer.
+    const int64_t headDim = att.getHeadDim();
+    int64_t width = att.getNumKvHeads() * headDim;
+    std::optional<KvHeadShard> shard = kvHeadShardOf(att);
+    int64_t first = shard ? shard->offset * headDim : 0;
+    int64_t channels = shard ? shard->modelKvHeads * headDim : width;
+    int64_t layer = modelLayerOf(att, att.getLayer());
     std::string name = ("layers." + Twine(att.getLayer()) + ".key_mean").str();
     WeightOp weight = means.lookup(name);
     if (!weight) {
@@ -94,10 +103,9 @@ void CenterKeysPass::runOnOperation() {
                           << "' already exists; cannot add the key mean";
         return WalkResult::interrupt();
       }
-      std::string tensor =
-          ("layers." + Twine(att.getLayer()) + ".key.mean").str();
+      std::string tensor = ("layers." + Twine(layer) + ".key.mean").str();
       bool missing = !file->has(tensor);
-      auto where = file->locate(tensor, {width});
+      auto where = file->locateChannels(tensor, channels, first, width);
       if (!where) {
         InFlightDiagnostic diag = att.emitError()
                                   << llvm::toString(where.takeError());
@@ -110,11 +118,10 @@ void CenterKeysPass::runOnOperation() {
       // A mean never exceeds the largest magnitude seen (the file's
       // `.absmax` of the same tap): refuse corrupt or foreign means rather
       // than silently degrading every key.
-      std::string absmaxName =
-          ("layers." + Twine(att.getLayer()) + ".key.absmax").str();
+      std::string absmaxName = ("layers." + Twine(layer) + ".key.absmax").str();
       if (file->has(absmaxName)) {
-        auto mean = file->read(tensor, {width});
-        auto absmax = file->read(absmaxName, {width});
+        auto mean = file->readChannels(tensor, channels, first, width);
+        auto absmax = file->readChannels(absmaxName, channels, first, width);
         if (!mean || !absmax) {
           att.emitError() << llvm::toString(mean ? absmax.takeError()
                                                  : mean.takeError());
@@ -123,7 +130,7 @@ void CenterKeysPass::runOnOperation() {
         for (int64_t c = 0; c < width; ++c)
           if (std::fabs((*mean)[c]) > (*absmax)[c] * (1.0f + 1e-5f)) {
             att.emitError() << "calibration file " << path << ": tensor '"
-                            << tensor << "' element " << c << " is "
+                            << tensor << "' element " << first + c << " is "
                             << (*mean)[c] << ", larger in magnitude than "
                             << absmaxName << " (" << (*absmax)[c]
                             << "): the file is corrupt";

@@ -474,6 +474,11 @@ LogicalResult PartitionPass::splitTensorParallel() {
       return failure();
   }
   setPartitionEntry("vocab_parallel", BoolAttr::get(ctx, vocab.size > 0));
+  // The rank's first KV head: passes that attach per-KV-head statistics of
+  // the whole model (kiln-center-keys) take the rank's range from it.
+  auto i64 = IntegerType::get(ctx, 64);
+  setPartitionEntry("kv_head_offset", IntegerAttr::get(i64, kv.offset / headDim));
+  setPartitionEntry("model_kv_heads", IntegerAttr::get(i64, kvHeads));
   return success();
 }
 

@@ -152,9 +152,13 @@ void QuantizeWeightsPass::runOnOperation() {
         linear.emitError() << llvm::toString(tap.takeError());
         return signalPassFailure();
       }
+      // A row-parallel shard's inputs are columns [offset, offset + in)
+      // of the whole model's statistics (GPTQ: the Hessian's diagonal
+      // block, cut from the file when the artifact is written).
+      InputColumns cols = inputColumnsOf(weight);
       if (gptq) {
         std::string hessian = *tap + ".hessian";
-        if (llvm::Error e = calib->check(hessian, {in, in})) {
+        if (llvm::Error e = calib->check(hessian, {cols.full, cols.full})) {
           linear.emitError() << llvm::toString(std::move(e));
           return signalPassFailure();
         }
@@ -167,7 +171,8 @@ void QuantizeWeightsPass::runOnOperation() {
       } else {
         // Static per-tensor activation scale (SmoothQuant W8A8): the input
         // is x / s after smoothing, so its channel maxima are absmax / s.
-        auto absmax = calib->read(*tap + ".absmax", {in});
+        auto absmax =
+            calib->readChannels(*tap + ".absmax", cols.full, cols.offset, in);
         if (!absmax) {
           linear.emitError() << llvm::toString(absmax.takeError());
           return signalPassFailure();

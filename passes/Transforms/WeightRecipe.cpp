@@ -173,4 +173,23 @@ void appendTransform(WeightOp op, WeightTransformAttr transform) {
   op.setTransformsAttr(ArrayAttr::get(op.getContext(), transforms));
 }
 
+InputColumns inputColumnsOf(WeightOp op) {
+  RankedTensorType type = op.getTensorType();
+  const int64_t in = type.getRank() == 2 ? type.getDimSize(1) : 0;
+  InputColumns cols{0, in, in};
+  for (WeightTransformAttr t :
+       op.getTransforms().getAsRange<WeightTransformAttr>()) {
+    if (t.getKind() != "slice")
+      continue;
+    DictionaryAttr params = t.getParams();
+    if (params.getAs<IntegerAttr>("axis").getInt() != 1)
+      continue;
+    cols.offset = params.getAs<IntegerAttr>("offset").getInt();
+    cols.size = params.getAs<IntegerAttr>("size").getInt();
+    ArrayRef<int64_t> shape = op.getSource().getShape().asArrayRef();
+    cols.full = shape.size() == 2 ? shape[1] : cols.offset + cols.size;
+  }
+  return cols;
+}
+
 } // namespace mlir::kiln

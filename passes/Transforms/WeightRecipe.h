@@ -33,6 +33,18 @@ WeightTransformAttr makeScaleTransform(MLIRContext *ctx, int64_t axis,
 /// Appends `transform` to `op`'s recipe.
 void appendTransform(WeightOp op, WeightTransformAttr transform);
 
+/// The input features of a linear weight [out, in] that its recipe keeps:
+/// columns [offset, offset + size) of the model's `full`. A row-parallel
+/// tensor-parallel shard (kiln-partition's "slice" on axis 1: wo, w2) keeps
+/// a range; every other weight all of them (offset 0, size = full = in).
+/// Calibration statistics of the whole model (a linear input's absmax,
+/// absmean, Hessian) apply to the shard restricted to this range.
+struct InputColumns {
+  int64_t offset = 0, size = 0, full = 0;
+  bool isSlice() const { return size != full; }
+};
+InputColumns inputColumnsOf(WeightOp op);
+
 } // namespace mlir::kiln
 
 #endif // KILN_PASSES_TRANSFORMS_WEIGHTRECIPE_H

@@ -120,7 +120,7 @@ module attributes {kiln.model = {name = "blocks-kquant", max_seq_len = 16 : i64}
   }
 }
 
-// SMOL: kiln.partition = {rank = 2 : i64, tp = 3 : i64, vocab_parallel = true}
+// SMOL: kiln.partition = {kv_head_offset = 2 : i64, model_kv_heads = 3 : i64, rank = 2 : i64, tp = 3 : i64, vocab_parallel = true}
 // SMOL: kiln.weight @tok_embeddings : tensor<49152x612xi8>
 // SMOL: kiln.weight @layers.0.wq : tensor<192x360xi8> {{.*}}format = "q4_1", part = "blocks", rows = 576 : i64}>, #kiln.transform<"slice", {axis = 0 : i64, offset = 384 : i64, size = 192 : i64}>]
 // SMOL: kiln.weight @layers.0.wk : tensor<64x360xi8> {{.*}}"slice", {axis = 0 : i64, offset = 128 : i64, size = 64 : i64}

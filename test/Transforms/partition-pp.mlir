@@ -55,7 +55,7 @@
 
 // TP x PP: tp rank 1's shard of stage 1 (its KV heads, two all-reduces per
 // layer, the vocab-parallel classifier).
-// TPPP: kiln.partition = {first_layer = 3 : i64, num_layers = 2 : i64, pp = 2 : i64, rank = 1 : i64, stage = 1 : i64, stage_layers = array<i64: 3, 2>, tp = 2 : i64, vocab_parallel = true}
+// TPPP: kiln.partition = {first_layer = 3 : i64, kv_head_offset = 2 : i64, model_kv_heads = 4 : i64, num_layers = 2 : i64, pp = 2 : i64, rank = 1 : i64, stage = 1 : i64, stage_layers = array<i64: 3, 2>, tp = 2 : i64, vocab_parallel = true}
 // TPPP-LABEL: func.func @prefill(%{{.*}}: !kiln.kv_cache<2, 512, 2, 8, f32>) -> tensor<1x512xf32>
 // TPPP-NEXT: kiln.recv {source = 0 : i64} : tensor<?x64xf32>
 // TPPP: kiln.all_reduce

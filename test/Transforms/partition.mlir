@@ -16,7 +16,7 @@
 // all-reduces stay outside the fused regions.
 // RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-partition{tp=2 rank=0},kiln-verify,kiln-batch-step,kiln-fuse)" | FileCheck %s --check-prefix=PIPE
 
-// TP2: module attributes {kiln.model = {{.*}}, kiln.partition = {rank = 1 : i64, tp = 2 : i64, vocab_parallel = true}}
+// TP2: module attributes {kiln.model = {{.*}}, kiln.partition = {kv_head_offset = 1 : i64, model_kv_heads = 2 : i64, rank = 1 : i64, tp = 2 : i64, vocab_parallel = true}}
 // TP2: kiln.weight @tok_embeddings : tensor<32x16xf32> {{.*}}transforms = []}
 // TP2: kiln.weight @layers.0.wq : tensor<8x16xf32> {{.*}}transforms = [#kiln.transform<"slice", {axis = 0 : i64, offset = 8 : i64, size = 8 : i64}>]}
 // TP2: kiln.weight @layers.0.wk : tensor<4x16xf32> {{.*}}transforms = [#kiln.transform<"slice", {axis = 0 : i64, offset = 4 : i64, size = 4 : i64}>]}
@@ -48,7 +48,7 @@
 // TP2-COUNT-2: kiln.all_reduce
 // TP2-NOT: kiln.all_reduce
 
-// TP4: kiln.partition = {rank = 3 : i64, tp = 4 : i64, vocab_parallel = true}
+// TP4: kiln.partition = {kv_head_offset = 1 : i64, model_kv_heads = 2 : i64, rank = 3 : i64, tp = 4 : i64, vocab_parallel = true}
 // TP4: kiln.weight @layers.0.wq : tensor<4x16xf32> {{.*}}{axis = 0 : i64, offset = 12 : i64, size = 4 : i64}
 // TP4: kiln.weight @layers.0.wk : tensor<4x16xf32> {{.*}}{axis = 0 : i64, offset = 4 : i64, size = 4 : i64}
 // TP4: kiln.weight @layers.0.wv : tensor<4x16xf32> {{.*}}{axis = 0 : i64, offset = 4 : i64, size = 4 : i64}
@@ -62,7 +62,7 @@
 // TP1-NOT: slice
 // TP1-NOT: kiln.all_reduce
 
-// PIPE: kiln.partition = {rank = 0 : i64, tp = 2 : i64, vocab_parallel = true}
+// PIPE: kiln.partition = {kv_head_offset = 0 : i64, model_kv_heads = 2 : i64, rank = 0 : i64, tp = 2 : i64, vocab_parallel = true}
 // PIPE: kiln.weight @"layers.0.wq+wk+wv" : tensor<16x16xf32>
 // PIPE-LABEL: func.func @step(
 // PIPE-SAME: !kiln.paged_kv_cache<1, 1, 4, f32>
@@ -72,7 +72,7 @@
 // PIPE: %[[SL:.*]] = kiln.logits {{.*}} {all_rows} : tensor<?x16xf32>, tensor<16x16xf32> -> tensor<?x16xf32>
 // PIPE: kiln.all_gather %[[SL]] {group_size = 2 : i64} : tensor<?x16xf32> -> tensor<?x32xf32>
 
-// WHOLE: kiln.partition = {rank = 1 : i64, tp = 2 : i64, vocab_parallel = false}
+// WHOLE: kiln.partition = {kv_head_offset = 1 : i64, model_kv_heads = 2 : i64, rank = 1 : i64, tp = 2 : i64, vocab_parallel = false}
 // WHOLE: kiln.weight @output : tensor<32x16xf32> {{.*}}transforms = []}
 // WHOLE-NOT: kiln.all_gather
 // WHOLE: kiln.logits {{.*}} : tensor<?x16xf32>, tensor<32x16xf32> -> tensor<1x32xf32>

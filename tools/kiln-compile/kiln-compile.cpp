@@ -473,12 +473,6 @@ int main(int argc, char **argv) {
                 std::to_string(pipelineStages) +
                 " is more than 64 ranks");
   const bool parallel = tensorParallelRanks > 1 || pipelineStages > 1;
-  const std::string parallelFlag = tensorParallelRanks > 1 ? "--tp" : "--pp";
-  if (parallel && quant != "none" && quant != "w8a16" &&
-      quant != "w4a16-rtn")
-    return fail(parallelFlag + " with --quant=" + quant +
-                ": calibrated recipes are not partitioned yet (use none, "
-                "w8a16 or w4a16-rtn: each rank quantizes its own shard)");
   if (llvm::Error err = checkQuantFlags())
     return fail(llvm::toString(std::move(err)));
   if (kvCache.getNumOccurrences() && kvCache.empty())
@@ -496,7 +490,7 @@ int main(int argc, char **argv) {
     return fail("--act-quant=int8 reads GGUF linears as stored blocks: drop "
                 "--gguf-linears=repacked");
   if (!kvCache.empty() && calibrationPath.empty() &&
-      !kvCentering.getNumOccurrences() && !parallel)
+      !kvCentering.getNumOccurrences())
     llvm::errs() << "kiln-compile: note: --kv=" << kvCache
                  << " without --calibration stores keys uncentered; keys "
                     "with per-channel offsets then lose accuracy (on "
@@ -508,13 +502,6 @@ int main(int argc, char **argv) {
       (maxPrefillTokens.getNumOccurrences() && maxPrefillTokens <= 0) ||
       maxSeqLen < 0 || maxPrefillTokens < 0)
     return fail("--max-seq-len and --max-prefill-tokens must be positive");
-
-  if (parallel) {
-    if (centerKeys())
-      return fail(parallelFlag + " with key centering (--kv with "
-                  "--calibration) is not partitioned yet: pass "
-                  "--kv-centering=false");
-  }
 
   // The signing key is read before compiling, so a bad key fails at once.
   ::kiln::sign::SecretKey signKey;

@@ -599,18 +599,36 @@ static LogicalResult verifyPeerStage(Operation *op, StringRef what,
   return success();
 }
 
-std::optional<PipelineStage> mlir::kiln::pipelineStageOf(Operation *op) {
+/// The kiln.partition entry `key` of the module holding `op` (or `op`).
+static IntegerAttr partitionEntry(Operation *op, StringRef key) {
   auto module = isa<ModuleOp>(op) ? cast<ModuleOp>(op)
                                   : op->getParentOfType<ModuleOp>();
   auto partition =
       module ? module->getAttrOfType<DictionaryAttr>("kiln.partition")
              : DictionaryAttr();
-  auto pp = partition ? partition.getAs<IntegerAttr>("pp") : IntegerAttr();
-  auto stage =
-      partition ? partition.getAs<IntegerAttr>("stage") : IntegerAttr();
+  return partition ? partition.getAs<IntegerAttr>(key) : IntegerAttr();
+}
+
+std::optional<PipelineStage> mlir::kiln::pipelineStageOf(Operation *op) {
+  IntegerAttr pp = partitionEntry(op, "pp"), stage = partitionEntry(op, "stage");
   if (!pp || !stage)
     return std::nullopt;
-  return PipelineStage{pp.getInt(), stage.getInt()};
+  IntegerAttr first = partitionEntry(op, "first_layer");
+  return PipelineStage{pp.getInt(), stage.getInt(),
+                       first ? first.getInt() : 0};
+}
+
+int64_t mlir::kiln::modelLayerOf(Operation *op, int64_t layer) {
+  std::optional<PipelineStage> stage = pipelineStageOf(op);
+  return layer + (stage ? stage->firstLayer : 0);
+}
+
+std::optional<KvHeadShard> mlir::kiln::kvHeadShardOf(Operation *op) {
+  IntegerAttr offset = partitionEntry(op, "kv_head_offset"),
+              heads = partitionEntry(op, "model_kv_heads");
+  if (!offset || !heads)
+    return std::nullopt;
+  return KvHeadShard{offset.getInt(), heads.getInt()};
 }
 
 LogicalResult SendOp::verify() {
