@@ -20,8 +20,9 @@
 #      greedy tokens, kernel calls per decode step, decode / prefill tokens/s;
 #   2e. the serving engine's batched step on CUDA (paged KV pool): engine
 #      vs session tokens, 16 requests batched vs alone, INT8 / FP8 pools;
-#   2f. tensor parallelism: stories260K at --tp 2 on two GPUs (NCCL), 200
-#      greedy tokens equal the CPU's (skipped with fewer than two GPUs);
+#   2f. tensor and pipeline parallelism: stories260K at --tp 2 and at
+#      --pp 2 on two GPUs (NCCL), 200 greedy tokens equal the CPU's (skipped
+#      with fewer than two GPUs);
 #   3. synthetic:llama-2-7b in bf16: decode tokens/s at batch 1 (median after
 #      warm-up) next to the HBM roofline (weight bytes per token / measured
 #      device copy bandwidth) and PyTorch eager; prefill tokens/s for a
@@ -251,7 +252,7 @@ engine_case kv-int8 "$work/q-kv-int8-cuda" invariant --max-tokens 16
 engine_case kv-fp8 "$work/q-kv-fp8-cuda" invariant --max-tokens 16
 engine_case smol "$work/smol-cuda" equal --max-tokens 12 --logprob-tol 1e-2
 
-section "2f. tensor parallelism on CUDA (NCCL), TP=2"
+section "2f. tensor and pipeline parallelism on CUDA (NCCL), TP=2, PP=2"
 # A partitioned cuda artifact (kiln-compile --tp 2 --target=cuda) run as two
 # ranks, one GPU each, the all-reduces through NCCL: 200 greedy tokens equal
 # the CPU's. Needs two GPUs and mpirun; reported as skipped otherwise.
@@ -270,6 +271,23 @@ elif run kiln-compile "$shared/models/stories260K/stories260K.bin" --target=cuda
   result[tp2]="PASS: 200 greedy tokens, 2 ranks (NCCL) == CPU"
 else
   result[tp2]="FAIL: see details"; status=1
+fi
+# Two pipeline stages, one GPU each, the residual stream through ncclSend /
+# ncclRecv: the same 200 greedy tokens.
+if [ "${ngpu:-0}" -lt 2 ]; then
+  result[pp2]="SKIP: ${ngpu:-0} GPU(s), PP=2 needs 2"
+elif ! command -v mpirun > /dev/null; then
+  result[pp2]="SKIP: no mpirun (openmpi-bin)"
+elif run kiln-compile "$shared/models/stories260K/stories260K.bin" --target=cuda \
+       --pp 2 -o "$work/s260-pp2-cuda" &&
+     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 run timeout 300 \
+       mpirun --oversubscribe --bind-to none -np 2 kiln-run "$work/s260-pp2-cuda" \
+       --temperature 0 --max-tokens 200 --print-tokens > "$work/pp2.txt" &&
+     [ -n "$cpu_ids" ] &&
+     [ "$(grep -E '^[0-9 ]+$' "$work/pp2.txt" | head -1)" = "$cpu_ids" ]; then
+  result[pp2]="PASS: 200 greedy tokens, 2 stages (NCCL) == CPU"
+else
+  result[pp2]="FAIL: see details"; status=1
 fi
 
 section "3. synthetic:llama-2-7b bf16"
@@ -324,6 +342,7 @@ section "summary"
     printf '%-34s %s\n' "serving engine on CUDA: $e" "${result[e-$e]:-n/a}"
   done
   printf '%-34s %s\n' "TP=2 on CUDA (NCCL) == CPU" "${result[tp2]:-n/a}"
+  printf '%-34s %s\n' "PP=2 on CUDA (NCCL) == CPU" "${result[pp2]:-n/a}"
   printf '%-34s %s\n' "7B bf16 decode (tokens/s)" "${decode:-n/a}"
   printf '%-34s %s\n' "  HBM roofline (tokens/s)" "${roof:-n/a} (copy bandwidth ${bw:-n/a} GB/s)"
   printf '%-34s %s\n' "  of roofline (target >= 75%)" "$(pct "$decode" "$roof")"

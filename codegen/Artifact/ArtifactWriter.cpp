@@ -348,7 +348,7 @@ static llvm::Error writeArtifactFiles(const ArtifactInputs &in, StringRef tmp,
         return err;
     if (auto err = compileCudaSharedObject(pathIn(codeFile), pathIn("model.so"),
                                            includeDir, shownCode,
-                                           /*linkNccl=*/partitioned))
+                                           /*linkNccl=*/partitioned || in.pp > 1))
       return err;
   } else if (auto err = compileSharedObject(pathIn(codeFile), pathIn("model.so"),
                                             includeDir, shownCode)) {

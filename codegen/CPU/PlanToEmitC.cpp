@@ -53,8 +53,8 @@ static constexpr const char *kCpuPrologue =
 
 static constexpr const char *kCudaPrologue =
     R"(// Emitted by kiln-compile (CUDA target). Do not edit.
-#if KILN_CUDA_ABI_VERSION != 6
-#error "emitted for CUDA ABI version 6"
+#if KILN_CUDA_ABI_VERSION != 7
+#error "emitted for CUDA ABI version 7"
 #endif)";
 
 /// Kernels the CPU target instantiates from the IR (kernel_abi.h,
@@ -312,12 +312,6 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
                        << "int8 activations (act_quant 'int8_per_block') "
                           "have kernels for the cpu target only so far; "
                           "compile without --act-quant";
-              if (target.cuda && (c.getCallee() == "kiln_k_send" ||
-                                  c.getCallee() == "kiln_k_recv"))
-                return c.emitOpError()
-                       << "pipeline stages (kiln.send / kiln.recv) have "
-                          "kernels for the cpu target only so far; compile "
-                          "with target=cpu";
               bool allReduce = isCommKernel(c.getCallee());
               // CUDA launch wrappers take the context first, and so do CPU
               // kernels that talk to the runtime (kernel_abi.h).
@@ -591,12 +585,11 @@ void PlanToEmitCPass::runOnOperation() {
       emitc::VerbatimOp::create(builder, loc, StringRef(defines).rtrim());
     emitc::IncludeOp::create(builder, loc, "KilnKernels.cuh", false);
     // NCCL only for partitioned plans (KilnCudaComm.cuh).
-    bool allReduce = false;
+    bool collectives = false;
     module.walk([&](plan::CallKernelOp c) {
-      allReduce |= c.getCallee() == "kiln_k_all_reduce" ||
-                   c.getCallee() == "kiln_k_all_gather";
+      collectives |= isCommKernel(c.getCallee());
     });
-    if (allReduce)
+    if (collectives)
       emitc::IncludeOp::create(builder, loc, "KilnCudaComm.cuh", false);
     emitc::VerbatimOp::create(builder, loc, kCudaPrologue);
   } else {

@@ -1,8 +1,8 @@
 //===- KilnCudaComm.cuh - Collectives of partitioned CUDA plans -*- CUDA -*-===//
 //
-// Included by model.cu only when the plan was partitioned for tensor
-// parallelism (kiln-compile --tp N --target=cuda; docs/parallelism.md), so
-// that single-GPU artifacts neither include nor link NCCL.
+// Included by model.cu only when the plan was partitioned (kiln-compile
+// --tp N / --pp M --target=cuda; docs/parallelism.md), so that single-GPU
+// artifacts neither include nor link NCCL.
 //
 //   kiln_cuda_all_reduce(ctx, x, y, count, elem, what): y[0, count) = the
 //   elementwise sum over the ranks of the group of each rank's x (kiln.all_
@@ -99,6 +99,54 @@ inline void kiln_cuda_all_gather(kiln_cuda_ctx *ctx, const T *x, T *y,
             ncclAllGather(x, y, size_t(cols), ncclTypeOf<T>(),
                           static_cast<ncclComm_t>(ctx->nccl), streamOf(ctx)),
             "ncclAllGather", what, __FILE__, __LINE__);
+}
+
+/// kiln.send / kiln.recv of a pipeline stage (GPipe, Huang et al. 2019):
+/// x / y [rows, cols] goes to / comes from the rank holding the same tensor-
+/// parallel shard of stage `peer_stage` (rank peer_stage * tp + tp_rank of
+/// ctx->nccl_pipeline, the communicator over every rank of the job), with
+/// ncclSend / ncclRecv on ctx->stream. Enqueued only; a peer that never
+/// posts the matching call is caught by the executor's deadline like a
+/// missing all-reduce. Without ctx->nccl_pipeline (a stage program run
+/// alone) the call records an error naming the transfer.
+template <typename T>
+inline void kiln_cuda_send(kiln_cuda_ctx *ctx, const T *x, int64_t rows,
+                           int64_t cols, int64_t elem, int64_t peer_stage,
+                           const char *what) {
+  using namespace kiln_cuda_detail;
+  (void)elem;
+  if (skip(ctx) || rows * cols == 0)
+    return;
+  if (!KILN_CUDA_ARG(ctx, ctx->nccl_pipeline != nullptr, "kiln_cuda_send",
+                     "a pipeline stage's program runs in its job (mpirun; "
+                     "no pipeline communicator)"))
+    return;
+  const int peer = int(peer_stage) * ctx->tp_size + ctx->tp_rank;
+  checkNccl(ctx,
+            ncclSend(x, size_t(rows * cols), ncclTypeOf<T>(), peer,
+                     static_cast<ncclComm_t>(ctx->nccl_pipeline),
+                     streamOf(ctx)),
+            "ncclSend", what, __FILE__, __LINE__);
+}
+
+template <typename T>
+inline void kiln_cuda_recv(kiln_cuda_ctx *ctx, T *y, int64_t rows,
+                           int64_t cols, int64_t elem, int64_t peer_stage,
+                           const char *what) {
+  using namespace kiln_cuda_detail;
+  (void)elem;
+  if (skip(ctx) || rows * cols == 0)
+    return;
+  if (!KILN_CUDA_ARG(ctx, ctx->nccl_pipeline != nullptr, "kiln_cuda_recv",
+                     "a pipeline stage's program runs in its job (mpirun; "
+                     "no pipeline communicator)"))
+    return;
+  const int peer = int(peer_stage) * ctx->tp_size + ctx->tp_rank;
+  checkNccl(ctx,
+            ncclRecv(y, size_t(rows * cols), ncclTypeOf<T>(), peer,
+                     static_cast<ncclComm_t>(ctx->nccl_pipeline),
+                     streamOf(ctx)),
+            "ncclRecv", what, __FILE__, __LINE__);
 }
 
 #endif // KILN_CODEGEN_CUDA_KILNCUDACOMM_CUH

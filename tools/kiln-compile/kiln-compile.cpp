@@ -465,9 +465,6 @@ int main(int argc, char **argv) {
   if (!pipelineStages)
     return fail("--pp=" + pipelineParallel +
                 " is not a stage count (a decimal number in [1, 64])");
-  if (pipelineStages > 1 && target == "cuda")
-    return fail("--pp with --target=cuda: pipeline stages have kernels for "
-                "the cpu target only so far (docs/parallelism.md)");
   if (tensorParallelRanks * pipelineStages > 64)
     return fail("--tp " + std::to_string(tensorParallelRanks) + " x --pp " +
                 std::to_string(pipelineStages) +

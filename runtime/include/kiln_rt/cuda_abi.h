@@ -43,7 +43,7 @@
 extern "C" {
 #endif
 
-#define KILN_CUDA_ABI_VERSION 6
+#define KILN_CUDA_ABI_VERSION 7
 
 /// The sequences of one kiln_step call (kernel_abi.h kiln_batch, split into
 /// the host copy the launches are planned from and the device copy the
@@ -103,6 +103,11 @@ typedef struct kiln_cuda_ctx {
   /* ncclComm_t of the rank's tensor-parallel group (kiln_cuda_all_reduce,
    * KilnCudaComm.cuh); NULL in a single-process run. */
   void *nccl;
+  /* Pipeline stages (kiln_cuda_send / kiln_cuda_recv): ncclComm_t over every
+   * rank of the job (pp * tp; rank = stage * tp + tp_rank), NULL unless the
+   * artifact has pipeline stages; the rank's place in its TP group. */
+  void *nccl_pipeline;
+  int32_t tp_size, tp_rank;
 } kiln_cuda_ctx;
 
 /* Besides the entry points, emitted model.so exports (C linkage):

@@ -1288,9 +1288,13 @@ Status Artifact::loadCuda() {
   desc.abi_version = abiFn;
   // A tensor-parallel rank: one device per rank of the node, joined by an
   // NCCL communicator whose unique id rank 0 makes and broadcasts.
+  // With pipeline stages the id makes one communicator over the job, from
+  // which each stage's TP group is split.
   if (group_) {
-    desc.tp_rank = group_->rank();
-    desc.tp_size = group_->size();
+    desc.tp_rank = group_->tpRank();
+    desc.tp_size = group_->tpSize();
+    desc.pp_size = group_->ppSize();
+    desc.stage = group_->stage();
     const char *local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     desc.local_rank = local ? std::atoi(local) : group_->rank();
     desc.timeout_ms = group_->timeoutMs();

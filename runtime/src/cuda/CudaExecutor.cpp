@@ -111,7 +111,9 @@ using CublasLtDestroyFn = int (*)(void *handle);
 struct kiln_cudaexec_model_s {
   kiln_cudaexec_model_desc_t desc{};
   int device = 0;
-  void *nccl = nullptr; ///< ncclComm_t of a tensor-parallel rank
+  void *nccl = nullptr; ///< ncclComm_t of a tensor-parallel rank's group
+  /// ncclComm_t over every rank of a job with pipeline stages.
+  void *ncclPipeline = nullptr;
   int32_t smCount = 0;
   uint8_t *dWeights = nullptr;
   uint64_t workspaceBytes = 0;
@@ -123,6 +125,8 @@ struct kiln_cudaexec_model_s {
 #ifdef KILN_HAVE_NCCL
     if (nccl)
       ncclCommDestroy(static_cast<ncclComm_t>(nccl));
+    if (ncclPipeline)
+      ncclCommDestroy(static_cast<ncclComm_t>(ncclPipeline));
 #endif
     if (cublasLt && cublasLtDestroy)
       cublasLtDestroy(cublasLt);
@@ -370,7 +374,7 @@ int32_t uploadStep(kiln_cudaexec_session_s &s, const int32_t *tokens,
 /// pending NCCL kernels) and the step fails with KILN_RT_DEADLINE_EXCEEDED.
 int32_t waitStream(kiln_cudaexec_model_s &m, cudaStream_t stream,
                    const char *what, kiln_cudaexec_error_t *err) {
-  if (!m.nccl || m.desc.timeout_ms <= 0)
+  if ((!m.nccl && !m.ncclPipeline) || m.desc.timeout_ms <= 0)
     return 0; // the caller synchronizes without bound
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
@@ -382,14 +386,21 @@ int32_t waitStream(kiln_cudaexec_model_s &m, cudaStream_t stream,
                             .count();
     if (waited > m.desc.timeout_ms) {
 #ifdef KILN_HAVE_NCCL
-      ncclCommAbort(static_cast<ncclComm_t>(m.nccl));
+      if (m.nccl)
+        ncclCommAbort(static_cast<ncclComm_t>(m.nccl));
+      if (m.ncclPipeline)
+        ncclCommAbort(static_cast<ncclComm_t>(m.ncclPipeline));
 #endif
       m.nccl = nullptr;
+      m.ncclPipeline = nullptr;
+      const int32_t tp = m.desc.tp_size > 1 ? m.desc.tp_size : 1;
+      const int32_t pp = m.desc.pp_size > 1 ? m.desc.pp_size : 1;
       return setError(err, KILN_RT_DEADLINE_EXCEEDED,
                       "rank %d of %d: %s did not finish within %.1f s on "
                       "device %d: a peer rank died or hung in an NCCL "
-                      "all-reduce (KILN_COMM_TIMEOUT_S sets the limit)",
-                      m.desc.tp_rank, m.desc.tp_size, what,
+                      "all-reduce or stage transfer (KILN_COMM_TIMEOUT_S "
+                      "sets the limit)",
+                      m.desc.stage * tp + m.desc.tp_rank, tp * pp, what,
                       double(m.desc.timeout_ms) / 1000.0, m.device);
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -481,8 +492,11 @@ int32_t modelCreateImpl(const kiln_cudaexec_model_desc_t *desc,
                     "model.so was built for CUDA ABI version %d, this runtime "
                     "implements version %d (recompile the artifact)",
                     abi, KILN_CUDA_ABI_VERSION);
-  if (desc->tp_size > 1) {
+  const int32_t tp = desc->tp_size > 1 ? desc->tp_size : 1;
+  const int32_t pp = desc->pp_size > 1 ? desc->pp_size : 1;
+  if (tp * pp > 1) {
     // One device per rank of the node; NCCL joins the ranks' devices.
+    const int32_t rank = desc->stage * tp + desc->tp_rank;
     int count = 0;
     KILN_CUDA_CHECK(cudaGetDeviceCount(&count));
     m.device = count > 0 ? desc->local_rank % count : 0;
@@ -492,21 +506,36 @@ int32_t modelCreateImpl(const kiln_cudaexec_model_desc_t *desc,
     static_assert(sizeof(id.internal) == sizeof(desc->nccl_id),
                   "ncclUniqueId is 128 bytes");
     std::memcpy(id.internal, desc->nccl_id, sizeof(id.internal));
+    // Without stages the job is the TP group; with stages one communicator
+    // spans the job (stage transfers) and each stage's TP group is split
+    // from it.
     ncclComm_t comm = nullptr;
-    ncclResult_t r =
-        ncclCommInitRank(&comm, desc->tp_size, id, desc->tp_rank);
+    ncclResult_t r = ncclCommInitRank(&comm, tp * pp, id, rank);
     if (r != ncclSuccess)
       return setError(err, KILN_RT_INTERNAL,
                       "rank %d of %d: ncclCommInitRank on device %d failed: "
                       "%s",
-                      desc->tp_rank, desc->tp_size, m.device,
-                      ncclGetErrorString(r));
-    m.nccl = comm;
+                      rank, tp * pp, m.device, ncclGetErrorString(r));
+    if (pp == 1) {
+      m.nccl = comm;
+    } else {
+      m.ncclPipeline = comm;
+      if (tp > 1) {
+        ncclComm_t group = nullptr;
+        r = ncclCommSplit(comm, desc->stage, desc->tp_rank, &group, nullptr);
+        if (r != ncclSuccess)
+          return setError(err, KILN_RT_INTERNAL,
+                          "rank %d of %d: ncclCommSplit of stage %d's "
+                          "tensor-parallel group failed: %s",
+                          rank, tp * pp, desc->stage, ncclGetErrorString(r));
+        m.nccl = group;
+      }
+    }
 #else
     return setError(err, KILN_RT_UNIMPLEMENTED,
                     "this CUDA executor was built without NCCL: partitioned "
-                    "cuda artifacts (tp %d) need it",
-                    desc->tp_size);
+                    "cuda artifacts (tp %d, pp %d) need it",
+                    tp, pp);
 #endif
   }
   KILN_CUDA_CHECK(cudaSetDevice(m.device));
@@ -574,6 +603,9 @@ int32_t allocateRunBuffers(RunBuffers &b, uint64_t ioBytes, uint64_t tokensOffse
   c.workspace_bytes = m.workspaceBytes;
   c.sm_count = m.smCount;
   c.nccl = m.nccl;
+  c.nccl_pipeline = m.ncclPipeline;
+  c.tp_size = m.desc.tp_size > 1 ? m.desc.tp_size : 1;
+  c.tp_rank = m.desc.tp_rank;
   clearModelStatus(c);
   return 0;
 }

@@ -70,8 +70,14 @@ typedef struct kiln_cudaexec_model_desc_t {
    * nccl_unique_id and broadcast); every step then waits at most
    * timeout_ms for the device (a peer that never joins an all-reduce),
    * after which the communicator is aborted and the step fails with
-   * KILN_RT_DEADLINE_EXCEEDED. tp_size 0 or 1: device 0, no NCCL. */
+   * KILN_RT_DEADLINE_EXCEEDED. tp_size 0 or 1: device 0, no NCCL.
+   * Pipeline stages (manifest parallel.pp): with pp_size > 1 the job has
+   * pp_size * tp_size ranks (rank = stage * tp_size + tp_rank), nccl_id
+   * makes one communicator over all of them (kiln_cuda_send / recv) and
+   * each stage's TP group is split from it (ncclCommSplit, color = stage).
+   * pp_size 0 or 1: no pipeline. */
   int32_t tp_rank, tp_size, local_rank;
+  int32_t pp_size, stage;
   uint8_t nccl_id[128];
   int64_t timeout_ms;
 } kiln_cudaexec_model_desc_t;
