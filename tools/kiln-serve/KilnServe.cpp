@@ -142,6 +142,12 @@ static cl::opt<bool> batchInvariant(
              "linear sums in one order whatever the batch; slower, see "
              "docs/serving.md); vLLM's VLLM_BATCH_INVARIANT"),
     cl::cat(serveCategory));
+static cl::opt<int> ppMicroBatches(
+    "pp-micro-batches",
+    cl::desc("Pipeline-parallel artifacts (kiln-compile --pp M): run each "
+             "step as N micro-batches of its sequences so the stages "
+             "overlap (GPipe); 0 = one per stage (default), 1 = off"),
+    cl::init(0), cl::value_desc("N"), cl::cat(serveCategory));
 static cl::opt<std::string> maxBodyBytes(
     "max-body-bytes",
     cl::desc("Largest request body accepted (default 1M); larger ones get "
@@ -2079,6 +2085,7 @@ int main(int argc, char **argv) {
   options.flags =
       (noPrefixCaching ? uint32_t(KILN_RT_ENGINE_NO_PREFIX_CACHE) : 0u) |
       (batchInvariant ? uint32_t(KILN_RT_ENGINE_BATCH_INVARIANT) : 0u);
+  options.pp_micro_batches = int32_t(ppMicroBatches);
   check(kiln_rt_engine_create(s.artifact, &options, &s.engine));
   kiln_rt_engine_stats_t stats{};
   kiln_rt_engine_stats(s.engine, &stats);

@@ -438,6 +438,11 @@ typedef struct kiln_rt_engine_options_t {
   int32_t context_length;   /* positions per sequence; 0: max_seq_len */
   int32_t threads;          /* threads of the engine's steps; 0: default */
   uint32_t flags;           /* KILN_RT_ENGINE_* */
+  /* Pipeline stages (manifest parallel.pp > 1): each step runs as this many
+   * micro-batches of its sequences, so that the stages overlap (GPipe);
+   * 0: one per stage; 1: the step whole. At most 1024; ignored without
+   * stages. */
+  int32_t pp_micro_batches;
 } kiln_rt_engine_options_t;
 
 enum {

@@ -146,10 +146,11 @@ void endFollowers(Communicator &comm) {
   send(comm, command(Op::End, 0));
 }
 
-/// int32 values of a step's arrays, in the order packStep writes them.
+/// int32 values of a step's arrays, in the order sendStep writes them: the
+/// micro-batch count, then the arrays.
 static int64_t stepValues(int64_t seqs, int64_t tokens, int64_t maxBlocks,
                           int64_t copies) {
-  return 3 * seqs + seqs * maxBlocks + 2 * tokens + 2 * copies;
+  return 1 + 3 * seqs + seqs * maxBlocks + 2 * tokens + 2 * copies;
 }
 
 uint32_t sendEngineCreate(Communicator &comm, int64_t blockTokens,
@@ -168,7 +169,8 @@ void sendEngineRelease(Communicator &comm, uint32_t id) {
   send(comm, command(Op::EngineRelease, id));
 }
 
-void sendStep(Communicator &comm, uint32_t id, const serve::StepArrays &a) {
+void sendStep(Communicator &comm, uint32_t id, const serve::StepArrays &a,
+              int32_t microBatches) {
   Command c = command(Op::Step, id);
   c.n = a.numTokens;
   c.pos = a.numSeqs;
@@ -181,6 +183,7 @@ void sendStep(Communicator &comm, uint32_t id, const serve::StepArrays &a) {
   auto put = [&](const int32_t *p, int64_t n) {
     packed.insert(packed.end(), p, p + n);
   };
+  packed.push_back(microBatches);
   put(a.rowStart, a.numSeqs);
   put(a.rowCount, a.numSeqs);
   put(a.pos, a.numSeqs);
@@ -292,7 +295,12 @@ Status followRankZero(const Artifact &artifact, Communicator &comm) {
       a.numTokens = int32_t(T);
       a.maxBlocks = int32_t(maxBlocks);
       a.numCopies = int32_t(copies);
-      const int32_t *p = v.data();
+      const int32_t microBatches = v[0];
+      if (microBatches < 1 || microBatches > S)
+        return malformed(c, std::to_string(microBatches) +
+                                " micro-batches of " + std::to_string(S) +
+                                " sequences");
+      const int32_t *p = v.data() + 1;
       auto take = [&](int64_t n) {
         const int32_t *q = p;
         p += n;
@@ -328,8 +336,11 @@ Status followRankZero(const Artifact &artifact, Communicator &comm) {
         if (a.tokens[i] < 0 || a.tokens[i] >= vocab)
           return malformed(c, "token id " + std::to_string(a.tokens[i]));
       e->second.logits.resize(size_t(S * vocab));
-      e->second.stepper->run(a, e->second.logits.data(), &comm);
-      sendLogits(e->second.logits.data(), S * vocab);
+      for (const serve::MicroBatch &m : serve::splitStep(a, microBatches)) {
+        float *logits = e->second.logits.data() + int64_t(m.firstSeq) * vocab;
+        e->second.stepper->run(m.arrays, logits, &comm);
+        sendLogits(logits, m.arrays.numSeqs * vocab);
+      }
       continue;
     }
     auto it = sessions.find(c.session);

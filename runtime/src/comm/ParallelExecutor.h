@@ -11,7 +11,9 @@
 //
 // Commands: create / release a session, reset, prefill (n tokens at pos),
 // decode (one token at pos); create / release a serving engine's pool and
-// run one of its batched steps (the step's arrays follow the command); and
+// run one of its batched steps (the step's arrays follow the command; with
+// pipeline stages every rank runs it as micro-batches, so the stages
+// overlap); and
 // end (rank 0 released the artifact: followers return from
 // followRankZero).
 //
@@ -42,8 +44,12 @@ Status createParallelExecutor(const Artifact &artifact, Communicator &comm,
 uint32_t sendEngineCreate(Communicator &comm, int64_t blockTokens,
                           int64_t numBlocks, bool batchInvariant);
 /// One step of engine `id` (hold comm.stepMutex() until rank 0 has run it
-/// too): the step's arrays go to every rank.
-void sendStep(Communicator &comm, uint32_t id, const serve::StepArrays &step);
+/// too): the step's arrays go to every rank, with the number of pipeline
+/// micro-batches every rank cuts it into (serve::splitStep; 1 without
+/// pipeline stages). With stages the last stage's tp rank 0 sends each
+/// micro-batch's logits to rank 0 as soon as it has them, in order.
+void sendStep(Communicator &comm, uint32_t id, const serve::StepArrays &step,
+              int32_t microBatches);
 /// The engine is gone: the followers free its pool.
 void sendEngineRelease(Communicator &comm, uint32_t id);
 

@@ -5,6 +5,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -90,6 +91,50 @@ CpuStepper::~CpuStepper() {
   if (pool_)
     munmap(pool_, poolBytes_);
   std::free(arena_);
+}
+
+std::vector<MicroBatch> splitStep(const StepArrays &step, int32_t parts) {
+  const int32_t S = step.numSeqs;
+  parts = std::max(1, std::min(parts, S));
+  // cuts[k]: the first sequence of micro-batch k.
+  std::vector<int32_t> cuts = {0};
+  int64_t rows = 0;
+  for (int32_t s = 0; s < S && int32_t(cuts.size()) < parts; ++s) {
+    rows += step.rowCount[s];
+    const int32_t later = S - (s + 1), needed = parts - int32_t(cuts.size());
+    if (later == needed ||
+        (later > needed &&
+         rows * parts >= int64_t(cuts.size()) * step.numTokens))
+      cuts.push_back(s + 1);
+  }
+  cuts.push_back(S);
+  std::vector<MicroBatch> out(cuts.size() - 1);
+  for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+    MicroBatch &m = out[k];
+    const int32_t first = cuts[k], n = cuts[k + 1] - cuts[k];
+    const int32_t row0 = step.rowStart[first];
+    m.firstSeq = first;
+    m.rowStart.resize(size_t(n));
+    int32_t tokens = 0;
+    for (int32_t i = 0; i < n; ++i) {
+      m.rowStart[size_t(i)] = step.rowStart[first + i] - row0;
+      tokens += step.rowCount[first + i];
+    }
+    StepArrays &a = m.arrays;
+    a.numSeqs = n;
+    a.numTokens = tokens;
+    a.maxBlocks = step.maxBlocks;
+    a.numCopies = k == 0 ? step.numCopies : 0;
+    a.rowStart = m.rowStart.data();
+    a.rowCount = step.rowCount + first;
+    a.pos = step.pos + first;
+    a.blockTables = step.blockTables + int64_t(first) * step.maxBlocks;
+    a.tokens = step.tokens + row0;
+    a.positions = step.positions + row0;
+    a.copySrc = step.copySrc;
+    a.copyDst = step.copyDst;
+  }
+  return out;
 }
 
 void CpuStepper::run(const StepArrays &step, float *logits, void *comm) {

@@ -38,6 +38,26 @@ struct StepArrays {
   const int32_t *copySrc = nullptr, *copyDst = nullptr;  ///< [numCopies]
 };
 
+/// One pipeline micro-batch of a step (GPipe, Huang et al. 2019): the
+/// step's sequences [firstSeq, firstSeq + arrays.numSeqs), their token rows
+/// renumbered from 0 (rowStart is held here; `arrays` points into the
+/// step's other arrays). The copy-on-write copies go with the first
+/// micro-batch: they must precede every read of the pool.
+struct MicroBatch {
+  int32_t firstSeq = 0;
+  StepArrays arrays;
+  std::vector<int32_t> rowStart;
+};
+
+/// Cuts `step` into min(parts, numSeqs) micro-batches of consecutive
+/// sequences, each with about numTokens / parts token rows (a cut is made
+/// once a part holds its share, leaving every later part a sequence).
+/// Every rank of a pipeline runs them in order, so stage s works on
+/// micro-batch k while stage s + 1 works on k - 1; rank 0 and the ranks
+/// that follow it compute the same cuts from the same arrays. parts <= 1:
+/// the step whole.
+std::vector<MicroBatch> splitStep(const StepArrays &step, int32_t parts);
+
 /// The paged pool's element format for a manifest's kv_cache.dtype:
 /// KILN_KV_PLAIN with the dtype's bytes, or KILN_KV_INT8 / KILN_KV_FP8
 /// with one byte and f32 scales per (position, kv head).

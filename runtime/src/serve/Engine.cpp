@@ -106,6 +106,9 @@ Status Engine::create(const Artifact &artifact,
     return field("context_length", e->context_, 2, artifact.contextLength());
   if (options.threads < 0 || options.threads > 4096)
     return field("threads", options.threads, 0, 4096);
+  if (options.pp_micro_batches < 0 || options.pp_micro_batches > 1024)
+    return field("pp_micro_batches", options.pp_micro_batches, 0, 1024);
+  e->microBatches_ = options.pp_micro_batches;
   constexpr uint32_t kKnownFlags =
       KILN_RT_ENGINE_NO_PREFIX_CACHE | KILN_RT_ENGINE_BATCH_INVARIANT;
   if (options.flags & ~kKnownFlags)
@@ -400,17 +403,31 @@ Status Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled,
     if (Communicator *group = artifact_.group()) {
       // Every rank runs the step on its shard; the all-reduces inside make
       // the logits whole, so rank 0 samples from its own.
+      // Pipeline parallelism: the step runs as micro-batches on every rank
+      // (stage 0 starts micro-batch k + 1 while stage 1 runs k), and the
+      // last stage sends each one's logits (ParallelExecutor.h); rank 0
+      // takes them once its own part is done.
       std::lock_guard<std::mutex> lock(group->stepMutex());
-      sendStep(*group, groupId_, arrays);
-      cpuStepper_->run(arrays, logits_.data(), group);
-      // Pipeline parallelism: the last stage's logits (ParallelExecutor.h).
-      if (group->ppSize() > 1) {
-        Status got = group->recv(logits_.data(),
-                                 int64_t(S) * vocab_ * int64_t(sizeof(float)),
-                                 group->logitsRank(), "step logits");
-        if (!got.isOk())
-          group->abort(got.message(), 1);
-      }
+      const int32_t parts =
+          group->ppSize() > 1
+              ? std::min<int32_t>(arrays.numSeqs, microBatches_ > 0
+                                                      ? microBatches_
+                                                      : group->ppSize())
+              : 1;
+      sendStep(*group, groupId_, arrays, parts);
+      std::vector<serve::MicroBatch> micro = serve::splitStep(arrays, parts);
+      for (const serve::MicroBatch &m : micro)
+        cpuStepper_->run(m.arrays, logits_.data() + m.firstSeq * vocab_,
+                         group);
+      if (group->ppSize() > 1)
+        for (const serve::MicroBatch &m : micro) {
+          Status got = group->recv(
+              logits_.data() + m.firstSeq * vocab_,
+              int64_t(m.arrays.numSeqs) * vocab_ * int64_t(sizeof(float)),
+              group->logitsRank(), "step logits");
+          if (!got.isOk())
+            group->abort(got.message(), 1);
+        }
     } else {
       cpuStepper_->run(arrays, logits_.data(), nullptr);
     }

@@ -93,6 +93,8 @@ private:
   const Artifact &artifact_;
   kiln_rt_engine_options_t options_{};
   int64_t context_ = 0, vocab_ = 0, blockTokens_ = 16;
+  /// Micro-batches per step with pipeline stages (0: one per stage).
+  int32_t microBatches_ = 0;
   int64_t layers_ = 0, kvHeads_ = 0, headDim_ = 0;
   bool batchInvariant_ = false; ///< holds acquireBatchInvariantKernels
   /// CUDA artifacts: the device pool, arena and kiln_step (null on cpu).
