@@ -1939,6 +1939,9 @@ int main(int argc, char **argv) {
   if (blockSize < 1 || blockSize > 1024)
     fail("--block-size must be in [1, 1024] tokens, got " +
          std::to_string(blockSize));
+  if (ppMicroBatches < 0 || ppMicroBatches > 1024)
+    fail("--pp-micro-batches must be in [0, 1024] (0: one per pipeline "
+         "stage, 1: off), got " + std::to_string(ppMicroBatches));
   if (maxNumBatchedTokens < 0 || maxNumBatchedTokens > INT32_MAX)
     fail("--max-num-batched-tokens must be >= 1 (or 0 for the artifact's "
          "max prefill tokens), got " +
