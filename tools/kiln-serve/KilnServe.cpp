@@ -146,7 +146,8 @@ static cl::opt<int> ppMicroBatches(
     "pp-micro-batches",
     cl::desc("Pipeline-parallel artifacts (kiln-compile --pp M): run each "
              "step as N micro-batches of its sequences so the stages "
-             "overlap (GPipe); 0 = one per stage (default), 1 = off"),
+             "overlap (GPipe); 0 = one per stage for steps that prefill, "
+             "decode-only steps whole (default); 1 = off"),
     cl::init(0), cl::value_desc("N"), cl::cat(serveCategory));
 static cl::opt<std::string> maxBodyBytes(
     "max-body-bytes",

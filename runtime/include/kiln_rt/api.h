@@ -440,8 +440,9 @@ typedef struct kiln_rt_engine_options_t {
   uint32_t flags;           /* KILN_RT_ENGINE_* */
   /* Pipeline stages (manifest parallel.pp > 1): each step runs as this many
    * micro-batches of its sequences, so that the stages overlap (GPipe);
-   * 0: one per stage; 1: the step whole. At most 1024; ignored without
-   * stages. */
+   * 0: one per stage for steps that prefill, decode-only steps whole (a
+   * micro-batch reads the stage's weights again); 1: every step whole. At
+   * most 1024; ignored without stages. */
   int32_t pp_micro_batches;
 } kiln_rt_engine_options_t;
 

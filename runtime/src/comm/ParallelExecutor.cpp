@@ -336,11 +336,15 @@ Status followRankZero(const Artifact &artifact, Communicator &comm) {
         if (a.tokens[i] < 0 || a.tokens[i] >= vocab)
           return malformed(c, "token id " + std::to_string(a.tokens[i]));
       e->second.logits.resize(size_t(S * vocab));
-      for (const serve::MicroBatch &m : serve::splitStep(a, microBatches)) {
-        float *logits = e->second.logits.data() + int64_t(m.firstSeq) * vocab;
-        e->second.stepper->run(m.arrays, logits, &comm);
-        sendLogits(logits, m.arrays.numSeqs * vocab);
-      }
+      // The logits go to rank 0 after the last micro-batch: every transfer
+      // inside the step flows to later stages, so no stage waits on an
+      // earlier one's receive (a send of micro-batch k's logits before
+      // stage 0 has sent k + 1 would deadlock against it).
+      for (const serve::MicroBatch &m : serve::splitStep(a, microBatches))
+        e->second.stepper->run(
+            m.arrays, e->second.logits.data() + int64_t(m.firstSeq) * vocab,
+            &comm);
+      sendLogits(e->second.logits.data(), S * vocab);
       continue;
     }
     auto it = sessions.find(c.session);

@@ -46,8 +46,8 @@ uint32_t sendEngineCreate(Communicator &comm, int64_t blockTokens,
 /// One step of engine `id` (hold comm.stepMutex() until rank 0 has run it
 /// too): the step's arrays go to every rank, with the number of pipeline
 /// micro-batches every rank cuts it into (serve::splitStep; 1 without
-/// pipeline stages). With stages the last stage's tp rank 0 sends each
-/// micro-batch's logits to rank 0 as soon as it has them, in order.
+/// pipeline stages). With stages the last stage's tp rank 0 sends the
+/// step's logits to rank 0 once it has run every micro-batch.
 void sendStep(Communicator &comm, uint32_t id, const serve::StepArrays &step,
               int32_t microBatches);
 /// The engine is gone: the followers free its pool.

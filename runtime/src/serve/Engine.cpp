@@ -405,29 +405,32 @@ Status Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled,
       // the logits whole, so rank 0 samples from its own.
       // Pipeline parallelism: the step runs as micro-batches on every rank
       // (stage 0 starts micro-batch k + 1 while stage 1 runs k), and the
-      // last stage sends each one's logits (ParallelExecutor.h); rank 0
-      // takes them once its own part is done.
+      // last stage sends the step's logits once it has run them all
+      // (ParallelExecutor.h).
       std::lock_guard<std::mutex> lock(group->stepMutex());
-      const int32_t parts =
-          group->ppSize() > 1
-              ? std::min<int32_t>(arrays.numSeqs, microBatches_ > 0
-                                                      ? microBatches_
-                                                      : group->ppSize())
-              : 1;
+      // By default a step that prefills runs as one micro-batch per stage
+      // (its GEMMs are compute-bound: splitting its rows costs nothing and
+      // the stages overlap); a decode-only step runs whole (memory-bound:
+      // every micro-batch reads the stage's weights again, which the
+      // overlap does not repay; docs/parallelism.md).
+      int32_t parts = 1;
+      if (group->ppSize() > 1)
+        parts = microBatches_ > 0 ? microBatches_
+                : arrays.numTokens > arrays.numSeqs ? group->ppSize()
+                                                    : 1;
+      parts = std::min<int32_t>(parts, arrays.numSeqs);
       sendStep(*group, groupId_, arrays, parts);
       std::vector<serve::MicroBatch> micro = serve::splitStep(arrays, parts);
       for (const serve::MicroBatch &m : micro)
         cpuStepper_->run(m.arrays, logits_.data() + m.firstSeq * vocab_,
                          group);
-      if (group->ppSize() > 1)
-        for (const serve::MicroBatch &m : micro) {
-          Status got = group->recv(
-              logits_.data() + m.firstSeq * vocab_,
-              int64_t(m.arrays.numSeqs) * vocab_ * int64_t(sizeof(float)),
-              group->logitsRank(), "step logits");
-          if (!got.isOk())
-            group->abort(got.message(), 1);
-        }
+      if (group->ppSize() > 1) {
+        Status got = group->recv(logits_.data(),
+                                 int64_t(S) * vocab_ * int64_t(sizeof(float)),
+                                 group->logitsRank(), "step logits");
+        if (!got.isOk())
+          group->abort(got.message(), 1);
+      }
     } else {
       cpuStepper_->run(arrays, logits_.data(), nullptr);
     }
