@@ -27,16 +27,12 @@ import sys
 import threading
 import time
 
+sys.dont_write_bytecode = True  # keep scripts/ free of __pycache__
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ranks import MPIRUN, launch_env, ranks_of  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MPIRUN = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "btl",
-          "self,vader", "--mca", "btl_vader_single_copy_mechanism", "none",
-          "--mca", "pml", "ob1"]
 
-
-def ranks_of(art):
-    with open(os.path.join(art, "manifest.json")) as f:
-        p = json.load(f).get("parallel", {})
-    return int(p.get("tp", 1)), int(p.get("pp", 1))
 
 
 def free_port():
@@ -66,8 +62,7 @@ def start(args, art, micro):
         cmd += ["--pp-micro-batches", str(micro)]
     if tp * pp > 1:
         cmd = MPIRUN + ["-np", str(tp * pp)] + cmd
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env = launch_env()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     for _ in range(600):

@@ -27,16 +27,11 @@ import subprocess
 import sys
 import tempfile
 
-MPIRUN = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "btl",
-          "self,vader", "--mca", "btl_vader_single_copy_mechanism", "none",
-          "--mca", "pml", "ob1"]
+sys.dont_write_bytecode = True  # keep scripts/ free of __pycache__
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ranks import MPIRUN, launch_env, ranks_of  # noqa: E402
 
 
-def ranks_of(art):
-    """(tp, pp) of an artifact."""
-    with open(os.path.join(art, "manifest.json")) as f:
-        p = json.load(f).get("parallel", {})
-    return int(p.get("tp", 1)), int(p.get("pp", 1))
 
 
 def tp_of(art):
@@ -50,8 +45,7 @@ def run(kiln_run, art, tokens, n, extra=()):
         kiln_run, art, "--tokens=" + ",".join(map(str, tokens)),
         "--max-tokens", str(n), "--temperature", "0", "--no-engine",
         "--print-tokens"] + list(extra)
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env = launch_env()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env,
                        errors="replace")
     if p.returncode != 0:

@@ -253,42 +253,31 @@ engine_case kv-fp8 "$work/q-kv-fp8-cuda" invariant --max-tokens 16
 engine_case smol "$work/smol-cuda" equal --max-tokens 12 --logprob-tol 1e-2
 
 section "2f. tensor and pipeline parallelism on CUDA (NCCL), TP=2, PP=2"
-# A partitioned cuda artifact (kiln-compile --tp 2 --target=cuda) run as two
-# ranks, one GPU each, the all-reduces through NCCL: 200 greedy tokens equal
-# the CPU's. Needs two GPUs and mpirun; reported as skipped otherwise.
+# A partitioned cuda artifact run as two ranks, one GPU each: --tp 2 (the
+# all-reduces through NCCL) and --pp 2 (the residual stream between the
+# stages through ncclSend / ncclRecv). 200 greedy tokens equal the CPU's.
+# Needs two GPUs and mpirun; reported as skipped otherwise.
 ngpu="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')"
-if [ "${ngpu:-0}" -lt 2 ]; then
-  result[tp2]="SKIP: ${ngpu:-0} GPU(s), TP=2 needs 2"
-elif ! command -v mpirun > /dev/null; then
-  result[tp2]="SKIP: no mpirun (openmpi-bin)"
-elif run kiln-compile "$shared/models/stories260K/stories260K.bin" --target=cuda \
-       --tp 2 -o "$work/s260-tp2-cuda" &&
-     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 run timeout 300 \
-       mpirun --oversubscribe --bind-to none -np 2 kiln-run "$work/s260-tp2-cuda" \
-       --temperature 0 --max-tokens 200 --print-tokens > "$work/tp2.txt" &&
-     [ -n "$cpu_ids" ] &&
-     [ "$(grep -E '^[0-9 ]+$' "$work/tp2.txt" | head -1)" = "$cpu_ids" ]; then
-  result[tp2]="PASS: 200 greedy tokens, 2 ranks (NCCL) == CPU"
-else
-  result[tp2]="FAIL: see details"; status=1
-fi
-# Two pipeline stages, one GPU each, the residual stream through ncclSend /
-# ncclRecv: the same 200 greedy tokens.
-if [ "${ngpu:-0}" -lt 2 ]; then
-  result[pp2]="SKIP: ${ngpu:-0} GPU(s), PP=2 needs 2"
-elif ! command -v mpirun > /dev/null; then
-  result[pp2]="SKIP: no mpirun (openmpi-bin)"
-elif run kiln-compile "$shared/models/stories260K/stories260K.bin" --target=cuda \
-       --pp 2 -o "$work/s260-pp2-cuda" &&
-     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 run timeout 300 \
-       mpirun --oversubscribe --bind-to none -np 2 kiln-run "$work/s260-pp2-cuda" \
-       --temperature 0 --max-tokens 200 --print-tokens > "$work/pp2.txt" &&
-     [ -n "$cpu_ids" ] &&
-     [ "$(grep -E '^[0-9 ]+$' "$work/pp2.txt" | head -1)" = "$cpu_ids" ]; then
-  result[pp2]="PASS: 200 greedy tokens, 2 stages (NCCL) == CPU"
-else
-  result[pp2]="FAIL: see details"; status=1
-fi
+parallel_check() { # KEY FLAG WHAT: kiln-compile FLAG 2, run on 2 ranks
+  local key="$1" flag="$2" what="$3" name="${1:0:2}"
+  if [ "${ngpu:-0}" -lt 2 ]; then
+    result[$key]="SKIP: ${ngpu:-0} GPU(s), ${name^^}=2 needs 2"
+  elif ! command -v mpirun > /dev/null; then
+    result[$key]="SKIP: no mpirun (openmpi-bin)"
+  elif run kiln-compile "$shared/models/stories260K/stories260K.bin" \
+         --target=cuda "$flag" 2 -o "$work/s260-$key-cuda" &&
+       OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 run timeout 300 \
+         mpirun --oversubscribe --bind-to none -np 2 kiln-run "$work/s260-$key-cuda" \
+         --temperature 0 --max-tokens 200 --print-tokens > "$work/$key.txt" &&
+       [ -n "$cpu_ids" ] &&
+       [ "$(grep -E '^[0-9 ]+$' "$work/$key.txt" | head -1)" = "$cpu_ids" ]; then
+    result[$key]="PASS: 200 greedy tokens, 2 $what (NCCL) == CPU"
+  else
+    result[$key]="FAIL: see details"; status=1
+  fi
+}
+parallel_check tp2 --tp ranks
+parallel_check pp2 --pp stages
 
 section "3. synthetic:llama-2-7b bf16"
 art7b="$work/llama-2-7b-bf16"

@@ -101,6 +101,20 @@ inline void kiln_cuda_all_gather(kiln_cuda_ctx *ctx, const T *x, T *y,
             "ncclAllGather", what, __FILE__, __LINE__);
 }
 
+namespace kiln_cuda_detail {
+/// The peer of a stage transfer: the rank holding this rank's TP shard of
+/// `peer_stage` in ctx->nccl_pipeline; -1 (an error recorded) when there
+/// is no pipeline communicator.
+inline int stagePeer(kiln_cuda_ctx *ctx, int64_t peer_stage,
+                     const char *call) {
+  if (!KILN_CUDA_ARG(ctx, ctx->nccl_pipeline != nullptr, call,
+                     "a pipeline stage's program runs in its job (mpirun; "
+                     "no pipeline communicator)"))
+    return -1;
+  return int(peer_stage) * ctx->tp_size + ctx->tp_rank;
+}
+} // namespace kiln_cuda_detail
+
 /// kiln.send / kiln.recv of a pipeline stage (GPipe, Huang et al. 2019):
 /// x / y [rows, cols] goes to / comes from the rank holding the same tensor-
 /// parallel shard of stage `peer_stage` (rank peer_stage * tp + tp_rank of
@@ -117,16 +131,12 @@ inline void kiln_cuda_send(kiln_cuda_ctx *ctx, const T *x, int64_t rows,
   (void)elem;
   if (skip(ctx) || rows * cols == 0)
     return;
-  if (!KILN_CUDA_ARG(ctx, ctx->nccl_pipeline != nullptr, "kiln_cuda_send",
-                     "a pipeline stage's program runs in its job (mpirun; "
-                     "no pipeline communicator)"))
-    return;
-  const int peer = int(peer_stage) * ctx->tp_size + ctx->tp_rank;
-  checkNccl(ctx,
-            ncclSend(x, size_t(rows * cols), ncclTypeOf<T>(), peer,
-                     static_cast<ncclComm_t>(ctx->nccl_pipeline),
-                     streamOf(ctx)),
-            "ncclSend", what, __FILE__, __LINE__);
+  if (int peer = stagePeer(ctx, peer_stage, "kiln_cuda_send"); peer >= 0)
+    checkNccl(ctx,
+              ncclSend(x, size_t(rows * cols), ncclTypeOf<T>(), peer,
+                       static_cast<ncclComm_t>(ctx->nccl_pipeline),
+                       streamOf(ctx)),
+              "ncclSend", what, __FILE__, __LINE__);
 }
 
 template <typename T>
@@ -137,16 +147,12 @@ inline void kiln_cuda_recv(kiln_cuda_ctx *ctx, T *y, int64_t rows,
   (void)elem;
   if (skip(ctx) || rows * cols == 0)
     return;
-  if (!KILN_CUDA_ARG(ctx, ctx->nccl_pipeline != nullptr, "kiln_cuda_recv",
-                     "a pipeline stage's program runs in its job (mpirun; "
-                     "no pipeline communicator)"))
-    return;
-  const int peer = int(peer_stage) * ctx->tp_size + ctx->tp_rank;
-  checkNccl(ctx,
-            ncclRecv(y, size_t(rows * cols), ncclTypeOf<T>(), peer,
-                     static_cast<ncclComm_t>(ctx->nccl_pipeline),
-                     streamOf(ctx)),
-            "ncclRecv", what, __FILE__, __LINE__);
+  if (int peer = stagePeer(ctx, peer_stage, "kiln_cuda_recv"); peer >= 0)
+    checkNccl(ctx,
+              ncclRecv(y, size_t(rows * cols), ncclTypeOf<T>(), peer,
+                       static_cast<ncclComm_t>(ctx->nccl_pipeline),
+                       streamOf(ctx)),
+              "ncclRecv", what, __FILE__, __LINE__);
 }
 
 #endif // KILN_CODEGEN_CUDA_KILNCUDACOMM_CUH

@@ -264,6 +264,11 @@ int main(int argc, char **argv) {
           kiln::tool::Trace(traceFile, traceFile.getNumOccurrences() > 0)
               .checkPath(inputs))
     fail(llvm::toString(std::move(e)));
+  // One rank of an mpirun job (a partitioned artifact, docs/parallelism.md):
+  // join it before opening the artifact; rank 0 measures and prints.
+  int32_t rank = 0, ranks = 1;
+  if (kiln_rt_parallel_launched())
+    check(kiln_rt_parallel_init(&rank, &ranks));
   kiln::tool::applyThreads(threadCount, threadCount.getNumOccurrences() > 0);
 
   kiln_rt_artifact_t *artifact = nullptr;
@@ -272,6 +277,13 @@ int main(int argc, char **argv) {
   openOptions.trusted_keys = trustedKeys.empty() ? nullptr : trustedKeys.c_str();
   check(kiln_rt_artifact_open_with_options(artifactDir.c_str(), &openOptions,
                                            &artifact));
+  if (rank != 0) {
+    // The other ranks run rank 0's steps on their shards until it is done.
+    check(kiln_rt_parallel_follow(artifact));
+    kiln_rt_artifact_release(artifact);
+    kiln_rt_parallel_finalize();
+    return 0;
+  }
   kiln_rt_model_info_t info;
   kiln_rt_artifact_info(artifact, &info);
   kiln_rt_session_t *session = nullptr;
@@ -308,6 +320,10 @@ int main(int argc, char **argv) {
                 artifactDir.c_str(), info.name, info.dtype, info.quant,
                 info.kv_dtype, double(info.weights_bytes) / 1e6,
                 kiln_rt_threads());
+  if (ranks > 1)
+    std::printf("ranks: %d (mpirun; rank 0 measures, weights above are its "
+                "shard)\n",
+                ranks);
   std::vector<double> prefillRates, decodeRates;
   for (int r = 0; r <= repeat; ++r) { // r == 0 warms up
     kiln_rt_session_reset(session);
@@ -352,11 +368,19 @@ int main(int argc, char **argv) {
     bandwidth = measureReadBandwidth(size_t(bandwidthMiB) << 20, 5);
   }
   double weightBytes = double(info.weights_bytes);
-  double roofline = weightBytes > 0 ? bandwidth / weightBytes : 0;
+  // Under mpirun every rank reads its own shard, on its own core share and
+  // memory: one rank's bytes over one process's bandwidth bounds nothing.
+  double roofline =
+      weightBytes > 0 && ranks == 1 ? bandwidth / weightBytes : 0;
   std::printf("memory bandwidth: %.1f GB/s%s\n", bandwidth / 1e9,
               cuda ? " (device-to-device copy)" : "");
-  std::printf("decode roofline: %.1f tokens/s (weights %.2f MB/token)\n", roofline,
-              weightBytes / 1e6);
+  if (ranks > 1)
+    std::printf("decode roofline: n/a under mpirun (each of the %d ranks "
+                "reads its own shard)\n",
+                ranks);
+  else
+    std::printf("decode roofline: %.1f tokens/s (weights %.2f MB/token)\n",
+                roofline, weightBytes / 1e6);
   if (decode > 0 && roofline > 0)
     std::printf("decode efficiency: %.1f%% of roofline\n",
                 100.0 * bestDecode / roofline);
@@ -402,5 +426,6 @@ int main(int argc, char **argv) {
 
   kiln_rt_session_release(session);
   kiln_rt_artifact_release(artifact);
+  kiln_rt_parallel_finalize();
   return 0;
 }

@@ -169,6 +169,10 @@ void writeTrace(std::initializer_list<kiln_rt_session_t *> sessions) {
     fail(llvm::toString(std::move(e)));
 }
 
+/// This process's rank in an mpirun job (a partitioned artifact,
+/// docs/parallelism.md): rank 0 evaluates and prints, the others follow.
+int32_t jobRank = 0, jobRanks = 1;
+
 struct Model {
   std::string dir;
   kiln_rt_artifact_t *artifact = nullptr;
@@ -192,6 +196,8 @@ struct Model {
     check(kiln_rt_artifact_open_with_options(path.c_str(), &openOptions,
                                              &artifact));
     kiln_rt_artifact_info(artifact, &info);
+    if (jobRank != 0)
+      return; // a follower: rank 0's sessions run here (runPerplexity)
     check(kiln_rt_session_create(artifact, &session));
     evalTrace().attach(session);
   }
@@ -271,6 +277,11 @@ int runPerplexity() {
   std::string text = readTextFile(textFile);
   Model m;
   m.open(artifactDir);
+  if (jobRank != 0) {
+    // The other ranks run rank 0's steps on their shards until it is done.
+    check(kiln_rt_parallel_follow(m.artifact));
+    return 0;
+  }
   const int64_t context = m.info.max_seq_len;
   int64_t ctx = std::min<int64_t>(context, 512);
   if (ctxLen.getNumOccurrences()) {
@@ -476,7 +487,19 @@ int main(int argc, char **argv) {
                                                            "--dump-tokens"))
       fail(llvm::toString(std::move(e)));
   }
+  // One rank of an mpirun job: join it before opening the artifact, which
+  // maps this rank's shard.
+  if (kiln_rt_parallel_launched())
+    check(kiln_rt_parallel_init(&jobRank, &jobRanks));
+  if (jobRanks > 1 && !compareDir.empty())
+    fail("--compare runs two artifacts side by side in one process; under "
+         "mpirun (" + std::to_string(jobRanks) + " ranks) only perplexity "
+         "runs: compare the partitioned artifact's perplexity with the "
+         "other's instead");
   kiln::tool::applyThreads(threadCount, threadCount.getNumOccurrences() > 0);
+  struct Finalize { // after the models are released (their followers end)
+    ~Finalize() { kiln_rt_parallel_finalize(); }
+  } finalize;
   if (compareDir.empty()) {
     if (compareTokens.getNumOccurrences())
       fail("--tokens applies only to --compare (use --max-tokens to limit "

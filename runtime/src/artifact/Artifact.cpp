@@ -1008,7 +1008,7 @@ Status Artifact::load(const OpenOptions &options) {
       return failedPrecondition(
           dir_ + " is partitioned for " + what +
           ": launch one process per rank, e.g. `mpirun -np " + tp +
-          " kiln-run " + dir_ + " ...` (or kiln-serve; "
+          " kiln-run " + dir_ + " ...` (or kiln-serve, kiln-bench, kiln-eval; "
           "docs/parallelism.md)");
     if (comm->size() != manifest_.tp * manifest_.pp)
       return failedPrecondition(
