@@ -7,7 +7,7 @@
 # a faster build than full debug info; only the targets those suites run)
 # and reruns the unit, importer and integration tests there, and finally
 # builds the libFuzzer targets with clang in build-fuzz/ and runs each
-# briefly (scripts/fuzz.sh, 20 s per target or $KILN_CI_FUZZ_SECONDS;
+# briefly (scripts/fuzz.sh, 10 s per target or $KILN_CI_FUZZ_SECONDS;
 # KILN_SKIP_FUZZ=1 skips) plus the fuzz regression inputs. Prints
 # "kiln: N passed, N failed" at the end.
 set -uo pipefail
@@ -57,9 +57,9 @@ if [ "${KILN_SKIP_ASAN:-0}" != "1" ]; then
 fi
 
 if [ "${KILN_SKIP_FUZZ:-0}" != "1" ]; then
-  echo "== Fuzzing (build-fuzz/, ${KILN_CI_FUZZ_SECONDS:-20} s per target) =="
+  echo "== Fuzzing (build-fuzz/, ${KILN_CI_FUZZ_SECONDS:-10} s per target) =="
   # Each target counts as one test in the "Passed:"/"Failed:" lines below.
-  bash "$root/scripts/fuzz.sh" all "${KILN_CI_FUZZ_SECONDS:-20}" 2>&1 | tee -a "$log"
+  bash "$root/scripts/fuzz.sh" all "${KILN_CI_FUZZ_SECONDS:-10}" 2>&1 | tee -a "$log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   phase "fuzz build and runs"
   if [ -f "$root/build-fuzz/test/lit.site.cfg.py" ]; then
