@@ -102,16 +102,25 @@ inline void kiln_cuda_all_gather(kiln_cuda_ctx *ctx, const T *x, T *y,
 }
 
 namespace kiln_cuda_detail {
-/// The peer of a stage transfer: the rank holding this rank's TP shard of
-/// `peer_stage` in ctx->nccl_pipeline; -1 (an error recorded) when there
-/// is no pipeline communicator.
-inline int stagePeer(kiln_cuda_ctx *ctx, int64_t peer_stage,
-                     const char *call) {
+/// One stage transfer of `count` elements: `nccl(peer, comm, stream)` is
+/// the ncclSend or ncclRecv, called with the rank holding this rank's TP
+/// shard of `peer_stage` in ctx->nccl_pipeline; without that communicator
+/// an error naming `call` is recorded instead.
+template <typename Nccl>
+inline void stageTransfer(kiln_cuda_ctx *ctx, int64_t count,
+                          int64_t peer_stage, const char *call,
+                          const char *ncclName, const char *what, Nccl nccl) {
+  if (skip(ctx) || count == 0)
+    return;
   if (!KILN_CUDA_ARG(ctx, ctx->nccl_pipeline != nullptr, call,
                      "a pipeline stage's program runs in its job (mpirun; "
                      "no pipeline communicator)"))
-    return -1;
-  return int(peer_stage) * ctx->tp_size + ctx->tp_rank;
+    return;
+  const int peer = int(peer_stage) * ctx->tp_size + ctx->tp_rank;
+  checkNccl(ctx,
+            nccl(peer, static_cast<ncclComm_t>(ctx->nccl_pipeline),
+                 streamOf(ctx)),
+            ncclName, what, __FILE__, __LINE__);
 }
 } // namespace kiln_cuda_detail
 
@@ -127,32 +136,28 @@ template <typename T>
 inline void kiln_cuda_send(kiln_cuda_ctx *ctx, const T *x, int64_t rows,
                            int64_t cols, int64_t elem, int64_t peer_stage,
                            const char *what) {
-  using namespace kiln_cuda_detail;
   (void)elem;
-  if (skip(ctx) || rows * cols == 0)
-    return;
-  if (int peer = stagePeer(ctx, peer_stage, "kiln_cuda_send"); peer >= 0)
-    checkNccl(ctx,
-              ncclSend(x, size_t(rows * cols), ncclTypeOf<T>(), peer,
-                       static_cast<ncclComm_t>(ctx->nccl_pipeline),
-                       streamOf(ctx)),
-              "ncclSend", what, __FILE__, __LINE__);
+  const size_t n = size_t(rows * cols);
+  kiln_cuda_detail::stageTransfer(
+      ctx, rows * cols, peer_stage, "kiln_cuda_send", "ncclSend", what,
+      [&](int peer, ncclComm_t comm, cudaStream_t stream) {
+        return ncclSend(x, n, kiln_cuda_detail::ncclTypeOf<T>(), peer, comm,
+                        stream);
+      });
 }
 
 template <typename T>
 inline void kiln_cuda_recv(kiln_cuda_ctx *ctx, T *y, int64_t rows,
                            int64_t cols, int64_t elem, int64_t peer_stage,
                            const char *what) {
-  using namespace kiln_cuda_detail;
   (void)elem;
-  if (skip(ctx) || rows * cols == 0)
-    return;
-  if (int peer = stagePeer(ctx, peer_stage, "kiln_cuda_recv"); peer >= 0)
-    checkNccl(ctx,
-              ncclRecv(y, size_t(rows * cols), ncclTypeOf<T>(), peer,
-                       static_cast<ncclComm_t>(ctx->nccl_pipeline),
-                       streamOf(ctx)),
-              "ncclRecv", what, __FILE__, __LINE__);
+  const size_t n = size_t(rows * cols);
+  kiln_cuda_detail::stageTransfer(
+      ctx, rows * cols, peer_stage, "kiln_cuda_recv", "ncclRecv", what,
+      [&](int peer, ncclComm_t comm, cudaStream_t stream) {
+        return ncclRecv(y, n, kiln_cuda_detail::ncclTypeOf<T>(), peer, comm,
+                        stream);
+      });
 }
 
 #endif // KILN_CODEGEN_CUDA_KILNCUDACOMM_CUH
