@@ -278,6 +278,27 @@ parallel_check() { # KEY FLAG WHAT: kiln-compile FLAG 2, run on 2 ranks
 }
 parallel_check tp2 --tp ranks
 parallel_check pp2 --pp stages
+# `mpirun -np 2 kiln-serve` over the same artifacts: every batched step on
+# both GPUs (the logits rows gathered by ncclAllGather, or sent by the last
+# stage), the OpenAI API's completions equal kiln-run's under mpirun.
+serve_parallel_check() { # KEY: kiln-serve over parallel_check's artifact
+  local key="$1" art="$work/s260-$1-cuda"
+  if [ "${ngpu:-0}" -lt 2 ]; then
+    result[$key-serve]="SKIP: ${ngpu:-0} GPU(s), needs 2"
+  elif [ ! -d "$art" ]; then
+    result[$key-serve]="SKIP: $art was not built"
+  elif OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 run timeout 600 \
+         python3 "$root/test/Serve/serve.test.py" "$build/bin/kiln-serve" \
+         "$build/bin/kiln-run" "$art" api \
+         --mpirun "mpirun --oversubscribe --bind-to none -np 2" \
+         > "$work/$key-serve.txt"; then
+    result[$key-serve]="PASS: $(grep -c . "$work/$key-serve.txt") checks, completions == kiln-run"
+  else
+    result[$key-serve]="FAIL: see details"; status=1
+  fi
+}
+serve_parallel_check tp2
+serve_parallel_check pp2
 
 section "3. synthetic:llama-2-7b bf16"
 art7b="$work/llama-2-7b-bf16"
@@ -332,6 +353,8 @@ section "summary"
   done
   printf '%-34s %s\n' "TP=2 on CUDA (NCCL) == CPU" "${result[tp2]:-n/a}"
   printf '%-34s %s\n' "PP=2 on CUDA (NCCL) == CPU" "${result[pp2]:-n/a}"
+  printf '%-34s %s\n' "  kiln-serve, TP=2 on CUDA" "${result[tp2-serve]:-n/a}"
+  printf '%-34s %s\n' "  kiln-serve, PP=2 on CUDA" "${result[pp2-serve]:-n/a}"
   printf '%-34s %s\n' "7B bf16 decode (tokens/s)" "${decode:-n/a}"
   printf '%-34s %s\n' "  HBM roofline (tokens/s)" "${roof:-n/a} (copy bandwidth ${bw:-n/a} GB/s)"
   printf '%-34s %s\n' "  of roofline (target >= 75%)" "$(pct "$decode" "$roof")"

@@ -616,6 +616,32 @@ void PlanToEmitCPass::runOnOperation() {
     if (auto a = f->getAttrOfType<IntegerAttr>("plan.max_tokens"))
       maxTokens = std::max(maxTokens, a.getInt());
   std::vector<std::string> fusedScratch; // one of each expression
+  // The all-gathers of several rows (the batched step's logits) stage the
+  // ranks' blocks in the same scratch (KilnCudaComm.cuh): rows (the step's
+  // plan.max_tokens when dynamic) x gathered columns x element bytes.
+  bool gathers = false;
+  if (info.cuda)
+    module.walk([&](plan::CallKernelOp c) {
+      if (c.getCallee() != "kiln_k_all_gather" || c.getArgs().size() < 2)
+        return;
+      gathers = true;
+      auto y = dyn_cast<MemRefType>(c.getArgs()[1].getType());
+      if (!y || y.getRank() != 2)
+        return;
+      const int64_t rows = y.isDynamicDim(0) ? maxTokens : y.getDimSize(0);
+      if (rows == 1)
+        return;
+      const std::string cols = y.isDynamicDim(1)
+                                   ? std::string("kKilnVocab")
+                                   : std::to_string(y.getDimSize(1));
+      const unsigned bytes =
+          std::max(1u, y.getElementType().getIntOrFloatBitWidth() / 8);
+      std::string scratch = "kiln_cuda_align256(uint64_t(" +
+                            std::to_string(rows) + ") * uint64_t(" + cols +
+                            ") * " + std::to_string(bytes) + ")";
+      if (!llvm::is_contained(fusedScratch, scratch))
+        fusedScratch.push_back(scratch);
+    });
   llvm::StringMap<std::string> epilogueTypes;
   for (plan::FusedKernelOp kernel : fusedKernels) {
     std::string scratch;
@@ -645,6 +671,13 @@ void PlanToEmitCPass::runOnOperation() {
       return (void)cudaShapeError(module), signalPassFailure();
     builder.setInsertionPointToEnd(module.getBody());
     emitc::VerbatimOp::create(builder, loc, cudaExports(fusedScratch));
+    if (gathers)
+      emitc::VerbatimOp::create(
+          builder, loc,
+          "static void *kiln_cuda_gather_scratch(const kiln_cuda_ctx *ctx,\n"
+          "                                      uint64_t *bytes) {\n"
+          "  return kiln_cuda_fused_scratch(ctx, kKilnFusedScratchOffset, "
+          "bytes);\n}");
   }
   for (func::FuncOp func : funcs)
     func.erase();

@@ -72,11 +72,19 @@ inline void kiln_cuda_all_reduce(kiln_cuda_ctx *ctx, const T *x, T *y,
             "ncclAllReduce", what, __FILE__, __LINE__);
 }
 
-/// kiln.all_gather of one row (the vocab-parallel classifier's logits of
-/// prefill and decode): y[0, ranks * cols) = the ranks' x[0, cols) side by
-/// side, ncclAllGather on ctx->stream. Several rows (the batched step) are
-/// not run on CUDA rank groups yet: the serving engine refuses them, and
-/// this records an error if reached.
+/// The all-gather's staging buffer: model.cu of a partitioned plan defines
+/// it (PlanToEmitC) as the fused scratch of ctx->workspace, which the plan
+/// sizes for its largest gather; *bytes gets the buffer's size.
+static void *kiln_cuda_gather_scratch(const kiln_cuda_ctx *ctx,
+                                      uint64_t *bytes);
+
+/// kiln.all_gather (the vocab-parallel classifier's logits; Megatron-LM's
+/// vocab-parallel embedding, Shoeybi et al. 2019, section 3): y[rows,
+/// ranks * cols] = the ranks' x[rows, cols] column blocks side by side.
+/// One row (prefill and decode of a session): ncclAllGather straight into
+/// y. Several rows (the batched step's sequences): ncclAllGather into the
+/// staging buffer as [ranks][rows][cols], then one strided copy per rank
+/// (cudaMemcpy2DAsync) into its column block of y. All on ctx->stream.
 template <typename T>
 inline void kiln_cuda_all_gather(kiln_cuda_ctx *ctx, const T *x, T *y,
                                  int64_t rows, int64_t cols, int64_t elem,
@@ -91,14 +99,39 @@ inline void kiln_cuda_all_gather(kiln_cuda_ctx *ctx, const T *x, T *y,
                                          streamOf(ctx)));
     return;
   }
-  if (!KILN_CUDA_ARG(ctx, rows == 1, "kiln_cuda_all_gather",
-                     "gathers one row (the batched step does not run on "
-                     "CUDA rank groups yet)"))
+  const ncclComm_t comm = static_cast<ncclComm_t>(ctx->nccl);
+  if (rows == 1) {
+    checkNccl(ctx,
+              ncclAllGather(x, y, size_t(cols), ncclTypeOf<T>(), comm,
+                            streamOf(ctx)),
+              "ncclAllGather", what, __FILE__, __LINE__);
     return;
-  checkNccl(ctx,
-            ncclAllGather(x, y, size_t(cols), ncclTypeOf<T>(),
-                          static_cast<ncclComm_t>(ctx->nccl), streamOf(ctx)),
-            "ncclAllGather", what, __FILE__, __LINE__);
+  }
+  const uint64_t block = uint64_t(rows) * uint64_t(cols) * sizeof(T);
+  uint64_t have = 0;
+  void *staged = kiln_cuda_gather_scratch(ctx, &have);
+  if (!KILN_CUDA_ARG(ctx,
+                     staged != nullptr &&
+                         have >= block * uint64_t(ctx->tp_size),
+                     "kiln_cuda_all_gather",
+                     "the workspace's staging buffer is smaller than the "
+                     "gathered rows (rows beyond the plan's max_tokens?)"))
+    return;
+  if (!checkNccl(ctx,
+                 ncclAllGather(x, staged, size_t(rows * cols), ncclTypeOf<T>(),
+                               comm, streamOf(ctx)),
+                 "ncclAllGather", what, __FILE__, __LINE__))
+    return;
+  const size_t rowBytes = size_t(cols) * sizeof(T);
+  for (int32_t r = 0; r < ctx->tp_size; ++r)
+    if (!KILN_CUDA_CHECK(
+            ctx, cudaMemcpy2DAsync(y + size_t(r) * size_t(cols),
+                                   rowBytes * size_t(ctx->tp_size),
+                                   static_cast<const uint8_t *>(staged) +
+                                       size_t(r) * size_t(block),
+                                   rowBytes, rowBytes, size_t(rows),
+                                   cudaMemcpyDeviceToDevice, streamOf(ctx))))
+      return;
 }
 
 namespace kiln_cuda_detail {

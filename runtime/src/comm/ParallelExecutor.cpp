@@ -21,7 +21,9 @@ enum class Op : uint32_t {
   Prefill = 4,
   Decode = 5,
   End = 6,
-  EngineCreate = 7, ///< n: block tokens, pos: blocks, token: batch-invariant
+  EngineCreate = 7, ///< n: block tokens, pos: blocks, token: batch-invariant;
+                    ///< the step limits follow (int32 max seqs, max tokens,
+                    ///< max blocks per sequence)
   EngineRelease = 8,
   Step = 9, ///< n: token rows, pos: sequences, token: max blocks,
             ///< reserved: copies; the arrays follow (packStep)
@@ -154,13 +156,19 @@ static int64_t stepValues(int64_t seqs, int64_t tokens, int64_t maxBlocks,
 }
 
 uint32_t sendEngineCreate(Communicator &comm, int64_t blockTokens,
-                          int64_t numBlocks, bool batchInvariant) {
+                          int64_t numBlocks, const serve::StepLimits &limits,
+                          bool batchInvariant) {
   std::lock_guard<std::mutex> lock(comm.stepMutex());
   Command c = command(Op::EngineCreate, nextSession++);
   c.n = blockTokens;
   c.pos = numBlocks;
   c.token = batchInvariant ? 1 : 0;
   send(comm, c);
+  int32_t values[3] = {limits.maxSeqs, limits.maxTokens, limits.maxBlocks};
+  Status s = comm.broadcast(values, sizeof(values), 0, "engine step limits",
+                            /*bounded=*/true);
+  if (!s.isOk())
+    comm.abort(s.message(), 1);
   return c.session;
 }
 
@@ -202,7 +210,8 @@ void sendStep(Communicator &comm, uint32_t id, const serve::StepArrays &a,
 Status followRankZero(const Artifact &artifact, Communicator &comm) {
   std::map<uint32_t, std::unique_ptr<Executor>> sessions;
   struct FollowerEngine {
-    std::unique_ptr<serve::CpuStepper> stepper;
+    std::unique_ptr<serve::CpuStepper> stepper;       ///< a cpu artifact's
+    std::unique_ptr<CudaStepper> deviceStepper;       ///< a cuda artifact's
     int64_t numBlocks = 0;
     bool batchInvariant = false;
     std::vector<float> logits;
@@ -250,14 +259,39 @@ Status followRankZero(const Artifact &artifact, Communicator &comm) {
       continue;
     }
     if (Op(c.op) == Op::EngineCreate) {
-      if (!artifact.step() || c.n < 1 || c.n > 1024 || c.pos < 1 ||
-          c.pos > INT32_MAX / 2)
+      int32_t values[3] = {0, 0, 0};
+      KILN_RT_RETURN_IF_ERROR(comm.broadcast(values, sizeof(values), 0,
+                                             "engine step limits",
+                                             /*bounded=*/true));
+      const bool cuda = artifact.target() == Target::Cuda;
+      if (!artifact.hasStep() || (!cuda && !artifact.step()) || c.n < 1 ||
+          c.n > 1024 || c.pos < 1 || c.pos > INT32_MAX / 2)
         return malformed(c, "engine of " + std::to_string(c.pos) +
                                 " blocks of " + std::to_string(c.n) +
                                 " positions");
+      serve::StepLimits limits;
+      limits.maxSeqs = values[0];
+      limits.maxTokens = values[1];
+      limits.maxBlocks = values[2];
+      if (limits.maxSeqs < 1 || limits.maxTokens < limits.maxSeqs ||
+          limits.maxTokens > artifact.stepMaxTokens() || limits.maxBlocks < 1 ||
+          limits.maxBlocks > artifact.contextLength())
+        return malformed(c, "step limits of " + std::to_string(values[0]) +
+                                " sequences, " + std::to_string(values[1]) +
+                                " token rows and " +
+                                std::to_string(values[2]) + " blocks");
       FollowerEngine e;
-      KILN_RT_RETURN_IF_ERROR(
-          serve::CpuStepper::create(artifact, c.n, c.pos, e.stepper));
+      if (cuda) {
+        Status made = serve::createDeviceStepper(artifact, c.n, c.pos, limits,
+                                                 e.deviceStepper);
+        // Rank 0 made its pool and waits in the first step's collectives:
+        // this rank's failure ends the job, naming it.
+        if (!made.isOk())
+          comm.abort(made.message(), 1);
+      } else {
+        KILN_RT_RETURN_IF_ERROR(
+            serve::CpuStepper::create(artifact, c.n, c.pos, e.stepper));
+      }
       e.numBlocks = c.pos;
       if (c.token) {
         cpu::acquireBatchInvariantKernels();
@@ -340,10 +374,19 @@ Status followRankZero(const Artifact &artifact, Communicator &comm) {
       // inside the step flows to later stages, so no stage waits on an
       // earlier one's receive (a send of micro-batch k's logits before
       // stage 0 has sent k + 1 would deadlock against it).
-      for (const serve::MicroBatch &m : serve::splitStep(a, microBatches))
-        e->second.stepper->run(
-            m.arrays, e->second.logits.data() + int64_t(m.firstSeq) * vocab,
-            &comm);
+      for (const serve::MicroBatch &m : serve::splitStep(a, microBatches)) {
+        float *rows = e->second.logits.data() + int64_t(m.firstSeq) * vocab;
+        if (!e->second.deviceStepper) {
+          e->second.stepper->run(m.arrays, rows, &comm);
+          continue;
+        }
+        // The other ranks are inside the same step: a device step that
+        // fails (a lost device, a peer past the deadline) ends the job.
+        Status ran =
+            serve::runDeviceStep(*e->second.deviceStepper, m.arrays, rows, vocab);
+        if (!ran.isOk())
+          comm.abort(ran.message(), 1);
+      }
       sendLogits(e->second.logits.data(), S * vocab);
       continue;
     }

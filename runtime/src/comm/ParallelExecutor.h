@@ -10,8 +10,9 @@
 // residual stream, so rank 0's logits are the model's.
 //
 // Commands: create / release a session, reset, prefill (n tokens at pos),
-// decode (one token at pos); create / release a serving engine's pool and
-// run one of its batched steps (the step's arrays follow the command; with
+// decode (one token at pos); create / release a serving engine's pool (its
+// step limits follow the command) and run one of its batched steps (on the
+// host, or on each rank's device for a cuda artifact) (the step's arrays follow the command; with
 // pipeline stages every rank runs it as micro-batches, so the stages
 // overlap); and
 // end (rank 0 released the artifact: followers return from
@@ -23,6 +24,7 @@
 
 #include "comm/Comm.h"
 #include "serve/CpuStepper.h"
+#include "serve/DeviceStepper.h"
 #include "session/Executor.h"
 
 #include <memory>
@@ -38,11 +40,13 @@ Status createParallelExecutor(const Artifact &artifact, Communicator &comm,
                               std::unique_ptr<Executor> &out);
 
 /// Rank 0's serving engine (serve/Engine.h): every rank allocates a paged
-/// pool of `numBlocks` blocks of `blockTokens` positions (the CPU kernels
-/// in their batch-invariant mode when `batchInvariant`); returns the
-/// engine's id in the group.
+/// pool of `numBlocks` blocks of `blockTokens` positions, in host memory
+/// (the CPU kernels in their batch-invariant mode when `batchInvariant`)
+/// or on its device for steps up to `limits` (a cuda artifact,
+/// serve/DeviceStepper.h); returns the engine's id in the group.
 uint32_t sendEngineCreate(Communicator &comm, int64_t blockTokens,
-                          int64_t numBlocks, bool batchInvariant);
+                          int64_t numBlocks, const serve::StepLimits &limits,
+                          bool batchInvariant);
 /// One step of engine `id` (hold comm.stepMutex() until rank 0 has run it
 /// too): the step's arrays go to every rank, with the number of pipeline
 /// micro-batches every rank cuts it into (serve::splitStep; 1 without

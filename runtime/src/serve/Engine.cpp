@@ -12,6 +12,7 @@
 #include "comm/ParallelExecutor.h"
 #include "cpu/Kernels.h"
 #include "cpu/ThreadPool.h"
+#include "serve/DeviceStepper.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -67,11 +68,6 @@ Status Engine::create(const Artifact &artifact,
         dir + ": has no batched step entry point "
               "(runtime.entry_points.step); recompile it with kiln-compile "
               "(models with scaled RoPE have none yet)");
-  if (cuda && artifact.group())
-    return unimplemented(
-        dir + ": a partitioned cuda artifact (tp = " + std::to_string(m.tp) +
-        ") runs on sessions (kiln-run); the serving engine drives CPU rank "
-        "groups only so far (docs/parallelism.md)");
   auto field = [&](const char *name, int64_t value, int64_t lo, int64_t hi) {
     return invalidArgument("engine option " + std::string(name) + " is " +
                            std::to_string(value) + ", expected " +
@@ -119,7 +115,6 @@ Status Engine::create(const Artifact &artifact,
 
   // The pool: the KV format the compiler planned (manifest kv_cache.dtype).
   const PoolFormat poolFmt = poolFormat(m.kvDtype);
-  const int32_t format = poolFmt.format;
   const int64_t elemBytes = poolFmt.elemBytes;
   const bool quantized = poolFmt.quantized();
   const int64_t blockBytes = kvBlockBytes(e->layers_, e->kvHeads_, e->headDim_,
@@ -159,44 +154,13 @@ Status Engine::create(const Artifact &artifact,
         " bytes): raise the KV-cache size or lower the context length");
   e->numBlocks_ = int64_t(std::min<uint64_t>(blocks, INT32_MAX / 2));
 
-  const PoolLayout pool = poolLayout(e->layers_, e->kvHeads_, e->headDim_,
-                                     poolFmt, e->numBlocks_, e->blockTokens_);
-  const size_t kvRowBytes = pool.kvRowBytes,
-               scaleRowBytes = pool.scaleRowBytes,
-               dataBytes = pool.dataBytes, scaleBytes = pool.scaleBytes,
-               layerBytes = pool.layerBytes, poolBytes = pool.poolBytes;
+  StepLimits limits;
+  limits.maxSeqs = int32_t(maxBatch);
+  limits.maxTokens = int32_t(budget);
+  limits.maxBlocks = int32_t(blocksPerSeq);
   if (cuda) {
-    // The pool lives on the device: the stepper allocates it (and the
-    // arena, workspace and step buffers) from the same layout.
-    std::vector<kiln_cudaexec_layer_pool_t> layout;
-    for (int64_t l = 0; l < e->layers_; ++l) {
-      const uint64_t base = uint64_t(l) * layerBytes;
-      kiln_cudaexec_layer_pool_t lp{};
-      lp.k_offset = base;
-      lp.v_offset = base + dataBytes;
-      if (quantized) {
-        lp.k_scales_offset = base + 2 * dataBytes;
-        lp.v_scales_offset = base + 2 * dataBytes + scaleBytes;
-      }
-      layout.push_back(lp);
-    }
-    kiln_cudaexec_step_desc_t sd{};
-    sd.layers = int32_t(e->layers_);
-    sd.format = format;
-    sd.block_tokens = int32_t(e->blockTokens_);
-    sd.num_blocks = e->numBlocks_;
-    sd.pool_bytes = poolBytes;
-    sd.kv_row_bytes = kvRowBytes;
-    sd.scale_row_bytes = scaleRowBytes;
-    sd.layer_pools = layout.data();
-    sd.max_seqs = int32_t(maxBatch);
-    sd.max_tokens = int32_t(budget);
-    sd.max_blocks = int32_t(blocksPerSeq);
-    Status st = artifact.cudaBackend()->createStepper(sd, e->cudaStepper_);
-    if (!st.isOk())
-      return Status(st.code(), dir + ": starting the serving engine on " +
-                                   artifact.deviceName() +
-                                   " failed: " + st.message());
+    KILN_RT_RETURN_IF_ERROR(createDeviceStepper(
+        artifact, e->blockTokens_, e->numBlocks_, limits, e->cudaStepper_));
   } else {
     KILN_RT_RETURN_IF_ERROR(CpuStepper::create(artifact, e->blockTokens_,
                                                e->numBlocks_, e->cpuStepper_));
@@ -222,7 +186,7 @@ Status Engine::create(const Artifact &artifact,
   // geometry, addressed by rank 0's block tables.
   if (Communicator *group = artifact.group())
     e->groupId_ = sendEngineCreate(*group, e->blockTokens_, e->numBlocks_,
-                                   e->batchInvariant_);
+                                   limits, e->batchInvariant_);
   Engine *raw = e.get();
   e->thread_ = std::thread([raw] { raw->run(); });
   out = std::move(e);
@@ -381,59 +345,51 @@ Status Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled,
   arrays.positions = positions_.data();
   arrays.copySrc = copySrc_.data();
   arrays.copyDst = copyDst_.data();
-  if (cudaStepper_) {
-    kiln_cudaexec_step_t st{};
-    st.num_seqs = arrays.numSeqs;
-    st.num_tokens = arrays.numTokens;
-    st.max_blocks = arrays.maxBlocks;
-    st.tokens = arrays.tokens;
-    st.positions = arrays.positions;
-    st.row_start = arrays.rowStart;
-    st.row_count = arrays.rowCount;
-    st.pos = arrays.pos;
-    st.block_tables = arrays.blockTables;
-    st.num_copies = arrays.numCopies;
-    st.copy_src = arrays.copySrc;
-    st.copy_dst = arrays.copyDst;
-    const float *deviceLogits = nullptr; // the stepper's pinned copy
-    KILN_RT_RETURN_IF_ERROR(cudaStepper_->run(st, deviceLogits));
-    std::memcpy(logits_.data(), deviceLogits,
-                sizeof(float) * S * size_t(vocab_));
-  } else {
-    if (Communicator *group = artifact_.group()) {
-      // Every rank runs the step on its shard; the all-reduces inside make
-      // the logits whole, so rank 0 samples from its own.
-      // Pipeline parallelism: the step runs as micro-batches on every rank
-      // (stage 0 starts micro-batch k + 1 while stage 1 runs k), and the
-      // last stage sends the step's logits once it has run them all
-      // (ParallelExecutor.h).
-      std::lock_guard<std::mutex> lock(group->stepMutex());
-      // By default a step that prefills runs as one micro-batch per stage
-      // (its GEMMs are compute-bound: splitting its rows costs nothing and
-      // the stages overlap); a decode-only step runs whole (memory-bound:
-      // every micro-batch reads the stage's weights again, which the
-      // overlap does not repay; docs/parallelism.md).
-      int32_t parts = 1;
-      if (group->ppSize() > 1)
-        parts = microBatches_ > 0 ? microBatches_
-                : arrays.numTokens > arrays.numSeqs ? group->ppSize()
-                                                    : 1;
-      parts = std::min<int32_t>(parts, arrays.numSeqs);
-      sendStep(*group, groupId_, arrays, parts);
-      std::vector<serve::MicroBatch> micro = serve::splitStep(arrays, parts);
-      for (const serve::MicroBatch &m : micro)
-        cpuStepper_->run(m.arrays, logits_.data() + m.firstSeq * vocab_,
-                         group);
-      if (group->ppSize() > 1) {
-        Status got = group->recv(logits_.data(),
-                                 int64_t(S) * vocab_ * int64_t(sizeof(float)),
-                                 group->logitsRank(), "step logits");
-        if (!got.isOk())
-          group->abort(got.message(), 1);
-      }
-    } else {
-      cpuStepper_->run(arrays, logits_.data(), nullptr);
+  // One micro-batch (or the whole step) on this rank's stepper.
+  auto runOn = [&](const StepArrays &part, float *rows,
+                   Communicator *group) -> Status {
+    if (cudaStepper_)
+      return runDeviceStep(*cudaStepper_, part, rows, vocab_);
+    cpuStepper_->run(part, rows, group);
+    return Status::ok();
+  };
+  if (Communicator *group = artifact_.group()) {
+    // Every rank runs the step on its shard; the all-reduces inside make
+    // the logits whole, so rank 0 samples from its own.
+    // Pipeline parallelism: the step runs as micro-batches on every rank
+    // (stage 0 starts micro-batch k + 1 while stage 1 runs k), and the
+    // last stage sends the step's logits once it has run them all
+    // (ParallelExecutor.h).
+    std::lock_guard<std::mutex> lock(group->stepMutex());
+    // By default a step that prefills runs as one micro-batch per stage
+    // (its GEMMs are compute-bound: splitting its rows costs nothing and
+    // the stages overlap); a decode-only step runs whole (memory-bound:
+    // every micro-batch reads the stage's weights again, which the
+    // overlap does not repay; docs/parallelism.md).
+    int32_t parts = 1;
+    if (group->ppSize() > 1)
+      parts = microBatches_ > 0 ? microBatches_
+              : arrays.numTokens > arrays.numSeqs ? group->ppSize()
+                                                  : 1;
+    parts = std::min<int32_t>(parts, arrays.numSeqs);
+    sendStep(*group, groupId_, arrays, parts);
+    for (const serve::MicroBatch &m : serve::splitStep(arrays, parts)) {
+      Status ran = runOn(m.arrays, logits_.data() + m.firstSeq * vocab_, group);
+      // The other ranks are inside the same step: a rank that cannot
+      // finish it ends the job (a step on the device fails for a lost
+      // device or a peer that missed a collective's deadline).
+      if (!ran.isOk())
+        group->abort(ran.message(), 1);
     }
+    if (group->ppSize() > 1) {
+      Status got = group->recv(logits_.data(),
+                               int64_t(S) * vocab_ * int64_t(sizeof(float)),
+                               group->logitsRank(), "step logits");
+      if (!got.isOk())
+        group->abort(got.message(), 1);
+    }
+  } else {
+    KILN_RT_RETURN_IF_ERROR(runOn(arrays, logits_.data(), nullptr));
   }
 
   sampled.clear();
