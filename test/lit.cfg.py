@@ -31,6 +31,12 @@ llvm_config.with_environment("PATH", config.kiln_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.kiln_tools_dir, config.llvm_tools_dir]
+# Tools this build did not make are taken from KILN_EXTRA_TOOLS_DIR (the
+# ASan suites of scripts/test.sh use the release build's compiler).
+_extra_tools = os.environ.get("KILN_EXTRA_TOOLS_DIR")
+if _extra_tools:
+    tool_dirs.append(_extra_tools)
+    llvm_config.with_environment("PATH", _extra_tools, append_path=True)
 tools = ["kiln-opt", "kiln-compile", "kiln-calibrate", "kiln-run", "kiln-bench", "kiln-eval",
          "kiln-gemv-bench",
          "kiln-chat-render",
