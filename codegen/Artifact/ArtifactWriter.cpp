@@ -33,6 +33,9 @@ static constexpr const char *kKernelAbiHeader =
 static constexpr const char *kPlanInfoHeader =
 #include "codegen/Artifact/PlanInfoHeader.inc"
     ;
+static constexpr const char *kSequenceShardHeader =
+#include "codegen/Artifact/SequenceShardHeader.inc"
+    ;
 static constexpr const char *kBlockFormatsHeader =
 #include "codegen/Artifact/BlockFormatsHeader.inc"
     ;
@@ -331,6 +334,9 @@ static llvm::Error writeArtifactFiles(const ArtifactInputs &in, StringRef tmp,
   if (auto err = writeHeader(headerDir, "kernel_abi.h", kKernelAbiHeader))
     return err;
   if (auto err = writeHeader(headerDir, "plan_info.h", kPlanInfoHeader))
+    return err;
+  if (auto err =
+          writeHeader(headerDir, "sequence_shard.h", kSequenceShardHeader))
     return err;
   if (cuda) {
     if (auto err = writeHeader(headerDir, "cuda_abi.h", kCudaAbiHeader))

@@ -49,13 +49,17 @@ static constexpr const char *kCpuPrologue =
     R"(// Emitted by kiln-compile (CPU target). Do not edit.
 #if KILN_ABI_VERSION != 13
 #error "emitted for kernel ABI version 13"
-#endif)";
+#endif
+#define KILN_SEQUENCE_ROWS(ctx, n, min_tokens) \
+  kiln_k_sequence_rows((ctx), (n), (min_tokens)))";
 
 static constexpr const char *kCudaPrologue =
     R"(// Emitted by kiln-compile (CUDA target). Do not edit.
 #if KILN_CUDA_ABI_VERSION != 7
 #error "emitted for CUDA ABI version 7"
-#endif)";
+#endif
+#define KILN_SEQUENCE_ROWS(ctx, n, min_tokens) \
+  kiln_sequence_shard_rows((n), (ctx)->tp_size, (ctx)->tp_rank, (min_tokens)))";
 
 /// Kernels the CPU target instantiates from the IR (kernel_abi.h,
 /// "Generated kernels"; kiln-outline-kernels) instead of calling the
@@ -79,7 +83,9 @@ static bool isStepKernel(StringRef callee) {
 /// first, the element type as an argument, and a name for messages last.
 static bool isCommKernel(StringRef callee) {
   return llvm::is_contained({"kiln_k_all_reduce", "kiln_k_all_gather",
-                             "kiln_k_send", "kiln_k_recv"},
+                             "kiln_k_send", "kiln_k_recv",
+                             "kiln_k_reduce_scatter", "kiln_k_all_slice",
+                             "kiln_k_all_gather_rows"},
                             callee);
 }
 
@@ -281,6 +287,16 @@ static LogicalResult lowerFunction(func::FuncOp func, OpBuilder &builder,
               map.map(b.getResult(),
                       callOpaque(l, i64, "KILN_BATCH_SIZE", {ctxValue},
                                  {builder.getIndexAttr(0)}));
+              return success();
+            })
+            .Case([&](plan::SequenceRowsOp r) -> LogicalResult {
+              Value minTokens = emitc::ConstantOp::create(
+                  builder, l, i64, i64Attr(r.getMinTokens()));
+              map.map(r.getResult(),
+                      callOpaque(l, i64, "KILN_SEQUENCE_ROWS",
+                                 {ctxValue, map.lookup(r.getRows()), minTokens},
+                                 {builder.getIndexAttr(0), builder.getIndexAttr(1),
+                                  builder.getIndexAttr(2)}));
               return success();
             })
             .Case([&](plan::RowOp r) {
@@ -620,8 +636,33 @@ void PlanToEmitCPass::runOnOperation() {
   // ranks' blocks in the same scratch (KilnCudaComm.cuh): rows (the step's
   // plan.max_tokens when dynamic) x gathered columns x element bytes.
   bool gathers = false;
+  int64_t tp = 1;
+  if (auto partition = module->getAttrOfType<DictionaryAttr>("kiln.partition"))
+    if (auto a = partition.getAs<IntegerAttr>("tp"))
+      tp = std::max<int64_t>(1, a.getInt());
   if (info.cuda)
     module.walk([&](plan::CallKernelOp c) {
+      // Sequence parallelism's padded shards (KilnCudaComm.cuh): at most
+      // 2 (max_tokens + tp) rows of x's width.
+      StringRef callee = c.getCallee();
+      if ((callee == "kiln_k_reduce_scatter" || callee == "kiln_k_all_slice" ||
+           callee == "kiln_k_all_gather_rows") &&
+          !c.getArgs().empty()) {
+        gathers = true;
+        auto x = dyn_cast<MemRefType>(c.getArgs()[0].getType());
+        if (!x || x.getRank() != 2 || x.isDynamicDim(1))
+          return;
+        std::string scratch =
+            "kiln_cuda_align256(uint64_t(" +
+            std::to_string(2 * (maxTokens + tp)) + ") * uint64_t(" +
+            std::to_string(x.getDimSize(1)) + ") * " +
+            std::to_string(std::max(
+                1u, x.getElementType().getIntOrFloatBitWidth() / 8)) +
+            ")";
+        if (!llvm::is_contained(fusedScratch, scratch))
+          fusedScratch.push_back(scratch);
+        return;
+      }
       if (c.getCallee() != "kiln_k_all_gather" || c.getArgs().size() < 2)
         return;
       gathers = true;

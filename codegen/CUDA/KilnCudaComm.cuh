@@ -134,6 +134,156 @@ inline void kiln_cuda_all_gather(kiln_cuda_ctx *ctx, const T *x, T *y,
       return;
 }
 
+//===----------------------------------------------------------------------===//
+// Sequence parallelism (Korthikanti et al. 2022; kiln_rt/sequence_shard.h):
+// n rows split over the TP group, rank r holding rows [start_r, start_r +
+// rows_r). NCCL's reduce-scatter and all-gather move equal blocks, so the
+// shards travel padded to c = ceil(n / N) rows through the staging buffer
+// (kiln_cuda_gather_scratch, which the plan sizes for 2 (max_tokens + tp)
+// rows of the widest such activation). Below min_tokens rows every rank
+// holds every row and the calls are an all-reduce or a copy.
+//===----------------------------------------------------------------------===//
+
+namespace kiln_cuda_detail {
+/// Stream-ordered copy of `rows` rows of `rowBytes` (overlap allowed: an
+/// overlapping pair goes through `scratch`).
+inline bool copyRows(kiln_cuda_ctx *ctx, void *dst, const void *src,
+                     size_t bytes, void *scratch, uint64_t scratchBytes) {
+  if (dst == src || bytes == 0)
+    return true;
+  const auto *d = static_cast<const uint8_t *>(dst);
+  const auto *s = static_cast<const uint8_t *>(src);
+  if (d < s + bytes && s < d + bytes) {
+    if (!KILN_CUDA_ARG(ctx, scratch != nullptr && scratchBytes >= bytes,
+                       "kiln_cuda_all_slice",
+                       "the staging buffer is smaller than the rows"))
+      return false;
+    if (!KILN_CUDA_CHECK(ctx, cudaMemcpyAsync(scratch, src, bytes,
+                                              cudaMemcpyDeviceToDevice,
+                                              streamOf(ctx))))
+      return false;
+    src = scratch;
+  }
+  return KILN_CUDA_CHECK(ctx, cudaMemcpyAsync(dst, src, bytes,
+                                              cudaMemcpyDeviceToDevice,
+                                              streamOf(ctx)));
+}
+} // namespace kiln_cuda_detail
+
+/// Rows [start, start + rows) of this rank of x [n, cols] into y (local).
+template <typename T>
+inline void kiln_cuda_all_slice(kiln_cuda_ctx *ctx, const T *x, T *y,
+                                int64_t n, int64_t cols, int64_t elem,
+                                int64_t min_tokens, const char *what) {
+  using namespace kiln_cuda_detail;
+  (void)elem;
+  (void)what;
+  if (skip(ctx))
+    return;
+  const int64_t start =
+      kiln_sequence_shard_start(n, ctx->tp_size, ctx->tp_rank, min_tokens);
+  const int64_t rows =
+      kiln_sequence_shard_rows(n, ctx->tp_size, ctx->tp_rank, min_tokens);
+  uint64_t have = 0;
+  void *scratch = kiln_cuda_gather_scratch(ctx, &have);
+  copyRows(ctx, y, x + start * cols, sizeof(T) * size_t(rows * cols), scratch,
+           have);
+}
+
+/// y [rows_r, cols] = this rank's rows of the sum over the group of x [n,
+/// cols]: ncclReduceScatter over the shards padded to c rows.
+template <typename T>
+inline void kiln_cuda_reduce_scatter(kiln_cuda_ctx *ctx, const T *x, T *y,
+                                     int64_t n, int64_t cols, int64_t elem,
+                                     int64_t min_tokens, const char *what) {
+  using namespace kiln_cuda_detail;
+  if (skip(ctx))
+    return;
+  const int64_t N = ctx->tp_size;
+  if (!ctx->nccl || !kiln_sequence_split(n, N, min_tokens)) {
+    kiln_cuda_all_reduce(ctx, x, y, n * cols, elem, what);
+    return;
+  }
+  const int64_t c = (n + N - 1) / N;
+  const size_t block = sizeof(T) * size_t(c * cols);
+  uint64_t have = 0;
+  auto *staged = static_cast<uint8_t *>(kiln_cuda_gather_scratch(ctx, &have));
+  if (!KILN_CUDA_ARG(ctx, staged != nullptr && have >= block * size_t(N),
+                     "kiln_cuda_reduce_scatter",
+                     "the staging buffer is smaller than the padded shards"))
+    return;
+  // Rank r's rows at block r, zero-padded to c rows.
+  if (!KILN_CUDA_CHECK(ctx, cudaMemsetAsync(staged, 0, block * size_t(N),
+                                            streamOf(ctx))))
+    return;
+  for (int64_t r = 0; r < N; ++r) {
+    const int64_t start = kiln_sequence_shard_start(n, N, r, min_tokens);
+    const int64_t rows = kiln_sequence_shard_rows(n, N, r, min_tokens);
+    if (!KILN_CUDA_CHECK(ctx, cudaMemcpyAsync(staged + size_t(r) * block,
+                                              x + start * cols,
+                                              sizeof(T) * size_t(rows * cols),
+                                              cudaMemcpyDeviceToDevice,
+                                              streamOf(ctx))))
+      return;
+  }
+  // The result's c rows: the rank's rows first, then padding, which y (an
+  // activation of max_tokens rows) has room for.
+  checkNccl(ctx,
+            ncclReduceScatter(staged, y, size_t(c * cols), ncclTypeOf<T>(),
+                              ncclSum, static_cast<ncclComm_t>(ctx->nccl),
+                              streamOf(ctx)),
+            "ncclReduceScatter", what, __FILE__, __LINE__);
+}
+
+/// y [n, cols] = every rank's shard x [rows_r, cols] at its rows:
+/// ncclAllGather of the shards padded to c rows, then one copy per rank.
+template <typename T>
+inline void kiln_cuda_all_gather_rows(kiln_cuda_ctx *ctx, const T *x, T *y,
+                                      int64_t n, int64_t cols, int64_t elem,
+                                      int64_t min_tokens, const char *what) {
+  using namespace kiln_cuda_detail;
+  (void)elem;
+  if (skip(ctx))
+    return;
+  const int64_t N = ctx->tp_size;
+  uint64_t have = 0;
+  auto *staged = static_cast<uint8_t *>(kiln_cuda_gather_scratch(ctx, &have));
+  if (!ctx->nccl || !kiln_sequence_split(n, N, min_tokens)) {
+    copyRows(ctx, y, x, sizeof(T) * size_t(n * cols), staged, have);
+    return;
+  }
+  const int64_t c = (n + N - 1) / N;
+  const size_t block = sizeof(T) * size_t(c * cols);
+  if (!KILN_CUDA_ARG(ctx, staged != nullptr && have >= block * size_t(N + 1),
+                     "kiln_cuda_all_gather_rows",
+                     "the staging buffer is smaller than the padded shards"))
+    return;
+  const int64_t mine =
+      kiln_sequence_shard_rows(n, N, ctx->tp_rank, min_tokens);
+  uint8_t *send = staged + size_t(N) * block; // after the gathered blocks
+  if (!KILN_CUDA_CHECK(ctx, cudaMemcpyAsync(send, x,
+                                            sizeof(T) * size_t(mine * cols),
+                                            cudaMemcpyDeviceToDevice,
+                                            streamOf(ctx))))
+    return;
+  if (!checkNccl(ctx,
+                 ncclAllGather(send, staged, size_t(c * cols), ncclTypeOf<T>(),
+                               static_cast<ncclComm_t>(ctx->nccl),
+                               streamOf(ctx)),
+                 "ncclAllGather", what, __FILE__, __LINE__))
+    return;
+  for (int64_t r = 0; r < N; ++r) {
+    const int64_t start = kiln_sequence_shard_start(n, N, r, min_tokens);
+    const int64_t rows = kiln_sequence_shard_rows(n, N, r, min_tokens);
+    if (!KILN_CUDA_CHECK(ctx, cudaMemcpyAsync(y + start * cols,
+                                              staged + size_t(r) * block,
+                                              sizeof(T) * size_t(rows * cols),
+                                              cudaMemcpyDeviceToDevice,
+                                              streamOf(ctx))))
+      return;
+  }
+}
+
 namespace kiln_cuda_detail {
 /// One stage transfer of `count` elements: `nccl(peer, comm, stream)` is
 /// the ncclSend or ncclRecv, called with the rank holding this rank's TP

@@ -78,6 +78,13 @@ LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
       step.required = false;
       graphPm.addPass(createBatchStepPass(step));
     }
+    // After the batched step exists (it shards too), before fusion (whose
+    // regions must not span a collective).
+    if (opts.tp > 1 && opts.spMinTokens >= 0) {
+      SequenceParallelPassOptions sp;
+      sp.minTokens = opts.spMinTokens;
+      graphPm.addPass(createSequenceParallelPass(sp));
+    }
     if (!opts.fuseFamilies.empty()) {
       FusePassOptions fuse;
       fuse.families.assign(opts.fuseFamilies.begin(), opts.fuseFamilies.end());

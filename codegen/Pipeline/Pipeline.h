@@ -47,6 +47,9 @@ struct CompileOptions {
   /// 1 .. pp - 1 go to its stage<S>/ directories. --emit prints every
   /// stage, separated by "// -----" lines.
   int64_t pp = 1;
+  /// Sequence parallelism (kiln-sequence-parallel, with tp > 1): -1 off,
+  /// 0 on from the pass's default threshold, T > 0 on from T tokens.
+  int64_t spMinTokens = -1;
   /// Adds graph passes (quantization, observers) after kiln-verify and
   /// canonicalize (and kiln-partition); may be empty.
   std::function<void(OpPassManager &)> addGraphPasses;

@@ -421,4 +421,50 @@ def PartitionPass : Pass<"kiln-partition", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::kiln::KilnDialect"];
 }
 
+def SequenceParallelPass : Pass<"kiln-sequence-parallel", "::mlir::ModuleOp"> {
+  let summary = "Sequence parallelism: the residual stream, its adds and rms_norms on each rank's shard of the tokens";
+  let description = [{
+    Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+    Transformer Models", section 4.2.2): with tensor parallelism every rank
+    otherwise recomputes the same rms_norm and residual add on every token.
+    In a tensor-parallel module (kiln.partition with tp > 1, after
+    kiln-partition), in every entry point whose rows are the token count
+    (prefill and the batched step; decode's one token keeps plain TP):
+
+    * each `kiln.all_reduce` whose one user is a `kiln.add` of the residual
+      stream becomes a `kiln.reduce_scatter`: the rank keeps the sum's rows
+      of its sequence shard (kiln_rt/sequence_shard.h), and the add runs on
+      the shard;
+    * the residual stream entering the first such add (the embedding's
+      output, or a pipeline stage's received stream) is cut to the shard by
+      a `kiln.all_slice`;
+    * a `kiln.rms_norm` of a sharded value runs on the shard;
+    * every other use of a sharded value (the column-parallel linears after
+      a norm, the classifier, `kiln.last_rows`, a stage's `kiln.send`) reads
+      it through one `kiln.all_gather_rows` (`all-reduce = reduce-scatter +
+      all-gather`: the same bytes on the wire, the norm and add computed
+      once per token instead of tp times).
+
+    All three ops carry `min-tokens`: a prefill chunk (or batched step) of
+    fewer rows runs plain TP at run time (the reduce-scatter is the
+    all-reduce, slice and gather copy), vLLM-Ascend's observation that the
+    split does not pay on short sequences. `min-tokens` must be at least
+    tp. A module without tensor parallelism (tp 1 or no kiln.partition) is
+    left unchanged.
+
+    ```mlir
+    %s = kiln.reduce_scatter %o {group_size = 2 : i64, min_tokens = 64 : i64} : tensor<?x64xf32>
+    %h1 = kiln.add %h0, %s : tensor<?x64xf32>
+    %n = kiln.rms_norm %h1, %w {epsilon = 1.0e-05 : f32} : tensor<?x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
+    %x = kiln.all_gather_rows %n {group_size = 2 : i64, min_tokens = 64 : i64} : tensor<?x64xf32>
+    ```
+  }];
+  let options = [
+    Option<"minTokens", "min-tokens", "int64_t", /*default=*/"0",
+           "Rows from which a step splits the sequence (below: plain TP); "
+           "0 chooses the target's measured default (kiln-compile --sp)">,
+  ];
+  let dependentDialects = ["::mlir::kiln::KilnDialect"];
+}
+
 #endif // KILN_PASSES_TRANSFORMS_PASSES_TD

@@ -175,6 +175,31 @@ static cl::opt<std::string> pipelineParallel(
              "Default 1 (cpu target)"),
     cl::init("1"), cl::value_desc("M"), cl::cat(category));
 
+static cl::opt<std::string> sequenceParallel(
+    "sp", cl::ValueOptional,
+    cl::desc("Sequence parallelism with --tp N (kiln-sequence-parallel, "
+             "Korthikanti et al. 2022; docs/parallelism.md): the residual "
+             "stream, its adds and rms_norms on each rank's shard of the "
+             "tokens, reduce-scatter + all-gather in place of each "
+             "all-reduce. auto (or --sp alone): from the target's measured "
+             "token threshold (shorter prefill chunks and decode keep plain "
+             "TP); on: from --sp-min-tokens (default N); off: plain TP "
+             "(default)"),
+    cl::init("off"), cl::value_desc("auto|on|off"), cl::cat(category));
+static cl::opt<int64_t> sequenceParallelMinTokens(
+    "sp-min-tokens",
+    cl::desc("With --sp=on: rows from which a prefill chunk or batched "
+             "step splits the sequence (at least --tp)"),
+    cl::init(0), cl::value_desc("T"), cl::cat(category));
+
+/// --sp=auto: the token count from which sequence parallelism pays, per
+/// target (docs/parallelism.md, "Sequence parallelism"): CPU ranks as
+/// measured there; CUDA from vLLM-Ascend's report (it hurts below about
+/// 1,000 tokens), not yet measured by Kiln.
+static int64_t autoSequenceParallelMinTokens(llvm::StringRef target) {
+  return target == "cuda" ? 1024 : 128;
+}
+
 /// --tp, --pp, parsed (main).
 static int64_t tensorParallelRanks = 1, pipelineStages = 1;
 
@@ -470,6 +495,33 @@ int main(int argc, char **argv) {
                 std::to_string(pipelineStages) +
                 " is more than 64 ranks");
   const bool parallel = tensorParallelRanks > 1 || pipelineStages > 1;
+  // --sp: the threshold kiln-sequence-parallel gets (-1: off).
+  int64_t spMinTokens = -1;
+  {
+    const std::string mode =
+        sequenceParallel.getNumOccurrences() && sequenceParallel.empty()
+            ? std::string("auto")
+            : sequenceParallel.getValue();
+    if (mode != "auto" && mode != "on" && mode != "off")
+      return fail("--sp=" + mode + " is not auto, on or off");
+    if (sequenceParallelMinTokens.getNumOccurrences() && mode != "on")
+      return fail("--sp-min-tokens needs --sp=on");
+    if (mode != "off" && tensorParallelRanks < 2)
+      return fail("--sp=" + mode +
+                  " needs tensor parallelism (--tp N with N >= 2): sequence "
+                  "parallelism shards the tokens of a tensor-parallel group");
+    if (mode == "auto")
+      spMinTokens = autoSequenceParallelMinTokens(target);
+    if (mode == "on") {
+      spMinTokens = sequenceParallelMinTokens.getNumOccurrences()
+                        ? sequenceParallelMinTokens.getValue()
+                        : tensorParallelRanks;
+      if (spMinTokens < tensorParallelRanks)
+        return fail("--sp-min-tokens=" + std::to_string(spMinTokens) +
+                    " is below --tp " + std::to_string(tensorParallelRanks) +
+                    ": every rank needs a row of the sequence");
+    }
+  }
   if (llvm::Error err = checkQuantFlags())
     return fail(llvm::toString(std::move(err)));
   if (kvCache.getNumOccurrences() && kvCache.empty())
@@ -614,6 +666,11 @@ int main(int argc, char **argv) {
           : "kiln-fuse{families=" + llvm::join(fuseFamilies, ",") + "},";
   options.tp = tensorParallelRanks;
   options.pp = pipelineStages;
+  options.spMinTokens = spMinTokens;
+  const std::string spPass =
+      spMinTokens >= 0 ? "kiln-sequence-parallel{min-tokens=" +
+                             std::to_string(spMinTokens) + "},"
+                       : std::string();
   options.pipeline = "kiln-verify,canonicalize," +
                      (parallel ? "kiln-partition{tp=" +
                                      std::to_string(tensorParallelRanks) +
@@ -628,7 +685,7 @@ int main(int argc, char **argv) {
                      (quantPasses.empty() ? "" : quantPasses + ",") +
                      (options.batchStep ? "kiln-batch-step{required=false},"
                                         : "") +
-                     fusePass +
+                     spPass + fusePass +
                      (target == "cpu" ? "kiln-outline-kernels," : "") +
                      "kiln-memory-plan,kiln-lower-to-plan,canonicalize,"
                      "kiln-plan-to-emitc";

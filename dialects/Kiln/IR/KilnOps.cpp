@@ -581,6 +581,39 @@ LogicalResult AllGatherOp::verify() {
   return success();
 }
 
+/// The sequence-parallel collectives: the rows are the entry point's
+/// token count (dynamic), which the group splits (kernel_abi.h
+/// kiln_sequence_shard), and below group_size rows some rank would hold
+/// none.
+static LogicalResult verifySequenceCollective(Operation *op, Value input,
+                                              int64_t groupSize,
+                                              int64_t minTokens) {
+  auto type = cast<RankedTensorType>(input.getType());
+  if (!type.isDynamicDim(0))
+    return op->emitOpError()
+           << "splits the rows of a sequence: the input's rows must be the "
+              "entry point's token count (dynamic), got "
+           << type;
+  if (minTokens < groupSize)
+    return op->emitOpError() << "min_tokens (" << minTokens
+                             << ") must be at least group_size (" << groupSize
+                             << "): every rank needs a row";
+  return success();
+}
+
+LogicalResult ReduceScatterOp::verify() {
+  return verifySequenceCollective(*this, getInput(), getGroupSize(),
+                                  getMinTokens());
+}
+LogicalResult AllSliceOp::verify() {
+  return verifySequenceCollective(*this, getInput(), getGroupSize(),
+                                  getMinTokens());
+}
+LogicalResult AllGatherRowsOp::verify() {
+  return verifySequenceCollective(*this, getInput(), getGroupSize(),
+                                  getMinTokens());
+}
+
 /// A kiln.send / kiln.recv peer against the module's pipeline stage
 /// (kiln.partition {pp, stage}, when the module has one): a stage in
 /// [0, pp) other than the program's own.

@@ -527,6 +527,77 @@ def Kiln_AllGatherOp : Kiln_Op<"all_gather", [
   let hasVerifier = 1;
 }
 
+// Sequence parallelism (Korthikanti et al. 2022, "Reducing Activation
+// Recomputation in Large Transformer Models", section 4.2.2): between the
+// tensor-parallel regions the residual stream, its add and rms_norm run on
+// the rank's shard of the rows (tokens). Rank r of N holds rows
+// [floor(n r / N), floor(n (r + 1) / N)) of an n-row activation when n >=
+// min_tokens, and every row (plain tensor parallelism) below it: one rule,
+// kernel_abi.h kiln_sequence_shard, shared by the ops below, the lowering
+// and the kernels. Written by `kiln-sequence-parallel`.
+class Kiln_SequenceCollective<string mnemonic, string summaryText>
+    : Kiln_Op<mnemonic, [AllTypesMatch<["input", "result"]>,
+        MemoryEffects<[MemRead<Kiln_CommResource>, MemWrite<Kiln_CommResource>]>]> {
+  let summary = summaryText;
+  let arguments = (ins Kiln_Activation:$input,
+                       ConfinedAttr<I64Attr, [IntMinValue<2>]>:$group_size,
+                       ConfinedAttr<I64Attr, [IntMinValue<2>]>:$min_tokens);
+  let results = (outs Kiln_Activation:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Kiln_ReduceScatterOp : Kiln_SequenceCollective<"reduce_scatter",
+    "Sum over a tensor-parallel group, each rank keeping its sequence shard"> {
+  let description = [{
+    `result = rows of this rank's sequence shard of (sum over the
+    group_size ranks r of input_r)`: input `[n, C]` (every row, a partial
+    sum on each rank), result the shard's rows `[n_r, C]` (MPI_Reduce_
+    scatter / ncclReduceScatter; MLIR's `shard.reduce_scatter` with
+    `scatter_axis = 0`). Below `min_tokens` rows it is `kiln.all_reduce`
+    (every rank gets every row). Sequence parallelism's replacement of the
+    all-reduce after a row-parallel linear (Korthikanti et al. 2022,
+    operator g-bar): the same sum with half the traffic, `(N - 1) / N` of
+    the input's bytes per rank.
+
+    ```mlir
+    %s = kiln.reduce_scatter %partial {group_size = 2 : i64, min_tokens = 64 : i64} : tensor<?x64xf32>
+    ```
+  }];
+}
+
+def Kiln_AllSliceOp : Kiln_SequenceCollective<"all_slice",
+    "This rank's sequence shard of a tensor every rank holds"> {
+  let description = [{
+    `result = input[rows of this rank's sequence shard]`: input `[n, C]`,
+    the same on every rank (the embedding's output, a pipeline stage's
+    received residual stream), result `[n_r, C]`; every row below
+    `min_tokens` rows. Local: no communication (MLIR's `shard.all_slice`
+    with `slice_axis = 0`). Starts the sharded residual stream.
+
+    ```mlir
+    %h = kiln.all_slice %x {group_size = 2 : i64, min_tokens = 64 : i64} : tensor<?x64xf32>
+    ```
+  }];
+}
+
+def Kiln_AllGatherRowsOp : Kiln_SequenceCollective<"all_gather_rows",
+    "The ranks' sequence shards put back together"> {
+  let description = [{
+    `result[rows of rank r's shard] = input_r` for every rank r of the
+    group: input the shard `[n_r, C]`, result every row `[n, C]`
+    (MPI_Allgatherv / ncclAllGather; MLIR's `shard.all_gather` with
+    `gather_axis = 0`). Below `min_tokens` rows every rank already holds
+    every row and it copies. Sequence parallelism's operator g (Korthikanti
+    et al. 2022): the normed sequence before a column-parallel linear,
+    `(N - 1) / N` of the result's bytes into each rank.
+
+    ```mlir
+    %x = kiln.all_gather_rows %normed {group_size = 2 : i64, min_tokens = 64 : i64} : tensor<?x64xf32>
+    ```
+  }];
+}
+
 def Kiln_SendOp : Kiln_Op<"send", [
     MemoryEffects<[MemRead<Kiln_CommResource>, MemWrite<Kiln_CommResource>]>]> {
   let summary = "Sends an activation to another pipeline stage";

@@ -115,6 +115,24 @@ def Plan_BatchSizeOp : Plan_Op<"batch_size", [Pure]> {
   let assemblyFormat = "attr-dict";
 }
 
+def Plan_SequenceRowsOp : Plan_Op<"sequence_rows", [Pure]> {
+  let summary = "Rows of this rank's sequence shard of n rows";
+  let description = [{
+    Sequence parallelism (kiln.reduce_scatter, kiln.all_slice): the rows of
+    `n` this tensor-parallel rank holds, kiln_rt/sequence_shard.h's rule
+    with the rank and group of the running program (one program serves
+    every TP rank, so they are read at run time: the CPU runtime's group,
+    the CUDA context's tp_rank / tp_size). `n` below `min_tokens`: `n`.
+
+    ```mlir
+    %r = plan.sequence_rows %n {min_tokens = 64 : i64}
+    ```
+  }];
+  let arguments = (ins Index:$rows, I64Attr:$min_tokens);
+  let results = (outs Index:$result);
+  let assemblyFormat = "$rows attr-dict";
+}
+
 def Plan_RowOp : Plan_Op<"row", [Pure]> {
   let summary = "One row of a rank-2 buffer, as a [1, width] buffer";
   let description = [{

@@ -56,6 +56,8 @@ private:
   Value rows(Value tensor) {
     if (perSequence.contains(tensor))
       return numSequences();
+    if (auto it = sequenceShard.find(tensor); it != sequenceShard.end())
+      return shardRows(it->second);
     int64_t d = cast<RankedTensorType>(tensor.getType()).getDimSize(0);
     return ShapedType::isDynamic(d) ? tokenCount : indexConst(d);
   }
@@ -68,6 +70,27 @@ private:
                                             builder.getIndexType());
     }
     return batchSize;
+  }
+  /// plan.sequence_rows of the entry's `n` for threshold `minTokens`, made
+  /// once per function and threshold.
+  Value shardRows(int64_t minTokens) {
+    Value &v = shardRowsByThreshold[minTokens];
+    if (!v) {
+      OpBuilder::InsertionGuard guard(builder);
+      builder.setInsertionPointAfterValue(tokenCount);
+      v = plan::SequenceRowsOp::create(builder, source.getLoc(),
+                                       builder.getIndexType(), tokenCount,
+                                       builder.getI64IntegerAttr(minTokens));
+    }
+    return v;
+  }
+  /// The sequence shard's threshold of the first sharded value among
+  /// `values`, if any.
+  std::optional<int64_t> shardOf(ValueRange values) {
+    for (Value v : values)
+      if (auto it = sequenceShard.find(v); it != sequenceShard.end())
+        return it->second;
+    return std::nullopt;
   }
   /// The KILN_ELEM_* code of an activation's element type.
   Value elemCode(Value tensor) {
@@ -109,6 +132,11 @@ private:
   /// Activations with one row per sequence of the batched step (the rows
   /// kiln.last_rows picked, and what is computed from them).
   llvm::DenseSet<Value> perSequence;
+  /// Activations holding this rank's sequence shard of the rows (after
+  /// kiln.all_slice / kiln.reduce_scatter, and what is computed from them
+  /// before kiln.all_gather_rows), with the split's min_tokens.
+  llvm::DenseMap<Value, int64_t> sequenceShard;
+  llvm::DenseMap<int64_t, Value> shardRowsByThreshold;
   Operation *current = nullptr;
   IRMapping buffers;
   int64_t numFused = 0;
@@ -201,7 +229,13 @@ LogicalResult FunctionLowering::lowerFused(FusedOp op) {
   });
   if (sequences)
     perSequence.insert(op.getResults().begin(), op.getResults().end());
-  args.push_back(sequences ? numSequences() : tokenCount);
+  std::optional<int64_t> shard = shardOf(op.getInputs());
+  if (shard)
+    for (Value r : op.getResults())
+      sequenceShard[r] = *shard;
+  args.push_back(sequences ? numSequences()
+                 : shard   ? shardRows(*shard)
+                           : tokenCount);
   // A single-op kernel (kiln-outline-kernels) is named after its op:
   // kiln_linear_decode_3; a fused one kiln_fused_decode_4.
   StringRef what = "fused";
@@ -306,6 +340,16 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
   FailureOr<Value> out = bufferFor(op);
   if (failed(out))
     return failure();
+  // The sequence shard, from the split to the gather: marked before the
+  // op's call, whose row count may be its result's.
+  // The sequence shard: from the split to the gather.
+  if (auto r = dyn_cast<ReduceScatterOp>(op))
+    sequenceShard[r.getResult()] = r.getMinTokens();
+  else if (auto r = dyn_cast<AllSliceOp>(op))
+    sequenceShard[r.getResult()] = r.getMinTokens();
+  else if (!isa<AllGatherRowsOp>(op))
+    if (std::optional<int64_t> shard = shardOf(op->getOperands()))
+      sequenceShard[op->getResult(0)] = *shard;
   auto in = [&](Value v) { return buffers.lookup(v); };
   auto width = [&](Value v) {
     return indexConst(cast<RankedTensorType>(v.getType()).getDimSize(1));
@@ -524,6 +568,26 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
                                  width(r.getResult()),
                                  elemCode(r.getResult()),
                                  indexConst(r.getSource())});
+            return success();
+          })
+          // Sequence parallelism: `n` is every row; the kernels split it
+          // (kiln_rt/sequence_shard.h).
+          .Case([&](ReduceScatterOp r) {
+            call("kiln_k_reduce_scatter",
+                 {in(r.getInput()), *out, tokenCount, width(r.getInput()),
+                  elemCode(r.getInput()), indexConst(r.getMinTokens())});
+            return success();
+          })
+          .Case([&](AllSliceOp r) {
+            call("kiln_k_all_slice",
+                 {in(r.getInput()), *out, tokenCount, width(r.getInput()),
+                  elemCode(r.getInput()), indexConst(r.getMinTokens())});
+            return success();
+          })
+          .Case([&](AllGatherRowsOp r) {
+            call("kiln_k_all_gather_rows",
+                 {in(r.getInput()), *out, tokenCount, width(r.getInput()),
+                  elemCode(r.getInput()), indexConst(r.getMinTokens())});
             return success();
           })
           .Case([&](AllGatherOp g) {

@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "kiln_rt/plan_info.h"
+#include "kiln_rt/sequence_shard.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "kiln_rt/plan_info.h"
+#include "kiln_rt/sequence_shard.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -147,6 +148,35 @@ void kiln_k_observe(kiln_exec_ctx *ctx, const float *x, int64_t rows,
 /// ends the whole job with a message naming this rank (docs/parallelism.md).
 void kiln_k_all_reduce(kiln_exec_ctx *ctx, const void *x, void *y,
                        int64_t count, int64_t elem, const char *what);
+
+/// Sequence parallelism (kiln.reduce_scatter, kiln.all_slice,
+/// kiln.all_gather_rows; Korthikanti et al. 2022): x and y are [rows, cols]
+/// activations of element type `elem` (KILN_ELEM_*) split by rows over the
+/// tensor-parallel group as kiln_rt/sequence_shard.h says (`rows` is every
+/// row, n; `min_tokens` the split's threshold). Each takes the context
+/// first and `what` (the op's location) last; with ctx->comm NULL (one
+/// rank) each copies. Like kiln_k_all_reduce, a peer that misses the
+/// group's deadline ends the job with a message naming this rank.
+///   kiln_k_reduce_scatter: y [shard rows, cols] = this rank's rows of the
+///     sum over the ranks of x [rows, cols] (16-bit values summed in
+///     float32 and rounded once); below the threshold y [rows, cols] = the
+///     all-reduce.
+///   kiln_k_all_slice: y [shard rows, cols] = this rank's rows of x (local).
+///   kiln_k_all_gather_rows: y [rows, cols] = every rank's x [its shard
+///     rows, cols] in rank order; below the threshold y = x.
+/// The rows of n this rank holds (kiln_rt/sequence_shard.h with the
+/// rank's tensor-parallel group; n without one): plan.sequence_rows.
+int64_t kiln_k_sequence_rows(kiln_exec_ctx *ctx, int64_t n,
+                             int64_t min_tokens);
+void kiln_k_reduce_scatter(kiln_exec_ctx *ctx, const void *x, void *y,
+                           int64_t rows, int64_t cols, int64_t elem,
+                           int64_t min_tokens, const char *what);
+void kiln_k_all_slice(kiln_exec_ctx *ctx, const void *x, void *y,
+                      int64_t rows, int64_t cols, int64_t elem,
+                      int64_t min_tokens, const char *what);
+void kiln_k_all_gather_rows(kiln_exec_ctx *ctx, const void *x, void *y,
+                            int64_t rows, int64_t cols, int64_t elem,
+                            int64_t min_tokens, const char *what);
 
 /// Tensor-parallel all-gather of column blocks (kiln.all_gather; the
 /// logits of a vocab-parallel classifier, Megatron-LM's parallel output

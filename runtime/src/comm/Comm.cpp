@@ -67,6 +67,24 @@ Status Communicator::allGather(const void *send, void *recv, int64_t bytes,
       err);
 }
 
+Status Communicator::reduceScatterSum(const void *send, void *recv,
+                                      const int64_t *counts, int32_t elem,
+                                      const char *what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  kiln_comm_error_t err{};
+  return commStatus(api_->reduce_scatter_sum(send, recv, counts, elem, what,
+                                             timeoutMs_, &err),
+                    err);
+}
+
+Status Communicator::allGatherV(const void *send, void *recv,
+                                const int64_t *bytes, const char *what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  kiln_comm_error_t err{};
+  return commStatus(
+      api_->all_gather_v(send, recv, bytes, what, timeoutMs_, &err), err);
+}
+
 Status Communicator::setPipeline(int32_t tp, int32_t pp) {
   if (tp < 1 || pp < 1 || int64_t(tp) * pp != size_)
     return failedPrecondition(
@@ -235,6 +253,102 @@ extern "C" void kiln_k_all_gather(kiln_exec_ctx *ctx, const void *x, void *y,
     for (size_t r = 0; r < size_t(rows); ++r)
       std::memcpy(out + (r * ranks + k) * rowBytes,
                   scratch.data() + k * block + r * rowBytes, rowBytes);
+}
+
+namespace {
+/// The sequence shards of `rows` rows over the group of `comm` (NULL: one
+/// rank), in `unit` units per row (kiln_rt/sequence_shard.h).
+struct SequenceShards {
+  bool split = false;
+  int64_t group = 1, rank = 0, start = 0, rows = 0;
+  std::vector<int64_t> units; ///< per rank of the group
+  SequenceShards(const Communicator *comm, int64_t n, int64_t minTokens,
+                 int64_t unit) {
+    group = comm ? comm->groupSize() : 1;
+    rank = comm ? comm->tpRank() : 0;
+    split = kiln_sequence_split(n, group, minTokens);
+    start = kiln_sequence_shard_start(n, group, rank, minTokens);
+    rows = kiln_sequence_shard_rows(n, group, rank, minTokens);
+    if (split)
+      for (int64_t r = 0; r < group; ++r)
+        units.push_back(kiln_sequence_shard_rows(n, group, r, minTokens) *
+                        unit);
+  }
+};
+size_t elemBytesOf(int64_t elem) { return elem == KILN_ELEM_F32 ? 4 : 2; }
+} // namespace
+
+extern "C" int64_t kiln_k_sequence_rows(kiln_exec_ctx *ctx, int64_t n,
+                                        int64_t min_tokens) {
+  auto *comm = static_cast<Communicator *>(ctx->comm);
+  return SequenceShards(comm, n, min_tokens, 1).rows;
+}
+
+extern "C" void kiln_k_reduce_scatter(kiln_exec_ctx *ctx, const void *x,
+                                      void *y, int64_t rows, int64_t cols,
+                                      int64_t elem, int64_t min_tokens,
+                                      const char *what) {
+  auto *comm = static_cast<Communicator *>(ctx->comm);
+  SequenceShards shards(comm, rows, min_tokens, cols);
+  if (!shards.split) { // plain tensor parallelism: the all-reduce
+    kiln_k_all_reduce(ctx, x, y, rows * cols, elem, what);
+    return;
+  }
+  // MPI wants distinct send and receive buffers; the memory plan may give
+  // the op one (as it does an all-reduce).
+  thread_local std::vector<uint8_t> staged;
+  const size_t bytes = size_t(rows * cols) * elemBytesOf(elem);
+  const auto *px = static_cast<const uint8_t *>(x);
+  const auto *py = static_cast<const uint8_t *>(y);
+  if (px < py + bytes && py < px + bytes) {
+    staged.assign(px, px + bytes);
+    x = staged.data();
+  }
+  kiln::rt::Status s = comm->reduceScatterSum(
+      x, y, shards.units.data(), int32_t(elem), what ? what : "reduce-scatter");
+  if (!s.isOk())
+    comm->abort(s.message(), 1);
+}
+
+extern "C" void kiln_k_all_slice(kiln_exec_ctx *ctx, const void *x, void *y,
+                                 int64_t rows, int64_t cols, int64_t elem,
+                                 int64_t min_tokens, const char *what) {
+  (void)what;
+  auto *comm = static_cast<Communicator *>(ctx->comm);
+  SequenceShards shards(comm, rows, min_tokens, cols);
+  const size_t rowBytes = size_t(cols) * elemBytesOf(elem);
+  const auto *from = static_cast<const uint8_t *>(x) + size_t(shards.start) * rowBytes;
+  if (from != y)
+    std::memmove(y, from, size_t(shards.rows) * rowBytes);
+}
+
+extern "C" void kiln_k_all_gather_rows(kiln_exec_ctx *ctx, const void *x,
+                                       void *y, int64_t rows, int64_t cols,
+                                       int64_t elem, int64_t min_tokens,
+                                       const char *what) {
+  auto *comm = static_cast<Communicator *>(ctx->comm);
+  const size_t rowBytes = size_t(cols) * elemBytesOf(elem);
+  SequenceShards shards(comm, rows, min_tokens, int64_t(rowBytes));
+  if (!shards.split) {
+    if (x != y)
+      std::memmove(y, x, size_t(rows) * rowBytes);
+    return;
+  }
+  // The shard may sit where the rank's rows of the result go (the memory
+  // plan reuses buffers): MPI wants distinct send and receive buffers.
+  thread_local std::vector<uint8_t> staged;
+  const void *send = x;
+  const auto *lo = static_cast<const uint8_t *>(y);
+  const auto *hi = lo + size_t(rows) * rowBytes;
+  const auto *px = static_cast<const uint8_t *>(x);
+  if (px < hi && px + size_t(shards.rows) * rowBytes > lo) {
+    staged.assign(px, px + size_t(shards.rows) * rowBytes);
+    send = staged.data();
+  }
+  kiln::rt::Status s = comm->allGatherV(send, y, shards.units.data(),
+                                        what ? what : "all-gather of rows");
+  if (!s.isOk())
+    comm->abort(s.message(), 1);
 }
 
 /// kiln_k_send (`send`) / kiln_k_recv: [rows, cols] of `elem` to or from

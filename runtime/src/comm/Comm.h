@@ -45,6 +45,13 @@ public:
   /// group, within the deadline.
   Status allGather(const void *send, void *recv, int64_t bytes,
                    const char *what, bool tpGroup = false);
+  /// Sequence parallelism, over this rank's tensor-parallel group
+  /// (CommBackend.h reduce_scatter_sum / all_gather_v): `counts` elements
+  /// (`bytes` bytes) per rank of the group, in rank order.
+  Status reduceScatterSum(const void *send, void *recv, const int64_t *counts,
+                          int32_t elem, const char *what);
+  Status allGatherV(const void *send, void *recv, const int64_t *bytes,
+                    const char *what);
   /// Pipeline geometry of the artifact the ranks run: `tp` ranks per
   /// stage, `pp` stages (tp * pp = size()); splits the job into the
   /// stages' tensor-parallel groups (CommBackend.h set_tp_group).

@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 /// Bump whenever the table below changes; the runtime refuses a mismatch.
-#define KILN_COMM_INTERFACE_VERSION 2
+#define KILN_COMM_INTERFACE_VERSION 3
 
 /// all_gather's `scope`: every rank of the job, or this rank's
 /// tensor-parallel group (set_tp_group; the whole job until it is set).
@@ -88,6 +88,23 @@ typedef struct kiln_comm_api_t {
   /// buf[0, bytes) from rank `source`'s matching send (MPI_Irecv).
   int32_t (*recv)(void *buf, int64_t bytes, int32_t source, const char *what,
                   int64_t timeout_ms, kiln_comm_error_t *err);
+
+  /// Sequence parallelism (kiln_rt/sequence_shard.h). reduce_scatter_sum:
+  /// recv[0, counts[me]) = elements [offset of me, + counts[me]) of the
+  /// elementwise sum over this rank's tensor-parallel group of every rank's
+  /// send[0, sum of counts), where rank r's block starts at the sum of
+  /// counts[0, r) (MPI_Ireduce_scatter with MPI_SUM; 16-bit values summed in
+  /// float32 and rounded once). counts: one per rank of the group.
+  int32_t (*reduce_scatter_sum)(const void *send, void *recv,
+                                const int64_t *counts, int32_t elem,
+                                const char *what, int64_t timeout_ms,
+                                kiln_comm_error_t *err);
+  /// recv[offset of r, + bytes[r]) = rank r's send[0, bytes[r]) for every
+  /// rank r of the tensor-parallel group, blocks in rank order
+  /// (MPI_Iallgatherv of bytes). bytes: one per rank of the group.
+  int32_t (*all_gather_v)(const void *send, void *recv, const int64_t *bytes,
+                          const char *what, int64_t timeout_ms,
+                          kiln_comm_error_t *err);
 
   /// Ends every rank of the job now: writes `message` (one line) to stderr
   /// prefixed with this rank, then MPI_Abort(MPI_COMM_WORLD, code). Does not

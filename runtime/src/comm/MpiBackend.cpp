@@ -64,6 +64,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -429,17 +430,41 @@ int64_t chunkLimit(int64_t natural) {
   return g.maxChunk < natural ? g.maxChunk : natural;
 }
 
+/// KILN_ELEM_F32, _F16 or _BF16, else an error.
+int32_t checkElem(int32_t elem, const std::string &desc,
+                  kiln_comm_error_t *err) {
+  if (elem == KILN_ELEM_F32 || elem == KILN_ELEM_F16 || elem == KILN_ELEM_BF16)
+    return 0;
+  return setError(err, KILN_RT_INVALID_ARGUMENT,
+                  "%s: %s: element type %d is not KILN_ELEM_F32, _F16 or _BF16",
+                  rankTag().c_str(), desc.c_str(), elem);
+}
+
+/// Grows the float32 scratch to `need` elements.
+int32_t growScratch(int64_t need, const std::string &desc,
+                    kiln_comm_error_t *err) {
+  if (need <= g.scratchElems)
+    return 0;
+  float *grown = static_cast<float *>(std::malloc(size_t(need) * sizeof(float)));
+  if (!grown)
+    return setError(err, KILN_RT_RESOURCE_EXHAUSTED,
+                    "%s: %s: cannot allocate %lld bytes of float32 scratch",
+                    rankTag().c_str(), desc.c_str(),
+                    (long long)(need * int64_t(sizeof(float))));
+  std::free(g.scratch);
+  g.scratch = grown;
+  g.scratchElems = need;
+  return 0;
+}
+
 int32_t allReduceSum(void *buf, int64_t count, int32_t elem, const char *what,
                      int64_t timeoutMs, kiln_comm_error_t *err) {
   std::string desc = format("all-reduce '%s' (%lld %s)", nameOr(what),
                             (long long)count, elemName(elem));
   if (int32_t rc = checkUsable(err, desc))
     return rc;
-  if (elem != KILN_ELEM_F32 && elem != KILN_ELEM_F16 && elem != KILN_ELEM_BF16)
-    return setError(err, KILN_RT_INVALID_ARGUMENT,
-                    "%s: %s: element type %d is not KILN_ELEM_F32, _F16 or "
-                    "_BF16",
-                    rankTag().c_str(), desc.c_str(), elem);
+  if (int32_t rc = checkElem(elem, desc, err))
+    return rc;
   if (count < 0 || (count > 0 && !buf))
     return setError(err, KILN_RT_INVALID_ARGUMENT,
                     "%s: %s: bad buffer (count %lld, buf %p)",
@@ -467,19 +492,8 @@ int32_t allReduceSum(void *buf, int64_t count, int32_t elem, const char *what,
   // 16-bit: widen a chunk exactly, sum in float32, round back once.
   uint16_t *data = static_cast<uint16_t *>(buf);
   int64_t step = chunkLimit(kMaxWideChunk);
-  int64_t need = count < step ? count : step;
-  if (need > g.scratchElems) {
-    float *grown =
-        static_cast<float *>(std::malloc(size_t(need) * sizeof(float)));
-    if (!grown)
-      return setError(err, KILN_RT_RESOURCE_EXHAUSTED,
-                      "%s: %s: cannot allocate %lld bytes of float32 scratch",
-                      rankTag().c_str(), desc.c_str(),
-                      (long long)(need * int64_t(sizeof(float))));
-    std::free(g.scratch);
-    g.scratch = grown;
-    g.scratchElems = need;
-  }
+  if (int32_t rc = growScratch(count < step ? count : step, desc, err))
+    return rc;
   float *wide = g.scratch;
   for (int64_t off = 0; off < count; off += step) {
     int n = int(count - off < step ? count - off : step);
@@ -600,6 +614,122 @@ int32_t allGather(const void *send, void *recv, int64_t bytes, int32_t scope,
       return w;
   }
   return 0;
+}
+
+/// The group's per-rank counts as MPI's int counts and displacements; an
+/// error when a count or the total does not fit an int (one step's
+/// activations: far below 2^31 elements).
+/// (Plain arrays: a std::vector<int> instantiation would be exported from
+/// the library beside kiln_comm_get_api.)
+struct MpiCounts {
+  std::unique_ptr<int[]> counts, displs;
+};
+int32_t mpiCounts(const int64_t *counts, MPI_Comm comm, MpiCounts &mc,
+                  int64_t &total, const std::string &desc,
+                  kiln_comm_error_t *err) {
+  int ranks = 0;
+  MPI_Comm_size(comm, &ranks);
+  mc.counts.reset(new int[size_t(ranks)]());
+  mc.displs.reset(new int[size_t(ranks)]());
+  int *out = mc.counts.get(), *displs = mc.displs.get();
+  total = 0;
+  for (int r = 0; r < ranks; ++r) {
+    if (counts[r] < 0 || total + counts[r] > INT32_MAX)
+      return setError(err, KILN_RT_INVALID_ARGUMENT,
+                      "%s: %s: rank %d's count %lld is negative or the "
+                      "total exceeds 2^31 - 1",
+                      rankTag().c_str(), desc.c_str(), r,
+                      (long long)counts[r]);
+    displs[r] = int(total);
+    out[r] = int(counts[r]);
+    total += counts[r];
+  }
+  return 0;
+}
+
+/// The common start of the per-rank-count collectives: usable, non-null
+/// buffers, the counts as MPI's, this rank's place in the TP group.
+int32_t startVectorCollective(const void *send, const void *recv,
+                              const int64_t *counts, const std::string &desc,
+                              MpiCounts &n, int64_t &total, int &me,
+                              kiln_comm_error_t *err) {
+  if (int32_t rc = checkUsable(err, desc))
+    return rc;
+  if (!counts || !send || !recv)
+    return setError(err, KILN_RT_INVALID_ARGUMENT, "%s: %s: null argument",
+                    rankTag().c_str(), desc.c_str());
+  if (int32_t rc = mpiCounts(counts, g.tpComm, n, total, desc, err))
+    return rc;
+  MPI_Comm_rank(g.tpComm, &me);
+  return 0;
+}
+
+int32_t reduceScatterSum(const void *send, void *recv, const int64_t *counts,
+                         int32_t elem, const char *what, int64_t timeoutMs,
+                         kiln_comm_error_t *err) {
+  std::string desc = format("reduce-scatter '%s' (%s)", nameOr(what),
+                            elemName(elem));
+  if (int32_t rc = checkElem(elem, desc, err))
+    return rc;
+  MpiCounts n;
+  int64_t total = 0;
+  int me = 0;
+  if (int32_t rc = startVectorCollective(send, recv, counts, desc, n, total,
+                                         me, err))
+    return rc;
+  const int64_t startNs = nowNs();
+  const int64_t deadlineNs = deadlineOf(startNs, timeoutMs);
+  MPI_Request req;
+  if (elem == KILN_ELEM_F32) {
+    int rc = MPI_Ireduce_scatter(send, recv, n.counts.get(), MPI_FLOAT, MPI_SUM,
+                                 g.tpComm, &req);
+    if (rc != MPI_SUCCESS)
+      return mpiFailure(err, "MPI_Ireduce_scatter", desc, rc);
+    return waitFor(&req, deadlineNs, timeoutMs, "MPI_Ireduce_scatter", desc,
+                   err);
+  }
+  // 16-bit: widen every element exactly, reduce in float32 in place (the
+  // rank's block lands at the front), round its block back once.
+  if (int32_t rc = growScratch(total, desc, err))
+    return rc;
+  float *wide = g.scratch;
+  const uint16_t *src = static_cast<const uint16_t *>(send);
+  for (int64_t i = 0; i < total; ++i)
+    wide[i] = elem == KILN_ELEM_F16 ? kiln_f16_to_float(src[i])
+                                    : kiln_bf16_to_float(src[i]);
+  int rc = MPI_Ireduce_scatter(MPI_IN_PLACE, wide, n.counts.get(), MPI_FLOAT,
+                               MPI_SUM, g.tpComm, &req);
+  if (rc != MPI_SUCCESS)
+    return mpiFailure(err, "MPI_Ireduce_scatter", desc, rc);
+  if (int32_t w = waitFor(&req, deadlineNs, timeoutMs, "MPI_Ireduce_scatter",
+                          desc, err))
+    return w;
+  uint16_t *dst = static_cast<uint16_t *>(recv);
+  for (int i = 0; i < n.counts[size_t(me)]; ++i)
+    dst[i] = elem == KILN_ELEM_F16 ? kiln_float_to_f16(wide[i])
+                                   : kiln_float_to_bf16(wide[i]);
+  return 0;
+}
+
+int32_t allGatherV(const void *send, void *recv, const int64_t *bytes,
+                   const char *what, int64_t timeoutMs,
+                   kiln_comm_error_t *err) {
+  std::string desc = format("all-gather of rows '%s'", nameOr(what));
+  MpiCounts n;
+  int64_t total = 0;
+  int me = 0;
+  if (int32_t rc = startVectorCollective(send, recv, bytes, desc, n, total, me,
+                                         err))
+    return rc;
+  const int64_t startNs = nowNs();
+  const int64_t deadlineNs = deadlineOf(startNs, timeoutMs);
+  MPI_Request req;
+  int rc = MPI_Iallgatherv(send, n.counts[size_t(me)], MPI_BYTE, recv,
+                           n.counts.get(), n.displs.get(), MPI_BYTE, g.tpComm,
+                           &req);
+  if (rc != MPI_SUCCESS)
+    return mpiFailure(err, "MPI_Iallgatherv", desc, rc);
+  return waitFor(&req, deadlineNs, timeoutMs, "MPI_Iallgatherv", desc, err);
 }
 
 int32_t setTpGroup(int32_t tp, kiln_comm_error_t *err) {
@@ -743,6 +873,8 @@ const kiln_comm_api_t kApi = {
     setTpGroup,
     sendBytes,
     recvBytes,
+    reduceScatterSum,
+    allGatherV,
     commAbort,
     commFinalize,
 };

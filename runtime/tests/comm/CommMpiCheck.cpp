@@ -261,6 +261,83 @@ void checkAllGather() {
              (long long)j, recv[size_t(r) * n + j], gatherByte(r, j));
 }
 
+/// Sequence parallelism: a reduce-scatter of f32 and bf16 rows with
+/// uneven counts (rank r keeps 3 + r rows of 5 elements; exact integer
+/// sums), and an all-gather of uneven byte blocks (rank r sends 100 + 7 r
+/// bytes).
+void checkSequenceCollectives() {
+  const int64_t cols = 5;
+  std::vector<int64_t> counts(static_cast<size_t>(size)),
+      bytes(static_cast<size_t>(size));
+  int64_t total = 0, offset = 0;
+  for (int r = 0; r < size; ++r) {
+    counts[size_t(r)] = (3 + r) * cols;
+    bytes[size_t(r)] = 100 + 7 * r;
+    if (r < rank)
+      offset += counts[size_t(r)];
+    total += counts[size_t(r)];
+  }
+  auto term = [](int r, int64_t i) { return float((r + 1) * 3 + i % 17); };
+  kiln_comm_error_t err{};
+  {
+    std::vector<float> send(static_cast<size_t>(total)),
+        recv(static_cast<size_t>(counts[rank]), -1.0f);
+    for (int64_t i = 0; i < total; ++i)
+      send[size_t(i)] = term(rank, i);
+    mustSucceed(api->reduce_scatter_sum(send.data(), recv.data(), counts.data(),
+                                        KILN_ELEM_F32, "check.rs", kTimeoutMs,
+                                        &err),
+                err, "reduce-scatter f32");
+    int bad = 0;
+    for (int64_t i = 0; i < counts[rank]; ++i) {
+      float want = 0;
+      for (int r = 0; r < size; ++r)
+        want += term(r, offset + i);
+      if (recv[size_t(i)] != want && bad++ < 5)
+        fail("reduce-scatter f32 [%lld] = %g, want %g", (long long)i,
+             double(recv[size_t(i)]), double(want));
+    }
+  }
+  {
+    std::vector<uint16_t> send(static_cast<size_t>(total)),
+        recv(static_cast<size_t>(counts[rank]), 0);
+    for (int64_t i = 0; i < total; ++i)
+      send[size_t(i)] = kiln_float_to_bf16(term(rank, i));
+    mustSucceed(api->reduce_scatter_sum(send.data(), recv.data(), counts.data(),
+                                        KILN_ELEM_BF16, "check.rs16",
+                                        kTimeoutMs, &err),
+                err, "reduce-scatter bf16");
+    int bad = 0;
+    for (int64_t i = 0; i < counts[rank]; ++i) {
+      float want = 0;
+      for (int r = 0; r < size; ++r)
+        want += term(r, offset + i);
+      if (recv[size_t(i)] != kiln_float_to_bf16(want) && bad++ < 5)
+        fail("reduce-scatter bf16 [%lld] = 0x%04x, want %g", (long long)i,
+             recv[size_t(i)], double(want));
+    }
+  }
+  {
+    int64_t all = 0;
+    for (int64_t b : bytes)
+      all += b;
+    std::vector<uint8_t> send(static_cast<size_t>(bytes[rank])),
+        recv(static_cast<size_t>(all), 0xee);
+    for (int64_t j = 0; j < bytes[rank]; ++j)
+      send[size_t(j)] = gatherByte(rank, j);
+    mustSucceed(api->all_gather_v(send.data(), recv.data(), bytes.data(),
+                                  "check.gatherv", kTimeoutMs, &err),
+                err, "all-gather-v");
+    int bad = 0;
+    int64_t at = 0;
+    for (int r = 0; r < size; ++r)
+      for (int64_t j = 0; j < bytes[size_t(r)]; ++j, ++at)
+        if (recv[size_t(at)] != gatherByte(r, j) && bad++ < 5)
+          fail("all-gather-v: rank %d's byte %lld = %u, want %u", r,
+               (long long)j, recv[size_t(at)], gatherByte(r, j));
+  }
+}
+
 /// Pipeline transfers: ranks 2k and 2k + 1 swap 70000 bytes (two chunks
 /// with KILN_COMM_MPI_MAX_CHUNK), the even one sending first.
 void checkPointToPoint() {
@@ -453,6 +530,7 @@ int main(int argc, char **argv) {
     checkEmpty();
     checkBroadcast();
     checkAllGather();
+    checkSequenceCollectives();
   }
   checkPointToPoint();
   if (!pipelineOnly)

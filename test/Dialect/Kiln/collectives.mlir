@@ -86,3 +86,43 @@ func.func @negative_peer(%h: tensor<?x64xf32>) {
   kiln.send %h {destination = -1 : i64} : tensor<?x64xf32>
   return
 }
+
+// -----
+
+// Sequence parallelism (kiln-sequence-parallel): the rows of the token
+// count split over the group from min_tokens rows.
+// CHECK-LABEL: func.func @sequence_collectives
+// CHECK: %[[S:.*]] = kiln.all_slice %{{.*}} {group_size = 2 : i64, min_tokens = 64 : i64} : tensor<?x64xf32>
+// CHECK: %[[R:.*]] = kiln.reduce_scatter %{{.*}} {group_size = 2 : i64, min_tokens = 64 : i64} : tensor<?x64xf32>
+// CHECK: kiln.all_gather_rows %{{.*}} {group_size = 2 : i64, min_tokens = 64 : i64} : tensor<?x64xf32>
+func.func @sequence_collectives(%h: tensor<?x64xf32>, %o: tensor<?x64xf32>) -> tensor<?x64xf32> {
+  %s = kiln.all_slice %h {group_size = 2 : i64, min_tokens = 64 : i64} : tensor<?x64xf32>
+  %r = kiln.reduce_scatter %o {group_size = 2 : i64, min_tokens = 64 : i64} : tensor<?x64xf32>
+  %a = kiln.add %s, %r : tensor<?x64xf32>
+  %g = kiln.all_gather_rows %a {group_size = 2 : i64, min_tokens = 64 : i64} : tensor<?x64xf32>
+  return %g : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @scatter_static_rows(%o: tensor<1x64xf32>) -> tensor<1x64xf32> {
+  // expected-error @+1 {{'kiln.reduce_scatter' op splits the rows of a sequence: the input's rows must be the entry point's token count (dynamic), got 'tensor<1x64xf32>'}}
+  %r = kiln.reduce_scatter %o {group_size = 2 : i64, min_tokens = 64 : i64} : tensor<1x64xf32>
+  return %r : tensor<1x64xf32>
+}
+
+// -----
+
+func.func @slice_threshold(%h: tensor<?x64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{'kiln.all_slice' op min_tokens (2) must be at least group_size (4): every rank needs a row}}
+  %s = kiln.all_slice %h {group_size = 4 : i64, min_tokens = 2 : i64} : tensor<?x64xf32>
+  return %s : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @gather_rows_type(%h: tensor<?x64xf32>) -> tensor<?x64xf16> {
+  // expected-error @+1 {{'kiln.all_gather_rows' op failed to verify that all of {input, result} have same type}}
+  %g = "kiln.all_gather_rows"(%h) {group_size = 2 : i64, min_tokens = 2 : i64} : (tensor<?x64xf32>) -> tensor<?x64xf16>
+  return %g : tensor<?x64xf16>
+}

@@ -1,0 +1,193 @@
+//===- SequenceParallel.cpp - kiln-sequence-parallel ----------------------===//
+//
+// Sequence parallelism over a tensor-parallel module (Passes.td,
+// SequenceParallelPass; Korthikanti et al. 2022, section 4.2.2). Between the
+// tensor-parallel regions the residual stream lives on the rank's shard of
+// the tokens:
+//
+//   TP:  o = linear(a, wo)            SP:  o = linear(a, wo)
+//        r = all_reduce(o)                 r = reduce_scatter(o)   [shard]
+//        h1 = add(h0, r)                   h1 = add(h0s, r)        [shard]
+//        x = rms_norm(h1, w)               xs = rms_norm(h1, w)    [shard]
+//        q = linear(x, wq) ...             x = all_gather_rows(xs)
+//                                          q = linear(x, wq) ...
+//
+// with h0s = all_slice(h0) where the stream starts. The rewrite is local:
+// the sharded values are the results of the slices, reduce-scatters, adds
+// of two sharded values and rms_norms of sharded values; every other use of
+// one reads its (single) all_gather_rows.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Verifier.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace mlir::kiln {
+#define GEN_PASS_DEF_SEQUENCEPARALLELPASS
+#include "passes/Transforms/Passes.h.inc"
+
+namespace {
+
+/// min-tokens = 0: the split from this many rows (docs/parallelism.md,
+/// "Sequence parallelism": below it the slice / gather copies cost more
+/// than the norms they save on this machine's CPU ranks).
+constexpr int64_t kDefaultMinTokens = 128;
+
+struct SequenceParallelPass final
+    : impl::SequenceParallelPassBase<SequenceParallelPass> {
+  using Base::Base;
+  void runOnOperation() override;
+
+private:
+  /// Rewrites one entry point; false when it has nothing to shard.
+  bool rewrite(func::FuncOp func, int64_t groupSize, int64_t threshold);
+};
+
+/// True for an activation whose rows are the entry point's token count.
+bool hasTokenRows(Value v) {
+  auto type = dyn_cast<RankedTensorType>(v.getType());
+  return type && type.getRank() == 2 && type.isDynamicDim(0);
+}
+
+} // namespace
+
+bool SequenceParallelPass::rewrite(func::FuncOp func, int64_t groupSize,
+                                   int64_t threshold) {
+  OpBuilder b(func.getContext());
+  // The residual adds: the one user of an all-reduce of token rows.
+  SmallVector<std::pair<AllReduceOp, AddOp>> sites;
+  func.walk([&](AllReduceOp r) {
+    if (!hasTokenRows(r.getResult()) || !r.getResult().hasOneUse())
+      return;
+    if (auto add = dyn_cast<AddOp>(*r.getResult().getUsers().begin()))
+      sites.push_back({r, add});
+  });
+  if (sites.empty())
+    return false;
+
+  llvm::DenseSet<Value> sharded;
+  llvm::DenseSet<Operation *> shardedAdds;
+  for (auto [r, add] : sites)
+    shardedAdds.insert(add);
+  // all_reduce -> reduce_scatter, in place.
+  for (auto [r, add] : sites) {
+    b.setInsertionPoint(r);
+    auto rs = ReduceScatterOp::create(b, r.getLoc(), r.getType(),
+                                      r.getInput(), groupSize, threshold);
+    r.getResult().replaceAllUsesWith(rs.getResult());
+    r.erase();
+    sharded.insert(rs.getResult());
+  }
+  // The stream entering an add that is not itself a sharded add's result:
+  // sliced once where it is defined.
+  llvm::DenseMap<Value, Value> slices;
+  for (auto [r, add] : sites) {
+    for (OpOperand &operand : add->getOpOperands()) {
+      Value v = operand.get();
+      if (sharded.contains(v))
+        continue;
+      Operation *def = v.getDefiningOp();
+      if (def && shardedAdds.contains(def))
+        continue;
+      Value &slice = slices[v];
+      if (!slice) {
+        if (def)
+          b.setInsertionPointAfter(def);
+        else
+          b.setInsertionPointToStart(&func.getBody().front());
+        slice = AllSliceOp::create(b, v.getLoc(), v.getType(), v, groupSize,
+                                   threshold)
+                    .getResult();
+        sharded.insert(slice);
+        // The stream's norm (the first layer's attention_norm) runs on the
+        // shard too.
+        for (OpOperand &use : llvm::make_early_inc_range(v.getUses()))
+          if (isa<RmsNormOp>(use.getOwner()) && use.getOperandNumber() == 0)
+            use.set(slice);
+      }
+      operand.set(slice);
+    }
+  }
+  for (Operation *add : shardedAdds)
+    sharded.insert(add->getResult(0));
+  // rms_norm of a sharded value runs on the shard (to a fixed point: a norm
+  // of a norm is sharded too).
+  bool grew = true;
+  while (grew) {
+    grew = false;
+    func.walk([&](RmsNormOp n) {
+      if (sharded.contains(n.getInput()) && sharded.insert(n.getResult()).second)
+        grew = true;
+    });
+  }
+  // Every other use of a sharded value reads it whole: one gather each.
+  llvm::SetVector<Value> order;
+  func.walk([&](Operation *op) {
+    for (Value r : op->getResults())
+      if (sharded.contains(r))
+        order.insert(r);
+  });
+  for (Value v : order) {
+    SmallVector<OpOperand *> outside;
+    for (OpOperand &use : v.getUses()) {
+      Operation *user = use.getOwner();
+      bool onShard = (shardedAdds.contains(user)) ||
+                     (isa<RmsNormOp>(user) &&
+                      use.getOperandNumber() == 0 &&
+                      sharded.contains(user->getResult(0)));
+      if (!onShard)
+        outside.push_back(&use);
+    }
+    if (outside.empty())
+      continue;
+    b.setInsertionPointAfterValue(v);
+    auto gather = AllGatherRowsOp::create(b, v.getLoc(), v.getType(), v,
+                                          groupSize, threshold);
+    for (OpOperand *use : outside)
+      use->set(gather.getResult());
+  }
+  return true;
+}
+
+void SequenceParallelPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  auto partition = module->getAttrOfType<DictionaryAttr>("kiln.partition");
+  auto tpAttr = partition ? partition.getAs<IntegerAttr>("tp") : IntegerAttr();
+  const int64_t tp = tpAttr ? tpAttr.getInt() : 1;
+  if (tp < 2)
+    return; // nothing is split across ranks
+  const int64_t threshold = minTokens ? int64_t(minTokens) : kDefaultMinTokens;
+  if (threshold < tp) {
+    module.emitError() << "kiln-sequence-parallel: min-tokens (" << threshold
+                       << ") must be at least the tensor-parallel group's "
+                          "size ("
+                       << tp << "): every rank needs a row of the sequence";
+    return signalPassFailure();
+  }
+  if (partition.get("sequence_parallel_min_tokens")) {
+    module.emitError()
+        << "kiln-sequence-parallel: the module is already sequence-parallel";
+    return signalPassFailure();
+  }
+  bool any = false;
+  for (func::FuncOp func : module.getOps<func::FuncOp>())
+    if (!func.isExternal())
+      any |= rewrite(func, tp, threshold);
+  if (!any)
+    return;
+  Builder b(&getContext());
+  NamedAttrList entries(partition);
+  entries.set("sequence_parallel_min_tokens", b.getI64IntegerAttr(threshold));
+  module->setAttr("kiln.partition", entries.getDictionary(&getContext()));
+  if (failed(verify(module)))
+    return signalPassFailure();
+}
+
+} // namespace mlir::kiln
