@@ -12,7 +12,8 @@ artifacts interleaved rep by rep so that machine drift hits all alike, and
 reports the median TTFT and decode tokens/s with their ratios to the first
 artifact. One more traced run per artifact (rank 0's kiln-run --trace)
 gives the share of decode time in each op kind; the communication share
-is the collectives' (all_reduce, all_gather) and, with pipeline stages,
+is the collectives' (all_reduce, all_gather, and with sequence parallelism
+reduce_scatter, all_gather_rows, all_slice) and, with pipeline stages,
 the transfers' (send, recv) plus the time rank 0 spends outside its own
 kernels waiting for the later stages and their logits. Checks that every
 artifact generates the same tokens.
@@ -108,7 +109,7 @@ def main():
             run(a.kiln_run, art, tokens, a.decode_tokens, ["--trace", path])
             _, shares = decode_shares(path)
         comm = sum(v for k, v in shares.items()
-                   if k.startswith("all_") or k in ("send", "recv"))
+                   if k.startswith("all_") or k in ("send", "recv", "reduce_scatter"))
         if ranks_of(art)[1] > 1:  # waiting for the later stages
             comm += max(0.0, 1.0 - sum(shares.values()))
         top = ", ".join("%s %.0f%%" % (k, 100 * v) for k, v in

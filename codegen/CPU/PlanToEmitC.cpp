@@ -85,7 +85,8 @@ static bool isCommKernel(StringRef callee) {
   return llvm::is_contained({"kiln_k_all_reduce", "kiln_k_all_gather",
                              "kiln_k_send", "kiln_k_recv",
                              "kiln_k_reduce_scatter", "kiln_k_all_slice",
-                             "kiln_k_all_gather_rows"},
+                             "kiln_k_all_gather_rows",
+                             "kiln_k_reduce_scatter_add_rms_norm"},
                             callee);
 }
 
@@ -646,7 +647,8 @@ void PlanToEmitCPass::runOnOperation() {
       // 2 (max_tokens + tp) rows of x's width.
       StringRef callee = c.getCallee();
       if ((callee == "kiln_k_reduce_scatter" || callee == "kiln_k_all_slice" ||
-           callee == "kiln_k_all_gather_rows") &&
+           callee == "kiln_k_all_gather_rows" ||
+           callee == "kiln_k_reduce_scatter_add_rms_norm") &&
           !c.getArgs().empty()) {
         gathers = true;
         auto x = dyn_cast<MemRefType>(c.getArgs()[0].getType());

@@ -285,6 +285,60 @@ inline void kiln_cuda_all_gather_rows(kiln_cuda_ctx *ctx, const T *x, T *y,
 }
 
 namespace kiln_cuda_detail {
+/// The add and norm of kiln_cuda_reduce_scatter_add_rms_norm, one block per
+/// row: h[i] += residual[i] (rounded to T), then y[i] = rms_norm(h[i]) with
+/// rmsNormKernel's arithmetic.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    addRmsNormKernel(T *h, const T *__restrict__ residual,
+                     const T *__restrict__ w, T *y, int64_t n, int64_t dim,
+                     float eps) {
+  __shared__ float sh[32];
+  for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+    T *hi = h + i * dim;
+    const T *ri = residual + i * dim;
+    T *yi = y + i * dim;
+    float ss = 0.0f;
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+      const T sum = fromF<T>(toF(hi[j]) + toF(ri[j]));
+      hi[j] = sum;
+      const float v = toF(sum);
+      ss = fmaf(v, v, ss);
+    }
+    ss = blockSum(ss, sh);
+    float s = ss / float(dim);
+    s += eps;
+    s = 1.0f / sqrtf(s);
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+      yi[j] = fromF<T>(toF(w[j]) * (s * toF(hi[j])));
+  }
+}
+} // namespace kiln_cuda_detail
+
+/// Communication fusion (kiln.reduce_scatter_add_rms_norm): the reduce-
+/// scatter of x [n, cols] written into h (the shard's rows; the all-reduce
+/// below min_tokens), then one kernel adds residual into h and writes
+/// y = rms_norm(h, w, eps).
+template <typename T>
+inline void kiln_cuda_reduce_scatter_add_rms_norm(
+    kiln_cuda_ctx *ctx, const T *x, const T *residual, const T *w, T *h, T *y,
+    int64_t n, int64_t cols, int64_t elem, int64_t min_tokens, float eps,
+    const char *what) {
+  using namespace kiln_cuda_detail;
+  kiln_cuda_reduce_scatter(ctx, x, h, n, cols, elem, min_tokens, what);
+  if (skip(ctx))
+    return;
+  const int64_t rows =
+      kiln_sequence_shard_rows(n, ctx->tp_size, ctx->tp_rank, min_tokens);
+  if (rows <= 0 || cols <= 0)
+    return;
+  const unsigned grid = unsigned(rows < 65535 ? rows : 65535);
+  addRmsNormKernel<T><<<grid, 256, 0, streamOf(ctx)>>>(h, residual, w, y, rows,
+                                                      cols, eps);
+  KILN_CUDA_LAUNCHED(ctx, "kiln_cuda_reduce_scatter_add_rms_norm<<<>>>");
+}
+
+namespace kiln_cuda_detail {
 /// One stage transfer of `count` elements: `nccl(peer, comm, stream)` is
 /// the ncclSend or ncclRecv, called with the rank holding this rank's TP
 /// shard of `peer_stage` in ctx->nccl_pipeline; without that communicator

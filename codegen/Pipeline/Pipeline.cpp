@@ -83,6 +83,9 @@ LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
     if (opts.tp > 1 && opts.spMinTokens >= 0) {
       SequenceParallelPassOptions sp;
       sp.minTokens = opts.spMinTokens;
+      // Communication fusion goes with the other fusions (--fuse=none
+      // turns it off too).
+      sp.fuseNorm = !opts.fuseFamilies.empty();
       graphPm.addPass(createSequenceParallelPass(sp));
     }
     if (!opts.fuseFamilies.empty()) {

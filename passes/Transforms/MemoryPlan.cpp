@@ -136,7 +136,7 @@ void MemoryPlanPass::runOnOperation() {
       ++numBuffers;
       offsets.push_back(offset);
     }
-    if (isa<FusedOp>(op))
+    if (isa<FusedOp>(op) || op.getNumResults() > 1)
       op.setAttr("kiln.buffer_offsets",
                  DenseI64ArrayAttr::get(ctx, offsets));
     else if (offsets.size() == 1 && offsets[0] >= 0)

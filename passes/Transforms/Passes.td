@@ -445,6 +445,11 @@ def SequenceParallelPass : Pass<"kiln-sequence-parallel", "::mlir::ModuleOp"> {
       all-gather`: the same bytes on the wire, the norm and add computed
       once per token instead of tp times).
 
+    With `fuse-norm`, each reduce-scatter, its add and the rms_norm of the
+    sum become one `kiln.reduce_scatter_add_rms_norm` (communication
+    fusion: one kernel, the sum written once) where the sum has no use
+    before the norm.
+
     All three ops carry `min-tokens`: a prefill chunk (or batched step) of
     fewer rows runs plain TP at run time (the reduce-scatter is the
     all-reduce, slice and gather copy), vLLM-Ascend's observation that the
@@ -463,6 +468,11 @@ def SequenceParallelPass : Pass<"kiln-sequence-parallel", "::mlir::ModuleOp"> {
     Option<"minTokens", "min-tokens", "int64_t", /*default=*/"0",
            "Rows from which a step splits the sequence (below: plain TP); "
            "0 chooses the target's measured default (kiln-compile --sp)">,
+    Option<"fuseNorm", "fuse-norm", "bool", /*default=*/"false",
+           "Communication fusion: each reduce-scatter, the residual add it "
+           "feeds and the rms_norm of the sum become one "
+           "kiln.reduce_scatter_add_rms_norm (kiln-compile: unless "
+           "--fuse=none)">,
   ];
   let dependentDialects = ["::mlir::kiln::KilnDialect"];
 }

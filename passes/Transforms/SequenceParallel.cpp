@@ -48,6 +48,9 @@ struct SequenceParallelPass final
 private:
   /// Rewrites one entry point; false when it has nothing to shard.
   bool rewrite(func::FuncOp func, int64_t groupSize, int64_t threshold);
+  /// fuse-norm: reduce_scatter -> add -> rms_norm chains of `func` become
+  /// kiln.reduce_scatter_add_rms_norm.
+  void fuseNorms(func::FuncOp func);
 };
 
 /// True for an activation whose rows are the entry point's token count.
@@ -156,6 +159,46 @@ bool SequenceParallelPass::rewrite(func::FuncOp func, int64_t groupSize,
   return true;
 }
 
+void SequenceParallelPass::fuseNorms(func::FuncOp func) {
+  SmallVector<ReduceScatterOp> scatters;
+  func.walk([&](ReduceScatterOp r) { scatters.push_back(r); });
+  for (ReduceScatterOp r : scatters) {
+    if (!r.getResult().hasOneUse())
+      continue;
+    auto add = dyn_cast<AddOp>(*r.getResult().getUsers().begin());
+    if (!add || add->getBlock() != r->getBlock())
+      continue;
+    Value residual =
+        add.getLhs() == r.getResult() ? add.getRhs() : add.getLhs();
+    // The norm of the sum, with every other use of the sum after it (the
+    // fused op stands where the norm was).
+    RmsNormOp norm;
+    for (Operation *user : add.getResult().getUsers())
+      if (auto n = dyn_cast<RmsNormOp>(user);
+          n && n.getInput() == add.getResult() &&
+          n->getBlock() == add->getBlock() &&
+          (!norm || n->isBeforeInBlock(norm)))
+        norm = n;
+    if (!norm)
+      continue;
+    bool later = llvm::all_of(add.getResult().getUsers(), [&](Operation *u) {
+      return u == norm || norm->isBeforeInBlock(u);
+    });
+    if (!later)
+      continue;
+    OpBuilder b(norm);
+    auto fused = ReduceScatterAddRmsNormOp::create(
+        b, norm.getLoc(), r.getType(), r.getType(), r.getInput(), residual,
+        norm.getWeight(), r.getGroupSize(), r.getMinTokens(),
+        norm.getEpsilon());
+    add.getResult().replaceAllUsesWith(fused.getSum());
+    norm.getResult().replaceAllUsesWith(fused.getNormed());
+    norm.erase();
+    add.erase();
+    r.erase();
+  }
+}
+
 void SequenceParallelPass::runOnOperation() {
   ModuleOp module = getOperation();
   auto partition = module->getAttrOfType<DictionaryAttr>("kiln.partition");
@@ -177,9 +220,13 @@ void SequenceParallelPass::runOnOperation() {
     return signalPassFailure();
   }
   bool any = false;
-  for (func::FuncOp func : module.getOps<func::FuncOp>())
-    if (!func.isExternal())
-      any |= rewrite(func, tp, threshold);
+  for (func::FuncOp func : module.getOps<func::FuncOp>()) {
+    if (func.isExternal() || !rewrite(func, tp, threshold))
+      continue;
+    any = true;
+    if (fuseNorm)
+      fuseNorms(func);
+  }
   if (!any)
     return;
   Builder b(&getContext());

@@ -8,6 +8,11 @@
 // TP is unchanged.
 // RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-partition{tp=2 rank=1},kiln-verify,kiln-batch-step,kiln-sequence-parallel{min-tokens=4})" | FileCheck %s
 // RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sequence-parallel="min-tokens=4" | FileCheck %s --check-prefix=NOTP
+// Communication fusion: each reduce-scatter, its residual add and the norm
+// of the sum become one op whose two results are the sum and the normed
+// sum; a sum used before its norm (none here) or gathered instead of
+// normed (the step's last) keeps the separate ops.
+// RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-partition{tp=2 rank=1},kiln-verify,kiln-batch-step,kiln-sequence-parallel{min-tokens=4 fuse-norm=true})" | FileCheck %s --check-prefix=FUSE
 // The threshold's default (kiln-compile --sp=auto on the cpu target).
 // RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-partition{tp=2 rank=0},kiln-sequence-parallel)" | FileCheck %s --check-prefix=DEFAULT
 
@@ -53,3 +58,18 @@
 
 // DEFAULT: sequence_parallel_min_tokens = 128 : i64
 // DEFAULT: kiln.reduce_scatter %{{.*}} {group_size = 2 : i64, min_tokens = 128 : i64}
+
+// FUSE-LABEL: func.func @prefill(
+// FUSE: %[[H0:.*]] = kiln.all_slice
+// FUSE: %[[O:.*]] = kiln.linear {{.*}} -> tensor<?x16xf32>
+// FUSE: %[[H1:.*]], %[[N1:.*]] = kiln.reduce_scatter_add_rms_norm %[[O]], %[[H0]], %{{.*}} {epsilon = {{.*}}, group_size = 2 : i64, min_tokens = 4 : i64} : tensor<?x16xf32>, tensor<16xf32>
+// FUSE-NEXT: kiln.all_gather_rows %[[N1]]
+// FUSE: %[[D:.*]] = kiln.linear {{.*}} : tensor<?x12xf32>, tensor<16x12xf32> -> tensor<?x16xf32>
+// FUSE: %[[H2:.*]], %[[N2:.*]] = kiln.reduce_scatter_add_rms_norm %[[D]], %[[H1]]
+// FUSE-NOT: kiln.reduce_scatter %
+// FUSE-NOT: kiln.add
+// FUSE-LABEL: func.func @step(
+// FUSE: kiln.reduce_scatter_add_rms_norm
+// FUSE: %[[S:.*]] = kiln.reduce_scatter %
+// FUSE-NEXT: %[[A:.*]] = kiln.add %{{.*}}, %[[S]]
+// FUSE-NEXT: kiln.all_gather_rows %[[A]]

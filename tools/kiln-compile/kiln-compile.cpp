@@ -669,7 +669,9 @@ int main(int argc, char **argv) {
   options.spMinTokens = spMinTokens;
   const std::string spPass =
       spMinTokens >= 0 ? "kiln-sequence-parallel{min-tokens=" +
-                             std::to_string(spMinTokens) + "},"
+                             std::to_string(spMinTokens) +
+                             (fuseFamilies.empty() ? "" : " fuse-norm=true") +
+                             "},"
                        : std::string();
   options.pipeline = "kiln-verify,canonicalize," +
                      (parallel ? "kiln-partition{tp=" +

@@ -614,6 +614,20 @@ LogicalResult AllGatherRowsOp::verify() {
                                   getMinTokens());
 }
 
+LogicalResult ReduceScatterAddRmsNormOp::verify() {
+  if (failed(verifySequenceCollective(*this, getPartial(), getGroupSize(),
+                                      getMinTokens())))
+    return failure();
+  auto type = cast<RankedTensorType>(getPartial().getType());
+  auto weight = cast<RankedTensorType>(getWeight().getType());
+  if (weight.getElementType() != type.getElementType() ||
+      weight.getDimSize(0) != type.getDimSize(1))
+    return emitOpError() << "weight must be " << type.getDimSize(1)
+                         << " elements of " << type.getElementType()
+                         << " (the rows' width and type), got " << weight;
+  return success();
+}
+
 /// A kiln.send / kiln.recv peer against the module's pipeline stage
 /// (kiln.partition {pp, stage}, when the module has one): a stage in
 /// [0, pp) other than the program's own.

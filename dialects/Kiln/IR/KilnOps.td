@@ -598,6 +598,37 @@ def Kiln_AllGatherRowsOp : Kiln_SequenceCollective<"all_gather_rows",
   }];
 }
 
+def Kiln_ReduceScatterAddRmsNormOp : Kiln_Op<"reduce_scatter_add_rms_norm", [
+    AllTypesMatch<["partial", "residual", "sum", "normed"]>,
+    MemoryEffects<[MemRead<Kiln_CommResource>, MemWrite<Kiln_CommResource>]>]> {
+  let summary = "Communication fusion: reduce-scatter, residual add and rms_norm in one kernel";
+  let description = [{
+    `s = kiln.reduce_scatter partial; sum = residual + s; normed =
+    rms_norm(sum, weight, epsilon)` (the three ops of a sequence-parallel
+    layer boundary, Korthikanti et al. 2022) as one call: the collective's
+    result is written straight into `sum` and the add and norm run over the
+    rank's shard rows while they are in cache, instead of three kernels and
+    a round trip of `s` through memory (TensorRT-LLM's all-reduce fusion
+    with RESIDUAL_RMS_NORM; vLLM's fused_add_rms_norm after its
+    sequence-parallel reduce-scatter). `residual`, `sum` and `normed` are
+    the shard `[n_r, C]`, `partial` every row `[n, C]`; below `min_tokens`
+    rows the collective is the all-reduce and every rank holds every row.
+    Written by `kiln-sequence-parallel{fuse-norm=true}`.
+
+    ```mlir
+    %h, %n = kiln.reduce_scatter_add_rms_norm %o, %h0, %w {epsilon = 1.0e-05 : f32, group_size = 2 : i64, min_tokens = 64 : i64} : tensor<?x64xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_Activation:$partial, Kiln_Activation:$residual,
+                       1DTensorOf<[F16, BF16, F32]>:$weight,
+                       ConfinedAttr<I64Attr, [IntMinValue<2>]>:$group_size,
+                       ConfinedAttr<I64Attr, [IntMinValue<2>]>:$min_tokens,
+                       F32Attr:$epsilon);
+  let results = (outs Kiln_Activation:$sum, Kiln_Activation:$normed);
+  let assemblyFormat = "$partial `,` $residual `,` $weight attr-dict `:` type($partial) `,` type($weight)";
+  let hasVerifier = 1;
+}
+
 def Kiln_SendOp : Kiln_Op<"send", [
     MemoryEffects<[MemRead<Kiln_CommResource>, MemWrite<Kiln_CommResource>]>]> {
   let summary = "Sends an activation to another pipeline stage";

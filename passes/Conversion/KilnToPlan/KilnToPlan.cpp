@@ -334,6 +334,28 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
           elemCode(x), indexConst(send.getDestination())});
     return success();
   }
+  // Communication fusion: one call writes the sum and the normed sum
+  // (kernel_abi.h kiln_k_reduce_scatter_add_rms_norm), both the shard.
+  if (auto f = dyn_cast<ReduceScatterAddRmsNormOp>(op)) {
+    auto offsets = op->getAttrOfType<DenseI64ArrayAttr>("kiln.buffer_offsets");
+    if (!offsets || offsets.size() != 2 || offsets[0] < 0 || offsets[1] < 0)
+      return op->emitOpError()
+             << "has no kiln.buffer_offsets; run --kiln-memory-plan first";
+    Value sum = arenaView(toMemRef(f.getSum().getType()), offsets[0]);
+    Value normed = arenaView(toMemRef(f.getNormed().getType()), offsets[1]);
+    call("kiln_k_reduce_scatter_add_rms_norm",
+         {buffers.lookup(f.getPartial()), buffers.lookup(f.getResidual()),
+          buffers.lookup(f.getWeight()), sum, normed, tokenCount,
+          indexConst(cast<RankedTensorType>(f.getPartial().getType())
+                         .getDimSize(1)),
+          elemCode(f.getPartial()), indexConst(f.getMinTokens()),
+          f32Const(f.getEpsilon())});
+    buffers.map(f.getSum(), sum);
+    buffers.map(f.getNormed(), normed);
+    sequenceShard[f.getSum()] = f.getMinTokens();
+    sequenceShard[f.getNormed()] = f.getMinTokens();
+    return success();
+  }
   if (op->getNumResults() != 1)
     return op->emitOpError() << "cannot be lowered to the plan dialect";
 

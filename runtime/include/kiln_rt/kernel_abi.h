@@ -178,6 +178,19 @@ void kiln_k_all_gather_rows(kiln_exec_ctx *ctx, const void *x, void *y,
                             int64_t rows, int64_t cols, int64_t elem,
                             int64_t min_tokens, const char *what);
 
+/// Communication fusion (kiln.reduce_scatter_add_rms_norm): s = this
+/// rank's rows of the sum over the group of x [rows, cols]
+/// (kiln_k_reduce_scatter: every row below min_tokens), then h = residual
+/// + s and y = rms_norm(h, w, eps) (kiln_k_rms_norm's arithmetic) over the
+/// shard's rows; residual, h, y [shard rows, cols], w [cols], all of `elem`.
+/// s is written straight into h. Takes the context first and `what` last.
+void kiln_k_reduce_scatter_add_rms_norm(kiln_exec_ctx *ctx, const void *x,
+                                        const void *residual, const void *w,
+                                        void *h, void *y, int64_t rows,
+                                        int64_t cols, int64_t elem,
+                                        int64_t min_tokens, float eps,
+                                        const char *what);
+
 /// Tensor-parallel all-gather of column blocks (kiln.all_gather; the
 /// logits of a vocab-parallel classifier, Megatron-LM's parallel output
 /// embedding): x [rows, cols] of each rank k lands in y [rows, ranks *

@@ -310,6 +310,40 @@ extern "C" void kiln_k_reduce_scatter(kiln_exec_ctx *ctx, const void *x,
     comm->abort(s.message(), 1);
 }
 
+extern "C" void kiln_k_reduce_scatter_add_rms_norm(
+    kiln_exec_ctx *ctx, const void *x, const void *residual, const void *w,
+    void *h, void *y, int64_t rows, int64_t cols, int64_t elem,
+    int64_t min_tokens, float eps, const char *what) {
+  kiln_k_reduce_scatter(ctx, x, h, rows, cols, elem, min_tokens, what);
+  const int64_t n = kiln_k_sequence_rows(ctx, rows, min_tokens);
+  const size_t count = size_t(n * cols);
+  // The add over the shard, then kiln_k_rms_norm's arithmetic over it.
+  if (elem == KILN_ELEM_F32) {
+    float *sum = static_cast<float *>(h);
+    const float *res = static_cast<const float *>(residual);
+    for (size_t i = 0; i < count; ++i)
+      sum[i] += res[i];
+    kiln_k_rms_norm(sum, static_cast<const float *>(w),
+                    static_cast<float *>(y), n, cols, eps);
+    return;
+  }
+  auto *sum = static_cast<uint16_t *>(h);
+  const auto *res = static_cast<const uint16_t *>(residual);
+  if (elem == KILN_ELEM_F16) {
+    for (size_t i = 0; i < count; ++i)
+      sum[i] = kiln_float_to_f16(kiln_f16_to_float(sum[i]) +
+                                 kiln_f16_to_float(res[i]));
+    kiln_k_rms_norm_f16(sum, static_cast<const kiln_f16_t *>(w),
+                        static_cast<kiln_f16_t *>(y), n, cols, eps);
+    return;
+  }
+  for (size_t i = 0; i < count; ++i)
+    sum[i] = kiln_float_to_bf16(kiln_bf16_to_float(sum[i]) +
+                                kiln_bf16_to_float(res[i]));
+  kiln_k_rms_norm_bf16(sum, static_cast<const kiln_bf16_t *>(w),
+                       static_cast<kiln_bf16_t *>(y), n, cols, eps);
+}
+
 extern "C" void kiln_k_all_slice(kiln_exec_ctx *ctx, const void *x, void *y,
                                  int64_t rows, int64_t cols, int64_t elem,
                                  int64_t min_tokens, const char *what) {

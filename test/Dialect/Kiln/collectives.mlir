@@ -126,3 +126,20 @@ func.func @gather_rows_type(%h: tensor<?x64xf32>) -> tensor<?x64xf16> {
   %g = "kiln.all_gather_rows"(%h) {group_size = 2 : i64, min_tokens = 2 : i64} : (tensor<?x64xf32>) -> tensor<?x64xf16>
   return %g : tensor<?x64xf16>
 }
+
+// -----
+
+// CHECK-LABEL: func.func @fused_boundary
+// CHECK: %{{.*}}, %{{.*}} = kiln.reduce_scatter_add_rms_norm %{{.*}}, %{{.*}}, %{{.*}} {epsilon = 9.99999974E-6 : f32, group_size = 2 : i64, min_tokens = 8 : i64} : tensor<?x64xbf16>, tensor<64xbf16>
+func.func @fused_boundary(%o: tensor<?x64xbf16>, %h: tensor<?x64xbf16>, %w: tensor<64xbf16>) -> (tensor<?x64xbf16>, tensor<?x64xbf16>) {
+  %s, %n = kiln.reduce_scatter_add_rms_norm %o, %h, %w {epsilon = 1.0e-05 : f32, group_size = 2 : i64, min_tokens = 8 : i64} : tensor<?x64xbf16>, tensor<64xbf16>
+  return %s, %n : tensor<?x64xbf16>, tensor<?x64xbf16>
+}
+
+// -----
+
+func.func @fused_weight(%o: tensor<?x64xf32>, %h: tensor<?x64xf32>, %w: tensor<32xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{'kiln.reduce_scatter_add_rms_norm' op weight must be 64 elements of 'f32' (the rows' width and type), got 'tensor<32xf32>'}}
+  %s, %n = kiln.reduce_scatter_add_rms_norm %o, %h, %w {epsilon = 1.0e-05 : f32, group_size = 2 : i64, min_tokens = 8 : i64} : tensor<?x64xf32>, tensor<32xf32>
+  return %n : tensor<?x64xf32>
+}
