@@ -305,12 +305,7 @@ __global__ void __launch_bounds__(256)
       const float v = toF(sum);
       ss = fmaf(v, v, ss);
     }
-    ss = blockSum(ss, sh);
-    float s = ss / float(dim);
-    s += eps;
-    s = 1.0f / sqrtf(s);
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-      yi[j] = fromF<T>(toF(w[j]) * (s * toF(hi[j])));
+    normRow(hi, w, yi, dim, blockSum(ss, sh), eps);
   }
 }
 } // namespace kiln_cuda_detail

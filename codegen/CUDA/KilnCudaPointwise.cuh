@@ -50,6 +50,19 @@ __global__ void __launch_bounds__(256)
 // RMSNorm (Zhang & Sennrich 2019), llama2.c rmsnorm arithmetic
 //===----------------------------------------------------------------------===//
 
+/// RMSNorm of one row given its sum of squares `ss` (every thread of the
+/// block): y[j] = w[j] * x[j] / sqrt(ss / dim + eps).
+template <typename T>
+__device__ __forceinline__ void normRow(const T *x, const T *__restrict__ w,
+                                        T *y, int64_t dim, float ss,
+                                        float eps) {
+  float s = ss / float(dim);
+  s += eps;
+  s = 1.0f / sqrtf(s);
+  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+    y[j] = fromF<T>(toF(w[j]) * (s * toF(x[j])));
+}
+
 /// y[i, j] = w[j] * (s * x[i, j]), s = 1 / sqrtf(sum_j x^2 / dim + eps).
 /// One block per row, float sum of squares reduced with warp shuffles.
 /// In-place (x == y) is safe: all reads of the sum finish at the barrier in
@@ -67,12 +80,7 @@ __global__ void __launch_bounds__(256)
       float v = toF(xi[j]);
       ss = fmaf(v, v, ss);
     }
-    ss = blockSum(ss, sh);
-    float s = ss / float(dim);
-    s += eps;
-    s = 1.0f / sqrtf(s);
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-      yi[j] = fromF<T>(toF(w[j]) * (s * toF(xi[j])));
+    normRow(xi, w, yi, dim, blockSum(ss, sh), eps);
   }
 }
 
