@@ -85,7 +85,7 @@ LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
       sp.minTokens = opts.spMinTokens;
       // Communication fusion goes with the other fusions (--fuse=none
       // turns it off too).
-      sp.fuseNorm = !opts.fuseFamilies.empty();
+      sp.fuseNorm = opts.spFuseNorm && !opts.fuseFamilies.empty();
       graphPm.addPass(createSequenceParallelPass(sp));
     }
     if (!opts.fuseFamilies.empty()) {

@@ -50,6 +50,9 @@ struct CompileOptions {
   /// Sequence parallelism (kiln-sequence-parallel, with tp > 1): -1 off,
   /// 0 on from the pass's default threshold, T > 0 on from T tokens.
   int64_t spMinTokens = -1;
+  /// With sequence parallelism: kiln-sequence-parallel{fuse-norm} (only
+  /// when fusion is on, fuseFamilies not empty).
+  bool spFuseNorm = true;
   /// Adds graph passes (quantization, observers) after kiln-verify and
   /// canonicalize (and kiln-partition); may be empty.
   std::function<void(OpPassManager &)> addGraphPasses;

@@ -38,7 +38,7 @@ namespace {
 /// min-tokens = 0: the split from this many rows (docs/parallelism.md,
 /// "Sequence parallelism": below it the slice / gather copies cost more
 /// than the norms they save on this machine's CPU ranks).
-constexpr int64_t kDefaultMinTokens = 128;
+constexpr int64_t kDefaultMinTokens = 256;
 
 struct SequenceParallelPass final
     : impl::SequenceParallelPassBase<SequenceParallelPass> {

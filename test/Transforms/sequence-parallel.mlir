@@ -56,8 +56,8 @@
 // NOTP-NOT: kiln.reduce_scatter
 // NOTP-NOT: sequence_parallel_min_tokens
 
-// DEFAULT: sequence_parallel_min_tokens = 128 : i64
-// DEFAULT: kiln.reduce_scatter %{{.*}} {group_size = 2 : i64, min_tokens = 128 : i64}
+// DEFAULT: sequence_parallel_min_tokens = 256 : i64
+// DEFAULT: kiln.reduce_scatter %{{.*}} {group_size = 2 : i64, min_tokens = 256 : i64}
 
 // FUSE-LABEL: func.func @prefill(
 // FUSE: %[[H0:.*]] = kiln.all_slice

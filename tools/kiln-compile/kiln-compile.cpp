@@ -192,12 +192,19 @@ static cl::opt<int64_t> sequenceParallelMinTokens(
              "step splits the sequence (at least --tp)"),
     cl::init(0), cl::value_desc("T"), cl::cat(category));
 
+static cl::opt<bool> sequenceParallelFuseNorm(
+    "sp-fuse-norm",
+    cl::desc("With --sp: fuse each reduce-scatter with the residual add and "
+             "rms_norm after it (kiln.reduce_scatter_add_rms_norm; default "
+             "on unless --fuse=none)"),
+    cl::init(true), cl::cat(category));
+
 /// --sp=auto: the token count from which sequence parallelism pays, per
 /// target (docs/parallelism.md, "Sequence parallelism"): CPU ranks as
 /// measured there; CUDA from vLLM-Ascend's report (it hurts below about
 /// 1,000 tokens), not yet measured by Kiln.
 static int64_t autoSequenceParallelMinTokens(llvm::StringRef target) {
-  return target == "cuda" ? 1024 : 128;
+  return target == "cuda" ? 1024 : 256;
 }
 
 /// --tp, --pp, parsed (main).
@@ -506,6 +513,8 @@ int main(int argc, char **argv) {
       return fail("--sp=" + mode + " is not auto, on or off");
     if (sequenceParallelMinTokens.getNumOccurrences() && mode != "on")
       return fail("--sp-min-tokens needs --sp=on");
+    if (sequenceParallelFuseNorm.getNumOccurrences() && mode == "off")
+      return fail("--sp-fuse-norm needs --sp");
     if (mode != "off" && tensorParallelRanks < 2)
       return fail("--sp=" + mode +
                   " needs tensor parallelism (--tp N with N >= 2): sequence "
@@ -667,10 +676,13 @@ int main(int argc, char **argv) {
   options.tp = tensorParallelRanks;
   options.pp = pipelineStages;
   options.spMinTokens = spMinTokens;
+  options.spFuseNorm = sequenceParallelFuseNorm;
   const std::string spPass =
       spMinTokens >= 0 ? "kiln-sequence-parallel{min-tokens=" +
                              std::to_string(spMinTokens) +
-                             (fuseFamilies.empty() ? "" : " fuse-norm=true") +
+                             (fuseFamilies.empty() || !sequenceParallelFuseNorm
+                                  ? ""
+                                  : " fuse-norm=true") +
                              "},"
                        : std::string();
   options.pipeline = "kiln-verify,canonicalize," +
