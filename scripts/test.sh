@@ -41,7 +41,7 @@ if [ "${KILN_SKIP_ASAN:-0}" != "1" ]; then
   # (HWY_COMPILE_ONLY_STATIC) the build is ~110 s shorter but SmolLM2's
   # block kernels run at SSE speed and the suites ~370 s longer.
   asan_targets="KilnImportTests kiln_runtime_tests kiln_rt_text_tests
-    kiln-run kiln-bench kiln-eval kiln-keygen kiln-weight-dump"
+    kiln-run kiln-bench kiln-eval kiln-keygen kiln-weight-dump KilnPlanTests"
   for t in gguf hf llama2c tokbin tokjson tokenizer calibration artifact ir; do
     asan_targets+=" kiln-fuzz-$t"
   done

@@ -42,6 +42,7 @@ tools = ["kiln-opt", "kiln-compile", "kiln-calibrate", "kiln-run", "kiln-bench",
          "kiln-chat-render",
          "kiln-keygen", "kiln-weight-dump",
          "KilnImportTests", "kiln_runtime_tests", "kiln_rt_text_tests",
+         "kiln-plan", "KilnPlanTests",
          "kiln-gpu-kernel-check", "kiln-serve"]
 tools += ["kiln-fuzz-" + t for t in ("gguf", "hf", "llama2c", "tokbin", "tokjson",
                                       "tokenizer", "calibration", "artifact", "ir")]

@@ -29,6 +29,12 @@ static constexpr SyntheticShape kShapes[] = {
     // Touvron et al. 2023, Llama 2, table 1 / the HF configs.
     {"llama-2-7b", 4096, 11008, 32, 32, 32, 32000, 4096, 1e-5f, false},
     {"llama-2-13b", 5120, 13824, 40, 40, 40, 32000, 4096, 1e-5f, false},
+    // Llama 2 70B: 64 heads, 8 KV heads (GQA).
+    {"llama-2-70b", 8192, 28672, 80, 64, 8, 32000, 4096, 1e-5f, false},
+    // A Llama-shaped 175B (GPT-3 175B's dim, layers and heads, Brown et al.
+    // 2020, table 2.1, with a SwiGLU FFN of 8/3 dim): ~174B parameters, the
+    // seed's two-node example (kiln-plan, docs/planning.md).
+    {"llama-175b", 12288, 32768, 96, 96, 96, 32000, 2048, 1e-5f, false},
     // llama2.c stories110M (shared classifier).
     {"llama-110m", 768, 2048, 12, 12, 12, 32000, 1024, 1e-5f, true},
     // llama2.c stories260K, as in shared/models/stories260K.

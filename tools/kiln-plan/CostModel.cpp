@@ -1,0 +1,341 @@
+//===- CostModel.cpp - kiln-plan's roofline and alpha-beta model ----------===//
+//
+// The equations are docs/planning.md's; each function names the one it
+// computes.
+//
+//===----------------------------------------------------------------------===//
+#include "tools/kiln-plan/CostModel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <tuple>
+
+namespace kiln::plan {
+
+double ModelShape::layerParams() const {
+  const double d = double(dim), q = double(heads) * double(headDim),
+               kv = double(kvHeads) * double(headDim), f = double(hidden);
+  return d * q + 2 * d * kv + q * d + 3 * d * f;
+}
+
+std::optional<std::string> structuralProblem(const ModelShape &m,
+                                             const Recipe &r) {
+  auto str = [](int64_t v) { return std::to_string(v); };
+  if (r.tp < 1 || r.pp < 1)
+    return std::string("tp and pp must be at least 1");
+  if (m.heads % r.tp)
+    return "tp " + str(r.tp) + " does not divide the " + str(m.heads) +
+           " attention heads";
+  if (m.kvHeads % r.tp && r.tp % m.kvHeads)
+    return "tp " + str(r.tp) + " neither divides nor is a multiple of the " +
+           str(m.kvHeads) + " KV heads";
+  if (m.hidden % r.tp)
+    return "tp " + str(r.tp) + " does not divide the " + str(m.hidden) +
+           " FFN features";
+  if (r.pp > m.layers)
+    return "pp " + str(r.pp) + " is more stages than the " + str(m.layers) +
+           " layers";
+  if (r.sp && r.tp < 2)
+    return std::string("sequence parallelism needs tp >= 2");
+  return std::nullopt;
+}
+
+double allReduceTime(double bytes, int64_t ranks, const Link &link) {
+  if (ranks < 2)
+    return 0;
+  const double n = double(ranks);
+  return 2 * (n - 1) * (link.alpha + bytes / n / link.beta);
+}
+
+double allGatherTime(double bytes, int64_t ranks, const Link &link) {
+  if (ranks < 2)
+    return 0;
+  const double n = double(ranks);
+  return (n - 1) * (link.alpha + bytes / n / link.beta);
+}
+
+namespace {
+/// Bytes of the recipe's layer weights (every layer) and classifier.
+double layerWeightBytes(const ModelShape &m, const Recipe &r) {
+  return r.weights.name == "as-stored"
+             ? m.storedLayerBytes
+             : double(m.layers) * m.layerParams() * r.weights.bytesPerParam;
+}
+double classifierBytes(const ModelShape &m, const Recipe &r) {
+  return r.weights.name == "as-stored"
+             ? m.storedClassifierBytes
+             : m.classifierParams() * r.weights.bytesPerParam;
+}
+} // namespace
+
+Prediction predict(const ModelShape &m, const Cluster &c, const Recipe &r,
+                   const Workload &w) {
+  Prediction p;
+  const Device &dev = c.device;
+  const double t = double(r.tp), stages = double(r.pp);
+  const double B = dev.bandwidth * dev.bandwidthEfficiency;
+  const double F = dev.peakFlops * dev.flopEfficiency;
+  const double C = double(std::max<int64_t>(1, w.concurrency));
+  const double ctx = double(std::max<int64_t>(1, w.context));
+  const double P = double(w.promptTokens > 0 ? w.promptTokens
+                                             : std::max<int64_t>(1, w.context / 2));
+  const double d = double(m.dim), f = double(m.hidden), V = double(m.vocab);
+  const double hd = double(m.headDim);
+  const double headsPerRank = double(m.heads) / t;
+  // KV heads per rank: a share, or one replicated head (kiln-partition).
+  const double kvPerRank =
+      r.tp <= m.kvHeads ? double(m.kvHeads) / t : 1.0;
+  // Layers of the largest stage (kiln-partition balances decode bytes).
+  const double L = double(m.layers);
+  const double Ls = std::ceil(L / stages);
+  const bool vocabParallel = r.tp > 1 && m.vocab % r.tp == 0;
+  const double clsPerRank =
+      classifierBytes(m, r) / (vocabParallel ? t : 1.0);
+  const double layerW = layerWeightBytes(m, r) / L; // one layer, whole
+  // Links: the TP group's ring runs on the node's links while it fits in a
+  // node, else on the inter-node links; stage boundaries cross nodes once
+  // the pipeline spans several.
+  p.tpCrossesNodes = r.tp > c.devicesPerNode;
+  const Link &tpLink = p.tpCrossesNodes ? c.inter : c.intra;
+  const int64_t nodes =
+      (r.tp * r.pp + c.devicesPerNode - 1) / c.devicesPerNode;
+  p.ppCrossesNodes = r.pp > 1 && nodes > 1;
+  const double interBoundaries =
+      r.pp > 1 ? double(std::min<int64_t>(r.pp - 1, nodes - 1)) : 0;
+  const double intraBoundaries = (stages - 1) - interBoundaries;
+  auto transfer = [&](double bytes) {
+    return interBoundaries * (c.inter.alpha + bytes / c.inter.beta) +
+           intraBoundaries * (c.intra.alpha + bytes / c.intra.beta);
+  };
+
+  // Decode, one step of C sequences (TPOT). Per device and stage:
+  //   bytes = Ls (layerW / t + KV) + classifier share (last stage)
+  //   flops = 2 C (Ls layerParams / t + classifier share) + 4 C ctx Ls (h/t) hd
+  // summed over the stages a token passes, each max(bytes / B, flops / F).
+  const double kvLayerBytes = C * ctx * 2 * kvPerRank * hd * r.kvBytes;
+  const double stageMemory = Ls * (layerW / t + kvLayerBytes);
+  const double stageFlops = 2 * C * Ls * m.layerParams() / t +
+                            4 * C * ctx * Ls * headsPerRank * hd;
+  const double clsFlops = 2 * C * m.classifierParams() / (vocabParallel ? t : 1);
+  double decode = 0;
+  for (int64_t s = 0; s < r.pp; ++s) {
+    const bool last = s == r.pp - 1;
+    const double layersHere =
+        std::min(Ls, L - double(s) * Ls) > 0 ? std::min(Ls, L - double(s) * Ls)
+                                              : 0;
+    const double scale = Ls > 0 ? layersHere / Ls : 0;
+    const double bytes = stageMemory * scale + (last ? clsPerRank : 0);
+    const double flops = stageFlops * scale + (last ? clsFlops : 0);
+    p.decodeMemoryTime += bytes / B;
+    p.decodeComputeTime += flops / F;
+    decode += std::max(bytes / B, flops / F) + layersHere * dev.layerOverhead;
+  }
+  // Two all-reduces per layer of C x dim activations; the vocab-parallel
+  // logits' all-gather; the stage transfers and the last stage's logits
+  // to rank 0.
+  double comm = L * 2 * allReduceTime(C * d * r.actBytes, r.tp, tpLink);
+  if (vocabParallel)
+    comm += allGatherTime(C * V * 4, r.tp, tpLink);
+  if (r.pp > 1)
+    comm += transfer(C * d * r.actBytes) +
+            (p.ppCrossesNodes ? c.inter.alpha + C * V * 4 / c.inter.beta
+                              : c.intra.alpha + C * V * 4 / c.intra.beta);
+  p.decodeCommTime = comm;
+  p.tpot = decode + comm;
+  p.throughput = C / p.tpot;
+
+  // Prefill of one P-token prompt (TTFT). Per device and stage:
+  //   flops = 2 P Ls layerParams / t + 2 P^2 Ls (h/t) hd (causal attention)
+  //   bytes = Ls layerW / t + P Ls (10 d / (t if SP else 1) + 3 f / t
+  //           + 4 (h/t) hd) actBytes (the norms', adds' and activations'
+  //           traffic; SP computes the norms and adds on 1/t of the rows)
+  // Pipeline stages run the prompt as m = pp micro-batches (GPipe): the
+  // makespan is the sum of one micro-batch per stage plus (m - 1) of the
+  // slowest, each micro-batch reading the stage's weights again.
+  const bool sp = r.sp && r.tp > 1 && P >= double(w.spMinTokens);
+  const double m_ = stages;
+  const double mbRows = P / m_;
+  auto microBatch = [&](double layersHere, bool last) {
+    const double flops = 2 * mbRows * layersHere * m.layerParams() / t +
+                         2 * mbRows * P * layersHere * headsPerRank * hd +
+                         (last ? 2 * m.classifierParams() /
+                                     (vocabParallel ? t : 1)
+                               : 0);
+    const double elementwise =
+        mbRows * layersHere *
+        (10 * d / (sp ? t : 1.0) + 3 * f / t + 4 * headsPerRank * hd) *
+        r.actBytes;
+    const double bytes =
+        layersHere * layerW / t + elementwise + (last ? clsPerRank : 0);
+    return std::max(flops / F, bytes / B) + layersHere * dev.layerOverhead;
+  };
+  double sum = 0, slowest = 0;
+  for (int64_t s = 0; s < r.pp; ++s) {
+    const double layersHere = std::max(0.0, std::min(Ls, L - double(s) * Ls));
+    const double tStage = microBatch(layersHere, s == r.pp - 1);
+    sum += tStage;
+    slowest = std::max(slowest, tStage);
+  }
+  p.prefillComputeTime = sum + (m_ - 1) * slowest;
+  // Reduce-scatter + all-gather (SP) move an all-reduce's bytes.
+  p.prefillCommTime =
+      m_ * (Ls * 2 * allReduceTime(mbRows * d * r.actBytes, r.tp, tpLink)) +
+      (r.pp > 1 ? m_ * transfer(mbRows * d * r.actBytes) : 0) +
+      (vocabParallel ? allGatherTime(V * 4, r.tp, tpLink) : 0);
+  p.ttft = p.prefillComputeTime + p.prefillCommTime;
+
+  // Memory of the most loaded device: the first stage holds the embedding
+  // (whole), the last the classifier share; KV for C sequences of the
+  // context; the activation plan for max_prefill_tokens rows (about
+  // 6 dim + 3 hidden / t + 2 (h / t) hd values each, double-buffered) and
+  // C rows of float32 logits.
+  const double embedding = V * d * (r.weights.name == "as-stored"
+                                        ? m.storedClassifierBytes /
+                                              std::max(1.0, V * d)
+                                        : r.weights.bytesPerParam);
+  const double firstW = Ls * layerW / t + embedding;
+  const double lastW = Ls * layerW / t + clsPerRank;
+  p.weightBytesPerDevice =
+      r.pp == 1 ? Ls * layerW / t + embedding + (m.tied ? 0 : clsPerRank)
+                : std::max(firstW, lastW);
+  p.kvBytesPerDevice = C * ctx * Ls * 2 * kvPerRank * hd * r.kvBytes;
+  p.activationBytesPerDevice =
+      2 * double(w.maxPrefillTokens) *
+          (6 * d + 3 * f / t + 2 * headsPerRank * hd) * r.actBytes +
+      C * V * 4;
+  p.memoryPerDevice = p.weightBytesPerDevice + p.kvBytesPerDevice +
+                      p.activationBytesPerDevice;
+  return p;
+}
+
+std::optional<Device> deviceNamed(const std::string &name) {
+  constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+  // Public datasheet figures (docs/planning.md): HBM bandwidth, dense
+  // BF16 tensor-core peak, memory. Efficiencies: the fraction of the
+  // roofline Kiln targets (75% of bandwidth in decode, 60% of peak in
+  // prefill); 30 us of launches per layer (CUDA graphs).
+  if (name == "a100-80g")
+    return Device{name, 80 * GiB, 2039e9, 312e12, 0.75, 0.6, 30e-6, true};
+  if (name == "h100-sxm")
+    return Device{name, 80 * GiB, 3350e9, 989e12, 0.75, 0.6, 30e-6, true};
+  if (name == "h200")
+    return Device{name, 141e9, 4800e9, 989e12, 0.75, 0.6, 30e-6, true};
+  // One CPU rank of this machine (2-core AMD EPYC VM, one thread per
+  // rank): the decode bandwidth and prefill FLOP rate Kiln measured on
+  // synthetic:llama-110m (docs/parallelism.md), so the efficiencies are 1.
+  if (name == "cpu")
+    return Device{name, 24 * GiB, 15.5e9, 98e9, 1.0, 1.0, 0.0, false};
+  return std::nullopt;
+}
+
+std::optional<Link> linkNamed(const std::string &name) {
+  // beta: bytes/s per device and direction; alpha: seconds per ring step.
+  if (name == "nvlink-a100")
+    return Link{name, 1.5e-6, 300e9};
+  if (name == "nvlink-h100")
+    return Link{name, 1.2e-6, 450e9};
+  if (name == "infiniband-hdr")
+    return Link{name, 5e-6, 25e9};
+  if (name == "infiniband-ndr")
+    return Link{name, 4e-6, 50e9};
+  if (name == "pcie4")
+    return Link{name, 5e-6, 25e9};
+  if (name == "shm")
+    return Link{name, 20e-6, 5e9};
+  return std::nullopt;
+}
+
+std::vector<Candidate> rank(const ModelShape &m, const Cluster &c,
+                            const Workload &w, const Slo &slo,
+                            const std::vector<WeightFormat> &formats,
+                            const std::vector<std::string> &kvs) {
+  constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+  // Usable memory: what the runtime, the CUDA context and fragmentation
+  // leave (vLLM's default gpu-memory-utilization is 0.9).
+  const double usable = c.device.memoryBytes * (c.device.gpu ? 0.92 : 0.8);
+  auto kvBytesOf = [](const std::string &kv) {
+    return kv == "f32" ? 4.0 : kv == "int8" || kv == "fp8" ? 1.0 : 2.0;
+  };
+  std::vector<Candidate> out;
+  for (int64_t tp = 1; tp <= c.devices; ++tp) {
+    if (c.devices % tp)
+      continue;
+    const int64_t pp = c.devices / tp;
+    for (bool sp : {false, true}) {
+      for (const WeightFormat &wf : formats) {
+        for (const std::string &kv : kvs) {
+          Recipe r;
+          r.tp = tp;
+          r.pp = pp;
+          r.sp = sp;
+          r.weights = wf;
+          r.kv = kv;
+          r.kvBytes = kvBytesOf(kv);
+          r.actBytes = c.device.gpu ? 2.0 : 4.0;
+          if (structuralProblem(m, r))
+            continue;
+          Candidate cand{r, predict(m, c, r, w), "", ""};
+          char buf[256];
+          const Prediction &p = cand.prediction;
+          if (p.memoryPerDevice > usable) {
+            cand.violates = "memory";
+            std::snprintf(buf, sizeof(buf),
+                          "needs %.1f GiB per device, %.1f GiB usable",
+                          p.memoryPerDevice / GiB, usable / GiB);
+            cand.why = buf;
+          } else if (slo.ttft > 0 && p.ttft > slo.ttft) {
+            cand.violates = "ttft";
+            std::snprintf(buf, sizeof(buf), "TTFT %.1f ms > %.1f ms",
+                          p.ttft * 1e3, slo.ttft * 1e3);
+            cand.why = buf;
+          } else if (slo.tpot > 0 && p.tpot > slo.tpot) {
+            cand.violates = "tpot";
+            std::snprintf(buf, sizeof(buf), "TPOT %.1f ms > %.1f ms",
+                          p.tpot * 1e3, slo.tpot * 1e3);
+            cand.why = buf;
+          }
+          out.push_back(std::move(cand));
+        }
+      }
+    }
+  }
+  auto kvBits = [](const Recipe &r) { return int(r.kvBytes * 8); };
+  std::stable_sort(out.begin(), out.end(),
+                   [&](const Candidate &a, const Candidate &b) {
+                     const bool fa = a.violates.empty(),
+                                fb = b.violates.empty();
+                     if (fa != fb)
+                       return fa;
+                     auto key = [&](const Candidate &x) {
+                       return std::make_tuple(-x.recipe.weights.precision,
+                                              -kvBits(x.recipe),
+                                              x.prediction.tpot,
+                                              x.prediction.ttft);
+                     };
+                     return key(a) < key(b);
+                   });
+  return out;
+}
+
+std::string compileFlags(const Recipe &r, bool gpu) {
+  std::ostringstream os;
+  os << "--target=" << (gpu ? "cuda" : "cpu");
+  if (r.weights.name == "bf16" || r.weights.name == "f16")
+    os << " --dtype=" << r.weights.name;
+  else if (r.weights.name == "w8a16")
+    os << (gpu ? " --dtype=bf16" : "") << " --quant=w8a16";
+  else if (r.weights.name == "w4a16")
+    os << (gpu ? " --dtype=bf16" : "") << " --quant=w4a16-rtn";
+  if (r.kv == "int8" || r.kv == "fp8")
+    os << " --kv=" << r.kv;
+  if (r.tp > 1)
+    os << " --tp " << r.tp;
+  if (r.pp > 1)
+    os << " --pp " << r.pp;
+  if (r.sp)
+    os << " --sp";
+  return os.str();
+}
+
+} // namespace kiln::plan

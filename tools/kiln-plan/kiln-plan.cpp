@@ -1,0 +1,459 @@
+//===- kiln-plan.cpp - the parallel recipe for a latency target -----------===//
+//
+// kiln-plan MODEL (--cluster FILE | --gpus N [--gpus-per-node G]
+//                  [--gpu a100-80g|h100-sxm|h200|cpu])
+//           [--slo-ttft 50ms] [--slo-tpot 50ms] [--concurrency C]
+//           [--context L] [--prompt-tokens P] [--top K] [--emit-flags]
+//
+// Ranks the recipes (TP, PP, SP on/off, weight format, KV dtype) that use
+// the cluster's devices by the cost model of CostModel.h, explains the
+// winner and prints the kiln-compile command that builds it. Exit status
+// 1 when no recipe meets the SLO and memory, naming the binding
+// constraint of the closest one. docs/planning.md.
+//
+//===----------------------------------------------------------------------===//
+#include "tools/kiln-plan/CostModel.h"
+
+#include "dialects/Kiln/Import/ModelDesc.h"
+#include "tools/common/ToolSupport.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+using namespace llvm;
+using namespace kiln::plan;
+
+static cl::OptionCategory category("kiln-plan options");
+static cl::opt<std::string> modelPath(cl::Positional, cl::Required,
+                                      cl::desc("MODEL"), cl::cat(category));
+static cl::opt<std::string> clusterFile(
+    "cluster",
+    cl::desc("JSON file describing the devices and links (docs/planning.md); "
+             "instead of --gpus / --gpu"),
+    cl::value_desc("FILE"), cl::cat(category));
+static cl::opt<int64_t> gpus("gpus", cl::desc("Devices the recipe uses"),
+                             cl::init(0), cl::value_desc("N"),
+                             cl::cat(category));
+static cl::opt<int64_t> gpusPerNode(
+    "gpus-per-node", cl::desc("Devices per node (default: all of them)"),
+    cl::init(0), cl::value_desc("G"), cl::cat(category));
+static cl::opt<std::string> gpuName(
+    "gpu",
+    cl::desc("Device: a100-80g, h100-sxm, h200, or cpu (one rank of this "
+             "machine; default a100-80g)"),
+    cl::init("a100-80g"), cl::cat(category));
+static cl::opt<std::string> sloTtft(
+    "slo-ttft", cl::desc("Time to first token limit (e.g. 500ms, 0.5s)"),
+    cl::value_desc("T"), cl::cat(category));
+static cl::opt<std::string> sloTpot(
+    "slo-tpot", cl::desc("Time per output token limit (e.g. 50ms)"),
+    cl::value_desc("T"), cl::cat(category));
+static cl::opt<int64_t> concurrency(
+    "concurrency", cl::desc("Sequences decoded together (default 1)"),
+    cl::init(1), cl::value_desc("C"), cl::cat(category));
+static cl::opt<int64_t> contextLength(
+    "context", cl::desc("KV positions per sequence (default: the model's "
+                        "context)"),
+    cl::init(0), cl::value_desc("L"), cl::cat(category));
+static cl::opt<int64_t> promptTokens(
+    "prompt-tokens",
+    cl::desc("Prompt length of the TTFT prediction (default: context / 2)"),
+    cl::init(0), cl::value_desc("P"), cl::cat(category));
+static cl::opt<int64_t> topK("top", cl::desc("Rows of the table (default 5)"),
+                             cl::init(5), cl::value_desc("K"),
+                             cl::cat(category));
+static cl::opt<bool> emitFlags(
+    "emit-flags",
+    cl::desc("Print only the winner's kiln-compile flags (for scripts)"),
+    cl::cat(category));
+
+[[noreturn]] static void fail(const Twine &message) {
+  errs() << "kiln-plan: error: " << message << "\n";
+  std::exit(1);
+}
+
+/// "50ms", "0.5s", "800us" -> seconds; 0 for "".
+static double parseDuration(const std::string &flag, const std::string &text) {
+  if (text.empty())
+    return 0;
+  StringRef s(text), number;
+  double scale = 0;
+  if (s.ends_with("ms"))
+    number = s.drop_back(2), scale = 1e-3;
+  else if (s.ends_with("us"))
+    number = s.drop_back(2), scale = 1e-6;
+  else if (s.ends_with("s"))
+    number = s.drop_back(1), scale = 1;
+  double v = 0;
+  if (scale == 0 || number.empty() || number.getAsDouble(v) || !(v > 0) ||
+      !std::isfinite(v))
+    fail("--" + flag + "=" + text +
+         " is not a positive duration with a unit (e.g. 50ms, 0.5s, 800us)");
+  return v * scale;
+}
+
+/// The model's shapes and stored weight bytes.
+static ModelShape shapeOf(const mlir::kiln::ModelDesc &desc) {
+  const mlir::kiln::LlamaConfig &c = desc.config;
+  ModelShape m;
+  m.name = c.sourcePath;
+  m.layers = c.nLayers;
+  m.dim = c.dim;
+  m.hidden = c.hiddenDim;
+  m.heads = c.nHeads;
+  m.kvHeads = c.nKvHeads;
+  m.headDim = c.headDim;
+  m.vocab = c.vocabSize;
+  m.context = c.maxSeqLen;
+  m.tied = c.tiedEmbeddings;
+  std::string storage;
+  for (const mlir::kiln::WeightDesc &w : desc.weights) {
+    const double bytes = double(w.source.bytes);
+    StringRef name(w.name);
+    if (name.starts_with("layers.") &&
+        (name.ends_with(".wq") || name.ends_with(".wk") ||
+         name.ends_with(".wv") || name.ends_with(".wo") ||
+         name.ends_with(".w1") || name.ends_with(".w2") ||
+         name.ends_with(".w3"))) {
+      m.storedLayerBytes += bytes;
+      if (storage.empty())
+        storage = mlir::kiln::stringifyStorageType(w.source.storage).str();
+      else if (storage !=
+               mlir::kiln::stringifyStorageType(w.source.storage).str())
+        storage = "mixed";
+    } else if (name == "output" || (m.tied && name == "tok_embeddings")) {
+      m.storedClassifierBytes = bytes;
+    }
+  }
+  m.storedName = storage.empty() ? "f32" : storage;
+  return m;
+}
+
+/// A device or link given in the cluster file by name or as an object.
+static Device deviceFrom(const json::Value &v, StringRef file) {
+  if (auto name = v.getAsString()) {
+    std::optional<Device> d = deviceNamed(name->str());
+    if (!d)
+      fail(file + ": device '" + *name +
+           "' is not one of a100-80g, h100-sxm, h200, cpu");
+    return *d;
+  }
+  const json::Object *o = v.getAsObject();
+  if (!o)
+    fail(file + ": \"device\" must be a name or an object");
+  Device d;
+  d.name = o->getString("name").value_or("custom").str();
+  auto num = [&](StringRef key, double &out, bool required) {
+    std::optional<double> x = o->getNumber(key);
+    if (!x) {
+      if (required)
+        fail(file + ": device." + key + " (a positive number) is missing");
+      return;
+    }
+    if (!(*x > 0) || !std::isfinite(*x))
+      fail(file + ": device." + key + " must be a positive number");
+    out = *x;
+  };
+  double gib = 0, gbs = 0, tflops = 0, overheadUs = 0;
+  num("memory_gib", gib, true);
+  num("bandwidth_gbs", gbs, true);
+  num("peak_tflops", tflops, true);
+  num("bandwidth_efficiency", d.bandwidthEfficiency, false);
+  num("flop_efficiency", d.flopEfficiency, false);
+  if (o->get("layer_overhead_us"))
+    num("layer_overhead_us", overheadUs, true);
+  if (d.bandwidthEfficiency > 1 || d.flopEfficiency > 1)
+    fail(file + ": device efficiencies must be in (0, 1]");
+  d.memoryBytes = gib * 1024.0 * 1024.0 * 1024.0;
+  d.bandwidth = gbs * 1e9;
+  d.peakFlops = tflops * 1e12;
+  d.layerOverhead = overheadUs * 1e-6;
+  d.gpu = o->getBoolean("gpu").value_or(true);
+  return d;
+}
+
+static Link linkFrom(const json::Value &v, StringRef file, StringRef key) {
+  if (auto name = v.getAsString()) {
+    std::optional<Link> l = linkNamed(name->str());
+    if (!l)
+      fail(file + ": link '" + *name +
+           "' is not one of nvlink-a100, nvlink-h100, infiniband-hdr, "
+           "infiniband-ndr, pcie4, shm");
+    return *l;
+  }
+  const json::Object *o = v.getAsObject();
+  std::optional<double> alpha = o ? o->getNumber("alpha_us") : std::nullopt;
+  std::optional<double> beta = o ? o->getNumber("beta_gbs") : std::nullopt;
+  if (!alpha || !beta || *alpha < 0 || !(*beta > 0))
+    fail(file + ": \"" + key +
+         "\" must be a link name or {\"alpha_us\": >= 0, \"beta_gbs\": > 0}");
+  return Link{o->getString("name").value_or(key).str(), *alpha * 1e-6,
+              *beta * 1e9};
+}
+
+static Cluster clusterFromFile(StringRef file) {
+  auto buffer = MemoryBuffer::getFile(file);
+  if (!buffer)
+    fail(file + ": cannot read: " + buffer.getError().message());
+  Expected<json::Value> parsed = json::parse((*buffer)->getBuffer());
+  if (!parsed)
+    fail(file + ": not JSON: " + toString(parsed.takeError()));
+  const json::Object *o = parsed->getAsObject();
+  if (!o)
+    fail(file + ": expected a JSON object");
+  Cluster c;
+  const json::Value *device = o->get("device");
+  if (!device)
+    fail(file + ": \"device\" is missing");
+  c.device = deviceFrom(*device, file);
+  std::optional<int64_t> n = o->getInteger("devices");
+  if (!n || *n < 1 || *n > 4096)
+    fail(file + ": \"devices\" must be an integer in [1, 4096]");
+  c.devices = *n;
+  c.devicesPerNode = o->getInteger("devices_per_node").value_or(c.devices);
+  if (c.devicesPerNode < 1 || c.devices % c.devicesPerNode)
+    fail(file + ": \"devices_per_node\" must divide \"devices\"");
+  const json::Value *intra = o->get("intra"), *inter = o->get("inter");
+  if (!intra)
+    fail(file + ": \"intra\" (the link inside a node) is missing");
+  c.intra = linkFrom(*intra, file, "intra");
+  c.inter = inter ? linkFrom(*inter, file, "inter") : c.intra;
+  if (!inter && c.devicesPerNode < c.devices)
+    fail(file + ": \"inter\" (the link between nodes) is missing");
+  return c;
+}
+
+static std::string recipeName(const Recipe &r) {
+  std::string s = "tp=" + std::to_string(r.tp) + " pp=" + std::to_string(r.pp);
+  s += r.sp ? " sp" : "   ";
+  s += " " + r.weights.name + " kv=" + r.kv;
+  return s;
+}
+
+int main(int argc, char **argv) {
+  kiln::tool::ToolMain tool(argc, argv, "kiln-plan",
+                            kiln::tool::ToolKind::Compiler);
+  cl::HideUnrelatedOptions(category);
+  kiln::tool::parseCommandLine(
+      argc, argv,
+      "Kiln planner: the parallel recipe for a model, a cluster and a "
+      "latency target\n\n"
+      "  kiln-plan MODEL --gpus N [--gpus-per-node G] [--gpu NAME]\n"
+      "            [--slo-ttft 500ms] [--slo-tpot 50ms] [--concurrency C]\n"
+      "            [--context L] [--prompt-tokens P] [--emit-flags]\n\n"
+      "Ranks the recipes over the N devices (tensor x pipeline parallelism,\n"
+      "sequence parallelism, weight format, KV dtype) by the roofline and\n"
+      "alpha-beta cost model of docs/planning.md: feasible ones first (memory\n"
+      "and SLO), then the more precise, then by TPOT and TTFT. Prints the\n"
+      "winner's kiln-compile command.\n",
+      {});
+
+  const double ttftLimit = parseDuration("slo-ttft", sloTtft);
+  const double tpotLimit = parseDuration("slo-tpot", sloTpot);
+  if (concurrency < 1 || concurrency > 1 << 20)
+    fail("--concurrency=" + Twine(int64_t(concurrency)) +
+         " must be in [1, 1048576]");
+  if (topK < 1)
+    fail("--top must be at least 1");
+
+  Cluster cluster;
+  if (!clusterFile.empty()) {
+    if (gpus.getNumOccurrences() || gpusPerNode.getNumOccurrences() ||
+        gpuName.getNumOccurrences())
+      fail("--cluster describes the devices; drop --gpus, --gpus-per-node "
+           "and --gpu");
+    cluster = clusterFromFile(clusterFile);
+  } else {
+    if (gpus < 1 || gpus > 4096)
+      fail("--gpus N (devices, 1..4096) or --cluster FILE is required");
+    std::optional<Device> d = deviceNamed(gpuName);
+    if (!d)
+      fail("--gpu=" + gpuName +
+           " is not one of a100-80g, h100-sxm, h200, cpu");
+    cluster.device = *d;
+    cluster.devices = gpus;
+    cluster.devicesPerNode = gpusPerNode ? int64_t(gpusPerNode) : int64_t(gpus);
+    if (cluster.devicesPerNode < 1 || gpus % cluster.devicesPerNode)
+      fail("--gpus-per-node=" + Twine(int64_t(gpusPerNode)) +
+           " must divide --gpus=" + Twine(int64_t(gpus)));
+    const std::string intra = gpuName == "cpu"        ? "shm"
+                              : gpuName == "a100-80g" ? "nvlink-a100"
+                                                      : "nvlink-h100";
+    const std::string inter = gpuName == "cpu"        ? "shm"
+                              : gpuName == "a100-80g" ? "infiniband-hdr"
+                                                      : "infiniband-ndr";
+    cluster.intra = *linkNamed(intra);
+    cluster.inter = *linkNamed(inter);
+  }
+
+  Expected<mlir::kiln::ModelDesc> desc = mlir::kiln::importModel(modelPath);
+  if (!desc)
+    fail(toString(desc.takeError()));
+  ModelShape model = shapeOf(*desc);
+
+  Workload work;
+  work.concurrency = concurrency;
+  work.context = contextLength ? int64_t(contextLength) : model.context;
+  if (work.context < 1 || work.context > model.context)
+    fail("--context=" + Twine(work.context) + " must be in [1, " +
+         Twine(model.context) + "] (the model's context)");
+  work.promptTokens = promptTokens ? int64_t(promptTokens)
+                                   : std::max<int64_t>(1, work.context / 2);
+  if (work.promptTokens < 1 || work.promptTokens > work.context)
+    fail("--prompt-tokens=" + Twine(work.promptTokens) + " must be in [1, " +
+         Twine(work.context) + "]");
+  work.maxPrefillTokens = std::min<int64_t>(work.context, 512);
+  const bool gpu = cluster.device.gpu;
+  work.spMinTokens = gpu ? 1024 : 256; // kiln-compile --sp=auto
+
+  std::vector<WeightFormat> formats;
+  const double params =
+      double(model.layers) * model.layerParams() + model.classifierParams();
+  if (model.storedLayerBytes > 0 && model.storedName != "f32" &&
+      model.storedName != "bf16" && model.storedName != "f16") {
+    // GGML block formats stay as stored (kiln-compile keeps them; a
+    // dequantized copy would add bytes, not precision).
+    const double bpp =
+        (model.storedLayerBytes + model.storedClassifierBytes) / params;
+    formats.push_back({"as-stored", bpp, int(std::lround(bpp * 8))});
+  } else {
+    if (gpu)
+      formats.push_back({"bf16", 2.0, 16});
+    else
+      formats.push_back({"f32", 4.0, 32});
+    // Per-output-channel scales (w8a16) and groups of 128 with f16 scales
+    // (w4a16-rtn): docs/quantization.md.
+    formats.push_back({"w8a16", 1.0, 8});
+    formats.push_back({"w4a16", 0.5 + 2.0 / 128, 4});
+  }
+  std::vector<std::string> kvs = {gpu ? "bf16" : "f32", "int8"};
+  if (gpu)
+    kvs.push_back("fp8");
+
+  Slo slo{ttftLimit, tpotLimit};
+  std::vector<Candidate> ranked =
+      kiln::plan::rank(model, cluster, work, slo, formats, kvs);
+  if (ranked.empty())
+    fail(model.name + ": no recipe over " + Twine(cluster.devices) +
+         " devices divides the model (heads " + Twine(model.heads) +
+         ", KV heads " + Twine(model.kvHeads) + ", FFN " +
+         Twine(model.hidden) + ", layers " + Twine(model.layers) + ")");
+  std::string base = sys::path::stem(sys::path::filename(model.name)).str();
+  if (StringRef(model.name).starts_with("synthetic:"))
+    base = StringRef(model.name).drop_front(10).str();
+  const Candidate &best = ranked.front();
+  if (!best.violates.empty()) {
+    // The closest: the smallest worst ratio of need to limit.
+    const double usable =
+        cluster.device.memoryBytes * (cluster.device.gpu ? 0.92 : 0.8);
+    const Candidate *closest = nullptr;
+    double closestRatio = 0;
+    std::string binding;
+    for (const Candidate &c : ranked) {
+      const Prediction &p = c.prediction;
+      std::pair<double, std::string> worst = {p.memoryPerDevice / usable,
+                                              "memory"};
+      if (slo.ttft > 0 && p.ttft / slo.ttft > worst.first)
+        worst = {p.ttft / slo.ttft, "ttft"};
+      if (slo.tpot > 0 && p.tpot / slo.tpot > worst.first)
+        worst = {p.tpot / slo.tpot, "tpot"};
+      if (!closest || worst.first < closestRatio) {
+        closest = &c;
+        closestRatio = worst.first;
+        binding = worst.second;
+      }
+    }
+    const Prediction &p = closest->prediction;
+    char line[512];
+    std::snprintf(line, sizeof(line),
+                  "TTFT %.1f ms, TPOT %.1f ms, %.1f GiB per device of %.1f "
+                  "usable",
+                  p.ttft * 1e3, p.tpot * 1e3,
+                  p.memoryPerDevice / (1024.0 * 1024 * 1024),
+                  usable / (1024.0 * 1024 * 1024));
+    fail("no recipe on " + Twine(cluster.devices) + " x " +
+         cluster.device.name + " meets the " +
+         (binding == "memory" ? std::string("memory limit")
+                              : "SLO (" + binding + ")") +
+         ": the closest, " + recipeName(closest->recipe) + ", predicts " +
+         line + "; binding constraint: " + binding +
+         (binding == "memory" ? " (more devices, or quantized weights / KV)"
+          : binding == "ttft"  ? " (more devices, or a shorter prompt)"
+                               : " (more devices, a smaller batch, or "
+                                 "quantized weights)"));
+  }
+
+  if (emitFlags) {
+    outs() << compileFlags(best.recipe, gpu) << "\n";
+    return 0;
+  }
+  outs() << "kiln-plan: " << model.name << " on " << cluster.devices << " x "
+         << cluster.device.name << " (" << cluster.devicesPerNode
+         << " per node; " << cluster.intra.name << ", " << cluster.inter.name
+         << "), concurrency " << work.concurrency << ", context "
+         << work.context << ", prompt " << work.promptTokens << " tokens";
+  if (slo.ttft > 0 || slo.tpot > 0) {
+    outs() << "; SLO";
+    if (slo.ttft > 0)
+      outs() << " TTFT " << format("%.0f", slo.ttft * 1e3) << " ms";
+    if (slo.tpot > 0)
+      outs() << " TPOT " << format("%.0f", slo.tpot * 1e3) << " ms";
+  }
+  outs() << "\n";
+  outs() << format("%-5s %-32s %9s %9s %11s %11s  %s\n", "rank", "recipe",
+                   "TTFT ms", "TPOT ms", "tokens/s", "GiB/device", "fits");
+  int64_t shown = 0;
+  for (const Candidate &c : ranked) {
+    if (shown == topK)
+      break;
+    const Prediction &p = c.prediction;
+    outs() << format("%-5lld %-32s %9.1f %9.2f %11.1f %11.1f  %s\n",
+                     (long long)++shown, recipeName(c.recipe).c_str(),
+                     p.ttft * 1e3, p.tpot * 1e3, p.throughput,
+                     p.memoryPerDevice / (1024.0 * 1024 * 1024),
+                     c.violates.empty() ? "yes" : ("no: " + c.why).c_str());
+  }
+  const Prediction &p = best.prediction;
+  outs() << format(
+      "\nwhy #1: TPOT %.2f ms = weights and KV reads %.2f ms (%.2f GiB + "
+      "%.2f GiB per device at %.0f GB/s x %.2f) + kernel launches %.2f ms "
+      "+ collectives and stage transfers %.2f ms%s; TTFT %.1f ms = compute "
+      "%.1f ms + communication %.1f ms.\n",
+      p.tpot * 1e3, p.decodeMemoryTime * 1e3,
+      p.weightBytesPerDevice / (1024.0 * 1024 * 1024),
+      p.kvBytesPerDevice / (1024.0 * 1024 * 1024),
+      cluster.device.bandwidth / 1e9, cluster.device.bandwidthEfficiency,
+      double(model.layers) * cluster.device.layerOverhead * 1e3,
+      p.decodeCommTime * 1e3,
+      p.tpCrossesNodes ? " (the TP group spans nodes)" : "", p.ttft * 1e3,
+      p.prefillComputeTime * 1e3, p.prefillCommTime * 1e3);
+  for (const Candidate &c : ranked) {
+    if (&c == &best || !c.violates.empty() ||
+        c.recipe.weights.name != best.recipe.weights.name ||
+        c.recipe.kv != best.recipe.kv || c.recipe.sp != best.recipe.sp)
+      continue;
+    // The runner-up of the same precision: what it loses.
+    outs() << format("runner-up %s: TPOT %.2f ms (%+.0f%%), TTFT %.1f ms "
+                     "(%+.0f%%)%s.\n",
+                     recipeName(c.recipe).c_str(), c.prediction.tpot * 1e3,
+                     100 * (c.prediction.tpot / p.tpot - 1),
+                     c.prediction.ttft * 1e3,
+                     100 * (c.prediction.ttft / p.ttft - 1),
+                     c.prediction.tpCrossesNodes
+                         ? "; its TP all-reduces cross nodes"
+                         : "");
+    break;
+  }
+  outs() << "\nkiln-compile " << modelPath << " " << compileFlags(best.recipe, gpu)
+         << " -o " << base << ".kiln\n";
+  return 0;
+}
