@@ -588,6 +588,18 @@ int main(int argc, char **argv) {
     return fail("--max-prefill-tokens=" + std::to_string(maxPrefillTokens) +
                 " exceeds the context of " + std::to_string(contextLen) +
                 " tokens");
+  // --sp=on from more rows than a prefill chunk or step can hold would
+  // never split (the plan's rows: LlamaBuilder's min(context, 512) default).
+  const int64_t planRows = maxPrefillTokens > 0
+                               ? int64_t(maxPrefillTokens)
+                               : std::min<int64_t>(contextLen, 512);
+  if (sequenceParallelMinTokens.getNumOccurrences() &&
+      spMinTokens > planRows)
+    return fail("--sp-min-tokens=" + std::to_string(spMinTokens) +
+                " exceeds the " + std::to_string(planRows) +
+                " rows a prefill chunk or batched step holds "
+                "(--max-prefill-tokens): sequence parallelism would never "
+                "split; lower it or raise --max-prefill-tokens");
   if (quant != "none")
     for (const WeightDesc &w : desc->weights)
       if (w.quantized)

@@ -62,10 +62,17 @@ double layerWeightBytes(const ModelShape &m, const Recipe &r) {
              ? m.storedLayerBytes
              : double(m.layers) * m.layerParams() * r.weights.bytesPerParam;
 }
+/// The classifier as stored, or in the compute dtype: Kiln's w8a16 / w4a16
+/// recipes keep the embedding, norms and classifier unquantized
+/// (docs/quantization.md).
 double classifierBytes(const ModelShape &m, const Recipe &r) {
-  return r.weights.name == "as-stored"
-             ? m.storedClassifierBytes
-             : m.classifierParams() * r.weights.bytesPerParam;
+  return r.weights.name == "as-stored" ? m.storedClassifierBytes
+                                       : m.classifierParams() * r.actBytes;
+}
+/// Whether the classifier is read by the weight format's kernels (as
+/// stored) or at the memory's bandwidth (compute dtype).
+bool classifierInFormat(const Recipe &r) {
+  return r.weights.name == "as-stored";
 }
 } // namespace
 
@@ -74,7 +81,19 @@ Prediction predict(const ModelShape &m, const Cluster &c, const Recipe &r,
   Prediction p;
   const Device &dev = c.device;
   const double t = double(r.tp), stages = double(r.pp);
-  const double B = dev.bandwidth * dev.bandwidthEfficiency;
+  // The devices of a TP group run at once: on a node whose memory they
+  // share, each gets its share (pipeline stages take turns).
+  double bandwidth = dev.bandwidth;
+  if (dev.nodeBandwidth > 0)
+    bandwidth = std::min(
+        bandwidth,
+        dev.nodeBandwidth / double(std::min(r.tp, c.devicesPerNode)));
+  const double B = bandwidth * dev.bandwidthEfficiency;
+  // Weight reads: the format's GEMV rate where dequantization bounds it.
+  double weightB = B;
+  for (const auto &[format, rate] : dev.formatBandwidth)
+    if (format == r.weights.name)
+      weightB = std::min(B, rate * dev.bandwidthEfficiency);
   const double F = dev.peakFlops * dev.flopEfficiency;
   const double C = double(std::max<int64_t>(1, w.concurrency));
   const double ctx = double(std::max<int64_t>(1, w.context));
@@ -105,8 +124,10 @@ Prediction predict(const ModelShape &m, const Cluster &c, const Recipe &r,
       r.pp > 1 ? double(std::min<int64_t>(r.pp - 1, nodes - 1)) : 0;
   const double intraBoundaries = (stages - 1) - interBoundaries;
   auto transfer = [&](double bytes) {
-    return interBoundaries * (c.inter.alpha + bytes / c.inter.beta) +
-           intraBoundaries * (c.intra.alpha + bytes / c.intra.beta);
+    return interBoundaries *
+               (c.inter.alpha + c.inter.idleWake + bytes / c.inter.beta) +
+           intraBoundaries *
+               (c.intra.alpha + c.intra.idleWake + bytes / c.intra.beta);
   };
 
   // Decode, one step of C sequences (TPOT). Per device and stage:
@@ -114,7 +135,8 @@ Prediction predict(const ModelShape &m, const Cluster &c, const Recipe &r,
   //   flops = 2 C (Ls layerParams / t + classifier share) + 4 C ctx Ls (h/t) hd
   // summed over the stages a token passes, each max(bytes / B, flops / F).
   const double kvLayerBytes = C * ctx * 2 * kvPerRank * hd * r.kvBytes;
-  const double stageMemory = Ls * (layerW / t + kvLayerBytes);
+  // Weights at the format's rate, the KV cache at the memory's: one time.
+  const double stageMemoryTime = Ls * (layerW / t / weightB + kvLayerBytes / B);
   const double stageFlops = 2 * C * Ls * m.layerParams() / t +
                             4 * C * ctx * Ls * headsPerRank * hd;
   const double clsFlops = 2 * C * m.classifierParams() / (vocabParallel ? t : 1);
@@ -125,11 +147,13 @@ Prediction predict(const ModelShape &m, const Cluster &c, const Recipe &r,
         std::min(Ls, L - double(s) * Ls) > 0 ? std::min(Ls, L - double(s) * Ls)
                                               : 0;
     const double scale = Ls > 0 ? layersHere / Ls : 0;
-    const double bytes = stageMemory * scale + (last ? clsPerRank : 0);
+    const double memoryTime =
+        stageMemoryTime * scale +
+        (last ? clsPerRank / (classifierInFormat(r) ? weightB : B) : 0);
     const double flops = stageFlops * scale + (last ? clsFlops : 0);
-    p.decodeMemoryTime += bytes / B;
+    p.decodeMemoryTime += memoryTime;
     p.decodeComputeTime += flops / F;
-    decode += std::max(bytes / B, flops / F) + layersHere * dev.layerOverhead;
+    decode += std::max(memoryTime, flops / F) + layersHere * dev.layerOverhead;
   }
   // Two all-reduces per layer of C x dim activations; the vocab-parallel
   // logits' all-gather; the stage transfers and the last stage's logits
@@ -137,10 +161,11 @@ Prediction predict(const ModelShape &m, const Cluster &c, const Recipe &r,
   double comm = L * 2 * allReduceTime(C * d * r.actBytes, r.tp, tpLink);
   if (vocabParallel)
     comm += allGatherTime(C * V * 4, r.tp, tpLink);
-  if (r.pp > 1)
-    comm += transfer(C * d * r.actBytes) +
-            (p.ppCrossesNodes ? c.inter.alpha + C * V * 4 / c.inter.beta
-                              : c.intra.alpha + C * V * 4 / c.intra.beta);
+  if (r.pp > 1) {
+    const Link &back = p.ppCrossesNodes ? c.inter : c.intra;
+    comm += transfer(C * d * r.actBytes) + back.alpha + back.idleWake +
+            C * V * 4 / back.beta;
+  }
   p.decodeCommTime = comm;
   p.tpot = decode + comm;
   p.throughput = C / p.tpot;
@@ -150,25 +175,33 @@ Prediction predict(const ModelShape &m, const Cluster &c, const Recipe &r,
   //   bytes = Ls layerW / t + P Ls (10 d / (t if SP else 1) + 3 f / t
   //           + 4 (h/t) hd) actBytes (the norms', adds' and activations'
   //           traffic; SP computes the norms and adds on 1/t of the rows)
-  // Pipeline stages run the prompt as m = pp micro-batches (GPipe): the
-  // makespan is the sum of one micro-batch per stage plus (m - 1) of the
-  // slowest, each micro-batch reading the stage's weights again.
+  // A session's prefill passes the stages in turn, whole (m = 1; the
+  // serving engine can cut a step into micro-batches, which measured no
+  // gain on CPU ranks, docs/parallelism.md); the makespan of m
+  // micro-batches is the sum of one per stage plus (m - 1) of the
+  // slowest, each reading the stage's weights again.
   const bool sp = r.sp && r.tp > 1 && P >= double(w.spMinTokens);
-  const double m_ = stages;
+  const double m_ = 1;
   const double mbRows = P / m_;
+  // One roofline per kind of kernel, summed (the kernels run one after
+  // another): the linears (compute- or weight-bound), attention (compute),
+  // the elementwise ops (memory).
   auto microBatch = [&](double layersHere, bool last) {
-    const double flops = 2 * mbRows * layersHere * m.layerParams() / t +
-                         2 * mbRows * P * layersHere * headsPerRank * hd +
-                         (last ? 2 * m.classifierParams() /
-                                     (vocabParallel ? t : 1)
-                               : 0);
+    const double linearFlops =
+        2 * mbRows * layersHere * m.layerParams() / t +
+        (last ? 2 * m.classifierParams() / (vocabParallel ? t : 1) : 0);
+    const double linearTime = std::max(
+        linearFlops / F,
+        layersHere * layerW / t / weightB +
+            (last ? clsPerRank / (classifierInFormat(r) ? weightB : B) : 0));
+    const double attentionTime =
+        2 * mbRows * P * layersHere * headsPerRank * hd / F;
     const double elementwise =
         mbRows * layersHere *
         (10 * d / (sp ? t : 1.0) + 3 * f / t + 4 * headsPerRank * hd) *
         r.actBytes;
-    const double bytes =
-        layersHere * layerW / t + elementwise + (last ? clsPerRank : 0);
-    return std::max(flops / F, bytes / B) + layersHere * dev.layerOverhead;
+    return linearTime + attentionTime + elementwise / B +
+           layersHere * dev.layerOverhead;
   };
   double sum = 0, slowest = 0;
   for (int64_t s = 0; s < r.pp; ++s) {
@@ -224,8 +257,19 @@ std::optional<Device> deviceNamed(const std::string &name) {
   // One CPU rank of this machine (2-core AMD EPYC VM, one thread per
   // rank): the decode bandwidth and prefill FLOP rate Kiln measured on
   // synthetic:llama-110m (docs/parallelism.md), so the efficiencies are 1.
-  if (name == "cpu")
-    return Device{name, 24 * GiB, 15.5e9, 98e9, 1.0, 1.0, 0.0, false};
+  if (name == "cpu") {
+    // Calibrated on this VM (docs/planning.md): one thread reads f32
+    // weights at 22.5 GB/s (synthetic:llama-110m decode, TP=1, 1 thread)
+    // and two share 31 GB/s (the same on 2 threads); prefill reaches 78
+    // GFLOP/s per thread; the quantized GEMVs are bounded by their
+    // dequantization (kiln-gemv-bench FORMAT 768 2048 1 256: GB/s of
+    // weights).
+    Device d{name, 24 * GiB, 22.5e9, 78e9, 1.0, 1.0, 0.0, false};
+    d.nodeBandwidth = 31e9;
+    d.formatBandwidth = {{"w8a16", 11.5e9}, {"w4a16", 7.3e9},
+                         {"as-stored", 6.45e9}};
+    return d;
+  }
   return std::nullopt;
 }
 
@@ -241,8 +285,11 @@ std::optional<Link> linkNamed(const std::string &name) {
     return Link{name, 4e-6, 50e9};
   if (name == "pcie4")
     return Link{name, 5e-6, 25e9};
+  // Open MPI over shared memory on this VM: ~5 us per step (stories260K's
+  // TP=2 decode), and a peer that waited long polls at up to 1 ms
+  // intervals (MpiBackend.cpp kMaxSleepNs), so it wakes ~0.5 ms late.
   if (name == "shm")
-    return Link{name, 20e-6, 5e9};
+    return Link{name, 5e-6, 5e9, 0.5e-3};
   return std::nullopt;
 }
 

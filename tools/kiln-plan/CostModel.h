@@ -38,6 +38,13 @@ struct Device {
   double flopEfficiency = 0.6;
   double layerOverhead = 0; ///< seconds per layer (launches)
   bool gpu = true;
+  /// Memory bandwidth of a node shared by its devices (bytes/s; 0: each
+  /// device has its own): CPU ranks of one machine share its memory.
+  double nodeBandwidth = 0;
+  /// Weight bytes per second one device's decode GEMV reaches per weight
+  /// format, where dequantization, not memory, bounds it (the CPU's w8a16,
+  /// w4a16 and GGML block kernels; kiln-gemv-bench); absent: bandwidth.
+  std::vector<std::pair<std::string, double>> formatBandwidth;
 };
 
 /// A link's alpha-beta terms: alpha seconds per step, beta bytes/s.
@@ -45,6 +52,9 @@ struct Link {
   std::string name;
   double alpha = 0;
   double beta = 0;
+  /// Extra latency of a transfer to a peer that waited long for it (a
+  /// CPU rank sleeping between polls wakes late; 0 on GPU links).
+  double idleWake = 0;
 };
 
 /// N devices, gpusPerNode per node; intra links the devices of a node,

@@ -178,6 +178,24 @@ static Device deviceFrom(const json::Value &v, StringRef file) {
   d.peakFlops = tflops * 1e12;
   d.layerOverhead = overheadUs * 1e-6;
   d.gpu = o->getBoolean("gpu").value_or(true);
+  if (o->get("node_bandwidth_gbs")) {
+    double node = 0;
+    num("node_bandwidth_gbs", node, true);
+    d.nodeBandwidth = node * 1e9;
+  }
+  if (const json::Value *formats = o->get("format_bandwidth_gbs")) {
+    const json::Object *f = formats->getAsObject();
+    if (!f)
+      fail(file + ": device.format_bandwidth_gbs must be an object of "
+                  "weight format -> GB/s");
+    for (const auto &[key, value] : *f) {
+      std::optional<double> gbs = value.getAsNumber();
+      if (!gbs || !(*gbs > 0) || !std::isfinite(*gbs))
+        fail(file + ": device.format_bandwidth_gbs." + key.str() +
+             " must be a positive number");
+      d.formatBandwidth.push_back({key.str(), *gbs * 1e9});
+    }
+  }
   return d;
 }
 

@@ -639,9 +639,16 @@ static Error chatFromHf(StringRef dir, ModelDesc &model) {
 
 Expected<ModelDesc> importHuggingFace(StringRef dir, StringRef tokenizer) {
   std::string cfgPath = joinPath(dir, "config.json");
-  if (!sys::fs::exists(cfgPath))
+  if (!sys::fs::exists(cfgPath)) {
+    // A compiled artifact given where its source model belongs.
+    if (sys::fs::exists(joinPath(dir, "manifest.json")))
+      return fileError(dir, "is a Kiln artifact (manifest.json), not a "
+                            "model checkpoint: give the model it was "
+                            "compiled from (a llama2.c .bin, a .gguf file or "
+                            "a Hugging Face directory)");
     return fileError(dir, "no config.json (expected a Hugging Face model "
                           "directory)");
+  }
   Expected<json::Value> cfgJson =
       readJsonFile(cfgPath, kMaxJsonConfigBytes, "a JSON file");
   if (!cfgJson)
