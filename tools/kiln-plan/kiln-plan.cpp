@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 #include "tools/kiln-plan/CostModel.h"
 
+#include "dialects/Kiln/Import/ImportUtils.h"
 #include "dialects/Kiln/Import/ModelDesc.h"
 #include "tools/common/ToolSupport.h"
 
@@ -177,7 +178,11 @@ static Device deviceFrom(const json::Value &v, StringRef file) {
   d.bandwidth = gbs * 1e9;
   d.peakFlops = tflops * 1e12;
   d.layerOverhead = overheadUs * 1e-6;
-  d.gpu = o->getBoolean("gpu").value_or(true);
+  if (const json::Value *gpu = o->get("gpu")) {
+    if (!gpu->getAsBoolean())
+      fail(file + ": device.gpu must be true or false");
+    d.gpu = *gpu->getAsBoolean();
+  }
   if (o->get("node_bandwidth_gbs")) {
     double node = 0;
     num("node_bandwidth_gbs", node, true);
@@ -219,12 +224,12 @@ static Link linkFrom(const json::Value &v, StringRef file, StringRef key) {
 }
 
 static Cluster clusterFromFile(StringRef file) {
-  auto buffer = MemoryBuffer::getFile(file);
-  if (!buffer)
-    fail(file + ": cannot read: " + buffer.getError().message());
-  Expected<json::Value> parsed = json::parse((*buffer)->getBuffer());
+  // Bounded, depth-checked (llvm::json::parse recurses per level), a
+  // regular file: the importers' reader.
+  Expected<json::Value> parsed = mlir::kiln::detail::readJsonFile(
+      file, mlir::kiln::detail::kMaxJsonConfigBytes, "a cluster description (JSON)");
   if (!parsed)
-    fail(file + ": not JSON: " + toString(parsed.takeError()));
+    fail(toString(parsed.takeError()));
   const json::Object *o = parsed->getAsObject();
   if (!o)
     fail(file + ": expected a JSON object");
@@ -237,7 +242,13 @@ static Cluster clusterFromFile(StringRef file) {
   if (!n || *n < 1 || *n > 4096)
     fail(file + ": \"devices\" must be an integer in [1, 4096]");
   c.devices = *n;
-  c.devicesPerNode = o->getInteger("devices_per_node").value_or(c.devices);
+  c.devicesPerNode = c.devices;
+  if (const json::Value *perNode = o->get("devices_per_node")) {
+    std::optional<int64_t> g = perNode->getAsInteger();
+    if (!g)
+      fail(file + ": \"devices_per_node\" must be an integer");
+    c.devicesPerNode = *g;
+  }
   if (c.devicesPerNode < 1 || c.devices % c.devicesPerNode)
     fail(file + ": \"devices_per_node\" must divide \"devices\"");
   const json::Value *intra = o->get("intra"), *inter = o->get("inter");
