@@ -94,6 +94,8 @@ Prediction predict(const ModelShape &m, const Cluster &c, const Recipe &r,
   for (const auto &[format, rate] : dev.formatBandwidth)
     if (format == r.weights.name)
       weightB = std::min(B, rate * dev.bandwidthEfficiency);
+  p.weightBandwidth = weightB;
+  p.kvBandwidth = B;
   const double F = dev.peakFlops * dev.flopEfficiency;
   const double C = double(std::max<int64_t>(1, w.concurrency));
   const double ctx = double(std::max<int64_t>(1, w.context));

@@ -120,6 +120,9 @@ struct Prediction {
   double decodeMemoryTime = 0, decodeComputeTime = 0, decodeCommTime = 0;
   double prefillComputeTime = 0, prefillCommTime = 0;
   bool tpCrossesNodes = false, ppCrossesNodes = false;
+  /// The rates used: weights (the format's GEMV rate or the memory's) and
+  /// the KV cache, bytes/s per device after efficiency and node sharing.
+  double weightBandwidth = 0, kvBandwidth = 0;
 };
 
 /// Why a recipe cannot run at all (shapes that do not divide, too many

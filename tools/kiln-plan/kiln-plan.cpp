@@ -83,8 +83,9 @@ static cl::opt<bool> emitFlags(
 }
 
 /// "50ms", "0.5s", "800us" -> seconds; 0 for "".
-static double parseDuration(const std::string &flag, const std::string &text) {
-  if (text.empty())
+static double parseDuration(const std::string &flag, const std::string &text,
+                            bool given) {
+  if (text.empty() && !given)
     return 0;
   StringRef s(text), number;
   double scale = 0;
@@ -139,6 +140,48 @@ static ModelShape shapeOf(const mlir::kiln::ModelDesc &desc) {
   return m;
 }
 
+/// A number as the shortest text that reads back ("1e-06", "1000000").
+static std::string str(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+/// Refuses keys of `o` outside `known` (a typo would otherwise be ignored).
+static void checkKeys(const json::Object &o, ArrayRef<StringRef> known,
+                      StringRef file, StringRef where) {
+  for (const auto &kv : o) {
+    StringRef key = kv.first;
+    if (!llvm::is_contained(known, key))
+      fail(file + ": unknown field " + where + key + " (expected one of " +
+           join(known, ", ") + ")");
+  }
+}
+
+/// A number field of `o` in [lo, hi] (finite), or std::nullopt when absent;
+/// a field of another type or out of range ends the run naming it.
+static std::optional<double> numberField(const json::Object &o, StringRef key,
+                                         double lo, double hi, StringRef file,
+                                         StringRef where) {
+  const json::Value *v = o.get(key);
+  if (!v)
+    return std::nullopt;
+  std::optional<double> x = v->getAsNumber();
+  if (!x || !std::isfinite(*x) || *x < lo || *x > hi)
+    fail(file + ": " + where + key + " must be a number in [" + str(lo) +
+         ", " + str(hi) + "]");
+  return x;
+}
+
+static double requiredNumber(const json::Object &o, StringRef key, double lo,
+                             double hi, StringRef file, StringRef where) {
+  std::optional<double> x = numberField(o, key, lo, hi, file, where);
+  if (!x)
+    fail(file + ": " + where + key + " (a number in [" + str(lo) + ", " +
+         str(hi) + "]) is missing");
+  return *x;
+}
+
 /// A device or link given in the cluster file by name or as an object.
 static Device deviceFrom(const json::Value &v, StringRef file) {
   if (auto name = v.getAsString()) {
@@ -151,54 +194,56 @@ static Device deviceFrom(const json::Value &v, StringRef file) {
   const json::Object *o = v.getAsObject();
   if (!o)
     fail(file + ": \"device\" must be a name or an object");
+  checkKeys(*o,
+            {"name", "memory_gib", "bandwidth_gbs", "peak_tflops",
+             "bandwidth_efficiency", "flop_efficiency", "layer_overhead_us",
+             "gpu", "node_bandwidth_gbs", "format_bandwidth_gbs"},
+            file, "device.");
   Device d;
-  d.name = o->getString("name").value_or("custom").str();
-  auto num = [&](StringRef key, double &out, bool required) {
-    std::optional<double> x = o->getNumber(key);
-    if (!x) {
-      if (required)
-        fail(file + ": device." + key + " (a positive number) is missing");
-      return;
-    }
-    if (!(*x > 0) || !std::isfinite(*x))
-      fail(file + ": device." + key + " must be a positive number");
-    out = *x;
-  };
-  double gib = 0, gbs = 0, tflops = 0, overheadUs = 0;
-  num("memory_gib", gib, true);
-  num("bandwidth_gbs", gbs, true);
-  num("peak_tflops", tflops, true);
-  num("bandwidth_efficiency", d.bandwidthEfficiency, false);
-  num("flop_efficiency", d.flopEfficiency, false);
-  if (o->get("layer_overhead_us"))
-    num("layer_overhead_us", overheadUs, true);
-  if (d.bandwidthEfficiency > 1 || d.flopEfficiency > 1)
-    fail(file + ": device efficiencies must be in (0, 1]");
-  d.memoryBytes = gib * 1024.0 * 1024.0 * 1024.0;
-  d.bandwidth = gbs * 1e9;
-  d.peakFlops = tflops * 1e12;
-  d.layerOverhead = overheadUs * 1e-6;
+  if (const json::Value *name = o->get("name")) {
+    if (!name->getAsString())
+      fail(file + ": device.name must be a string");
+    d.name = name->getAsString()->str();
+  } else {
+    d.name = "custom";
+  }
+  // Ranges: 1e-6 of a unit up to 1e6 (a petabyte, a petabyte/s, an
+  // exaflop/s); outside them the predictions lose all meaning.
+  d.memoryBytes =
+      requiredNumber(*o, "memory_gib", 1e-6, 1e6, file, "device.") * 1024.0 *
+      1024.0 * 1024.0;
+  d.bandwidth =
+      requiredNumber(*o, "bandwidth_gbs", 1e-6, 1e6, file, "device.") * 1e9;
+  d.peakFlops =
+      requiredNumber(*o, "peak_tflops", 1e-6, 1e6, file, "device.") * 1e12;
+  d.bandwidthEfficiency =
+      numberField(*o, "bandwidth_efficiency", 1e-3, 1, file, "device.")
+          .value_or(d.bandwidthEfficiency);
+  d.flopEfficiency = numberField(*o, "flop_efficiency", 1e-3, 1, file, "device.")
+                         .value_or(d.flopEfficiency);
+  d.layerOverhead =
+      numberField(*o, "layer_overhead_us", 0, 1e6, file, "device.")
+          .value_or(0) *
+      1e-6;
   if (const json::Value *gpu = o->get("gpu")) {
     if (!gpu->getAsBoolean())
       fail(file + ": device.gpu must be true or false");
     d.gpu = *gpu->getAsBoolean();
   }
-  if (o->get("node_bandwidth_gbs")) {
-    double node = 0;
-    num("node_bandwidth_gbs", node, true);
-    d.nodeBandwidth = node * 1e9;
-  }
+  if (std::optional<double> node =
+          numberField(*o, "node_bandwidth_gbs", 1e-6, 1e6, file, "device."))
+    d.nodeBandwidth = *node * 1e9;
   if (const json::Value *formats = o->get("format_bandwidth_gbs")) {
     const json::Object *f = formats->getAsObject();
     if (!f)
       fail(file + ": device.format_bandwidth_gbs must be an object of "
                   "weight format -> GB/s");
-    for (const auto &[key, value] : *f) {
-      std::optional<double> gbs = value.getAsNumber();
-      if (!gbs || !(*gbs > 0) || !std::isfinite(*gbs))
-        fail(file + ": device.format_bandwidth_gbs." + key.str() +
-             " must be a positive number");
-      d.formatBandwidth.push_back({key.str(), *gbs * 1e9});
+    checkKeys(*f, {"w8a16", "w4a16", "as-stored"}, file,
+              "device.format_bandwidth_gbs.");
+    for (const auto &kv : *f) {
+      std::optional<double> gbs = numberField(
+          *f, kv.first, 1e-6, 1e6, file, "device.format_bandwidth_gbs.");
+      d.formatBandwidth.push_back({StringRef(kv.first).str(), *gbs * 1e9});
     }
   }
   return d;
@@ -214,13 +259,24 @@ static Link linkFrom(const json::Value &v, StringRef file, StringRef key) {
     return *l;
   }
   const json::Object *o = v.getAsObject();
-  std::optional<double> alpha = o ? o->getNumber("alpha_us") : std::nullopt;
-  std::optional<double> beta = o ? o->getNumber("beta_gbs") : std::nullopt;
-  if (!alpha || !beta || *alpha < 0 || !(*beta > 0))
+  if (!o)
     fail(file + ": \"" + key +
-         "\" must be a link name or {\"alpha_us\": >= 0, \"beta_gbs\": > 0}");
-  return Link{o->getString("name").value_or(key).str(), *alpha * 1e-6,
-              *beta * 1e9};
+         "\" must be a link name or {\"alpha_us\": ..., \"beta_gbs\": ...}");
+  const std::string where = (key + ".").str();
+  checkKeys(*o, {"name", "alpha_us", "beta_gbs", "idle_wake_us"}, file, where);
+  Link l;
+  if (const json::Value *name = o->get("name")) {
+    if (!name->getAsString())
+      fail(file + ": " + where + "name must be a string");
+    l.name = name->getAsString()->str();
+  } else {
+    l.name = key.str();
+  }
+  l.alpha = requiredNumber(*o, "alpha_us", 0, 1e6, file, where) * 1e-6;
+  l.beta = requiredNumber(*o, "beta_gbs", 1e-6, 1e6, file, where) * 1e9;
+  l.idleWake =
+      numberField(*o, "idle_wake_us", 0, 1e6, file, where).value_or(0) * 1e-6;
+  return l;
 }
 
 static Cluster clusterFromFile(StringRef file) {
@@ -233,6 +289,8 @@ static Cluster clusterFromFile(StringRef file) {
   const json::Object *o = parsed->getAsObject();
   if (!o)
     fail(file + ": expected a JSON object");
+  checkKeys(*o, {"device", "devices", "devices_per_node", "intra", "inter"},
+            file, "");
   Cluster c;
   const json::Value *device = o->get("device");
   if (!device)
@@ -261,6 +319,14 @@ static Cluster clusterFromFile(StringRef file) {
   return c;
 }
 
+/// "tp=8 pp=1 sp bf16 kv=bf16" without the table's padding.
+static std::string recipeLabel(const Recipe &r) {
+  std::string s = "tp=" + std::to_string(r.tp) + " pp=" + std::to_string(r.pp);
+  if (r.sp)
+    s += " sp";
+  return s + " " + r.weights.name + " kv=" + r.kv;
+}
+
 static std::string recipeName(const Recipe &r) {
   std::string s = "tp=" + std::to_string(r.tp) + " pp=" + std::to_string(r.pp);
   s += r.sp ? " sp" : "   ";
@@ -286,8 +352,15 @@ int main(int argc, char **argv) {
       "winner's kiln-compile command.\n",
       {});
 
-  const double ttftLimit = parseDuration("slo-ttft", sloTtft);
-  const double tpotLimit = parseDuration("slo-tpot", sloTpot);
+  const double ttftLimit =
+      parseDuration("slo-ttft", sloTtft, sloTtft.getNumOccurrences() > 0);
+  const double tpotLimit =
+      parseDuration("slo-tpot", sloTpot, sloTpot.getNumOccurrences() > 0);
+  // 0 is the default's stand-in, not a value a user may give.
+  for (cl::opt<int64_t> *o : {&contextLength, &promptTokens, &gpusPerNode})
+    if (o->getNumOccurrences() && *o < 1)
+      fail("--" + o->ArgStr + "=" + Twine(int64_t(*o)) +
+           " must be at least 1");
   if (concurrency < 1 || concurrency > 1 << 20)
     fail("--concurrency=" + Twine(int64_t(concurrency)) +
          " must be in [1, 1048576]");
@@ -302,8 +375,10 @@ int main(int argc, char **argv) {
            "and --gpu");
     cluster = clusterFromFile(clusterFile);
   } else {
-    if (gpus < 1 || gpus > 4096)
+    if (!gpus.getNumOccurrences())
       fail("--gpus N (devices, 1..4096) or --cluster FILE is required");
+    if (gpus < 1 || gpus > 4096)
+      fail("--gpus=" + Twine(int64_t(gpus)) + " must be in [1, 4096]");
     std::optional<Device> d = deviceNamed(gpuName);
     if (!d)
       fail("--gpu=" + gpuName +
@@ -402,6 +477,23 @@ int main(int argc, char **argv) {
       }
     }
     const Prediction &p = closest->prediction;
+    // What could still help: more devices below the maximum, quantization
+    // the closest recipe does not use yet, a smaller batch or prompt.
+    const bool moreDevices = cluster.devices < 4096;
+    const bool quantizable = closest->recipe.weights.precision > 4 ||
+                             closest->recipe.kvBytes > 1;
+    std::string remedy;
+    auto add = [&](bool ok, const char *what) {
+      if (ok)
+        remedy += (remedy.empty() ? "" : ", ") + std::string(what);
+    };
+    add(moreDevices, "more devices");
+    add(quantizable && binding != "ttft", "quantized weights / KV");
+    add(binding != "ttft" && work.concurrency > 1, "a smaller batch");
+    add(binding == "ttft", "a shorter prompt");
+    add(binding == "memory", "a shorter context");
+    if (remedy.empty())
+      remedy = "a looser SLO";
     char line[512];
     std::snprintf(line, sizeof(line),
                   "TTFT %.1f ms, TPOT %.1f ms, %.1f GiB per device of %.1f "
@@ -413,12 +505,8 @@ int main(int argc, char **argv) {
          cluster.device.name + " meets the " +
          (binding == "memory" ? std::string("memory limit")
                               : "SLO (" + binding + ")") +
-         ": the closest, " + recipeName(closest->recipe) + ", predicts " +
-         line + "; binding constraint: " + binding +
-         (binding == "memory" ? " (more devices, or quantized weights / KV)"
-          : binding == "ttft"  ? " (more devices, or a shorter prompt)"
-                               : " (more devices, a smaller batch, or "
-                                 "quantized weights)"));
+         ": the closest, " + recipeLabel(closest->recipe) + ", predicts " +
+         line + "; binding constraint: " + binding + " (" + remedy + ")");
   }
 
   if (emitFlags) {
@@ -453,14 +541,14 @@ int main(int argc, char **argv) {
   }
   const Prediction &p = best.prediction;
   outs() << format(
-      "\nwhy #1: TPOT %.2f ms = weights and KV reads %.2f ms (%.2f GiB + "
-      "%.2f GiB per device at %.0f GB/s x %.2f) + kernel launches %.2f ms "
+      "\nwhy #1: TPOT %.2f ms = weights and KV reads %.2f ms (%.2f GiB at "
+      "%.1f GB/s + %.2f GiB at %.1f GB/s per device) + kernel launches %.2f ms "
       "+ collectives and stage transfers %.2f ms%s; TTFT %.1f ms = compute "
       "%.1f ms + communication %.1f ms.\n",
       p.tpot * 1e3, p.decodeMemoryTime * 1e3,
       p.weightBytesPerDevice / (1024.0 * 1024 * 1024),
-      p.kvBytesPerDevice / (1024.0 * 1024 * 1024),
-      cluster.device.bandwidth / 1e9, cluster.device.bandwidthEfficiency,
+      p.weightBandwidth / 1e9, p.kvBytesPerDevice / (1024.0 * 1024 * 1024),
+      p.kvBandwidth / 1e9,
       double(model.layers) * cluster.device.layerOverhead * 1e3,
       p.decodeCommTime * 1e3,
       p.tpCrossesNodes ? " (the TP group spans nodes)" : "", p.ttft * 1e3,
