@@ -276,6 +276,19 @@ struct SequenceShards {
   }
 };
 size_t elemBytesOf(int64_t elem) { return elem == KILN_ELEM_F32 ? 4 : 2; }
+
+/// MPI wants distinct send and receive buffers: `send` (sendBytes) itself,
+/// or a per-thread copy of it when it overlaps `recv` (recvBytes).
+const void *apartFrom(const void *send, size_t sendBytes, const void *recv,
+                      size_t recvBytes) {
+  thread_local std::vector<uint8_t> staged;
+  const auto *s = static_cast<const uint8_t *>(send);
+  const auto *r = static_cast<const uint8_t *>(recv);
+  if (s >= r + recvBytes || r >= s + sendBytes)
+    return send;
+  staged.assign(s, s + sendBytes);
+  return staged.data();
+}
 } // namespace
 
 extern "C" int64_t kiln_k_sequence_rows(kiln_exec_ctx *ctx, int64_t n,
@@ -294,16 +307,9 @@ extern "C" void kiln_k_reduce_scatter(kiln_exec_ctx *ctx, const void *x,
     kiln_k_all_reduce(ctx, x, y, rows * cols, elem, what);
     return;
   }
-  // MPI wants distinct send and receive buffers; the memory plan may give
-  // the op one (as it does an all-reduce).
-  thread_local std::vector<uint8_t> staged;
+  // The memory plan may give the op one buffer (as it does an all-reduce).
   const size_t bytes = size_t(rows * cols) * elemBytesOf(elem);
-  const auto *px = static_cast<const uint8_t *>(x);
-  const auto *py = static_cast<const uint8_t *>(y);
-  if (px < py + bytes && py < px + bytes) {
-    staged.assign(px, px + bytes);
-    x = staged.data();
-  }
+  x = apartFrom(x, bytes, y, bytes);
   kiln::rt::Status s = comm->reduceScatterSum(
       x, y, shards.units.data(), int32_t(elem), what ? what : "reduce-scatter");
   if (!s.isOk())
@@ -369,16 +375,9 @@ extern "C" void kiln_k_all_gather_rows(kiln_exec_ctx *ctx, const void *x,
     return;
   }
   // The shard may sit where the rank's rows of the result go (the memory
-  // plan reuses buffers): MPI wants distinct send and receive buffers.
-  thread_local std::vector<uint8_t> staged;
-  const void *send = x;
-  const auto *lo = static_cast<const uint8_t *>(y);
-  const auto *hi = lo + size_t(rows) * rowBytes;
-  const auto *px = static_cast<const uint8_t *>(x);
-  if (px < hi && px + size_t(shards.rows) * rowBytes > lo) {
-    staged.assign(px, px + size_t(shards.rows) * rowBytes);
-    send = staged.data();
-  }
+  // plan reuses buffers).
+  const void *send = apartFrom(x, size_t(shards.rows) * rowBytes, y,
+                               size_t(rows) * rowBytes);
   kiln::rt::Status s = comm->allGatherV(send, y, shards.units.data(),
                                         what ? what : "all-gather of rows");
   if (!s.isOk())
