@@ -86,6 +86,7 @@ static bool isCommKernel(StringRef callee) {
                              "kiln_k_send", "kiln_k_recv",
                              "kiln_k_reduce_scatter", "kiln_k_all_slice",
                              "kiln_k_all_gather_rows",
+                             "kiln_k_all_gather_rows_q8",
                              "kiln_k_reduce_scatter_add_rms_norm"},
                             callee);
 }
@@ -648,6 +649,7 @@ void PlanToEmitCPass::runOnOperation() {
       StringRef callee = c.getCallee();
       if ((callee == "kiln_k_reduce_scatter" || callee == "kiln_k_all_slice" ||
            callee == "kiln_k_all_gather_rows" ||
+           callee == "kiln_k_all_gather_rows_q8" ||
            callee == "kiln_k_reduce_scatter_add_rms_norm") &&
           !c.getArgs().empty()) {
         gathers = true;

@@ -284,6 +284,155 @@ inline void kiln_cuda_all_gather_rows(kiln_cuda_ctx *ctx, const T *x, T *y,
   }
 }
 
+//===----------------------------------------------------------------------===//
+// The 8-bit all-gather (kiln.all_gather_rows with wire_quant; kernel_abi.h
+// kiln_k_all_gather_rows_q8): each rank quantizes its shard by the readers'
+// rule into wire rows of `wireBytes` bytes ([scales f32][cols int8 codes],
+// padded to 4), ncclAllGather moves bytes, every rank dequantizes y = q *
+// scale. Same rounding as the CPU kernel and the readers (actQuantKernel):
+// __fdiv_rn, roundf, codes clamped to [-127, 127].
+//===----------------------------------------------------------------------===//
+
+namespace kiln_cuda_detail {
+/// Wire row geometry: scales per row and bytes per row.
+struct WireRow {
+  int64_t cols, scales, bytes;
+  WireRow(int64_t cols, int64_t wire)
+      : cols(cols), scales(kiln_wire_row_scales(cols, wire)),
+        bytes(kiln_wire_row_bytes(cols, wire)) {}
+};
+
+/// Per token / per tensor: one block per row (grid-stride).
+__global__ void __launch_bounds__(256)
+    wireEncodeRowsKernel(const float *__restrict__ x, uint8_t *__restrict__ out,
+                         int64_t rows, WireRow w, float scale) {
+  __shared__ float sh[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float *xr = x + r * w.cols;
+    uint8_t *row = out + r * w.bytes;
+    float s = scale;
+    if (w.scales == 1) {
+      float amax = 0.0f;
+      for (int64_t i = threadIdx.x; i < w.cols; i += blockDim.x)
+        amax = fmaxf(amax, fabsf(xr[i]));
+      s = __fdiv_rn(blockMax(amax, sh), 127.0f);
+      if (threadIdx.x == 0)
+        reinterpret_cast<float *>(row)[0] = s;
+    }
+    int8_t *q = reinterpret_cast<int8_t *>(row + 4 * w.scales);
+    for (int64_t i = threadIdx.x; i < w.cols; i += blockDim.x)
+      q[i] = int8_t(s == 0.0f ? 0.0f
+                              : fminf(127.0f, fmaxf(-127.0f,
+                                                    roundf(__fdiv_rn(xr[i], s)))));
+  }
+}
+
+/// Per 32-element block: one warp per block (grid-stride over warps).
+__global__ void __launch_bounds__(256)
+    wireEncodeBlocksKernel(const float *__restrict__ x,
+                           uint8_t *__restrict__ out, int64_t rows, WireRow w) {
+  const int lane = threadIdx.x & 31;
+  const int64_t perRow = w.cols / 32, total = rows * perRow;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
+  for (int64_t b = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+       b < total; b += warps) {
+    const int64_t r = b / perRow, k = b % perRow;
+    const float v = x[r * w.cols + 32 * k + lane];
+    const float d = __fdiv_rn(warpMax(fabsf(v)), 127.0f);
+    uint8_t *row = out + r * w.bytes;
+    if (lane == 0)
+      reinterpret_cast<float *>(row)[k] = d;
+    reinterpret_cast<int8_t *>(row + 4 * w.scales)[32 * k + lane] = int8_t(
+        d == 0.0f ? 0.0f
+                  : fminf(127.0f, fmaxf(-127.0f, roundf(__fdiv_rn(v, d)))));
+  }
+}
+
+/// y [rows, cols] = q * scale from `rows` wire rows.
+__global__ void __launch_bounds__(256)
+    wireDecodeKernel(const uint8_t *__restrict__ in, float *__restrict__ y,
+                     int64_t rows, WireRow w, float scale) {
+  const int64_t total = rows * w.cols;
+  const int64_t per = w.scales ? w.cols / w.scales : w.cols;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = e / w.cols, i = e % w.cols;
+    const uint8_t *row = in + r * w.bytes;
+    const float s =
+        w.scales ? reinterpret_cast<const float *>(row)[i / per] : scale;
+    y[e] = __fmul_rn(float(reinterpret_cast<const int8_t *>(
+                         row + 4 * w.scales)[i]),
+                     s);
+  }
+}
+} // namespace kiln_cuda_detail
+
+/// kiln.all_gather_rows with wire_quant (T = float only): the rank's shard
+/// encoded after the padded blocks of the staging buffer, ncclAllGather of
+/// c wire rows per rank (ncclInt8), then each rank's rows decoded into y.
+/// Below the threshold y = x.
+inline void kiln_cuda_all_gather_rows_q8(kiln_cuda_ctx *ctx, const float *x,
+                                         float *y, int64_t n, int64_t cols,
+                                         int64_t elem, int64_t min_tokens,
+                                         int64_t wire, float scale,
+                                         const char *what) {
+  using namespace kiln_cuda_detail;
+  if (skip(ctx))
+    return;
+  const int64_t N = ctx->tp_size;
+  uint64_t have = 0;
+  auto *staged = static_cast<uint8_t *>(kiln_cuda_gather_scratch(ctx, &have));
+  if (!ctx->nccl || !kiln_sequence_split(n, N, min_tokens)) {
+    copyRows(ctx, y, x, sizeof(float) * size_t(n * cols), staged, have);
+    return;
+  }
+  (void)elem; // float rows: the signature's T
+  if (!KILN_CUDA_ARG(ctx,
+                     (wire == KILN_WIRE_INT8_PER_TOKEN ||
+                          (wire == KILN_WIRE_INT8_PER_BLOCK && cols % 32 == 0) ||
+                          (wire == KILN_WIRE_INT8_PER_TENSOR && scale > 0.0f)),
+                     "kiln_cuda_all_gather_rows_q8",
+                     "unsupported wire rule for these rows"))
+    return;
+  const WireRow w(cols, wire);
+  const int64_t c = (n + N - 1) / N;
+  const size_t block = size_t(c * w.bytes);
+  if (!KILN_CUDA_ARG(ctx, staged != nullptr && have >= block * size_t(N + 1),
+                     "kiln_cuda_all_gather_rows_q8",
+                     "the staging buffer is smaller than the padded shards"))
+    return;
+  const int64_t mine =
+      kiln_sequence_shard_rows(n, N, ctx->tp_rank, min_tokens);
+  uint8_t *send = staged + size_t(N) * block;
+  if (mine > 0) {
+    if (wire == KILN_WIRE_INT8_PER_BLOCK)
+      wireEncodeBlocksKernel<<<gridFor(ctx, mine * (cols / 32) * 32, 256), 256,
+                               0, streamOf(ctx)>>>(x, send, mine, w);
+    else
+      wireEncodeRowsKernel<<<unsigned(mine < 65535 ? mine : 65535), 256, 0,
+                             streamOf(ctx)>>>(x, send, mine, w, scale);
+    if (!KILN_CUDA_LAUNCHED(ctx, "wireEncode"))
+      return;
+  }
+  if (!checkNccl(ctx,
+                 ncclAllGather(send, staged, block, ncclInt8,
+                               static_cast<ncclComm_t>(ctx->nccl),
+                               streamOf(ctx)),
+                 "ncclAllGather", what, __FILE__, __LINE__))
+    return;
+  for (int64_t r = 0; r < N; ++r) {
+    const int64_t from = kiln_sequence_shard_start(n, N, r, min_tokens);
+    const int64_t rows = kiln_sequence_shard_rows(n, N, r, min_tokens);
+    if (rows == 0)
+      continue;
+    wireDecodeKernel<<<gridFor(ctx, rows * cols, 256), 256, 0,
+                       streamOf(ctx)>>>(staged + size_t(r) * block,
+                                        y + from * cols, rows, w, scale);
+    if (!KILN_CUDA_LAUNCHED(ctx, "wireDecodeKernel"))
+      return;
+  }
+}
+
 namespace kiln_cuda_detail {
 /// The add and norm of kiln_cuda_reduce_scatter_add_rms_norm, one block per
 /// row: h[i] += residual[i] (rounded to T), then y[i] = rms_norm(h[i]) with

@@ -86,6 +86,7 @@ LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
       // Communication fusion goes with the other fusions (--fuse=none
       // turns it off too).
       sp.fuseNorm = opts.spFuseNorm && !opts.fuseFamilies.empty();
+      sp.int8Gather = opts.spInt8Gather;
       graphPm.addPass(createSequenceParallelPass(sp));
     }
     if (!opts.fuseFamilies.empty()) {

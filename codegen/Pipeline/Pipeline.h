@@ -53,6 +53,9 @@ struct CompileOptions {
   /// With sequence parallelism: kiln-sequence-parallel{fuse-norm} (only
   /// when fusion is on, fuseFamilies not empty).
   bool spFuseNorm = true;
+  /// With sequence parallelism: kiln-sequence-parallel{int8-gather} (the
+  /// 8-bit all-gather where every reader quantizes to int8 anyway).
+  bool spInt8Gather = true;
   /// Adds graph passes (quantization, observers) after kiln-verify and
   /// canonicalize (and kiln-partition); may be empty.
   std::function<void(OpPassManager &)> addGraphPasses;

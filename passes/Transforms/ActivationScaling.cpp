@@ -335,14 +335,18 @@ struct AwqPass final : impl::AwqPassBase<AwqPass> {
         return signalPassFailure();
       std::vector<std::vector<float>> values;
       SmallVector<AwqWeight> weights;
+      // Every row of a column-parallel shard: the search sees the whole
+      // model's weights, so every rank folds the same scales into the norm
+      // it shares with the others (sequence parallelism runs that norm on
+      // a shard of the tokens and gathers the rows).
       for (WeightOp w : g.linears) {
-        FailureOr<std::vector<float>> v = materializeWeightOp(w);
+        FailureOr<std::vector<float>> v = materializeWholeRows(w);
         if (failed(v))
           return signalPassFailure();
         values.push_back(std::move(*v));
       }
-      for (auto [w, v] : llvm::zip(g.linears, values))
-        weights.push_back({v, w.getTensorType().getDimSize(0)});
+      for (const std::vector<float> &v : values)
+        weights.push_back({v, int64_t(v.size()) / g.channels});
       SmallVector<int64_t> tie = g.tie();
       AwqResult r = searchAwqScales(weights, g.channels, stats->hessian,
                                     stats->absmean, tie, g.numTied(),
@@ -378,11 +382,14 @@ struct SmoothPass final : impl::SmoothPassBase<SmoothPass> {
       std::vector<double> xmax(g.numTied(), 0.0), wmax(g.numTied(), 0.0);
       for (int64_t c = 0; c < g.channels; ++c)
         xmax[tie[c]] = std::max<double>(xmax[tie[c]], stats->absmax[c]);
+      // max |W_j| over every row of the model (a column-parallel shard's
+      // too): the same s on every rank, so the norm weight that s folds
+      // into stays replicated (sequence parallelism gathers its rows).
       for (WeightOp w : g.linears) {
-        FailureOr<std::vector<float>> v = materializeWeightOp(w);
+        FailureOr<std::vector<float>> v = materializeWholeRows(w);
         if (failed(v))
           return signalPassFailure();
-        int64_t rows = w.getTensorType().getDimSize(0);
+        int64_t rows = int64_t(v->size()) / g.channels;
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < g.channels; ++c)
             wmax[tie[c]] = std::max<double>(

@@ -450,6 +450,14 @@ def SequenceParallelPass : Pass<"kiln-sequence-parallel", "::mlir::ModuleOp"> {
     fusion: one kernel, the sum written once) where the sum has no use
     before the norm.
 
+    With `int8-gather`, a gather whose every reader is a linear that
+    quantizes its input to int8 by the same rule (`kiln.quantized_linear`
+    with `act_quant` "int8_per_token", or "int8_per_tensor" with one common
+    `act_scale`; `kiln.linear` / `kiln.logits` with "int8_per_block") gets
+    that rule as `wire_quant`: the ranks exchange int8 codes and scales
+    instead of f32 rows (an 8-bit all-gather after norm + quantize), and
+    the readers quantize the dequantized rows back to the same codes.
+
     All three ops carry `min-tokens`: a prefill chunk (or batched step) of
     fewer rows runs plain TP at run time (the reduce-scatter is the
     all-reduce, slice and gather copy), vLLM-Ascend's observation that the
@@ -473,6 +481,12 @@ def SequenceParallelPass : Pass<"kiln-sequence-parallel", "::mlir::ModuleOp"> {
            "feeds and the rms_norm of the sum become one "
            "kiln.reduce_scatter_add_rms_norm (kiln-compile: unless "
            "--fuse=none)">,
+    Option<"int8Gather", "int8-gather", "bool", /*default=*/"false",
+           "8-bit all-gather: a kiln.all_gather_rows of f32 rows whose "
+           "every reader quantizes its input to int8 by one rule "
+           "(SmoothQuant W8A8, GGUF block linears with act_quant) sends "
+           "int8 codes and scales (wire_quant), exact for its readers "
+           "(kiln-compile: --sp-int8-gather, on by default)">,
   ];
   let dependentDialects = ["::mlir::kiln::KilnDialect"];
 }

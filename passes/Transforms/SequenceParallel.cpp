@@ -29,6 +29,9 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
 
+#include <optional>
+#include <utility>
+
 namespace mlir::kiln {
 #define GEN_PASS_DEF_SEQUENCEPARALLELPASS
 #include "passes/Transforms/Passes.h.inc"
@@ -51,7 +54,37 @@ private:
   /// fuse-norm: reduce_scatter -> add -> rms_norm chains of `func` become
   /// kiln.reduce_scatter_add_rms_norm.
   void fuseNorms(func::FuncOp func);
+  /// int8-gather: the all_gather_rows of `func` whose readers all quantize
+  /// to int8 by one rule get it as wire_quant.
+  void quantizeGathers(func::FuncOp func);
 };
+
+/// The int8 rule a reader of `v` applies to it (kiln.all_gather_rows
+/// wire_quant), with the static scale for "int8_per_tensor"; std::nullopt
+/// when the reader keeps its input in floating point.
+std::optional<std::pair<StringRef, float>> readerQuantization(OpOperand &use) {
+  Operation *user = use.getOwner();
+  if (use.getOperandNumber() != 0)
+    return std::nullopt;
+  if (auto q = dyn_cast<QuantizedLinearOp>(user)) {
+    if (!q.hasQuantizedActivations())
+      return std::nullopt;
+    StringRef mode = *q.getActQuant();
+    if (mode == "int8_per_token")
+      return std::make_pair(mode, 0.0f);
+    if (mode == "int8_per_tensor" && q.getActScale())
+      return std::make_pair(mode, q.getActScale()->convertToFloat());
+    return std::nullopt;
+  }
+  std::optional<StringRef> blockMode;
+  if (auto l = dyn_cast<LinearOp>(user))
+    blockMode = l.getActQuant();
+  else if (auto l = dyn_cast<LogitsOp>(user))
+    blockMode = l.getActQuant();
+  if (blockMode && *blockMode == "int8_per_block")
+    return std::make_pair(*blockMode, 0.0f);
+  return std::nullopt;
+}
 
 /// True for an activation whose rows are the entry point's token count.
 bool hasTokenRows(Value v) {
@@ -151,8 +184,9 @@ bool SequenceParallelPass::rewrite(func::FuncOp func, int64_t groupSize,
     if (outside.empty())
       continue;
     b.setInsertionPointAfterValue(v);
-    auto gather = AllGatherRowsOp::create(b, v.getLoc(), v.getType(), v,
-                                          groupSize, threshold);
+    auto gather = AllGatherRowsOp::create(
+        b, v.getLoc(), v.getType(), v, groupSize, threshold,
+        /*wire_quant=*/StringAttr(), /*wire_scale=*/FloatAttr());
     for (OpOperand *use : outside)
       use->set(gather.getResult());
   }
@@ -199,6 +233,27 @@ void SequenceParallelPass::fuseNorms(func::FuncOp func) {
   }
 }
 
+void SequenceParallelPass::quantizeGathers(func::FuncOp func) {
+  func.walk([&](AllGatherRowsOp g) {
+    auto type = cast<RankedTensorType>(g.getResult().getType());
+    if (!type.getElementType().isF32() || g.getResult().use_empty())
+      return;
+    std::optional<std::pair<StringRef, float>> rule;
+    for (OpOperand &use : g.getResult().getUses()) {
+      auto mine = readerQuantization(use);
+      if (!mine || (rule && *rule != *mine))
+        return;
+      rule = mine;
+    }
+    if (rule->first == "int8_per_block" && type.getDimSize(1) % 32 != 0)
+      return;
+    Builder b(g.getContext());
+    g.setWireQuantAttr(b.getStringAttr(rule->first));
+    if (rule->first == "int8_per_tensor")
+      g.setWireScaleAttr(b.getF32FloatAttr(rule->second));
+  });
+}
+
 void SequenceParallelPass::runOnOperation() {
   ModuleOp module = getOperation();
   auto partition = module->getAttrOfType<DictionaryAttr>("kiln.partition");
@@ -226,6 +281,8 @@ void SequenceParallelPass::runOnOperation() {
     any = true;
     if (fuseNorm)
       fuseNorms(func);
+    if (int8Gather)
+      quantizeGathers(func);
   }
   if (!any)
     return;

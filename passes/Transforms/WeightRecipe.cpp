@@ -131,13 +131,54 @@ FailureOr<WeightDesc> getWeightRecipe(WeightOp op) {
   return getRecipe(op, op.getSymName(), op.getSource(), op.getTransforms());
 }
 
+/// `w` without its row slices (kiln-partition's axis-0 "slice"); false when
+/// a later transform depends on the sliced rows.
+static bool dropRowSlices(WeightDesc &w) {
+  bool sliced = false;
+  std::vector<WeightTransform> kept;
+  for (WeightTransform &t : w.transforms) {
+    if (t.kind == WeightTransform::Kind::Slice && t.axis == 0) {
+      sliced = true;
+      continue;
+    }
+    if (sliced && t.kind == WeightTransform::Kind::Scale && t.axis == 0)
+      return false;
+    kept.push_back(std::move(t));
+  }
+  w.transforms = std::move(kept);
+  for (WeightDesc &part : w.concatRows)
+    if (!dropRowSlices(part))
+      return false;
+  return true;
+}
+
+/// The f32 values of `w` and its concat_rows parts, row-major.
+static FailureOr<std::vector<float>> materializeDesc(WeightOp op,
+                                                     const WeightDesc &w);
+
+FailureOr<std::vector<float>> materializeWholeRows(WeightOp op) {
+  FailureOr<WeightDesc> w = getWeightRecipe(op);
+  if (failed(w))
+    return failure();
+  if (!dropRowSlices(*w))
+    return op.emitOpError()
+           << "cannot read the whole model's rows of this tensor-parallel "
+              "shard: a row scale follows its slice";
+  return materializeDesc(op, *w);
+}
+
 FailureOr<std::vector<float>> materializeWeightOp(WeightOp op) {
   FailureOr<WeightDesc> w = getWeightRecipe(op);
   if (failed(w))
     return failure();
+  return materializeDesc(op, *w);
+}
+
+static FailureOr<std::vector<float>> materializeDesc(WeightOp op,
+                                                     const WeightDesc &whole) {
   // The weight's own rows first, then the rows of each concat_rows part.
-  SmallVector<const WeightDesc *> pieces = {&*w};
-  for (const WeightDesc &part : w->concatRows)
+  SmallVector<const WeightDesc *> pieces = {&whole};
+  for (const WeightDesc &part : whole.concatRows)
     pieces.push_back(&part);
   std::vector<float> out;
   for (const WeightDesc *d : pieces) {

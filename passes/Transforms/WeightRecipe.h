@@ -26,6 +26,15 @@ FailureOr<WeightDesc> getWeightRecipe(WeightOp op);
 /// f32, row-major. Emits an error on `op` naming the file on failure.
 FailureOr<std::vector<float>> materializeWeightOp(WeightOp op);
 
+/// Materializes `op` as materializeWeightOp does, but with every row of the
+/// model: a column-parallel tensor-parallel shard (kiln-partition's "slice"
+/// on axis 0: wq, wk, wv, w1, w3) is read without its slice, so statistics
+/// of the weight (SmoothQuant's max |W_j|, AWQ's search) are those of the
+/// whole model and equal on every rank. Emits an error on `op` when a
+/// transform after the slice depends on the shard's rows (a scale on axis
+/// 0). Returns the rows of the whole weight, f32 row-major.
+FailureOr<std::vector<float>> materializeWholeRows(WeightOp op);
+
 /// `#kiln.transform<"scale", {axis, factors}>`.
 WeightTransformAttr makeScaleTransform(MLIRContext *ctx, int64_t axis,
                                        ArrayRef<float> factors);

@@ -199,6 +199,17 @@ static cl::opt<bool> sequenceParallelFuseNorm(
              "on unless --fuse=none)"),
     cl::init(true), cl::cat(category));
 
+static cl::opt<bool> sequenceParallelInt8Gather(
+    "sp-int8-gather",
+    cl::desc("With --sp: an all-gather of rows whose every reader quantizes "
+             "them to int8 (--quant=smoothquant, GGUF block weights with "
+             "--act-quant=int8) sends int8 codes and scales instead of f32 "
+             "rows (kiln.all_gather_rows wire_quant: 1/4 of the bytes, the "
+             "same codes for the readers). Default: on for --target=cuda, "
+             "off for cpu, where ranks share memory and quantizing costs "
+             "more than the bytes it saves (docs/parallelism.md)"),
+    cl::init(true), cl::cat(category));
+
 /// --sp=auto: the token count from which sequence parallelism pays, per
 /// target (docs/parallelism.md, "Sequence parallelism"): CPU ranks as
 /// measured there; CUDA from vLLM-Ascend's report (it hurts below about
@@ -515,6 +526,8 @@ int main(int argc, char **argv) {
       return fail("--sp-min-tokens needs --sp=on");
     if (sequenceParallelFuseNorm.getNumOccurrences() && mode == "off")
       return fail("--sp-fuse-norm needs --sp");
+    if (sequenceParallelInt8Gather.getNumOccurrences() && mode == "off")
+      return fail("--sp-int8-gather needs --sp");
     if (mode != "off" && tensorParallelRanks < 2)
       return fail("--sp=" + mode +
                   " needs tensor parallelism (--tp N with N >= 2): sequence "
@@ -689,12 +702,19 @@ int main(int argc, char **argv) {
   options.pp = pipelineStages;
   options.spMinTokens = spMinTokens;
   options.spFuseNorm = sequenceParallelFuseNorm;
+  // Measured on CPU ranks (docs/parallelism.md): the gather of f32 rows
+  // through shared memory is cheaper than quantizing them.
+  const bool int8Gather = sequenceParallelInt8Gather.getNumOccurrences()
+                              ? bool(sequenceParallelInt8Gather)
+                              : target == "cuda";
+  options.spInt8Gather = int8Gather;
   const std::string spPass =
       spMinTokens >= 0 ? "kiln-sequence-parallel{min-tokens=" +
                              std::to_string(spMinTokens) +
                              (fuseFamilies.empty() || !sequenceParallelFuseNorm
                                   ? ""
                                   : " fuse-norm=true") +
+                             (int8Gather ? " int8-gather=true" : "") +
                              "},"
                        : std::string();
   options.pipeline = "kiln-verify,canonicalize," +

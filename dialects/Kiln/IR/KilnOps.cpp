@@ -610,8 +610,44 @@ LogicalResult AllSliceOp::verify() {
                                   getMinTokens());
 }
 LogicalResult AllGatherRowsOp::verify() {
-  return verifySequenceCollective(*this, getInput(), getGroupSize(),
-                                  getMinTokens());
+  if (failed(verifySequenceCollective(*this, getInput(), getGroupSize(),
+                                      getMinTokens())))
+    return failure();
+  std::optional<StringRef> wire = getWireQuant();
+  if (!wire) {
+    if (getWireScale())
+      return emitOpError() << "wire_scale needs wire_quant = "
+                              "\"int8_per_tensor\"";
+    return success();
+  }
+  auto type = cast<RankedTensorType>(getInput().getType());
+  if (*wire != "int8_per_token" && *wire != "int8_per_block" &&
+      *wire != "int8_per_tensor")
+    return emitOpError() << "wire_quant must be \"int8_per_token\", "
+                            "\"int8_per_block\" or \"int8_per_tensor\", got \""
+                         << *wire << "\"";
+  if (!type.getElementType().isF32())
+    return emitOpError() << "an 8-bit gather (wire_quant) dequantizes to f32 "
+                            "rows, got "
+                         << type;
+  if (*wire == "int8_per_block" && type.getDimSize(1) % 32 != 0)
+    return emitOpError() << "wire_quant = \"int8_per_block\" needs a "
+                            "multiple of 32 columns, got "
+                         << type.getDimSize(1);
+  const bool perTensor = *wire == "int8_per_tensor";
+  if (perTensor != bool(getWireScale()))
+    return emitOpError() << (perTensor ? "wire_quant = \"int8_per_tensor\" "
+                                         "needs a wire_scale"
+                                       : "wire_scale goes only with "
+                                         "wire_quant = \"int8_per_tensor\"");
+  if (perTensor) {
+    float scale = getWireScale()->convertToFloat();
+    if (!(scale > 0.0f) || !std::isfinite(scale))
+      return emitOpError() << "wire_scale must be a positive finite number, "
+                              "got "
+                           << scale;
+  }
+  return success();
 }
 
 LogicalResult ReduceScatterAddRmsNormOp::verify() {

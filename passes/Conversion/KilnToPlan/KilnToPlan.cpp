@@ -607,6 +607,19 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
             return success();
           })
           .Case([&](AllGatherRowsOp r) {
+            if (std::optional<StringRef> wire = r.getWireQuant()) {
+              // The 8-bit gather: the wire rule's code (kernel_abi.h
+              // KILN_WIRE_INT8_*) and its static scale (0: dynamic).
+              int64_t code = *wire == "int8_per_token"   ? 1
+                             : *wire == "int8_per_block" ? 2
+                                                         : 3;
+              call("kiln_k_all_gather_rows_q8",
+                   {in(r.getInput()), *out, tokenCount, width(r.getInput()),
+                    elemCode(r.getInput()), indexConst(r.getMinTokens()),
+                    indexConst(code),
+                    f32Const(r.getWireScale().value_or(APFloat(0.0f)))});
+              return success();
+            }
             call("kiln_k_all_gather_rows",
                  {in(r.getInput()), *out, tokenCount, width(r.getInput()),
                   elemCode(r.getInput()), indexConst(r.getMinTokens())});

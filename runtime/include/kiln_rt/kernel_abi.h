@@ -178,6 +178,27 @@ void kiln_k_all_gather_rows(kiln_exec_ctx *ctx, const void *x, void *y,
                             int64_t rows, int64_t cols, int64_t elem,
                             int64_t min_tokens, const char *what);
 
+/// The 8-bit all-gather (kiln.all_gather_rows with wire_quant): as
+/// kiln_k_all_gather_rows for float32 rows (elem KILN_ELEM_F32 only), but
+/// each rank quantizes its shard rows to int8 by `wire` and sends the codes
+/// and their float32 scales; y = q * scale. Rules (round half away from
+/// zero, codes clamped to [-127, 127], a zero scale gives zero codes):
+///   KILN_WIRE_INT8_PER_TOKEN: s = max_i |x[r, i]| / 127 per row;
+///   KILN_WIRE_INT8_PER_BLOCK: the same per 32 elements (cols % 32 == 0);
+///   KILN_WIRE_INT8_PER_TENSOR: the static `scale` (> 0) for every row.
+/// The rules are those of the int8-activation linears (kiln_k_linear_w8a8*,
+/// kiln_k_linear_blocks_a8), so a reader re-quantizing y gets the same
+/// codes. Bytes on the wire per row (kiln_wire_row_bytes in
+/// kiln_rt/sequence_shard.h, which defines KILN_WIRE_INT8_*): cols + 4 (per
+/// token), cols + cols / 8 (per block), cols (per tensor), each rounded up
+/// to 4 — about 1/4 of the float32 rows. Below the threshold every rank
+/// holds every row and y = x (no quantization). Takes the context first
+/// and `what` last; a peer that misses the group's deadline ends the job.
+void kiln_k_all_gather_rows_q8(kiln_exec_ctx *ctx, const void *x, void *y,
+                               int64_t rows, int64_t cols, int64_t elem,
+                               int64_t min_tokens, int64_t wire, float scale,
+                               const char *what);
+
 /// Communication fusion (kiln.reduce_scatter_add_rms_norm): s = this
 /// rank's rows of the sum over the group of x [rows, cols]
 /// (kiln_k_reduce_scatter: every row below min_tokens), then h = residual

@@ -48,6 +48,27 @@ static inline int64_t kiln_sequence_shard_rows(int64_t n, int64_t group,
              : n;
 }
 
+/*
+ * The 8-bit all-gather of rows (kiln.all_gather_rows with wire_quant;
+ * kernel_abi.h kiln_k_all_gather_rows_q8 and its CUDA twin): each wire row
+ * is its float32 scales, then `cols` int8 codes, padded to 4 bytes.
+ */
+#define KILN_WIRE_INT8_PER_TOKEN 1  /**< one scale per row */
+#define KILN_WIRE_INT8_PER_BLOCK 2  /**< one scale per 32 elements */
+#define KILN_WIRE_INT8_PER_TENSOR 3 /**< a static scale, none on the wire */
+
+/** float32 scales in one wire row of `cols` elements. */
+static inline int64_t kiln_wire_row_scales(int64_t cols, int64_t wire) {
+  return wire == KILN_WIRE_INT8_PER_TOKEN   ? 1
+         : wire == KILN_WIRE_INT8_PER_BLOCK ? cols / 32
+                                            : 0;
+}
+
+/** Bytes of one wire row of `cols` elements. */
+static inline int64_t kiln_wire_row_bytes(int64_t cols, int64_t wire) {
+  return 4 * kiln_wire_row_scales(cols, wire) + (cols + 3) / 4 * 4;
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,6 +2,7 @@
 #include "comm/Comm.h"
 
 #include "base/LibraryPath.h"
+#include "cpu/Kernels.h"
 #include "kiln_rt/kernel_abi.h"
 
 #include <dlfcn.h>
@@ -382,6 +383,94 @@ extern "C" void kiln_k_all_gather_rows(kiln_exec_ctx *ctx, const void *x,
                                         what ? what : "all-gather of rows");
   if (!s.isOk())
     comm->abort(s.message(), 1);
+}
+
+namespace {
+/// One row of the 8-bit all-gather on the wire (kiln_k_all_gather_rows_q8):
+/// `scales` float32 scales (1 per token, cols / 32 per block, none per
+/// tensor), then the cols int8 codes, padded to 4 bytes.
+struct WireRow {
+  int64_t cols, scales, bytes;
+  WireRow(int64_t cols, int64_t wire)
+      : cols(cols), scales(kiln_wire_row_scales(cols, wire)),
+        bytes(kiln_wire_row_bytes(cols, wire)) {}
+};
+
+/// x [rows, cols] float32 -> wire rows (the readers' quantizers, so that
+/// re-quantizing the dequantized rows gives the same codes).
+void encodeWireRows(const float *x, int64_t rows, const WireRow &w,
+                    int64_t wire, float scale, uint8_t *out) {
+  std::vector<int32_t> s4(size_t(w.cols / 4));
+  std::vector<float> s16(size_t(w.cols / 16));
+  for (int64_t t = 0; t < rows; ++t) {
+    uint8_t *row = out + size_t(t * w.bytes);
+    auto *d = reinterpret_cast<float *>(row);
+    auto *q = reinterpret_cast<int8_t *>(row + 4 * w.scales);
+    const float *xr = x + t * w.cols;
+    if (wire == KILN_WIRE_INT8_PER_BLOCK)
+      kiln::rt::cpu::quantizeA8Row(xr, w.cols, q, d, s4.data(), s16.data());
+    else if (wire == KILN_WIRE_INT8_PER_TOKEN)
+      d[0] = kiln::rt::cpu::quantizeActivationRow(xr, q, w.cols, 0.0f);
+    else
+      kiln::rt::cpu::quantizeActivationRow(xr, q, w.cols, scale);
+  }
+}
+
+/// Wire rows -> y [rows, cols] float32: y = q * scale.
+void decodeWireRows(const uint8_t *in, int64_t rows, const WireRow &w,
+                    float scale, float *y) {
+  for (int64_t t = 0; t < rows; ++t) {
+    const uint8_t *row = in + size_t(t * w.bytes);
+    const auto *d = reinterpret_cast<const float *>(row);
+    const auto *q = reinterpret_cast<const int8_t *>(row + 4 * w.scales);
+    float *yr = y + t * w.cols;
+    const int64_t per = w.scales ? w.cols / w.scales : w.cols;
+    for (int64_t i = 0; i < w.cols; ++i)
+      yr[i] = float(q[i]) * (w.scales ? d[i / per] : scale);
+  }
+}
+} // namespace
+
+extern "C" void kiln_k_all_gather_rows_q8(kiln_exec_ctx *ctx, const void *x,
+                                          void *y, int64_t rows, int64_t cols,
+                                          int64_t elem, int64_t min_tokens,
+                                          int64_t wire, float scale,
+                                          const char *what) {
+  auto *comm = static_cast<Communicator *>(ctx->comm);
+  const char *name = what ? what : "8-bit all-gather of rows";
+  const bool valid =
+      elem == KILN_ELEM_F32 &&
+      ((wire == KILN_WIRE_INT8_PER_TOKEN) ||
+       (wire == KILN_WIRE_INT8_PER_BLOCK && cols % 32 == 0) ||
+       (wire == KILN_WIRE_INT8_PER_TENSOR && scale > 0.0f &&
+        std::isfinite(scale)));
+  if (!valid) {
+    std::string message = std::string("kiln_k_all_gather_rows_q8 '") + name +
+                          "': unsupported wire rule " + std::to_string(wire) +
+                          " for " + std::to_string(cols) +
+                          " columns of element type " + std::to_string(elem);
+    if (comm)
+      comm->abort(message, 1);
+    std::fprintf(stderr, "kiln: %s\n", message.c_str());
+    std::_Exit(1);
+  }
+  const WireRow w(cols, wire);
+  SequenceShards shards(comm, rows, min_tokens, w.bytes);
+  if (!shards.split) {
+    if (x != y)
+      std::memmove(y, x, size_t(rows * cols) * sizeof(float));
+    return;
+  }
+  thread_local std::vector<uint8_t> sent, received;
+  sent.resize(size_t(shards.rows * w.bytes));
+  received.resize(size_t(rows * w.bytes));
+  encodeWireRows(static_cast<const float *>(x), shards.rows, w, wire, scale,
+                 sent.data());
+  kiln::rt::Status s =
+      comm->allGatherV(sent.data(), received.data(), shards.units.data(), name);
+  if (!s.isOk())
+    comm->abort(s.message(), 1);
+  decodeWireRows(received.data(), rows, w, scale, static_cast<float *>(y));
 }
 
 /// kiln_k_send (`send`) / kiln_k_recv: [rows, cols] of `elem` to or from

@@ -143,3 +143,74 @@ func.func @fused_weight(%o: tensor<?x64xf32>, %h: tensor<?x64xf32>, %w: tensor<3
   %s, %n = kiln.reduce_scatter_add_rms_norm %o, %h, %w {epsilon = 1.0e-05 : f32, group_size = 2 : i64, min_tokens = 8 : i64} : tensor<?x64xf32>, tensor<32xf32>
   return %n : tensor<?x64xf32>
 }
+
+// -----
+
+// The 8-bit all-gather (wire_quant): f32 rows, a known rule, per-block on a
+// multiple of 32 columns, a positive static scale only per tensor.
+// CHECK-LABEL: func.func @int8_gathers
+// CHECK: kiln.all_gather_rows %{{.*}} {group_size = 2 : i64, min_tokens = 4 : i64, wire_quant = "int8_per_token"} : tensor<?x48xf32>
+// CHECK: kiln.all_gather_rows %{{.*}} {group_size = 2 : i64, min_tokens = 4 : i64, wire_quant = "int8_per_block"} : tensor<?x64xf32>
+// CHECK: kiln.all_gather_rows %{{.*}} {group_size = 2 : i64, min_tokens = 4 : i64, wire_quant = "int8_per_tensor", wire_scale = 2.500000e-01 : f32} : tensor<?x48xf32>
+func.func @int8_gathers(%a: tensor<?x48xf32>, %b: tensor<?x64xf32>) -> (tensor<?x48xf32>, tensor<?x64xf32>, tensor<?x48xf32>) {
+  %t = kiln.all_gather_rows %a {group_size = 2 : i64, min_tokens = 4 : i64, wire_quant = "int8_per_token"} : tensor<?x48xf32>
+  %k = kiln.all_gather_rows %b {group_size = 2 : i64, min_tokens = 4 : i64, wire_quant = "int8_per_block"} : tensor<?x64xf32>
+  %s = kiln.all_gather_rows %a {group_size = 2 : i64, min_tokens = 4 : i64, wire_quant = "int8_per_tensor", wire_scale = 0.25 : f32} : tensor<?x48xf32>
+  return %t, %k, %s : tensor<?x48xf32>, tensor<?x64xf32>, tensor<?x48xf32>
+}
+
+// -----
+
+func.func @int8_gather_rule(%a: tensor<?x64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{'kiln.all_gather_rows' op wire_quant must be "int8_per_token", "int8_per_block" or "int8_per_tensor", got "int4_per_token"}}
+  %g = kiln.all_gather_rows %a {group_size = 2 : i64, min_tokens = 4 : i64, wire_quant = "int4_per_token"} : tensor<?x64xf32>
+  return %g : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @int8_gather_bf16(%a: tensor<?x64xbf16>) -> tensor<?x64xbf16> {
+  // expected-error @+1 {{'kiln.all_gather_rows' op an 8-bit gather (wire_quant) dequantizes to f32 rows, got 'tensor<?x64xbf16>'}}
+  %g = kiln.all_gather_rows %a {group_size = 2 : i64, min_tokens = 4 : i64, wire_quant = "int8_per_token"} : tensor<?x64xbf16>
+  return %g : tensor<?x64xbf16>
+}
+
+// -----
+
+func.func @int8_gather_blocks(%a: tensor<?x48xf32>) -> tensor<?x48xf32> {
+  // expected-error @+1 {{'kiln.all_gather_rows' op wire_quant = "int8_per_block" needs a multiple of 32 columns, got 48}}
+  %g = kiln.all_gather_rows %a {group_size = 2 : i64, min_tokens = 4 : i64, wire_quant = "int8_per_block"} : tensor<?x48xf32>
+  return %g : tensor<?x48xf32>
+}
+
+// -----
+
+func.func @int8_gather_no_scale(%a: tensor<?x48xf32>) -> tensor<?x48xf32> {
+  // expected-error @+1 {{'kiln.all_gather_rows' op wire_quant = "int8_per_tensor" needs a wire_scale}}
+  %g = kiln.all_gather_rows %a {group_size = 2 : i64, min_tokens = 4 : i64, wire_quant = "int8_per_tensor"} : tensor<?x48xf32>
+  return %g : tensor<?x48xf32>
+}
+
+// -----
+
+func.func @int8_gather_stray_scale(%a: tensor<?x48xf32>) -> tensor<?x48xf32> {
+  // expected-error @+1 {{'kiln.all_gather_rows' op wire_scale goes only with wire_quant = "int8_per_tensor"}}
+  %g = kiln.all_gather_rows %a {group_size = 2 : i64, min_tokens = 4 : i64, wire_quant = "int8_per_token", wire_scale = 1.0 : f32} : tensor<?x48xf32>
+  return %g : tensor<?x48xf32>
+}
+
+// -----
+
+func.func @int8_gather_scale_alone(%a: tensor<?x48xf32>) -> tensor<?x48xf32> {
+  // expected-error @+1 {{'kiln.all_gather_rows' op wire_scale needs wire_quant = "int8_per_tensor"}}
+  %g = kiln.all_gather_rows %a {group_size = 2 : i64, min_tokens = 4 : i64, wire_scale = 1.0 : f32} : tensor<?x48xf32>
+  return %g : tensor<?x48xf32>
+}
+
+// -----
+
+func.func @int8_gather_bad_scale(%a: tensor<?x48xf32>) -> tensor<?x48xf32> {
+  // expected-error @+1 {{'kiln.all_gather_rows' op wire_scale must be a positive finite number, got -1}}
+  %g = kiln.all_gather_rows %a {group_size = 2 : i64, min_tokens = 4 : i64, wire_quant = "int8_per_tensor", wire_scale = -1.0 : f32} : tensor<?x48xf32>
+  return %g : tensor<?x48xf32>
+}
