@@ -95,8 +95,16 @@ Prediction predict(const ModelShape &m, const Cluster &c, const Recipe &r,
     if (format == r.weights.name)
       weightB = std::min(B, rate * dev.bandwidthEfficiency);
   p.weightBandwidth = weightB;
-  p.kvBandwidth = B;
+  // Per kind of kernel where calibrated (calibrateDevice), else the
+  // device's two efficiencies.
+  const double kvB =
+      bandwidth * dev.kvBandwidthEfficiency.value_or(dev.bandwidthEfficiency);
+  const double eltB = bandwidth * dev.elementwiseBandwidthEfficiency.value_or(
+                                      dev.bandwidthEfficiency);
+  p.kvBandwidth = kvB;
   const double F = dev.peakFlops * dev.flopEfficiency;
+  const double attnF =
+      dev.peakFlops * dev.attentionFlopEfficiency.value_or(dev.flopEfficiency);
   const double C = double(std::max<int64_t>(1, w.concurrency));
   const double ctx = double(std::max<int64_t>(1, w.context));
   const double P = double(w.promptTokens > 0 ? w.promptTokens
@@ -138,7 +146,8 @@ Prediction predict(const ModelShape &m, const Cluster &c, const Recipe &r,
   // summed over the stages a token passes, each max(bytes / B, flops / F).
   const double kvLayerBytes = C * ctx * 2 * kvPerRank * hd * r.kvBytes;
   // Weights at the format's rate, the KV cache at the memory's: one time.
-  const double stageMemoryTime = Ls * (layerW / t / weightB + kvLayerBytes / B);
+  const double stageMemoryTime =
+      Ls * (layerW / t / weightB + kvLayerBytes / kvB);
   const double stageFlops = 2 * C * Ls * m.layerParams() / t +
                             4 * C * ctx * Ls * headsPerRank * hd;
   const double clsFlops = 2 * C * m.classifierParams() / (vocabParallel ? t : 1);
@@ -197,12 +206,12 @@ Prediction predict(const ModelShape &m, const Cluster &c, const Recipe &r,
         layersHere * layerW / t / weightB +
             (last ? clsPerRank / (classifierInFormat(r) ? weightB : B) : 0));
     const double attentionTime =
-        2 * mbRows * P * layersHere * headsPerRank * hd / F;
+        2 * mbRows * P * layersHere * headsPerRank * hd / attnF;
     const double elementwise =
         mbRows * layersHere *
         (10 * d / (sp ? t : 1.0) + 3 * f / t + 4 * headsPerRank * hd) *
         r.actBytes;
-    return linearTime + attentionTime + elementwise / B +
+    return linearTime + attentionTime + elementwise / eltB +
            layersHere * dev.layerOverhead;
   };
   double sum = 0, slowest = 0;
@@ -385,6 +394,128 @@ std::string compileFlags(const Recipe &r, bool gpu) {
   if (r.sp)
     os << " --sp";
   return os.str();
+}
+
+std::variant<std::string, DeviceCalibration>
+calibrateDevice(const Device &base, const std::vector<TraceKernel> &kernels,
+                double decodeStepSeconds, int64_t decodeSteps, int64_t layers,
+                const std::string &format) {
+  if (!(base.bandwidth > 0) || !(base.peakFlops > 0))
+    return std::string("the base device has no bandwidth or peak");
+  if (layers < 1)
+    return std::string("the trace names no layer (no 'layers.N' location)");
+  if (!format.empty() && format != "w8a16" && format != "w4a16" &&
+      format != "as-stored")
+    return "weight format '" + format +
+           "' is not one of w8a16, w4a16, as-stored";
+  // Sums per class: seconds, bytes, FLOPs.
+  struct Sum {
+    double seconds = 0, bytes = 0, flops = 0;
+  } decodeLinear, decodeAttention, prefillLinear, prefillAttention,
+      prefillElementwise;
+  double decodeKernelSeconds = 0;
+  for (const TraceKernel &k : kernels) {
+    if (!(k.seconds >= 0) || !(k.bytes >= 0) || !(k.flops >= 0) ||
+        k.tokens < 1)
+      return "kernel '" + k.name + "' has a negative or missing duration, "
+             "bytes, FLOPs or token count";
+    const bool linear = k.kind.find("linear") != std::string::npos ||
+                        k.kind.find("logits") != std::string::npos;
+    const bool attention = !linear && k.kind.find("attention") != std::string::npos;
+    const bool decode = k.tokens == 1;
+    Sum &s = decode ? (linear ? decodeLinear
+                              : attention ? decodeAttention : decodeLinear)
+                    : (linear ? prefillLinear
+                              : attention ? prefillAttention
+                                          : prefillElementwise);
+    if (decode && !linear && !attention)
+      continue; // decode's small kernels: part of the overhead below
+    if (decode)
+      decodeKernelSeconds += k.seconds;
+    s.seconds += k.seconds;
+    s.bytes += k.bytes;
+    s.flops += k.flops;
+  }
+  if (decodeLinear.seconds <= 0 || prefillLinear.seconds <= 0)
+    return std::string("the trace needs prefill (rows > 1) and decode "
+                       "(one row) steps with linear kernels: run kiln-bench "
+                       "--prompt-tokens P --decode-tokens D --trace FILE");
+  DeviceCalibration c;
+  c.device = base;
+  auto efficiency = [&](double rate, double bound, const char *what) {
+    double e = rate / bound;
+    if (e > 1.0) {
+      c.notes.push_back(std::string(what) + " ran at " +
+                        std::to_string(int(e * 100.0)) +
+                        "% of the device's figure (caches): recorded as 1");
+      e = 1.0;
+    }
+    return std::max(e, 1e-3);
+  };
+  c.decodeLinearRate = decodeLinear.bytes / decodeLinear.seconds;
+  c.prefillLinearRate = prefillLinear.flops / prefillLinear.seconds;
+  // A device figure the run exceeded (a CPU's bandwidth and peak are
+  // themselves measurements) is raised to the measured rate, so the linears
+  // run at efficiency 1 of it and the other kinds are efficiencies of it.
+  if (format.empty() && c.decodeLinearRate > c.device.bandwidth) {
+    c.notes.push_back("decode linears read " +
+                      std::to_string(c.decodeLinearRate / 1e9) +
+                      " GB/s, above the device's bandwidth: raised to it");
+    c.device.bandwidth = c.decodeLinearRate;
+  }
+  if (c.prefillLinearRate > c.device.peakFlops) {
+    c.notes.push_back("prefill linears ran at " +
+                      std::to_string(c.prefillLinearRate / 1e9) +
+                      " GFLOP/s, above the device's peak: raised to it");
+    c.device.peakFlops = c.prefillLinearRate;
+  }
+  const Device &bound = c.device;
+  if (format.empty()) {
+    c.device.bandwidthEfficiency =
+        efficiency(c.decodeLinearRate, bound.bandwidth, "decode linears");
+  } else {
+    bool set = false;
+    for (auto &[name, rate] : c.device.formatBandwidth)
+      if (name == format) {
+        rate = c.decodeLinearRate;
+        set = true;
+      }
+    if (!set)
+      c.device.formatBandwidth.push_back({format, c.decodeLinearRate});
+  }
+  c.device.flopEfficiency =
+      efficiency(c.prefillLinearRate, bound.peakFlops, "prefill linears");
+  if (decodeAttention.seconds > 0) {
+    c.decodeAttentionRate = decodeAttention.bytes / decodeAttention.seconds;
+    c.device.kvBandwidthEfficiency =
+        efficiency(c.decodeAttentionRate, bound.bandwidth, "decode attention");
+  } else {
+    c.notes.push_back("no decode attention kernel: the KV efficiency stays "
+                      "the bandwidth's");
+  }
+  if (prefillAttention.seconds > 0) {
+    c.prefillAttentionRate = prefillAttention.flops / prefillAttention.seconds;
+    c.device.attentionFlopEfficiency = efficiency(
+        c.prefillAttentionRate, bound.peakFlops, "prefill attention");
+  } else {
+    c.notes.push_back("no prefill attention kernel: attention's efficiency "
+                      "stays the linears'");
+  }
+  if (prefillElementwise.seconds > 0 && prefillElementwise.bytes > 0) {
+    c.prefillElementwiseRate =
+        prefillElementwise.bytes / prefillElementwise.seconds;
+    c.device.elementwiseBandwidthEfficiency = efficiency(
+        c.prefillElementwiseRate, bound.bandwidth, "prefill elementwise");
+  } else {
+    c.notes.push_back("no separate elementwise kernel in prefill (fused "
+                      "into the linears): its efficiency stays the "
+                      "bandwidth's");
+  }
+  if (decodeSteps > 0 && decodeStepSeconds > decodeKernelSeconds)
+    c.layerOverhead = (decodeStepSeconds - decodeKernelSeconds) /
+                      double(decodeSteps) / double(layers);
+  c.device.layerOverhead = c.layerOverhead;
+  return c;
 }
 
 } // namespace kiln::plan

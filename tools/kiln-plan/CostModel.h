@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace kiln::plan {
@@ -45,6 +46,13 @@ struct Device {
   /// format, where dequantization, not memory, bounds it (the CPU's w8a16,
   /// w4a16 and GGML block kernels; kiln-gemv-bench); absent: bandwidth.
   std::vector<std::pair<std::string, double>> formatBandwidth;
+  /// Per kind of kernel, where a measurement (calibrateDevice) says it
+  /// differs from the two efficiencies above: the KV cache's reads in
+  /// decode attention, the elementwise kernels' traffic in prefill (norms,
+  /// adds, RoPE, SwiGLU), causal attention's FLOPs in prefill. Absent:
+  /// bandwidthEfficiency / flopEfficiency.
+  std::optional<double> kvBandwidthEfficiency, elementwiseBandwidthEfficiency,
+      attentionFlopEfficiency;
 };
 
 /// A link's alpha-beta terms: alpha seconds per step, beta bytes/s.
@@ -170,6 +178,48 @@ std::vector<Candidate> rank(const ModelShape &m, const Cluster &c,
                             const Workload &w, const Slo &slo,
                             const std::vector<WeightFormat> &formats,
                             const std::vector<std::string> &kvs);
+
+/// One kernel call of a Kiln trace (kiln-bench / kiln-run --trace: the
+/// "kernel" events' args): its op kind ("linear", "attention", fused
+/// "rms_norm+linear+rope" ...), seconds, bytes and FLOPs the compiler
+/// counted, and the step's rows (1 in decode).
+struct TraceKernel {
+  std::string kind, name;
+  double seconds = 0, bytes = 0, flops = 0;
+  int64_t tokens = 0;
+};
+
+/// What a trace says about a device: achieved rates per class of kernel,
+/// the efficiencies they are of the device's bandwidth and peak (clamped
+/// to [1e-3, 1]; a bandwidth or peak the linears exceeded is raised to
+/// their rate first), and the layer overhead.
+struct DeviceCalibration {
+  Device device; ///< base with the measured efficiencies
+  /// bytes/s or FLOP/s achieved: decode linears (weights), decode
+  /// attention (KV), prefill linears (FLOP/s), prefill attention (FLOP/s),
+  /// prefill elementwise (bytes/s); 0 where the trace had none.
+  double decodeLinearRate = 0, decodeAttentionRate = 0,
+         prefillLinearRate = 0, prefillAttentionRate = 0,
+         prefillElementwiseRate = 0;
+  double layerOverhead = 0; ///< seconds per layer, decode
+  std::vector<std::string> notes; ///< clamped values, missing classes
+};
+
+/// Calibrates `base` from the kernels of one single-rank run with prefill
+/// and decode steps (`decodeStepSeconds`: the decode steps' total,
+/// `decodeSteps` of them; `layers` of the model). Kernel classes by op
+/// kind: a kind naming "linear" or "logits" is a linear (weight bytes in
+/// decode, GEMM FLOPs in prefill), "attention" attention, anything else
+/// elementwise. `format`: "" (the activation dtype's weights: the decode
+/// linears' rate sets bandwidthEfficiency) or w8a16 / w4a16 / as-stored
+/// (it sets formatBandwidth[format], bounded by dequantization). The
+/// layer overhead is the decode time outside the linears and attention
+/// (norms, the embedding, launches, the step's bookkeeping), per layer.
+/// Returns an error message, or the calibration.
+std::variant<std::string, DeviceCalibration>
+calibrateDevice(const Device &base, const std::vector<TraceKernel> &kernels,
+                double decodeStepSeconds, int64_t decodeSteps, int64_t layers,
+                const std::string &format);
 
 /// The kiln-compile flags of a recipe (target cpu or cuda).
 std::string compileFlags(const Recipe &r, bool gpu);

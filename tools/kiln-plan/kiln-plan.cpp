@@ -20,6 +20,7 @@
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -29,13 +30,29 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 
 using namespace llvm;
 using namespace kiln::plan;
 
 static cl::OptionCategory category("kiln-plan options");
-static cl::opt<std::string> modelPath(cl::Positional, cl::Required,
-                                      cl::desc("MODEL"), cl::cat(category));
+static cl::opt<std::string> modelPath(cl::Positional, cl::desc("MODEL"),
+                                      cl::cat(category));
+static cl::opt<std::string> calibrateTrace(
+    "calibrate",
+    cl::desc("Instead of planning: read a Kiln trace of one single-rank run "
+             "(kiln-bench ARTIFACT --prompt-tokens P --decode-tokens D "
+             "--trace FILE) and print the --gpu device with the "
+             "efficiencies that run reached per kind of kernel, as a "
+             "cluster file's \"device\" object (docs/planning.md)"),
+    cl::value_desc("TRACE.json"), cl::cat(category));
+static cl::opt<std::string> calibrateFormat(
+    "calibrate-format",
+    cl::desc("With --calibrate: the traced artifact's weight format, "
+             "plain (the activation dtype's, default), w8a16, w4a16 or "
+             "as-stored (GGUF blocks): a quantized format's decode rate "
+             "goes to format_bandwidth_gbs"),
+    cl::init("plain"), cl::value_desc("FORMAT"), cl::cat(category));
 static cl::opt<std::string> clusterFile(
     "cluster",
     cl::desc("JSON file describing the devices and links (docs/planning.md); "
@@ -197,7 +214,9 @@ static Device deviceFrom(const json::Value &v, StringRef file) {
   checkKeys(*o,
             {"name", "memory_gib", "bandwidth_gbs", "peak_tflops",
              "bandwidth_efficiency", "flop_efficiency", "layer_overhead_us",
-             "gpu", "node_bandwidth_gbs", "format_bandwidth_gbs"},
+             "gpu", "node_bandwidth_gbs", "format_bandwidth_gbs",
+             "kv_bandwidth_efficiency", "elementwise_bandwidth_efficiency",
+             "attention_flop_efficiency"},
             file, "device.");
   Device d;
   if (const json::Value *name = o->get("name")) {
@@ -225,6 +244,13 @@ static Device deviceFrom(const json::Value &v, StringRef file) {
       numberField(*o, "layer_overhead_us", 0, 1e6, file, "device.")
           .value_or(0) *
       1e-6;
+  // Per kind of kernel (kiln-plan --calibrate).
+  d.kvBandwidthEfficiency =
+      numberField(*o, "kv_bandwidth_efficiency", 1e-3, 1, file, "device.");
+  d.elementwiseBandwidthEfficiency = numberField(
+      *o, "elementwise_bandwidth_efficiency", 1e-3, 1, file, "device.");
+  d.attentionFlopEfficiency =
+      numberField(*o, "attention_flop_efficiency", 1e-3, 1, file, "device.");
   if (const json::Value *gpu = o->get("gpu")) {
     if (!gpu->getAsBoolean())
       fail(file + ": device.gpu must be true or false");
@@ -334,6 +360,157 @@ static std::string recipeName(const Recipe &r) {
   return s;
 }
 
+/// The number args[key], or std::nullopt.
+static std::optional<double> traceNumber(const json::Object &args,
+                                         StringRef key) {
+  if (const json::Value *v = args.get(key))
+    return v->getAsNumber();
+  return std::nullopt;
+}
+
+/// kiln-plan --calibrate TRACE: the --gpu device calibrated from a Kiln
+/// trace, printed as a cluster file's "device" object.
+static int calibrate() {
+  const std::string file = calibrateTrace;
+  std::optional<Device> base = deviceNamed(gpuName);
+  if (!base)
+    fail("--gpu=" + gpuName + " is not one of a100-80g, h100-sxm, h200, cpu");
+  std::string format = calibrateFormat;
+  if (format != "plain" && format != "w8a16" && format != "w4a16" &&
+      format != "as-stored")
+    fail("--calibrate-format=" + format +
+         " is not one of plain, w8a16, w4a16, as-stored");
+  if (format == "plain")
+    format.clear();
+  // A 4K-token prefill with decode traces a few thousand events per step:
+  // 256 MiB is far above any real trace and bounds a hostile one.
+  Expected<json::Value> parsed = mlir::kiln::detail::readJsonFile(
+      file, uint64_t(256) << 20, "a Kiln trace (JSON)");
+  if (!parsed)
+    fail(toString(parsed.takeError()));
+  const json::Object *root = parsed->getAsObject();
+  const json::Array *events =
+      root ? root->getArray("traceEvents") : parsed->getAsArray();
+  if (!events)
+    fail(file + ": not a Kiln trace: expected {\"traceEvents\": [...]}");
+  std::vector<TraceKernel> kernels;
+  double decodeSeconds = 0;
+  int64_t decodeSteps = 0, prefillSteps = 0;
+  std::set<int64_t> layerIds;
+  size_t index = 0;
+  for (const json::Value &e : *events) {
+    ++index;
+    const json::Object *o = e.getAsObject();
+    if (!o)
+      fail(file + ": traceEvents[" + Twine(index - 1) + "] is not an object");
+    std::optional<StringRef> cat = o->getString("cat");
+    std::optional<StringRef> ph = o->getString("ph");
+    if (!cat || !ph || *ph != "X")
+      continue;
+    std::optional<double> dur = o->getNumber("dur"); // microseconds
+    const json::Object *args = o->getObject("args");
+    if (*cat != "kernel" && *cat != "step")
+      continue;
+    if (!dur || !std::isfinite(*dur) || *dur < 0 || !args)
+      fail(file + ": traceEvents[" + Twine(index - 1) +
+           "]: a kernel or step event needs a non-negative \"dur\" and "
+           "\"args\"");
+    std::optional<double> tokens = traceNumber(*args, "tokens");
+    if (!tokens || !(*tokens >= 1) || *tokens > 1e9)
+      fail(file + ": traceEvents[" + Twine(index - 1) +
+           "]: args.tokens must be a positive row count");
+    if (*cat == "step") {
+      std::optional<StringRef> name = o->getString("name");
+      if (name && *name == "decode") {
+        decodeSeconds += *dur * 1e-6;
+        ++decodeSteps;
+      } else if (name && *name == "prefill") {
+        ++prefillSteps;
+      }
+      continue;
+    }
+    TraceKernel k;
+    k.name = o->getString("name").value_or("?").str();
+    k.kind = args->getString("kind").value_or("").str();
+    k.seconds = *dur * 1e-6;
+    std::optional<double> bytes = traceNumber(*args, "bytes");
+    std::optional<double> flops = traceNumber(*args, "flops");
+    if (!bytes || !flops || !std::isfinite(*bytes) || !std::isfinite(*flops) ||
+        *bytes < 0 || *flops < 0)
+      fail(file + ": traceEvents[" + Twine(index - 1) + "] ('" + k.name +
+           "'): args.bytes and args.flops must be non-negative numbers");
+    k.bytes = *bytes;
+    k.flops = *flops;
+    k.tokens = int64_t(*tokens);
+    // Layers from the locations ("layers.3.wq", "layers.3.wo+...").
+    StringRef loc = args->getString("loc").value_or("");
+    for (size_t at = loc.find("layers."); at != StringRef::npos;
+         at = loc.find("layers.", at + 7)) {
+      int64_t id = 0;
+      StringRef rest = loc.substr(at + 7);
+      if (!rest.consumeInteger(10, id) && id >= 0 && id < 100000)
+        layerIds.insert(id);
+    }
+    kernels.push_back(std::move(k));
+  }
+  if (kernels.empty() || !decodeSteps || !prefillSteps)
+    fail(file + ": the trace needs a prefill and a decode step with their "
+                "kernels (kiln-bench ARTIFACT --prompt-tokens P "
+                "--decode-tokens D --trace FILE; one rank)");
+  auto result = calibrateDevice(*base, kernels, decodeSeconds, decodeSteps,
+                                int64_t(layerIds.size()), format);
+  if (auto *error = std::get_if<std::string>(&result))
+    fail(file + ": " + *error);
+  const DeviceCalibration &c = std::get<DeviceCalibration>(result);
+  const Device &d = c.device;
+  // What was measured, on stderr; the device object on stdout.
+  auto gb = [](double v) { return str(v / 1e9); };
+  llvm::errs() << "kiln-plan: calibrated " << gpuName << " from " << file
+               << " (" << kernels.size() << " kernel calls, "
+               << layerIds.size() << " layers, " << decodeSteps
+               << " decode steps)\n"
+               << "  decode linears:      " << gb(c.decodeLinearRate)
+               << " GB/s of weights\n"
+               << "  decode attention:    " << gb(c.decodeAttentionRate)
+               << " GB/s of KV cache\n"
+               << "  prefill linears:     " << gb(c.prefillLinearRate)
+               << " GFLOP/s\n"
+               << "  prefill attention:   " << gb(c.prefillAttentionRate)
+               << " GFLOP/s\n"
+               << "  prefill elementwise: " << gb(c.prefillElementwiseRate)
+               << " GB/s\n"
+               << "  layer overhead:      " << str(c.layerOverhead * 1e6)
+               << " us per layer and decode step\n";
+  for (const std::string &note : c.notes)
+    llvm::errs() << "  note: " << note << "\n";
+  json::Object device{
+      {"name", d.name + " (calibrated)"},
+      {"memory_gib", d.memoryBytes / (1024.0 * 1024.0 * 1024.0)},
+      {"bandwidth_gbs", d.bandwidth / 1e9},
+      {"peak_tflops", d.peakFlops / 1e12},
+      {"bandwidth_efficiency", d.bandwidthEfficiency},
+      {"flop_efficiency", d.flopEfficiency},
+      {"layer_overhead_us", d.layerOverhead * 1e6},
+      {"gpu", d.gpu}};
+  if (d.kvBandwidthEfficiency)
+    device["kv_bandwidth_efficiency"] = *d.kvBandwidthEfficiency;
+  if (d.elementwiseBandwidthEfficiency)
+    device["elementwise_bandwidth_efficiency"] =
+        *d.elementwiseBandwidthEfficiency;
+  if (d.attentionFlopEfficiency)
+    device["attention_flop_efficiency"] = *d.attentionFlopEfficiency;
+  if (d.nodeBandwidth > 0)
+    device["node_bandwidth_gbs"] = d.nodeBandwidth / 1e9;
+  if (!d.formatBandwidth.empty()) {
+    json::Object formats;
+    for (const auto &[name, rate] : d.formatBandwidth)
+      formats[name] = rate / 1e9;
+    device["format_bandwidth_gbs"] = std::move(formats);
+  }
+  llvm::outs() << formatv("{0:2}", json::Value(std::move(device))) << "\n";
+  return 0;
+}
+
 int main(int argc, char **argv) {
   kiln::tool::ToolMain tool(argc, argv, "kiln-plan",
                             kiln::tool::ToolKind::Compiler);
@@ -351,6 +528,16 @@ int main(int argc, char **argv) {
       "and SLO), then the more precise, then by TPOT and TTFT. Prints the\n"
       "winner's kiln-compile command.\n",
       {});
+
+  if (!calibrateTrace.empty()) {
+    if (!modelPath.empty())
+      fail("--calibrate reads a trace, not a model: drop " + modelPath);
+    return calibrate();
+  }
+  if (calibrateFormat.getNumOccurrences())
+    fail("--calibrate-format needs --calibrate TRACE.json");
+  if (modelPath.empty())
+    fail("a MODEL is required (a checkpoint, or synthetic:<shape>)");
 
   const double ttftLimit =
       parseDuration("slo-ttft", sloTtft, sloTtft.getNumOccurrences() > 0);

@@ -223,3 +223,106 @@ TEST(PlanCost, CompileFlags) {
   q.kv = "f32";
   EXPECT_EQ(compileFlags(q, false), "--target=cpu --quant=w4a16-rtn");
 }
+
+namespace {
+TraceKernel kernel(const std::string &kind, double seconds, double bytes,
+                   double flops, int64_t tokens) {
+  return TraceKernel{kind, "k", seconds, bytes, flops, tokens};
+}
+} // namespace
+
+// Per-kind efficiencies from a trace, by hand: a 100 GB/s, 10 TFLOP/s
+// device; decode linears read 50 GB in 1 s (0.5), decode attention 20 GB in
+// 1 s (0.2); prefill linears 4 TFLOP in 1 s (0.4), attention 1 TFLOP in 1 s
+// (0.1), elementwise 30 GB in 1 s (0.3). The 2 decode steps of a 4-layer
+// model took 2.4 s, 2 s of it in linears and attention: 0.05 s per layer
+// and step (the decode norm's 0.1 s counts as overhead).
+TEST(PlanCost, CalibrationFromTraceByHand) {
+  Device base{"dev", 80e9, 100e9, 10e12, 0.75, 0.6, 0.0, true};
+  std::vector<TraceKernel> ks = {
+      kernel("rms_norm+linear+rope", 0.5, 25e9, 1e9, 1),
+      kernel("logits", 0.5, 25e9, 1e9, 1),
+      kernel("attention", 1.0, 20e9, 1e9, 1),
+      kernel("rms_norm", 0.1, 1e9, 0, 1),
+      kernel("linear+add", 1.0, 1e9, 4e12, 128),
+      kernel("attention", 1.0, 1e9, 1e12, 128),
+      kernel("rope", 1.0, 30e9, 1e9, 128)};
+  auto result = calibrateDevice(base, ks, /*decodeStepSeconds=*/2.4,
+                                /*decodeSteps=*/2, /*layers=*/4, "");
+  ASSERT_TRUE(std::holds_alternative<DeviceCalibration>(result))
+      << std::get<std::string>(result);
+  const DeviceCalibration &c = std::get<DeviceCalibration>(result);
+  EXPECT_DOUBLE_EQ(c.decodeLinearRate, 50e9);
+  EXPECT_DOUBLE_EQ(c.device.bandwidthEfficiency, 0.5);
+  EXPECT_DOUBLE_EQ(*c.device.kvBandwidthEfficiency, 0.2);
+  EXPECT_DOUBLE_EQ(c.device.flopEfficiency, 0.4);
+  EXPECT_DOUBLE_EQ(*c.device.attentionFlopEfficiency, 0.1);
+  EXPECT_DOUBLE_EQ(*c.device.elementwiseBandwidthEfficiency, 0.3);
+  EXPECT_NEAR(c.device.layerOverhead, 0.05, 1e-12);
+  EXPECT_TRUE(c.notes.empty());
+
+  // The calibrated device predicts with those efficiencies: the KV reads
+  // of a decode step at 0.2 of the bandwidth.
+  Cluster cluster;
+  cluster.device = c.device;
+  Recipe r;
+  r.kvBytes = 2;
+  Workload w;
+  w.context = 64;
+  ModelShape m = toy();
+  Prediction p = predict(m, cluster, r, w);
+  EXPECT_DOUBLE_EQ(p.kvBandwidth, 100e9 * 0.2);
+  EXPECT_DOUBLE_EQ(p.weightBandwidth, 100e9 * 0.5);
+
+  // A quantized artifact's decode rate is that format's GEMV rate; the
+  // bandwidth efficiency stays.
+  auto q = calibrateDevice(base, ks, 2.4, 2, 4, "w4a16");
+  ASSERT_TRUE(std::holds_alternative<DeviceCalibration>(q));
+  const Device &dq = std::get<DeviceCalibration>(q).device;
+  EXPECT_DOUBLE_EQ(dq.bandwidthEfficiency, 0.75);
+  ASSERT_EQ(dq.formatBandwidth.size(), 1u);
+  EXPECT_EQ(dq.formatBandwidth[0].first, "w4a16");
+  EXPECT_DOUBLE_EQ(dq.formatBandwidth[0].second, 50e9);
+}
+
+// Linears faster than the device's figures raise them (a CPU's figures
+// are measurements too); the other kinds are then efficiencies of the
+// raised figure.
+TEST(PlanCost, CalibrationRaisesExceededFigures) {
+  Device base{"cpu", 24e9, 20e9, 50e9, 1.0, 1.0, 0.0, false};
+  std::vector<TraceKernel> ks = {kernel("linear", 1.0, 30e9, 1e9, 1),
+                                 kernel("attention", 1.0, 15e9, 1e9, 1),
+                                 kernel("linear", 1.0, 1e9, 100e9, 64),
+                                 kernel("attention", 1.0, 1e9, 25e9, 64)};
+  auto result = calibrateDevice(base, ks, 2.0, 1, 1, "");
+  ASSERT_TRUE(std::holds_alternative<DeviceCalibration>(result));
+  const DeviceCalibration &c = std::get<DeviceCalibration>(result);
+  EXPECT_DOUBLE_EQ(c.device.bandwidth, 30e9);
+  EXPECT_DOUBLE_EQ(c.device.peakFlops, 100e9);
+  EXPECT_DOUBLE_EQ(c.device.bandwidthEfficiency, 1.0);
+  EXPECT_DOUBLE_EQ(*c.device.kvBandwidthEfficiency, 0.5);
+  EXPECT_DOUBLE_EQ(*c.device.attentionFlopEfficiency, 0.25);
+  EXPECT_EQ(c.notes.size(), 3u); // two raised figures, no elementwise kernel
+  EXPECT_DOUBLE_EQ(c.device.layerOverhead, 0.0);
+}
+
+TEST(PlanCost, CalibrationErrors) {
+  Device base{"dev", 80e9, 100e9, 10e12, 0.75, 0.6, 0.0, true};
+  std::vector<TraceKernel> decodeOnly = {kernel("linear", 1.0, 1e9, 1e9, 1)};
+  auto noPrefill = calibrateDevice(base, decodeOnly, 1.0, 1, 1, "");
+  ASSERT_TRUE(std::holds_alternative<std::string>(noPrefill));
+  EXPECT_NE(std::get<std::string>(noPrefill).find("prefill"),
+            std::string::npos);
+  std::vector<TraceKernel> both = {kernel("linear", 1.0, 1e9, 1e9, 1),
+                                   kernel("linear", 1.0, 1e9, 1e9, 8)};
+  auto badFormat = calibrateDevice(base, both, 1.0, 1, 1, "q4_k");
+  ASSERT_TRUE(std::holds_alternative<std::string>(badFormat));
+  EXPECT_NE(std::get<std::string>(badFormat).find("'q4_k'"),
+            std::string::npos);
+  auto noLayers = calibrateDevice(base, both, 1.0, 1, 0, "");
+  ASSERT_TRUE(std::holds_alternative<std::string>(noLayers));
+  std::vector<TraceKernel> negative = {kernel("linear", -1.0, 1e9, 1e9, 1),
+                                       kernel("linear", 1.0, 1e9, 1e9, 8)};
+  EXPECT_TRUE(std::holds_alternative<std::string>(
+      calibrateDevice(base, negative, 1.0, 1, 1, "")));
+}
