@@ -113,6 +113,9 @@ void BatchStepPass::runOnOperation() {
       step.erase();
       return signalPassFailure();
     }
+  // The paged step's attention is dense (kiln-sparse-attention serves the
+  // contiguous prefill only, so far).
+  step.walk([](AttentionOp a) { a.removeSparseAttr(); });
   position.setType(BatchType::get(ctx));
   kvCache.setType(PagedKVCacheType::get(ctx, cache.getNumLayers(),
                                         cache.getNumKvHeads(),

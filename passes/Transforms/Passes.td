@@ -304,6 +304,56 @@ def QuantizeBlockActivationsPass
   let dependentDialects = ["::mlir::kiln::KilnDialect"];
 }
 
+def SparseAttentionPass
+    : Pass<"kiln-sparse-attention", "::mlir::ModuleOp"> {
+  let summary = "Dynamic block-sparse prefill attention with per-block budgets";
+  let description = [{
+    Lowers dense prefill attention to its dynamic block-sparse form
+    (docs/sparse-attention.md): every `kiln.attention` of a prefill entry
+    point (rows = the token count, a contiguous cache of the activation
+    dtype, no sliding window or key centering) gets `sparse =
+    #kiln.sparse_attention<...>` with the options below. At run time each
+    (KV head, query block of `block` positions) estimates the attention
+    mass of every earlier key block from pooled queries and keys
+    (FlexPrefill, Lai et al. 2025; one estimate per GQA group), keeps the
+    `sink` first and `local` last blocks, adds blocks by estimated mass
+    until the kept mass reaches `gamma`, clamps to [`min-budget`,
+    `max-budget`] keys, and runs exact attention over the kept keys with
+    the dense kernel's softmax; chunked prefill and a KV prefix select
+    among all earlier blocks. Dense fallback: `gamma` = 1, steps with fewer
+    than `min-tokens` keys, and steps that keep 90% of their block pairs
+    run the dense kernel. Decode and the batched step stay dense.
+    Attention ops it cannot serve (8-bit caches, sliding windows, key
+    centering) stay dense; with `report` a remark counts both.
+
+    ```mlir
+    %o = kiln.attention %q, %k, %v, %cache, %pos {head_dim = 8 : i64, layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, scale = 0.353553385 : f32, sparse = #kiln.sparse_attention<mode = "flex", gamma = 9.500000e-01 : f32, block = 64, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 1024>} : ...
+    ```
+  }];
+  let options = [
+    Option<"mode", "mode", "std::string", /*default=*/"\"flex\"",
+           "Mass estimate: flex (pooled queries and keys)">,
+    Option<"gamma", "gamma", "double", /*default=*/"0.95",
+           "Attention mass each query block's kept keys must cover, (0, 1]">,
+    Option<"block", "block", "int64_t", /*default=*/"64",
+           "Positions per query and key block">,
+    Option<"sink", "sink", "int64_t", /*default=*/"1",
+           "First key blocks always kept (attention sinks)">,
+    Option<"local", "local", "int64_t", /*default=*/"2",
+           "Key blocks ending at the diagonal always kept (>= 1)">,
+    Option<"minBudget", "min-budget", "int64_t", /*default=*/"0",
+           "Keys each query block keeps at least">,
+    Option<"maxBudget", "max-budget", "int64_t", /*default=*/"0",
+           "Keys each query block keeps at most beyond the mandatory blocks "
+           "(0: no limit)">,
+    Option<"minTokens", "min-tokens", "int64_t", /*default=*/"1024",
+           "Steps with fewer keys run dense">,
+    Option<"report", "report", "bool", /*default=*/"false",
+           "Emit a remark with the ops made sparse and left dense">,
+  ];
+  let dependentDialects = ["::mlir::kiln::KilnDialect"];
+}
+
 def BatchStepPass : Pass<"kiln-batch-step", "::mlir::ModuleOp"> {
   let summary = "Add the batched step entry point @step, derived from @prefill";
   let description = [{

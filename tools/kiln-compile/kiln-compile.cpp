@@ -29,10 +29,13 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdio>
+#include <optional>
+#include <variant>
 
 using namespace mlir;
 using namespace mlir::kiln;
@@ -115,6 +118,74 @@ static cl::opt<std::string> ggufLinears(
              "(Kiln's W4A16 / W8A16 layout: codes, float32 scales, zero "
              "points); other GGML formats are always kept as blocks"),
     cl::init("auto"), cl::value_desc("auto|blocks|repacked"), cl::cat(category));
+
+static cl::opt<std::string> sparseAttention(
+    "sparse-attention",
+    cl::desc("Dynamic block-sparse prefill attention (kiln-sparse-attention, "
+             "docs/sparse-attention.md): none (default) or flex, optionally "
+             "with settings: flex:gamma=0.95,block=64,sink=1,local=2,"
+             "min-budget=0,max-budget=0,min-tokens=1024 (each query block "
+             "keeps the key blocks holding gamma of its estimated attention "
+             "mass; shorter steps run dense); cpu target"),
+    cl::init("none"), cl::value_desc("none|flex[:KEY=VALUE,...]"),
+    cl::cat(category));
+
+/// --sparse-attention parsed: the pass's options, or an error message.
+static std::variant<std::string, SparseAttentionPassOptions>
+parseSparseAttention(llvm::StringRef text) {
+  SparseAttentionPassOptions o;
+  auto [mode, settings] = text.split(':');
+  if (mode != "flex")
+    return "--sparse-attention=" + text.str() +
+           ": the mode must be none or flex";
+  o.mode = mode.str();
+  llvm::SmallVector<llvm::StringRef> items;
+  if (!settings.empty())
+    settings.split(items, ',');
+  for (llvm::StringRef item : items) {
+    auto [key, value] = item.split('=');
+    const std::string where = "--sparse-attention: '" + item.str() + "'";
+    if (key == "gamma") {
+      double g = 0;
+      if (value.getAsDouble(g) || !(g > 0.0 && g <= 1.0))
+        return where + ": gamma must be a number in (0, 1]";
+      o.gamma = g;
+      continue;
+    }
+    int64_t v = 0;
+    const bool isInt = !value.getAsInteger(10, v);
+    if (key == "block") {
+      if (!isInt || v < 1 || v > 4096)
+        return where + ": block must be an integer in [1, 4096] positions";
+      o.block = v;
+    } else if (key == "sink") {
+      if (!isInt || v < 0 || v > 1 << 20)
+        return where + ": sink must be a block count >= 0";
+      o.sink = v;
+    } else if (key == "local") {
+      if (!isInt || v < 1 || v > 1 << 20)
+        return where + ": local must be a block count >= 1 (the diagonal)";
+      o.local = v;
+    } else if (key == "min-budget" || key == "max-budget" ||
+               key == "min-tokens") {
+      if (!isInt || v < 0 || v > int64_t(1) << 40)
+        return where + ": " + key.str() + " must be a token count >= 0";
+      (key == "min-budget"   ? o.minBudget
+       : key == "max-budget" ? o.maxBudget
+                             : o.minTokens) = v;
+    } else {
+      return where + ": unknown setting (expected gamma, block, sink, "
+                     "local, min-budget, max-budget, min-tokens)";
+    }
+  }
+  if (o.maxBudget > 0 && o.maxBudget < o.minBudget)
+    return "--sparse-attention: max-budget " + std::to_string(o.maxBudget) +
+           " is below min-budget " + std::to_string(o.minBudget);
+  return o;
+}
+
+/// The parsed --sparse-attention (main); std::nullopt: none.
+static std::optional<SparseAttentionPassOptions> sparseOptions;
 
 static cl::opt<std::string> actQuant(
     "act-quant",
@@ -361,6 +432,19 @@ static std::string graphPipeline() {
     append("kiln-center-keys{calibration=" + calibrationPath + "}");
   if (actQuant == "int8")
     append("kiln-quantize-block-activations{scheme=int8-per-block}");
+  if (sparseOptions) {
+    const SparseAttentionPassOptions &o = *sparseOptions;
+    char gamma[32];
+    std::snprintf(gamma, sizeof(gamma), "%.9g", double(o.gamma));
+    append(llvm::formatv("kiln-sparse-attention{{mode={0} gamma={1} "
+                         "block={2} sink={3} local={4} min-budget={5} "
+                         "max-budget={6} min-tokens={7}}",
+                         o.mode, gamma, int64_t(o.block),
+                         int64_t(o.sink), int64_t(o.local),
+                         int64_t(o.minBudget), int64_t(o.maxBudget),
+                         int64_t(o.minTokens))
+               .str());
+  }
   return passes;
 }
 
@@ -374,6 +458,8 @@ static void addGraphPasses(OpPassManager &pm) {
   }
   if (actQuant == "int8")
     pm.addPass(createQuantizeBlockActivationsPass());
+  if (sparseOptions)
+    pm.addPass(createSparseAttentionPass(*sparseOptions));
 }
 
 /// Adds the passes quantPipeline() describes.
@@ -553,6 +639,19 @@ int main(int argc, char **argv) {
                 "' (expected none or int8)");
   if (actQuant == "int8" && target == "cuda")
     return fail("--act-quant=int8 has kernels for --target=cpu only so far");
+  if (sparseAttention != "none") {
+    auto parsed = parseSparseAttention(sparseAttention);
+    if (auto *error = std::get_if<std::string>(&parsed))
+      return fail(*error);
+    if (target == "cuda")
+      return fail("--sparse-attention has kernels for --target=cpu only so "
+                  "far");
+    if (kvCache == "int8" || kvCache == "fp8")
+      return fail("--sparse-attention reads a cache of the activation dtype; "
+                  "--kv=" +
+                  kvCache + " has no sparse kernel yet");
+    sparseOptions = std::get<SparseAttentionPassOptions>(parsed);
+  }
   if (ggufLinears != "auto" && ggufLinears != "blocks" &&
       ggufLinears != "repacked")
     return fail("unsupported --gguf-linears='" + ggufLinears +

@@ -351,7 +351,8 @@ void LlamaGraphBuilder::buildEntryPoint(StringRef name, int64_t numTokens,
         i64(cfg.nKvHeads), i64(cfg.headDim), scale, builder.getBoolAttr(true),
         /*key_mean=*/Value(), /*key_mean_theta=*/FloatAttr(),
         /*key_mean_rotary_dim=*/IntegerAttr(),
-        cfg.slidingWindow > 0 ? i64(cfg.slidingWindow) : IntegerAttr());
+        cfg.slidingWindow > 0 ? i64(cfg.slidingWindow) : IntegerAttr(),
+        /*sparse=*/SparseAttentionAttr());
     Value o = linear(cfg.dim, a, p + "wo");
     loc = at(p + "attention_residual");
     h = AddOp::create(builder, loc, h, o);

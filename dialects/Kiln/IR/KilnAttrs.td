@@ -77,4 +77,32 @@ def Kiln_WeightTransformAttr : AttrDef<Kiln_Dialect, "WeightTransform"> {
   let genVerifyDecl = 1;
 }
 
+def Kiln_SparseAttentionAttr : AttrDef<Kiln_Dialect, "SparseAttention"> {
+  let mnemonic = "sparse_attention";
+  let summary = "Dynamic block-sparse attention: how a kiln.attention selects its keys";
+  let description = [{
+    Set on a prefill `kiln.attention` by `kiln-sparse-attention`
+    (docs/sparse-attention.md; kernel_abi.h kiln_k_attention_sparse). Keys
+    and queries are cut into blocks of `block` positions; per (KV head,
+    query block) the attention mass on each earlier key block is estimated
+    from pooled queries and keys (`mode = "flex"`: FlexPrefill's pooled
+    estimate, Lai et al. 2025), the `sink` first and `local` last blocks
+    are always kept, then blocks by estimated mass until the kept mass
+    reaches `gamma` (in (0, 1]; 1 is dense), bounded below by `min_budget`
+    keys and above by `max_budget` keys (0: no bound). Steps with fewer
+    than `min_tokens` keys, and steps keeping most blocks, run the dense
+    kernel.
+
+    ```mlir
+    #kiln.sparse_attention<mode = "flex", gamma = 9.500000e-01 : f32, block = 64, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 1024>
+    ```
+  }];
+  let parameters = (ins StringRefParameter<>:$mode, "::mlir::FloatAttr":$gamma,
+                        "int64_t":$block, "int64_t":$sink, "int64_t":$local,
+                        "int64_t":$min_budget, "int64_t":$max_budget,
+                        "int64_t":$min_tokens);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
 #endif // KILN_DIALECTS_KILN_IR_KILNATTRS_TD

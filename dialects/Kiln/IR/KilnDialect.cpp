@@ -192,6 +192,35 @@ verifyRepackParams(function_ref<InFlightDiagnostic()> emitError,
 }
 
 LogicalResult
+SparseAttentionAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                            StringRef mode, FloatAttr gamma, int64_t block,
+                            int64_t sink, int64_t local, int64_t minBudget,
+                            int64_t maxBudget, int64_t minTokens) {
+  if (mode != "flex")
+    return emitError() << "sparse attention mode must be \"flex\", got \""
+                       << mode << "\"";
+  const double g = gamma ? gamma.getValueAsDouble() : -1.0;
+  if (!(g > 0.0 && g <= 1.0))
+    return emitError() << "sparse attention gamma must be in (0, 1], got "
+                       << g;
+  if (block < 1 || block > 4096)
+    return emitError() << "sparse attention block must be in [1, 4096] "
+                          "positions, got "
+                       << block;
+  if (sink < 0 || local < 1)
+    return emitError() << "sparse attention needs sink >= 0 and local >= 1 "
+                          "blocks (the diagonal's), got sink "
+                       << sink << " and local " << local;
+  if (minBudget < 0 || maxBudget < 0 || minTokens < 0)
+    return emitError() << "sparse attention min_budget, max_budget and "
+                          "min_tokens must not be negative";
+  if (maxBudget > 0 && maxBudget < minBudget)
+    return emitError() << "sparse attention max_budget (" << maxBudget
+                       << ") is below min_budget (" << minBudget << ")";
+  return success();
+}
+
+LogicalResult
 WeightTransformAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                             StringRef kind, DictionaryAttr params) {
   if (kind == "dequantize")

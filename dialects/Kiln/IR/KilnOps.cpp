@@ -876,6 +876,14 @@ LogicalResult AttentionOp::verify() {
       window && int64_t(*window) <= 0)
     return emitOpError() << "expects a positive sliding_window, got "
                          << int64_t(*window);
+  if (getSparseAttr()) {
+    if (isBatched() || isCacheQuantized() || getKeyMean() ||
+        getSlidingWindow())
+      return emitOpError()
+             << "sparse attention runs on a contiguous cache of the "
+                "activation dtype without sliding_window or key centering "
+                "(the kernels so far: kiln_k_attention_sparse)";
+  }
   return success();
 }
 

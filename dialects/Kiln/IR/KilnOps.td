@@ -359,6 +359,12 @@ def Kiln_AttentionOp : Kiln_Op<"attention", [
           !kiln.kv_cache<5, 512, 4, 8, f8E4M3FN> -> tensor<?x64xf32>
     ```
 
+    With `sparse` (a `#kiln.sparse_attention`, written by
+    `kiln-sparse-attention`) a prefill step attends per query block only to
+    the key blocks its estimate keeps (dynamic block-sparse attention,
+    docs/sparse-attention.md); contiguous caches of the activation dtype
+    only, no sliding window or key centering.
+
     In the batched step entry point the cache is a `!kiln.paged_kv_cache`
     and `position` the `!kiln.batch`: each sequence of the batch appends
     its rows at its positions through its block table and attends over its
@@ -385,7 +391,8 @@ def Kiln_AttentionOp : Kiln_Op<"attention", [
                        Optional<1DTensorOf<[F32]>>:$key_mean,
                        OptionalAttr<F32Attr>:$key_mean_theta,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$key_mean_rotary_dim,
-                       OptionalAttr<I64Attr>:$sliding_window);
+                       OptionalAttr<I64Attr>:$sliding_window,
+                       OptionalAttr<Kiln_SparseAttentionAttr>:$sparse);
   let results = (outs Kiln_Activation:$result);
   let assemblyFormat = [{
     $query `,` $key `,` $value `,` $kv_cache `,` $position

@@ -552,6 +552,18 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
               args.push_back(f32Const(*a.getKeyMeanTheta()));
             if (window)
               args.push_back(indexConst(int64_t(*window)));
+            // Dynamic block-sparse prefill (kernel_abi.h
+            // kiln_k_attention_sparse): the selection's parameters last.
+            if (SparseAttentionAttr sparse = a.getSparseAttr()) {
+              callee = "kiln_k_attention_sparse";
+              args.append({f32Const(sparse.getGamma().getValue()),
+                           indexConst(sparse.getBlock()),
+                           indexConst(sparse.getSink()),
+                           indexConst(sparse.getLocal()),
+                           indexConst(sparse.getMinBudget()),
+                           indexConst(sparse.getMaxBudget()),
+                           indexConst(sparse.getMinTokens())});
+            }
             call(callee, args);
             return success();
           })

@@ -280,6 +280,37 @@ void kiln_k_attention_window(const float *q, const float *k, const float *v,
                              int64_t kv_heads, int64_t head_dim,
                              int64_t max_seq, float scale, int64_t window);
 
+/// Dynamic block-sparse prefill attention (kiln.attention with `sparse`;
+/// docs/sparse-attention.md): kiln_k_attention's append and result, but
+/// each query block attends only to the key blocks it keeps. Blocks of
+/// `block` positions; per (kv head, query block qb) the attention mass on
+/// each key block kb <= qb is estimated as softmax_kb(scale * qbar . kbar_kb
+/// + ln |kb|) (qbar: the mean query of the block's rows and the GQA
+/// group's heads; kbar_kb: the mean key of block kb; FlexPrefill's pooled
+/// estimate, Lai et al. 2025); blocks [0, sink) and the `local` blocks
+/// ending at the diagonal are kept, then blocks by estimated mass (ties:
+/// the earlier) until the kept mass reaches `gamma`, then more until
+/// `min_budget` keys, then the least massive optional ones dropped down to
+/// `max_budget` keys (0: no limit). Exact attention (online softmax of
+/// kiln_k_attention's tiles) over the kept keys, causal in the diagonal
+/// block. Runs kiln_k_attention itself (dense) when gamma >= 1, pos + n <
+/// min_tokens, every block is mandatory, or 90% of the causal block pairs
+/// are kept. _f16 / _bf16: 16-bit activations and caches.
+void kiln_k_attention_sparse(const float *q, const float *k, const float *v,
+                             float *k_cache, float *v_cache, float *out,
+                             int64_t n, int64_t pos, int64_t heads,
+                             int64_t kv_heads, int64_t head_dim,
+                             int64_t max_seq, float scale, float gamma,
+                             int64_t block, int64_t sink, int64_t local,
+                             int64_t min_budget, int64_t max_budget,
+                             int64_t min_tokens);
+
+/// The sparse attention's counters over the process: out[0] block pairs
+/// kept, out[1] causal block pairs seen, out[2] calls that selected,
+/// out[3] of them run dense (most blocks kept); with reset != 0 they
+/// restart from 0 after being read. Density = out[0] / out[1].
+void kiln_rt_sparse_attention_stats(int64_t out[4], int reset);
+
 /// Causal grouped-query attention with a KV cache (Ainslie et al. 2023).
 /// q [n, heads * head_dim]; k, v [n, kv_heads * head_dim] for the new tokens.
 /// First stores k, v at rows [pos, pos + n) of k_cache, v_cache (each
@@ -512,6 +543,18 @@ void kiln_k_rope_factors_f16(const kiln_f16_t *x, kiln_f16_t *y, int64_t n,
                              int64_t heads, int64_t head_dim, int64_t rot_dim,
                              int64_t pos, float theta,
                              const float *freq_factors);
+void kiln_k_attention_sparse_f16(
+    const kiln_f16_t *q, const kiln_f16_t *k, const kiln_f16_t *v,
+    kiln_f16_t *k_cache, kiln_f16_t *v_cache, kiln_f16_t *out, int64_t n,
+    int64_t pos, int64_t heads, int64_t kv_heads, int64_t head_dim,
+    int64_t max_seq, float scale, float gamma, int64_t block, int64_t sink,
+    int64_t local, int64_t min_budget, int64_t max_budget, int64_t min_tokens);
+void kiln_k_attention_sparse_bf16(
+    const kiln_bf16_t *q, const kiln_bf16_t *k, const kiln_bf16_t *v,
+    kiln_bf16_t *k_cache, kiln_bf16_t *v_cache, kiln_bf16_t *out, int64_t n,
+    int64_t pos, int64_t heads, int64_t kv_heads, int64_t head_dim,
+    int64_t max_seq, float scale, float gamma, int64_t block, int64_t sink,
+    int64_t local, int64_t min_budget, int64_t max_budget, int64_t min_tokens);
 void kiln_k_attention_window_f16(const kiln_f16_t *q, const kiln_f16_t *k,
                                  const kiln_f16_t *v, kiln_f16_t *k_cache,
                                  kiln_f16_t *v_cache, kiln_f16_t *out,

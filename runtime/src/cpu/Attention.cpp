@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -553,6 +554,280 @@ static void pagedAttention(const kiln_paged_kv &c, const void *q,
   }
 }
 
+//===----------------------------------------------------------------------===//
+// Dynamic block-sparse prefill attention (kernel_abi.h
+// kiln_k_attention_sparse; kiln.attention's `sparse`, docs/sparse-attention.md)
+//===----------------------------------------------------------------------===//
+
+/// The selection's parameters (kiln.attention `sparse`).
+struct SparseParams {
+  float gamma;
+  int64_t block, sink, local, minBudget, maxBudget, minTokens;
+};
+
+/// Counters of kiln_rt_sparse_attention_stats (all calls of the process).
+static std::atomic<int64_t> sparseKeptPairs{0}, sparseTotalPairs{0},
+    sparseCalls{0}, sparseDenseCalls{0};
+
+/// Above this fraction of the causal (query block, key block) pairs kept,
+/// the call runs the dense kernel (selection would save nothing).
+static constexpr double kSparseDenseFraction = 0.9;
+
+/// The key blocks each (kv head, query block) keeps, ascending; empty when
+/// the dense kernel should run the whole call. Query block qb covers the
+/// absolute positions [qb B, (qb + 1) B); the estimate of its attention
+/// mass on key block kb <= qb is the softmax over kb of
+/// scale * (mean query of the block's rows and the group's heads) . (mean
+/// key of block kb) + ln(keys of kb) (FlexPrefill's pooled estimate, Lai
+/// et al. 2025; one per GQA group). Sink blocks [0, sink) and the `local`
+/// blocks ending at the diagonal are always kept, then blocks in order of
+/// estimated mass (ties: the earlier block) until the kept mass reaches
+/// gamma, then more until min_budget keys or fewer (dropping the least
+/// massive non-mandatory blocks) down to max_budget keys.
+template <class E, class Kv>
+static std::vector<std::vector<int32_t>>
+selectSparseBlocks(const typename E::T *q, const Kv &kv, int64_t n,
+                   int64_t pos, int64_t heads, int64_t kvHeads,
+                   int64_t headDim, float scale, const SparseParams &sp,
+                   bool parallel) {
+  const int64_t T = pos + n, B = sp.block;
+  const int64_t keyBlocks = (T + B - 1) / B;
+  const int64_t qb0 = pos / B, queryBlocks = (T - 1) / B - qb0 + 1;
+  const int64_t group = heads / kvHeads, qDim = heads * headDim;
+  // Mean key of every block of every kv head.
+  std::vector<float> keyMeans(size_t(kvHeads * keyBlocks * headDim));
+  parallelFor(kvHeads * keyBlocks, 1, parallel, [&](int64_t b, int64_t e) {
+    for (int64_t w = b; w < e; ++w) {
+      const int64_t g = w / keyBlocks, kb = w % keyBlocks;
+      const int64_t t0 = kb * B, count = std::min(B, T - t0);
+      int64_t stride;
+      const float *rows = kv.rows(false, t0, count, g, stride);
+      float *mean = keyMeans.data() + w * headDim;
+      for (int64_t d = 0; d < headDim; ++d) {
+        double sum = 0.0;
+        for (int64_t t = 0; t < count; ++t)
+          sum += rows[t * stride + d];
+        mean[d] = float(sum / double(count));
+      }
+    }
+  });
+  std::vector<std::vector<int32_t>> kept(size_t(kvHeads * queryBlocks));
+  parallelFor(kvHeads * queryBlocks, 1, parallel, [&](int64_t b, int64_t e) {
+    std::vector<double> mass;
+    std::vector<int32_t> order;
+    std::vector<float> qMean(static_cast<size_t>(headDim));
+    for (int64_t w = b; w < e; ++w) {
+      const int64_t g = w / queryBlocks, qb = qb0 + w % queryBlocks;
+      const int64_t r0 = std::max(pos, qb * B) - pos;
+      const int64_t r1 = std::min(T, (qb + 1) * B) - pos;
+      // Mean query of the block's rows over the group's heads.
+      std::vector<double> acc(size_t(headDim), 0.0);
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+          const float *qr =
+              loadRow<E>(q + r * qDim + h * headDim, headDim, 1);
+          for (int64_t d = 0; d < headDim; ++d)
+            acc[size_t(d)] += qr[d];
+        }
+      const double rowsHeads = double((r1 - r0) * group);
+      for (int64_t d = 0; d < headDim; ++d)
+        qMean[size_t(d)] = float(acc[size_t(d)] / rowsHeads);
+      // Estimated mass per key block kb <= qb (keys up to the block's last
+      // query row in the diagonal block).
+      const int64_t blocks = qb + 1;
+      mass.assign(size_t(blocks), 0.0);
+      double maxLogit = -INFINITY;
+      for (int64_t kb = 0; kb < blocks; ++kb) {
+        const float *km = keyMeans.data() + (g * keyBlocks + kb) * headDim;
+        double dot = 0.0;
+        for (int64_t d = 0; d < headDim; ++d)
+          dot += double(qMean[size_t(d)]) * double(km[d]);
+        const int64_t count = std::min(B, pos + r1 - kb * B);
+        mass[size_t(kb)] = double(scale) * dot + std::log(double(count));
+        maxLogit = std::max(maxLogit, mass[size_t(kb)]);
+      }
+      double total = 0.0;
+      for (double &m : mass) {
+        m = std::exp(m - maxLogit);
+        total += m;
+      }
+      for (double &m : mass)
+        m /= total;
+      // Mandatory blocks, then the rest by mass.
+      std::vector<char> chosen(size_t(blocks), 0);
+      double have = 0.0;
+      int64_t keys = 0;
+      auto keysOf = [&](int64_t kb) {
+        return std::min(B, pos + r1 - kb * B);
+      };
+      auto take = [&](int64_t kb) {
+        if (chosen[size_t(kb)])
+          return;
+        chosen[size_t(kb)] = 1;
+        have += mass[size_t(kb)];
+        keys += keysOf(kb);
+      };
+      for (int64_t kb = 0; kb < std::min(sp.sink, blocks); ++kb)
+        take(kb);
+      for (int64_t kb = std::max<int64_t>(0, qb - sp.local + 1); kb <= qb; ++kb)
+        take(kb);
+      order.clear();
+      for (int64_t kb = 0; kb < blocks; ++kb)
+        if (!chosen[size_t(kb)])
+          order.push_back(int32_t(kb));
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t c) {
+        return mass[size_t(a)] > mass[size_t(c)];
+      });
+      size_t next = 0;
+      while (next < order.size() &&
+             (have < double(sp.gamma) || keys < sp.minBudget))
+        take(order[next++]);
+      // Over the budget: drop the least massive optional blocks taken.
+      if (sp.maxBudget > 0)
+        while (keys > sp.maxBudget && next > 0) {
+          const int32_t kb = order[--next];
+          chosen[size_t(kb)] = 0;
+          have -= mass[size_t(kb)];
+          keys -= keysOf(kb);
+        }
+      std::vector<int32_t> &list = kept[size_t(w)];
+      for (int64_t kb = 0; kb < blocks; ++kb)
+        if (chosen[size_t(kb)])
+          list.push_back(int32_t(kb));
+    }
+  });
+  return kept;
+}
+
+/// Block-sparse prefill attention: per (query block, head) the kept key
+/// blocks' rows gathered, S = scale Q K^T (sgemm), causal mask on the
+/// diagonal block, softmaxRow, O = P V (sgemm): the arithmetic of
+/// attentionTiles over the kept keys. False (nothing written) when the
+/// call should run dense: gamma >= 1, fewer than min_tokens keys, all
+/// blocks mandatory, or kSparseDenseFraction of the pairs kept.
+template <class E, class Kv>
+static bool sparseAttention(const typename E::T *q, const Kv &kv,
+                            typename E::T *out, int64_t n, int64_t pos,
+                            int64_t heads, int64_t kvHeads, int64_t headDim,
+                            float scale, const SparseParams &sp) {
+  const int64_t T = pos + n, B = sp.block;
+  const int64_t keyBlocks = (T + B - 1) / B;
+  if (!(sp.gamma < 1.0f) || T < sp.minTokens ||
+      keyBlocks <= sp.sink + sp.local)
+    return false;
+  const bool parallel = n * heads * T * headDim > kParallelGrain / 2;
+  const int64_t qb0 = pos / B, queryBlocks = (T - 1) / B - qb0 + 1;
+  std::vector<std::vector<int32_t>> kept = selectSparseBlocks<E>(
+      q, kv, n, pos, heads, kvHeads, headDim, scale, sp, parallel);
+  int64_t keptPairs = 0, totalPairs = 0;
+  for (int64_t w = 0; w < kvHeads * queryBlocks; ++w) {
+    keptPairs += int64_t(kept[size_t(w)].size());
+    totalPairs += qb0 + w % queryBlocks + 1;
+  }
+  sparseKeptPairs += keptPairs;
+  sparseTotalPairs += totalPairs;
+  ++sparseCalls;
+  if (double(keptPairs) >= kSparseDenseFraction * double(totalPairs)) {
+    ++sparseDenseCalls;
+    return false;
+  }
+  const int64_t group = heads / kvHeads, qDim = heads * headDim;
+  parallelFor(queryBlocks * heads, 1, parallel, [&](int64_t b, int64_t e) {
+    for (int64_t w = b; w < e; ++w) {
+      const int64_t qb = qb0 + w / heads, h = w % heads, g = h / group;
+      const int64_t r0 = std::max(pos, qb * B) - pos;
+      const int64_t r1 = std::min(T, (qb + 1) * B) - pos;
+      const int64_t tq = r1 - r0;
+      const std::vector<int32_t> &list =
+          kept[size_t(g * queryBlocks + (qb - qb0))];
+      // Kept keys in position order; the diagonal block (always kept) last.
+      int64_t keys = 0;
+      for (int32_t kb : list)
+        keys += std::min(B, T - int64_t(kb) * B);
+      auto gather = [&](bool isV) {
+        float *buf = scratch(0, keys * headDim);
+        int64_t at = 0;
+        for (int32_t kb : list) {
+          const int64_t t0 = int64_t(kb) * B, count = std::min(B, T - t0);
+          int64_t stride;
+          const float *rows = kv.rows(isV, t0, count, g, stride);
+          for (int64_t t = 0; t < count; ++t)
+            std::memcpy(buf + (at + t) * headDim, rows + t * stride,
+                        sizeof(float) * size_t(headDim));
+          at += count;
+        }
+        return buf;
+      };
+      const float *qt;
+      int64_t qStride;
+      if constexpr (kIsF32<E>) {
+        qt = q + r0 * qDim + h * headDim;
+        qStride = qDim;
+      } else {
+        float *bq = scratch(1, tq * headDim);
+        for (int64_t r = 0; r < tq; ++r)
+          E::widen(q + (r0 + r) * qDim + h * headDim, bq + r * headDim,
+                   headDim);
+        qt = bq;
+        qStride = headDim;
+      }
+      float *sc = scratch(3, tq * keys);
+      const float *kr = gather(false);
+      sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(tq), int(keys),
+            int(headDim), scale, qt, int(qStride), kr, int(headDim), 0.0f, sc,
+            int(keys));
+      // Row r (position pos + r0 + r) sees the kept keys up to its own
+      // position: all but the diagonal block's later rows.
+      const int64_t diagonalStart = keys - std::min(B, T - qb * B);
+      for (int64_t r = 0; r < tq; ++r) {
+        const int64_t p = pos + r0 + r;
+        softmaxRow(sc + r * keys, 0, diagonalStart + (p - qb * B), keys);
+      }
+      const float *vr = gather(true);
+      float *o;
+      int64_t oStride;
+      if constexpr (kIsF32<E>) {
+        o = out + r0 * qDim + h * headDim;
+        oStride = qDim;
+      } else {
+        o = scratch(1, tq * headDim);
+        oStride = headDim;
+      }
+      sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(tq), int(headDim),
+            int(keys), 1.0f, sc, int(keys), vr, int(headDim), 0.0f, o,
+            int(oStride));
+      if constexpr (!kIsF32<E>)
+        for (int64_t r = 0; r < tq; ++r)
+          E::narrow(o + r * headDim, out + (r0 + r) * qDim + h * headDim,
+                    headDim);
+    }
+  });
+  return true;
+}
+
+/// kiln_k_attention_sparse for activations and caches of E.
+template <class E>
+static void attentionSparse(const typename E::T *q, const typename E::T *k,
+                            const typename E::T *v, typename E::T *k_cache,
+                            typename E::T *v_cache, typename E::T *out,
+                            int64_t n, int64_t pos, int64_t heads,
+                            int64_t kv_heads, int64_t head_dim,
+                            int64_t max_seq, float scale,
+                            const SparseParams &sp) {
+  PlainKv<E> kv{k_cache, v_cache, kv_heads * head_dim, head_dim};
+  // Parameters the compiler verified; anything else runs dense.
+  const bool valid = sp.block >= 1 && sp.sink >= 0 && sp.local >= 1 &&
+                     sp.gamma > 0.0f && n >= 1 && heads % kv_heads == 0;
+  if (valid) {
+    kv.append(k, v, n, pos);
+    if (sparseAttention<E>(q, kv, out, n, pos, heads, kv_heads, head_dim,
+                           scale, sp))
+      return;
+  }
+  attention<E>(q, k, v, kv, out, n, pos, heads, kv_heads, head_dim, max_seq,
+               scale);
+}
+
 } // namespace kiln::rt::cpu
 
 using namespace kiln::rt::cpu;
@@ -766,5 +1041,57 @@ KILN_DEFINE_CENTERED_KV_KERNELS(bf16, Bf16, kiln_bf16_t)
 KILN_DEFINE_16BIT_ATTENTION(f16, F16, kiln_f16_t)
 KILN_DEFINE_16BIT_ATTENTION(bf16, Bf16, kiln_bf16_t)
 #undef KILN_DEFINE_16BIT_ATTENTION
+
+// Dynamic block-sparse prefill attention (kernel_abi.h).
+#define KILN_SPARSE_PARAMS                                                     \
+  SparseParams{gamma,      block,      sink,     local,                     \
+               min_budget, max_budget, min_tokens}
+void kiln_k_attention_sparse(const float *q, const float *k, const float *v,
+                             float *k_cache, float *v_cache, float *out,
+                             int64_t n, int64_t pos, int64_t heads,
+                             int64_t kv_heads, int64_t head_dim,
+                             int64_t max_seq, float scale, float gamma,
+                             int64_t block, int64_t sink, int64_t local,
+                             int64_t min_budget, int64_t max_budget,
+                             int64_t min_tokens) {
+  attentionSparse<F32>(q, k, v, k_cache, v_cache, out, n, pos, heads,
+                       kv_heads, head_dim, max_seq, scale, KILN_SPARSE_PARAMS);
+}
+
+void kiln_k_attention_sparse_f16(
+    const kiln_f16_t *q, const kiln_f16_t *k, const kiln_f16_t *v,
+    kiln_f16_t *k_cache, kiln_f16_t *v_cache, kiln_f16_t *out, int64_t n,
+    int64_t pos, int64_t heads, int64_t kv_heads, int64_t head_dim,
+    int64_t max_seq, float scale, float gamma, int64_t block, int64_t sink,
+    int64_t local, int64_t min_budget, int64_t max_budget,
+    int64_t min_tokens) {
+  attentionSparse<F16>(q, k, v, k_cache, v_cache, out, n, pos, heads,
+                       kv_heads, head_dim, max_seq, scale, KILN_SPARSE_PARAMS);
+}
+
+void kiln_k_attention_sparse_bf16(
+    const kiln_bf16_t *q, const kiln_bf16_t *k, const kiln_bf16_t *v,
+    kiln_bf16_t *k_cache, kiln_bf16_t *v_cache, kiln_bf16_t *out, int64_t n,
+    int64_t pos, int64_t heads, int64_t kv_heads, int64_t head_dim,
+    int64_t max_seq, float scale, float gamma, int64_t block, int64_t sink,
+    int64_t local, int64_t min_budget, int64_t max_budget,
+    int64_t min_tokens) {
+  attentionSparse<Bf16>(q, k, v, k_cache, v_cache, out, n, pos, heads,
+                        kv_heads, head_dim, max_seq, scale, KILN_SPARSE_PARAMS);
+}
+#undef KILN_SPARSE_PARAMS
+
+void kiln_rt_sparse_attention_stats(int64_t out[4], int reset) {
+  out[0] = sparseKeptPairs.load();
+  out[1] = sparseTotalPairs.load();
+  out[2] = sparseCalls.load();
+  out[3] = sparseDenseCalls.load();
+  if (reset) {
+    sparseKeptPairs = 0;
+    sparseTotalPairs = 0;
+    sparseCalls = 0;
+    sparseDenseCalls = 0;
+  }
+}
 
 } // extern "C"

@@ -1,0 +1,26 @@
+// RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="gamma=0.9 block=16 min-tokens=32 report=true" 2>&1 | FileCheck %s
+// RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-sparse-attention,kiln-batch-step)" | FileCheck %s --check-prefix=STEP
+// RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-sparse-attention,func.func(kiln-memory-plan),kiln-lower-to-plan)" | FileCheck %s --check-prefix=PLAN
+// kiln-sparse-attention (docs/sparse-attention.md): prefill's attention
+// gets the selection's parameters; decode (one row) and the batched step
+// stay dense.
+
+// CHECK: remark: kiln-sparse-attention: 1 attention ops sparse (gamma 9.000000e-01, block 16), 0 left dense
+// CHECK-LABEL: func.func @prefill
+// CHECK: kiln.attention {{.*}}sparse = #kiln.sparse_attention<mode = "flex", gamma = 0.899999976 : f32, block = 16, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 32>
+// CHECK-LABEL: func.func @decode
+// CHECK-NOT: sparse_attention
+
+// The defaults: gamma 0.95, blocks of 64, one sink block, two local ones,
+// no budget limits, dense below 1024 keys. The batched step derived from
+// prefill is dense.
+// STEP-LABEL: func.func @prefill
+// STEP: sparse = #kiln.sparse_attention<mode = "flex", gamma = 0.949999988 : f32, block = 64, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 1024>
+// STEP-LABEL: func.func @step
+// STEP-NOT: sparse_attention
+
+// The lowering calls the sparse kernel with the parameters last.
+// PLAN-LABEL: func.func @prefill
+// PLAN: plan.call_kernel "kiln_k_attention_sparse"
+// PLAN-LABEL: func.func @decode
+// PLAN: plan.call_kernel "kiln_k_attention"(
