@@ -14,7 +14,11 @@
 //     first N tokens of FILE or of "Once upon a time", continued with
 //     ARTIFACT's own greedy tokens when the text runs out) is fed to both
 //     artifacts; at each of the N positions the argmax of their logits is
-//     compared.
+//     compared, and the next-token KL divergence of their distributions.
+//
+// --prefill-tokens N: the first N tokens (of each window / of the stream)
+// go in one prefill step, as a long prompt does, so that prefill-time
+// optimizations (--sparse-attention) are what is measured.
 //
 // Results on stdout (the last lines are machine-readable), progress and
 // timing on stderr. Errors: "kiln-eval: error: ..." on stderr, exit status 1.
@@ -83,6 +87,16 @@ static cl::opt<int64_t> compareTokens(
              "greedy tokens when the text has fewer; stream token i is predicted "
              "by both after BOS + stream tokens 1..i-1"),
     cl::value_desc("N"), cl::init(256), cl::cat(evalCategory));
+static cl::opt<int64_t> prefillTokens(
+    "prefill-tokens",
+    cl::desc("Feed the first N tokens in one prefill step instead of one "
+             "decode step each (what a long prompt gets, and what prefill "
+             "optimizations such as --sparse-attention change). Perplexity: "
+             "each window's first N tokens are context, prefilled after BOS "
+             "and not scored; --compare: both artifacts prefill BOS + the "
+             "first N stream tokens and positions N.. are compared "
+             "(default 0: every token by decode)"),
+    cl::value_desc("N"), cl::init(0), cl::cat(evalCategory));
 static cl::opt<bool> noVerify("no-verify",
                               cl::desc("Skip XXH3 checksums of artifact files "
                                        "(sizes are still checked)"),
@@ -257,6 +271,28 @@ double logProb(const float *logits, int64_t vocab, int32_t token, bool &finite) 
   return lp;
 }
 
+/// KL(softmax(a) || softmax(b)) in nats, in double with the maxima
+/// subtracted.
+double klDivergence(const float *a, const float *b, int64_t vocab) {
+  double ma = -INFINITY, mb = -INFINITY;
+  for (int64_t i = 0; i < vocab; ++i) {
+    ma = std::fmax(ma, double(a[i]));
+    mb = std::fmax(mb, double(b[i]));
+  }
+  double za = 0.0, zb = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    za += std::exp(double(a[i]) - ma);
+    zb += std::exp(double(b[i]) - mb);
+  }
+  const double la = std::log(za), lb = std::log(zb);
+  double kl = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const double lpa = double(a[i]) - ma - la, lpb = double(b[i]) - mb - lb;
+    kl += std::exp(lpa) * (lpa - lpb);
+  }
+  return std::max(kl, 0.0);
+}
+
 /// Index of the largest logit (the first on ties); -1 if any is not finite.
 int32_t argmax(const float *logits, int64_t vocab) {
   int32_t best = 0;
@@ -274,6 +310,8 @@ int runPerplexity() {
     fail("--max-tokens must be >= 1, got " + std::to_string(maxTokens));
   if (ctxLen.getNumOccurrences() && ctxLen < 2)
     fail("--ctx must be at least 2, got " + std::to_string(ctxLen));
+  if (prefillTokens < 0)
+    fail("--prefill-tokens must be >= 0, got " + std::to_string(prefillTokens));
   std::string text = readTextFile(textFile);
   Model m;
   m.open(artifactDir);
@@ -314,9 +352,17 @@ int runPerplexity() {
   for (int64_t w = 0; w < windows; ++w) {
     int64_t begin = w * ctx, end = std::min(n, begin + ctx);
     kiln_rt_session_reset(m.session);
-    check(kiln_rt_session_prefill(m.session, &m.info.bos_id, 1));
-    for (int64_t i = begin; i < end; ++i) {
-      if (i > begin)
+    // --prefill-tokens: BOS and the window's first tokens in one step (a
+    // window at least one token longer keeps one token to score).
+    const int64_t context = std::min<int64_t>(prefillTokens, end - begin - 1);
+    std::vector<int32_t> prompt = {m.info.bos_id};
+    if (context > 0)
+      prompt.insert(prompt.end(), ids.begin() + begin,
+                    ids.begin() + begin + context);
+    check(kiln_rt_session_prefill(m.session, prompt.data(), prompt.size()));
+    const int64_t first = begin + std::max<int64_t>(context, 0);
+    for (int64_t i = first; i < end; ++i) {
+      if (i > first)
         check(kiln_rt_session_decode(m.session, ids[size_t(i - 1)]));
       bool finite = true;
       double lp = logProb(m.logits(), vocab, ids[size_t(i)], finite);
@@ -354,6 +400,10 @@ int runPerplexity() {
               "session: BOS, then every window token scored given BOS + the "
               "preceding tokens of its window\n",
               (long long)ctx);
+  if (prefillTokens > 0)
+    std::printf("prefill: the first %lld tokens of each window are context, "
+                "prefilled in one step after BOS and not scored\n",
+                (long long)prefillTokens);
   if (rest && fullWindows)
     std::printf("windows: %lld (%lld of %lld tokens + 1 of %lld)\n",
                 (long long)windows, (long long)fullWindows, (long long)ctx,
@@ -374,6 +424,8 @@ int runPerplexity() {
 int runCompare() {
   if (compareTokens < 1)
     fail("--tokens must be >= 1, got " + std::to_string(compareTokens));
+  if (prefillTokens < 0)
+    fail("--prefill-tokens must be >= 0, got " + std::to_string(prefillTokens));
   std::string text = textFile.empty() ? std::string(kDefaultPrompt)
                                       : readTextFile(textFile);
   Model a, b;
@@ -396,15 +448,27 @@ int runCompare() {
   const int64_t fromText = int64_t(textIds.size());
 
   // Teacher forcing: feed BOS, then the stream; position i predicts stream[i].
+  // With --prefill-tokens P, BOS + stream[0, P) are one prefill step (the
+  // text's tokens: P <= what the text gives) and positions P.. compared.
+  const int64_t prefix = prefillTokens;
+  if (prefix >= n)
+    fail("--prefill-tokens " + std::to_string(prefix) +
+         " leaves no position to compare of --tokens " + std::to_string(n));
+  if (prefix > fromText)
+    fail("--prefill-tokens " + std::to_string(prefix) + " exceeds the " +
+         std::to_string(fromText) + " tokens the text gives");
   std::vector<int32_t> stream = textIds;
   int64_t agree = 0, firstDiff = -1;
+  double klSum = 0.0, klMax = 0.0;
   const int64_t vocab = a.info.vocab_size;
   double start = nowSec();
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = prefix; i < n; ++i) {
     int32_t in = i == 0 ? a.info.bos_id : stream[size_t(i - 1)];
-    if (i == 0) {
-      check(kiln_rt_session_prefill(a.session, &in, 1));
-      check(kiln_rt_session_prefill(b.session, &in, 1));
+    if (i == prefix) {
+      std::vector<int32_t> prompt = {a.info.bos_id};
+      prompt.insert(prompt.end(), stream.begin(), stream.begin() + prefix);
+      check(kiln_rt_session_prefill(a.session, prompt.data(), prompt.size()));
+      check(kiln_rt_session_prefill(b.session, prompt.data(), prompt.size()));
     } else {
       check(kiln_rt_session_decode(a.session, in));
       check(kiln_rt_session_decode(b.session, in));
@@ -414,6 +478,9 @@ int runCompare() {
     if (pa < 0 || pb < 0)
       fail("non-finite logits from " + (pa < 0 ? artifactDir : compareDir) +
            " at position " + std::to_string(i));
+    const double kl = klDivergence(a.logits(), b.logits(), vocab);
+    klSum += kl;
+    klMax = std::max(klMax, kl);
     if (pa == pb)
       ++agree;
     else if (firstDiff < 0)
@@ -421,6 +488,7 @@ int runCompare() {
     if (i >= fromText)
       stream.push_back(pa); // the text ran out: continue with the reference's token
   }
+  const int64_t compared = n - prefix;
   std::fprintf(stderr, "kiln-eval: compared %lld positions in %.2f s\n",
                (long long)n, nowSec() - start);
   if (!dumpTokens.empty())
@@ -442,8 +510,16 @@ int runCompare() {
     std::printf("first disagreement: none\n");
   else
     std::printf("first disagreement: position %lld\n", (long long)firstDiff);
+  if (prefix > 0)
+    std::printf("prefill: BOS + the first %lld stream tokens in one step; "
+                "positions %lld..%lld compared\n",
+                (long long)prefix, (long long)prefix, (long long)(n - 1));
+  std::printf("next-token KL(reference || candidate): mean %.6g nats, max "
+              "%.6g\n",
+              klSum / double(compared), klMax);
   std::printf("agreement: %.2f%% (%lld of %lld positions)\n",
-              100.0 * double(agree) / double(n), (long long)agree, (long long)n);
+              100.0 * double(agree) / double(compared), (long long)agree,
+              (long long)compared);
   writeTrace({a.session, b.session});
   return 0;
 }
