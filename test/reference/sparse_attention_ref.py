@@ -2,8 +2,9 @@
 """Checks Kiln's dynamic block-sparse prefill attention
 (kiln_k_attention_sparse in libkiln_runtime.so, called through ctypes)
 against a float64 numpy implementation written from its definition
-(kernel_abi.h; docs/sparse-attention.md): FlexPrefill-style pooled
-estimates of each key block's attention mass per (KV head, query block),
+(kernel_abi.h; docs/sparse-attention.md): each key block's attention mass
+per (KV head, query block) estimated from every row's softmax over the
+blocks' mean keys,
 sink and local blocks always kept, blocks added in order of estimated mass
 until gamma, the budget limits, then exact causal attention over the kept
 keys. Also checks the dense fallbacks against kiln_k_attention bit for bit.
@@ -79,15 +80,17 @@ def select(q, keys, pos, H, G, hd, scale, p):
         for qb in range(qb0, qb1 + 1):
             r0 = max(pos, qb * B) - pos
             r1 = min(T, (qb + 1) * B) - pos
-            qbar = np.zeros(hd)
-            for h in range(g * group, (g + 1) * group):
-                qbar += q[r0:r1, h * hd:(h + 1) * hd].astype(np.float64).sum(0)
-            qbar /= (r1 - r0) * group
             nb = qb + 1
             cnt = [min(B, pos + r1 - kb * B) for kb in range(nb)]
-            logit = np.array([scale * qbar.dot(kbar[g, kb]) + math.log(cnt[kb]) for kb in range(nb)])
-            m = np.exp(logit - logit.max())
-            m /= m.sum()
+            m = np.zeros(nb)
+            for r in range(r0, r1):
+                p_abs = pos + r
+                seen = np.array([min(B, p_abs + 1 - kb * B) for kb in range(nb)], dtype=np.float64)
+                for h in range(g * group, (g + 1) * group):
+                    logit = scale * kbar[g, :nb].dot(q[r, h * hd:(h + 1) * hd].astype(np.float64)) + np.log(seen)
+                    e = np.exp(logit - logit.max())
+                    m += e / e.sum()
+            m /= (r1 - r0) * group
             chosen = set(range(min(p["sink"], nb))) | set(range(max(0, qb - p["local"] + 1), qb + 1))
             have = sum(m[kb] for kb in chosen)
             nkeys = sum(cnt[kb] for kb in chosen)

@@ -271,6 +271,18 @@ double logProb(const float *logits, int64_t vocab, int32_t token, bool &finite) 
   return lp;
 }
 
+/// The sparse attention's density over the run, when an artifact used it.
+void printSparseStats() {
+  int64_t st[4] = {0, 0, 0, 0};
+  kiln_rt_sparse_attention_stats(st, 0);
+  if (st[1] > 0)
+    std::printf("sparse attention: %lld of %lld causal block pairs kept "
+                "(density %.4f); %lld of %lld prefill steps ran dense\n",
+                (long long)st[0], (long long)st[1],
+                double(st[0]) / double(st[1]), (long long)st[3],
+                (long long)st[2]);
+}
+
 /// KL(softmax(a) || softmax(b)) in nats, in double with the maxima
 /// subtracted.
 double klDivergence(const float *a, const float *b, int64_t vocab) {
@@ -413,6 +425,7 @@ int runPerplexity() {
   else
     std::printf("windows: %lld (of %lld tokens)\n", (long long)windows,
                 (long long)ctx);
+  printSparseStats();
   std::printf("nll per token: %.6f nats (%.6f bits)\n", meanNll,
               meanNll / std::log(2.0));
   std::printf("perplexity: %.4f\n", std::exp(meanNll));
@@ -514,6 +527,7 @@ int runCompare() {
     std::printf("prefill: BOS + the first %lld stream tokens in one step; "
                 "positions %lld..%lld compared\n",
                 (long long)prefix, (long long)prefix, (long long)(n - 1));
+  printSparseStats();
   std::printf("next-token KL(reference || candidate): mean %.6g nats, max "
               "%.6g\n",
               klSum / double(compared), klMax);

@@ -284,10 +284,11 @@ void kiln_k_attention_window(const float *q, const float *k, const float *v,
 /// docs/sparse-attention.md): kiln_k_attention's append and result, but
 /// each query block attends only to the key blocks it keeps. Blocks of
 /// `block` positions; per (kv head, query block qb) the attention mass on
-/// each key block kb <= qb is estimated as softmax_kb(scale * qbar . kbar_kb
-/// + ln |kb|) (qbar: the mean query of the block's rows and the GQA
-/// group's heads; kbar_kb: the mean key of block kb; FlexPrefill's pooled
-/// estimate, Lai et al. 2025); blocks [0, sink) and the `local` blocks
+/// each key block kb <= qb is estimated as the mean, over the block's rows
+/// r and the GQA group's heads h, of softmax_kb(scale * q_{r,h} . kbar_kb
+/// + ln n_{r,kb}) (kbar_kb: the mean key of block kb; n_{r,kb}: its keys
+/// at or before row r; keys pooled per block as in FlexPrefill, Lai et al.
+/// 2025); blocks [0, sink) and the `local` blocks
 /// ending at the diagonal are kept, then blocks by estimated mass (ties:
 /// the earlier) until the kept mass reaches `gamma`, then more until
 /// `min_budget` keys, then the least massive optional ones dropped down to
@@ -305,11 +306,7 @@ void kiln_k_attention_sparse(const float *q, const float *k, const float *v,
                              int64_t min_budget, int64_t max_budget,
                              int64_t min_tokens);
 
-/// The sparse attention's counters over the process: out[0] block pairs
-/// kept, out[1] causal block pairs seen, out[2] calls that selected,
-/// out[3] of them run dense (most blocks kept); with reset != 0 they
-/// restart from 0 after being read. Density = out[0] / out[1].
-void kiln_rt_sparse_attention_stats(int64_t out[4], int reset);
+/// (Its counters: api.h kiln_rt_sparse_attention_stats.)
 
 /// Causal grouped-query attention with a KV cache (Ainslie et al. 2023).
 /// q [n, heads * head_dim]; k, v [n, kv_heads * head_dim] for the new tokens.

@@ -576,10 +576,11 @@ static constexpr double kSparseDenseFraction = 0.9;
 /// The key blocks each (kv head, query block) keeps, ascending; empty when
 /// the dense kernel should run the whole call. Query block qb covers the
 /// absolute positions [qb B, (qb + 1) B); the estimate of its attention
-/// mass on key block kb <= qb is the softmax over kb of
-/// scale * (mean query of the block's rows and the group's heads) . (mean
-/// key of block kb) + ln(keys of kb) (FlexPrefill's pooled estimate, Lai
-/// et al. 2025; one per GQA group). Sink blocks [0, sink) and the `local`
+/// mass on key block kb <= qb is, averaged over the block's rows r and the
+/// GQA group's heads h, softmax_kb(scale q_{r,h} . kbar_kb + ln n_{r,kb})
+/// (kbar_kb the mean key of block kb, n_{r,kb} its keys at or before row
+/// r: the row's attention with each block's keys pooled, as FlexPrefill's
+/// pooled estimate, Lai et al. 2025; one estimate per GQA group). Sink blocks [0, sink) and the `local`
 /// blocks ending at the diagonal are always kept, then blocks in order of
 /// estimated mass (ties: the earlier block) until the kept mass reaches
 /// gamma, then more until min_budget keys or fewer (dropping the least
@@ -613,46 +614,46 @@ selectSparseBlocks(const typename E::T *q, const Kv &kv, int64_t n,
   });
   std::vector<std::vector<int32_t>> kept(size_t(kvHeads * queryBlocks));
   parallelFor(kvHeads * queryBlocks, 1, parallel, [&](int64_t b, int64_t e) {
-    std::vector<double> mass;
+    std::vector<double> mass, logits;
     std::vector<int32_t> order;
-    std::vector<float> qMean(static_cast<size_t>(headDim));
     for (int64_t w = b; w < e; ++w) {
       const int64_t g = w / queryBlocks, qb = qb0 + w % queryBlocks;
       const int64_t r0 = std::max(pos, qb * B) - pos;
       const int64_t r1 = std::min(T, (qb + 1) * B) - pos;
-      // Mean query of the block's rows over the group's heads.
-      std::vector<double> acc(size_t(headDim), 0.0);
-      for (int64_t r = r0; r < r1; ++r)
+      // Estimated mass per key block kb <= qb: each row's softmax over the
+      // blocks' mean keys (weighted by the keys the row sees in each),
+      // averaged over the block's rows and the group's heads.
+      const int64_t blocks = qb + 1;
+      mass.assign(size_t(blocks), 0.0);
+      logits.resize(size_t(blocks));
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t p = pos + r; // the row's position
         for (int64_t h = g * group; h < (g + 1) * group; ++h) {
           const float *qr =
               loadRow<E>(q + r * qDim + h * headDim, headDim, 1);
-          for (int64_t d = 0; d < headDim; ++d)
-            acc[size_t(d)] += qr[d];
+          double maxLogit = -INFINITY;
+          for (int64_t kb = 0; kb < blocks; ++kb) {
+            const float *km =
+                keyMeans.data() + (g * keyBlocks + kb) * headDim;
+            double dot = 0.0;
+            for (int64_t d = 0; d < headDim; ++d)
+              dot += double(qr[d]) * double(km[d]);
+            const int64_t seen = std::min(B, p + 1 - kb * B);
+            logits[size_t(kb)] = double(scale) * dot + std::log(double(seen));
+            maxLogit = std::max(maxLogit, logits[size_t(kb)]);
+          }
+          double total = 0.0;
+          for (double &l : logits) {
+            l = std::exp(l - maxLogit);
+            total += l;
+          }
+          for (int64_t kb = 0; kb < blocks; ++kb)
+            mass[size_t(kb)] += logits[size_t(kb)] / total;
         }
+      }
       const double rowsHeads = double((r1 - r0) * group);
-      for (int64_t d = 0; d < headDim; ++d)
-        qMean[size_t(d)] = float(acc[size_t(d)] / rowsHeads);
-      // Estimated mass per key block kb <= qb (keys up to the block's last
-      // query row in the diagonal block).
-      const int64_t blocks = qb + 1;
-      mass.assign(size_t(blocks), 0.0);
-      double maxLogit = -INFINITY;
-      for (int64_t kb = 0; kb < blocks; ++kb) {
-        const float *km = keyMeans.data() + (g * keyBlocks + kb) * headDim;
-        double dot = 0.0;
-        for (int64_t d = 0; d < headDim; ++d)
-          dot += double(qMean[size_t(d)]) * double(km[d]);
-        const int64_t count = std::min(B, pos + r1 - kb * B);
-        mass[size_t(kb)] = double(scale) * dot + std::log(double(count));
-        maxLogit = std::max(maxLogit, mass[size_t(kb)]);
-      }
-      double total = 0.0;
-      for (double &m : mass) {
-        m = std::exp(m - maxLogit);
-        total += m;
-      }
       for (double &m : mass)
-        m /= total;
+        m /= rowsHeads;
       // Mandatory blocks, then the rest by mass.
       std::vector<char> chosen(size_t(blocks), 0);
       double have = 0.0;
