@@ -623,23 +623,39 @@ selectSparseBlocks(const typename E::T *q, const Kv &kv, int64_t n,
       // Estimated mass per key block kb <= qb: each row's softmax over the
       // blocks' mean keys (weighted by the keys the row sees in each),
       // averaged over the block's rows and the group's heads.
-      const int64_t blocks = qb + 1;
+      const int64_t blocks = qb + 1, tq = r1 - r0;
       mass.assign(size_t(blocks), 0.0);
       logits.resize(size_t(blocks));
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t p = pos + r; // the row's position
-        for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-          const float *qr =
-              loadRow<E>(q + r * qDim + h * headDim, headDim, 1);
+      // S = scale Q_h Kbar^T for the block's rows, one sgemm per head.
+      float *sc = scratch(3, tq * blocks);
+      const float *kbar = keyMeans.data() + g * keyBlocks * headDim;
+      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+        const float *qt;
+        int64_t qStride;
+        if constexpr (kIsF32<E>) {
+          qt = q + r0 * qDim + h * headDim;
+          qStride = qDim;
+        } else {
+          float *bq = scratch(1, tq * headDim);
+          for (int64_t r = 0; r < tq; ++r)
+            E::widen(q + (r0 + r) * qDim + h * headDim, bq + r * headDim,
+                     headDim);
+          qt = bq;
+          qStride = headDim;
+        }
+        sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(tq), int(blocks),
+              int(headDim), scale, qt, int(qStride), kbar, int(headDim),
+              0.0f, sc, int(blocks));
+        for (int64_t r = 0; r < tq; ++r) {
+          // Every earlier block holds B keys; the diagonal block the keys
+          // up to the row (ln n relative to ln B).
+          const int64_t seen = pos + r0 + r + 1 - qb * B;
+          const float *row = sc + r * blocks;
           double maxLogit = -INFINITY;
           for (int64_t kb = 0; kb < blocks; ++kb) {
-            const float *km =
-                keyMeans.data() + (g * keyBlocks + kb) * headDim;
-            double dot = 0.0;
-            for (int64_t d = 0; d < headDim; ++d)
-              dot += double(qr[d]) * double(km[d]);
-            const int64_t seen = std::min(B, p + 1 - kb * B);
-            logits[size_t(kb)] = double(scale) * dot + std::log(double(seen));
+            logits[size_t(kb)] =
+                double(row[kb]) +
+                (kb == qb ? std::log(double(seen) / double(B)) : 0.0);
             maxLogit = std::max(maxLogit, logits[size_t(kb)]);
           }
           double total = 0.0;
@@ -647,8 +663,9 @@ selectSparseBlocks(const typename E::T *q, const Kv &kv, int64_t n,
             l = std::exp(l - maxLogit);
             total += l;
           }
+          const double inv = 1.0 / total;
           for (int64_t kb = 0; kb < blocks; ++kb)
-            mass[size_t(kb)] += logits[size_t(kb)] / total;
+            mass[size_t(kb)] += logits[size_t(kb)] * inv;
         }
       }
       const double rowsHeads = double((r1 - r0) * group);
