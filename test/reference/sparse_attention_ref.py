@@ -31,7 +31,7 @@ class Kernels:
         self.lib = C.CDLL(lib, mode=C.RTLD_GLOBAL)
         self.sparse = self.lib.kiln_k_attention_sparse
         self.sparse.restype = None
-        self.sparse.argtypes = [F] * 6 + [I64] * 6 + [C.c_float, C.c_float] + [I64] * 6
+        self.sparse.argtypes = [F] * 6 + [I64] * 6 + [C.c_float, C.c_float] + [I64] * 7
         self.dense = self.lib.kiln_k_attention
         self.dense.restype = None
         self.dense.argtypes = [F] * 6 + [I64] * 6 + [C.c_float]
@@ -53,7 +53,7 @@ def run(kern, fn, q, k, v, kc, vc, pos, H, G, hd, scale, params=None):
     if params is not None:
         args += [params["gamma"], params["block"], params["sink"],
                  params["local"], params["min_budget"], params["max_budget"],
-                 params["min_tokens"]]
+                 params["min_tokens"], 0]
     fn(*args)
     return out
 

@@ -275,12 +275,29 @@ double logProb(const float *logits, int64_t vocab, int32_t token, bool &finite) 
 void printSparseStats() {
   int64_t st[4] = {0, 0, 0, 0};
   kiln_rt_sparse_attention_stats(st, 0);
-  if (st[1] > 0)
-    std::printf("sparse attention: %lld of %lld causal block pairs kept "
-                "(density %.4f); %lld of %lld prefill steps ran dense\n",
-                (long long)st[0], (long long)st[1],
-                double(st[0]) / double(st[1]), (long long)st[3],
-                (long long)st[2]);
+  if (st[1] <= 0)
+    return;
+  std::printf("sparse attention: %lld of %lld causal block pairs kept "
+              "(density %.4f); %lld of %lld prefill steps ran dense\n",
+              (long long)st[0], (long long)st[1],
+              double(st[0]) / double(st[1]), (long long)st[3],
+              (long long)st[2]);
+  // Each head's budget: its density per layer, KV heads in order.
+  for (int64_t layer = 0; layer < 512; ++layer) {
+    std::string line;
+    for (int64_t h = 0; h < 64; ++h) {
+      int64_t hs[2];
+      kiln_rt_sparse_attention_head_stats(layer, h, hs);
+      if (hs[1] <= 0)
+        break;
+      char cell[32];
+      std::snprintf(cell, sizeof(cell), " %.3f", double(hs[0]) / double(hs[1]));
+      line += cell;
+    }
+    if (!line.empty())
+      std::printf("sparse attention layer %lld density per KV head:%s\n",
+                  (long long)layer, line.c_str());
+  }
 }
 
 /// KL(softmax(a) || softmax(b)) in nats, in double with the maxima

@@ -562,7 +562,8 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
                            indexConst(sparse.getLocal()),
                            indexConst(sparse.getMinBudget()),
                            indexConst(sparse.getMaxBudget()),
-                           indexConst(sparse.getMinTokens())});
+                           indexConst(sparse.getMinTokens()),
+                           indexConst(a.getLayer())});
             }
             call(callee, args);
             return success();

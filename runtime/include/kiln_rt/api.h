@@ -247,6 +247,12 @@ const float *kiln_rt_session_logits(const kiln_rt_session_t *session);
 /// being read. Density = out[0] / out[1].
 void kiln_rt_sparse_attention_stats(int64_t out[4], int reset);
 
+/// The same per (layer, KV head): out[0] block pairs kept, out[1] seen (the
+/// head's budget as a density; layers < 512, KV heads < 64, else zeros).
+/// Reset with kiln_rt_sparse_attention_stats.
+void kiln_rt_sparse_attention_head_stats(int64_t layer, int64_t kv_head,
+                                         int64_t out[2]);
+
 /*===--------------------------- calibration -----------------------------===*/
 
 /// Receives the activations a calibration artifact observes (kiln.observe,

@@ -563,11 +563,17 @@ static void pagedAttention(const kiln_paged_kv &c, const void *q,
 struct SparseParams {
   float gamma;
   int64_t block, sink, local, minBudget, maxBudget, minTokens;
+  int64_t layer; ///< the model layer, for the per-head counters
 };
 
 /// Counters of kiln_rt_sparse_attention_stats (all calls of the process).
 static std::atomic<int64_t> sparseKeptPairs{0}, sparseTotalPairs{0},
     sparseCalls{0}, sparseDenseCalls{0};
+/// Per (layer, KV head) kept / seen block pairs (kiln_rt_sparse_attention_
+/// head_stats), for layers and KV heads below these bounds.
+static constexpr int64_t kStatLayers = 512, kStatKvHeads = 64;
+static std::atomic<int64_t> headKeptPairs[kStatLayers * kStatKvHeads],
+    headTotalPairs[kStatLayers * kStatKvHeads];
 
 /// Above this fraction of the causal (query block, key block) pairs kept,
 /// the call runs the dense kernel (selection would save nothing).
@@ -744,6 +750,12 @@ static bool sparseAttention(const typename E::T *q, const Kv &kv,
   }
   sparseKeptPairs += keptPairs;
   sparseTotalPairs += totalPairs;
+  if (sp.layer >= 0 && sp.layer < kStatLayers && kvHeads <= kStatKvHeads)
+    for (int64_t w = 0; w < kvHeads * queryBlocks; ++w) {
+      const int64_t slot = sp.layer * kStatKvHeads + w / queryBlocks;
+      headKeptPairs[slot] += int64_t(kept[size_t(w)].size());
+      headTotalPairs[slot] += qb0 + w % queryBlocks + 1;
+    }
   ++sparseCalls;
   if (double(keptPairs) >= kSparseDenseFraction * double(totalPairs)) {
     ++sparseDenseCalls;
@@ -1062,8 +1074,8 @@ KILN_DEFINE_16BIT_ATTENTION(bf16, Bf16, kiln_bf16_t)
 
 // Dynamic block-sparse prefill attention (kernel_abi.h).
 #define KILN_SPARSE_PARAMS                                                     \
-  SparseParams{gamma,      block,      sink,     local,                     \
-               min_budget, max_budget, min_tokens}
+  SparseParams{gamma,      block,      sink,       local,                   \
+               min_budget, max_budget, min_tokens, layer}
 void kiln_k_attention_sparse(const float *q, const float *k, const float *v,
                              float *k_cache, float *v_cache, float *out,
                              int64_t n, int64_t pos, int64_t heads,
@@ -1071,7 +1083,7 @@ void kiln_k_attention_sparse(const float *q, const float *k, const float *v,
                              int64_t max_seq, float scale, float gamma,
                              int64_t block, int64_t sink, int64_t local,
                              int64_t min_budget, int64_t max_budget,
-                             int64_t min_tokens) {
+                             int64_t min_tokens, int64_t layer) {
   attentionSparse<F32>(q, k, v, k_cache, v_cache, out, n, pos, heads,
                        kv_heads, head_dim, max_seq, scale, KILN_SPARSE_PARAMS);
 }
@@ -1082,7 +1094,7 @@ void kiln_k_attention_sparse_f16(
     int64_t pos, int64_t heads, int64_t kv_heads, int64_t head_dim,
     int64_t max_seq, float scale, float gamma, int64_t block, int64_t sink,
     int64_t local, int64_t min_budget, int64_t max_budget,
-    int64_t min_tokens) {
+    int64_t min_tokens, int64_t layer) {
   attentionSparse<F16>(q, k, v, k_cache, v_cache, out, n, pos, heads,
                        kv_heads, head_dim, max_seq, scale, KILN_SPARSE_PARAMS);
 }
@@ -1093,7 +1105,7 @@ void kiln_k_attention_sparse_bf16(
     int64_t pos, int64_t heads, int64_t kv_heads, int64_t head_dim,
     int64_t max_seq, float scale, float gamma, int64_t block, int64_t sink,
     int64_t local, int64_t min_budget, int64_t max_budget,
-    int64_t min_tokens) {
+    int64_t min_tokens, int64_t layer) {
   attentionSparse<Bf16>(q, k, v, k_cache, v_cache, out, n, pos, heads,
                         kv_heads, head_dim, max_seq, scale, KILN_SPARSE_PARAMS);
 }
@@ -1109,7 +1121,21 @@ void kiln_rt_sparse_attention_stats(int64_t out[4], int reset) {
     sparseTotalPairs = 0;
     sparseCalls = 0;
     sparseDenseCalls = 0;
+    for (int64_t i = 0; i < kStatLayers * kStatKvHeads; ++i) {
+      headKeptPairs[i] = 0;
+      headTotalPairs[i] = 0;
+    }
   }
+}
+
+void kiln_rt_sparse_attention_head_stats(int64_t layer, int64_t kv_head,
+                                         int64_t out[2]) {
+  out[0] = out[1] = 0;
+  if (layer < 0 || layer >= kStatLayers || kv_head < 0 ||
+      kv_head >= kStatKvHeads)
+    return;
+  out[0] = headKeptPairs[layer * kStatKvHeads + kv_head].load();
+  out[1] = headTotalPairs[layer * kStatKvHeads + kv_head].load();
 }
 
 } // extern "C"
