@@ -36,15 +36,16 @@ struct SparseAttentionPass final
     };
     if (mode != "flex")
       return fail("mode '" + mode + "' is not flex");
-    if (!(gamma > 0.0 && gamma <= 1.0))
+    // The attribute holds an f32: a gamma that rounds to 0 is refused too.
+    if (!(gamma > 0.0 && gamma <= 1.0) || !(float(gamma) > 0.0f))
       return fail("gamma " + std::to_string(double(gamma)) +
                   " is not in (0, 1]");
     if (block < 1 || block > 4096)
       return fail("block " + Twine(int64_t(block)) +
                   " is not in [1, 4096] positions");
-    if (sink < 0 || local < 1)
-      return fail("sink must be >= 0 and local >= 1 (the diagonal block), "
-                  "got sink " +
+    if (sink < 0 || local < 1 || sink > (1 << 20) || local > (1 << 20))
+      return fail("sink must be in [0, 1048576] and local in [1, 1048576] "
+                  "blocks (1: the diagonal block), got sink " +
                   Twine(int64_t(sink)) + " and local " + Twine(int64_t(local)));
     if (minBudget < 0 || maxBudget < 0 || minTokens < 0)
       return fail("min-budget, max-budget and min-tokens must not be "

@@ -1,6 +1,7 @@
 // RUN: kiln-opt %s --split-input-file --verify-diagnostics
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="gamma=0" 2>&1 | FileCheck %s --check-prefix=GAMMA
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="gamma=1.5" 2>&1 | FileCheck %s --check-prefix=GAMMA
+// RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="gamma=1e-46" 2>&1 | FileCheck %s --check-prefix=GAMMA
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="block=0" 2>&1 | FileCheck %s --check-prefix=BLOCK
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="local=0" 2>&1 | FileCheck %s --check-prefix=LOCAL
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="min-budget=512 max-budget=256" 2>&1 | FileCheck %s --check-prefix=BUDGET
@@ -10,7 +11,7 @@
 
 // GAMMA: kiln-sparse-attention: gamma {{.*}} is not in (0, 1]
 // BLOCK: kiln-sparse-attention: block 0 is not in [1, 4096] positions
-// LOCAL: kiln-sparse-attention: sink must be >= 0 and local >= 1 (the diagonal block), got sink 1 and local 0
+// LOCAL: kiln-sparse-attention: sink must be in [0, 1048576] and local in [1, 1048576] blocks (1: the diagonal block), got sink 1 and local 0
 // BUDGET: kiln-sparse-attention: max-budget 256 is below min-budget 512
 // MODE: kiln-sparse-attention: mode 'topk' is not flex
 // PLANNED: kiln-sparse-attention: 'prefill' is already memory-planned; run this pass before kiln-memory-plan

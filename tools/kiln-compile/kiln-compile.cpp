@@ -28,6 +28,7 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/WithColor.h"
@@ -140,15 +141,29 @@ parseSparseAttention(llvm::StringRef text) {
            ": the mode must be none or flex";
   o.mode = mode.str();
   llvm::SmallVector<llvm::StringRef> items;
-  if (!settings.empty())
+  if (text.contains(':')) {
+    if (settings.empty())
+      return "--sparse-attention=" + text.str() +
+             ": nothing after ':' (expected KEY=VALUE settings, or drop "
+             "the ':')";
     settings.split(items, ',');
+  }
+  llvm::StringSet<> seen;
   for (llvm::StringRef item : items) {
     auto [key, value] = item.split('=');
     const std::string where = "--sparse-attention: '" + item.str() + "'";
+    if (item.empty())
+      return "--sparse-attention=" + text.str() +
+             ": an empty setting (a stray ',')";
+    if (!seen.insert(key).second)
+      return where + ": " + key.str() + " is given twice";
     if (key == "gamma") {
       double g = 0;
-      if (value.getAsDouble(g) || !(g > 0.0 && g <= 1.0))
-        return where + ": gamma must be a number in (0, 1]";
+      // The attribute stores f32: a gamma that rounds to 0 is refused too.
+      if (value.getAsDouble(g) || !(g > 0.0 && g <= 1.0) ||
+          !(float(g) > 0.0f))
+        return where + ": gamma must be a number in (0, 1] (at least "
+                       "1.2e-38, an f32)";
       o.gamma = g;
       continue;
     }
@@ -160,16 +175,18 @@ parseSparseAttention(llvm::StringRef text) {
       o.block = v;
     } else if (key == "sink") {
       if (!isInt || v < 0 || v > 1 << 20)
-        return where + ": sink must be a block count >= 0";
+        return where + ": sink must be a block count in [0, 1048576]";
       o.sink = v;
     } else if (key == "local") {
       if (!isInt || v < 1 || v > 1 << 20)
-        return where + ": local must be a block count >= 1 (the diagonal)";
+        return where + ": local must be a block count in [1, 1048576] (1: "
+                       "the diagonal block)";
       o.local = v;
     } else if (key == "min-budget" || key == "max-budget" ||
                key == "min-tokens") {
       if (!isInt || v < 0 || v > int64_t(1) << 40)
-        return where + ": " + key.str() + " must be a token count >= 0";
+        return where + ": " + key.str() +
+               " must be a token count in [0, 2^40]";
       (key == "min-budget"   ? o.minBudget
        : key == "max-budget" ? o.maxBudget
                              : o.minTokens) = v;
@@ -612,7 +629,8 @@ int main(int argc, char **argv) {
       return fail("--sp-min-tokens needs --sp=on");
     if (sequenceParallelFuseNorm.getNumOccurrences() && mode == "off")
       return fail("--sp-fuse-norm needs --sp");
-    if (sequenceParallelInt8Gather.getNumOccurrences() && mode == "off")
+    if (sequenceParallelInt8Gather.getNumOccurrences() &&
+        sequenceParallelInt8Gather && mode == "off")
       return fail("--sp-int8-gather needs --sp");
     if (mode != "off" && tensorParallelRanks < 2)
       return fail("--sp=" + mode +
@@ -651,6 +669,11 @@ int main(int argc, char **argv) {
                   "--kv=" +
                   kvCache + " has no sparse kernel yet");
     sparseOptions = std::get<SparseAttentionPassOptions>(parsed);
+    llvm::WithColor::note(llvm::errs(), "kiln-compile")
+        << "--sparse-attention makes the session's prefill sparse (kiln-run "
+           "--no-engine / --chat, kiln-eval); the serving engine's batched "
+           "step (kiln-serve, kiln-run's default) stays dense "
+           "(docs/sparse-attention.md)\n";
   }
   if (ggufLinears != "auto" && ggufLinears != "blocks" &&
       ggufLinears != "repacked")

@@ -275,13 +275,13 @@ double logProb(const float *logits, int64_t vocab, int32_t token, bool &finite) 
 void printSparseStats() {
   int64_t st[4] = {0, 0, 0, 0};
   kiln_rt_sparse_attention_stats(st, 0);
-  if (st[1] <= 0)
+  if (st[2] <= 0)
     return;
   std::printf("sparse attention: %lld of %lld causal block pairs kept "
               "(density %.4f); %lld of %lld prefill steps ran dense\n",
               (long long)st[0], (long long)st[1],
-              double(st[0]) / double(st[1]), (long long)st[3],
-              (long long)st[2]);
+              st[1] > 0 ? double(st[0]) / double(st[1]) : 1.0,
+              (long long)st[3], (long long)st[2]);
   // Each head's budget: its density per layer, KV heads in order.
   for (int64_t layer = 0; layer < 512; ++layer) {
     std::string line;
@@ -357,6 +357,11 @@ int runPerplexity() {
            std::to_string(context) + " tokens");
     ctx = ctxLen;
   }
+  if (prefillTokens >= ctx)
+    fail("--prefill-tokens " + std::to_string(prefillTokens) +
+         " leaves no token to score in a window of --ctx " +
+         std::to_string(ctx) + " tokens (at most " + std::to_string(ctx - 1) +
+         ")");
   double t0 = nowSec();
   std::vector<int32_t> ids = tokenize(m, text);
   double tokenizeSec = nowSec() - t0;
@@ -430,8 +435,10 @@ int runPerplexity() {
               "preceding tokens of its window\n",
               (long long)ctx);
   if (prefillTokens > 0)
-    std::printf("prefill: the first %lld tokens of each window are context, "
-                "prefilled in one step after BOS and not scored\n",
+    std::printf("prefill: the first %lld tokens of each window (all but the "
+                "last of a shorter last window) are context, prefilled in one "
+                "call after BOS (steps of at most the artifact's "
+                "max_prefill_tokens) and not scored\n",
                 (long long)prefillTokens);
   if (rest && fullWindows)
     std::printf("windows: %lld (%lld of %lld tokens + 1 of %lld)\n",
@@ -541,7 +548,8 @@ int runCompare() {
   else
     std::printf("first disagreement: position %lld\n", (long long)firstDiff);
   if (prefix > 0)
-    std::printf("prefill: BOS + the first %lld stream tokens in one step; "
+    std::printf("prefill: BOS + the first %lld stream tokens in one call "
+                "(steps of at most the artifact's max_prefill_tokens); "
                 "positions %lld..%lld compared\n",
                 (long long)prefix, (long long)prefix, (long long)(n - 1));
   printSparseStats();

@@ -442,6 +442,7 @@ calibrateDevice(const Device &base, const std::vector<TraceKernel> &kernels,
                        "--prompt-tokens P --decode-tokens D --trace FILE");
   DeviceCalibration c;
   c.device = base;
+  std::string tooSlow; // a class below 0.1% of the device's figure
   auto efficiency = [&](double rate, double bound, const char *what) {
     double e = rate / bound;
     if (e > 1.0) {
@@ -450,10 +451,29 @@ calibrateDevice(const Device &base, const std::vector<TraceKernel> &kernels,
                         "% of the device's figure (caches): recorded as 1");
       e = 1.0;
     }
+    if (!(e >= 1e-3) && tooSlow.empty())
+      tooSlow = std::string(what) + " reached " + std::to_string(e) +
+                " of the device's figure (below 0.001): the trace was not "
+                "taken on this device, or its durations are not a real run's";
     return std::max(e, 1e-3);
   };
   c.decodeLinearRate = decodeLinear.bytes / decodeLinear.seconds;
   c.prefillLinearRate = prefillLinear.flops / prefillLinear.seconds;
+  for (double rate :
+       {c.decodeLinearRate, c.prefillLinearRate,
+        decodeAttention.seconds > 0
+            ? decodeAttention.bytes / decodeAttention.seconds
+            : 0.0,
+        prefillAttention.seconds > 0
+            ? prefillAttention.flops / prefillAttention.seconds
+            : 0.0,
+        prefillElementwise.seconds > 0
+            ? prefillElementwise.bytes / prefillElementwise.seconds
+            : 0.0})
+    if (!std::isfinite(rate))
+      return std::string("a kernel class has an infinite rate (durations "
+                         "too short for their bytes or FLOPs): not a real "
+                         "run's trace");
   // A device figure the run exceeded (a CPU's bandwidth and peak are
   // themselves measurements) is raised to the measured rate, so the linears
   // run at efficiency 1 of it and the other kinds are efficiencies of it.
@@ -515,6 +535,8 @@ calibrateDevice(const Device &base, const std::vector<TraceKernel> &kernels,
     c.layerOverhead = (decodeStepSeconds - decodeKernelSeconds) /
                       double(decodeSteps) / double(layers);
   c.device.layerOverhead = c.layerOverhead;
+  if (!tooSlow.empty())
+    return tooSlow;
   return c;
 }
 

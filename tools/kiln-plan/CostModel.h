@@ -215,7 +215,8 @@ struct DeviceCalibration {
 /// (it sets formatBandwidth[format], bounded by dequantization). The
 /// layer overhead is the decode time outside the linears and attention
 /// (norms, the embedding, launches, the step's bookkeeping), per layer.
-/// Returns an error message, or the calibration.
+/// Returns an error message (also when a class reaches less than 0.1% of
+/// the device's figure: a trace of another device), or the calibration.
 std::variant<std::string, DeviceCalibration>
 calibrateDevice(const Device &base, const std::vector<TraceKernel> &kernels,
                 double decodeStepSeconds, int64_t decodeSteps, int64_t layers,

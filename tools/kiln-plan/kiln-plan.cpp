@@ -463,6 +463,24 @@ static int calibrate() {
     fail(file + ": " + *error);
   const DeviceCalibration &c = std::get<DeviceCalibration>(result);
   const Device &d = c.device;
+  // What a cluster file accepts (deviceFrom): a trace whose numbers put the
+  // device outside it is refused rather than printed.
+  auto plausible = [&](double v, double lo, double hi, const char *what) {
+    if (!(v >= lo && v <= hi) || !std::isfinite(v))
+      fail(file + ": the trace gives an implausible " + what + " (" +
+           str(v) + ", expected [" + str(lo) + ", " + str(hi) +
+           "]): its durations, bytes or FLOPs are not a real run's");
+  };
+  plausible(d.bandwidth / 1e9, 1e-6, 1e6, "bandwidth in GB/s");
+  plausible(d.peakFlops / 1e12, 1e-6, 1e6, "peak in TFLOP/s");
+  plausible(d.layerOverhead * 1e6, 0, 1e6, "layer overhead in us");
+  for (const auto &[name, rate] : d.formatBandwidth)
+    plausible(rate / 1e9, 1e-6, 1e6, "format GEMV rate in GB/s");
+  for (double e : {d.bandwidthEfficiency, d.flopEfficiency,
+                   d.kvBandwidthEfficiency.value_or(1.0),
+                   d.elementwiseBandwidthEfficiency.value_or(1.0),
+                   d.attentionFlopEfficiency.value_or(1.0)})
+    plausible(e, 1e-3, 1, "efficiency");
   // What was measured, on stderr; the device object on stdout.
   auto gb = [](double v) { return str(v / 1e9); };
   llvm::errs() << "kiln-plan: calibrated " << gpuName << " from " << file
@@ -529,9 +547,23 @@ int main(int argc, char **argv) {
       "winner's kiln-compile command.\n",
       {});
 
-  if (!calibrateTrace.empty()) {
+  if (calibrateTrace.getNumOccurrences()) {
+    if (calibrateTrace.empty())
+      fail("--calibrate needs a trace file (kiln-bench ... --trace FILE)");
     if (!modelPath.empty())
       fail("--calibrate reads a trace, not a model: drop " + modelPath);
+    if (!gpuName.getNumOccurrences())
+      fail("--calibrate needs --gpu NAME: the device the trace was taken "
+           "on (a100-80g, h100-sxm, h200 or cpu)");
+    // Only the device and the format apply; planning flags would be
+    // silently ignored.
+    for (cl::Option *o :
+         std::initializer_list<cl::Option *>{
+             &clusterFile, &gpus, &gpusPerNode, &sloTtft, &sloTpot,
+             &concurrency, &contextLength, &promptTokens, &topK, &emitFlags})
+      if (o->getNumOccurrences())
+        fail("--calibrate takes only --gpu and --calibrate-format; --" +
+             o->ArgStr + " is for planning");
     return calibrate();
   }
   if (calibrateFormat.getNumOccurrences())

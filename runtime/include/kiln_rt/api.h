@@ -241,8 +241,10 @@ const float *kiln_rt_session_logits(const kiln_rt_session_t *session);
 
 /// Dynamic sparse attention's counters over the process (kernel_abi.h
 /// kiln_k_attention_sparse; docs/sparse-attention.md): out[0] causal
-/// (query block, key block) pairs kept, out[1] pairs seen, out[2] prefill
-/// steps that selected, out[3] of them run dense (most blocks kept); all 0
+/// (query block, key block) pairs kept, out[1] pairs seen by the steps that
+/// selected, out[2] sparse prefill steps (calls of the kernel), out[3] of
+/// them run dense (below min_tokens, every block mandatory, or most
+/// blocks kept); all 0
 /// without sparse artifacts. With reset != 0 they restart from 0 after
 /// being read. Density = out[0] / out[1].
 void kiln_rt_sparse_attention_stats(int64_t out[4], int reset);

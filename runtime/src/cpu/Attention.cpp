@@ -736,9 +736,12 @@ static bool sparseAttention(const typename E::T *q, const Kv &kv,
                             float scale, const SparseParams &sp) {
   const int64_t T = pos + n, B = sp.block;
   const int64_t keyBlocks = (T + B - 1) / B;
+  ++sparseCalls;
   if (!(sp.gamma < 1.0f) || T < sp.minTokens ||
-      keyBlocks <= sp.sink + sp.local)
+      keyBlocks <= sp.sink + sp.local) {
+    ++sparseDenseCalls;
     return false;
+  }
   const bool parallel = n * heads * T * headDim > kParallelGrain / 2;
   const int64_t qb0 = pos / B, queryBlocks = (T - 1) / B - qb0 + 1;
   std::vector<std::vector<int32_t>> kept = selectSparseBlocks<E>(
@@ -756,7 +759,6 @@ static bool sparseAttention(const typename E::T *q, const Kv &kv,
       headKeptPairs[slot] += int64_t(kept[size_t(w)].size());
       headTotalPairs[slot] += qb0 + w % queryBlocks + 1;
     }
-  ++sparseCalls;
   if (double(keptPairs) >= kSparseDenseFraction * double(totalPairs)) {
     ++sparseDenseCalls;
     return false;
