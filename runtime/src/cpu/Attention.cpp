@@ -334,6 +334,50 @@ accumulateRows(const float *__restrict att, float inv,
   }
 }
 
+/// Rows [r0, r0 + tq) of head h of q [n, heads * headDim] as float: q itself
+/// for F32 (row stride qDim), else widened into scratch slot 1 (row stride
+/// headDim); the stride goes to `stride`.
+template <class E>
+static const float *queryRows(const typename E::T *q, int64_t r0, int64_t tq,
+                              int64_t h, int64_t qDim, int64_t headDim,
+                              int64_t &stride) {
+  if constexpr (kIsF32<E>) {
+    stride = qDim;
+    return q + r0 * qDim + h * headDim;
+  } else {
+    float *b = scratch(1, tq * headDim);
+    for (int64_t r = 0; r < tq; ++r)
+      E::widen(q + (r0 + r) * qDim + h * headDim, b + r * headDim, headDim);
+    stride = headDim;
+    return b;
+  }
+}
+
+/// out rows [r0, r0 + tq) of head h = P V: P [tq, keys] (row stride keys),
+/// V [keys, headDim] (row stride vStride), by sgemm straight into out for
+/// F32, else through scratch slot 1 and narrowed.
+template <class E>
+static void attendRows(const float *p, int64_t keys, const float *v,
+                       int64_t vStride, typename E::T *out, int64_t r0,
+                       int64_t tq, int64_t h, int64_t qDim, int64_t headDim) {
+  float *o;
+  int64_t oStride;
+  if constexpr (kIsF32<E>) {
+    o = out + r0 * qDim + h * headDim;
+    oStride = qDim;
+  } else {
+    o = scratch(1, tq * headDim);
+    oStride = headDim;
+  }
+  sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(tq), int(headDim),
+        int(keys), 1.0f, p, int(keys), v, int(vStride), 0.0f, o,
+        int(oStride));
+  if constexpr (!kIsF32<E>)
+    for (int64_t r = 0; r < tq; ++r)
+      E::narrow(o + r * headDim, out + (r0 + r) * qDim + h * headDim,
+                headDim);
+}
+
 /// Query rows per tile of the prefill attention, and the prefill chunk from
 /// which the tiled path is taken.
 static constexpr int64_t kQueryTile = 32;
@@ -365,18 +409,8 @@ static void attentionTiles(const typename E::T *q, const Kv &kv,
     const int64_t kFirst =
         window > 0 ? std::max<int64_t>(0, pos + i0 - window + 1) : 0;
     const int64_t keys = kEnd - kFirst;
-    const float *qt;
     int64_t qStride;
-    if constexpr (kIsF32<E>) {
-      qt = q + i0 * qDim + h * headDim;
-      qStride = qDim;
-    } else {
-      float *b = scratch(1, tq * headDim);
-      for (int64_t r = 0; r < tq; ++r)
-        E::widen(q + (i0 + r) * qDim + h * headDim, b + r * headDim, headDim);
-      qt = b;
-      qStride = headDim;
-    }
+    const float *qt = queryRows<E>(q, i0, tq, h, qDim, headDim, qStride);
     float *sc = scratch(3, tq * keys);
     int64_t stride;
     const float *kr = kv.rows(false, kFirst, keys, kvh, stride);
@@ -391,22 +425,7 @@ static void attentionTiles(const typename E::T *q, const Kv &kv,
                  p - kFirst, keys);
     }
     const float *vr = kv.rows(true, kFirst, keys, kvh, stride);
-    float *o;
-    int64_t oStride;
-    if constexpr (kIsF32<E>) {
-      o = out + i0 * qDim + h * headDim;
-      oStride = qDim;
-    } else {
-      o = scratch(1, tq * headDim);
-      oStride = headDim;
-    }
-    sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(tq), int(headDim),
-          int(keys), 1.0f, sc, int(keys), vr, int(stride), 0.0f, o,
-          int(oStride));
-    if constexpr (!kIsF32<E>)
-      for (int64_t r = 0; r < tq; ++r)
-        E::narrow(o + r * headDim, out + (i0 + r) * qDim + h * headDim,
-                  headDim);
+    attendRows<E>(sc, keys, vr, stride, out, i0, tq, h, qDim, headDim);
   });
 }
 
@@ -636,19 +655,8 @@ selectSparseBlocks(const typename E::T *q, const Kv &kv, int64_t n,
       float *sc = scratch(3, tq * blocks);
       const float *kbar = keyMeans.data() + g * keyBlocks * headDim;
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-        const float *qt;
         int64_t qStride;
-        if constexpr (kIsF32<E>) {
-          qt = q + r0 * qDim + h * headDim;
-          qStride = qDim;
-        } else {
-          float *bq = scratch(1, tq * headDim);
-          for (int64_t r = 0; r < tq; ++r)
-            E::widen(q + (r0 + r) * qDim + h * headDim, bq + r * headDim,
-                     headDim);
-          qt = bq;
-          qStride = headDim;
-        }
+        const float *qt = queryRows<E>(q, r0, tq, h, qDim, headDim, qStride);
         sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(tq), int(blocks),
               int(headDim), scale, qt, int(qStride), kbar, int(headDim),
               0.0f, sc, int(blocks));
@@ -790,19 +798,8 @@ static bool sparseAttention(const typename E::T *q, const Kv &kv,
         }
         return buf;
       };
-      const float *qt;
       int64_t qStride;
-      if constexpr (kIsF32<E>) {
-        qt = q + r0 * qDim + h * headDim;
-        qStride = qDim;
-      } else {
-        float *bq = scratch(1, tq * headDim);
-        for (int64_t r = 0; r < tq; ++r)
-          E::widen(q + (r0 + r) * qDim + h * headDim, bq + r * headDim,
-                   headDim);
-        qt = bq;
-        qStride = headDim;
-      }
+      const float *qt = queryRows<E>(q, r0, tq, h, qDim, headDim, qStride);
       float *sc = scratch(3, tq * keys);
       const float *kr = gather(false);
       sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(tq), int(keys),
@@ -816,22 +813,7 @@ static bool sparseAttention(const typename E::T *q, const Kv &kv,
         softmaxRow(sc + r * keys, 0, diagonalStart + (p - qb * B), keys);
       }
       const float *vr = gather(true);
-      float *o;
-      int64_t oStride;
-      if constexpr (kIsF32<E>) {
-        o = out + r0 * qDim + h * headDim;
-        oStride = qDim;
-      } else {
-        o = scratch(1, tq * headDim);
-        oStride = headDim;
-      }
-      sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(tq), int(headDim),
-            int(keys), 1.0f, sc, int(keys), vr, int(headDim), 0.0f, o,
-            int(oStride));
-      if constexpr (!kIsF32<E>)
-        for (int64_t r = 0; r < tq; ++r)
-          E::narrow(o + r * headDim, out + (r0 + r) * qDim + h * headDim,
-                    headDim);
+      attendRows<E>(sc, keys, vr, headDim, out, r0, tq, h, qDim, headDim);
     }
   });
   return true;
