@@ -830,6 +830,26 @@ int main(int argc, char **argv) {
                               ? bool(sequenceParallelInt8Gather)
                               : target == "cuda";
   options.spInt8Gather = int8Gather;
+  // An explicit --sp-int8-gather that finds no reader quantizing to int8
+  // changes nothing: say so rather than leave the user guessing.
+  bool anyInt8Gather = false;
+  if (int8Gather && sequenceParallelInt8Gather.getNumOccurrences() &&
+      spMinTokens >= 0)
+    options.onGraph = [&](ModuleOp graph) {
+      graph.walk([&](AllGatherRowsOp g) {
+        if (g.getWireQuant())
+          anyInt8Gather = true;
+      });
+      return success();
+    };
+  auto noteInt8Gather = [&] {
+    if (options.onGraph && !anyInt8Gather)
+      llvm::WithColor::note(llvm::errs(), "kiln-compile")
+          << "--sp-int8-gather: no all-gather of rows is read only by "
+             "linears that quantize to int8 (--quant=smoothquant, or GGUF "
+             "blocks with --act-quant=int8, f32 activations): every gather "
+             "stays f32\n";
+  };
   const std::string spPass =
       spMinTokens >= 0 ? "kiln-sequence-parallel{min-tokens=" +
                              std::to_string(spMinTokens) +
@@ -905,6 +925,7 @@ int main(int argc, char **argv) {
     }
     if (err)
       return fail(llvm::toString(std::move(err)));
+    noteInt8Gather();
     return 0;
   }
   if (outputDir == "-")
@@ -915,6 +936,7 @@ int main(int argc, char **argv) {
   options.signKey = signKeyPath.empty() ? nullptr : &signKey;
   if (failed(compileModel(context, *desc, options)))
     return 1;
+  noteInt8Gather();
   llvm::errs() << "kiln-compile: wrote " << outputDir << "\n";
   return 0;
 }
