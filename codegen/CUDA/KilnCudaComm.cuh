@@ -287,25 +287,17 @@ inline void kiln_cuda_all_gather_rows(kiln_cuda_ctx *ctx, const T *x, T *y,
 //===----------------------------------------------------------------------===//
 // The 8-bit all-gather (kiln.all_gather_rows with wire_quant; kernel_abi.h
 // kiln_k_all_gather_rows_q8): each rank quantizes its shard by the readers'
-// rule into wire rows of `wireBytes` bytes ([scales f32][cols int8 codes],
-// padded to 4), ncclAllGather moves bytes, every rank dequantizes y = q *
+// rule into wire rows (kiln_wire_row in kiln_rt/sequence_shard.h: [scales
+// f32][cols int8 codes], padded to 4), ncclAllGather moves bytes, every rank dequantizes y = q *
 // scale. Same rounding as the CPU kernel and the readers (actQuantKernel):
 // __fdiv_rn, roundf, codes clamped to [-127, 127].
 //===----------------------------------------------------------------------===//
 
 namespace kiln_cuda_detail {
-/// Wire row geometry: scales per row and bytes per row.
-struct WireRow {
-  int64_t cols, scales, bytes;
-  WireRow(int64_t cols, int64_t wire)
-      : cols(cols), scales(kiln_wire_row_scales(cols, wire)),
-        bytes(kiln_wire_row_bytes(cols, wire)) {}
-};
-
 /// Per token / per tensor: one block per row (grid-stride).
 __global__ void __launch_bounds__(256)
     wireEncodeRowsKernel(const float *__restrict__ x, uint8_t *__restrict__ out,
-                         int64_t rows, WireRow w, float scale) {
+                         int64_t rows, kiln_wire_row w, float scale) {
   __shared__ float sh[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float *xr = x + r * w.cols;
@@ -330,7 +322,8 @@ __global__ void __launch_bounds__(256)
 /// Per 32-element block: one warp per block (grid-stride over warps).
 __global__ void __launch_bounds__(256)
     wireEncodeBlocksKernel(const float *__restrict__ x,
-                           uint8_t *__restrict__ out, int64_t rows, WireRow w) {
+                           uint8_t *__restrict__ out, int64_t rows,
+                           kiln_wire_row w) {
   const int lane = threadIdx.x & 31;
   const int64_t perRow = w.cols / 32, total = rows * perRow;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
@@ -351,7 +344,7 @@ __global__ void __launch_bounds__(256)
 /// y [rows, cols] = q * scale from `rows` wire rows.
 __global__ void __launch_bounds__(256)
     wireDecodeKernel(const uint8_t *__restrict__ in, float *__restrict__ y,
-                     int64_t rows, WireRow w, float scale) {
+                     int64_t rows, kiln_wire_row w, float scale) {
   const int64_t total = rows * w.cols;
   const int64_t per = w.scales ? w.cols / w.scales : w.cols;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
@@ -387,14 +380,11 @@ inline void kiln_cuda_all_gather_rows_q8(kiln_cuda_ctx *ctx, const float *x,
     return;
   }
   (void)elem; // float rows: the signature's T
-  if (!KILN_CUDA_ARG(ctx,
-                     (wire == KILN_WIRE_INT8_PER_TOKEN ||
-                          (wire == KILN_WIRE_INT8_PER_BLOCK && cols % 32 == 0) ||
-                          (wire == KILN_WIRE_INT8_PER_TENSOR && scale > 0.0f)),
+  if (!KILN_CUDA_ARG(ctx, kiln_wire_rule_valid(cols, wire, scale),
                      "kiln_cuda_all_gather_rows_q8",
                      "unsupported wire rule for these rows"))
     return;
-  const WireRow w(cols, wire);
+  const kiln_wire_row w = kiln_wire_row_of(cols, wire);
   const int64_t c = (n + N - 1) / N;
   const size_t block = size_t(c * w.bytes);
   if (!KILN_CUDA_ARG(ctx, staged != nullptr && have >= block * size_t(N + 1),

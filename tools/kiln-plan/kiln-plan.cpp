@@ -360,14 +360,6 @@ static std::string recipeName(const Recipe &r) {
   return s;
 }
 
-/// The number args[key], or std::nullopt.
-static std::optional<double> traceNumber(const json::Object &args,
-                                         StringRef key) {
-  if (const json::Value *v = args.get(key))
-    return v->getAsNumber();
-  return std::nullopt;
-}
-
 /// kiln-plan --calibrate TRACE: the --gpu device calibrated from a Kiln
 /// trace, printed as a cluster file's "device" object.
 static int calibrate() {
@@ -415,7 +407,7 @@ static int calibrate() {
       fail(file + ": traceEvents[" + Twine(index - 1) +
            "]: a kernel or step event needs a non-negative \"dur\" and "
            "\"args\"");
-    std::optional<double> tokens = traceNumber(*args, "tokens");
+    std::optional<double> tokens = args->getNumber("tokens");
     if (!tokens || !(*tokens >= 1) || *tokens > 1e9)
       fail(file + ": traceEvents[" + Twine(index - 1) +
            "]: args.tokens must be a positive row count");
@@ -433,8 +425,8 @@ static int calibrate() {
     k.name = o->getString("name").value_or("?").str();
     k.kind = args->getString("kind").value_or("").str();
     k.seconds = *dur * 1e-6;
-    std::optional<double> bytes = traceNumber(*args, "bytes");
-    std::optional<double> flops = traceNumber(*args, "flops");
+    std::optional<double> bytes = args->getNumber("bytes");
+    std::optional<double> flops = args->getNumber("flops");
     if (!bytes || !flops || !std::isfinite(*bytes) || !std::isfinite(*flops) ||
         *bytes < 0 || *flops < 0)
       fail(file + ": traceEvents[" + Twine(index - 1) + "] ('" + k.name +

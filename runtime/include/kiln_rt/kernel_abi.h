@@ -188,7 +188,7 @@ void kiln_k_all_gather_rows(kiln_exec_ctx *ctx, const void *x, void *y,
 ///   KILN_WIRE_INT8_PER_TENSOR: the static `scale` (> 0) for every row.
 /// The rules are those of the int8-activation linears (kiln_k_linear_w8a8*,
 /// kiln_k_linear_blocks_a8), so a reader re-quantizing y gets the same
-/// codes. Bytes on the wire per row (kiln_wire_row_bytes in
+/// codes. Bytes on the wire per row (kiln_wire_row_of in
 /// kiln_rt/sequence_shard.h, which defines KILN_WIRE_INT8_*): cols + 4 (per
 /// token), cols + cols / 8 (per block), cols (per tensor), each rounded up
 /// to 4 — about 1/4 of the float32 rows. Below the threshold every rank

@@ -57,16 +57,31 @@ static inline int64_t kiln_sequence_shard_rows(int64_t n, int64_t group,
 #define KILN_WIRE_INT8_PER_BLOCK 2  /**< one scale per 32 elements */
 #define KILN_WIRE_INT8_PER_TENSOR 3 /**< a static scale, none on the wire */
 
-/** float32 scales in one wire row of `cols` elements. */
-static inline int64_t kiln_wire_row_scales(int64_t cols, int64_t wire) {
-  return wire == KILN_WIRE_INT8_PER_TOKEN   ? 1
-         : wire == KILN_WIRE_INT8_PER_BLOCK ? cols / 32
-                                            : 0;
+/** One wire row of `cols` elements: `scales` float32 scales (1 per token,
+ * cols / 32 per block, none per tensor), then the int8 codes, padded to 4:
+ * `bytes` in all. */
+typedef struct {
+  int64_t cols, scales, bytes;
+} kiln_wire_row;
+
+static inline kiln_wire_row kiln_wire_row_of(int64_t cols, int64_t wire) {
+  kiln_wire_row w;
+  w.cols = cols;
+  w.scales = wire == KILN_WIRE_INT8_PER_TOKEN   ? 1
+             : wire == KILN_WIRE_INT8_PER_BLOCK ? cols / 32
+                                                : 0;
+  w.bytes = 4 * w.scales + (cols + 3) / 4 * 4;
+  return w;
 }
 
-/** Bytes of one wire row of `cols` elements. */
-static inline int64_t kiln_wire_row_bytes(int64_t cols, int64_t wire) {
-  return 4 * kiln_wire_row_scales(cols, wire) + (cols + 3) / 4 * 4;
+/** True when rule `wire` can carry rows of `cols` elements: per block needs
+ * a multiple of 32, per tensor a positive finite `scale`. */
+static inline int kiln_wire_rule_valid(int64_t cols, int64_t wire,
+                                       float scale) {
+  return wire == KILN_WIRE_INT8_PER_TOKEN ||
+         (wire == KILN_WIRE_INT8_PER_BLOCK && cols % 32 == 0) ||
+         (wire == KILN_WIRE_INT8_PER_TENSOR && scale > 0.0f &&
+          scale <= 3.4028235e38f);
 }
 
 #ifdef __cplusplus

@@ -386,19 +386,9 @@ extern "C" void kiln_k_all_gather_rows(kiln_exec_ctx *ctx, const void *x,
 }
 
 namespace {
-/// One row of the 8-bit all-gather on the wire (kiln_k_all_gather_rows_q8):
-/// `scales` float32 scales (1 per token, cols / 32 per block, none per
-/// tensor), then the cols int8 codes, padded to 4 bytes.
-struct WireRow {
-  int64_t cols, scales, bytes;
-  WireRow(int64_t cols, int64_t wire)
-      : cols(cols), scales(kiln_wire_row_scales(cols, wire)),
-        bytes(kiln_wire_row_bytes(cols, wire)) {}
-};
-
 /// x [rows, cols] float32 -> wire rows (the readers' quantizers, so that
 /// re-quantizing the dequantized rows gives the same codes).
-void encodeWireRows(const float *x, int64_t rows, const WireRow &w,
+void encodeWireRows(const float *x, int64_t rows, const kiln_wire_row &w,
                     int64_t wire, float scale, uint8_t *out) {
   std::vector<int32_t> s4(size_t(w.cols / 4));
   std::vector<float> s16(size_t(w.cols / 16));
@@ -417,7 +407,7 @@ void encodeWireRows(const float *x, int64_t rows, const WireRow &w,
 }
 
 /// Wire rows -> y [rows, cols] float32: y = q * scale.
-void decodeWireRows(const uint8_t *in, int64_t rows, const WireRow &w,
+void decodeWireRows(const uint8_t *in, int64_t rows, const kiln_wire_row &w,
                     float scale, float *y) {
   for (int64_t t = 0; t < rows; ++t) {
     const uint8_t *row = in + size_t(t * w.bytes);
@@ -438,13 +428,7 @@ extern "C" void kiln_k_all_gather_rows_q8(kiln_exec_ctx *ctx, const void *x,
                                           const char *what) {
   auto *comm = static_cast<Communicator *>(ctx->comm);
   const char *name = what ? what : "8-bit all-gather of rows";
-  const bool valid =
-      elem == KILN_ELEM_F32 &&
-      ((wire == KILN_WIRE_INT8_PER_TOKEN) ||
-       (wire == KILN_WIRE_INT8_PER_BLOCK && cols % 32 == 0) ||
-       (wire == KILN_WIRE_INT8_PER_TENSOR && scale > 0.0f &&
-        std::isfinite(scale)));
-  if (!valid) {
+  if (elem != KILN_ELEM_F32 || !kiln_wire_rule_valid(cols, wire, scale)) {
     std::string message = std::string("kiln_k_all_gather_rows_q8 '") + name +
                           "': unsupported wire rule " + std::to_string(wire) +
                           " for " + std::to_string(cols) +
@@ -454,7 +438,7 @@ extern "C" void kiln_k_all_gather_rows_q8(kiln_exec_ctx *ctx, const void *x,
     std::fprintf(stderr, "kiln: %s\n", message.c_str());
     std::_Exit(1);
   }
-  const WireRow w(cols, wire);
+  const kiln_wire_row w = kiln_wire_row_of(cols, wire);
   SequenceShards shards(comm, rows, min_tokens, w.bytes);
   if (!shards.split) {
     if (x != y)

@@ -598,18 +598,63 @@ static std::atomic<int64_t> headKeptPairs[kStatLayers * kStatKvHeads],
 /// the call runs the dense kernel (selection would save nothing).
 static constexpr double kSparseDenseFraction = 0.9;
 
-/// The key blocks each (kv head, query block) keeps, ascending; empty when
-/// the dense kernel should run the whole call. Query block qb covers the
-/// absolute positions [qb B, (qb + 1) B); the estimate of its attention
-/// mass on key block kb <= qb is, averaged over the block's rows r and the
-/// GQA group's heads h, softmax_kb(scale q_{r,h} . kbar_kb + ln n_{r,kb})
-/// (kbar_kb the mean key of block kb, n_{r,kb} its keys at or before row
-/// r: the row's attention with each block's keys pooled, as FlexPrefill's
-/// pooled estimate, Lai et al. 2025; one estimate per GQA group). Sink blocks [0, sink) and the `local`
-/// blocks ending at the diagonal are always kept, then blocks in order of
-/// estimated mass (ties: the earlier block) until the kept mass reaches
-/// gamma, then more until min_budget keys or fewer (dropping the least
-/// massive non-mandatory blocks) down to max_budget keys.
+/// The key blocks query block qb keeps, ascending, into `list`, given each
+/// block's estimated mass `mass[kb]` (kb <= qb) and `lastPos` (one past the
+/// block's last query position: block kb holds min(B, lastPos - kb B)
+/// keys it sees). Sink blocks [0, sink) and the `local` blocks ending at
+/// the diagonal are always kept, then blocks in order of estimated mass
+/// (ties: the earlier block) until the kept mass reaches gamma, then more
+/// until min_budget keys; then the least massive of those optional blocks
+/// are dropped down to max_budget keys (mandatory ones stay). `order` is
+/// scratch.
+static void chooseSparseBlocks(const std::vector<double> &mass, int64_t qb,
+                               int64_t lastPos, const SparseParams &sp,
+                               std::vector<int32_t> &order,
+                               std::vector<int32_t> &list) {
+  const int64_t blocks = qb + 1, B = sp.block;
+  std::vector<char> chosen(size_t(blocks), 0);
+  double have = 0.0;
+  int64_t keys = 0;
+  auto keysOf = [&](int64_t kb) { return std::min(B, lastPos - kb * B); };
+  auto take = [&](int64_t kb, bool keep) {
+    if (bool(chosen[size_t(kb)]) == keep)
+      return;
+    chosen[size_t(kb)] = keep;
+    const double sign = keep ? 1.0 : -1.0;
+    have += sign * mass[size_t(kb)];
+    keys += keep ? keysOf(kb) : -keysOf(kb);
+  };
+  for (int64_t kb = 0; kb < std::min(sp.sink, blocks); ++kb)
+    take(kb, true);
+  for (int64_t kb = std::max<int64_t>(0, qb - sp.local + 1); kb <= qb; ++kb)
+    take(kb, true);
+  order.clear();
+  for (int64_t kb = 0; kb < blocks; ++kb)
+    if (!chosen[size_t(kb)])
+      order.push_back(int32_t(kb));
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t c) {
+    return mass[size_t(a)] > mass[size_t(c)];
+  });
+  size_t next = 0;
+  while (next < order.size() &&
+         (have < double(sp.gamma) || keys < sp.minBudget))
+    take(order[next++], true);
+  if (sp.maxBudget > 0)
+    while (keys > sp.maxBudget && next > 0)
+      take(order[--next], false);
+  list.clear();
+  for (int64_t kb = 0; kb < blocks; ++kb)
+    if (chosen[size_t(kb)])
+      list.push_back(int32_t(kb));
+}
+
+/// The key blocks each (kv head g, query block) keeps (chooseSparseBlocks),
+/// indexed g * queryBlocks + (qb - qb0). Query block qb covers the absolute
+/// positions [qb B, (qb + 1) B); its estimated mass on key block kb <= qb
+/// is, averaged over the block's rows r and the GQA group's heads h,
+/// softmax_kb(scale q_{r,h} . kbar_kb + ln n_{r,kb}) (kbar_kb the mean key
+/// of block kb, n_{r,kb} its keys at or before row r: the row's attention
+/// with each block's keys pooled, as in FlexPrefill, Lai et al. 2025).
 template <class E, class Kv>
 static std::vector<std::vector<int32_t>>
 selectSparseBlocks(const typename E::T *q, const Kv &kv, int64_t n,
@@ -682,50 +727,10 @@ selectSparseBlocks(const typename E::T *q, const Kv &kv, int64_t n,
             mass[size_t(kb)] += logits[size_t(kb)] * inv;
         }
       }
-      const double rowsHeads = double((r1 - r0) * group);
+      const double rowsHeads = double(tq * group);
       for (double &m : mass)
         m /= rowsHeads;
-      // Mandatory blocks, then the rest by mass.
-      std::vector<char> chosen(size_t(blocks), 0);
-      double have = 0.0;
-      int64_t keys = 0;
-      auto keysOf = [&](int64_t kb) {
-        return std::min(B, pos + r1 - kb * B);
-      };
-      auto take = [&](int64_t kb) {
-        if (chosen[size_t(kb)])
-          return;
-        chosen[size_t(kb)] = 1;
-        have += mass[size_t(kb)];
-        keys += keysOf(kb);
-      };
-      for (int64_t kb = 0; kb < std::min(sp.sink, blocks); ++kb)
-        take(kb);
-      for (int64_t kb = std::max<int64_t>(0, qb - sp.local + 1); kb <= qb; ++kb)
-        take(kb);
-      order.clear();
-      for (int64_t kb = 0; kb < blocks; ++kb)
-        if (!chosen[size_t(kb)])
-          order.push_back(int32_t(kb));
-      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t c) {
-        return mass[size_t(a)] > mass[size_t(c)];
-      });
-      size_t next = 0;
-      while (next < order.size() &&
-             (have < double(sp.gamma) || keys < sp.minBudget))
-        take(order[next++]);
-      // Over the budget: drop the least massive optional blocks taken.
-      if (sp.maxBudget > 0)
-        while (keys > sp.maxBudget && next > 0) {
-          const int32_t kb = order[--next];
-          chosen[size_t(kb)] = 0;
-          have -= mass[size_t(kb)];
-          keys -= keysOf(kb);
-        }
-      std::vector<int32_t> &list = kept[size_t(w)];
-      for (int64_t kb = 0; kb < blocks; ++kb)
-        if (chosen[size_t(kb)])
-          list.push_back(int32_t(kb));
+      chooseSparseBlocks(mass, qb, pos + r1, sp, order, kept[size_t(w)]);
     }
   });
   return kept;
