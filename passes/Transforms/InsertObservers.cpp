@@ -5,7 +5,9 @@
 // the module records which tap feeds which weight (the "input:<W>" metadata
 // of the calibration file, docs/quantization.md). The pre-RoPE key of every
 // kiln.attention (the input of the kiln.rope giving its `key`) is observed
-// too, as tap `layers.<layer>.key`, for the key means of key centering.
+// too, as tap `layers.<layer>.key`, for the key means of key centering;
+// with `attention`, each attention's query and key after RoPE too
+// (`layers.<layer>.attn_q` / `attn_k`), for the head scores.
 //
 //===----------------------------------------------------------------------===//
 
@@ -125,9 +127,32 @@ void InsertObserversPass::runOnOperation() {
           return WalkResult::interrupt();
         return WalkResult::advance();
       }
-      if (auto attention = dyn_cast<AttentionOp>(op))
-        return succeeded(observeKey(attention)) ? WalkResult::advance()
-                                                : WalkResult::interrupt();
+      if (auto attention = dyn_cast<AttentionOp>(op)) {
+        if (failed(observeKey(attention)))
+          return WalkResult::interrupt();
+        if (this->attention && !attention.isBatched())
+          for (auto [value, suffix] :
+               {std::pair<Value, StringRef>(attention.getQuery(), "attn_q"),
+                {attention.getKey(), "attn_k"}}) {
+            StringAttr want = builder.getStringAttr(
+                "layers." + Twine(attention.getLayer()) + "." + suffix);
+            if (tapOf.lookup(value) == want)
+              continue;
+            if (!cast<RankedTensorType>(value.getType())
+                     .getElementType()
+                     .isF32()) {
+              attention.emitOpError()
+                  << suffix << " is not f32; calibration observes f32 "
+                  << "activations (compile with --dtype=f32)";
+              return WalkResult::interrupt();
+            }
+            if (failed(claim(value, want, attention)))
+              return WalkResult::interrupt();
+            builder.setInsertionPoint(attention);
+            ObserveOp::create(builder, attention.getLoc(), value, want);
+          }
+        return WalkResult::advance();
+      }
       auto linear = dyn_cast<LinearOp>(op);
       if (!linear)
         return WalkResult::advance();

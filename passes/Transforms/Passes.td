@@ -200,7 +200,17 @@ def InsertObserversPass : Pass<"kiln-insert-observers", "::mlir::ModuleOp"> {
     an f32 compile), two different activations of one function given the
     same tap, one weight fed by different taps in different functions, or a
     pre-RoPE key already observed under another tap than `layers.<l>.key`.
+
+    With `attention`, each non-batched `kiln.attention` also gets its query
+    and key operands observed (after RoPE, as the kernel reads them: `[n,
+    num_heads * head_dim]` and `[n, num_kv_heads * head_dim]`) as taps
+    `layers.<l>.attn_q` and `layers.<l>.attn_k`, for the head scores of
+    `kiln-calibrate --heads`; neither feeds a weight.
   }];
+  let options = [
+    Option<"attention", "attention", "bool", /*default=*/"false",
+           "Also observe each attention's query and key after RoPE">,
+  ];
   let dependentDialects = ["::mlir::kiln::KilnDialect"];
 }
 
@@ -326,6 +336,16 @@ def SparseAttentionPass
     Attention ops it cannot serve (8-bit caches, sliding windows, key
     centering) stay dense; with `report` a remark counts both.
 
+    Head roles (DuoAttention, Xiao et al. 2024; RTPurbo): with `streaming`
+    = F > 0 and `calibration` = a file written by `kiln-calibrate --heads`,
+    the floor(F N) KV heads of the model's N with the lowest retrieval
+    score (tensor `layers.<l>.attn_retrieval` [num_heads]: the attention
+    mass a repeated passage's second copy sends to its first copy, beyond
+    the local window; a KV head scores the maximum of its query heads) are
+    listed in the attribute's `streaming` and keep only the sink and local
+    blocks; ties go to the earlier (layer, head). Errors: a file without
+    head scores, scores of another shape, KV head indices of 64 or more.
+
     ```mlir
     %o = kiln.attention %q, %k, %v, %cache, %pos {head_dim = 8 : i64, layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, scale = 0.353553385 : f32, sparse = #kiln.sparse_attention<mode = "flex", gamma = 9.500000e-01 : f32, block = 64, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 1024>} : ...
     ```
@@ -348,6 +368,13 @@ def SparseAttentionPass
            "(0: no limit)">,
     Option<"minTokens", "min-tokens", "int64_t", /*default=*/"1024",
            "Steps with fewer keys run dense">,
+    Option<"streaming", "streaming", "double", /*default=*/"0.0",
+           "Fraction of the model's KV heads, in [0, 1), made streaming "
+           "heads (sink and local blocks only): those with the lowest "
+           "retrieval scores in `calibration`">,
+    Option<"calibration", "calibration", "std::string", /*default=*/"\"\"",
+           "Calibration file with head scores (kiln-calibrate --heads); "
+           "needed when streaming > 0">,
     Option<"report", "report", "bool", /*default=*/"false",
            "Emit a remark with the ops made sparse and left dense">,
   ];

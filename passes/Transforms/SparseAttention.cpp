@@ -10,9 +10,17 @@
 
 #include "passes/Transforms/Passes.h"
 
+#include "dialects/Kiln/IR/PipelineStage.h"
+#include "passes/Quantization/Calibration.h"
+
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/Support/FileSystem.h"
 
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
 #include <string>
 
 namespace mlir::kiln {
@@ -20,6 +28,59 @@ namespace mlir::kiln {
 #include "passes/Transforms/Passes.h.inc"
 
 namespace {
+
+/// The model's streaming KV heads, as (model layer, model KV head) pairs:
+/// the floor(fraction N) of the N KV heads with the lowest retrieval score
+/// (a KV head: the maximum over its query heads of
+/// `layers.<l>.attn_retrieval` [modelHeads]), ties to the earlier (layer,
+/// head). Errors name the file and what is missing or malformed.
+static FailureOr<std::set<std::pair<int64_t, int64_t>>>
+streamingHeads(ModuleOp module, StringRef calibration, double fraction,
+               int64_t modelHeads, int64_t modelKvHeads) {
+  SmallString<256> path(calibration);
+  if (std::error_code ec = llvm::sys::fs::make_absolute(path))
+    return module.emitError() << "kiln-sparse-attention: cannot resolve '"
+                              << calibration << "': " << ec.message();
+  auto file = CalibrationFile::open(path);
+  if (!file)
+    return module.emitError() << "kiln-sparse-attention: "
+                              << llvm::toString(file.takeError());
+  int64_t layers = 0;
+  if (file->metadata("head_layers").getAsInteger(10, layers) || layers <= 0)
+    return module.emitError()
+           << "kiln-sparse-attention: calibration file " << path
+           << " has no head scores (metadata 'head_layers'); write it with "
+              "`kiln-calibrate --heads`";
+  const int64_t group = modelHeads / modelKvHeads;
+  std::vector<std::pair<double, std::pair<int64_t, int64_t>>> scores;
+  for (int64_t l = 0; l < layers; ++l) {
+    std::string name = "layers." + std::to_string(l) + ".attn_retrieval";
+    auto values = file->read(name, {modelHeads});
+    if (!values)
+      return module.emitError() << "kiln-sparse-attention: "
+                                << llvm::toString(values.takeError());
+    for (int64_t g = 0; g < modelKvHeads; ++g) {
+      double best = -INFINITY;
+      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+        float v = (*values)[size_t(h)];
+        if (!std::isfinite(v) || v < 0.0f || v > 1.0f + 1e-5f)
+          return module.emitError()
+                 << "kiln-sparse-attention: calibration file " << path
+                 << ": tensor '" << name << "' element " << h << " is " << v
+                 << ", not an attention mass in [0, 1]";
+        best = std::max(best, double(v));
+      }
+      scores.push_back({best, {l, g}});
+    }
+  }
+  std::stable_sort(scores.begin(), scores.end(),
+                   [](const auto &a, const auto &b) { return a.first < b.first; });
+  std::set<std::pair<int64_t, int64_t>> streaming;
+  const size_t count = size_t(std::floor(fraction * double(scores.size())));
+  for (size_t i = 0; i < count; ++i)
+    streaming.insert(scores[i].second);
+  return streaming;
+}
 
 struct SparseAttentionPass final
     : impl::SparseAttentionPassBase<SparseAttentionPass> {
@@ -53,10 +114,38 @@ struct SparseAttentionPass final
     if (maxBudget > 0 && maxBudget < minBudget)
       return fail("max-budget " + Twine(int64_t(maxBudget)) +
                   " is below min-budget " + Twine(int64_t(minBudget)));
+    if (!(streaming >= 0.0 && streaming < 1.0))
+      return fail("streaming " + std::to_string(double(streaming)) +
+                  " is not a fraction of the KV heads in [0, 1)");
+    if (streaming > 0.0 && calibration.empty())
+      return fail("streaming > 0 needs calibration=FILE with head scores "
+                  "(kiln-calibrate --heads)");
     auto attr = SparseAttentionAttr::get(
         ctx, mode, b.getF32FloatAttr(float(gamma)), block, sink, local,
-        minBudget, maxBudget, minTokens);
-    int64_t sparse = 0, dense = 0;
+        minBudget, maxBudget, minTokens, DenseI64ArrayAttr());
+    // Head roles: the model's streaming KV heads, from the first prefill
+    // attention's geometry (a TP rank's heads scaled to the model's).
+    std::optional<std::set<std::pair<int64_t, int64_t>>> roles;
+    if (streaming > 0.0) {
+      AttentionOp first;
+      module.walk([&](AttentionOp a) {
+        if (!first && !a.isBatched())
+          first = a;
+      });
+      if (first) {
+        std::optional<KvHeadShard> shard = kvHeadShardOf(first);
+        const int64_t modelKv =
+            shard ? shard->modelKvHeads : first.getNumKvHeads();
+        const int64_t modelHeads =
+            first.getNumHeads() / first.getNumKvHeads() * modelKv;
+        auto found = streamingHeads(module, calibration, streaming,
+                                    modelHeads, modelKv);
+        if (failed(found))
+          return signalPassFailure();
+        roles = std::move(*found);
+      }
+    }
+    int64_t sparse = 0, dense = 0, streamingCount = 0;
     for (func::FuncOp func : module.getOps<func::FuncOp>()) {
       if (func.isExternal())
         continue;
@@ -76,7 +165,32 @@ struct SparseAttentionPass final
           ++dense;
           return;
         }
-        a.setSparseAttr(attr);
+        SparseAttentionAttr opAttr = attr;
+        if (roles) {
+          std::optional<KvHeadShard> shard = kvHeadShardOf(a);
+          const int64_t offset = shard ? shard->offset : 0;
+          const int64_t layer = modelLayerOf(a, a.getLayer());
+          SmallVector<int64_t> heads;
+          for (int64_t g = 0; g < a.getNumKvHeads(); ++g)
+            if (roles->count({layer, offset + g}))
+              heads.push_back(g);
+          streamingCount += int64_t(heads.size());
+          if (!heads.empty())
+            opAttr = SparseAttentionAttr::get(
+                ctx, mode, attr.getGamma(), block, sink, local, minBudget,
+                maxBudget, minTokens, DenseI64ArrayAttr::get(ctx, heads));
+        }
+        // The verifier names an op whose streaming heads the kernel cannot
+        // take (index 64 or more).
+        if (opAttr.getStreaming() &&
+            opAttr.getStreaming().asArrayRef().back() >= 64) {
+          a.emitOpError() << "has streaming KV head "
+                          << opAttr.getStreaming().asArrayRef().back()
+                          << "; the sparse kernel takes KV heads below 64";
+          signalPassFailure();
+          return;
+        }
+        a.setSparseAttr(opAttr);
         ++sparse;
       });
     }
@@ -85,7 +199,8 @@ struct SparseAttentionPass final
                           << " attention ops sparse (gamma " << double(gamma)
                           << ", block " << int64_t(block) << "), " << dense
                           << " left dense (8-bit cache, sliding window or "
-                             "key centering)";
+                             "key centering), " << streamingCount
+                          << " streaming KV heads";
   }
 };
 

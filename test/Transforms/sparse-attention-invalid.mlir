@@ -7,6 +7,15 @@
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="min-budget=512 max-budget=256" 2>&1 | FileCheck %s --check-prefix=BUDGET
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="mode=topk" 2>&1 | FileCheck %s --check-prefix=MODE
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(func.func(kiln-memory-plan),kiln-sparse-attention)" 2>&1 | FileCheck %s --check-prefix=PLANNED
+// RUN: rm -rf %t && mkdir -p %t
+// RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="streaming=0.5" 2>&1 | FileCheck %s --check-prefix=NOCALIB
+// RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="streaming=1" 2>&1 | FileCheck %s --check-prefix=FRACTION
+// RUN: %python %S/head_scores_calib.py %t/nolayers.safetensors --scores 0.5,0.6,0.05,0.02 --no-head-layers
+// RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="streaming=0.5 calibration=%t/nolayers.safetensors" 2>&1 | FileCheck %s --check-prefix=NOHEADS
+// RUN: %python %S/head_scores_calib.py %t/shape.safetensors --scores 0.5,0.6,0.05
+// RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="streaming=0.5 calibration=%t/shape.safetensors" 2>&1 | FileCheck %s --check-prefix=SHAPE
+// RUN: %python %S/head_scores_calib.py %t/range.safetensors --scores 0.5,1.6,0.05,0.02
+// RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="streaming=0.5 calibration=%t/range.safetensors" 2>&1 | FileCheck %s --check-prefix=RANGE
 // kiln-sparse-attention's options and the attribute's verifier.
 
 // GAMMA: kiln-sparse-attention: gamma {{.*}} is not in (0, 1]
@@ -15,6 +24,11 @@
 // BUDGET: kiln-sparse-attention: max-budget 256 is below min-budget 512
 // MODE: kiln-sparse-attention: mode 'topk' is not flex
 // PLANNED: kiln-sparse-attention: 'prefill' is already memory-planned; run this pass before kiln-memory-plan
+// NOCALIB: kiln-sparse-attention: streaming > 0 needs calibration=FILE with head scores (kiln-calibrate --heads)
+// FRACTION: kiln-sparse-attention: streaming 1.000000 is not a fraction of the KV heads in [0, 1)
+// NOHEADS: kiln-sparse-attention: calibration file {{.*}}nolayers.safetensors has no head scores (metadata 'head_layers'); write it with `kiln-calibrate --heads`
+// SHAPE: kiln-sparse-attention: {{.*}}shape.safetensors{{.*}}layers.0.attn_retrieval{{.*}}
+// RANGE: kiln-sparse-attention: calibration file {{.*}}range.safetensors: tensor 'layers.0.attn_retrieval' element 1 is 1.6{{0*}}e+00, not an attention mass in [0, 1]
 
 func.func @gamma(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %v: tensor<?x8xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, f32>, %p: index) -> tensor<?x16xf32> {
   // expected-error @+1 {{sparse attention gamma must be in (0, 1], got 0}}
@@ -59,5 +73,29 @@ func.func @window(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %v: tensor<?x8xf32>
 func.func @int8_cache(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %v: tensor<?x8xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, i8>, %p: index) -> tensor<?x16xf32> {
   // expected-error @+1 {{'kiln.attention' op sparse attention runs on a contiguous cache of the activation dtype}}
   %o = kiln.attention %q, %k, %v, %c, %p {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32, sparse = #kiln.sparse_attention<mode = "flex", gamma = 0.9 : f32, block = 16, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 32>} : tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<1, 64, 2, 4, i8> -> tensor<?x16xf32>
+  return %o : tensor<?x16xf32>
+}
+
+// -----
+
+func.func @streaming_order(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %v: tensor<?x8xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, f32>, %p: index) -> tensor<?x16xf32> {
+  // expected-error @+1 {{sparse attention streaming heads must be ascending KV head indices in [0, 64), got 0 after 1}}
+  %o = kiln.attention %q, %k, %v, %c, %p {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32, sparse = #kiln.sparse_attention<mode = "flex", gamma = 0.9 : f32, block = 16, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 32, streaming = [1, 0]>} : tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<1, 64, 2, 4, f32> -> tensor<?x16xf32>
+  return %o : tensor<?x16xf32>
+}
+
+// -----
+
+func.func @streaming_range(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %v: tensor<?x8xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, f32>, %p: index) -> tensor<?x16xf32> {
+  // expected-error @+1 {{'kiln.attention' op sparse attention names streaming KV head 2, but the layer has 2 KV heads}}
+  %o = kiln.attention %q, %k, %v, %c, %p {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32, sparse = #kiln.sparse_attention<mode = "flex", gamma = 0.9 : f32, block = 16, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 32, streaming = [2]>} : tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<1, 64, 2, 4, f32> -> tensor<?x16xf32>
+  return %o : tensor<?x16xf32>
+}
+
+// -----
+
+func.func @streaming_64(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %v: tensor<?x8xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, f32>, %p: index) -> tensor<?x16xf32> {
+  // expected-error @+1 {{sparse attention streaming heads must be ascending KV head indices in [0, 64), got 64}}
+  %o = kiln.attention %q, %k, %v, %c, %p {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32, sparse = #kiln.sparse_attention<mode = "flex", gamma = 0.9 : f32, block = 16, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 32, streaming = [64]>} : tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<1, 64, 2, 4, f32> -> tensor<?x16xf32>
   return %o : tensor<?x16xf32>
 }

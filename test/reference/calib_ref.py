@@ -20,8 +20,20 @@ file (docs/quantization.md): safetensors, F32 tensors "<tap>.absmax",
 string metadata format=kiln-calibration, version=1, tokens=N and
 "input:<weight>" = "<tap>" for every linear weight (keys feed none).
 
+Head scores (kiln-calibrate --heads): when WINDOWS has a line
+"# heads <ids>" (the sequence BOS + P + P that kiln-calibrate --heads
+--dump-tokens writes), for every layer l and query head h
+
+    layers.l.attn_retrieval[h] = mean over the second copy's rows i of the
+        attention probability on first-copy keys j (positions 1 .. |P|)
+        with i - j >= --heads-window
+
+taken from the reference model's own probabilities, with metadata
+head_layers.
+
 Usage:
   calib_ref.py --model MODEL --tokens WINDOWS --out REF.safetensors
+               [--heads-window W]
       WINDOWS: one window per line, token ids separated by spaces (what
       `kiln-calibrate --dump-tokens` writes); each window runs from position 0.
   calib_ref.py --compare KILN.safetensors REF.safetensors [--rtol R]
@@ -56,7 +68,7 @@ def read_windows(path):
     with open(path) as f:
         for lineno, line in enumerate(f, 1):
             line = line.strip()
-            if not line:
+            if not line or line.startswith("#"):
                 continue
             try:
                 windows.append([int(t) for t in line.split()])
@@ -101,6 +113,34 @@ def statistics(model_path, windows):
         for w, tap in TAP_OF.items():
             meta["input:layers.%d.%s" % (i, w)] = "layers.%d.%s" % (i, tap)
     return tensors, meta
+
+
+def read_heads_sequence(path):
+    """The '# heads <ids>' line of a --dump-tokens file, or None."""
+    with open(path) as f:
+        for line in f:
+            if line.startswith("# heads "):
+                return [int(t) for t in line.split()[2:]]
+    return None
+
+
+def head_scores(model_path, seq, window):
+    """layers.<l>.attn_retrieval for the sequence BOS + P + P."""
+    model = llama_ref.load_model(model_path)
+    P = (len(seq) - 1) // 2
+    if len(seq) != 1 + 2 * P or seq[1:1 + P] != seq[1 + P:]:
+        raise SystemExit("the heads sequence is not BOS + a passage twice")
+    out = {}
+
+    def probs(l, p):
+        rows = np.arange(P + 1, 2 * P + 1)
+        keys = np.arange(1, P + 1)
+        far = (rows[:, None] - keys[None, :]) >= window  # [P, P]
+        mass = (p[:, P + 1:, 1:P + 1] * far[None]).sum(axis=-1)  # [H, P]
+        out["layers.%d.attn_retrieval" % l] = mass.mean(axis=-1)
+
+    llama_ref.forward(model, seq, llama_ref.KVCache(model), observe_probs=probs)
+    return out, model.cfg["n_layers"]
 
 
 def write_safetensors(path, tensors, meta):
@@ -169,6 +209,7 @@ def main(argv=None):
     ap.add_argument("--out", help="reference statistics to write (.safetensors)")
     ap.add_argument("--compare", nargs=2, metavar=("KILN", "REF"))
     ap.add_argument("--rtol", type=float, default=1e-4)
+    ap.add_argument("--heads-window", type=int, default=128)
     args = ap.parse_args(argv)
     if args.compare:
         compare(args.compare[0], args.compare[1], args.rtol)
@@ -176,6 +217,11 @@ def main(argv=None):
     if not (args.model and args.tokens and args.out):
         ap.error("--model, --tokens and --out are required (or --compare KILN REF)")
     tensors, meta = statistics(args.model, read_windows(args.tokens))
+    seq = read_heads_sequence(args.tokens)
+    if seq is not None:
+        scores, layers = head_scores(args.model, seq, args.heads_window)
+        tensors.update(scores)
+        meta["head_layers"] = str(layers)
     write_safetensors(args.out, tensors, meta)
     print("calib_ref: wrote %s (%d taps, %s positions)"
           % (args.out, sum(k.endswith(".absmax") for k in tensors), meta["tokens"]))

@@ -640,7 +640,7 @@ def int8_per_block(x):
 
 
 def forward(model, tokens, cache=None, observe=None, kv_quant=None,
-            key_quant=None, act_quant=None):
+            key_quant=None, act_quant=None, observe_probs=None):
     """Run tokens at positions cache.pos .. cache.pos+n-1; returns logits [n, vocab].
 
     observe(tap, x), if given, sees the input x [n, C] of every linear layer
@@ -660,6 +660,9 @@ def forward(model, tokens, cache=None, observe=None, kv_quant=None,
 
     act_quant, if given, maps the input of every linear and of the
     classifier to what the linear reads (e.g. int8_per_block).
+
+    observe_probs(layer, p), if given, sees every layer's attention
+    probabilities p [n_heads, n, cache.pos + n] (rows: the new tokens).
     """
     aq = act_quant if act_quant is not None else (lambda a: a)
     c = model.cfg
@@ -713,6 +716,8 @@ def forward(model, tokens, cache=None, observe=None, kv_quant=None,
         s = s - s.max(axis=-1, keepdims=True)
         p = np.exp(s)
         p /= p.sum(axis=-1, keepdims=True)
+        if observe_probs:
+            observe_probs(l, p)
         o = np.einsum("hnt,thd->nhd", p, Vv).reshape(n, H * hd)
         if observe:
             observe("layers.%d.attn_out" % l, o)

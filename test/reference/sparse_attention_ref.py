@@ -7,7 +7,9 @@ per (KV head, query block) estimated from every row's softmax over the
 blocks' mean keys,
 sink and local blocks always kept, blocks added in order of estimated mass
 until gamma, the budget limits, then exact causal attention over the kept
-keys. Also checks the dense fallbacks against kiln_k_attention bit for bit.
+keys; streaming KV heads (the `streaming` bit mask) keep only the sink and
+local blocks. Also checks the dense fallbacks against kiln_k_attention bit
+for bit.
 
 usage: sparse_attention_ref.py LIBKILN_RUNTIME.so
 Prints one line per case and PASS, or FAIL and exits 1.
@@ -31,7 +33,7 @@ class Kernels:
         self.lib = C.CDLL(lib, mode=C.RTLD_GLOBAL)
         self.sparse = self.lib.kiln_k_attention_sparse
         self.sparse.restype = None
-        self.sparse.argtypes = [F] * 6 + [I64] * 6 + [C.c_float, C.c_float] + [I64] * 7
+        self.sparse.argtypes = [F] * 6 + [I64] * 6 + [C.c_float, C.c_float] + [I64] * 8
         self.dense = self.lib.kiln_k_attention
         self.dense.restype = None
         self.dense.argtypes = [F] * 6 + [I64] * 6 + [C.c_float]
@@ -53,7 +55,7 @@ def run(kern, fn, q, k, v, kc, vc, pos, H, G, hd, scale, params=None):
     if params is not None:
         args += [params["gamma"], params["block"], params["sink"],
                  params["local"], params["min_budget"], params["max_budget"],
-                 params["min_tokens"], 0]
+                 params["min_tokens"], 0, params.get("streaming", 0)]
     fn(*args)
     return out
 
@@ -82,6 +84,13 @@ def select(q, keys, pos, H, G, hd, scale, p):
             r1 = min(T, (qb + 1) * B) - pos
             nb = qb + 1
             cnt = [min(B, pos + r1 - kb * B) for kb in range(nb)]
+            chosen = set(range(min(p["sink"], nb))) | set(range(max(0, qb - p["local"] + 1), qb + 1))
+            if (p.get("streaming", 0) >> g) & 1:
+                # A streaming head: the sink and local blocks only.
+                kept[(g, qb)] = sorted(chosen)
+                total += nb
+                count += len(chosen)
+                continue
             m = np.zeros(nb)
             for r in range(r0, r1):
                 p_abs = pos + r
@@ -91,7 +100,6 @@ def select(q, keys, pos, H, G, hd, scale, p):
                     e = np.exp(logit - logit.max())
                     m += e / e.sum()
             m /= (r1 - r0) * group
-            chosen = set(range(min(p["sink"], nb))) | set(range(max(0, qb - p["local"] + 1), qb + 1))
             have = sum(m[kb] for kb in chosen)
             nkeys = sum(cnt[kb] for kb in chosen)
             order = sorted((kb for kb in range(nb) if kb not in chosen), key=lambda kb: (-m[kb], kb))
@@ -189,7 +197,9 @@ def main():
     cases = [("gamma=0.9", base, [(0, T)]),
              ("chunked 200+120", base, [(0, 200), (200, 120)]),
              ("max_budget=96", dict(base, gamma=0.99, max_budget=96), [(0, T)]),
-             ("min_budget=160", dict(base, gamma=0.5, min_budget=160), [(0, T)])]
+             ("min_budget=160", dict(base, gamma=0.5, min_budget=160), [(0, T)]),
+             ("streaming head 1", dict(base, streaming=0b10), [(0, T)]),
+             ("streaming, chunked", dict(base, streaming=0b01), [(0, 200), (200, 120)])]
     for name, p, chunks in cases:
         kc, vc = fresh()
         worst = 0.0
@@ -220,6 +230,12 @@ def main():
     sel = select(q, k, 0, H, G, hd, scale, base)
     hot_kept = all(3 in sel[0][(g, qb)] for g in range(G) for qb in range(4, T // B))
     report("hot blocks kept", hot_kept, "key block 3 kept by every later query block")
+    # A streaming head never keeps them: its blocks are sink + local only.
+    sel = select(q, k, 0, H, G, hd, scale, dict(base, streaming=0b10))
+    streams = all(sel[0][(1, qb)] == sorted({0} | {qb}) for qb in range(T // B)) and \
+        all(3 in sel[0][(0, qb)] for qb in range(4, T // B))
+    report("streaming head keeps sink + local", streams,
+           "KV head 1 keeps blocks {0, qb}; KV head 0 still keeps block 3")
     print("sparse_attention_ref: PASS" if ok else "sparse_attention_ref: FAIL")
     return 0 if ok else 1
 

@@ -23,6 +23,21 @@
 // activation. Sums are accumulated in float64 (the Hessian with BLAS dsyrk)
 // and rounded to f32 once, after the division by N.
 //
+// Head scores (--heads; DuoAttention's streaming/retrieval split, Xiao et
+// al. 2024, measured without training as RTPurbo suggests): one more
+// sequence, BOS + a passage P of (--heads-ctx - 1) / 2 text tokens + P
+// again, is run with every attention's query and key observed after RoPE
+// (kiln-insert-observers{attention}); for each layer l and query head h,
+//   layers.<l>.attn_retrieval[h] = mean over the second copy's rows i of
+//     sum_j softmax_j(scale q_{i,h} . k_{j,g})  over first-copy keys j
+//     (positions 1 .. |P|) with i - j >= --heads-window
+// (g = h's KV head): the attention mass the second copy sends back to the
+// first beyond the local window, which a streaming head (sink + local
+// window) would lose. Computed in float64 from the observed f32 rows
+// (scores with sgemm). The file's metadata gets head_layers (the layer
+// count), heads_ctx and heads_window; kiln-sparse-attention{streaming}
+// reads them (docs/sparse-attention.md).
+//
 // Windows: the text is tokenized without BOS (T tokens); each of the
 // --samples windows is BOS followed by L - 1 consecutive text tokens from
 // offset o = splitmix64_next() % (T - (L - 1) + 1), the generator seeded
@@ -118,9 +133,28 @@ static cl::opt<std::string>
 static cl::opt<std::string>
     dumpTokens("dump-tokens",
                cl::desc("Also write the token ids of the windows to FILE, "
-                        "one window per line, separated by spaces (for "
+                        "one window per line, separated by spaces, and with "
+                        "--heads a last line '# heads <ids>' (for "
                         "test/reference/calib_ref.py)"),
                cl::value_desc("FILE"), cl::cat(category));
+
+static cl::opt<bool> scoreHeads(
+    "heads",
+    cl::desc("Also score every attention head's retrieval (the mass a "
+             "repeated passage's second copy sends to the first beyond the "
+             "local window) for the head roles of --sparse-attention "
+             "(docs/sparse-attention.md)"),
+    cl::cat(category));
+static cl::opt<int64_t> headsCtx(
+    "heads-ctx",
+    cl::desc("Tokens of the --heads sequence: BOS + a passage + the same "
+             "passage (default: min(2048, model context); at least 8)"),
+    cl::init(0), cl::value_desc("L"), cl::cat(category));
+static cl::opt<int64_t> headsWindow(
+    "heads-window",
+    cl::desc("Distance in positions below which a key counts as local, not "
+             "retrieved (default 128: two 64-position blocks)"),
+    cl::init(128), cl::value_desc("W"), cl::cat(category));
 
 static constexpr const char *kTool = "kiln-calibrate";
 static constexpr const char *kPipeline =
@@ -157,10 +191,29 @@ struct TapStats {
   std::vector<double> scratch; ///< the rows of one call as float64
 };
 
+/// An attention's query or key after RoPE (kiln-insert-observers
+/// {attention}): captured for the head scores, not summarised.
+struct AttentionTap {
+  int64_t layer = -1; ///< -1: a statistics tap
+  bool isQuery = false;
+};
+
+/// One layer's attention geometry (from its kiln.attention) and, during the
+/// --heads sequence, its captured rows.
+struct LayerAttention {
+  int64_t heads = 0, kvHeads = 0, headDim = 0;
+  float scale = 0.0f;
+  std::vector<float> q; ///< [T, heads * headDim]
+  std::vector<float> k; ///< [T, kvHeads * headDim]
+};
+
 /// What the observer callback updates.
 struct Accumulator {
-  std::vector<TapStats> taps; ///< indexed like kiln.observe_taps
-  std::string error;          ///< first inconsistency seen, if any
+  std::vector<TapStats> taps;          ///< indexed like kiln.observe_taps
+  std::vector<AttentionTap> attention; ///< the same indexing
+  std::map<int64_t, LayerAttention> layers;
+  bool capture = false;                ///< in the --heads sequence
+  std::string error;                   ///< first inconsistency seen, if any
 };
 } // namespace
 
@@ -174,6 +227,16 @@ static void observe(void *user, int64_t tap, const float *x, int64_t rows,
                   ", which the compiler did not list";
     return;
   }
+  if (const AttentionTap &a = acc.attention[tap]; a.layer >= 0) {
+    if (!acc.capture)
+      return;
+    LayerAttention &l = acc.layers[a.layer];
+    std::vector<float> &dst = a.isQuery ? l.q : l.k;
+    dst.insert(dst.end(), x, x + rows * cols);
+    return;
+  }
+  if (acc.capture)
+    return; // the --heads sequence feeds no statistics
   TapStats &s = acc.taps[tap];
   if (s.channels == 0) {
     s.channels = cols;
@@ -209,6 +272,48 @@ static void observe(void *user, int64_t tap, const float *x, int64_t rows,
         s.sum[c] += double(x[r * cols + c]);
   }
   s.rows += rows;
+}
+
+/// The retrieval score of every query head of `l` (the file header's
+/// layers.<l>.attn_retrieval) for a sequence of T = 1 + 2 P rows: BOS,
+/// passage, passage. Row i of the second copy (positions P + 1 .. 2P)
+/// scores the mass of softmax_j(scale q_i . k_j) over j in [0, i] that
+/// falls on first-copy keys (positions 1 .. P) at distance i - j >= window,
+/// averaged over the rows.
+static std::vector<float> retrievalScores(const LayerAttention &l, int64_t T,
+                                          int64_t P, int64_t window) {
+  const int64_t group = l.heads / l.kvHeads, d = l.headDim;
+  const int64_t qDim = l.heads * d, kDim = l.kvHeads * d;
+  std::vector<float> scores(size_t(l.heads), 0.0f);
+  std::vector<float> s(size_t(P) * T);
+  std::vector<double> row(size_t(T));
+  for (int64_t h = 0; h < l.heads; ++h) {
+    const int64_t g = h / group;
+    // S = scale Q2 K^T: the second copy's rows against every key.
+    ::kiln::rt::cpu::sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(P),
+                           int(T), int(d), l.scale,
+                           l.q.data() + (P + 1) * qDim + h * d, int(qDim),
+                           l.k.data() + g * d, int(kDim), 0.0f, s.data(),
+                           int(T));
+    double total = 0.0;
+    for (int64_t r = 0; r < P; ++r) {
+      const int64_t i = P + 1 + r;
+      const float *sr = s.data() + r * T;
+      double maxLogit = -INFINITY;
+      for (int64_t j = 0; j <= i; ++j)
+        maxLogit = std::max(maxLogit, double(sr[j]));
+      double sum = 0.0, retrieved = 0.0;
+      for (int64_t j = 0; j <= i; ++j) {
+        const double e = std::exp(double(sr[j]) - maxLogit);
+        sum += e;
+        if (j >= 1 && j <= P && i - j >= window)
+          retrieved += e;
+      }
+      total += retrieved / sum;
+    }
+    scores[size_t(h)] = float(total / double(P));
+  }
+  return scores;
 }
 
 /// Owns the runtime objects of the temporary artifact.
@@ -332,6 +437,18 @@ int main(int argc, char **argv) {
                 "token)");
   if (outputPath.empty())
     return fail("-o needs a file name");
+  if (!scoreHeads && (headsCtx.getNumOccurrences() ||
+                      headsWindow.getNumOccurrences()))
+    return fail("--heads-ctx and --heads-window apply to --heads");
+  if (headsCtx.getNumOccurrences() && (headsCtx < 8 || headsCtx > (1 << 20)))
+    return fail("--heads-ctx=" + std::to_string(headsCtx) +
+                " is out of range (expected 8 to 1048576 tokens)");
+  if (headsWindow < 0 || headsWindow > (1 << 20))
+    return fail("--heads-window=" + std::to_string(headsWindow) +
+                " is out of range (expected 0 to 1048576 positions)");
+  if (scoreHeads && selfGenerate)
+    return fail("--heads scores heads on a repeated passage of --text; "
+                "it cannot use --self-generate");
   // The policy of every single-file -o (writeFileOutput): a symbolic link
   // is followed (its target replaced, the link kept), a character device
   // such as /dev/null is written in place, a FIFO or directory is refused.
@@ -437,6 +554,7 @@ int main(int argc, char **argv) {
 
   std::vector<std::string> tapNames;
   std::vector<std::pair<std::string, std::string>> weightInputs;
+  std::map<int64_t, LayerAttention> attentionLayers;
   {
     MLIRContext mlirContext;
     mlirContext.loadDialect<KilnDialect, plan::PlanDialect, func::FuncDialect,
@@ -447,7 +565,9 @@ int main(int argc, char **argv) {
     });
     CompileOptions options;
     options.addGraphPasses = [](OpPassManager &pm) {
-      pm.addPass(createInsertObserversPass());
+      InsertObserversPassOptions o;
+      o.attention = scoreHeads;
+      pm.addPass(createInsertObserversPass(o));
     };
     options.onGraph = [&](ModuleOp graph) -> LogicalResult {
       auto taps = graph->getAttrOfType<ArrayAttr>("kiln.observe_taps");
@@ -461,6 +581,18 @@ int main(int argc, char **argv) {
       for (NamedAttribute entry : inputs)
         weightInputs.emplace_back(entry.getName().str(),
                                   cast<StringAttr>(entry.getValue()).str());
+      graph.walk([&](AttentionOp a) {
+        if (a.isBatched())
+          return;
+        LayerAttention &l = attentionLayers[int64_t(a.getLayer())];
+        l.heads = a.getNumHeads();
+        l.kvHeads = a.getNumKvHeads();
+        l.headDim = a.getHeadDim();
+        l.scale = a.getScale().convertToFloat();
+      });
+      if (scoreHeads && attentionLayers.empty())
+        return graph.emitError() << "--heads: the model has no attention "
+                                    "to score";
       return success();
     };
     options.pipeline = kPipeline;
@@ -479,6 +611,17 @@ int main(int argc, char **argv) {
     return fail(takeStatus(st, "creating a session"));
   Accumulator acc;
   acc.taps.resize(tapNames.size());
+  acc.attention.resize(tapNames.size());
+  acc.layers = std::move(attentionLayers);
+  for (auto [index, name] : llvm::enumerate(tapNames)) {
+    llvm::StringRef tap(name);
+    int64_t layer = 0;
+    bool isQuery = tap.ends_with(".attn_q");
+    if ((isQuery || tap.ends_with(".attn_k")) && tap.consume_front("layers.") &&
+        !tap.take_until([](char c) { return c == '.'; })
+             .getAsInteger(10, layer))
+      acc.attention[index] = {layer, isQuery};
+  }
   {
     // Only linear-layer inputs get a Hessian; the other taps (pre-RoPE keys)
     // a mean.
@@ -488,6 +631,9 @@ int main(int argc, char **argv) {
     for (auto [index, name] : llvm::enumerate(tapNames))
       acc.taps[index].hessian = linearInputs.contains(name);
   }
+  auto isStatsTap = [&](size_t index) {
+    return acc.attention[index].layer < 0;
+  };
   if (kiln_rt_status_t st =
           kiln_rt_session_set_observer(rt.session, observe, &acc))
     return fail(takeStatus(st, "registering the observer"));
@@ -569,6 +715,34 @@ int main(int argc, char **argv) {
     windows.push_back(std::move(w));
   }
 
+  // The --heads sequence (written to --dump-tokens as "# heads <ids>").
+  int64_t headsLength = 0, passage = 0;
+  std::vector<int32_t> headsSeq;
+  if (scoreHeads) {
+    headsLength = headsCtx.getNumOccurrences()
+                      ? int64_t(headsCtx)
+                      : std::min<int64_t>(2048, info.max_seq_len);
+    if (headsLength > info.max_seq_len)
+      return fail("--heads-ctx=" + std::to_string(headsLength) +
+                  " exceeds the model's context of " +
+                  std::to_string(info.max_seq_len) + " tokens");
+    passage = std::min<int64_t>((headsLength - 1) / 2, numTokens);
+    if (passage < headsWindow + 1)
+      return fail("--heads: a passage of " + std::to_string(passage) +
+                  " tokens leaves no first-copy key at distance >= "
+                  "--heads-window=" + std::to_string(headsWindow) +
+                  " (use a longer --text or --heads-ctx, or a shorter "
+                  "window)");
+    headsLength = 1 + 2 * passage;
+    uint64_t headState = seed.getValue() ^ 0x68656164ull; // "head"
+    int64_t offset = int64_t(splitmix64(headState) %
+                             uint64_t(numTokens - passage + 1));
+    headsSeq = {info.bos_id};
+    for (int copy = 0; copy < 2; ++copy)
+      headsSeq.insert(headsSeq.end(), tokens->begin() + offset,
+                      tokens->begin() + offset + passage);
+  }
+
   if (!dumpTokens.empty()) {
     std::error_code ec;
     llvm::raw_fd_ostream os(dumpTokens, ec);
@@ -577,6 +751,12 @@ int main(int argc, char **argv) {
     for (const auto &w : windows) {
       for (size_t i = 0; i < w.size(); ++i)
         os << (i ? " " : "") << w[i];
+      os << "\n";
+    }
+    if (!headsSeq.empty()) {
+      os << "# heads";
+      for (int32_t t : headsSeq)
+        os << " " << t;
       os << "\n";
     }
     os.close();
@@ -596,7 +776,60 @@ int main(int argc, char **argv) {
   int64_t positions = numSamples * window;
   std::map<std::string, std::vector<float>> tensors;
   std::map<std::string, std::vector<int64_t>> shapes;
+
+  // Head scores: BOS + P + P, observed once, scored per layer.
+  if (scoreHeads) {
+    std::vector<int32_t> &seq = headsSeq;
+    // Only the attention taps matter here; the statistics taps see the
+    // sequence too but are not updated (capture mode skips them).
+    acc.capture = true;
+    kiln_rt_session_reset(rt.session);
+    if (kiln_rt_status_t st = kiln_rt_session_prefill(rt.session, seq.data(),
+                                                      int64_t(seq.size())))
+      return fail(takeStatus(st, "running the model on the --heads sequence"));
+    acc.capture = false;
+    if (!acc.error.empty())
+      return fail("internal: " + acc.error);
+    double sum = 0.0, best = -1.0;
+    int64_t count = 0, bestLayer = 0, bestHead = 0, above = 0;
+    for (auto &[layer, l] : acc.layers) {
+      if (l.q.size() != size_t(headsLength * l.heads * l.headDim) ||
+          l.k.size() != size_t(headsLength * l.kvHeads * l.headDim))
+        return fail("internal: layer " + std::to_string(layer) +
+                    " observed " + std::to_string(l.q.size()) +
+                    " query values for a " + std::to_string(headsLength) +
+                    "-token sequence");
+      std::vector<float> scores =
+          retrievalScores(l, headsLength, passage, headsWindow);
+      for (auto [h, v] : llvm::enumerate(scores)) {
+        sum += v;
+        ++count;
+        above += v >= 0.1f;
+        if (v > best) {
+          best = v;
+          bestLayer = layer;
+          bestHead = int64_t(h);
+        }
+      }
+      std::string name = "layers." + std::to_string(layer) + ".attn_retrieval";
+      shapes[name] = {l.heads};
+      tensors[name] = std::move(scores);
+      l.q = {};
+      l.k = {};
+    }
+    llvm::errs() << kTool << ": head scores on " << headsLength
+                 << " tokens (a " << passage
+                 << "-token passage twice): mean retrieval "
+                 << llvm::format("%.3f", sum / double(std::max<int64_t>(1, count)))
+                 << ", " << above << " of " << count
+                 << " heads at or above 0.1, highest "
+                 << llvm::format("%.3f", best) << " (layer " << bestLayer
+                 << ", head " << bestHead << ")\n";
+  }
+
   for (auto [index, name] : llvm::enumerate(tapNames)) {
+    if (!isStatsTap(index))
+      continue;
     TapStats &s = acc.taps[index];
     if (s.rows != positions)
       return fail("internal: tap '" + name + "' observed " +
@@ -641,11 +874,19 @@ int main(int argc, char **argv) {
       {"tokens", std::to_string(positions)}};
   for (const auto &[weight, tap] : weightInputs)
     metadata["input:" + weight] = tap;
+  if (scoreHeads) {
+    int64_t layers = acc.layers.empty() ? 0 : acc.layers.rbegin()->first + 1;
+    metadata["head_layers"] = std::to_string(layers);
+    metadata["heads_ctx"] = std::to_string(headsLength);
+    metadata["heads_window"] = std::to_string(headsWindow.getValue());
+  }
   if (auto err = writeSafetensors(outputPath, metadata, tensors, shapes))
     return fail(llvm::toString(std::move(err)));
 
   // A report, not a product: stderr, like every tool's messages.
-  llvm::errs() << kTool << ": wrote " << outputPath << ": " << tapNames.size()
+  llvm::errs() << kTool << ": wrote " << outputPath << ": "
+               << llvm::count_if(llvm::seq<size_t>(0, tapNames.size()),
+                                 isStatsTap)
                << " taps, " << weightInputs.size() << " weights, " << positions
                << " positions (" << numSamples.getValue() << " windows of "
                << window << " tokens, seed " << seed.getValue() << ")\n";

@@ -125,9 +125,12 @@ static cl::opt<std::string> sparseAttention(
     cl::desc("Dynamic block-sparse prefill attention (kiln-sparse-attention, "
              "docs/sparse-attention.md): none (default) or flex, optionally "
              "with settings: flex:gamma=0.95,block=64,sink=1,local=2,"
-             "min-budget=0,max-budget=0,min-tokens=1024 (each query block "
-             "keeps the key blocks holding gamma of its estimated attention "
-             "mass; shorter steps run dense); cpu target"),
+             "min-budget=0,max-budget=0,min-tokens=1024,streaming=0 (each "
+             "query block keeps the key blocks holding gamma of its "
+             "estimated attention mass; shorter steps run dense; streaming=F "
+             "makes the fraction F of KV heads with the lowest retrieval "
+             "scores in --calibration (kiln-calibrate --heads) keep only "
+             "sink and local blocks); cpu target"),
     cl::init("none"), cl::value_desc("none|flex[:KEY=VALUE,...]"),
     cl::cat(category));
 
@@ -182,6 +185,13 @@ parseSparseAttention(llvm::StringRef text) {
         return where + ": local must be a block count in [1, 1048576] (1: "
                        "the diagonal block)";
       o.local = v;
+    } else if (key == "streaming") {
+      double f = -1;
+      if (value.getAsDouble(f) || !(f >= 0.0 && f < 1.0))
+        return where + ": streaming must be a fraction of the KV heads in "
+                       "[0, 1) (those with the lowest retrieval scores of "
+                       "--calibration keep only sink and local blocks)";
+      o.streaming = f;
     } else if (key == "min-budget" || key == "max-budget" ||
                key == "min-tokens") {
       if (!isInt || v < 0 || v > int64_t(1) << 40)
@@ -192,7 +202,8 @@ parseSparseAttention(llvm::StringRef text) {
                              : o.minTokens) = v;
     } else {
       return where + ": unknown setting (expected gamma, block, sink, "
-                     "local, min-budget, max-budget, min-tokens)";
+                     "local, min-budget, max-budget, min-tokens, "
+                     "streaming)";
     }
   }
   if (o.maxBudget > 0 && o.maxBudget < o.minBudget)
@@ -366,10 +377,13 @@ static llvm::Error checkQuantFlags() {
                  " -o calib.safetensors` and pass --calibration "
                  "calib.safetensors");
   bool kv8 = kvCache == "int8" || kvCache == "fp8";
-  if (!calibrationPath.empty() && !needsCalibration(quant) && !kv8)
+  const bool headRoles = sparseOptions && sparseOptions->streaming > 0.0;
+  if (!calibrationPath.empty() && !needsCalibration(quant) && !kv8 &&
+      !headRoles)
     return error("--calibration applies to --quant=w4a16-gptq, w4a16-awq, "
-                 "smoothquant and smooth-only and to --kv=int8|fp8 (key "
-                 "centering), not --quant=" + quant + " without --kv");
+                 "smoothquant and smooth-only, to --kv=int8|fp8 (key "
+                 "centering) and to --sparse-attention with streaming=F "
+                 "(head roles), not --quant=" + quant + " without --kv");
   if (kvCentering.getNumOccurrences() && !kv8)
     return error("--kv-centering applies to --kv=int8|fp8");
   if (kvCentering.getNumOccurrences() && kvCentering && calibrationPath.empty())
@@ -455,11 +469,15 @@ static std::string graphPipeline() {
     std::snprintf(gamma, sizeof(gamma), "%.9g", double(o.gamma));
     append(llvm::formatv("kiln-sparse-attention{{mode={0} gamma={1} "
                          "block={2} sink={3} local={4} min-budget={5} "
-                         "max-budget={6} min-tokens={7}}",
+                         "max-budget={6} min-tokens={7}{8}}",
                          o.mode, gamma, int64_t(o.block),
                          int64_t(o.sink), int64_t(o.local),
                          int64_t(o.minBudget), int64_t(o.maxBudget),
-                         int64_t(o.minTokens))
+                         int64_t(o.minTokens),
+                         o.streaming > 0.0
+                             ? " streaming=" + shortDouble(o.streaming) +
+                                   " calibration=" + o.calibration
+                             : std::string())
                .str());
   }
   return passes;
@@ -648,6 +666,22 @@ int main(int argc, char **argv) {
                     ": every rank needs a row of the sequence");
     }
   }
+  // --sparse-attention first: its head roles read --calibration.
+  if (sparseAttention != "none") {
+    auto parsed = parseSparseAttention(sparseAttention);
+    if (auto *error = std::get_if<std::string>(&parsed))
+      return fail(*error);
+    sparseOptions = std::get<SparseAttentionPassOptions>(parsed);
+    if (sparseOptions->streaming > 0.0) {
+      if (calibrationPath.empty())
+        return fail("--sparse-attention: streaming=" +
+                    shortDouble(sparseOptions->streaming) +
+                    " needs --calibration FILE with head scores (run "
+                    "`kiln-calibrate " +
+                    modelPath + " --heads -o calib.safetensors`)");
+      sparseOptions->calibration = calibrationPath;
+    }
+  }
   if (llvm::Error err = checkQuantFlags())
     return fail(llvm::toString(std::move(err)));
   if (kvCache.getNumOccurrences() && kvCache.empty())
@@ -657,10 +691,7 @@ int main(int argc, char **argv) {
                 "' (expected none or int8)");
   if (actQuant == "int8" && target == "cuda")
     return fail("--act-quant=int8 has kernels for --target=cpu only so far");
-  if (sparseAttention != "none") {
-    auto parsed = parseSparseAttention(sparseAttention);
-    if (auto *error = std::get_if<std::string>(&parsed))
-      return fail(*error);
+  if (sparseOptions) {
     if (target == "cuda")
       return fail("--sparse-attention has kernels for --target=cpu only so "
                   "far");
@@ -668,7 +699,6 @@ int main(int argc, char **argv) {
       return fail("--sparse-attention reads a cache of the activation dtype; "
                   "--kv=" +
                   kvCache + " has no sparse kernel yet");
-    sparseOptions = std::get<SparseAttentionPassOptions>(parsed);
     llvm::WithColor::note(llvm::errs(), "kiln-compile")
         << "--sparse-attention makes the session's prefill sparse (kiln-run "
            "--no-engine / --chat, kiln-eval); the serving engine's batched "

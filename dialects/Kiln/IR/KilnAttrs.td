@@ -93,16 +93,29 @@ def Kiln_SparseAttentionAttr : AttrDef<Kiln_Dialect, "SparseAttention"> {
     than `min_tokens` keys, and steps keeping most blocks, run the dense
     kernel.
 
+    `streaming` (optional) lists the KV heads of this layer, ascending, in
+    [0, 64), that are streaming heads (DuoAttention, Xiao et al. 2024): they
+    keep only the sink and local blocks, with no estimate; the other heads
+    are retrieval heads and select by mass. Written by the pass from the
+    head scores of `kiln-calibrate --heads`.
+
     ```mlir
     #kiln.sparse_attention<mode = "flex", gamma = 9.500000e-01 : f32, block = 64, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 1024>
+    #kiln.sparse_attention<mode = "flex", gamma = 9.500000e-01 : f32, block = 64, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 1024, streaming = [0, 2]>
     ```
   }];
   let parameters = (ins StringRefParameter<>:$mode, "::mlir::FloatAttr":$gamma,
                         "int64_t":$block, "int64_t":$sink, "int64_t":$local,
                         "int64_t":$min_budget, "int64_t":$max_budget,
-                        "int64_t":$min_tokens);
+                        "int64_t":$min_tokens,
+                        OptionalParameter<"::mlir::DenseI64ArrayAttr">:$streaming);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// The `streaming` KV heads as a bit mask (bit g: KV head g streams);
+    /// 0 without the parameter. The verifier keeps every index below 64.
+    uint64_t getStreamingMask() const;
+  }];
 }
 
 #endif // KILN_DIALECTS_KILN_IR_KILNATTRS_TD

@@ -195,7 +195,8 @@ LogicalResult
 SparseAttentionAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                             StringRef mode, FloatAttr gamma, int64_t block,
                             int64_t sink, int64_t local, int64_t minBudget,
-                            int64_t maxBudget, int64_t minTokens) {
+                            int64_t maxBudget, int64_t minTokens,
+                            DenseI64ArrayAttr streaming) {
   if (mode != "flex")
     return emitError() << "sparse attention mode must be \"flex\", got \""
                        << mode << "\"";
@@ -217,7 +218,28 @@ SparseAttentionAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (maxBudget > 0 && maxBudget < minBudget)
     return emitError() << "sparse attention max_budget (" << maxBudget
                        << ") is below min_budget (" << minBudget << ")";
+  if (streaming) {
+    int64_t previous = -1;
+    for (int64_t g : streaming.asArrayRef()) {
+      if (g <= previous || g >= 64)
+        return emitError() << "sparse attention streaming heads must be "
+                              "ascending KV head indices in [0, 64), got "
+                           << g << (g <= previous ? " after " : "")
+                           << (g <= previous ? std::to_string(previous)
+                                             : std::string());
+      previous = g;
+    }
+  }
   return success();
+}
+
+uint64_t SparseAttentionAttr::getStreamingMask() const {
+  uint64_t mask = 0;
+  if (DenseI64ArrayAttr streaming = getStreaming())
+    for (int64_t g : streaming.asArrayRef())
+      if (g >= 0 && g < 64)
+        mask |= uint64_t(1) << g;
+  return mask;
 }
 
 LogicalResult

@@ -876,13 +876,19 @@ LogicalResult AttentionOp::verify() {
       window && int64_t(*window) <= 0)
     return emitOpError() << "expects a positive sliding_window, got "
                          << int64_t(*window);
-  if (getSparseAttr()) {
+  if (SparseAttentionAttr sparse = getSparseAttr()) {
     if (isBatched() || isCacheQuantized() || getKeyMean() ||
         getSlidingWindow())
       return emitOpError()
              << "sparse attention runs on a contiguous cache of the "
                 "activation dtype without sliding_window or key centering "
                 "(the kernels so far: kiln_k_attention_sparse)";
+    if (DenseI64ArrayAttr streaming = sparse.getStreaming())
+      for (int64_t g : streaming.asArrayRef())
+        if (g >= getNumKvHeads())
+          return emitOpError() << "sparse attention names streaming KV head "
+                               << g << ", but the layer has "
+                               << getNumKvHeads() << " KV heads";
   }
   return success();
 }

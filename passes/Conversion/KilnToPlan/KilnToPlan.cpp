@@ -563,7 +563,8 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
                            indexConst(sparse.getMinBudget()),
                            indexConst(sparse.getMaxBudget()),
                            indexConst(sparse.getMinTokens()),
-                           indexConst(a.getLayer())});
+                           indexConst(a.getLayer()),
+                           indexConst(int64_t(sparse.getStreamingMask()))});
             }
             call(callee, args);
             return success();

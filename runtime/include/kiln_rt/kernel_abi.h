@@ -39,7 +39,7 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 13
+#define KILN_ABI_VERSION 14
 
 struct kiln_batch;
 struct kiln_paged_kv;
@@ -297,8 +297,11 @@ void kiln_k_attention_window(const float *q, const float *k, const float *v,
 /// block. Runs kiln_k_attention itself (dense) when gamma >= 1, pos + n <
 /// min_tokens, every block is mandatory, or 90% of the causal block pairs
 /// are kept. `layer` (the op's) only files the kept pairs per (layer, KV
-/// head) for api.h kiln_rt_sparse_attention_head_stats. _f16 / _bf16:
-/// 16-bit activations and caches.
+/// head) for api.h kiln_rt_sparse_attention_head_stats. `streaming`: a
+/// bit mask of streaming KV heads (bit g for KV head g < 64; DuoAttention,
+/// Xiao et al. 2024), which keep only the sink and local blocks and skip
+/// the estimate; 0: every head selects by mass. _f16 / _bf16: 16-bit
+/// activations and caches.
 void kiln_k_attention_sparse(const float *q, const float *k, const float *v,
                              float *k_cache, float *v_cache, float *out,
                              int64_t n, int64_t pos, int64_t heads,
@@ -306,7 +309,8 @@ void kiln_k_attention_sparse(const float *q, const float *k, const float *v,
                              int64_t max_seq, float scale, float gamma,
                              int64_t block, int64_t sink, int64_t local,
                              int64_t min_budget, int64_t max_budget,
-                             int64_t min_tokens, int64_t layer);
+                             int64_t min_tokens, int64_t layer,
+                             int64_t streaming);
 
 /// (Its counters: api.h kiln_rt_sparse_attention_stats.)
 
@@ -548,14 +552,14 @@ void kiln_k_attention_sparse_f16(
     int64_t pos, int64_t heads, int64_t kv_heads, int64_t head_dim,
     int64_t max_seq, float scale, float gamma, int64_t block, int64_t sink,
     int64_t local, int64_t min_budget, int64_t max_budget, int64_t min_tokens,
-    int64_t layer);
+    int64_t layer, int64_t streaming);
 void kiln_k_attention_sparse_bf16(
     const kiln_bf16_t *q, const kiln_bf16_t *k, const kiln_bf16_t *v,
     kiln_bf16_t *k_cache, kiln_bf16_t *v_cache, kiln_bf16_t *out, int64_t n,
     int64_t pos, int64_t heads, int64_t kv_heads, int64_t head_dim,
     int64_t max_seq, float scale, float gamma, int64_t block, int64_t sink,
     int64_t local, int64_t min_budget, int64_t max_budget, int64_t min_tokens,
-    int64_t layer);
+    int64_t layer, int64_t streaming);
 void kiln_k_attention_window_f16(const kiln_f16_t *q, const kiln_f16_t *k,
                                  const kiln_f16_t *v, kiln_f16_t *k_cache,
                                  kiln_f16_t *v_cache, kiln_f16_t *out,

@@ -583,6 +583,11 @@ struct SparseParams {
   float gamma;
   int64_t block, sink, local, minBudget, maxBudget, minTokens;
   int64_t layer; ///< the model layer, for the per-head counters
+  /// Bit g: KV head g is a streaming head (sink and local blocks only).
+  uint64_t streaming;
+  bool isStreaming(int64_t g) const {
+    return g < 64 && ((streaming >> g) & 1u);
+  }
 };
 
 /// Counters of kiln_rt_sparse_attention_stats (all calls of the process).
@@ -695,6 +700,15 @@ selectSparseBlocks(const typename E::T *q, const Kv &kv, int64_t n,
       // averaged over the block's rows and the group's heads.
       const int64_t blocks = qb + 1, tq = r1 - r0;
       mass.assign(size_t(blocks), 0.0);
+      if (sp.isStreaming(g)) {
+        // A streaming head: the mandatory blocks only, no estimate.
+        SparseParams mandatory = sp;
+        mandatory.gamma = 0.0f;
+        mandatory.minBudget = 0;
+        chooseSparseBlocks(mass, qb, pos + r1, mandatory, order,
+                           kept[size_t(w)]);
+        continue;
+      }
       logits.resize(size_t(blocks));
       // S = scale Q_h Kbar^T for the block's rows, one sgemm per head.
       float *sc = scratch(3, tq * blocks);
@@ -1064,7 +1078,8 @@ KILN_DEFINE_16BIT_ATTENTION(bf16, Bf16, kiln_bf16_t)
 // Dynamic block-sparse prefill attention (kernel_abi.h).
 #define KILN_SPARSE_PARAMS                                                     \
   SparseParams{gamma,      block,      sink,       local,                   \
-               min_budget, max_budget, min_tokens, layer}
+               min_budget, max_budget, min_tokens, layer,                   \
+               uint64_t(streaming)}
 void kiln_k_attention_sparse(const float *q, const float *k, const float *v,
                              float *k_cache, float *v_cache, float *out,
                              int64_t n, int64_t pos, int64_t heads,
@@ -1072,7 +1087,8 @@ void kiln_k_attention_sparse(const float *q, const float *k, const float *v,
                              int64_t max_seq, float scale, float gamma,
                              int64_t block, int64_t sink, int64_t local,
                              int64_t min_budget, int64_t max_budget,
-                             int64_t min_tokens, int64_t layer) {
+                             int64_t min_tokens, int64_t layer,
+                             int64_t streaming) {
   attentionSparse<F32>(q, k, v, k_cache, v_cache, out, n, pos, heads,
                        kv_heads, head_dim, max_seq, scale, KILN_SPARSE_PARAMS);
 }
@@ -1083,7 +1099,7 @@ void kiln_k_attention_sparse_f16(
     int64_t pos, int64_t heads, int64_t kv_heads, int64_t head_dim,
     int64_t max_seq, float scale, float gamma, int64_t block, int64_t sink,
     int64_t local, int64_t min_budget, int64_t max_budget,
-    int64_t min_tokens, int64_t layer) {
+    int64_t min_tokens, int64_t layer, int64_t streaming) {
   attentionSparse<F16>(q, k, v, k_cache, v_cache, out, n, pos, heads,
                        kv_heads, head_dim, max_seq, scale, KILN_SPARSE_PARAMS);
 }
@@ -1094,7 +1110,7 @@ void kiln_k_attention_sparse_bf16(
     int64_t pos, int64_t heads, int64_t kv_heads, int64_t head_dim,
     int64_t max_seq, float scale, float gamma, int64_t block, int64_t sink,
     int64_t local, int64_t min_budget, int64_t max_budget,
-    int64_t min_tokens, int64_t layer) {
+    int64_t min_tokens, int64_t layer, int64_t streaming) {
   attentionSparse<Bf16>(q, k, v, k_cache, v_cache, out, n, pos, heads,
                         kv_heads, head_dim, max_seq, scale, KILN_SPARSE_PARAMS);
 }
