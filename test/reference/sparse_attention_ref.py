@@ -37,9 +37,20 @@ class Kernels:
         self.dense = self.lib.kiln_k_attention
         self.dense.restype = None
         self.dense.argtypes = [F] * 6 + [I64] * 6 + [C.c_float]
+        self.audit = self.lib.kiln_rt_sparse_attention_audit
+        self.audit.restype = None
+        self.audit.argtypes = [C.c_int]
+        self.layer_audit_fn = self.lib.kiln_rt_sparse_attention_layer_audit
+        self.layer_audit_fn.restype = None
+        self.layer_audit_fn.argtypes = [I64, C.POINTER(C.c_double)]
         self.stats_fn = self.lib.kiln_rt_sparse_attention_stats
         self.stats_fn.restype = None
         self.stats_fn.argtypes = [C.POINTER(C.c_int64), C.c_int]
+
+    def layer_audit(self, layer):
+        out = (C.c_double * 4)()
+        self.layer_audit_fn(layer, out)
+        return list(out)
 
     def stats(self):
         out = (C.c_int64 * 4)()
@@ -236,6 +247,37 @@ def main():
         all(3 in sel[0][(0, qb)] for qb in range(4, T // B))
     report("streaming head keeps sink + local", streams,
            "KV head 1 keeps blocks {0, qb}; KV head 0 still keeps block 3")
+
+    # The audit (api.h kiln_rt_sparse_attention_audit): the captured mass
+    # (mean and minimum over rows and heads of the exact probabilities on
+    # the kept keys) and the output's relative error against dense, from
+    # the selection above and float64 attention.
+    kern.audit(1)
+    kc, vc = fresh()
+    run(kern, kern.sparse, q, k, v, kc, vc, 0, H, G, hd, scale, base)
+    got = kern.layer_audit(0)
+    kern.audit(0)
+    sel = select(q, k, 0, H, G, hd, scale, base)
+    group = H // G
+    captured = []
+    for i in range(T):
+        for h in range(H):
+            g = h // group
+            s_ = scale * k[:i + 1, g * hd:(g + 1) * hd].astype(np.float64).dot(q[i, h * hd:(h + 1) * hd].astype(np.float64))
+            w = np.exp(s_ - s_.max())
+            w /= w.sum()
+            keep = np.zeros(i + 1, bool)
+            for kb in sel[0][(g, i // B)]:
+                keep[kb * B:min(i + 1, (kb + 1) * B)] = True
+            captured.append(w[keep].sum())
+    dense = attend(q, k, v, 0, H, G, hd, scale, None, B)
+    sparse = attend(q, k, v, 0, H, G, hd, scale, sel[0], B)
+    err = np.linalg.norm(sparse - dense) / np.linalg.norm(dense)
+    want = [T * H, np.mean(captured), np.min(captured), err]
+    good = got[0] == want[0] and abs(got[1] - want[1]) < 1e-5 and \
+        abs(got[2] - want[2]) < 1e-5 and abs(got[3] - want[3]) < 1e-4 * max(want[3], 1e-3) + 1e-6
+    report("audit", good, "captured mass mean %.5f min %.5f, output rel err %.4g (numpy: %.5f, %.5f, %.4g)"
+           % (got[1], got[2], got[3], want[1], want[2], want[3]))
     print("sparse_attention_ref: PASS" if ok else "sparse_attention_ref: FAIL")
     return 0 if ok else 1
 

@@ -16,6 +16,7 @@
 #include "codegen/Artifact/SafeOutput.h"
 #include "codegen/Pipeline/Pipeline.h"
 #include "dialects/Kiln/IR/KilnOps.h"
+#include "dialects/Kiln/Import/ImportUtils.h"
 #include "dialects/Kiln/Import/ModelDesc.h"
 #include "dialects/Kiln/Import/Prequantized.h"
 #include "dialects/Plan/IR/PlanOps.h"
@@ -24,13 +25,18 @@
 #include "runtime/src/sign/Signing.h"
 #include "tools/common/ToolSupport.h"
 
+#include "kiln_rt/api.h"
+
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -133,6 +139,20 @@ static cl::opt<std::string> sparseAttention(
              "sink and local blocks); cpu target"),
     cl::init("none"), cl::value_desc("none|flex[:KEY=VALUE,...]"),
     cl::cat(category));
+
+static cl::opt<std::string> sparseReport(
+    "sparse-report",
+    cl::desc("With --sparse-attention: after writing the artifact, prefill "
+             "the first --sparse-report-tokens tokens of this UTF-8 text in "
+             "it and print sparse attention's price per layer (density, "
+             "captured attention mass mean and minimum, attention-output "
+             "relative error against dense; docs/sparse-attention.md)"),
+    cl::value_desc("TEXT"), cl::cat(category));
+static cl::opt<int64_t> sparseReportTokens(
+    "sparse-report-tokens",
+    cl::desc("Tokens of --sparse-report's prefill, BOS included (default "
+             "4096, capped at the context and the text)"),
+    cl::init(4096), cl::value_desc("N"), cl::cat(category));
 
 /// --sparse-attention parsed: the pass's options, or an error message.
 static std::variant<std::string, SparseAttentionPassOptions>
@@ -545,6 +565,96 @@ static const ::kiln::tool::FlagAlias kCompileAliases[] = {
     {"ctx-size", "max-seq-len"}, {"context-length", "max-seq-len"},
     {"calib", "calibration"}, {"kv-cache", "kv"}};
 
+/// --sparse-report: prefills the first `tokens` tokens of `text` (BOS
+/// first) in the artifact at `dir` with the runtime's sparse attention
+/// audit on (api.h kiln_rt_sparse_attention_audit) and prints, per layer,
+/// the density (kept / causal block pairs), the captured attention mass
+/// (mean and minimum over rows and query heads) and the attention output's
+/// relative error against dense. A message on failure.
+static llvm::Error printSparseReport(llvm::StringRef dir, llvm::StringRef text,
+                                     int64_t tokens, int64_t layers,
+                                     int64_t kvHeads) {
+  auto error = [](const llvm::Twine &what, kiln_rt_status_t st) {
+    std::string message =
+        (what + ": " + kiln_rt_status_message(st)).str();
+    kiln_rt_status_free(st);
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+  };
+  kiln_rt_artifact_t *artifact = nullptr;
+  kiln_rt_session_t *session = nullptr;
+  llvm::scope_exit release([&] {
+    kiln_rt_session_release(session);
+    kiln_rt_artifact_release(artifact);
+  });
+  std::string path = dir.str();
+  if (kiln_rt_status_t st = kiln_rt_artifact_open(
+          path.c_str(), KILN_RT_OPEN_SKIP_CHECKSUMS, &artifact))
+    return error("--sparse-report: opening " + dir, st);
+  if (kiln_rt_status_t st = kiln_rt_session_create(artifact, &session))
+    return error("--sparse-report: creating a session", st);
+  kiln_rt_model_info_t info;
+  kiln_rt_artifact_info(artifact, &info);
+  std::vector<int32_t> ids(text.size() + 16);
+  size_t count = 0;
+  if (kiln_rt_status_t st =
+          kiln_rt_tokenize(artifact, text.data(), text.size(), /*add_bos=*/1,
+                           ids.data(), ids.size(), &count))
+    return error("--sparse-report: tokenizing " + sparseReport, st);
+  ids.resize(std::min<size_t>(
+      count, size_t(std::min<int64_t>(tokens, info.max_seq_len))));
+  if (ids.size() < 2)
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "--sparse-report " + sparseReport + ": the text gives " +
+            std::to_string(ids.size()) + " token(s); the report needs at "
+            "least 2");
+  int64_t before[4];
+  kiln_rt_sparse_attention_stats(before, /*reset=*/1);
+  kiln_rt_sparse_attention_audit(1);
+  llvm::scope_exit auditOff([] { kiln_rt_sparse_attention_audit(0); });
+  if (kiln_rt_status_t st = kiln_rt_session_prefill(session, ids.data(),
+                                                    int64_t(ids.size())))
+    return error("--sparse-report: prefilling", st);
+  int64_t total[4];
+  kiln_rt_sparse_attention_stats(total, /*reset=*/0);
+  auto &os = llvm::errs();
+  os << "kiln-compile: sparse attention price on " << ids.size()
+     << " tokens of " << sparseReport << " (prefill steps of at most "
+     << info.max_prefill_tokens << " tokens; " << total[3] << " of "
+     << total[2] << " steps ran dense):\n";
+  os << "  layer  density  captured mass (mean / min)  output rel. error\n";
+  double capturedSum = 0, pairsSum = 0, minCaptured = 1, worstError = 0;
+  for (int64_t l = 0; l < layers; ++l) {
+    int64_t kept = 0, seen = 0;
+    for (int64_t g = 0; g < kvHeads; ++g) {
+      int64_t h[2];
+      kiln_rt_sparse_attention_head_stats(l, g, h);
+      kept += h[0];
+      seen += h[1];
+    }
+    double audit[4];
+    kiln_rt_sparse_attention_layer_audit(l, audit);
+    if (audit[0] <= 0)
+      continue;
+    capturedSum += audit[1] * audit[0];
+    pairsSum += audit[0];
+    minCaptured = std::min(minCaptured, audit[2]);
+    worstError = std::max(worstError, audit[3]);
+    os << llvm::format("  %5lld  %7.4f  %8.4f / %-8.4f          %.3e\n",
+                       (long long)l, seen ? double(kept) / double(seen) : 1.0,
+                       audit[1], audit[2], audit[3]);
+  }
+  os << llvm::format("  all    %7.4f  %8.4f / %-8.4f          %.3e (worst "
+                     "layer)\n",
+                     total[1] ? double(total[0]) / double(total[1]) : 1.0,
+                     pairsSum ? capturedSum / pairsSum : 1.0, minCaptured,
+                     worstError);
+  os << "kiln-compile: next-token KL, greedy agreement and perplexity: "
+        "kiln-eval DENSE.art --compare "
+     << dir << " --prefill-tokens N (docs/sparse-attention.md)\n";
+  return llvm::Error::success();
+}
+
 int main(int argc, char **argv) {
   ::kiln::tool::ToolMain tool(argc, argv, "kiln-compile",
                             ::kiln::tool::ToolKind::Compiler);
@@ -682,6 +792,26 @@ int main(int argc, char **argv) {
       sparseOptions->calibration = calibrationPath;
     }
   }
+  std::unique_ptr<llvm::MemoryBuffer> sparseReportText;
+  if (sparseReport.getNumOccurrences()) {
+    if (!sparseOptions)
+      return fail("--sparse-report measures --sparse-attention; pass both");
+    if (sparseReport.empty())
+      return fail("--sparse-report needs a text file");
+    auto text = mlir::kiln::detail::readRegularFile(
+        sparseReport, mlir::kiln::detail::kMaxTextBytes, "a text file");
+    if (!text)
+      return fail("--sparse-report " + llvm::toString(text.takeError()));
+    sparseReportText = std::move(*text);
+    if (sparseReportText->getBuffer().trim().empty())
+      return fail("--sparse-report " + sparseReport + ": the text is empty");
+  } else if (sparseReportTokens.getNumOccurrences()) {
+    return fail("--sparse-report-tokens applies to --sparse-report");
+  }
+  if (sparseReportTokens < 2 || sparseReportTokens > (int64_t(1) << 24))
+    return fail("--sparse-report-tokens=" +
+                std::to_string(sparseReportTokens) +
+                " is out of range (expected 2 to 16777216 tokens)");
   if (llvm::Error err = checkQuantFlags())
     return fail(llvm::toString(std::move(err)));
   if (kvCache.getNumOccurrences() && kvCache.empty())
@@ -912,6 +1042,12 @@ int main(int argc, char **argv) {
                                              : quantName + " ") +
                             "act-quant=int8"
                       : quantName;
+  if (sparseReportText && emit != Emit::Artifact)
+    return fail("--sparse-report runs the compiled artifact; it cannot be "
+                "combined with --emit");
+  if (sparseReportText && (tensorParallel != "1" || pipelineParallel != "1"))
+    return fail("--sparse-report runs the artifact in this process; compile "
+                "it without --tp / --pp");
   switch (emit) {
   case Emit::Kiln:
     options.stop = CompileStage::Kiln;
@@ -968,5 +1104,10 @@ int main(int argc, char **argv) {
     return 1;
   noteInt8Gather();
   llvm::errs() << "kiln-compile: wrote " << outputDir << "\n";
+  if (sparseReportText)
+    if (llvm::Error e = printSparseReport(
+            outputDir, sparseReportText->getBuffer(), sparseReportTokens,
+            desc->config.nLayers, desc->config.nKvHeads))
+      return fail(llvm::toString(std::move(e)));
   return 0;
 }

@@ -255,6 +255,23 @@ void kiln_rt_sparse_attention_stats(int64_t out[4], int reset);
 void kiln_rt_sparse_attention_head_stats(int64_t layer, int64_t kv_head,
                                          int64_t out[2]);
 
+/// Sparse attention's accuracy price, measured while it runs (the audit;
+/// docs/sparse-attention.md): with enable != 0 every later call of the
+/// sparse prefill kernel also computes exact dense attention on the same
+/// inputs and files, per layer (< 512), the attention mass each (row,
+/// query head) captures with its kept keys (the sum of its exact softmax
+/// probabilities over them; 1 for steps run dense) and the squared
+/// Frobenius norms of the output error and of the dense output. Costs one
+/// dense attention per call; off by default. Enabling also clears the
+/// audit's sums.
+void kiln_rt_sparse_attention_audit(int enable);
+
+/// The audit of layer `layer`: out[0] (row, query head) pairs audited,
+/// out[1] their mean captured mass, out[2] the smallest, out[3] the output
+/// relative error ||O_sparse - O_dense||_F / ||O_dense||_F over the audited
+/// calls; all 0 when nothing was audited for the layer.
+void kiln_rt_sparse_attention_layer_audit(int64_t layer, double out[4]);
+
 /*===--------------------------- calibration -----------------------------===*/
 
 /// Receives the activations a calibration artifact observes (kiln.observe,

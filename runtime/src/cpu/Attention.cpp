@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <vector>
 
 namespace kiln::rt::cpu {
@@ -599,6 +600,40 @@ static constexpr int64_t kStatLayers = 512, kStatKvHeads = 64;
 static std::atomic<int64_t> headKeptPairs[kStatLayers * kStatKvHeads],
     headTotalPairs[kStatLayers * kStatKvHeads];
 
+/// The audit (api.h kiln_rt_sparse_attention_audit): per layer, the
+/// (row, head) pairs audited, their captured mass's sum and minimum, and
+/// the squared output error and dense output norms.
+struct SparseAudit {
+  double pairs = 0, captured = 0, minCaptured = 1, errorSq = 0, denseSq = 0;
+};
+static std::atomic<bool> sparseAuditOn{false};
+static std::mutex sparseAuditMutex;
+static SparseAudit sparseAudit[kStatLayers];
+
+/// One element of E as a double (the audit's sums).
+template <class E> static double asDouble(const typename E::T &x) {
+  if constexpr (kIsF32<E>) {
+    return double(x);
+  } else {
+    float f;
+    E::widen(&x, &f, 1);
+    return double(f);
+  }
+}
+
+/// Files `pairs` (row, head) pairs whose captured mass sums to `captured`
+/// with minimum `minCaptured` for layer `layer`.
+static void fileCapturedMass(int64_t layer, double pairs, double captured,
+                             double minCaptured) {
+  if (layer < 0 || layer >= kStatLayers)
+    return;
+  std::lock_guard<std::mutex> lock(sparseAuditMutex);
+  SparseAudit &a = sparseAudit[layer];
+  a.pairs += pairs;
+  a.captured += captured;
+  a.minCaptured = std::min(a.minCaptured, minCaptured);
+}
+
 /// Above this fraction of the causal (query block, key block) pairs kept,
 /// the call runs the dense kernel (selection would save nothing).
 static constexpr double kSparseDenseFraction = 0.9;
@@ -750,6 +785,63 @@ selectSparseBlocks(const typename E::T *q, const Kv &kv, int64_t n,
   return kept;
 }
 
+/// The audit's captured mass: for every new row and head, the exact
+/// softmax over all the keys it sees (scale q . k, positions [0, p]),
+/// summed over the keys its query block kept; filed for sp.layer.
+template <class E, class Kv>
+static void auditCapturedMass(const typename E::T *q, const Kv &kv,
+                              const std::vector<std::vector<int32_t>> &kept,
+                              int64_t n, int64_t pos, int64_t heads,
+                              int64_t kvHeads, int64_t headDim, float scale,
+                              const SparseParams &sp) {
+  const int64_t T = pos + n, B = sp.block, group = heads / kvHeads;
+  const int64_t qb0 = pos / B, queryBlocks = (T - 1) / B - qb0 + 1;
+  const int64_t qDim = heads * headDim;
+  std::vector<float> keys(size_t(T * headDim)), s;
+  std::vector<char> isKept(static_cast<size_t>(T));
+  double pairs = 0, captured = 0, minCaptured = 1;
+  for (int64_t g = 0; g < kvHeads; ++g) {
+    int64_t stride;
+    const float *rows = kv.rows(false, 0, T, g, stride);
+    for (int64_t t = 0; t < T; ++t)
+      std::memcpy(keys.data() + t * headDim, rows + t * stride,
+                  sizeof(float) * size_t(headDim));
+    for (int64_t qb = qb0; qb < qb0 + queryBlocks; ++qb) {
+      std::fill(isKept.begin(), isKept.end(), 0);
+      for (int32_t kb : kept[size_t(g * queryBlocks + (qb - qb0))])
+        for (int64_t t = int64_t(kb) * B; t < std::min(T, (kb + 1) * B); ++t)
+          isKept[size_t(t)] = 1;
+      const int64_t r0 = std::max(pos, qb * B) - pos;
+      const int64_t r1 = std::min(T, (qb + 1) * B) - pos, tq = r1 - r0;
+      s.resize(size_t(tq * T));
+      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+        int64_t qStride;
+        const float *qt = queryRows<E>(q, r0, tq, h, qDim, headDim, qStride);
+        sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(tq), int(T),
+              int(headDim), scale, qt, int(qStride), keys.data(),
+              int(headDim), 0.0f, s.data(), int(T));
+        for (int64_t r = 0; r < tq; ++r) {
+          const int64_t p = pos + r0 + r;
+          const float *row = s.data() + r * T;
+          double maxLogit = -INFINITY;
+          for (int64_t t = 0; t <= p; ++t)
+            maxLogit = std::max(maxLogit, double(row[t]));
+          double total = 0, have = 0;
+          for (int64_t t = 0; t <= p; ++t) {
+            const double e = std::exp(double(row[t]) - maxLogit);
+            total += e;
+            have += isKept[size_t(t)] ? e : 0.0;
+          }
+          pairs += 1;
+          captured += have / total;
+          minCaptured = std::min(minCaptured, have / total);
+        }
+      }
+    }
+  }
+  fileCapturedMass(sp.layer, pairs, captured, minCaptured);
+}
+
 /// Block-sparse prefill attention: per (query block, head) the kept key
 /// blocks' rows gathered, S = scale Q K^T (sgemm), causal mask on the
 /// diagonal block, softmaxRow, O = P V (sgemm): the arithmetic of
@@ -791,6 +883,9 @@ static bool sparseAttention(const typename E::T *q, const Kv &kv,
     return false;
   }
   const int64_t group = heads / kvHeads, qDim = heads * headDim;
+  if (sparseAuditOn.load())
+    auditCapturedMass<E>(q, kv, kept, n, pos, heads, kvHeads, headDim, scale,
+                         sp);
   parallelFor(queryBlocks * heads, 1, parallel, [&](int64_t b, int64_t e) {
     for (int64_t w = b; w < e; ++w) {
       const int64_t qb = qb0 + w / heads, h = w % heads, g = h / group;
@@ -851,14 +946,45 @@ static void attentionSparse(const typename E::T *q, const typename E::T *k,
   // Parameters the compiler verified; anything else runs dense.
   const bool valid = sp.block >= 1 && sp.sink >= 0 && sp.local >= 1 &&
                      sp.gamma > 0.0f && n >= 1 && heads % kv_heads == 0;
+  const bool audit = sparseAuditOn.load();
   if (valid) {
     kv.append(k, v, n, pos);
     if (sparseAttention<E>(q, kv, out, n, pos, heads, kv_heads, head_dim,
-                           scale, sp))
+                           scale, sp)) {
+      if (audit) {
+        // The output error against dense attention on the same inputs
+        // (which appends the same rows again).
+        std::vector<typename E::T> dense(size_t(n * heads * head_dim));
+        attention<E>(q, k, v, kv, dense.data(), n, pos, heads, kv_heads,
+                     head_dim, max_seq, scale);
+        double errorSq = 0, denseSq = 0;
+        for (size_t i = 0; i < dense.size(); ++i) {
+          const double d = asDouble<E>(dense[i]), o = asDouble<E>(out[i]);
+          errorSq += (o - d) * (o - d);
+          denseSq += d * d;
+        }
+        if (sp.layer >= 0 && sp.layer < kStatLayers) {
+          std::lock_guard<std::mutex> lock(sparseAuditMutex);
+          sparseAudit[sp.layer].errorSq += errorSq;
+          sparseAudit[sp.layer].denseSq += denseSq;
+        }
+      }
       return;
+    }
   }
   attention<E>(q, k, v, kv, out, n, pos, heads, kv_heads, head_dim, max_seq,
                scale);
+  if (audit) {
+    // Run dense: every pair captures all its mass, no output error.
+    double pairs = double(n * heads), denseSq = 0;
+    for (int64_t i = 0; i < n * heads * head_dim; ++i)
+      denseSq += asDouble<E>(out[i]) * asDouble<E>(out[i]);
+    fileCapturedMass(sp.layer, pairs, pairs, 1.0);
+    if (sp.layer >= 0 && sp.layer < kStatLayers) {
+      std::lock_guard<std::mutex> lock(sparseAuditMutex);
+      sparseAudit[sp.layer].denseSq += denseSq;
+    }
+  }
 }
 
 } // namespace kiln::rt::cpu
@@ -1131,6 +1257,28 @@ void kiln_rt_sparse_attention_stats(int64_t out[4], int reset) {
       headTotalPairs[i] = 0;
     }
   }
+}
+
+void kiln_rt_sparse_attention_audit(int enable) {
+  std::lock_guard<std::mutex> lock(sparseAuditMutex);
+  if (enable)
+    for (SparseAudit &a : sparseAudit)
+      a = SparseAudit();
+  sparseAuditOn = enable != 0;
+}
+
+void kiln_rt_sparse_attention_layer_audit(int64_t layer, double out[4]) {
+  out[0] = out[1] = out[2] = out[3] = 0.0;
+  if (layer < 0 || layer >= kStatLayers)
+    return;
+  std::lock_guard<std::mutex> lock(sparseAuditMutex);
+  const SparseAudit &a = sparseAudit[layer];
+  if (a.pairs <= 0)
+    return;
+  out[0] = a.pairs;
+  out[1] = a.captured / a.pairs;
+  out[2] = a.minCaptured;
+  out[3] = a.denseSq > 0 ? std::sqrt(a.errorSq / a.denseSq) : 0.0;
 }
 
 void kiln_rt_sparse_attention_head_stats(int64_t layer, int64_t kv_head,
