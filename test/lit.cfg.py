@@ -38,7 +38,7 @@ if _extra_tools:
     tool_dirs.append(_extra_tools)
     llvm_config.with_environment("PATH", _extra_tools, append_path=True)
 tools = ["kiln-opt", "kiln-compile", "kiln-calibrate", "kiln-run", "kiln-bench", "kiln-eval",
-         "kiln-gemv-bench",
+         "kiln-gemv-bench", "kiln-attention-bench",
          "kiln-chat-render",
          "kiln-keygen", "kiln-weight-dump",
          "KilnImportTests", "kiln_runtime_tests", "kiln_rt_text_tests",
