@@ -47,8 +47,8 @@ static constexpr const char *kPointerMacros = R"(
 
 static constexpr const char *kCpuPrologue =
     R"(// Emitted by kiln-compile (CPU target). Do not edit.
-#if KILN_ABI_VERSION != 14
-#error "emitted for kernel ABI version 14"
+#if KILN_ABI_VERSION != 15
+#error "emitted for kernel ABI version 15"
 #endif
 #define KILN_SEQUENCE_ROWS(ctx, n, min_tokens) \
   kiln_k_sequence_rows((ctx), (n), (min_tokens)))";

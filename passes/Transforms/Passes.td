@@ -323,11 +323,13 @@ def SparseAttentionPass
     point (rows = the token count, a contiguous cache of the activation
     dtype, no sliding window or key centering) gets `sparse =
     #kiln.sparse_attention<...>` with the options below. At run time each
-    (KV head, query block of `block` positions) estimates the attention
-    mass of every earlier key block from pooled queries and keys
-    (FlexPrefill, Lai et al. 2025; one estimate per GQA group), keeps the
-    `sink` first and `local` last blocks, adds blocks by estimated mass
-    until the kept mass reaches `gamma`, clamps to [`min-budget`,
+    (KV head, query block of `block` positions) estimates, per query head,
+    the attention mass of every earlier key block from the blocks' mean
+    keys (`mode=flex`; FlexPrefill, Lai et al. 2025) or from every
+    `stride`-th key on antidiagonals (`mode=antidiag`; XAttention, Xu et
+    al. 2025), keeps the `sink` first and `local` last blocks, adds blocks
+    by their largest mass over the group's heads until every head's kept
+    mass reaches `gamma` (one block list per GQA group), clamps to [`min-budget`,
     `max-budget`] keys, and runs exact attention over the kept keys with
     the dense kernel's softmax; chunked prefill and a KV prefix select
     among all earlier blocks. Dense fallback: `gamma` = 1, steps with fewer
@@ -352,7 +354,10 @@ def SparseAttentionPass
   }];
   let options = [
     Option<"mode", "mode", "std::string", /*default=*/"\"flex\"",
-           "Mass estimate: flex (pooled queries and keys)">,
+           "Mass estimate: flex (the blocks' mean keys) or antidiag (every "
+           "stride-th key on antidiagonals)">,
+    Option<"stride", "stride", "int64_t", /*default=*/"0",
+           "antidiag: the sampling stride in [1, block] (0 with flex)">,
     Option<"gamma", "gamma", "double", /*default=*/"0.95",
            "Attention mass each query block's kept keys must cover, (0, 1]">,
     Option<"block", "block", "int64_t", /*default=*/"64",

@@ -95,8 +95,15 @@ struct SparseAttentionPass final
       module.emitError() << "kiln-sparse-attention: " << why;
       signalPassFailure();
     };
-    if (mode != "flex")
-      return fail("mode '" + mode + "' is not flex");
+    if (mode != "flex" && mode != "antidiag")
+      return fail("mode '" + mode + "' is not flex or antidiag");
+    if (mode == "flex" && stride != 0)
+      return fail("stride applies to mode=antidiag (flex pools whole "
+                  "blocks)");
+    const int64_t antidiagStride = mode == "antidiag" ? int64_t(stride) : 0;
+    if (mode == "antidiag" && (stride < 1 || stride > block))
+      return fail("stride " + Twine(int64_t(stride)) + " is not in [1, block = " +
+                  Twine(int64_t(block)) + "]");
     // The attribute holds an f32: a gamma that rounds to 0 is refused too.
     if (!(gamma > 0.0 && gamma <= 1.0) || !(float(gamma) > 0.0f))
       return fail("gamma " + std::to_string(double(gamma)) +
@@ -122,7 +129,7 @@ struct SparseAttentionPass final
                   "(kiln-calibrate --heads)");
     auto attr = SparseAttentionAttr::get(
         ctx, mode, b.getF32FloatAttr(float(gamma)), block, sink, local,
-        minBudget, maxBudget, minTokens, DenseI64ArrayAttr());
+        minBudget, maxBudget, minTokens, antidiagStride, DenseI64ArrayAttr());
     // Head roles: the model's streaming KV heads, from the first prefill
     // attention's geometry (a TP rank's heads scaled to the model's).
     std::optional<std::set<std::pair<int64_t, int64_t>>> roles;
@@ -178,7 +185,8 @@ struct SparseAttentionPass final
           if (!heads.empty())
             opAttr = SparseAttentionAttr::get(
                 ctx, mode, attr.getGamma(), block, sink, local, minBudget,
-                maxBudget, minTokens, DenseI64ArrayAttr::get(ctx, heads));
+                maxBudget, minTokens, antidiagStride,
+                DenseI64ArrayAttr::get(ctx, heads));
         }
         // The verifier names an op whose streaming heads the kernel cannot
         // take (index 64 or more).

@@ -2,7 +2,7 @@
 //
 // kiln-attention-bench [--tokens T] [--heads H] [--kv-heads G]
 //                      [--head-dim D] [--gamma F] [--block B] [--sink S]
-//                      [--local L] [--min-tokens M] [--chunk C]
+//                      [--local L] [--stride S] [--min-tokens M] [--chunk C]
 //                      [--repeat R] [--seed N] [--[no-]dense] [--threads N]
 //                      [input flags, below]
 //
@@ -117,6 +117,9 @@ constexpr const char *kUsage =
     "  --sink S          sparse kernel: first blocks always kept (default 1)\n"
     "  --local L         sparse kernel: diagonal blocks always kept, >= 1 "
     "(default 2)\n"
+    "  --stride S        sparse kernel: 0 estimates from the blocks' mean "
+    "keys (flex, the default); S in [1, B] from every S-th key on "
+    "antidiagonals (antidiag)\n"
     "  --min-tokens M    sparse kernel: dense below M keys (default 1024)\n"
     "  --chunk C         prefill in steps of at most C rows (default 0: one "
     "step)\n"
@@ -140,7 +143,7 @@ constexpr int64_t kSampleRows = 64;
 struct Options {
   int64_t tokens = 8192, heads = 4, kvHeads = 1, headDim = 128;
   double gamma = 0.95;
-  int64_t block = 64, sink = 1, local = 2, minTokens = 1024;
+  int64_t block = 64, sink = 1, local = 2, minTokens = 1024, stride = 0;
   int64_t chunk = 0, repeat = 3;
   uint64_t seed = 1;
   bool dense = true;
@@ -242,6 +245,8 @@ Options parseArgs(int argc, char **argv) {
       integer(1, kMaxTokens, o.local, "[1, 2^24]");
     else if (name == "--min-tokens")
       integer(0, kMaxTokens, o.minTokens, "[0, 2^24]");
+    else if (name == "--stride")
+      integer(0, 4096, o.stride, "[0, 4096]");
     else if (name == "--chunk")
       integer(0, kMaxTokens, o.chunk, "[0, 2^24]");
     else if (name == "--repeat")
@@ -274,6 +279,9 @@ Options parseArgs(int argc, char **argv) {
     else
       fail("unknown flag '" + name + "' (see --help)");
   }
+  if (o.stride > o.block)
+    fail("--stride " + std::to_string(o.stride) + " exceeds --block " +
+         std::to_string(o.block));
   if (o.heads % o.kvHeads != 0)
     fail("--heads " + std::to_string(o.heads) + " is not a multiple of "
          "--kv-heads " + std::to_string(o.kvHeads));
@@ -606,7 +614,8 @@ int run(const Options &o) {
                             vCache.data(), out + pos * qDim, n, pos, H, G, D,
                             T, scale, float(o.gamma), o.block, o.sink,
                             o.local, /*min_budget=*/0, /*max_budget=*/0,
-                            o.minTokens, /*layer=*/0, /*streaming=*/0);
+                            o.minTokens, /*layer=*/0, /*streaming=*/0,
+                            o.stride);
   };
   // Warm-up, untimed: both kernels on the first rows (the thread pool,
   // BLAS and the code start; the timed runs rewrite what they write).
@@ -655,9 +664,10 @@ int run(const Options &o) {
                   sizeof density - std::strlen(density),
                   ", %lld of %lld step%s ran dense", (long long)stats[3],
                   (long long)stats[2], stats[2] == 1 ? "" : "s");
-  std::printf("sparse T=%lld gamma=%g block=%lld: %s ms (median of %lld), "
+  std::printf("sparse T=%lld gamma=%g block=%lld%s: %s ms (median of %lld), "
               "%s",
               (long long)T, o.gamma, (long long)o.block,
+              o.stride ? (" stride=" + std::to_string(o.stride)).c_str() : "",
               formatMs(sparseMs).c_str(), (long long)o.repeat, density);
   if (o.dense)
     std::printf(", speedup %.2fx\n", denseMs / sparseMs);

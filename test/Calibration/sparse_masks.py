@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Prints the streaming-head masks an artifact's generated code passes to
-kiln_k_attention_sparse (the call's last argument, resolved through the
+kiln_k_attention_sparse (the call's last argument but one, resolved through the
 function's `int64_t vN = K;` constants): "<calls> <streaming heads>".
 
 usage: sparse_masks.py MODEL.CPP
@@ -18,5 +18,5 @@ for line in open(sys.argv[1]):
         consts[m.group(1)] = int(m.group(2))
     m = re.search(r"kiln_k_attention_sparse\(([^)]*)\);", line)
     if m:
-        masks.append(consts[m.group(1).split(",")[-1].strip()])
+        masks.append(consts[m.group(1).split(",")[-2].strip()])
 print(len(masks), sum(bin(x & (2**64 - 1)).count("1") for x in masks))

@@ -23,6 +23,6 @@
 // FLIP: sparse = #kiln.sparse_attention<{{.*}}streaming = [0]>
 
 // The kernel takes the heads as a bit mask after min_tokens (1024) and the
-// layer (0): 0b10 = 2.
+// layer (0), before the stride (0): 0b10 = 2.
 // PLAN-LABEL: func.func @prefill
-// PLAN: plan.call_kernel "kiln_k_attention_sparse"({{.*}}, %c1024{{[_0-9]*}}, %c0{{[_0-9]*}}, %c2{{[_0-9]*}}) :
+// PLAN: plan.call_kernel "kiln_k_attention_sparse"({{.*}}, %c1024{{[_0-9]*}}, %c0{{[_0-9]*}}, %c2{{[_0-9]*}}, %c0{{[_0-9]*}}) :

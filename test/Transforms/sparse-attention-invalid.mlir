@@ -7,6 +7,9 @@
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="min-budget=512 max-budget=256" 2>&1 | FileCheck %s --check-prefix=BUDGET
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="mode=topk" 2>&1 | FileCheck %s --check-prefix=MODE
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(func.func(kiln-memory-plan),kiln-sparse-attention)" 2>&1 | FileCheck %s --check-prefix=PLANNED
+// RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="stride=8" 2>&1 | FileCheck %s --check-prefix=FLEXSTRIDE
+// RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="mode=antidiag" 2>&1 | FileCheck %s --check-prefix=NOSTRIDE
+// RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="mode=antidiag stride=65" 2>&1 | FileCheck %s --check-prefix=BIGSTRIDE
 // RUN: rm -rf %t && mkdir -p %t
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="streaming=0.5" 2>&1 | FileCheck %s --check-prefix=NOCALIB
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="streaming=1" 2>&1 | FileCheck %s --check-prefix=FRACTION
@@ -22,8 +25,11 @@
 // BLOCK: kiln-sparse-attention: block 0 is not in [1, 4096] positions
 // LOCAL: kiln-sparse-attention: sink must be in [0, 1048576] and local in [1, 1048576] blocks (1: the diagonal block), got sink 1 and local 0
 // BUDGET: kiln-sparse-attention: max-budget 256 is below min-budget 512
-// MODE: kiln-sparse-attention: mode 'topk' is not flex
+// MODE: kiln-sparse-attention: mode 'topk' is not flex or antidiag
 // PLANNED: kiln-sparse-attention: 'prefill' is already memory-planned; run this pass before kiln-memory-plan
+// FLEXSTRIDE: kiln-sparse-attention: stride applies to mode=antidiag (flex pools whole blocks)
+// NOSTRIDE: kiln-sparse-attention: stride 0 is not in [1, block = 64]
+// BIGSTRIDE: kiln-sparse-attention: stride 65 is not in [1, block = 64]
 // NOCALIB: kiln-sparse-attention: streaming > 0 needs calibration=FILE with head scores (kiln-calibrate --heads)
 // FRACTION: kiln-sparse-attention: streaming 1.000000 is not a fraction of the KV heads in [0, 1)
 // NOHEADS: kiln-sparse-attention: calibration file {{.*}}nolayers.safetensors has no head scores (metadata 'head_layers'); write it with `kiln-calibrate --heads`
@@ -39,7 +45,7 @@ func.func @gamma(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %v: tensor<?x8xf32>,
 // -----
 
 func.func @mode(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %v: tensor<?x8xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, f32>, %p: index) -> tensor<?x16xf32> {
-  // expected-error @+1 {{sparse attention mode must be "flex", got "quest"}}
+  // expected-error @+1 {{sparse attention mode must be "flex" or "antidiag", got "quest"}}
   %o = kiln.attention %q, %k, %v, %c, %p {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32, sparse = #kiln.sparse_attention<mode = "quest", gamma = 0.9 : f32, block = 16, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 32>} : tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<1, 64, 2, 4, f32> -> tensor<?x16xf32>
   return %o : tensor<?x16xf32>
 }
@@ -97,5 +103,21 @@ func.func @streaming_range(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %v: tensor
 func.func @streaming_64(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %v: tensor<?x8xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, f32>, %p: index) -> tensor<?x16xf32> {
   // expected-error @+1 {{sparse attention streaming heads must be ascending KV head indices in [0, 64), got 64}}
   %o = kiln.attention %q, %k, %v, %c, %p {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32, sparse = #kiln.sparse_attention<mode = "flex", gamma = 0.9 : f32, block = 16, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 32, streaming = [64]>} : tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<1, 64, 2, 4, f32> -> tensor<?x16xf32>
+  return %o : tensor<?x16xf32>
+}
+
+// -----
+
+func.func @flex_stride(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %v: tensor<?x8xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, f32>, %p: index) -> tensor<?x16xf32> {
+  // expected-error @+1 {{sparse attention mode "flex" (pooled keys) takes no stride, got 8}}
+  %o = kiln.attention %q, %k, %v, %c, %p {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32, sparse = #kiln.sparse_attention<mode = "flex", gamma = 0.9 : f32, block = 16, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 32, stride = 8>} : tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<1, 64, 2, 4, f32> -> tensor<?x16xf32>
+  return %o : tensor<?x16xf32>
+}
+
+// -----
+
+func.func @antidiag_stride(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %v: tensor<?x8xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, f32>, %p: index) -> tensor<?x16xf32> {
+  // expected-error @+1 {{sparse attention mode "antidiag" needs a stride in [1, block = 16], got 0}}
+  %o = kiln.attention %q, %k, %v, %c, %p {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32, sparse = #kiln.sparse_attention<mode = "antidiag", gamma = 0.9 : f32, block = 16, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 32>} : tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<1, 64, 2, 4, f32> -> tensor<?x16xf32>
   return %o : tensor<?x16xf32>
 }

@@ -1,6 +1,8 @@
 // RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="gamma=0.9 block=16 min-tokens=32 report=true" 2>&1 | FileCheck %s
 // RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-sparse-attention,kiln-batch-step)" | FileCheck %s --check-prefix=STEP
 // RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-sparse-attention,func.func(kiln-memory-plan),kiln-lower-to-plan)" | FileCheck %s --check-prefix=PLAN
+// RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-sparse-attention{mode=antidiag stride=8 block=32},func.func(kiln-memory-plan),kiln-lower-to-plan)" | FileCheck %s --check-prefix=ANTIDIAG
+// RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="mode=antidiag stride=8" | kiln-opt | FileCheck %s --check-prefix=ROUNDTRIP
 // kiln-sparse-attention (docs/sparse-attention.md): prefill's attention
 // gets the selection's parameters; decode (one row) and the batched step
 // stay dense.
@@ -24,3 +26,9 @@
 // PLAN: plan.call_kernel "kiln_k_attention_sparse"
 // PLAN-LABEL: func.func @decode
 // PLAN: plan.call_kernel "kiln_k_attention"(
+
+// Antidiagonal scoring: the stride is the kernel's last argument (after the
+// layer, 0, and the streaming mask, 0).
+// ANTIDIAG-LABEL: func.func @prefill
+// ANTIDIAG: plan.call_kernel "kiln_k_attention_sparse"({{.*}}, %c0{{[_0-9]*}}, %c0{{[_0-9]*}}, %c8{{[_0-9]*}}) :
+// ROUNDTRIP: sparse = #kiln.sparse_attention<mode = "antidiag", gamma = 0.949999988 : f32, block = 64, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 1024, stride = 8>

@@ -3,8 +3,10 @@
 (kiln_k_attention_sparse in libkiln_runtime.so, called through ctypes)
 against a float64 numpy implementation written from its definition
 (kernel_abi.h; docs/sparse-attention.md): each key block's attention mass
-per (KV head, query block) estimated from every row's softmax over the
-blocks' mean keys,
+per (KV head, query block) estimated per query head from every row's softmax
+over the blocks' mean keys (or, with a stride S, over every S-th key on
+antidiagonals), blocks taken by their largest mass over the group's heads
+until every head's kept mass reaches gamma,
 sink and local blocks always kept, blocks added in order of estimated mass
 until gamma, the budget limits, then exact causal attention over the kept
 keys; streaming KV heads (the `streaming` bit mask) keep only the sink and
@@ -33,7 +35,7 @@ class Kernels:
         self.lib = C.CDLL(lib, mode=C.RTLD_GLOBAL)
         self.sparse = self.lib.kiln_k_attention_sparse
         self.sparse.restype = None
-        self.sparse.argtypes = [F] * 6 + [I64] * 6 + [C.c_float, C.c_float] + [I64] * 8
+        self.sparse.argtypes = [F] * 6 + [I64] * 6 + [C.c_float, C.c_float] + [I64] * 9
         self.dense = self.lib.kiln_k_attention
         self.dense.restype = None
         self.dense.argtypes = [F] * 6 + [I64] * 6 + [C.c_float]
@@ -66,9 +68,35 @@ def run(kern, fn, q, k, v, kc, vc, pos, H, G, hd, scale, params=None):
     if params is not None:
         args += [params["gamma"], params["block"], params["sink"],
                  params["local"], params["min_budget"], params["max_budget"],
-                 params["min_tokens"], 0, params.get("streaming", 0)]
+                 params["min_tokens"], 0, params.get("streaming", 0),
+                 params.get("stride", 0)]
     fn(*args)
     return out
+
+
+def estimate_row(qv, keys_g, p_abs, nb, B, scale, stride):
+    """One row's estimated mass per key block kb < nb (float64)."""
+    if stride == 0:
+        # Pooled: softmax over the blocks' mean keys, weighted by the keys
+        # the row sees in each.
+        T = keys_g.shape[0]
+        kbar = np.array([keys_g[kb * B:min(T, (kb + 1) * B)].mean(0) for kb in range(nb)])
+        seen = np.array([min(B, p_abs + 1 - kb * B) for kb in range(nb)], dtype=np.float64)
+        logit = scale * kbar.dot(qv) + np.log(seen)
+        e = np.exp(logit - logit.max())
+        return e / e.sum()
+    # Antidiagonal: the exact softmax over the sampled keys j <= p with
+    # (p + j) mod S == S - 1, summed per block.
+    j = np.arange(0, p_abs + 1)
+    j = j[(p_abs + j) % stride == stride - 1]
+    m = np.zeros(nb)
+    if len(j) == 0:
+        return None
+    s = scale * keys_g[j].dot(qv)
+    e = np.exp(s - s.max())
+    e /= e.sum()
+    np.add.at(m, j // B, e)
+    return m
 
 
 def select(q, keys, pos, H, G, hd, scale, p):
@@ -76,14 +104,12 @@ def select(q, keys, pos, H, G, hd, scale, p):
     n = q.shape[0]
     T = pos + n
     B = p["block"]
+    stride = p.get("stride", 0)
     kblocks = -(-T // B)
     if p["gamma"] >= 1 or T < p["min_tokens"] or kblocks <= p["sink"] + p["local"]:
         return None
     group = H // G
-    kbar = np.zeros((G, kblocks, hd))
-    for g in range(G):
-        for kb in range(kblocks):
-            kbar[g, kb] = keys[kb * B:min(T, (kb + 1) * B), g * hd:(g + 1) * hd].astype(np.float64).mean(0)
+    K = keys[:T].astype(np.float64)
     qb0 = pos // B
     qb1 = (T - 1) // B
     kept = {}
@@ -102,25 +128,27 @@ def select(q, keys, pos, H, G, hd, scale, p):
                 total += nb
                 count += len(chosen)
                 continue
-            m = np.zeros(nb)
-            for r in range(r0, r1):
-                p_abs = pos + r
-                seen = np.array([min(B, p_abs + 1 - kb * B) for kb in range(nb)], dtype=np.float64)
-                for h in range(g * group, (g + 1) * group):
-                    logit = scale * kbar[g, :nb].dot(q[r, h * hd:(h + 1) * hd].astype(np.float64)) + np.log(seen)
-                    e = np.exp(logit - logit.max())
-                    m += e / e.sum()
-            m /= (r1 - r0) * group
-            have = sum(m[kb] for kb in chosen)
+            # Each head's mass: the mean of its rows' estimates.
+            m = np.zeros((group, nb))
+            for hi in range(group):
+                h = g * group + hi
+                for r in range(r0, r1):
+                    e = estimate_row(q[r, h * hd:(h + 1) * hd].astype(np.float64),
+                                     K[:, g * hd:(g + 1) * hd], pos + r, nb, B, scale, stride)
+                    if e is not None:
+                        m[hi] += e
+                m[hi] /= m[hi].sum()
+            peak = m.max(axis=0)
+            have = m[:, sorted(chosen)].sum(axis=1)
             nkeys = sum(cnt[kb] for kb in chosen)
-            order = sorted((kb for kb in range(nb) if kb not in chosen), key=lambda kb: (-m[kb], kb))
+            order = sorted((kb for kb in range(nb) if kb not in chosen), key=lambda kb: (-peak[kb], kb))
             taken = []
             for kb in order:
-                if have >= p["gamma"] and nkeys >= p["min_budget"]:
+                if (have >= p["gamma"]).all() and nkeys >= p["min_budget"]:
                     break
                 chosen.add(kb)
                 taken.append(kb)
-                have += m[kb]
+                have += m[:, kb]
                 nkeys += cnt[kb]
             if p["max_budget"] > 0:
                 while nkeys > p["max_budget"] and taken:
@@ -210,6 +238,9 @@ def main():
              ("max_budget=96", dict(base, gamma=0.99, max_budget=96), [(0, T)]),
              ("min_budget=160", dict(base, gamma=0.5, min_budget=160), [(0, T)]),
              ("streaming head 1", dict(base, streaming=0b10), [(0, T)]),
+             ("antidiag stride 4", dict(base, stride=4), [(0, T)]),
+             ("antidiag stride 7, chunked", dict(base, stride=7), [(0, 200), (200, 120)]),
+             ("antidiag stride 1", dict(base, stride=1, gamma=0.8), [(0, T)]),
              ("streaming, chunked", dict(base, streaming=0b01), [(0, 200), (200, 120)])]
     for name, p, chunks in cases:
         kc, vc = fresh()

@@ -129,15 +129,18 @@ static cl::opt<std::string> ggufLinears(
 static cl::opt<std::string> sparseAttention(
     "sparse-attention",
     cl::desc("Dynamic block-sparse prefill attention (kiln-sparse-attention, "
-             "docs/sparse-attention.md): none (default) or flex, optionally "
-             "with settings: flex:gamma=0.95,block=64,sink=1,local=2,"
+             "docs/sparse-attention.md): none (default), flex (the blocks' "
+             "mean keys estimate the mass) or antidiag (every stride-th key "
+             "on antidiagonals, XAttention), optionally with settings: "
+             "flex:gamma=0.95,block=64,sink=1,local=2,"
              "min-budget=0,max-budget=0,min-tokens=1024,streaming=0 (each "
              "query block keeps the key blocks holding gamma of its "
              "estimated attention mass; shorter steps run dense; streaming=F "
              "makes the fraction F of KV heads with the lowest retrieval "
              "scores in --calibration (kiln-calibrate --heads) keep only "
-             "sink and local blocks); cpu target"),
-    cl::init("none"), cl::value_desc("none|flex[:KEY=VALUE,...]"),
+             "sink and local blocks; antidiag takes stride=16 too); cpu "
+             "target"),
+    cl::init("none"), cl::value_desc("none|flex|antidiag[:KEY=VALUE,...]"),
     cl::cat(category));
 
 static cl::opt<std::string> sparseReport(
@@ -159,10 +162,12 @@ static std::variant<std::string, SparseAttentionPassOptions>
 parseSparseAttention(llvm::StringRef text) {
   SparseAttentionPassOptions o;
   auto [mode, settings] = text.split(':');
-  if (mode != "flex")
+  if (mode != "flex" && mode != "antidiag")
     return "--sparse-attention=" + text.str() +
-           ": the mode must be none or flex";
+           ": the mode must be none, flex or antidiag";
   o.mode = mode.str();
+  if (mode == "antidiag")
+    o.stride = 16;
   llvm::SmallVector<llvm::StringRef> items;
   if (text.contains(':')) {
     if (settings.empty())
@@ -205,6 +210,13 @@ parseSparseAttention(llvm::StringRef text) {
         return where + ": local must be a block count in [1, 1048576] (1: "
                        "the diagonal block)";
       o.local = v;
+    } else if (key == "stride") {
+      if (mode != "antidiag")
+        return where + ": stride applies to antidiag (flex pools whole "
+                       "blocks)";
+      if (!isInt || v < 1 || v > 4096)
+        return where + ": stride must be an integer in [1, block]";
+      o.stride = v;
     } else if (key == "streaming") {
       double f = -1;
       if (value.getAsDouble(f) || !(f >= 0.0 && f < 1.0))
@@ -223,9 +235,12 @@ parseSparseAttention(llvm::StringRef text) {
     } else {
       return where + ": unknown setting (expected gamma, block, sink, "
                      "local, min-budget, max-budget, min-tokens, "
-                     "streaming)";
+                     "streaming, stride)";
     }
   }
+  if (o.stride > o.block)
+    return "--sparse-attention: stride " + std::to_string(o.stride) +
+           " exceeds the block of " + std::to_string(o.block) + " positions";
   if (o.maxBudget > 0 && o.maxBudget < o.minBudget)
     return "--sparse-attention: max-budget " + std::to_string(o.maxBudget) +
            " is below min-budget " + std::to_string(o.minBudget);
@@ -489,7 +504,7 @@ static std::string graphPipeline() {
     std::snprintf(gamma, sizeof(gamma), "%.9g", double(o.gamma));
     append(llvm::formatv("kiln-sparse-attention{{mode={0} gamma={1} "
                          "block={2} sink={3} local={4} min-budget={5} "
-                         "max-budget={6} min-tokens={7}{8}}",
+                         "max-budget={6} min-tokens={7}{9}{8}}",
                          o.mode, gamma, int64_t(o.block),
                          int64_t(o.sink), int64_t(o.local),
                          int64_t(o.minBudget), int64_t(o.maxBudget),
@@ -497,7 +512,9 @@ static std::string graphPipeline() {
                          o.streaming > 0.0
                              ? " streaming=" + shortDouble(o.streaming) +
                                    " calibration=" + o.calibration
-                             : std::string())
+                             : std::string(),
+                         o.stride > 0 ? " stride=" + std::to_string(o.stride)
+                                      : std::string())
                .str());
   }
   return passes;

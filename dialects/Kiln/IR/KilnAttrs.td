@@ -85,9 +85,12 @@ def Kiln_SparseAttentionAttr : AttrDef<Kiln_Dialect, "SparseAttention"> {
     (docs/sparse-attention.md; kernel_abi.h kiln_k_attention_sparse). Keys
     and queries are cut into blocks of `block` positions; per (KV head,
     query block) the attention mass on each earlier key block is estimated
-    from pooled queries and keys (`mode = "flex"`: FlexPrefill's pooled
-    estimate, Lai et al. 2025), the `sink` first and `local` last blocks
-    are always kept, then blocks by estimated mass until the kept mass
+    by each query head of the group, from the blocks' mean keys (`mode =
+    "flex"`: FlexPrefill's pooled estimate, Lai et al. 2025) or from every
+    `stride`-th key on antidiagonals (`mode = "antidiag"`, `stride` in [1,
+    block]: XAttention's scoring, Xu et al. 2025), the `sink` first and
+    `local` last blocks are always kept, then blocks by their largest
+    estimated mass over the group's heads until every head's kept mass
     reaches `gamma` (in (0, 1]; 1 is dense), bounded below by `min_budget`
     keys and above by `max_budget` keys (0: no bound). Steps with fewer
     than `min_tokens` keys, and steps keeping most blocks, run the dense
@@ -102,12 +105,14 @@ def Kiln_SparseAttentionAttr : AttrDef<Kiln_Dialect, "SparseAttention"> {
     ```mlir
     #kiln.sparse_attention<mode = "flex", gamma = 9.500000e-01 : f32, block = 64, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 1024>
     #kiln.sparse_attention<mode = "flex", gamma = 9.500000e-01 : f32, block = 64, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 1024, streaming = [0, 2]>
+    #kiln.sparse_attention<mode = "antidiag", gamma = 9.500000e-01 : f32, block = 64, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 1024, stride = 16>
     ```
   }];
   let parameters = (ins StringRefParameter<>:$mode, "::mlir::FloatAttr":$gamma,
                         "int64_t":$block, "int64_t":$sink, "int64_t":$local,
                         "int64_t":$min_budget, "int64_t":$max_budget,
                         "int64_t":$min_tokens,
+                        DefaultValuedParameter<"int64_t", "0">:$stride,
                         OptionalParameter<"::mlir::DenseI64ArrayAttr">:$streaming);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;

@@ -196,10 +196,19 @@ SparseAttentionAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                             StringRef mode, FloatAttr gamma, int64_t block,
                             int64_t sink, int64_t local, int64_t minBudget,
                             int64_t maxBudget, int64_t minTokens,
-                            DenseI64ArrayAttr streaming) {
-  if (mode != "flex")
-    return emitError() << "sparse attention mode must be \"flex\", got \""
+                            int64_t stride, DenseI64ArrayAttr streaming) {
+  if (mode != "flex" && mode != "antidiag")
+    return emitError() << "sparse attention mode must be \"flex\" or "
+                          "\"antidiag\", got \""
                        << mode << "\"";
+  if (mode == "flex" && stride != 0)
+    return emitError() << "sparse attention mode \"flex\" (pooled keys) "
+                          "takes no stride, got "
+                       << stride;
+  if (mode == "antidiag" && (stride < 1 || stride > block))
+    return emitError() << "sparse attention mode \"antidiag\" needs a "
+                          "stride in [1, block = "
+                       << block << "], got " << stride;
   const double g = gamma ? gamma.getValueAsDouble() : -1.0;
   if (!(g > 0.0 && g <= 1.0))
     return emitError() << "sparse attention gamma must be in (0, 1], got "

@@ -564,7 +564,8 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
                            indexConst(sparse.getMaxBudget()),
                            indexConst(sparse.getMinTokens()),
                            indexConst(a.getLayer()),
-                           indexConst(int64_t(sparse.getStreamingMask()))});
+                           indexConst(int64_t(sparse.getStreamingMask())),
+                           indexConst(sparse.getStride())});
             }
             call(callee, args);
             return success();

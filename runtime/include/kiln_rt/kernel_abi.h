@@ -39,7 +39,7 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 14
+#define KILN_ABI_VERSION 15
 
 struct kiln_batch;
 struct kiln_paged_kv;
@@ -284,13 +284,14 @@ void kiln_k_attention_window(const float *q, const float *k, const float *v,
 /// docs/sparse-attention.md): kiln_k_attention's append and result, but
 /// each query block attends only to the key blocks it keeps. Blocks of
 /// `block` positions; per (kv head, query block qb) the attention mass on
-/// each key block kb <= qb is estimated as the mean, over the block's rows
-/// r and the GQA group's heads h, of softmax_kb(scale * q_{r,h} . kbar_kb
+/// each key block kb <= qb is estimated per head h of the GQA group as the
+/// mean, over the block's rows r, of softmax_kb(scale * q_{r,h} . kbar_kb
 /// + ln n_{r,kb}) (kbar_kb: the mean key of block kb; n_{r,kb}: its keys
 /// at or before row r; keys pooled per block as in FlexPrefill, Lai et al.
 /// 2025); blocks [0, sink) and the `local` blocks
-/// ending at the diagonal are kept, then blocks by estimated mass (ties:
-/// the earlier) until the kept mass reaches `gamma`, then more until
+/// ending at the diagonal are kept, then blocks by their largest estimated
+/// mass over the group's heads (ties: the earlier) until every head's kept
+/// mass reaches `gamma`, then more until
 /// `min_budget` keys, then the least massive optional ones dropped down to
 /// `max_budget` keys (0: no limit). Exact attention (online softmax of
 /// kiln_k_attention's tiles) over the kept keys, causal in the diagonal
@@ -300,7 +301,13 @@ void kiln_k_attention_window(const float *q, const float *k, const float *v,
 /// head) for api.h kiln_rt_sparse_attention_head_stats. `streaming`: a
 /// bit mask of streaming KV heads (bit g for KV head g < 64; DuoAttention,
 /// Xiao et al. 2024), which keep only the sink and local blocks and skip
-/// the estimate; 0: every head selects by mass. _f16 / _bf16: 16-bit
+/// the estimate; 0: every head selects by mass. `stride`: 0 for the pooled
+/// estimate above; S in [1, block] for antidiagonal scoring (XAttention,
+/// Xu et al. 2025): each row's exact softmax over its sampled keys j <= p
+/// with (p + j) mod S = S - 1, summed per block, about 1/S of the dense
+/// QK^T work. Each head of the group estimates its own masses; the group
+/// keeps one block list, taking blocks by their largest mass over the
+/// heads until every head's kept mass reaches gamma. _f16 / _bf16: 16-bit
 /// activations and caches.
 void kiln_k_attention_sparse(const float *q, const float *k, const float *v,
                              float *k_cache, float *v_cache, float *out,
@@ -310,7 +317,7 @@ void kiln_k_attention_sparse(const float *q, const float *k, const float *v,
                              int64_t block, int64_t sink, int64_t local,
                              int64_t min_budget, int64_t max_budget,
                              int64_t min_tokens, int64_t layer,
-                             int64_t streaming);
+                             int64_t streaming, int64_t stride);
 
 /// (Its counters: api.h kiln_rt_sparse_attention_stats.)
 
@@ -552,14 +559,14 @@ void kiln_k_attention_sparse_f16(
     int64_t pos, int64_t heads, int64_t kv_heads, int64_t head_dim,
     int64_t max_seq, float scale, float gamma, int64_t block, int64_t sink,
     int64_t local, int64_t min_budget, int64_t max_budget, int64_t min_tokens,
-    int64_t layer, int64_t streaming);
+    int64_t layer, int64_t streaming, int64_t stride);
 void kiln_k_attention_sparse_bf16(
     const kiln_bf16_t *q, const kiln_bf16_t *k, const kiln_bf16_t *v,
     kiln_bf16_t *k_cache, kiln_bf16_t *v_cache, kiln_bf16_t *out, int64_t n,
     int64_t pos, int64_t heads, int64_t kv_heads, int64_t head_dim,
     int64_t max_seq, float scale, float gamma, int64_t block, int64_t sink,
     int64_t local, int64_t min_budget, int64_t max_budget, int64_t min_tokens,
-    int64_t layer, int64_t streaming);
+    int64_t layer, int64_t streaming, int64_t stride);
 void kiln_k_attention_window_f16(const kiln_f16_t *q, const kiln_f16_t *k,
                                  const kiln_f16_t *v, kiln_f16_t *k_cache,
                                  kiln_f16_t *v_cache, kiln_f16_t *out,

@@ -586,6 +586,9 @@ struct SparseParams {
   int64_t layer; ///< the model layer, for the per-head counters
   /// Bit g: KV head g is a streaming head (sink and local blocks only).
   uint64_t streaming;
+  /// 0: the pooled estimate (blocks' mean keys); S >= 1: antidiagonal
+  /// scoring with stride S (every S-th key per row).
+  int64_t stride;
   bool isStreaming(int64_t g) const {
     return g < 64 && ((streaming >> g) & 1u);
   }
@@ -638,22 +641,28 @@ static void fileCapturedMass(int64_t layer, double pairs, double captured,
 /// the call runs the dense kernel (selection would save nothing).
 static constexpr double kSparseDenseFraction = 0.9;
 
-/// The key blocks query block qb keeps, ascending, into `list`, given each
-/// block's estimated mass `mass[kb]` (kb <= qb) and `lastPos` (one past the
-/// block's last query position: block kb holds min(B, lastPos - kb B)
-/// keys it sees). Sink blocks [0, sink) and the `local` blocks ending at
-/// the diagonal are always kept, then blocks in order of estimated mass
-/// (ties: the earlier block) until the kept mass reaches gamma, then more
-/// until min_budget keys; then the least massive of those optional blocks
-/// are dropped down to max_budget keys (mandatory ones stay). `order` is
-/// scratch.
-static void chooseSparseBlocks(const std::vector<double> &mass, int64_t qb,
-                               int64_t lastPos, const SparseParams &sp,
+/// The key blocks query block qb keeps, ascending, into `list`, given
+/// each head's estimated mass `mass[h * (qb + 1) + kb]` (kb <= qb) for the
+/// `heads` query heads of the GQA group and `lastPos` (one past the block's
+/// last query position: block kb holds min(B, lastPos - kb B) keys it
+/// sees). Sink blocks [0, sink) and the `local` blocks ending at the
+/// diagonal are always kept, then blocks in order of their largest mass
+/// over the heads (ties: the earlier block) until every head's kept mass
+/// reaches gamma, then more until min_budget keys; then the least massive
+/// of those optional blocks are dropped down to max_budget keys (mandatory
+/// ones stay). `order` is scratch.
+static void chooseSparseBlocks(const std::vector<double> &mass, int64_t heads,
+                               int64_t qb, int64_t lastPos,
+                               const SparseParams &sp,
                                std::vector<int32_t> &order,
                                std::vector<int32_t> &list) {
   const int64_t blocks = qb + 1, B = sp.block;
   std::vector<char> chosen(size_t(blocks), 0);
-  double have = 0.0;
+  std::vector<double> have(size_t(heads), 0.0), peak(size_t(blocks), 0.0);
+  for (int64_t kb = 0; kb < blocks; ++kb)
+    for (int64_t h = 0; h < heads; ++h)
+      peak[size_t(kb)] =
+          std::max(peak[size_t(kb)], mass[size_t(h * blocks + kb)]);
   int64_t keys = 0;
   auto keysOf = [&](int64_t kb) { return std::min(B, lastPos - kb * B); };
   auto take = [&](int64_t kb, bool keep) {
@@ -661,8 +670,15 @@ static void chooseSparseBlocks(const std::vector<double> &mass, int64_t qb,
       return;
     chosen[size_t(kb)] = keep;
     const double sign = keep ? 1.0 : -1.0;
-    have += sign * mass[size_t(kb)];
+    for (int64_t h = 0; h < heads; ++h)
+      have[size_t(h)] += sign * mass[size_t(h * blocks + kb)];
     keys += keep ? keysOf(kb) : -keysOf(kb);
+  };
+  auto covered = [&] {
+    for (double m : have)
+      if (m < double(sp.gamma))
+        return false;
+    return true;
   };
   for (int64_t kb = 0; kb < std::min(sp.sink, blocks); ++kb)
     take(kb, true);
@@ -673,11 +689,10 @@ static void chooseSparseBlocks(const std::vector<double> &mass, int64_t qb,
     if (!chosen[size_t(kb)])
       order.push_back(int32_t(kb));
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t c) {
-    return mass[size_t(a)] > mass[size_t(c)];
+    return peak[size_t(a)] > peak[size_t(c)];
   });
   size_t next = 0;
-  while (next < order.size() &&
-         (have < double(sp.gamma) || keys < sp.minBudget))
+  while (next < order.size() && (!covered() || keys < sp.minBudget))
     take(order[next++], true);
   if (sp.maxBudget > 0)
     while (keys > sp.maxBudget && next > 0)
@@ -690,38 +705,61 @@ static void chooseSparseBlocks(const std::vector<double> &mass, int64_t qb,
 
 /// The key blocks each (kv head g, query block) keeps (chooseSparseBlocks),
 /// indexed g * queryBlocks + (qb - qb0). Query block qb covers the absolute
-/// positions [qb B, (qb + 1) B); its estimated mass on key block kb <= qb
-/// is, averaged over the block's rows r and the GQA group's heads h,
-/// softmax_kb(scale q_{r,h} . kbar_kb + ln n_{r,kb}) (kbar_kb the mean key
-/// of block kb, n_{r,kb} its keys at or before row r: the row's attention
-/// with each block's keys pooled, as in FlexPrefill, Lai et al. 2025).
+/// positions [qb B, (qb + 1) B); each head h of the group estimates the
+/// attention mass of each key block kb <= qb as the mean over the block's
+/// rows r of the row's share of a proxy softmax:
+///  * stride 0 (pooled, FlexPrefill, Lai et al. 2025): softmax_kb(scale
+///    q_{r,h} . kbar_kb + ln n_{r,kb}), kbar_kb the mean key of block kb and
+///    n_{r,kb} its keys at or before row r;
+///  * stride S (antidiagonal, XAttention, Xu et al. 2025): the row's exact
+///    softmax over its sampled keys j <= p (p its position), those with
+///    (p + j) mod S = S - 1, summed per block: every S-th key, the offset
+///    moving with the row, so S consecutive rows see every key once.
 template <class E, class Kv>
 static std::vector<std::vector<int32_t>>
 selectSparseBlocks(const typename E::T *q, const Kv &kv, int64_t n,
                    int64_t pos, int64_t heads, int64_t kvHeads,
                    int64_t headDim, float scale, const SparseParams &sp,
                    bool parallel) {
-  const int64_t T = pos + n, B = sp.block;
+  const int64_t T = pos + n, B = sp.block, S = sp.stride;
   const int64_t keyBlocks = (T + B - 1) / B;
   const int64_t qb0 = pos / B, queryBlocks = (T - 1) / B - qb0 + 1;
   const int64_t group = heads / kvHeads, qDim = heads * headDim;
-  // Mean key of every block of every kv head.
-  std::vector<float> keyMeans(size_t(kvHeads * keyBlocks * headDim));
-  parallelFor(kvHeads * keyBlocks, 1, parallel, [&](int64_t b, int64_t e) {
-    for (int64_t w = b; w < e; ++w) {
-      const int64_t g = w / keyBlocks, kb = w % keyBlocks;
-      const int64_t t0 = kb * B, count = std::min(B, T - t0);
-      int64_t stride;
-      const float *rows = kv.rows(false, t0, count, g, stride);
-      float *mean = keyMeans.data() + w * headDim;
-      for (int64_t d = 0; d < headDim; ++d) {
-        double sum = 0.0;
-        for (int64_t t = 0; t < count; ++t)
-          sum += rows[t * stride + d];
-        mean[d] = float(sum / double(count));
+  // Pooled: the mean key of every block of every kv head. Antidiagonal:
+  // every kv head's keys in S residue classes, class e holding the keys
+  // j = e, e + S, ... in order ([kvHeads][S][ceil(T / S)][headDim]).
+  const int64_t perClass = S > 0 ? (T + S - 1) / S : 0;
+  std::vector<float> keyMeans, keyClasses;
+  if (S == 0) {
+    keyMeans.resize(size_t(kvHeads * keyBlocks * headDim));
+    parallelFor(kvHeads * keyBlocks, 1, parallel, [&](int64_t b, int64_t e) {
+      for (int64_t w = b; w < e; ++w) {
+        const int64_t g = w / keyBlocks, kb = w % keyBlocks;
+        const int64_t t0 = kb * B, count = std::min(B, T - t0);
+        int64_t stride;
+        const float *rows = kv.rows(false, t0, count, g, stride);
+        float *mean = keyMeans.data() + w * headDim;
+        for (int64_t d = 0; d < headDim; ++d) {
+          double sum = 0.0;
+          for (int64_t t = 0; t < count; ++t)
+            sum += rows[t * stride + d];
+          mean[d] = float(sum / double(count));
+        }
       }
-    }
-  });
+    });
+  } else {
+    keyClasses.resize(size_t(kvHeads * S * perClass * headDim));
+    parallelFor(kvHeads, 1, parallel, [&](int64_t b, int64_t e) {
+      for (int64_t g = b; g < e; ++g) {
+        int64_t stride;
+        const float *rows = kv.rows(false, 0, T, g, stride);
+        for (int64_t t = 0; t < T; ++t)
+          std::memcpy(keyClasses.data() +
+                          ((g * S + t % S) * perClass + t / S) * headDim,
+                      rows + t * stride, sizeof(float) * size_t(headDim));
+      }
+    });
+  }
   std::vector<std::vector<int32_t>> kept(size_t(kvHeads * queryBlocks));
   parallelFor(kvHeads * queryBlocks, 1, parallel, [&](int64_t b, int64_t e) {
     std::vector<double> mass, logits;
@@ -730,56 +768,108 @@ selectSparseBlocks(const typename E::T *q, const Kv &kv, int64_t n,
       const int64_t g = w / queryBlocks, qb = qb0 + w % queryBlocks;
       const int64_t r0 = std::max(pos, qb * B) - pos;
       const int64_t r1 = std::min(T, (qb + 1) * B) - pos;
-      // Estimated mass per key block kb <= qb: each row's softmax over the
-      // blocks' mean keys (weighted by the keys the row sees in each),
-      // averaged over the block's rows and the group's heads.
       const int64_t blocks = qb + 1, tq = r1 - r0;
-      mass.assign(size_t(blocks), 0.0);
+      mass.assign(size_t(group * blocks), 0.0);
       if (sp.isStreaming(g)) {
         // A streaming head: the mandatory blocks only, no estimate.
         SparseParams mandatory = sp;
         mandatory.gamma = 0.0f;
         mandatory.minBudget = 0;
-        chooseSparseBlocks(mass, qb, pos + r1, mandatory, order,
+        chooseSparseBlocks(mass, group, qb, pos + r1, mandatory, order,
                            kept[size_t(w)]);
         continue;
       }
-      logits.resize(size_t(blocks));
-      // S = scale Q_h Kbar^T for the block's rows, one sgemm per head.
-      float *sc = scratch(3, tq * blocks);
-      const float *kbar = keyMeans.data() + g * keyBlocks * headDim;
-      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+      for (int64_t hi = 0; hi < group; ++hi) {
+        const int64_t h = g * group + hi;
+        double *m = mass.data() + hi * blocks;
         int64_t qStride;
         const float *qt = queryRows<E>(q, r0, tq, h, qDim, headDim, qStride);
-        sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(tq), int(blocks),
-              int(headDim), scale, qt, int(qStride), kbar, int(headDim),
-              0.0f, sc, int(blocks));
-        for (int64_t r = 0; r < tq; ++r) {
-          // Every earlier block holds B keys; the diagonal block the keys
-          // up to the row (ln n relative to ln B).
-          const int64_t seen = pos + r0 + r + 1 - qb * B;
-          const float *row = sc + r * blocks;
-          double maxLogit = -INFINITY;
-          for (int64_t kb = 0; kb < blocks; ++kb) {
-            logits[size_t(kb)] =
-                double(row[kb]) +
-                (kb == qb ? std::log(double(seen) / double(B)) : 0.0);
-            maxLogit = std::max(maxLogit, logits[size_t(kb)]);
+        if (S == 0) {
+          // S = scale Q_h Kbar^T for the block's rows.
+          float *sc = scratch(3, tq * blocks);
+          const float *kbar = keyMeans.data() + g * keyBlocks * headDim;
+          sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(tq),
+                int(blocks), int(headDim), scale, qt, int(qStride), kbar,
+                int(headDim), 0.0f, sc, int(blocks));
+          logits.resize(size_t(blocks));
+          for (int64_t r = 0; r < tq; ++r) {
+            // Every earlier block holds B keys; the diagonal block the
+            // keys up to the row (ln n relative to ln B).
+            const int64_t seen = pos + r0 + r + 1 - qb * B;
+            const float *row = sc + r * blocks;
+            double maxLogit = -INFINITY;
+            for (int64_t kb = 0; kb < blocks; ++kb) {
+              logits[size_t(kb)] =
+                  double(row[kb]) +
+                  (kb == qb ? std::log(double(seen) / double(B)) : 0.0);
+              maxLogit = std::max(maxLogit, logits[size_t(kb)]);
+            }
+            double total = 0.0;
+            for (double &l : logits) {
+              l = std::exp(l - maxLogit);
+              total += l;
+            }
+            for (int64_t kb = 0; kb < blocks; ++kb)
+              m[kb] += logits[size_t(kb)] / total;
           }
-          double total = 0.0;
-          for (double &l : logits) {
-            l = std::exp(l - maxLogit);
-            total += l;
+        } else {
+          // Rows of one residue c (positions p = c mod S) sample the key
+          // class e = (S - 1 - c) mod S: one sgemm per residue.
+          const int64_t lastPos = pos + r1 - 1;
+          const int64_t sampled = lastPos / S + 1; // class sizes up to here
+          float *sc = scratch(3, ((tq + S - 1) / S) * sampled);
+          for (int64_t c = 0; c < S; ++c) {
+            // The block's first row with position = c (mod S).
+            const int64_t first = ((c - (pos + r0) % S) % S + S) % S;
+            if (first >= tq)
+              continue;
+            const int64_t rows = (tq - first + S - 1) / S;
+            const int64_t ec = ((S - 1 - c) % S + S) % S;
+            // Class ec's keys up to the block's last position.
+            const int64_t nk = lastPos >= ec ? (lastPos - ec) / S + 1 : 0;
+            if (nk == 0)
+              continue;
+            const float *kc =
+                keyClasses.data() + (g * S + ec) * perClass * headDim;
+            sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows),
+                  int(nk), int(headDim), scale, qt + first * qStride,
+                  int(S * qStride), kc, int(headDim), 0.0f, sc, int(nk));
+            for (int64_t i = 0; i < rows; ++i) {
+              const int64_t p = pos + r0 + first + i * S;
+              // Sampled keys j = ec + t S <= p.
+              const int64_t count = p >= ec ? (p - ec) / S + 1 : 0;
+              if (count == 0)
+                continue;
+              // The row's softmax over its sampled keys (vector exp, as
+              // the dense kernel's), summed per block.
+              float *row = sc + i * nk;
+              softmaxRow(row, 0, count - 1, count);
+              int64_t t = 0;
+              while (t < count) {
+                const int64_t kb = (ec + t * S) / B;
+                const int64_t end =
+                    std::min(count, ((kb + 1) * B - ec + S - 1) / S);
+                double sum = 0.0;
+                for (; t < end; ++t)
+                  sum += row[t];
+                m[kb] += sum;
+              }
+            }
           }
-          const double inv = 1.0 / total;
-          for (int64_t kb = 0; kb < blocks; ++kb)
-            mass[size_t(kb)] += logits[size_t(kb)] * inv;
         }
       }
-      const double rowsHeads = double(tq * group);
-      for (double &m : mass)
-        m /= rowsHeads;
-      chooseSparseBlocks(mass, qb, pos + r1, sp, order, kept[size_t(w)]);
+      // Mean over the rows that contributed (antidiagonal: a row whose
+      // class has no key yet contributes nothing; early rows only).
+      for (int64_t hi = 0; hi < group; ++hi) {
+        double *m = mass.data() + hi * blocks, total = 0.0;
+        for (int64_t kb = 0; kb < blocks; ++kb)
+          total += m[kb];
+        if (total > 0.0)
+          for (int64_t kb = 0; kb < blocks; ++kb)
+            m[kb] /= total;
+      }
+      chooseSparseBlocks(mass, group, qb, pos + r1, sp, order,
+                         kept[size_t(w)]);
     }
   });
   return kept;
@@ -945,7 +1035,8 @@ static void attentionSparse(const typename E::T *q, const typename E::T *k,
   PlainKv<E> kv{k_cache, v_cache, kv_heads * head_dim, head_dim};
   // Parameters the compiler verified; anything else runs dense.
   const bool valid = sp.block >= 1 && sp.sink >= 0 && sp.local >= 1 &&
-                     sp.gamma > 0.0f && n >= 1 && heads % kv_heads == 0;
+                     sp.gamma > 0.0f && n >= 1 && heads % kv_heads == 0 &&
+                     sp.stride >= 0 && sp.stride <= sp.block;
   const bool audit = sparseAuditOn.load();
   if (valid) {
     kv.append(k, v, n, pos);
@@ -1205,7 +1296,7 @@ KILN_DEFINE_16BIT_ATTENTION(bf16, Bf16, kiln_bf16_t)
 #define KILN_SPARSE_PARAMS                                                     \
   SparseParams{gamma,      block,      sink,       local,                   \
                min_budget, max_budget, min_tokens, layer,                   \
-               uint64_t(streaming)}
+               uint64_t(streaming), stride}
 void kiln_k_attention_sparse(const float *q, const float *k, const float *v,
                              float *k_cache, float *v_cache, float *out,
                              int64_t n, int64_t pos, int64_t heads,
@@ -1214,7 +1305,7 @@ void kiln_k_attention_sparse(const float *q, const float *k, const float *v,
                              int64_t block, int64_t sink, int64_t local,
                              int64_t min_budget, int64_t max_budget,
                              int64_t min_tokens, int64_t layer,
-                             int64_t streaming) {
+                             int64_t streaming, int64_t stride) {
   attentionSparse<F32>(q, k, v, k_cache, v_cache, out, n, pos, heads,
                        kv_heads, head_dim, max_seq, scale, KILN_SPARSE_PARAMS);
 }
@@ -1225,7 +1316,7 @@ void kiln_k_attention_sparse_f16(
     int64_t pos, int64_t heads, int64_t kv_heads, int64_t head_dim,
     int64_t max_seq, float scale, float gamma, int64_t block, int64_t sink,
     int64_t local, int64_t min_budget, int64_t max_budget,
-    int64_t min_tokens, int64_t layer, int64_t streaming) {
+    int64_t min_tokens, int64_t layer, int64_t streaming, int64_t stride) {
   attentionSparse<F16>(q, k, v, k_cache, v_cache, out, n, pos, heads,
                        kv_heads, head_dim, max_seq, scale, KILN_SPARSE_PARAMS);
 }
@@ -1236,7 +1327,7 @@ void kiln_k_attention_sparse_bf16(
     int64_t pos, int64_t heads, int64_t kv_heads, int64_t head_dim,
     int64_t max_seq, float scale, float gamma, int64_t block, int64_t sink,
     int64_t local, int64_t min_budget, int64_t max_budget,
-    int64_t min_tokens, int64_t layer, int64_t streaming) {
+    int64_t min_tokens, int64_t layer, int64_t streaming, int64_t stride) {
   attentionSparse<Bf16>(q, k, v, k_cache, v_cache, out, n, pos, heads,
                         kv_heads, head_dim, max_seq, scale, KILN_SPARSE_PARAMS);
 }
