@@ -408,6 +408,11 @@ static llvm::Error writeArtifactFiles(const ArtifactInputs &in, StringRef tmp,
   const int64_t kvLayers = in.kvLayers > 0 ? in.kvLayers : cfg.nLayers;
   int64_t kvBytes = kvLayers * 2 * maxSeq * kvHeads *
                     (cfg.headDim * kvElementBytes + (kvQuantized ? 4 : 0));
+  // Then (summary = B) the pages' f32 key minimum and maximum.
+  if (in.kvSummaryBlock > 0)
+    kvBytes += kvLayers * 2 *
+               ((maxSeq + in.kvSummaryBlock - 1) / in.kvSummaryBlock) *
+               kvHeads * cfg.headDim * 4;
   // A pre-quantized checkpoint names its format (Prequantized.h).
   std::string quant = in.quant;
   if (std::string pre = prequantizedRecipe(*in.model);
@@ -432,6 +437,8 @@ static llvm::Error writeArtifactFiles(const ArtifactInputs &in, StringRef tmp,
                                            {"head_dim", cfg.headDim},
                                            {"max_seq", maxSeq},
                                            {"dtype", in.kvDtype},
+                                           {"key_summary_block",
+                                            in.kvSummaryBlock},
                                            {"bytes", kvBytes}}}}},
       {"weights", llvm::json::Object{{"file", weightFiles[0]},
                                      {"tensors", std::move(tensors)}}},

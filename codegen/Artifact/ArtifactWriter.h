@@ -33,6 +33,9 @@ struct ArtifactInputs {
   std::vector<ArtifactInputs> laterStages;
   /// KV cache layers of the program (a stage's); 0: the model's.
   int64_t kvLayers = 0;
+  /// Positions per page of the cache's key summaries (kiln.kv_cache
+  /// `summary`); 0: none.
+  int64_t kvSummaryBlock = 0;
   /// KV heads of the plan's cache (a rank's share when partitioned); 0:
   /// the model's.
   int64_t kvHeads = 0;

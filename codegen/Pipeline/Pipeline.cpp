@@ -125,12 +125,13 @@ LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
       return failure();
     // The rank's KV heads and the stage's layers, from the cache type of the
     // entry points (the manifest's kv_cache describes one rank's cache).
-    int64_t kvHeads = 0, kvLayers = 0;
+    int64_t kvHeads = 0, kvLayers = 0, kvSummaryBlock = 0;
     for (auto f : graph.getOps<func::FuncOp>())
       for (Type t : f.getArgumentTypes())
         if (auto c = dyn_cast<KVCacheType>(t)) {
           kvHeads = c.getNumKvHeads();
           kvLayers = c.getNumLayers();
+          kvSummaryBlock = c.getSummaryBlock();
         }
     // The other ranks' weight recipes (their slices of the same layout).
     std::vector<std::vector<WeightDesc>> shards;
@@ -185,6 +186,7 @@ LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
     inputs.stage = stage;
     inputs.kvHeads = kvHeads;
     inputs.kvLayers = kvLayers;
+    inputs.kvSummaryBlock = kvSummaryBlock;
     inputs.plan = *plans.back();
     inputs.cpp = std::move(cpp);
     inputs.target = opts.target;

@@ -377,7 +377,7 @@ LogicalResult PartitionPass::splitTensorParallel() {
     if (auto c = dyn_cast<KVCacheType>(t))
       return KVCacheType::get(ctx, c.getNumLayers(), c.getMaxSeq(),
                               kvHeadsPerRank, c.getHeadDim(),
-                              c.getElementType());
+                              c.getElementType(), c.getSummaryBlock());
     if (auto c = dyn_cast<PagedKVCacheType>(t))
       return PagedKVCacheType::get(ctx, c.getNumLayers(), kvHeadsPerRank,
                                    c.getHeadDim(), c.getElementType());
@@ -711,7 +711,8 @@ LogicalResult PartitionPass::keepPipelineStage() {
       if (auto c = dyn_cast<KVCacheType>(arg.getType()))
         arg.setType(KVCacheType::get(ctx, last - first, c.getMaxSeq(),
                                      c.getNumKvHeads(), c.getHeadDim(),
-                                     c.getElementType()));
+                                     c.getElementType(),
+                                     c.getSummaryBlock()));
       else if (auto c = dyn_cast<PagedKVCacheType>(arg.getType()))
         arg.setType(PagedKVCacheType::get(ctx, last - first,
                                           c.getNumKvHeads(), c.getHeadDim(),

@@ -338,6 +338,15 @@ def SparseAttentionPass
     Attention ops it cannot serve (8-bit caches, sliding windows, key
     centering) stay dense; with `report` a remark counts both.
 
+    Decode (`decode=quest`; Quest, Tang et al. 2024): every contiguous
+    `!kiln.kv_cache` of the module's functions gets `summary = block` (the
+    pages' key minimum and maximum kept with the cache) and the decode
+    attention (one row) gets the same `sparse` attribute: each decode step
+    bounds every page's scores from the summaries, keeps pages by the same
+    gamma rule and attends exactly over them. Needs every non-batched
+    attention to be sparse-capable and f32 (the summaries are only kept up
+    to date by the sparse kernels); errors otherwise.
+
     Head roles (DuoAttention, Xiao et al. 2024; RTPurbo): with `streaming`
     = F > 0 and `calibration` = a file written by `kiln-calibrate --heads`,
     the floor(F N) KV heads of the model's N with the lowest retrieval
@@ -380,6 +389,9 @@ def SparseAttentionPass
     Option<"calibration", "calibration", "std::string", /*default=*/"\"\"",
            "Calibration file with head scores (kiln-calibrate --heads); "
            "needed when streaming > 0">,
+    Option<"decode", "decode", "std::string", /*default=*/"\"dense\"",
+           "Decode attention: dense, or quest (page selection from key "
+           "summaries kept with the KV cache)">,
     Option<"report", "report", "bool", /*default=*/"false",
            "Emit a remark with the ops made sparse and left dense">,
   ];

@@ -121,6 +121,9 @@ struct SparseAttentionPass final
     if (maxBudget > 0 && maxBudget < minBudget)
       return fail("max-budget " + Twine(int64_t(maxBudget)) +
                   " is below min-budget " + Twine(int64_t(minBudget)));
+    if (decode != "dense" && decode != "quest")
+      return fail("decode '" + decode + "' is not dense or quest");
+    const bool quest = decode == "quest";
     if (!(streaming >= 0.0 && streaming < 1.0))
       return fail("streaming " + std::to_string(double(streaming)) +
                   " is not a fraction of the KV heads in [0, 1)");
@@ -164,12 +167,24 @@ struct SparseAttentionPass final
       }
       func.walk([&](AttentionOp a) {
         // Prefill: the rows are the step's token count. Decode (one row)
-        // and the batched step stay dense.
+        // only with decode=quest; the batched step stays dense.
         auto query = cast<RankedTensorType>(a.getQuery().getType());
-        if (!query.isDynamicDim(0) || a.isBatched())
+        if (a.isBatched() || (!query.isDynamicDim(0) && !quest))
           return;
         if (a.isCacheQuantized() || a.getKeyMean() || a.getSlidingWindow()) {
+          if (quest) {
+            a.emitOpError() << "cannot take decode=quest: sparse attention "
+                               "needs a float cache of the activation dtype "
+                               "without sliding_window or key centering";
+            signalPassFailure();
+          }
           ++dense;
+          return;
+        }
+        if (quest && !query.getElementType().isF32()) {
+          a.emitOpError() << "decode=quest has f32 kernels only, got "
+                          << query.getElementType();
+          signalPassFailure();
           return;
         }
         SparseAttentionAttr opAttr = attr;
@@ -202,6 +217,20 @@ struct SparseAttentionPass final
         ++sparse;
       });
     }
+    // decode=quest: the contiguous caches keep the pages' key summaries.
+    if (quest)
+      for (func::FuncOp func : module.getOps<func::FuncOp>()) {
+        if (func.isExternal())
+          continue;
+        Block &body = func.getBody().front();
+        for (BlockArgument arg : body.getArguments())
+          if (auto c = dyn_cast<KVCacheType>(arg.getType()))
+            arg.setType(KVCacheType::get(ctx, c.getNumLayers(), c.getMaxSeq(),
+                                         c.getNumKvHeads(), c.getHeadDim(),
+                                         c.getElementType(), block));
+        func.setType(FunctionType::get(ctx, body.getArgumentTypes(),
+                                       func.getResultTypes()));
+      }
     if (report)
       module.emitRemark() << "kiln-sparse-attention: " << sparse
                           << " attention ops sparse (gamma " << double(gamma)

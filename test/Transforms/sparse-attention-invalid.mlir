@@ -10,6 +10,7 @@
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="stride=8" 2>&1 | FileCheck %s --check-prefix=FLEXSTRIDE
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="mode=antidiag" 2>&1 | FileCheck %s --check-prefix=NOSTRIDE
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="mode=antidiag stride=65" 2>&1 | FileCheck %s --check-prefix=BIGSTRIDE
+// RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="decode=sparse" 2>&1 | FileCheck %s --check-prefix=DECODE
 // RUN: rm -rf %t && mkdir -p %t
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="streaming=0.5" 2>&1 | FileCheck %s --check-prefix=NOCALIB
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="streaming=1" 2>&1 | FileCheck %s --check-prefix=FRACTION
@@ -27,6 +28,7 @@
 // BUDGET: kiln-sparse-attention: max-budget 256 is below min-budget 512
 // MODE: kiln-sparse-attention: mode 'topk' is not flex or antidiag
 // PLANNED: kiln-sparse-attention: 'prefill' is already memory-planned; run this pass before kiln-memory-plan
+// DECODE: kiln-sparse-attention: decode 'sparse' is not dense or quest
 // FLEXSTRIDE: kiln-sparse-attention: stride applies to mode=antidiag (flex pools whole blocks)
 // NOSTRIDE: kiln-sparse-attention: stride 0 is not in [1, block = 64]
 // BIGSTRIDE: kiln-sparse-attention: stride 65 is not in [1, block = 64]
@@ -121,3 +123,37 @@ func.func @antidiag_stride(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %v: tensor
   %o = kiln.attention %q, %k, %v, %c, %p {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32, sparse = #kiln.sparse_attention<mode = "antidiag", gamma = 0.9 : f32, block = 16, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 32>} : tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<1, 64, 2, 4, f32> -> tensor<?x16xf32>
   return %o : tensor<?x16xf32>
 }
+
+// -----
+
+func.func @decode_without_summaries(%q: tensor<1x16xf32>, %k: tensor<1x8xf32>, %v: tensor<1x8xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, f32>, %p: index) -> tensor<1x16xf32> {
+  // expected-error @+1 {{'kiln.attention' op sparse decode (one row) needs a kv_cache with key summaries (summary = 16; kiln-sparse-attention{decode=quest})}}
+  %o = kiln.attention %q, %k, %v, %c, %p {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32, sparse = #kiln.sparse_attention<mode = "flex", gamma = 0.9 : f32, block = 16, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 32>} : tensor<1x16xf32>, tensor<1x8xf32>, tensor<1x8xf32>, !kiln.kv_cache<1, 64, 2, 4, f32> -> tensor<1x16xf32>
+  return %o : tensor<1x16xf32>
+}
+
+// -----
+
+func.func @summaries_dense(%q: tensor<1x16xf32>, %k: tensor<1x8xf32>, %v: tensor<1x8xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, f32, summary = 16>, %p: index) -> tensor<1x16xf32> {
+  // expected-error @+1 {{'kiln.attention' op writes a kv_cache with key summaries without sparse attention (only the sparse kernels keep the summaries up to date)}}
+  %o = kiln.attention %q, %k, %v, %c, %p {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32} : tensor<1x16xf32>, tensor<1x8xf32>, tensor<1x8xf32>, !kiln.kv_cache<1, 64, 2, 4, f32, summary = 16> -> tensor<1x16xf32>
+  return %o : tensor<1x16xf32>
+}
+
+// -----
+
+func.func @summary_block(%q: tensor<?x16xf32>, %k: tensor<?x8xf32>, %v: tensor<?x8xf32>, %c: !kiln.kv_cache<1, 64, 2, 4, f32, summary = 32>, %p: index) -> tensor<?x16xf32> {
+  // expected-error @+1 {{'kiln.attention' op sparse attention blocks of 16 positions on a kv_cache with summary pages of 32}}
+  %o = kiln.attention %q, %k, %v, %c, %p {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 4 : i64, scale = 0.5 : f32, sparse = #kiln.sparse_attention<mode = "flex", gamma = 0.9 : f32, block = 16, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 32>} : tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x8xf32>, !kiln.kv_cache<1, 64, 2, 4, f32, summary = 32> -> tensor<?x16xf32>
+  return %o : tensor<?x16xf32>
+}
+
+// -----
+
+// expected-error @+1 {{kv_cache key summaries need a float cache, got 'i8'}}
+func.func private @quantized_summaries(!kiln.kv_cache<1, 64, 2, 4, i8, summary = 16>)
+
+// -----
+
+// expected-error @+1 {{kv_cache summary pages must be in [1, 4096] positions, got 5000}}
+func.func private @big_summary(!kiln.kv_cache<1, 64, 2, 4, f32, summary = 5000>)

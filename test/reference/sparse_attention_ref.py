@@ -45,6 +45,15 @@ class Kernels:
         self.layer_audit_fn = self.lib.kiln_rt_sparse_attention_layer_audit
         self.layer_audit_fn.restype = None
         self.layer_audit_fn.argtypes = [I64, C.POINTER(C.c_double)]
+        self.decode = self.lib.kiln_k_attention_sparse_decode
+        self.decode.restype = None
+        self.decode.argtypes = [F] * 8 + [I64] * 6 + [C.c_float, C.c_float] + [I64] * 9
+        self.summary = self.lib.kiln_k_attention_sparse_summary
+        self.summary.restype = None
+        self.summary.argtypes = [F] * 8 + [I64] * 6 + [C.c_float, C.c_float] + [I64] * 9
+        self.decode_stats_fn = self.lib.kiln_rt_sparse_decode_stats
+        self.decode_stats_fn.restype = None
+        self.decode_stats_fn.argtypes = [C.POINTER(C.c_int64), C.c_int]
         self.stats_fn = self.lib.kiln_rt_sparse_attention_stats
         self.stats_fn.restype = None
         self.stats_fn.argtypes = [C.POINTER(C.c_int64), C.c_int]
@@ -52,6 +61,11 @@ class Kernels:
     def layer_audit(self, layer):
         out = (C.c_double * 4)()
         self.layer_audit_fn(layer, out)
+        return list(out)
+
+    def decode_stats(self):
+        out = (C.c_int64 * 4)()
+        self.decode_stats_fn(out, 1)
         return list(out)
 
     def stats(self):
@@ -71,6 +85,89 @@ def run(kern, fn, q, k, v, kc, vc, pos, H, G, hd, scale, params=None):
                  params["min_tokens"], 0, params.get("streaming", 0),
                  params.get("stride", 0)]
     fn(*args)
+    return out
+
+
+def run_summary(kern, fn, q, k, v, kc, vc, kmin, kmax, pos, H, G, hd, scale, p):
+    """kiln_k_attention_sparse_summary / _decode (caches with key summaries)."""
+    n = q.shape[0]
+    out = np.zeros((n, H * hd), dtype=np.float32)
+    fn(ptr(q), ptr(k), ptr(v), ptr(kc), ptr(vc), ptr(kmin), ptr(kmax), ptr(out),
+       n, pos, H, G, hd, kc.shape[0], scale, p["gamma"], p["block"], p["sink"],
+       p["local"], p["min_budget"], p["max_budget"], p["min_tokens"], 0,
+       p.get("streaming", 0), p.get("stride", 0))
+    return out
+
+
+def quest_select(q, keys, pos, H, G, hd, scale, p):
+    """Quest decode's kept pages per KV head (from exact page minima and
+    maxima of the keys), or None for dense."""
+    n = q.shape[0]
+    T = pos + n
+    B = p["block"]
+    pages = -(-T // B)
+    if p["gamma"] >= 1 or T < p["min_tokens"] or pages <= p["sink"] + p["local"]:
+        return None
+    group = H // G
+    K = keys[:T].astype(np.float64)
+    kept = {}
+    count = 0
+    for g in range(G):
+        Kg = K[:, g * hd:(g + 1) * hd]
+        mn = np.array([Kg[kb * B:min(T, (kb + 1) * B)].min(0) for kb in range(pages)])
+        mx = np.array([Kg[kb * B:min(T, (kb + 1) * B)].max(0) for kb in range(pages)])
+        chosen = set(range(min(p["sink"], pages))) | set(range(max(0, pages - p["local"]), pages))
+        if (p.get("streaming", 0) >> g) & 1:
+            kept[g] = sorted(chosen)
+            count += len(chosen)
+            continue
+        m = np.zeros((group, pages))
+        for hi in range(group):
+            h = g * group + hi
+            for i in range(n):
+                qv = q[i, h * hd:(h + 1) * hd].astype(np.float64)
+                pa = pos + i
+                keys_in = np.array([min(B, pa + 1 - kb * B) for kb in range(pages)], dtype=np.float64)
+                bound = np.maximum(qv[None] * mn, qv[None] * mx).sum(1)
+                logit = np.where(keys_in > 0, scale * bound + np.log(np.maximum(keys_in, 1)), -np.inf)
+                e = np.exp(logit - logit.max())
+                m[hi] += e / e.sum()
+            m[hi] /= n
+        peak = m.max(axis=0)
+        have = m[:, sorted(chosen)].sum(axis=1)
+        order = sorted((kb for kb in range(pages) if kb not in chosen), key=lambda kb: (-peak[kb], kb))
+        for kb in order:
+            if (have >= p["gamma"]).all():
+                break
+            chosen.add(kb)
+            have += m[:, kb]
+        kept[g] = sorted(chosen)
+        count += len(chosen)
+    if count >= 0.9 * pages * G:
+        return None
+    return kept, count, pages * G
+
+
+def attend_pages(q, keys, values, pos, H, G, hd, scale, kept, B):
+    """Each new row over its KV head's kept pages, up to its position."""
+    n = q.shape[0]
+    group = H // G
+    out = np.zeros((n, H * hd))
+    for i in range(n):
+        pa = pos + i
+        for h in range(H):
+            g = h // group
+            if kept is None:
+                idx = np.arange(0, pa + 1)
+            else:
+                idx = np.concatenate([np.arange(kb * B, (kb + 1) * B) for kb in kept[g]])
+                idx = idx[idx <= pa]
+            Kh = keys[idx, g * hd:(g + 1) * hd].astype(np.float64)
+            Vh = values[idx, g * hd:(g + 1) * hd].astype(np.float64)
+            sc = scale * Kh.dot(q[i, h * hd:(h + 1) * hd].astype(np.float64))
+            w = np.exp(sc - sc.max())
+            w /= w.sum()
+            out[i, h * hd:(h + 1) * hd] = w.dot(Vh)
     return out
 
 
@@ -309,6 +406,50 @@ def main():
         abs(got[2] - want[2]) < 1e-5 and abs(got[3] - want[3]) < 1e-4 * max(want[3], 1e-3) + 1e-6
     report("audit", good, "captured mass mean %.5f min %.5f, output rel err %.4g (numpy: %.5f, %.5f, %.4g)"
            % (got[1], got[2], got[3], want[1], want[2], want[3]))
+
+    # Quest decode (kiln_k_attention_sparse_decode): a 288-token prompt
+    # through the summary kernel, then 32 decode steps of one row; the key
+    # summaries equal the pages' exact minima and maxima, each step's kept
+    # pages and output equal numpy's.
+    Tq = 320
+    pq = dict(base, gamma=0.8, min_tokens=64)
+    pages = -(-512 // B)
+    for name, params in (("quest decode", pq), ("quest decode, streaming head 0", dict(pq, streaming=0b01))):
+        kc, vc = fresh()
+        kmin = np.zeros((pages, G * hd), np.float32)
+        kmax = np.zeros((pages, G * hd), np.float32)
+        run_summary(kern, kern.summary, q[:288].copy(), k[:288].copy(), v[:288].copy(), kc, vc, kmin, kmax, 0, H, G, hd, scale, params)
+        kern.decode_stats()
+        worst = 0.0
+        kept_total = pairs_total = 0
+        for t in range(288, Tq):
+            got = run_summary(kern, kern.decode, q[t:t + 1].copy(), k[t:t + 1].copy(), v[t:t + 1].copy(), kc, vc, kmin, kmax, t, H, G, hd, scale, params)
+            sel = quest_select(q[t:t + 1], k, t, H, G, hd, scale, params)
+            if sel is not None:
+                kept_total += sel[1]
+                pairs_total += sel[2]
+            want = attend_pages(q[t:t + 1], k, v, t, H, G, hd, scale, None if sel is None else sel[0], B)
+            worst = max(worst, float(np.abs(got - want).max() / np.abs(want).max()))
+        st = kern.decode_stats()
+        mins = np.array([k[kb * B:min(Tq, (kb + 1) * B)].min(0) for kb in range(-(-Tq // B))])
+        maxs = np.array([k[kb * B:min(Tq, (kb + 1) * B)].max(0) for kb in range(-(-Tq // B))])
+        summaries = np.array_equal(kmin[:len(mins)], mins) and np.array_equal(kmax[:len(maxs)], maxs)
+        good = worst < 1e-5 and st[0] == kept_total and st[1] == pairs_total and st[2] == Tq - 288 and summaries and kept_total < pairs_total
+        report(name, good, "max rel err %.2e, density %.3f (%d of %d pages), summaries %s"
+               % (worst, st[0] / max(st[1], 1), st[0], st[1], "exact" if summaries else "WRONG"))
+    # gamma = 1: the dense decode, bit for bit.
+    kc, vc = fresh()
+    kc2, vc2 = fresh()
+    kmin = np.zeros((pages, G * hd), np.float32)
+    kmax = np.zeros((pages, G * hd), np.float32)
+    run(kern, kern.dense, q[:288].copy(), k[:288].copy(), v[:288].copy(), kc2, vc2, 0, H, G, hd, scale)
+    run_summary(kern, kern.summary, q[:288].copy(), k[:288].copy(), v[:288].copy(), kc, vc, kmin, kmax, 0, H, G, hd, scale, dict(pq, gamma=1.0))
+    same = True
+    for t in range(288, 296):
+        a = run_summary(kern, kern.decode, q[t:t + 1].copy(), k[t:t + 1].copy(), v[t:t + 1].copy(), kc, vc, kmin, kmax, t, H, G, hd, scale, dict(pq, gamma=1.0))
+        b = run(kern, kern.dense, q[t:t + 1].copy(), k[t:t + 1].copy(), v[t:t + 1].copy(), kc2, vc2, t, H, G, hd, scale)
+        same &= np.array_equal(a, b)
+    report("quest decode gamma=1", same, "bit-identical to the dense decode")
     print("sparse_attention_ref: PASS" if ok else "sparse_attention_ref: FAIL")
     return 0 if ok else 1
 

@@ -138,8 +138,9 @@ static cl::opt<std::string> sparseAttention(
              "estimated attention mass; shorter steps run dense; streaming=F "
              "makes the fraction F of KV heads with the lowest retrieval "
              "scores in --calibration (kiln-calibrate --heads) keep only "
-             "sink and local blocks; antidiag takes stride=16 too); cpu "
-             "target"),
+             "sink and local blocks; antidiag takes stride=16 too; "
+             "decode=quest makes decode select pages too, from key "
+             "summaries kept with the KV cache); cpu target"),
     cl::init("none"), cl::value_desc("none|flex|antidiag[:KEY=VALUE,...]"),
     cl::cat(category));
 
@@ -217,6 +218,11 @@ parseSparseAttention(llvm::StringRef text) {
       if (!isInt || v < 1 || v > 4096)
         return where + ": stride must be an integer in [1, block]";
       o.stride = v;
+    } else if (key == "decode") {
+      if (value != "dense" && value != "quest")
+        return where + ": decode must be dense or quest (page selection "
+                       "from key summaries kept with the KV cache)";
+      o.decode = value.str();
     } else if (key == "streaming") {
       double f = -1;
       if (value.getAsDouble(f) || !(f >= 0.0 && f < 1.0))
@@ -235,7 +241,7 @@ parseSparseAttention(llvm::StringRef text) {
     } else {
       return where + ": unknown setting (expected gamma, block, sink, "
                      "local, min-budget, max-budget, min-tokens, "
-                     "streaming, stride)";
+                     "streaming, stride, decode)";
     }
   }
   if (o.stride > o.block)
@@ -513,8 +519,10 @@ static std::string graphPipeline() {
                              ? " streaming=" + shortDouble(o.streaming) +
                                    " calibration=" + o.calibration
                              : std::string(),
-                         o.stride > 0 ? " stride=" + std::to_string(o.stride)
-                                      : std::string())
+                         (o.stride > 0 ? " stride=" + std::to_string(o.stride)
+                                       : std::string()) +
+                             (o.decode == "quest" ? " decode=quest"
+                                                  : std::string()))
                .str());
   }
   return passes;
@@ -842,6 +850,9 @@ int main(int argc, char **argv) {
     if (target == "cuda")
       return fail("--sparse-attention has kernels for --target=cpu only so "
                   "far");
+    if (sparseOptions->decode == "quest" && dtype != "f32")
+      return fail("--sparse-attention: decode=quest has f32 kernels only so "
+                  "far; compile with --dtype=f32");
     if (kvCache == "int8" || kvCache == "fp8")
       return fail("--sparse-attention reads a cache of the activation dtype; "
                   "--kv=" +

@@ -300,6 +300,35 @@ void printSparseStats() {
   }
 }
 
+/// Sparse decode's page density over the run (Quest; decode=quest
+/// artifacts), per layer and KV head as for prefill.
+void printSparseDecodeStats() {
+  int64_t st[4] = {0, 0, 0, 0};
+  kiln_rt_sparse_decode_stats(st, 0);
+  if (st[2] <= 0)
+    return;
+  std::printf("sparse decode: %lld of %lld (KV head, page) pairs kept "
+              "(density %.4f); %lld of %lld decode steps ran dense\n",
+              (long long)st[0], (long long)st[1],
+              st[1] > 0 ? double(st[0]) / double(st[1]) : 1.0,
+              (long long)st[3], (long long)st[2]);
+  for (int64_t layer = 0; layer < 512; ++layer) {
+    std::string line;
+    for (int64_t h = 0; h < 64; ++h) {
+      int64_t hs[2];
+      kiln_rt_sparse_decode_head_stats(layer, h, hs);
+      if (hs[1] <= 0)
+        break;
+      char cell[32];
+      std::snprintf(cell, sizeof(cell), " %.3f", double(hs[0]) / double(hs[1]));
+      line += cell;
+    }
+    if (!line.empty())
+      std::printf("sparse decode layer %lld density per KV head:%s\n",
+                  (long long)layer, line.c_str());
+  }
+}
+
 /// KL(softmax(a) || softmax(b)) in nats, in double with the maxima
 /// subtracted.
 double klDivergence(const float *a, const float *b, int64_t vocab) {
@@ -450,6 +479,7 @@ int runPerplexity() {
     std::printf("windows: %lld (of %lld tokens)\n", (long long)windows,
                 (long long)ctx);
   printSparseStats();
+  printSparseDecodeStats();
   std::printf("nll per token: %.6f nats (%.6f bits)\n", meanNll,
               meanNll / std::log(2.0));
   std::printf("perplexity: %.4f\n", std::exp(meanNll));
@@ -553,6 +583,7 @@ int runCompare() {
                 "positions %lld..%lld compared\n",
                 (long long)prefix, (long long)prefix, (long long)(n - 1));
   printSparseStats();
+  printSparseDecodeStats();
   std::printf("next-token KL(reference || candidate): mean %.6g nats, max "
               "%.6g\n",
               klSum / double(compared), klMax);

@@ -23,7 +23,7 @@ public:
       : ctx(ctx), desc(desc), cfg(desc.config), module(module),
         builder(ctx), loc(UnknownLoc::get(ctx)), f32(elementType) {
     cacheType = KVCacheType::get(ctx, cfg.nLayers, maxSeq, cfg.nKvHeads,
-                                 cfg.headDim, kvType);
+                                 cfg.headDim, kvType, /*summaryBlock=*/0);
   }
 
   LogicalResult declareWeights();

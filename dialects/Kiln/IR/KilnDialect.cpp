@@ -44,7 +44,7 @@ void KilnDialect::initialize() {
 LogicalResult KVCacheType::verify(function_ref<InFlightDiagnostic()> emitError,
                                   int64_t numLayers, int64_t maxSeq,
                                   int64_t numKvHeads, int64_t headDim,
-                                  Type elementType) {
+                                  Type elementType, int64_t summaryBlock) {
   if (numLayers <= 0 || maxSeq <= 0 || numKvHeads <= 0 || headDim <= 0)
     return emitError() << "kv_cache dimensions must be positive, got <"
                        << numLayers << ", " << maxSeq << ", " << numKvHeads
@@ -66,6 +66,17 @@ LogicalResult KVCacheType::verify(function_ref<InFlightDiagnostic()> emitError,
   for (int64_t factor : {maxSeq, int64_t(2), numLayers})
     if (total && *total >= 0)
       total = llvm::checkedMul(*total, factor);
+  if (summaryBlock < 0 || summaryBlock > 4096)
+    return emitError() << "kv_cache summary pages must be in [1, 4096] "
+                          "positions, got "
+                       << summaryBlock;
+  if (summaryBlock > 0 && quantized)
+    return emitError() << "kv_cache key summaries need a float cache, got "
+                       << elementType;
+  // The summaries: 2 x ceil(maxSeq / B) x kv heads x head_dim f32 per
+  // layer, at most as many values as the keys themselves (B >= 1).
+  if (total && summaryBlock > 0)
+    total = llvm::checkedMul(*total, int64_t(3));
   if (!total || *total < 0 || *total > kMaxKVCacheBytes)
     return emitError() << "kv_cache of " << numLayers << " layers x "
                        << maxSeq << " tokens x " << numKvHeads
@@ -94,12 +105,17 @@ PagedKVCacheType::verify(function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
-int64_t KVCacheType::getLayerBytes() const {
+int64_t KVCacheType::getSummaryOffset() const {
   int64_t elemBytes = getElementType().getIntOrFloatBitWidth() / 8;
   int64_t data = 2 * getMaxSeq() * getNumKvHeads() * getHeadDim() * elemBytes;
-  if (!isQuantized())
-    return data;
-  return data + 2 * getMaxSeq() * getNumKvHeads() * 4;
+  if (isQuantized())
+    data += 2 * getMaxSeq() * getNumKvHeads() * 4;
+  return data;
+}
+
+int64_t KVCacheType::getLayerBytes() const {
+  return getSummaryOffset() +
+         2 * getSummaryPages() * getNumKvHeads() * getHeadDim() * 4;
 }
 
 int64_t KVCacheType::getSizeInBytes() const {

@@ -876,6 +876,11 @@ LogicalResult AttentionOp::verify() {
       window && int64_t(*window) <= 0)
     return emitOpError() << "expects a positive sliding_window, got "
                          << int64_t(*window);
+  if (auto contiguous = dyn_cast<KVCacheType>(getKvCache().getType());
+      contiguous && contiguous.getSummaryBlock() > 0 && !getSparseAttr())
+    return emitOpError() << "writes a kv_cache with key summaries without "
+                            "sparse attention (only the sparse kernels keep "
+                            "the summaries up to date)";
   if (SparseAttentionAttr sparse = getSparseAttr()) {
     if (isBatched() || isCacheQuantized() || getKeyMean() ||
         getSlidingWindow())
@@ -883,6 +888,23 @@ LogicalResult AttentionOp::verify() {
              << "sparse attention runs on a contiguous cache of the "
                 "activation dtype without sliding_window or key centering "
                 "(the kernels so far: kiln_k_attention_sparse)";
+    auto query = cast<RankedTensorType>(getQuery().getType());
+    const bool oneRow = !query.isDynamicDim(0) && query.getDimSize(0) == 1;
+    auto contiguous = dyn_cast<KVCacheType>(getKvCache().getType());
+    const int64_t summary = contiguous ? contiguous.getSummaryBlock() : 0;
+    if (oneRow && summary == 0)
+      return emitOpError()
+             << "sparse decode (one row) needs a kv_cache with key summaries "
+                "(summary = "
+             << sparse.getBlock() << "; kiln-sparse-attention{decode=quest})";
+    if (summary > 0 && summary != sparse.getBlock())
+      return emitOpError() << "sparse attention blocks of "
+                           << sparse.getBlock()
+                           << " positions on a kv_cache with summary pages of "
+                           << summary;
+    if (summary > 0 && !query.getElementType().isF32())
+      return emitOpError() << "key summaries have f32 kernels only, got "
+                           << query.getElementType();
     if (DenseI64ArrayAttr streaming = sparse.getStreaming())
       for (int64_t g : streaming.asArrayRef())
         if (g >= getNumKvHeads())

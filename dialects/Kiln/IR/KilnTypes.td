@@ -17,15 +17,25 @@ def Kiln_KVCacheType : TypeDef<Kiln_Dialect, "KVCache"> {
     is stored as int8 with an f32 scale (`scale = max|x| / 127`), and
     attention dequantizes it.
 
+    With `summary = B` (written by `kiln-sparse-attention{decode=quest}`;
+    float caches only) each layer also keeps, after its keys and values,
+    the element-wise minimum and maximum of the keys of every page of B
+    positions (`[ceil(max_seq / B), kv_heads * head_dim]` f32 each, the
+    pages' key summaries of Quest, Tang et al. 2024), updated by the
+    sparse attention kernels whenever they append rows, read by sparse
+    decode to bound each page's attention scores.
+
     ```mlir
     !kiln.kv_cache<5, 512, 4, 8, f32>
+    !kiln.kv_cache<5, 512, 4, 8, f32, summary = 64>
     ```
   }];
   let parameters = (ins "int64_t":$numLayers, "int64_t":$maxSeq,
                         "int64_t":$numKvHeads, "int64_t":$headDim,
-                        "::mlir::Type":$elementType);
+                        "::mlir::Type":$elementType,
+                        DefaultValuedParameter<"int64_t", "0">:$summaryBlock);
   let assemblyFormat =
-      "`<` $numLayers `,` $maxSeq `,` $numKvHeads `,` $headDim `,` $elementType `>`";
+      "`<` $numLayers `,` $maxSeq `,` $numKvHeads `,` $headDim `,` $elementType (`,` `summary` `=` $summaryBlock^)? `>`";
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
     /// True for an int8 or FP8 E4M3 cache with per-(token, kv-head) scales.
@@ -40,8 +50,18 @@ def Kiln_KVCacheType : TypeDef<Kiln_Dialect, "KVCache"> {
     /// Largest cache the verifier accepts (2^48 bytes), so the byte sizes
     /// and offsets below cannot overflow.
     static constexpr int64_t kMaxKVCacheBytes = int64_t(1) << 48;
-    /// Bytes of one layer: keys, values and (int8) their scales.
+    /// Bytes of one layer: keys, values, (8-bit) their scales and (with
+    /// summary pages) the pages' key minimum and maximum.
     int64_t getLayerBytes() const;
+    /// Pages of the key summaries: ceil(max_seq / summary); 0 without.
+    int64_t getSummaryPages() const {
+      return getSummaryBlock() > 0
+                 ? (getMaxSeq() + getSummaryBlock() - 1) / getSummaryBlock()
+                 : 0;
+    }
+    /// Byte offset of the key minimum summaries within a layer (the
+    /// maximum follows, getSummaryPages() * kv_heads * head_dim floats on).
+    int64_t getSummaryOffset() const;
     /// Bytes of the whole cache.
     int64_t getSizeInBytes() const;
   }];

@@ -74,15 +74,18 @@ def Plan_KVCacheViewOp : Plan_Op<"kv_cache_view", [Pure]> {
     A view at byte `offset` of the runtime's KV cache. Each layer holds, in
     order, keys and values `[max_seq, kv_heads * head_dim]` and, for an int8
     or FP8 E4M3 (`f8E4M3FN`) cache, their per-(token, kv-head) f32 scales
-    `[max_seq, kv_heads]`;
-    `part` is 0 keys, 1 values, 2 key scales, 3 value scales.
+    `[max_seq, kv_heads]`, and, for a cache with key summaries
+    (`summary = B`), the pages' key minimum and maximum `[ceil(max_seq /
+    B), kv_heads * head_dim]` f32;
+    `part` is 0 keys, 1 values, 2 key scales, 3 value scales, 4 key
+    minimum, 5 key maximum.
 
     ```mlir
     %k = plan.kv_cache_view layer 0 part 0 offset 0 : memref<512x32xf32>
     ```
   }];
   let arguments = (ins ConfinedAttr<I64Attr, [IntNonNegative]>:$layer,
-                       ConfinedAttr<I64Attr, [IntMinValue<0>, IntMaxValue<3>]>:$part,
+                       ConfinedAttr<I64Attr, [IntMinValue<0>, IntMaxValue<5>]>:$part,
                        ConfinedAttr<I64Attr, [IntNonNegative]>:$offset);
   let results = (outs Plan_Buffer:$result);
   let assemblyFormat = "`layer` $layer `part` $part `offset` $offset attr-dict `:` type($result)";

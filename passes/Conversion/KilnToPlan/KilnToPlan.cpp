@@ -556,6 +556,21 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
             // kiln_k_attention_sparse): the selection's parameters last.
             if (SparseAttentionAttr sparse = a.getSparseAttr()) {
               callee = "kiln_k_attention_sparse";
+              // A cache with key summaries: the summary views after the
+              // values; one-row steps run Quest decode.
+              if (cache.getSummaryBlock() > 0) {
+                auto summaryType = MemRefType::get(
+                    {cache.getSummaryPages(), kvDim}, builder.getF32Type());
+                int64_t at = layerBase + cache.getSummaryOffset();
+                args.insert(args.begin() + 5, view(4, summaryType, at));
+                args.insert(args.begin() + 6,
+                            view(5, summaryType,
+                                 at + cache.getSummaryPages() * kvDim * 4));
+                auto query = cast<RankedTensorType>(a.getQuery().getType());
+                callee = !query.isDynamicDim(0) && query.getDimSize(0) == 1
+                             ? "kiln_k_attention_sparse_decode"
+                             : "kiln_k_attention_sparse_summary";
+              }
               args.append({f32Const(sparse.getGamma().getValue()),
                            indexConst(sparse.getBlock()),
                            indexConst(sparse.getSink()),

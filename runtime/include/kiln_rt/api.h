@@ -255,6 +255,17 @@ void kiln_rt_sparse_attention_stats(int64_t out[4], int reset);
 void kiln_rt_sparse_attention_head_stats(int64_t layer, int64_t kv_head,
                                          int64_t out[2]);
 
+/// Sparse decode's counters (kernel_abi.h kiln_k_attention_sparse_decode,
+/// Quest page selection): out[0] (KV head, page) pairs kept, out[1] seen,
+/// out[2] decode calls, out[3] of them run dense; reset != 0 restarts them
+/// after reading. Density = out[0] / out[1].
+void kiln_rt_sparse_decode_stats(int64_t out[4], int reset);
+
+/// The same per (layer, KV head): out[0] pages kept, out[1] seen (layers <
+/// 512, KV heads < 64, else zeros). Reset with kiln_rt_sparse_decode_stats.
+void kiln_rt_sparse_decode_head_stats(int64_t layer, int64_t kv_head,
+                                      int64_t out[2]);
+
 /// Sparse attention's accuracy price, measured while it runs (the audit;
 /// docs/sparse-attention.md): with enable != 0 every later call of the
 /// sparse prefill kernel also computes exact dense attention on the same

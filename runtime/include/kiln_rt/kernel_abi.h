@@ -321,6 +321,41 @@ void kiln_k_attention_sparse(const float *q, const float *k, const float *v,
 
 /// (Its counters: api.h kiln_rt_sparse_attention_stats.)
 
+/// kiln_k_attention_sparse on a cache with key summaries (kiln.kv_cache
+/// `summary = block`): then recomputes the element-wise minimum and maximum
+/// keys k_min, k_max (f32 [ceil(max_seq / block), kv_heads * head_dim]
+/// each) of the pages of `block` positions that rows [pos, pos + n) touch,
+/// from the cache rows [page start, pos + n). f32 only.
+void kiln_k_attention_sparse_summary(
+    const float *q, const float *k, const float *v, float *k_cache,
+    float *v_cache, float *k_min, float *k_max, float *out, int64_t n,
+    int64_t pos, int64_t heads, int64_t kv_heads, int64_t head_dim,
+    int64_t max_seq, float scale, float gamma, int64_t block, int64_t sink,
+    int64_t local, int64_t min_budget, int64_t max_budget,
+    int64_t min_tokens, int64_t layer, int64_t streaming, int64_t stride);
+
+/// Sparse decode (Quest, Tang et al. 2024): appends k, v at rows [pos, pos
+/// + n) and updates the key summaries as kiln_k_attention_sparse_summary
+/// does, then per KV head g and query head h of its group estimates each
+/// page kb's attention mass as the mean over the n rows (position p) of
+/// softmax_kb(scale * sum_d max(q_d k_min[kb, d], q_d k_max[kb, d]) + ln
+/// n_kb) (the upper bound of the page's scores; n_kb its keys at or before
+/// p), keeps pages as kiln_k_attention_sparse keeps blocks (sink and local
+/// pages, then by their largest mass over the group's heads until every
+/// head reaches gamma, budgets; streaming heads the mandatory pages), and
+/// runs exact attention over the kept pages' keys up to each row's
+/// position with kiln_k_attention's decode arithmetic. Runs kiln_k_attention
+/// itself when gamma >= 1, pos + n < min_tokens, every page is mandatory or
+/// 90% of the pages are kept. `stride` is unused (page bounds replace the
+/// prefill estimate). Counters: api.h kiln_rt_sparse_decode_stats. f32 only.
+void kiln_k_attention_sparse_decode(
+    const float *q, const float *k, const float *v, float *k_cache,
+    float *v_cache, float *k_min, float *k_max, float *out, int64_t n,
+    int64_t pos, int64_t heads, int64_t kv_heads, int64_t head_dim,
+    int64_t max_seq, float scale, float gamma, int64_t block, int64_t sink,
+    int64_t local, int64_t min_budget, int64_t max_budget,
+    int64_t min_tokens, int64_t layer, int64_t streaming, int64_t stride);
+
 /// Causal grouped-query attention with a KV cache (Ainslie et al. 2023).
 /// q [n, heads * head_dim]; k, v [n, kv_heads * head_dim] for the new tokens.
 /// First stores k, v at rows [pos, pos + n) of k_cache, v_cache (each

@@ -280,12 +280,27 @@ Status parseManifest(const std::string &text, const std::string &dir,
   unsigned __int128 expected =
       (unsigned __int128)out.kvLayers * 2 * uint64_t(out.kvMaxSeq) *
       uint64_t(out.kvHeads) * (uint64_t(out.kvHeadDim) * kvElem + (kvInt8 ? 4 : 0));
+  // Optional: the pages' f32 key minimum and maximum (key summaries for
+  // sparse decode), ceil(max_seq / B) pages per layer.
+  int64_t summaryBlock = 0;
+  if (root["runtime"]["kv_cache"].is_object() &&
+      root["runtime"]["kv_cache"].contains("key_summary_block"))
+    KILN_RT_RETURN_IF_ERROR(r.getInt("runtime.kv_cache.key_summary_block", 0,
+                                     4096, summaryBlock));
+  if (summaryBlock > 0)
+    expected += (unsigned __int128)out.kvLayers * 2 *
+                uint64_t((out.kvMaxSeq + summaryBlock - 1) / summaryBlock) *
+                uint64_t(out.kvHeads) * uint64_t(out.kvHeadDim) * 4;
   if (expected != out.kvBytes)
     return r.error("runtime.kv_cache.bytes is " + std::to_string(out.kvBytes) +
                    " but layers * 2 * max_seq * kv_heads * head_dim * " +
                    std::to_string(kvElem) +
-                   (kvInt8 ? " (+ 4-byte scales per kv head)" : "") + " = " +
-                   std::to_string(uint64_t(expected)));
+                   (kvInt8 ? " (+ 4-byte scales per kv head)" : "") +
+                   (summaryBlock > 0
+                        ? " + the key summaries (2 f32 rows per page of " +
+                              std::to_string(summaryBlock) + " positions)"
+                        : std::string()) +
+                   " = " + std::to_string(uint64_t(expected)));
 
   // files
   KILN_RT_RETURN_IF_ERROR(r.node("files", n));

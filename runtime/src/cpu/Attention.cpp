@@ -602,6 +602,9 @@ static std::atomic<int64_t> sparseKeptPairs{0}, sparseTotalPairs{0},
 static constexpr int64_t kStatLayers = 512, kStatKvHeads = 64;
 static std::atomic<int64_t> headKeptPairs[kStatLayers * kStatKvHeads],
     headTotalPairs[kStatLayers * kStatKvHeads];
+/// The same for sparse decode's pages (kiln_rt_sparse_decode_head_stats).
+static std::atomic<int64_t> headKeptPages[kStatLayers * kStatKvHeads],
+    headTotalPages[kStatLayers * kStatKvHeads];
 
 /// The audit (api.h kiln_rt_sparse_attention_audit): per layer, the
 /// (row, head) pairs audited, their captured mass's sum and minimum, and
@@ -1078,6 +1081,168 @@ static void attentionSparse(const typename E::T *q, const typename E::T *k,
   }
 }
 
+//===----------------------------------------------------------------------===//
+// Key summaries and sparse decode (Quest; kernel_abi.h
+// kiln_k_attention_sparse_summary / kiln_k_attention_sparse_decode)
+//===----------------------------------------------------------------------===//
+
+/// Counters of kiln_rt_sparse_decode_stats.
+static std::atomic<int64_t> decodeKeptPages{0}, decodeTotalPages{0},
+    decodeCalls{0}, decodeDenseCalls{0};
+
+/// Recomputes the key summaries (element-wise minimum and maximum, f32
+/// [pages, kvDim] each) of the pages of B positions that rows [pos, pos +
+/// n) touch, from the cache rows [page start, pos + n): a page's rows past
+/// pos + n (a rolled-back or reset sequence's) never count.
+static void updateKeySummaries(const float *kCache, float *kMin, float *kMax,
+                               int64_t pos, int64_t n, int64_t kvDim,
+                               int64_t B) {
+  for (int64_t page = pos / B; page <= (pos + n - 1) / B; ++page) {
+    const int64_t t0 = page * B, t1 = std::min(pos + n, t0 + B);
+    float *mn = kMin + page * kvDim, *mx = kMax + page * kvDim;
+    std::memcpy(mn, kCache + t0 * kvDim, sizeof(float) * size_t(kvDim));
+    std::memcpy(mx, kCache + t0 * kvDim, sizeof(float) * size_t(kvDim));
+    for (int64_t t = t0 + 1; t < t1; ++t) {
+      const float *row = kCache + t * kvDim;
+      for (int64_t c = 0; c < kvDim; ++c) {
+        mn[c] = std::min(mn[c], row[c]);
+        mx[c] = std::max(mx[c], row[c]);
+      }
+    }
+  }
+}
+
+/// Quest decode over the kept pages (kiln_k_attention_sparse_decode):
+/// false when the call should run dense.
+static bool sparseDecode(const float *q, const PlainKv<F32> &kv,
+                         const float *kMin, const float *kMax, float *out,
+                         int64_t n, int64_t pos, int64_t heads,
+                         int64_t kvHeads, int64_t headDim, float scale,
+                         const SparseParams &sp) {
+  const int64_t T = pos + n, B = sp.block, pages = (T + B - 1) / B;
+  const int64_t group = heads / kvHeads, qDim = heads * headDim;
+  const int64_t kvDim = kvHeads * headDim;
+  ++decodeCalls;
+  if (!(sp.gamma < 1.0f) || T < sp.minTokens || pages <= sp.sink + sp.local) {
+    ++decodeDenseCalls;
+    return false;
+  }
+  // Per KV head: each query head's estimated mass per page, from the upper
+  // bound of its scores over the page (Quest: sum_d max(q_d min_d, q_d
+  // max_d)) plus ln(keys in the page), softmax over pages, mean over rows.
+  std::vector<std::vector<int32_t>> kept(static_cast<size_t>(kvHeads));
+  std::vector<double> mass, logits;
+  std::vector<int32_t> order;
+  for (int64_t g = 0; g < kvHeads; ++g) {
+    mass.assign(size_t(group * pages), 0.0);
+    SparseParams rule = sp;
+    if (sp.isStreaming(g)) {
+      rule.gamma = 0.0f;
+      rule.minBudget = 0;
+    } else {
+      logits.resize(size_t(pages));
+      for (int64_t hi = 0; hi < group; ++hi) {
+        const int64_t h = g * group + hi;
+        for (int64_t i = 0; i < n; ++i) {
+          const float *qh = q + i * qDim + h * headDim;
+          const int64_t p = pos + i;
+          double maxLogit = -INFINITY;
+          for (int64_t kb = 0; kb < pages; ++kb) {
+            const int64_t keys = std::min(B, p + 1 - kb * B);
+            if (keys <= 0) {
+              logits[size_t(kb)] = -INFINITY;
+              continue;
+            }
+            const float *mn = kMin + kb * kvDim + g * headDim;
+            const float *mx = kMax + kb * kvDim + g * headDim;
+            double bound = 0.0;
+            for (int64_t d = 0; d < headDim; ++d)
+              bound += std::max(double(qh[d]) * mn[d], double(qh[d]) * mx[d]);
+            logits[size_t(kb)] =
+                double(scale) * bound + std::log(double(keys));
+            maxLogit = std::max(maxLogit, logits[size_t(kb)]);
+          }
+          double total = 0.0;
+          for (double &l : logits) {
+            l = std::exp(l - maxLogit);
+            total += l;
+          }
+          for (int64_t kb = 0; kb < pages; ++kb)
+            mass[size_t(hi * pages + kb)] += logits[size_t(kb)] / total;
+        }
+        for (int64_t kb = 0; kb < pages; ++kb)
+          mass[size_t(hi * pages + kb)] /= double(n);
+      }
+    }
+    chooseSparseBlocks(mass, group, pages - 1, T, rule, order,
+                       kept[size_t(g)]);
+  }
+  int64_t keptPages = 0;
+  for (const auto &list : kept)
+    keptPages += int64_t(list.size());
+  decodeKeptPages += keptPages;
+  decodeTotalPages += pages * kvHeads;
+  if (sp.layer >= 0 && sp.layer < kStatLayers && kvHeads <= kStatKvHeads)
+    for (int64_t g = 0; g < kvHeads; ++g) {
+      headKeptPages[sp.layer * kStatKvHeads + g] += int64_t(kept[size_t(g)].size());
+      headTotalPages[sp.layer * kStatKvHeads + g] += pages;
+    }
+  if (double(keptPages) >= kSparseDenseFraction * double(pages * kvHeads)) {
+    ++decodeDenseCalls;
+    return false;
+  }
+  // Exact attention over the kept pages' keys, per (row, head): the dense
+  // decode's arithmetic (scoreRows, exp, accumulateRows) on fewer keys.
+  const int64_t work = n * heads;
+  const bool parallel = work > 1 && work * keptPages / kvHeads * B * headDim >
+                                        kParallelGrain / 2;
+  parallelFor(work, 1, parallel, [&](int64_t w, int64_t) {
+    thread_local std::vector<float> att, acc;
+    const int64_t i = w / heads, h = w % heads, g = h / group;
+    const int64_t last = pos + i;
+    const std::vector<int32_t> &list = kept[size_t(g)];
+    att.resize(size_t(int64_t(list.size()) * B));
+    acc.resize(size_t(headDim));
+    const float *qh = q + i * qDim + h * headDim;
+    float maxScore = -INFINITY;
+    int64_t at = 0;
+    for (int32_t kb : list) {
+      const int64_t t0 = int64_t(kb) * B;
+      const int64_t rows = std::min(B, last + 1 - t0);
+      if (rows <= 0)
+        continue;
+      int64_t stride;
+      const float *kr = kv.rows(false, t0, rows, g, stride);
+      maxScore = scoreRows(qh, kr, stride, rows, headDim, scale,
+                           att.data() + at, maxScore);
+      at += rows;
+    }
+    double sum = 0.0;
+    for (int64_t t = 0; t < at; ++t) {
+      const float e = expf(att[size_t(t)] - maxScore);
+      att[size_t(t)] = e;
+      sum += e;
+    }
+    const float inv = float(1.0 / sum);
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    at = 0;
+    for (int32_t kb : list) {
+      const int64_t t0 = int64_t(kb) * B;
+      const int64_t rows = std::min(B, last + 1 - t0);
+      if (rows <= 0)
+        continue;
+      int64_t stride;
+      const float *vr = kv.rows(true, t0, rows, g, stride);
+      accumulateRows(att.data() + at, inv, vr, stride, rows, headDim,
+                     acc.data());
+      at += rows;
+    }
+    std::memcpy(out + i * qDim + h * headDim, acc.data(),
+                sizeof(float) * size_t(headDim));
+  });
+  return true;
+}
+
 } // namespace kiln::rt::cpu
 
 using namespace kiln::rt::cpu;
@@ -1331,7 +1496,72 @@ void kiln_k_attention_sparse_bf16(
   attentionSparse<Bf16>(q, k, v, k_cache, v_cache, out, n, pos, heads,
                         kv_heads, head_dim, max_seq, scale, KILN_SPARSE_PARAMS);
 }
+void kiln_k_attention_sparse_summary(
+    const float *q, const float *k, const float *v, float *k_cache,
+    float *v_cache, float *k_min, float *k_max, float *out, int64_t n,
+    int64_t pos, int64_t heads, int64_t kv_heads, int64_t head_dim,
+    int64_t max_seq, float scale, float gamma, int64_t block, int64_t sink,
+    int64_t local, int64_t min_budget, int64_t max_budget,
+    int64_t min_tokens, int64_t layer, int64_t streaming, int64_t stride) {
+  attentionSparse<F32>(q, k, v, k_cache, v_cache, out, n, pos, heads,
+                       kv_heads, head_dim, max_seq, scale, KILN_SPARSE_PARAMS);
+  if (n >= 1 && block >= 1)
+    updateKeySummaries(k_cache, k_min, k_max, pos, n, kv_heads * head_dim,
+                       block);
+}
+
+void kiln_k_attention_sparse_decode(
+    const float *q, const float *k, const float *v, float *k_cache,
+    float *v_cache, float *k_min, float *k_max, float *out, int64_t n,
+    int64_t pos, int64_t heads, int64_t kv_heads, int64_t head_dim,
+    int64_t max_seq, float scale, float gamma, int64_t block, int64_t sink,
+    int64_t local, int64_t min_budget, int64_t max_budget,
+    int64_t min_tokens, int64_t layer, int64_t streaming, int64_t stride) {
+  const SparseParams sp = KILN_SPARSE_PARAMS;
+  PlainKv<F32> kv{k_cache, v_cache, kv_heads * head_dim, head_dim};
+  const bool valid = block >= 1 && sink >= 0 && local >= 1 && gamma > 0.0f &&
+                     n >= 1 && heads % kv_heads == 0;
+  if (!valid) {
+    attention<F32>(q, k, v, kv, out, n, pos, heads, kv_heads, head_dim,
+                   max_seq, scale);
+    return;
+  }
+  kv.append(k, v, n, pos);
+  updateKeySummaries(k_cache, k_min, k_max, pos, n, kv_heads * head_dim,
+                     block);
+  if (!sparseDecode(q, kv, k_min, k_max, out, n, pos, heads, kv_heads,
+                    head_dim, scale, sp))
+    attention<F32>(q, k, v, kv, out, n, pos, heads, kv_heads, head_dim,
+                   max_seq, scale);
+}
 #undef KILN_SPARSE_PARAMS
+
+void kiln_rt_sparse_decode_stats(int64_t out[4], int reset) {
+  out[0] = decodeKeptPages.load();
+  out[1] = decodeTotalPages.load();
+  out[2] = decodeCalls.load();
+  out[3] = decodeDenseCalls.load();
+  if (reset) {
+    decodeKeptPages = 0;
+    decodeTotalPages = 0;
+    decodeCalls = 0;
+    decodeDenseCalls = 0;
+    for (int64_t i = 0; i < kStatLayers * kStatKvHeads; ++i) {
+      headKeptPages[i] = 0;
+      headTotalPages[i] = 0;
+    }
+  }
+}
+
+void kiln_rt_sparse_decode_head_stats(int64_t layer, int64_t kv_head,
+                                      int64_t out[2]) {
+  out[0] = out[1] = 0;
+  if (layer < 0 || layer >= kStatLayers || kv_head < 0 ||
+      kv_head >= kStatKvHeads)
+    return;
+  out[0] = headKeptPages[layer * kStatKvHeads + kv_head].load();
+  out[1] = headTotalPages[layer * kStatKvHeads + kv_head].load();
+}
 
 void kiln_rt_sparse_attention_stats(int64_t out[4], int reset) {
   out[0] = sparseKeptPairs.load();
