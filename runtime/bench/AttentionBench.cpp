@@ -3,6 +3,7 @@
 // kiln-attention-bench [--tokens T] [--heads H] [--kv-heads G]
 //                      [--head-dim D] [--gamma F] [--block B] [--sink S]
 //                      [--local L] [--stride S] [--min-tokens M] [--chunk C]
+//                      [--decode N]
 //                      [--repeat R] [--seed N] [--[no-]dense] [--threads N]
 //                      [input flags, below]
 //
@@ -121,6 +122,9 @@ constexpr const char *kUsage =
     "keys (flex, the default); S in [1, B] from every S-th key on "
     "antidiagonals (antidiag)\n"
     "  --min-tokens M    sparse kernel: dense below M keys (default 1024)\n"
+    "  --decode N        time decode instead: the first T - N tokens fill "
+    "the cache (and its key summaries), then N one-row steps of the dense "
+    "decode and of Quest sparse decode (kiln_k_attention_sparse_decode)\n"
     "  --chunk C         prefill in steps of at most C rows (default 0: one "
     "step)\n"
     "  --repeat R        runs per kernel, the median reported (default 3)\n"
@@ -144,7 +148,7 @@ struct Options {
   int64_t tokens = 8192, heads = 4, kvHeads = 1, headDim = 128;
   double gamma = 0.95;
   int64_t block = 64, sink = 1, local = 2, minTokens = 1024, stride = 0;
-  int64_t chunk = 0, repeat = 3;
+  int64_t chunk = 0, repeat = 3, decode = 0;
   uint64_t seed = 1;
   bool dense = true;
   int64_t threads = 0;
@@ -247,6 +251,8 @@ Options parseArgs(int argc, char **argv) {
       integer(0, kMaxTokens, o.minTokens, "[0, 2^24]");
     else if (name == "--stride")
       integer(0, 4096, o.stride, "[0, 4096]");
+    else if (name == "--decode")
+      integer(1, 4096, o.decode, "[1, 4096]");
     else if (name == "--chunk")
       integer(0, kMaxTokens, o.chunk, "[0, 2^24]");
     else if (name == "--repeat")
@@ -279,6 +285,11 @@ Options parseArgs(int argc, char **argv) {
     else
       fail("unknown flag '" + name + "' (see --help)");
   }
+  if (o.decode > 0 && o.decode >= o.tokens)
+    fail("--decode " + std::to_string(o.decode) +
+         " leaves no cached token of --tokens " + std::to_string(o.tokens));
+  if (o.decode > 0 && o.chunk > 0)
+    fail("--decode and --chunk exclude each other");
   if (o.stride > o.block)
     fail("--stride " + std::to_string(o.stride) + " exceeds --block " +
          std::to_string(o.block));
@@ -566,6 +577,78 @@ double timePrefill(int64_t T, int64_t chunk, Step step) {
       .count();
 }
 
+/// --decode: the cache holds rows [0, T - N) (written directly, with the
+/// pages' key minimum and maximum), then N one-row decode steps at
+/// positions T - N .. T - 1, each timed for the dense decode
+/// (kiln_k_attention) and Quest decode (kiln_k_attention_sparse_decode) on
+/// caches of their own; medians per step, the page density and the
+/// outputs' relative error.
+int runDecode(const Options &o, const Inputs &in) {
+  const int64_t T = o.tokens, H = o.heads, G = o.kvHeads, D = o.headDim;
+  const int64_t qDim = H * D, kvDim = G * D, N = o.decode, T0 = T - N;
+  const int64_t B = o.block, pages = (T + B - 1) / B;
+  const float scale = float(1.0 / std::sqrt(double(D)));
+  std::vector<float> kDense(in.k.begin(), in.k.begin() + T0 * kvDim),
+      vDense(in.v.begin(), in.v.begin() + T0 * kvDim);
+  kDense.resize(size_t(T * kvDim));
+  vDense.resize(size_t(T * kvDim));
+  std::vector<float> kSparse = kDense, vSparse = vDense;
+  std::vector<float> kMin(size_t(pages * kvDim)), kMax(size_t(pages * kvDim));
+  for (int64_t page = 0; page * B < T0; ++page)
+    for (int64_t c = 0; c < kvDim; ++c) {
+      float mn = INFINITY, mx = -INFINITY;
+      for (int64_t t = page * B; t < std::min(T0, (page + 1) * B); ++t) {
+        mn = std::min(mn, kSparse[size_t(t * kvDim + c)]);
+        mx = std::max(mx, kSparse[size_t(t * kvDim + c)]);
+      }
+      kMin[size_t(page * kvDim + c)] = mn;
+      kMax[size_t(page * kvDim + c)] = mx;
+    }
+  std::vector<float> outDense(size_t(N * qDim)), outSparse(size_t(N * qDim));
+  std::vector<double> denseMs, sparseMs;
+  int64_t stats[4];
+  kiln_rt_sparse_decode_stats(stats, 1);
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t pos = T0 + i;
+    const float *q = in.q.data() + pos * qDim, *k = in.k.data() + pos * kvDim,
+                *v = in.v.data() + pos * kvDim;
+    auto t0 = std::chrono::steady_clock::now();
+    kiln_k_attention(q, k, v, kDense.data(), vDense.data(),
+                     outDense.data() + i * qDim, 1, pos, H, G, D, T, scale);
+    auto t1 = std::chrono::steady_clock::now();
+    kiln_k_attention_sparse_decode(
+        q, k, v, kSparse.data(), vSparse.data(), kMin.data(), kMax.data(),
+        outSparse.data() + i * qDim, 1, pos, H, G, D, T, scale,
+        float(o.gamma), B, o.sink, o.local, /*min_budget=*/0,
+        /*max_budget=*/0, o.minTokens, /*layer=*/0, /*streaming=*/0,
+        /*stride=*/0);
+    auto t2 = std::chrono::steady_clock::now();
+    denseMs.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    sparseMs.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+  }
+  kiln_rt_sparse_decode_stats(stats, 1);
+  const double d = median(denseMs), sp = median(sparseMs);
+  std::printf("decode dense  cached=%lld heads=%lld kv=%lld d=%lld: %.3f ms "
+              "per step (median of %lld)\n",
+              (long long)T0, (long long)H, (long long)G, (long long)D, d,
+              (long long)N);
+  std::printf("decode sparse cached=%lld gamma=%g block=%lld: %.3f ms per "
+              "step, page density %.3f, %lld of %lld steps ran dense, "
+              "speedup %.2fx\n",
+              (long long)T0, o.gamma, (long long)B, sp,
+              stats[1] > 0 ? double(stats[0]) / double(stats[1]) : 1.0,
+              (long long)stats[3], (long long)stats[2], d / sp);
+  double diff2 = 0.0, ref2 = 0.0;
+  for (size_t i = 0; i < outDense.size(); ++i) {
+    const double e = double(outSparse[i]) - double(outDense[i]);
+    diff2 += e * e;
+    ref2 += double(outDense[i]) * double(outDense[i]);
+  }
+  std::printf("error  decode sparse vs dense: ||Os-Od||/||Od|| %.3e\n",
+              ref2 > 0.0 ? std::sqrt(diff2 / ref2) : 0.0);
+  return 0;
+}
+
 int run(const Options &o) {
   const int64_t T = o.tokens, H = o.heads, G = o.kvHeads, D = o.headDim;
   const int64_t qDim = H * D, kvDim = G * D, group = H / G;
@@ -599,6 +682,8 @@ int run(const Options &o) {
               mass.needles, in.needleStart.size(), (long long)kNeedleLen,
               mass.retrievalNeedles, mass.background, mass.oracle);
   std::fflush(stdout);
+  if (o.decode > 0)
+    return runDecode(o, in);
 
   std::vector<float> kCache(size_t(T * kvDim)), vCache(size_t(T * kvDim));
   std::vector<float> outSparse(size_t(T * qDim)), outDense;
