@@ -113,9 +113,9 @@ void BatchStepPass::runOnOperation() {
       step.erase();
       return signalPassFailure();
     }
-  // The paged step's attention is dense (kiln-sparse-attention serves the
-  // contiguous prefill only, so far).
-  step.walk([](AttentionOp a) { a.removeSparseAttr(); });
+  // The paged step keeps prefill's sparse selection for its sequences'
+  // multi-row chunks (kiln_k_step_attention_sparse); its one-row decode
+  // rows run dense (the paged pools keep no key summaries).
   position.setType(BatchType::get(ctx));
   kvCache.setType(PagedKVCacheType::get(ctx, cache.getNumLayers(),
                                         cache.getNumKvHeads(),

@@ -334,7 +334,9 @@ def SparseAttentionPass
     the dense kernel's softmax; chunked prefill and a KV prefix select
     among all earlier blocks. Dense fallback: `gamma` = 1, steps with fewer
     than `min-tokens` keys, and steps that keep 90% of their block pairs
-    run the dense kernel. Decode and the batched step stay dense.
+    run the dense kernel. The batched step derived later (kiln-batch-step)
+    keeps the attribute: its sequences' multi-row chunks select, their
+    one-row decode rows run dense. Decode stays dense unless `decode=quest`.
     Attention ops it cannot serve (8-bit caches, sliding windows, key
     centering) stay dense; with `report` a remark counts both.
 

@@ -167,7 +167,8 @@ struct SparseAttentionPass final
       }
       func.walk([&](AttentionOp a) {
         // Prefill: the rows are the step's token count. Decode (one row)
-        // only with decode=quest; the batched step stays dense.
+        // only with decode=quest. The batched step, derived later by
+        // kiln-batch-step, inherits prefill's attribute.
         auto query = cast<RankedTensorType>(a.getQuery().getType());
         if (a.isBatched() || (!query.isDynamicDim(0) && !quest))
           return;

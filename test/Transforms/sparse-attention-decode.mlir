@@ -4,7 +4,7 @@
 // Sparse decode (Quest; docs/sparse-attention.md): decode=quest gives every
 // contiguous cache key summaries of the block's pages and the decode
 // attention the same `sparse` attribute; the batched step keeps a paged
-// cache and dense attention.
+// cache without summaries (its chunks select, its decode rows run dense).
 
 // CHECK-LABEL: func.func @prefill
 // CHECK-SAME: !kiln.kv_cache<1, 64, 2, 4, f32, summary = 16>
@@ -21,6 +21,6 @@
 // PLAN: %[[MAX:.*]] = plan.kv_cache_view layer 0 part 5 offset 4224 : memref<4x8xf32>
 // PLAN: plan.call_kernel "kiln_k_attention_sparse_summary"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[MIN]], %[[MAX]],
 // PLAN-LABEL: func.func @step
-// PLAN: plan.call_kernel "kiln_k_step_attention"
+// PLAN: plan.call_kernel "kiln_k_step_attention_sparse"
 // PLAN-LABEL: func.func @decode
 // PLAN: plan.call_kernel "kiln_k_attention_sparse_decode"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}},

@@ -858,10 +858,14 @@ int main(int argc, char **argv) {
                   "--kv=" +
                   kvCache + " has no sparse kernel yet");
     llvm::WithColor::note(llvm::errs(), "kiln-compile")
-        << "--sparse-attention makes the session's prefill sparse (kiln-run "
-           "--no-engine / --chat, kiln-eval); the serving engine's batched "
-           "step (kiln-serve, kiln-run's default) stays dense "
-           "(docs/sparse-attention.md)\n";
+        << "--sparse-attention makes prefill sparse in sessions (kiln-run "
+           "--no-engine / --chat, kiln-eval) and in the serving engine's "
+           "prefill chunks (kiln-serve, kiln-run's default); "
+        << (sparseOptions->decode == "quest"
+                ? "decode selects pages in sessions, while the engine's "
+                  "decode rows stay dense"
+                : "decode stays dense")
+        << " (docs/sparse-attention.md)\n";
   }
   if (ggufLinears != "auto" && ggufLinears != "blocks" &&
       ggufLinears != "repacked")

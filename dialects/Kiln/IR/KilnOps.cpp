@@ -882,12 +882,11 @@ LogicalResult AttentionOp::verify() {
                             "sparse attention (only the sparse kernels keep "
                             "the summaries up to date)";
   if (SparseAttentionAttr sparse = getSparseAttr()) {
-    if (isBatched() || isCacheQuantized() || getKeyMean() ||
-        getSlidingWindow())
+    if (isCacheQuantized() || getKeyMean() || getSlidingWindow())
       return emitOpError()
-             << "sparse attention runs on a contiguous cache of the "
-                "activation dtype without sliding_window or key centering "
-                "(the kernels so far: kiln_k_attention_sparse)";
+             << "sparse attention runs on a cache of the activation dtype "
+                "without sliding_window or key centering (the kernels so "
+                "far: kiln_k_attention_sparse, kiln_k_step_attention_sparse)";
     auto query = cast<RankedTensorType>(getQuery().getType());
     const bool oneRow = !query.isDynamicDim(0) && query.getDimSize(0) == 1;
     auto contiguous = dyn_cast<KVCacheType>(getKvCache().getType());

@@ -362,8 +362,13 @@ def Kiln_AttentionOp : Kiln_Op<"attention", [
     With `sparse` (a `#kiln.sparse_attention`, written by
     `kiln-sparse-attention`) a prefill step attends per query block only to
     the key blocks its estimate keeps (dynamic block-sparse attention,
-    docs/sparse-attention.md); contiguous caches of the activation dtype
-    only, no sliding window or key centering.
+    docs/sparse-attention.md); caches of the activation dtype only, no
+    sliding window or key centering. In the batched step each sequence's
+    multi-row chunk selects the same way and its one-row decode rows run
+    dense. A one-row (decode) attention with `sparse` selects pages from
+    the key summaries of a `!kiln.kv_cache<..., summary = B>` (Quest), B
+    the attribute's block; a cache with summaries must only be written by
+    sparse attention (the kernels that keep them up to date).
 
     In the batched step entry point the cache is a `!kiln.paged_kv_cache`
     and `position` the `!kiln.batch`: each sequence of the batch appends

@@ -296,6 +296,21 @@ LogicalResult FunctionLowering::lowerStepAttention(AttentionOp a, Value out) {
     call("kiln_k_step_attention_centered", args);
     return success();
   }
+  // Dynamic block-sparse chunks (kernel_abi.h kiln_k_step_attention_sparse):
+  // the selection's parameters after the window, as for the contiguous
+  // kernel (no layer-independent summaries in the paged pools).
+  if (SparseAttentionAttr sparse = a.getSparseAttr()) {
+    args.append({f32Const(sparse.getGamma().getValue()),
+                 indexConst(sparse.getBlock()), indexConst(sparse.getSink()),
+                 indexConst(sparse.getLocal()),
+                 indexConst(sparse.getMinBudget()),
+                 indexConst(sparse.getMaxBudget()),
+                 indexConst(sparse.getMinTokens()),
+                 indexConst(int64_t(sparse.getStreamingMask())),
+                 indexConst(sparse.getStride())});
+    call("kiln_k_step_attention_sparse", args);
+    return success();
+  }
   call("kiln_k_step_attention", args);
   return success();
 }

@@ -1050,6 +1050,30 @@ void kiln_k_step_attention(kiln_exec_ctx *ctx, const void *q, const void *k,
                            int64_t elem, int64_t format, int64_t heads,
                            int64_t kv_heads, int64_t head_dim, float scale,
                            int64_t window);
+/// kiln_k_step_attention with dynamic block-sparse prefill chunks (a
+/// kiln.attention with `sparse` in the batched step; plain pools only):
+/// each sequence's chunk of n > 1 rows runs kiln_k_paged_attention_sparse,
+/// its one-row decode steps the dense kernel. Sequences one after the
+/// other: each sequence's rows are computed as when it runs alone.
+void kiln_k_step_attention_sparse(
+    kiln_exec_ctx *ctx, const void *q, const void *k, const void *v,
+    void *out, int64_t layer, int64_t elem, int64_t format, int64_t heads,
+    int64_t kv_heads, int64_t head_dim, float scale, int64_t window,
+    float gamma, int64_t block, int64_t sink, int64_t local,
+    int64_t min_budget, int64_t max_budget, int64_t min_tokens,
+    int64_t streaming, int64_t stride);
+/// kiln_k_attention_sparse's selection and arithmetic for one sequence's n
+/// rows at [pos, pos + n) over the paged cache `kv` (KILN_KV_PLAIN of the
+/// activation type `act`): the same block lists and outputs as the
+/// contiguous kernel given the same rows, positions and cache contents.
+/// Other formats run kiln_k_paged_attention.
+void kiln_k_paged_attention_sparse(
+    const kiln_paged_kv *kv, int32_t act, const void *q, const void *k,
+    const void *v, void *out, int64_t n, int64_t pos, int64_t heads,
+    int64_t kv_heads, int64_t head_dim, float scale, float gamma,
+    int64_t block, int64_t sink, int64_t local, int64_t min_budget,
+    int64_t max_budget, int64_t min_tokens, int64_t layer, int64_t streaming,
+    int64_t stride);
 /// kiln_k_step_attention of a centered 8-bit cache: keys stored minus the
 /// RoPE-rotated mean k_mean [kv_heads * head_dim] (rot_dim, theta).
 void kiln_k_step_attention_centered(kiln_exec_ctx *ctx, const void *q,

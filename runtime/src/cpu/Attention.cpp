@@ -1534,6 +1534,41 @@ void kiln_k_attention_sparse_decode(
     attention<F32>(q, k, v, kv, out, n, pos, heads, kv_heads, head_dim,
                    max_seq, scale);
 }
+
+void kiln_k_paged_attention_sparse(
+    const kiln_paged_kv *kv, int32_t act, const void *q, const void *k,
+    const void *v, void *out, int64_t n, int64_t pos, int64_t heads,
+    int64_t kv_heads, int64_t head_dim, float scale, float gamma,
+    int64_t block, int64_t sink, int64_t local, int64_t min_budget,
+    int64_t max_budget, int64_t min_tokens, int64_t layer, int64_t streaming,
+    int64_t stride) {
+  if (n <= 0)
+    return;
+  const SparseParams sp = KILN_SPARSE_PARAMS;
+  const bool valid = kv->format == KILN_KV_PLAIN && block >= 1 && sink >= 0 &&
+                     local >= 1 && gamma > 0.0f && heads % kv_heads == 0 &&
+                     stride >= 0 && stride <= block;
+  auto run = [&](auto e) -> bool {
+    using E = decltype(e);
+    using T = typename E::T;
+    PlainKv<E, PagedSlots> pkv{
+        static_cast<T *>(kv->k_pool), static_cast<T *>(kv->v_pool),
+        kv_heads * head_dim, head_dim,
+        PagedSlots{kv->block_table, std::max<int64_t>(1, kv->block_tokens)}};
+    pkv.append(static_cast<const T *>(k), static_cast<const T *>(v), n, pos);
+    return sparseAttention<E>(static_cast<const T *>(q), pkv,
+                              static_cast<T *>(out), n, pos, heads, kv_heads,
+                              head_dim, scale, sp);
+  };
+  bool done = false;
+  if (valid)
+    done = act == KILN_ELEM_F16    ? run(F16())
+           : act == KILN_ELEM_BF16 ? run(Bf16())
+                                   : run(F32());
+  if (!done)
+    kiln_k_paged_attention(kv, act, q, k, v, out, n, pos, heads, kv_heads,
+                           head_dim, scale, /*window=*/0);
+}
 #undef KILN_SPARSE_PARAMS
 
 void kiln_rt_sparse_decode_stats(int64_t out[4], int reset) {

@@ -43,6 +43,39 @@ void kiln_k_step_attention(kiln_exec_ctx *ctx, const void *q, const void *k,
                 scale, window, nullptr, 0, 0.0f);
 }
 
+void kiln_k_step_attention_sparse(
+    kiln_exec_ctx *ctx, const void *q, const void *k, const void *v,
+    void *out, int64_t layer, int64_t elem, int64_t format, int64_t heads,
+    int64_t kv_heads, int64_t head_dim, float scale, int64_t window,
+    float gamma, int64_t block, int64_t sink, int64_t local,
+    int64_t min_budget, int64_t max_budget, int64_t min_tokens,
+    int64_t streaming, int64_t stride) {
+  (void)format;
+  const kiln_batch *batch = ctx->batch;
+  const size_t actBytes = elem == KILN_ELEM_F32 ? 4 : 2;
+  const int64_t qDim = heads * head_dim, kvDim = kv_heads * head_dim;
+  for (int32_t s = 0; s < batch->num_seqs; ++s) {
+    kiln_paged_kv one = ctx->kv_pages[layer];
+    one.block_table = batch->block_tables + int64_t(s) * batch->max_blocks;
+    const int64_t r0 = batch->row_start[s], n = batch->row_count[s];
+    if (n <= 0)
+      continue;
+    auto at = [&](const void *p, int64_t dim) {
+      return static_cast<const uint8_t *>(p) + size_t(r0 * dim) * actBytes;
+    };
+    void *o = static_cast<uint8_t *>(out) + size_t(r0 * qDim) * actBytes;
+    if (n == 1 || window > 0)
+      kiln_k_paged_attention(&one, int32_t(elem), at(q, qDim), at(k, kvDim),
+                             at(v, kvDim), o, n, batch->pos[s], heads,
+                             kv_heads, head_dim, scale, window);
+    else
+      kiln_k_paged_attention_sparse(
+          &one, int32_t(elem), at(q, qDim), at(k, kvDim), at(v, kvDim), o, n,
+          batch->pos[s], heads, kv_heads, head_dim, scale, gamma, block, sink,
+          local, min_budget, max_budget, min_tokens, layer, streaming, stride);
+  }
+}
+
 void kiln_k_step_attention_centered(kiln_exec_ctx *ctx, const void *q,
                                     const void *k, const void *v, void *out,
                                     int64_t layer, int64_t elem,
