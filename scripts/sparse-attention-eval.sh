@@ -7,6 +7,8 @@
 # CPU); run from the repository root after building.
 #
 # usage: scripts/sparse-attention-eval.sh [GAMMA ...]   (default: 0.95 0.98)
+# environment: MODE (the estimate: antidiag, the default, or flex), EXTRA
+# (more --sparse-attention settings, e.g. ",decode=quest" or ",stride=8")
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$ROOT/build/bin
@@ -14,6 +16,8 @@ MODEL=$ROOT/../shared/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gg
 WIKI=$ROOT/../shared/data/wiki.test.raw.406
 OUT=${OUT:-$(mktemp -d /tmp/kiln-sparse-eval.XXXXXX)}
 GAMMAS=("$@")
+MODE=${MODE:-antidiag}
+EXTRA=${EXTRA:-}
 [ ${#GAMMAS[@]} -gt 0 ] || GAMMAS=(0.95 0.98)
 echo "sparse-attention-eval: work directory $OUT" >&2
 cd "$OUT"
@@ -33,7 +37,7 @@ PY
 
 "$BIN/kiln-compile" "$MODEL" -o dense.art --max-seq-len 8192 > /dev/null
 for g in "${GAMMAS[@]}"; do
-  "$BIN/kiln-compile" "$MODEL" -o "g$g.art" --max-seq-len 8192 --sparse-attention="flex:gamma=$g" 2> /dev/null
+  "$BIN/kiln-compile" "$MODEL" -o "g$g.art" --max-seq-len 8192 --sparse-attention="$MODE:gamma=$g$EXTRA" 2> /dev/null
 done
 
 echo "== accuracy: 4096 tokens prefilled, 256 scored (wiki.test.raw.406)"

@@ -125,19 +125,24 @@ def quest_select(q, keys, pos, H, G, hd, scale, p):
             kept[g] = sorted(chosen)
             count += len(chosen)
             continue
+        # Pages ordered by their score bound (the largest over rows and
+        # heads), their mass estimated from the midpoint key (min + max) / 2.
         m = np.zeros((group, pages))
+        peak = np.full(pages, -np.inf)
         for hi in range(group):
             h = g * group + hi
             for i in range(n):
                 qv = q[i, h * hd:(h + 1) * hd].astype(np.float64)
                 pa = pos + i
                 keys_in = np.array([min(B, pa + 1 - kb * B) for kb in range(pages)], dtype=np.float64)
+                ln = np.log(np.maximum(keys_in, 1))
                 bound = np.maximum(qv[None] * mn, qv[None] * mx).sum(1)
-                logit = np.where(keys_in > 0, scale * bound + np.log(np.maximum(keys_in, 1)), -np.inf)
+                peak = np.maximum(peak, np.where(keys_in > 0, scale * bound + ln, -np.inf))
+                mid = (qv[None] * (mn + mx) / 2).sum(1)
+                logit = np.where(keys_in > 0, scale * mid + ln, -np.inf)
                 e = np.exp(logit - logit.max())
                 m[hi] += e / e.sum()
             m[hi] /= n
-        peak = m.max(axis=0)
         have = m[:, sorted(chosen)].sum(axis=1)
         order = sorted((kb for kb in range(pages) if kb not in chosen), key=lambda kb: (-peak[kb], kb))
         for kb in order:

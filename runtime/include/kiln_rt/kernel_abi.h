@@ -336,13 +336,15 @@ void kiln_k_attention_sparse_summary(
 
 /// Sparse decode (Quest, Tang et al. 2024): appends k, v at rows [pos, pos
 /// + n) and updates the key summaries as kiln_k_attention_sparse_summary
-/// does, then per KV head g and query head h of its group estimates each
-/// page kb's attention mass as the mean over the n rows (position p) of
-/// softmax_kb(scale * sum_d max(q_d k_min[kb, d], q_d k_max[kb, d]) + ln
-/// n_kb) (the upper bound of the page's scores; n_kb its keys at or before
-/// p), keeps pages as kiln_k_attention_sparse keeps blocks (sink and local
-/// pages, then by their largest mass over the group's heads until every
-/// head reaches gamma, budgets; streaming heads the mandatory pages), and
+/// does, then per KV head g ranks each page kb by the upper bound of its
+/// scores, max over the group's heads h and the rows (position p) of scale
+/// * sum_d max(q_d k_min[kb, d], q_d k_max[kb, d]) + ln n_kb (n_kb its keys
+/// at or before p), estimates each head's mass on it as the mean over rows
+/// of softmax_kb(scale * q . (k_min[kb] + k_max[kb]) / 2 + ln n_kb) (the
+/// midpoint key, a pooled estimate), keeps pages as kiln_k_attention_sparse
+/// keeps blocks but in bound order (sink and local pages, then until every
+/// head's kept mass reaches gamma, budgets; streaming heads the mandatory
+/// pages), and
 /// runs exact attention over the kept pages' keys up to each row's
 /// position with kiln_k_attention's decode arithmetic. Runs kiln_k_attention
 /// itself when gamma >= 1, pos + n < min_tokens, every page is mandatory or

@@ -658,14 +658,20 @@ static void chooseSparseBlocks(const std::vector<double> &mass, int64_t heads,
                                int64_t qb, int64_t lastPos,
                                const SparseParams &sp,
                                std::vector<int32_t> &order,
-                               std::vector<int32_t> &list) {
+                               std::vector<int32_t> &list,
+                               const std::vector<double> *rank = nullptr) {
   const int64_t blocks = qb + 1, B = sp.block;
   std::vector<char> chosen(size_t(blocks), 0);
   std::vector<double> have(size_t(heads), 0.0), peak(size_t(blocks), 0.0);
-  for (int64_t kb = 0; kb < blocks; ++kb)
-    for (int64_t h = 0; h < heads; ++h)
-      peak[size_t(kb)] =
-          std::max(peak[size_t(kb)], mass[size_t(h * blocks + kb)]);
+  // The order optional blocks are taken in: `rank` when given (Quest
+  // decode: the pages' score bounds), else the largest mass over heads.
+  if (rank)
+    peak = *rank;
+  else
+    for (int64_t kb = 0; kb < blocks; ++kb)
+      for (int64_t h = 0; h < heads; ++h)
+        peak[size_t(kb)] =
+            std::max(peak[size_t(kb)], mass[size_t(h * blocks + kb)]);
   int64_t keys = 0;
   auto keysOf = [&](int64_t kb) { return std::min(B, lastPos - kb * B); };
   auto take = [&](int64_t kb, bool keep) {
@@ -1131,10 +1137,11 @@ static bool sparseDecode(const float *q, const PlainKv<F32> &kv,
   // bound of its scores over the page (Quest: sum_d max(q_d min_d, q_d
   // max_d)) plus ln(keys in the page), softmax over pages, mean over rows.
   std::vector<std::vector<int32_t>> kept(static_cast<size_t>(kvHeads));
-  std::vector<double> mass, logits;
+  std::vector<double> mass, logits, rank;
   std::vector<int32_t> order;
   for (int64_t g = 0; g < kvHeads; ++g) {
     mass.assign(size_t(group * pages), 0.0);
+    rank.assign(size_t(pages), -INFINITY);
     SparseParams rule = sp;
     if (sp.isStreaming(g)) {
       rule.gamma = 0.0f;
@@ -1155,11 +1162,21 @@ static bool sparseDecode(const float *q, const PlainKv<F32> &kv,
             }
             const float *mn = kMin + kb * kvDim + g * headDim;
             const float *mx = kMax + kb * kvDim + g * headDim;
-            double bound = 0.0;
-            for (int64_t d = 0; d < headDim; ++d)
-              bound += std::max(double(qh[d]) * mn[d], double(qh[d]) * mx[d]);
-            logits[size_t(kb)] =
-                double(scale) * bound + std::log(double(keys));
+            // The page's score bound orders it (Quest); its midpoint key
+            // (min + max) / 2 estimates its mass (a pooled estimate: the
+            // bound's own softmax puts nearly all the mass on the top
+            // pages, 89% greedy agreement on SmolLM2 at 4K against 95%;
+            // a log-normal spread term from the range gave 93%).
+            double bound = 0.0, mid = 0.0;
+            for (int64_t d = 0; d < headDim; ++d) {
+              const double a = double(qh[d]) * mn[d], b = double(qh[d]) * mx[d];
+              bound += std::max(a, b);
+              mid += 0.5 * (a + b);
+            }
+            const double lnKeys = std::log(double(keys));
+            rank[size_t(kb)] =
+                std::max(rank[size_t(kb)], double(scale) * bound + lnKeys);
+            logits[size_t(kb)] = double(scale) * mid + lnKeys;
             maxLogit = std::max(maxLogit, logits[size_t(kb)]);
           }
           double total = 0.0;
@@ -1175,7 +1192,7 @@ static bool sparseDecode(const float *q, const PlainKv<F32> &kv,
       }
     }
     chooseSparseBlocks(mass, group, pages - 1, T, rule, order,
-                       kept[size_t(g)]);
+                       kept[size_t(g)], &rank);
   }
   int64_t keptPages = 0;
   for (const auto &list : kept)
