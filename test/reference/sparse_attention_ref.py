@@ -92,6 +92,30 @@ def run(kern, fn, q, k, v, kc, vc, pos, H, G, hd, scale, params=None):
     return out
 
 
+def take_blocks(m, peak, chosen, cnt, p):
+    """The gamma rule: blocks in order of `peak` (ties: the earlier) until
+    every head's kept mass (rows of m) reaches gamma and min_budget keys are
+    kept, then the last taken dropped down to max_budget keys."""
+    nb = m.shape[1]
+    have = m[:, sorted(chosen)].sum(axis=1)
+    nkeys = sum(cnt[kb] for kb in chosen)
+    order = sorted((kb for kb in range(nb) if kb not in chosen), key=lambda kb: (-peak[kb], kb))
+    taken = []
+    for kb in order:
+        if (have >= p["gamma"]).all() and nkeys >= p["min_budget"]:
+            break
+        chosen.add(kb)
+        taken.append(kb)
+        have += m[:, kb]
+        nkeys += cnt[kb]
+    if p["max_budget"] > 0:
+        while nkeys > p["max_budget"] and taken:
+            kb = taken.pop()
+            chosen.discard(kb)
+            nkeys -= cnt[kb]
+    return sorted(chosen)
+
+
 def run_summary(kern, fn, q, k, v, kc, vc, kmin, kmax, pos, H, G, hd, scale, p):
     """kiln_k_attention_sparse_summary / _decode (caches with key summaries)."""
     n = q.shape[0]
@@ -143,14 +167,8 @@ def quest_select(q, keys, pos, H, G, hd, scale, p):
                 e = np.exp(logit - logit.max())
                 m[hi] += e / e.sum()
             m[hi] /= n
-        have = m[:, sorted(chosen)].sum(axis=1)
-        order = sorted((kb for kb in range(pages) if kb not in chosen), key=lambda kb: (-peak[kb], kb))
-        for kb in order:
-            if (have >= p["gamma"]).all():
-                break
-            chosen.add(kb)
-            have += m[:, kb]
-        kept[g] = sorted(chosen)
+        cnt = [min(B, T - kb * B) for kb in range(pages)]
+        kept[g] = take_blocks(m, peak, chosen, cnt, p)
         count += len(chosen)
     if count >= 0.9 * pages * G:
         return None
@@ -244,24 +262,7 @@ def select(q, keys, pos, H, G, hd, scale, p):
                     if e is not None:
                         m[hi] += e
                 m[hi] /= m[hi].sum()
-            peak = m.max(axis=0)
-            have = m[:, sorted(chosen)].sum(axis=1)
-            nkeys = sum(cnt[kb] for kb in chosen)
-            order = sorted((kb for kb in range(nb) if kb not in chosen), key=lambda kb: (-peak[kb], kb))
-            taken = []
-            for kb in order:
-                if (have >= p["gamma"]).all() and nkeys >= p["min_budget"]:
-                    break
-                chosen.add(kb)
-                taken.append(kb)
-                have += m[:, kb]
-                nkeys += cnt[kb]
-            if p["max_budget"] > 0:
-                while nkeys > p["max_budget"] and taken:
-                    kb = taken.pop()
-                    chosen.discard(kb)
-                    nkeys -= cnt[kb]
-            kept[(g, qb)] = sorted(chosen)
+            kept[(g, qb)] = take_blocks(m, m.max(axis=0), chosen, cnt, p)
             total += nb
             count += len(chosen)
     if count >= 0.9 * total:

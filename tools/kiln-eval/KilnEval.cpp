@@ -271,23 +271,29 @@ double logProb(const float *logits, int64_t vocab, int32_t token, bool &finite) 
   return lp;
 }
 
-/// The sparse attention's density over the run, when an artifact used it.
-void printSparseStats() {
+/// A sparse kernel family's density over the run, when an artifact used
+/// it: `stats` / `headStats` are its api.h counters (prefill's block pairs
+/// or decode's pages), `label` its lines' prefix, `units` and `steps` what
+/// it counts.
+void printSparseCounters(void (*stats)(int64_t[4], int),
+                         void (*headStats)(int64_t, int64_t, int64_t[2]),
+                         const char *label, const char *units,
+                         const char *steps) {
   int64_t st[4] = {0, 0, 0, 0};
-  kiln_rt_sparse_attention_stats(st, 0);
+  stats(st, 0);
   if (st[2] <= 0)
     return;
-  std::printf("sparse attention: %lld of %lld causal block pairs kept "
-              "(density %.4f); %lld of %lld prefill steps ran dense\n",
-              (long long)st[0], (long long)st[1],
+  std::printf("%s: %lld of %lld %s kept (density %.4f); %lld of %lld %s "
+              "ran dense\n",
+              label, (long long)st[0], (long long)st[1], units,
               st[1] > 0 ? double(st[0]) / double(st[1]) : 1.0,
-              (long long)st[3], (long long)st[2]);
+              (long long)st[3], (long long)st[2], steps);
   // Each head's budget: its density per layer, KV heads in order.
   for (int64_t layer = 0; layer < 512; ++layer) {
     std::string line;
     for (int64_t h = 0; h < 64; ++h) {
       int64_t hs[2];
-      kiln_rt_sparse_attention_head_stats(layer, h, hs);
+      headStats(layer, h, hs);
       if (hs[1] <= 0)
         break;
       char cell[32];
@@ -295,38 +301,19 @@ void printSparseStats() {
       line += cell;
     }
     if (!line.empty())
-      std::printf("sparse attention layer %lld density per KV head:%s\n",
+      std::printf("%s layer %lld density per KV head:%s\n", label,
                   (long long)layer, line.c_str());
   }
 }
 
-/// Sparse decode's page density over the run (Quest; decode=quest
-/// artifacts), per layer and KV head as for prefill.
-void printSparseDecodeStats() {
-  int64_t st[4] = {0, 0, 0, 0};
-  kiln_rt_sparse_decode_stats(st, 0);
-  if (st[2] <= 0)
-    return;
-  std::printf("sparse decode: %lld of %lld (KV head, page) pairs kept "
-              "(density %.4f); %lld of %lld decode steps ran dense\n",
-              (long long)st[0], (long long)st[1],
-              st[1] > 0 ? double(st[0]) / double(st[1]) : 1.0,
-              (long long)st[3], (long long)st[2]);
-  for (int64_t layer = 0; layer < 512; ++layer) {
-    std::string line;
-    for (int64_t h = 0; h < 64; ++h) {
-      int64_t hs[2];
-      kiln_rt_sparse_decode_head_stats(layer, h, hs);
-      if (hs[1] <= 0)
-        break;
-      char cell[32];
-      std::snprintf(cell, sizeof(cell), " %.3f", double(hs[0]) / double(hs[1]));
-      line += cell;
-    }
-    if (!line.empty())
-      std::printf("sparse decode layer %lld density per KV head:%s\n",
-                  (long long)layer, line.c_str());
-  }
+/// Sparse prefill's and (decode=quest) sparse decode's densities.
+void printSparseStats() {
+  printSparseCounters(kiln_rt_sparse_attention_stats,
+                      kiln_rt_sparse_attention_head_stats, "sparse attention",
+                      "causal block pairs", "prefill steps");
+  printSparseCounters(kiln_rt_sparse_decode_stats,
+                      kiln_rt_sparse_decode_head_stats, "sparse decode",
+                      "(KV head, page) pairs", "decode steps");
 }
 
 /// KL(softmax(a) || softmax(b)) in nats, in double with the maxima
@@ -479,7 +466,6 @@ int runPerplexity() {
     std::printf("windows: %lld (of %lld tokens)\n", (long long)windows,
                 (long long)ctx);
   printSparseStats();
-  printSparseDecodeStats();
   std::printf("nll per token: %.6f nats (%.6f bits)\n", meanNll,
               meanNll / std::log(2.0));
   std::printf("perplexity: %.4f\n", std::exp(meanNll));
@@ -583,7 +569,6 @@ int runCompare() {
                 "positions %lld..%lld compared\n",
                 (long long)prefix, (long long)prefix, (long long)(n - 1));
   printSparseStats();
-  printSparseDecodeStats();
   std::printf("next-token KL(reference || candidate): mean %.6g nats, max "
               "%.6g\n",
               klSum / double(compared), klMax);

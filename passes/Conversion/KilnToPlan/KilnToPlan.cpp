@@ -111,6 +111,24 @@ private:
   /// kiln.attention of the batched step: kiln_k_step_attention[_centered]
   /// (kernel_abi.h) over the layer's paged pool and the step's batch.
   LogicalResult lowerStepAttention(AttentionOp op, Value out);
+  /// Appends the sparse kernels' selection parameters (kernel_abi.h
+  /// kiln_k_attention_sparse): gamma, block, sink, local, min_budget,
+  /// max_budget, min_tokens, then `layer` when given, the streaming mask
+  /// and the stride.
+  void appendSparseParams(SmallVectorImpl<Value> &args,
+                          SparseAttentionAttr sparse,
+                          std::optional<int64_t> layer) {
+    args.append({f32Const(sparse.getGamma().getValue()),
+                 indexConst(sparse.getBlock()), indexConst(sparse.getSink()),
+                 indexConst(sparse.getLocal()),
+                 indexConst(sparse.getMinBudget()),
+                 indexConst(sparse.getMaxBudget()),
+                 indexConst(sparse.getMinTokens())});
+    if (layer)
+      args.push_back(indexConst(*layer));
+    args.append({indexConst(int64_t(sparse.getStreamingMask())),
+                 indexConst(sparse.getStride())});
+  }
   LogicalResult lowerFused(FusedOp op);
   /// kiln.logits marked by kiln-outline-kernels -> plan.fused_kernel
   /// @kiln_logits_<func>_<i> holding the op + plan.call_fused(hidden,
@@ -300,14 +318,7 @@ LogicalResult FunctionLowering::lowerStepAttention(AttentionOp a, Value out) {
   // the selection's parameters after the window, as for the contiguous
   // kernel (no layer-independent summaries in the paged pools).
   if (SparseAttentionAttr sparse = a.getSparseAttr()) {
-    args.append({f32Const(sparse.getGamma().getValue()),
-                 indexConst(sparse.getBlock()), indexConst(sparse.getSink()),
-                 indexConst(sparse.getLocal()),
-                 indexConst(sparse.getMinBudget()),
-                 indexConst(sparse.getMaxBudget()),
-                 indexConst(sparse.getMinTokens()),
-                 indexConst(int64_t(sparse.getStreamingMask())),
-                 indexConst(sparse.getStride())});
+    appendSparseParams(args, sparse, std::nullopt);
     call("kiln_k_step_attention_sparse", args);
     return success();
   }
@@ -586,16 +597,7 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
                              ? "kiln_k_attention_sparse_decode"
                              : "kiln_k_attention_sparse_summary";
               }
-              args.append({f32Const(sparse.getGamma().getValue()),
-                           indexConst(sparse.getBlock()),
-                           indexConst(sparse.getSink()),
-                           indexConst(sparse.getLocal()),
-                           indexConst(sparse.getMinBudget()),
-                           indexConst(sparse.getMaxBudget()),
-                           indexConst(sparse.getMinTokens()),
-                           indexConst(a.getLayer()),
-                           indexConst(int64_t(sparse.getStreamingMask())),
-                           indexConst(sparse.getStride())});
+              appendSparseParams(args, sparse, int64_t(a.getLayer()));
             }
             call(callee, args);
             return success();

@@ -594,17 +594,52 @@ struct SparseParams {
   }
 };
 
-/// Counters of kiln_rt_sparse_attention_stats (all calls of the process).
-static std::atomic<int64_t> sparseKeptPairs{0}, sparseTotalPairs{0},
-    sparseCalls{0}, sparseDenseCalls{0};
-/// Per (layer, KV head) kept / seen block pairs (kiln_rt_sparse_attention_
-/// head_stats), for layers and KV heads below these bounds.
+/// Per (layer, KV head) counters exist for layers and KV heads below these.
 static constexpr int64_t kStatLayers = 512, kStatKvHeads = 64;
-static std::atomic<int64_t> headKeptPairs[kStatLayers * kStatKvHeads],
-    headTotalPairs[kStatLayers * kStatKvHeads];
-/// The same for sparse decode's pages (kiln_rt_sparse_decode_head_stats).
-static std::atomic<int64_t> headKeptPages[kStatLayers * kStatKvHeads],
-    headTotalPages[kStatLayers * kStatKvHeads];
+
+/// The counters of one sparse kernel family over the process (api.h
+/// kiln_rt_sparse_attention_stats for prefill's block pairs,
+/// kiln_rt_sparse_decode_stats for decode's pages): units kept and seen by
+/// the calls that selected, calls, calls run dense, and kept / seen per
+/// (layer, KV head).
+struct SparseCounters {
+  std::atomic<int64_t> kept{0}, seen{0}, calls{0}, denseCalls{0};
+  std::atomic<int64_t> headKept[kStatLayers * kStatKvHeads],
+      headSeen[kStatLayers * kStatKvHeads];
+
+  /// Files `keptUnits` of `seenUnits` for KV head g of `layer`.
+  void fileHead(int64_t layer, int64_t g, int64_t keptUnits,
+                int64_t seenUnits) {
+    if (layer < 0 || layer >= kStatLayers || g < 0 || g >= kStatKvHeads)
+      return;
+    headKept[layer * kStatKvHeads + g] += keptUnits;
+    headSeen[layer * kStatKvHeads + g] += seenUnits;
+  }
+  void read(int64_t out[4], int reset) {
+    out[0] = kept.load();
+    out[1] = seen.load();
+    out[2] = calls.load();
+    out[3] = denseCalls.load();
+    if (!reset)
+      return;
+    kept = 0;
+    seen = 0;
+    calls = 0;
+    denseCalls = 0;
+    for (int64_t i = 0; i < kStatLayers * kStatKvHeads; ++i) {
+      headKept[i] = 0;
+      headSeen[i] = 0;
+    }
+  }
+  void readHead(int64_t layer, int64_t g, int64_t out[2]) const {
+    out[0] = out[1] = 0;
+    if (layer < 0 || layer >= kStatLayers || g < 0 || g >= kStatKvHeads)
+      return;
+    out[0] = headKept[layer * kStatKvHeads + g].load();
+    out[1] = headSeen[layer * kStatKvHeads + g].load();
+  }
+};
+static SparseCounters prefillCounters, decodeCounters;
 
 /// The audit (api.h kiln_rt_sparse_attention_audit): per layer, the
 /// (row, head) pairs audited, their captured mass's sum and minimum, and
@@ -954,10 +989,10 @@ static bool sparseAttention(const typename E::T *q, const Kv &kv,
                             float scale, const SparseParams &sp) {
   const int64_t T = pos + n, B = sp.block;
   const int64_t keyBlocks = (T + B - 1) / B;
-  ++sparseCalls;
+  ++prefillCounters.calls;
   if (!(sp.gamma < 1.0f) || T < sp.minTokens ||
       keyBlocks <= sp.sink + sp.local) {
-    ++sparseDenseCalls;
+    ++prefillCounters.denseCalls;
     return false;
   }
   const bool parallel = n * heads * T * headDim > kParallelGrain / 2;
@@ -969,16 +1004,14 @@ static bool sparseAttention(const typename E::T *q, const Kv &kv,
     keptPairs += int64_t(kept[size_t(w)].size());
     totalPairs += qb0 + w % queryBlocks + 1;
   }
-  sparseKeptPairs += keptPairs;
-  sparseTotalPairs += totalPairs;
-  if (sp.layer >= 0 && sp.layer < kStatLayers && kvHeads <= kStatKvHeads)
-    for (int64_t w = 0; w < kvHeads * queryBlocks; ++w) {
-      const int64_t slot = sp.layer * kStatKvHeads + w / queryBlocks;
-      headKeptPairs[slot] += int64_t(kept[size_t(w)].size());
-      headTotalPairs[slot] += qb0 + w % queryBlocks + 1;
-    }
+  prefillCounters.kept += keptPairs;
+  prefillCounters.seen += totalPairs;
+  for (int64_t w = 0; w < kvHeads * queryBlocks; ++w)
+    prefillCounters.fileHead(sp.layer, w / queryBlocks,
+                             int64_t(kept[size_t(w)].size()),
+                             qb0 + w % queryBlocks + 1);
   if (double(keptPairs) >= kSparseDenseFraction * double(totalPairs)) {
-    ++sparseDenseCalls;
+    ++prefillCounters.denseCalls;
     return false;
   }
   const int64_t group = heads / kvHeads, qDim = heads * headDim;
@@ -1092,10 +1125,6 @@ static void attentionSparse(const typename E::T *q, const typename E::T *k,
 // kiln_k_attention_sparse_summary / kiln_k_attention_sparse_decode)
 //===----------------------------------------------------------------------===//
 
-/// Counters of kiln_rt_sparse_decode_stats.
-static std::atomic<int64_t> decodeKeptPages{0}, decodeTotalPages{0},
-    decodeCalls{0}, decodeDenseCalls{0};
-
 /// Recomputes the key summaries (element-wise minimum and maximum, f32
 /// [pages, kvDim] each) of the pages of B positions that rows [pos, pos +
 /// n) touch, from the cache rows [page start, pos + n): a page's rows past
@@ -1128,9 +1157,9 @@ static bool sparseDecode(const float *q, const PlainKv<F32> &kv,
   const int64_t T = pos + n, B = sp.block, pages = (T + B - 1) / B;
   const int64_t group = heads / kvHeads, qDim = heads * headDim;
   const int64_t kvDim = kvHeads * headDim;
-  ++decodeCalls;
+  ++decodeCounters.calls;
   if (!(sp.gamma < 1.0f) || T < sp.minTokens || pages <= sp.sink + sp.local) {
-    ++decodeDenseCalls;
+    ++decodeCounters.denseCalls;
     return false;
   }
   // Per KV head: each query head's estimated mass per page, from the upper
@@ -1197,15 +1226,13 @@ static bool sparseDecode(const float *q, const PlainKv<F32> &kv,
   int64_t keptPages = 0;
   for (const auto &list : kept)
     keptPages += int64_t(list.size());
-  decodeKeptPages += keptPages;
-  decodeTotalPages += pages * kvHeads;
-  if (sp.layer >= 0 && sp.layer < kStatLayers && kvHeads <= kStatKvHeads)
-    for (int64_t g = 0; g < kvHeads; ++g) {
-      headKeptPages[sp.layer * kStatKvHeads + g] += int64_t(kept[size_t(g)].size());
-      headTotalPages[sp.layer * kStatKvHeads + g] += pages;
-    }
+  decodeCounters.kept += keptPages;
+  decodeCounters.seen += pages * kvHeads;
+  for (int64_t g = 0; g < kvHeads; ++g)
+    decodeCounters.fileHead(sp.layer, g, int64_t(kept[size_t(g)].size()),
+                            pages);
   if (double(keptPages) >= kSparseDenseFraction * double(pages * kvHeads)) {
-    ++decodeDenseCalls;
+    ++decodeCounters.denseCalls;
     return false;
   }
   // Exact attention over the kept pages' keys, per (row, head): the dense
@@ -1589,47 +1616,16 @@ void kiln_k_paged_attention_sparse(
 #undef KILN_SPARSE_PARAMS
 
 void kiln_rt_sparse_decode_stats(int64_t out[4], int reset) {
-  out[0] = decodeKeptPages.load();
-  out[1] = decodeTotalPages.load();
-  out[2] = decodeCalls.load();
-  out[3] = decodeDenseCalls.load();
-  if (reset) {
-    decodeKeptPages = 0;
-    decodeTotalPages = 0;
-    decodeCalls = 0;
-    decodeDenseCalls = 0;
-    for (int64_t i = 0; i < kStatLayers * kStatKvHeads; ++i) {
-      headKeptPages[i] = 0;
-      headTotalPages[i] = 0;
-    }
-  }
+  decodeCounters.read(out, reset);
 }
 
 void kiln_rt_sparse_decode_head_stats(int64_t layer, int64_t kv_head,
                                       int64_t out[2]) {
-  out[0] = out[1] = 0;
-  if (layer < 0 || layer >= kStatLayers || kv_head < 0 ||
-      kv_head >= kStatKvHeads)
-    return;
-  out[0] = headKeptPages[layer * kStatKvHeads + kv_head].load();
-  out[1] = headTotalPages[layer * kStatKvHeads + kv_head].load();
+  decodeCounters.readHead(layer, kv_head, out);
 }
 
 void kiln_rt_sparse_attention_stats(int64_t out[4], int reset) {
-  out[0] = sparseKeptPairs.load();
-  out[1] = sparseTotalPairs.load();
-  out[2] = sparseCalls.load();
-  out[3] = sparseDenseCalls.load();
-  if (reset) {
-    sparseKeptPairs = 0;
-    sparseTotalPairs = 0;
-    sparseCalls = 0;
-    sparseDenseCalls = 0;
-    for (int64_t i = 0; i < kStatLayers * kStatKvHeads; ++i) {
-      headKeptPairs[i] = 0;
-      headTotalPairs[i] = 0;
-    }
-  }
+  prefillCounters.read(out, reset);
 }
 
 void kiln_rt_sparse_attention_audit(int enable) {
@@ -1656,12 +1652,7 @@ void kiln_rt_sparse_attention_layer_audit(int64_t layer, double out[4]) {
 
 void kiln_rt_sparse_attention_head_stats(int64_t layer, int64_t kv_head,
                                          int64_t out[2]) {
-  out[0] = out[1] = 0;
-  if (layer < 0 || layer >= kStatLayers || kv_head < 0 ||
-      kv_head >= kStatKvHeads)
-    return;
-  out[0] = headKeptPairs[layer * kStatKvHeads + kv_head].load();
-  out[1] = headTotalPairs[layer * kStatKvHeads + kv_head].load();
+  prefillCounters.readHead(layer, kv_head, out);
 }
 
 } // extern "C"
