@@ -18,6 +18,7 @@
 #include "llvm/Support/FileSystem.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <map>
 #include <set>
@@ -77,6 +78,10 @@ streamingHeads(ModuleOp module, StringRef calibration, double fraction,
                    [](const auto &a, const auto &b) { return a.first < b.first; });
   std::set<std::pair<int64_t, int64_t>> streaming;
   const size_t count = size_t(std::floor(fraction * double(scores.size())));
+  if (count == 0)
+    module.emitWarning() << "kiln-sparse-attention: streaming=" << fraction
+                         << " of the model's " << scores.size()
+                         << " KV heads makes none streaming";
   for (size_t i = 0; i < count; ++i)
     streaming.insert(scores[i].second);
   return streaming;
@@ -100,17 +105,19 @@ struct SparseAttentionPass final
     if (mode == "flex" && stride != 0)
       return fail("stride applies to mode=antidiag (flex pools whole "
                   "blocks)");
-    const int64_t antidiagStride = mode == "antidiag" ? int64_t(stride) : 0;
-    if (mode == "antidiag" && (stride < 1 || stride > block))
-      return fail("stride " + Twine(int64_t(stride)) + " is not in [1, block = " +
-                  Twine(int64_t(block)) + "]");
     // The attribute holds an f32: a gamma that rounds to 0 is refused too.
-    if (!(gamma > 0.0 && gamma <= 1.0) || !(float(gamma) > 0.0f))
+    if (!(gamma >= double(FLT_MIN) && gamma <= 1.0))
       return fail("gamma " + std::to_string(double(gamma)) +
                   " is not in (0, 1]");
     if (block < 1 || block > 4096)
       return fail("block " + Twine(int64_t(block)) +
                   " is not in [1, 4096] positions");
+    // antidiag samples every 16th key unless told otherwise.
+    const int64_t antidiagStride =
+        mode == "antidiag" ? (stride > 0 ? int64_t(stride) : 16) : 0;
+    if (mode == "antidiag" && (antidiagStride < 1 || antidiagStride > block))
+      return fail("stride " + Twine(antidiagStride) +
+                  " is not in [1, block = " + Twine(int64_t(block)) + "]");
     if (sink < 0 || local < 1 || sink > (1 << 20) || local > (1 << 20))
       return fail("sink must be in [0, 1048576] and local in [1, 1048576] "
                   "blocks (1: the diagonal block), got sink " +
@@ -153,6 +160,25 @@ struct SparseAttentionPass final
         if (failed(found))
           return signalPassFailure();
         roles = std::move(*found);
+        // Every layer must have scores: a file of fewer layers is another
+        // model's (or a stage's), never silently dense.
+        int64_t layers = 0;
+        auto file = CalibrationFile::open(calibration);
+        if (file)
+          (void)file->metadata("head_layers").getAsInteger(10, layers);
+        else
+          llvm::consumeError(file.takeError());
+        WalkResult walk = module.walk([&](AttentionOp a) {
+          if (a.isBatched() || modelLayerOf(a, a.getLayer()) < layers)
+            return WalkResult::advance();
+          a.emitOpError() << "is model layer " << modelLayerOf(a, a.getLayer())
+                          << ", but calibration file " << calibration
+                          << " has head scores for " << layers
+                          << " layers (another model's?)";
+          return WalkResult::interrupt();
+        });
+        if (walk.wasInterrupted())
+          return signalPassFailure();
       }
     }
     int64_t sparse = 0, dense = 0, streamingCount = 0;

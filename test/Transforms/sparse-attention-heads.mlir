@@ -2,6 +2,7 @@
 // RUN: %python %S/head_scores_calib.py %t/heads.safetensors --scores 0.5,0.6,0.05,0.02
 // RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="streaming=0.5 calibration=%t/heads.safetensors report=true" 2>&1 | FileCheck %s
 // RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="streaming=0.4 calibration=%t/heads.safetensors report=true" 2>&1 | FileCheck %s --check-prefix=NONE
+// RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="streaming=0.4 calibration=%t/heads.safetensors" 2>&1 | FileCheck %s --check-prefix=WARN
 // RUN: %python %S/head_scores_calib.py %t/flip.safetensors --scores 0.01,0.02,0.7,0.3
 // RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="streaming=0.5 calibration=%t/flip.safetensors" | FileCheck %s --check-prefix=FLIP
 // RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-sparse-attention{streaming=0.5 calibration=%t/heads.safetensors},func.func(kiln-memory-plan),kiln-lower-to-plan)" | FileCheck %s --check-prefix=PLAN
@@ -19,6 +20,8 @@
 // floor(0.4 * 2) = 0 streaming heads: no `streaming` parameter.
 // NONE: 0 streaming KV heads
 // NONE: sparse = #kiln.sparse_attention<{{.*}}min_tokens = 1024>}
+
+// WARN: warning: kiln-sparse-attention: streaming=4.000000e-01 of the model's 2 KV heads makes none streaming
 
 // FLIP: sparse = #kiln.sparse_attention<{{.*}}streaming = [0]>
 

@@ -2,13 +2,14 @@
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="gamma=0" 2>&1 | FileCheck %s --check-prefix=GAMMA
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="gamma=1.5" 2>&1 | FileCheck %s --check-prefix=GAMMA
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="gamma=1e-46" 2>&1 | FileCheck %s --check-prefix=GAMMA
+// RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="gamma=1e-40" 2>&1 | FileCheck %s --check-prefix=GAMMA
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="block=0" 2>&1 | FileCheck %s --check-prefix=BLOCK
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="local=0" 2>&1 | FileCheck %s --check-prefix=LOCAL
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="min-budget=512 max-budget=256" 2>&1 | FileCheck %s --check-prefix=BUDGET
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="mode=topk" 2>&1 | FileCheck %s --check-prefix=MODE
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(func.func(kiln-memory-plan),kiln-sparse-attention)" 2>&1 | FileCheck %s --check-prefix=PLANNED
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="stride=8" 2>&1 | FileCheck %s --check-prefix=FLEXSTRIDE
-// RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="mode=antidiag" 2>&1 | FileCheck %s --check-prefix=NOSTRIDE
+// RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="mode=antidiag block=8" 2>&1 | FileCheck %s --check-prefix=NOSTRIDE
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="mode=antidiag stride=65" 2>&1 | FileCheck %s --check-prefix=BIGSTRIDE
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="decode=sparse" 2>&1 | FileCheck %s --check-prefix=DECODE
 // RUN: rm -rf %t && mkdir -p %t
@@ -18,6 +19,9 @@
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="streaming=0.5 calibration=%t/nolayers.safetensors" 2>&1 | FileCheck %s --check-prefix=NOHEADS
 // RUN: %python %S/head_scores_calib.py %t/shape.safetensors --scores 0.5,0.6,0.05
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="streaming=0.5 calibration=%t/shape.safetensors" 2>&1 | FileCheck %s --check-prefix=SHAPE
+// RUN: %python %S/head_scores_calib.py %t/zero-layers.safetensors --scores 0.5,0.6,0.05,0.02 --layers 1
+// RUN: %python -c "import sys, json, struct; b = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n]); h['__metadata__']['head_layers'] = '0'; j = json.dumps(h).encode(); j += b' ' * ((8 - len(j) %% 8) %% 8); open(sys.argv[1], 'wb').write(struct.pack('<Q', len(j)) + j + b[8 + n:])" %t/zero-layers.safetensors
+// RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="streaming=0.5 calibration=%t/zero-layers.safetensors" 2>&1 | FileCheck %s --check-prefix=ZEROLAYERS
 // RUN: %python %S/head_scores_calib.py %t/range.safetensors --scores 0.5,1.6,0.05,0.02
 // RUN: not kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="streaming=0.5 calibration=%t/range.safetensors" 2>&1 | FileCheck %s --check-prefix=RANGE
 // kiln-sparse-attention's options and the attribute's verifier.
@@ -30,11 +34,12 @@
 // PLANNED: kiln-sparse-attention: 'prefill' is already memory-planned; run this pass before kiln-memory-plan
 // DECODE: kiln-sparse-attention: decode 'sparse' is not dense or quest
 // FLEXSTRIDE: kiln-sparse-attention: stride applies to mode=antidiag (flex pools whole blocks)
-// NOSTRIDE: kiln-sparse-attention: stride 0 is not in [1, block = 64]
+// NOSTRIDE: kiln-sparse-attention: stride 16 is not in [1, block = 8]
 // BIGSTRIDE: kiln-sparse-attention: stride 65 is not in [1, block = 64]
 // NOCALIB: kiln-sparse-attention: streaming > 0 needs calibration=FILE with head scores (kiln-calibrate --heads)
 // FRACTION: kiln-sparse-attention: streaming 1.000000 is not a fraction of the KV heads in [0, 1)
 // NOHEADS: kiln-sparse-attention: calibration file {{.*}}nolayers.safetensors has no head scores (metadata 'head_layers'); write it with `kiln-calibrate --heads`
+// ZEROLAYERS: zero-layers.safetensors has no head scores (metadata 'head_layers')
 // SHAPE: kiln-sparse-attention: {{.*}}shape.safetensors{{.*}}layers.0.attn_retrieval{{.*}}
 // RANGE: kiln-sparse-attention: calibration file {{.*}}range.safetensors: tensor 'layers.0.attn_retrieval' element 1 is 1.6{{0*}}e+00, not an attention mass in [0, 1]
 

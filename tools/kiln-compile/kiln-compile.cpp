@@ -35,11 +35,13 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cfloat>
 #include <cstdio>
 #include <optional>
 #include <variant>
@@ -163,6 +165,9 @@ static std::variant<std::string, SparseAttentionPassOptions>
 parseSparseAttention(llvm::StringRef text) {
   SparseAttentionPassOptions o;
   auto [mode, settings] = text.split(':');
+  if (mode == "none")
+    return "--sparse-attention=" + text.str() +
+           ": none takes no settings (drop ':" + settings.str() + "')";
   if (mode != "flex" && mode != "antidiag")
     return "--sparse-attention=" + text.str() +
            ": the mode must be none, flex or antidiag";
@@ -188,9 +193,9 @@ parseSparseAttention(llvm::StringRef text) {
       return where + ": " + key.str() + " is given twice";
     if (key == "gamma") {
       double g = 0;
-      // The attribute stores f32: a gamma that rounds to 0 is refused too.
-      if (value.getAsDouble(g) || !(g > 0.0 && g <= 1.0) ||
-          !(float(g) > 0.0f))
+      // The attribute stores f32: a gamma below its smallest normal value
+      // is refused too.
+      if (value.getAsDouble(g) || !(g >= double(FLT_MIN) && g <= 1.0))
         return where + ": gamma must be a number in (0, 1] (at least "
                        "1.2e-38, an f32)";
       o.gamma = g;
@@ -646,7 +651,9 @@ static llvm::Error printSparseReport(llvm::StringRef dir, llvm::StringRef text,
   os << "kiln-compile: sparse attention price on " << ids.size()
      << " tokens of " << sparseReport << " (prefill steps of at most "
      << info.max_prefill_tokens << " tokens; " << total[3] << " of "
-     << total[2] << " steps ran dense):\n";
+     << total[2]
+     << " attention calls (layers x steps) ran dense and count as density "
+        "1):\n";
   os << "  layer  density  captured mass (mean / min)  output rel. error\n";
   double capturedSum = 0, pairsSum = 0, minCaptured = 1, worstError = 0;
   for (int64_t l = 0; l < layers; ++l) {
@@ -830,6 +837,9 @@ int main(int argc, char **argv) {
     sparseReportText = std::move(*text);
     if (sparseReportText->getBuffer().trim().empty())
       return fail("--sparse-report " + sparseReport + ": the text is empty");
+    if (!llvm::json::isUTF8(sparseReportText->getBuffer()))
+      return fail("--sparse-report " + sparseReport +
+                  ": not UTF-8 text (the report tokenizes a text file)");
   } else if (sparseReportTokens.getNumOccurrences()) {
     return fail("--sparse-report-tokens applies to --sparse-report");
   }
@@ -911,6 +921,11 @@ int main(int argc, char **argv) {
                 " exceeds the model's context of " +
                 std::to_string(desc->config.maxSeqLen) + " tokens");
   int64_t contextLen = maxSeqLen > 0 ? maxSeqLen : desc->config.maxSeqLen;
+  if (sparseOptions && sparseOptions->minTokens > contextLen)
+    llvm::WithColor::note(llvm::errs(), "kiln-compile")
+        << "--sparse-attention: min-tokens=" << sparseOptions->minTokens
+        << " exceeds the context of " << contextLen
+        << " tokens: every step will run dense (lower min-tokens)\n";
   if (maxPrefillTokens > contextLen)
     return fail("--max-prefill-tokens=" + std::to_string(maxPrefillTokens) +
                 " exceeds the context of " + std::to_string(contextLen) +

@@ -310,10 +310,12 @@ void printSparseCounters(void (*stats)(int64_t[4], int),
 void printSparseStats() {
   printSparseCounters(kiln_rt_sparse_attention_stats,
                       kiln_rt_sparse_attention_head_stats, "sparse attention",
-                      "causal block pairs", "prefill steps");
+                      "causal block pairs",
+                      "prefill attention calls (layers x steps)");
   printSparseCounters(kiln_rt_sparse_decode_stats,
                       kiln_rt_sparse_decode_head_stats, "sparse decode",
-                      "(KV head, page) pairs", "decode steps");
+                      "(KV head, page) pairs",
+                      "decode attention calls (layers x steps)");
 }
 
 /// KL(softmax(a) || softmax(b)) in nats, in double with the maxima

@@ -241,10 +241,10 @@ const float *kiln_rt_session_logits(const kiln_rt_session_t *session);
 
 /// Dynamic sparse attention's counters over the process (kernel_abi.h
 /// kiln_k_attention_sparse; docs/sparse-attention.md): out[0] causal
-/// (query block, key block) pairs kept, out[1] pairs seen by the steps that
-/// selected, out[2] sparse prefill steps (calls of the kernel), out[3] of
-/// them run dense (below min_tokens, every block mandatory, or most
-/// blocks kept); all 0
+/// (query block, key block) pairs kept, out[1] pairs seen by the calls that
+/// ran sparse, out[2] calls of the kernel (one per layer and prefill step),
+/// out[3] of them run dense (below min_tokens, every block mandatory, or
+/// 90% of the pairs kept; their pairs are not counted); all 0
 /// without sparse artifacts. With reset != 0 they restart from 0 after
 /// being read. Density = out[0] / out[1].
 void kiln_rt_sparse_attention_stats(int64_t out[4], int reset);
@@ -256,8 +256,9 @@ void kiln_rt_sparse_attention_head_stats(int64_t layer, int64_t kv_head,
                                          int64_t out[2]);
 
 /// Sparse decode's counters (kernel_abi.h kiln_k_attention_sparse_decode,
-/// Quest page selection): out[0] (KV head, page) pairs kept, out[1] seen,
-/// out[2] decode calls, out[3] of them run dense; reset != 0 restarts them
+/// Quest page selection): out[0] (KV head, page) pairs kept, out[1] seen
+/// by the calls that ran sparse, out[2] calls (one per layer and decode
+/// step), out[3] of them run dense; reset != 0 restarts them
 /// after reading. Density = out[0] / out[1].
 void kiln_rt_sparse_decode_stats(int64_t out[4], int reset);
 

@@ -1004,16 +1004,18 @@ static bool sparseAttention(const typename E::T *q, const Kv &kv,
     keptPairs += int64_t(kept[size_t(w)].size());
     totalPairs += qb0 + w % queryBlocks + 1;
   }
+  // Counted only when the call runs sparse: a call that keeps most pairs
+  // runs dense and, like the other fallbacks, only counts as a dense call.
+  if (double(keptPairs) >= kSparseDenseFraction * double(totalPairs)) {
+    ++prefillCounters.denseCalls;
+    return false;
+  }
   prefillCounters.kept += keptPairs;
   prefillCounters.seen += totalPairs;
   for (int64_t w = 0; w < kvHeads * queryBlocks; ++w)
     prefillCounters.fileHead(sp.layer, w / queryBlocks,
                              int64_t(kept[size_t(w)].size()),
                              qb0 + w % queryBlocks + 1);
-  if (double(keptPairs) >= kSparseDenseFraction * double(totalPairs)) {
-    ++prefillCounters.denseCalls;
-    return false;
-  }
   const int64_t group = heads / kvHeads, qDim = heads * headDim;
   if (sparseAuditOn.load())
     auditCapturedMass<E>(q, kv, kept, n, pos, heads, kvHeads, headDim, scale,
@@ -1226,15 +1228,15 @@ static bool sparseDecode(const float *q, const PlainKv<F32> &kv,
   int64_t keptPages = 0;
   for (const auto &list : kept)
     keptPages += int64_t(list.size());
+  if (double(keptPages) >= kSparseDenseFraction * double(pages * kvHeads)) {
+    ++decodeCounters.denseCalls;
+    return false;
+  }
   decodeCounters.kept += keptPages;
   decodeCounters.seen += pages * kvHeads;
   for (int64_t g = 0; g < kvHeads; ++g)
     decodeCounters.fileHead(sp.layer, g, int64_t(kept[size_t(g)].size()),
                             pages);
-  if (double(keptPages) >= kSparseDenseFraction * double(pages * kvHeads)) {
-    ++decodeCounters.denseCalls;
-    return false;
-  }
   // Exact attention over the kept pages' keys, per (row, head): the dense
   // decode's arithmetic (scoreRows, exp, accumulateRows) on fewer keys.
   const int64_t work = n * heads;
