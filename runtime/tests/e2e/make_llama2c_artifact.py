@@ -12,6 +12,13 @@ import numpy as np
 
 ALIGN = 64
 
+
+def abi_version(include_dir):
+    """KILN_ABI_VERSION of the kernel_abi.h model.cpp is compiled against."""
+    import re
+    text = open(os.path.join(include_dir, "kiln_rt", "kernel_abi.h")).read()
+    return int(re.search(r"#define KILN_ABI_VERSION (\d+)", text).group(1))
+
 def xxh3(path):
     lib = ctypes.CDLL("libxxhash.so.0")
     lib.XXH3_64bits.restype = ctypes.c_uint64
@@ -165,7 +172,7 @@ def main():
         path = os.path.join(out, f)
         files[f] = {"bytes": os.path.getsize(path), "xxh3_64": xxh3(path)}
     manifest = {
-        "format": "kiln-artifact", "version": 1, "abi_version": 13, "target": "cpu",
+        "format": "kiln-artifact", "version": 1, "abi_version": abi_version(inc), "target": "cpu",
         "model": {"name": os.path.basename(model_path).rsplit(".", 1)[0],
                   "architecture": "llama", "source": os.path.abspath(model_path),
                   "source_format": "llama2c", "dim": dim, "hidden_dim": hidden,
