@@ -30,12 +30,19 @@ namespace mlir::kiln {
 
 namespace {
 
+/// Head roles from a calibration file: the layers it scores (metadata
+/// head_layers) and the model's streaming KV heads.
+struct HeadRoles {
+  int64_t layers = 0;
+  std::set<std::pair<int64_t, int64_t>> streaming;
+};
+
 /// The model's streaming KV heads, as (model layer, model KV head) pairs:
 /// the floor(fraction N) of the N KV heads with the lowest retrieval score
 /// (a KV head: the maximum over its query heads of
 /// `layers.<l>.attn_retrieval` [modelHeads]), ties to the earlier (layer,
 /// head). Errors name the file and what is missing or malformed.
-static FailureOr<std::set<std::pair<int64_t, int64_t>>>
+static FailureOr<HeadRoles>
 streamingHeads(ModuleOp module, StringRef calibration, double fraction,
                int64_t modelHeads, int64_t modelKvHeads) {
   SmallString<256> path(calibration);
@@ -76,15 +83,16 @@ streamingHeads(ModuleOp module, StringRef calibration, double fraction,
   }
   std::stable_sort(scores.begin(), scores.end(),
                    [](const auto &a, const auto &b) { return a.first < b.first; });
-  std::set<std::pair<int64_t, int64_t>> streaming;
+  HeadRoles roles;
+  roles.layers = layers;
   const size_t count = size_t(std::floor(fraction * double(scores.size())));
   if (count == 0)
     module.emitWarning() << "kiln-sparse-attention: streaming=" << fraction
                          << " of the model's " << scores.size()
                          << " KV heads makes none streaming";
   for (size_t i = 0; i < count; ++i)
-    streaming.insert(scores[i].second);
-  return streaming;
+    roles.streaming.insert(scores[i].second);
+  return roles;
 }
 
 struct SparseAttentionPass final
@@ -159,15 +167,10 @@ struct SparseAttentionPass final
                                     modelHeads, modelKv);
         if (failed(found))
           return signalPassFailure();
-        roles = std::move(*found);
+        roles = std::move(found->streaming);
         // Every layer must have scores: a file of fewer layers is another
         // model's (or a stage's), never silently dense.
-        int64_t layers = 0;
-        auto file = CalibrationFile::open(calibration);
-        if (file)
-          (void)file->metadata("head_layers").getAsInteger(10, layers);
-        else
-          llvm::consumeError(file.takeError());
+        const int64_t layers = found->layers;
         WalkResult walk = module.walk([&](AttentionOp a) {
           if (a.isBatched() || modelLayerOf(a, a.getLayer()) < layers)
             return WalkResult::advance();

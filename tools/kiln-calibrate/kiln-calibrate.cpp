@@ -779,13 +779,12 @@ int main(int argc, char **argv) {
 
   // Head scores: BOS + P + P, observed once, scored per layer.
   if (scoreHeads) {
-    std::vector<int32_t> &seq = headsSeq;
     // Only the attention taps matter here; the statistics taps see the
     // sequence too but are not updated (capture mode skips them).
     acc.capture = true;
     kiln_rt_session_reset(rt.session);
-    if (kiln_rt_status_t st = kiln_rt_session_prefill(rt.session, seq.data(),
-                                                      int64_t(seq.size())))
+    if (kiln_rt_status_t st = kiln_rt_session_prefill(
+            rt.session, headsSeq.data(), int64_t(headsSeq.size())))
       return fail(takeStatus(st, "running the model on the --heads sequence"));
     acc.capture = false;
     if (!acc.error.empty())

@@ -679,6 +679,20 @@ static void fileCapturedMass(int64_t layer, double pairs, double captured,
 /// the call runs the dense kernel (selection would save nothing).
 static constexpr double kSparseDenseFraction = 0.9;
 
+/// Adds softmax(logits) to m[0 .. logits.size()) (one row's share of each
+/// block or page in an estimate), `maxLogit` the largest logit. `logits`
+/// is overwritten.
+static void addSoftmaxShares(std::vector<double> &logits, double maxLogit,
+                             double *m) {
+  double total = 0.0;
+  for (double &l : logits) {
+    l = std::exp(l - maxLogit);
+    total += l;
+  }
+  for (size_t i = 0; i < logits.size(); ++i)
+    m[i] += logits[i] / total;
+}
+
 /// The key blocks query block qb keeps, ascending, into `list`, given
 /// each head's estimated mass `mass[h * (qb + 1) + kb]` (kb <= qb) for the
 /// `heads` query heads of the GQA group and `lastPos` (one past the block's
@@ -848,13 +862,7 @@ selectSparseBlocks(const typename E::T *q, const Kv &kv, int64_t n,
                   (kb == qb ? std::log(double(seen) / double(B)) : 0.0);
               maxLogit = std::max(maxLogit, logits[size_t(kb)]);
             }
-            double total = 0.0;
-            for (double &l : logits) {
-              l = std::exp(l - maxLogit);
-              total += l;
-            }
-            for (int64_t kb = 0; kb < blocks; ++kb)
-              m[kb] += logits[size_t(kb)] / total;
+            addSoftmaxShares(logits, maxLogit, m);
           }
         } else {
           // Rows of one residue c (positions p = c mod S) sample the key
@@ -1210,13 +1218,7 @@ static bool sparseDecode(const float *q, const PlainKv<F32> &kv,
             logits[size_t(kb)] = double(scale) * mid + lnKeys;
             maxLogit = std::max(maxLogit, logits[size_t(kb)]);
           }
-          double total = 0.0;
-          for (double &l : logits) {
-            l = std::exp(l - maxLogit);
-            total += l;
-          }
-          for (int64_t kb = 0; kb < pages; ++kb)
-            mass[size_t(hi * pages + kb)] += logits[size_t(kb)] / total;
+          addSoftmaxShares(logits, maxLogit, mass.data() + hi * pages);
         }
         for (int64_t kb = 0; kb < pages; ++kb)
           mass[size_t(hi * pages + kb)] /= double(n);
