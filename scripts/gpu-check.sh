@@ -23,6 +23,9 @@
 #   2f. tensor and pipeline parallelism: stories260K at --tp 2 and at
 #      --pp 2 on two GPUs (NCCL), 200 greedy tokens equal the CPU's (skipped
 #      with fewer than two GPUs);
+#   2g. dynamic sparse attention (block-sparse prefill, Quest decode):
+#      stories260K CUDA session and engine vs the CPU, 64 greedy tokens
+#      after a 300-token prompt;
 #   3. synthetic:llama-2-7b in bf16: decode tokens/s at batch 1 (median after
 #      warm-up) next to the HBM roofline (weight bytes per token / measured
 #      device copy bandwidth) and PyTorch eager; prefill tokens/s for a
@@ -300,6 +303,57 @@ serve_parallel_check() { # KEY: kiln-serve over parallel_check's artifact
 serve_parallel_check tp2
 serve_parallel_check pp2
 
+section "2g. dynamic sparse attention on CUDA: CUDA vs CPU"
+# KilnCudaSparse.cuh end to end: stories260K compiled with block-sparse
+# prefill (antidiag and pooled estimates, blocks of 16 so a 300-token prompt
+# spans 19 query blocks) and Quest decode, a 300-token prompt from the
+# sample text then 64 greedy tokens: the CUDA session (--no-engine) against
+# the CPU session, the CUDA serving engine (its batched step's sparse
+# prefill chunks) against the CPU engine. The selection is float on the device and double on the
+# CPU, so a block at the gamma boundary may differ: a mismatch reports its
+# first position. The kernel-level checks (planted inputs, fallbacks bit
+# for bit) are in section 1.
+sparse_prompt="$work/sparse-prompt.txt"
+head -c 600 "$shared/data/tinystories_sample.txt" > "$sparse_prompt"
+sparse_case() { # sparse_case NAME SPARSE_FLAG: CPU vs CUDA greedy tokens
+  local name="$1" flag="$2"
+  if ! run kiln-compile "$model" "$flag" -o "$work/sp-$name-cpu" > /dev/null 2>&1 ||
+     ! run kiln-compile "$model" "$flag" --target=cuda -o "$work/sp-$name-cuda"; then
+    result[sp-$name]="FAIL: compile failed (see details)"; status=1; return
+  fi
+  # The session (Quest decode when compiled in) and the engine (decode rows
+  # dense) differ by design, so each is compared with its CPU twin.
+  local t target mode verdict="" first=""
+  declare -A ids
+  for target in cpu cuda; do
+    for mode in session engine; do
+      local extra=(--no-engine)
+      [ "$mode" = engine ] && extra=()
+      t="$work/sp-$name-$target-$mode.tok"
+      run kiln-run "$work/sp-$name-$target" --prompt-file "$sparse_prompt" \
+        --temperature 0 --max-tokens 64 --print-tokens "${extra[@]}" > "$t"
+      ids[$target-$mode]="$(grep -E '^[0-9 ]+$' "$t" | head -1)"
+    done
+  done
+  for mode in session engine; do
+    local a="${ids[cpu-$mode]}" b="${ids[cuda-$mode]}"
+    if [ -z "$a" ] || [ "$a" != "$b" ]; then
+      first="$(python3 -c "import sys; a, b = sys.argv[1].split(), sys.argv[2].split(); print(next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b))))" "$a" "$b")"
+      verdict+=" $mode: tokens differ from position $first;"
+    fi
+  done
+  if [ -z "$verdict" ]; then
+    result[sp-$name]="PASS: session $(echo "${ids[cuda-session]}" | wc -w), engine $(echo "${ids[cuda-engine]}" | wc -w) tokens identical"
+  else
+    result[sp-$name]="FAIL:$verdict see details"
+    status=1
+  fi
+}
+sparse_names=(antidiag flex quest)
+sparse_case antidiag --sparse-attention=antidiag:gamma=0.9,block=16,stride=4,local=1,min-tokens=32
+sparse_case flex --sparse-attention=flex:gamma=0.9,block=16,local=1,min-tokens=32
+sparse_case quest --sparse-attention=antidiag:gamma=0.9,block=16,stride=4,local=1,min-tokens=32,decode=quest
+
 section "3. synthetic:llama-2-7b bf16"
 art7b="$work/llama-2-7b-bf16"
 run /usr/bin/time -v kiln-compile synthetic:llama-2-7b --target=cuda --dtype=bf16 \
@@ -350,6 +404,9 @@ section "summary"
   printf '%-34s %s\n' "SmolLM2 Q4_1 CUDA vs reference" "${result[smol]:-n/a}"
   for e in "${engine_names[@]}"; do
     printf '%-34s %s\n' "serving engine on CUDA: $e" "${result[e-$e]:-n/a}"
+  done
+  for sp in "${sparse_names[@]}"; do
+    printf '%-34s %s\n' "sparse attention CUDA == CPU: $sp" "${result[sp-$sp]:-n/a}"
   done
   printf '%-34s %s\n' "TP=2 on CUDA (NCCL) == CPU" "${result[tp2]:-n/a}"
   printf '%-34s %s\n' "PP=2 on CUDA (NCCL) == CPU" "${result[pp2]:-n/a}"

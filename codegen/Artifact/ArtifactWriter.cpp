@@ -80,6 +80,9 @@ static constexpr std::pair<const char *, const char *> kCudaFamilyHeaders[] = {
     {"KilnCudaStep.cuh",
 #include "codegen/Artifact/KilnCudaStep.inc"
     },
+    {"KilnCudaSparse.cuh",
+#include "codegen/Artifact/KilnCudaSparse.inc"
+    },
     {"KilnCudaComm.cuh",
 #include "codegen/Artifact/KilnCudaComm.inc"
     },

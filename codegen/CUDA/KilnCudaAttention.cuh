@@ -356,6 +356,60 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+/// The kept key blocks of a dynamic block-sparse attention call
+/// (KilnCudaSparse.cuh; kernel_abi.h kiln_k_attention_sparse): bit kb of
+/// bits[(g * rows + r) * words + kb / 32] is set when KV head g's query
+/// block row r keeps key block kb (positions [kb * block, (kb + 1) *
+/// block)). Prefill (perQueryBlock): r = qb - p / block for the query
+/// block qb of the row's position; Quest decode: one list per KV head (r =
+/// 0) for every row. state[0] counts the kept (KV head, query block, key
+/// block) triples, state[1] is nonzero when the selection fell back to
+/// dense (too few tokens, every block mandatory). A null `bits` is dense
+/// attention.
+struct SparseMask {
+  const uint32_t *bits = nullptr;
+  const unsigned long long *state = nullptr;
+  int64_t block = 0;
+  int words = 0, rows = 0, kvHeads = 0;
+  bool perQueryBlock = true;
+
+  /// Whether the kernels apply the mask for a call at position p with n
+  /// rows: not when the selection fell back to dense or kept 90% of the
+  /// causal pairs (the CPU kernels' kSparseDenseFraction), which then runs
+  /// the dense arithmetic exactly.
+  __device__ bool active(int64_t p, int64_t n) const {
+    if (bits == nullptr || state[1] != 0)
+      return false;
+    const int64_t last = (p + n - 1) / block;
+    double pairs;
+    if (perQueryBlock) {
+      const double a = double(p / block), b = double(last + 1);
+      pairs = (b * (b + 1.0) - a * (a + 1.0)) / 2.0;
+    } else {
+      pairs = double(last + 1);
+    }
+    return double(state[0]) < 0.9 * pairs * double(kvHeads);
+  }
+  /// Whether the row at position `row` (call start p) of KV head g keeps
+  /// key `key`.
+  __device__ __forceinline__ bool keeps(int g, int64_t p, int64_t row,
+                                        int64_t key) const {
+    const int64_t r = perQueryBlock ? row / block - p / block : 0;
+    const int64_t kb = key / block;
+    return (bits[(int64_t(g) * rows + r) * words + kb / 32] >> (kb % 32)) & 1u;
+  }
+  /// Whether some row in [rowFirst, rowLast] keeps a key in [k0, k1].
+  __device__ bool keepsAny(int g, int64_t p, int64_t rowFirst, int64_t rowLast,
+                           int64_t k0, int64_t k1) const {
+    for (int64_t qb = rowFirst / block; qb <= rowLast / block; ++qb)
+      for (int64_t kb = k0 / block; kb <= k1 / block; ++kb)
+        if (keeps(g, p, qb * block < rowFirst ? rowFirst : qb * block,
+                  kb * block))
+          return true;
+    return false;
+  }
+};
+
 constexpr int kAttnWarps = 4;
 constexpr int kAttnThreads = kAttnWarps * 32;
 constexpr int kPrefillRowsPerWarp = 4;
@@ -380,13 +434,16 @@ inline size_t prefillSmemBytes(int headDim) {
 /// j computes q_r . k_j for key j of the tile; P*V: lane owns dims lane + 32 t.
 /// Causal: row i (absolute position p + i) sees keys [0, p + i]. HDM is
 /// head_dim rounded up to a multiple of 32 (register accumulators).
-template <typename T, int HDM, typename Kv>
+/// kSparse: keys of blocks the row's query block does not keep (`sparse`)
+/// score -inf, and tiles no row of the block keeps are skipped.
+template <typename T, int HDM, typename Kv, bool kSparse>
 __global__ void __launch_bounds__(kAttnThreads)
     attnPrefillKernel(const T *__restrict__ q, const Kv cache,
                       T *__restrict__ out,
                       int64_t n, int heads, int group, int headDim,
                       int64_t maxSeq, float scale,
-                      const int64_t *__restrict__ dPos, int64_t window) {
+                      const int64_t *__restrict__ dPos, int64_t window,
+                      SparseMask sparse) {
   constexpr int kR = kPrefillRowsPerWarp, kT = HDM / 32;
   extern __shared__ float smem[];
   const int hd = headDim;
@@ -428,6 +485,9 @@ __global__ void __launch_bounds__(kAttnThreads)
   // Sliding window: no row of the tile sees keys before its first row's.
   const int64_t kStart =
       window > 0 && p + i0 - window + 1 > 0 ? p + i0 - window + 1 : 0;
+  [[maybe_unused]] bool masked = false;
+  if constexpr (kSparse)
+    masked = sparse.active(p, n);
 
   // Centered keys: thread owns channels d = threadIdx.x + kAttnThreads c and
   // walks each tile's kPrefillBc keys with the m_t recurrence.
@@ -444,6 +504,13 @@ __global__ void __launch_bounds__(kAttnThreads)
   }
 
   for (int64_t kt = kStart; kt < kEnd; kt += kPrefillBc) {
+    if constexpr (kSparse) {
+      // A tile none of the block's rows keeps: skipped by every thread.
+      const int64_t kLast = (kt + kPrefillBc < kEnd ? kt + kPrefillBc : kEnd) - 1;
+      if (masked && !sparse.keepsAny(kvh, p, p + i0, p + i0 + rows - 1, kt,
+                                     kLast))
+        continue;
+    }
     __syncthreads(); // previous tile fully consumed (and sQ written)
     for (int e = threadIdx.x; e < kPrefillBc * hd; e += blockDim.x) {
       const int j = e / hd, d = e % hd;
@@ -497,9 +564,10 @@ __global__ void __launch_bounds__(kAttnThreads)
     const int64_t tileKeys = kEnd - kt < kPrefillBc ? kEnd - kt : kPrefillBc;
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
-      const float sr = (kj <= last[r] && kj >= first[r] && kj < kEnd)
-                           ? s[r] * scale
-                           : -INFINITY;
+      bool visible = kj <= last[r] && kj >= first[r] && kj < kEnd;
+      if constexpr (kSparse)
+        visible = visible && (!masked || sparse.keeps(kvh, p, last[r], kj));
+      const float sr = visible ? s[r] * scale : -INFINITY;
       const float mNew = fmaxf(m[r], warpMax(sr));
       const float pj = sr == -INFINITY ? 0.0f : expf(sr - mNew);
       const float alpha = m[r] == -INFINITY ? 0.0f : expf(m[r] - mNew);
@@ -548,14 +616,17 @@ constexpr int kDecodeKeysPerStep = 8;
 /// dims (dims lane + 32 t: coalesced K/V row loads), keeps an online-softmax
 /// state (m, l, acc); the block merges its 4 warp states and writes the
 /// partial (m, l, acc[hd]) to partM/partL/partAcc[h * S + s]. An empty chunk
-/// writes the neutral partial (-inf, 0, 0).
-template <typename T, int HDM, typename Kv>
+/// writes the neutral partial (-inf, 0, 0). kSparse (sparse flash-decoding):
+/// steps whose keys all lie in blocks `sparse` drops are skipped, dropped
+/// keys of the other steps score -inf.
+template <typename T, int HDM, typename Kv, bool kSparse>
 __global__ void __launch_bounds__(kAttnThreads)
     attnDecodeSplitKernel(const T *__restrict__ q, const Kv cache,
                           float *partM,
                           float *partL, float *partAcc, int heads, int group,
                           int headDim, int64_t maxSeq, float scale,
-                          const int64_t *__restrict__ dPos, int64_t window) {
+                          const int64_t *__restrict__ dPos, int64_t window,
+                          SparseMask sparse) {
   constexpr int kT = HDM / 32, kKB = kDecodeKeysPerStep;
   __shared__ float sM[kAttnWarps], sL[kAttnWarps];
   __shared__ float sAcc[kAttnWarps][HDM];
@@ -588,8 +659,22 @@ __global__ void __launch_bounds__(kAttnThreads)
         km[t].init(cache.kMean, kvh, d, hd, cache.rotDim, cache.theta);
   }
   float m = -INFINITY, l = 0.0f;
+  [[maybe_unused]] bool masked = false;
+  if constexpr (kSparse)
+    masked = sparse.active(p, 1);
   for (int64_t kb = start + int64_t(warp) * kKB; kb < end;
        kb += int64_t(kAttnWarps) * kKB) {
+    [[maybe_unused]] bool keep[kKB];
+    if constexpr (kSparse) {
+      bool any = false;
+#pragma unroll
+      for (int jj = 0; jj < kKB; ++jj) {
+        keep[jj] = kb + jj < end && (!masked || sparse.keeps(kvh, p, p, kb + jj));
+        any = any || keep[jj];
+      }
+      if (!any)
+        continue;
+    }
     if constexpr (Kv::kCentered) {
 #pragma unroll
       for (int t = 0; t < kT; ++t)
@@ -622,10 +707,14 @@ __global__ void __launch_bounds__(kAttnThreads)
 #pragma unroll
     for (int jj = 0; jj < kKB; ++jj) {
       sc[jj] = warpSum(sc[jj]);
-      sc[jj] = kb + jj < end ? sc[jj] * scale : -INFINITY;
+      bool visible = kb + jj < end;
+      if constexpr (kSparse)
+        visible = keep[jj];
+      sc[jj] = visible ? sc[jj] * scale : -INFINITY;
       mt = fmaxf(mt, sc[jj]);
     }
-    const float mNew = fmaxf(m, mt); // finite: key kb < end is visible
+    // Finite: key kb < end is visible (sparse: a kept key of the step).
+    const float mNew = fmaxf(m, mt);
     const float alpha = m == -INFINITY ? 0.0f : expf(m - mNew);
     l *= alpha;
 #pragma unroll
@@ -635,6 +724,9 @@ __global__ void __launch_bounds__(kAttnThreads)
     for (int jj = 0; jj < kKB; ++jj) {
       if (kb + jj >= end)
         break;
+      if constexpr (kSparse)
+        if (!keep[jj])
+          continue;
       const float pj = expf(sc[jj] - mNew);
       l += pj;
       const int64_t vr = (kb + jj) * kvDim + int64_t(kvh) * hd;
@@ -725,12 +817,12 @@ inline int decodeSplits(const kiln_cuda_ctx *ctx, int64_t heads,
   return int(s < 1 ? 1 : s);
 }
 
-template <typename T, int HDM, typename Kv>
+template <bool kSparse, typename T, int HDM, typename Kv>
 inline void attentionLaunch(kiln_cuda_ctx *ctx, const T *q, const Kv &cache,
                             T *out, int64_t n, int64_t heads,
                             int64_t kvHeads, int64_t headDim, int64_t maxSeq,
                             float scale, int64_t window,
-                            const int64_t *dPos) {
+                            const int64_t *dPos, const SparseMask &sparse) {
   cudaStream_t stream = streamOf(ctx);
   const int group = int(heads / kvHeads);
   if (n == 1) {
@@ -748,10 +840,10 @@ inline void attentionLaunch(kiln_cuda_ctx *ctx, const T *q, const Kv &cache,
         static_cast<uint8_t *>(ctx->workspace) + KILN_CUDA_ATTN_SCRATCH_OFFSET);
     float *partL = partM + heads * splits;
     float *partAcc = partL + heads * splits;
-    attnDecodeSplitKernel<T, HDM, Kv>
+    attnDecodeSplitKernel<T, HDM, Kv, kSparse>
         <<<dim3(unsigned(splits), unsigned(heads)), kAttnThreads, 0, stream>>>(
             q, cache, partM, partL, partAcc, int(heads), group,
-            int(headDim), maxSeq, scale, dPos, window);
+            int(headDim), maxSeq, scale, dPos, window, sparse);
     if (!KILN_CUDA_LAUNCHED(ctx, "attnDecodeSplitKernel<<<>>>"))
       return;
     attnDecodeReduceKernel<T><<<unsigned(heads), kAttnThreads, 0, stream>>>(
@@ -762,14 +854,14 @@ inline void attentionLaunch(kiln_cuda_ctx *ctx, const T *q, const Kv &cache,
   const size_t smem = prefillSmemBytes(int(headDim));
   if (smem > 48 * 1024 &&
       !KILN_CUDA_CHECK(
-          ctx, cudaFuncSetAttribute(attnPrefillKernel<T, HDM, Kv>,
+          ctx, cudaFuncSetAttribute(attnPrefillKernel<T, HDM, Kv, kSparse>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(smem))))
     return;
   const dim3 grid(unsigned((n + kPrefillBr - 1) / kPrefillBr), unsigned(heads));
-  attnPrefillKernel<T, HDM, Kv><<<grid, kAttnThreads, smem, stream>>>(
+  attnPrefillKernel<T, HDM, Kv, kSparse><<<grid, kAttnThreads, smem, stream>>>(
       q, cache, out, n, int(heads), group, int(headDim), maxSeq, scale, dPos,
-      window);
+      window, sparse);
   KILN_CUDA_LAUNCHED(ctx, "attnPrefillKernel<<<>>>");
 }
 
@@ -788,13 +880,16 @@ inline bool attentionArgsOk(kiln_cuda_ctx *ctx, const char *call,
 
 /// Prefill / decode attention over `cache` (KvPlain, KvInt8 or KvFp8, or
 /// those KvPaged / KvCentered), HDM picked from head_dim; the first
-/// position is *dPos (device), ctx->d_pos when dPos is null.
-template <typename T, typename Kv>
+/// position is *dPos (device), ctx->d_pos when dPos is null. kSparse: the
+/// kernels skip the key blocks `sparse` drops (block-sparse prefill,
+/// sparse flash-decoding).
+template <bool kSparse = false, typename T, typename Kv>
 inline void attentionDispatch(kiln_cuda_ctx *ctx, const T *q, const Kv &cache,
                               T *out, int64_t n, int64_t heads,
                               int64_t kvHeads, int64_t headDim, int64_t maxSeq,
                               float scale, int64_t window = 0,
-                              const int64_t *dPos = nullptr) {
+                              const int64_t *dPos = nullptr,
+                              const SparseMask &sparse = SparseMask()) {
   if (!dPos)
     dPos = ctx->d_pos;
   constexpr int kMask = KILN_CUDA_ATTN_HDM_MASK;
@@ -806,23 +901,27 @@ inline void attentionDispatch(kiln_cuda_ctx *ctx, const T *q, const Kv &cache,
   switch (bucket) {
   case 0:
     if constexpr ((kMask & 1) != 0)
-      attentionLaunch<T, 32>(ctx, q, cache, out, n, heads, kvHeads, headDim,
-                             maxSeq, scale, window, dPos);
+      attentionLaunch<kSparse, T, 32>(ctx, q, cache, out, n, heads, kvHeads,
+                                      headDim, maxSeq, scale, window, dPos,
+                                      sparse);
     return;
   case 1:
     if constexpr ((kMask & 2) != 0)
-      attentionLaunch<T, 64>(ctx, q, cache, out, n, heads, kvHeads, headDim,
-                             maxSeq, scale, window, dPos);
+      attentionLaunch<kSparse, T, 64>(ctx, q, cache, out, n, heads, kvHeads,
+                                      headDim, maxSeq, scale, window, dPos,
+                                      sparse);
     return;
   case 2:
     if constexpr ((kMask & 4) != 0)
-      attentionLaunch<T, 128>(ctx, q, cache, out, n, heads, kvHeads, headDim,
-                              maxSeq, scale, window, dPos);
+      attentionLaunch<kSparse, T, 128>(ctx, q, cache, out, n, heads, kvHeads,
+                                      headDim, maxSeq, scale, window, dPos,
+                                      sparse);
     return;
   default:
     if constexpr ((kMask & 8) != 0)
-      attentionLaunch<T, 256>(ctx, q, cache, out, n, heads, kvHeads, headDim,
-                              maxSeq, scale, window, dPos);
+      attentionLaunch<kSparse, T, 256>(ctx, q, cache, out, n, heads, kvHeads,
+                                      headDim, maxSeq, scale, window, dPos,
+                                      sparse);
     return;
   }
 }

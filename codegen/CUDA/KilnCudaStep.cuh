@@ -30,17 +30,16 @@ inline bool stepArgsOk(kiln_cuda_ctx *ctx, const char *call, int64_t layer) {
          KILN_CUDA_ARG(ctx, layer >= 0, call, "negative layer");
 }
 
-/// Attention of every sequence of the step over layer `layer`'s paged pool
-/// (kiln_cuda_step_attention and its centered variant).
+/// Attention of sequence s of the step over layer `layer`'s paged pool
+/// (kiln_cuda_step_attention and its centered variant; the caller checked
+/// the batch, the layer and the shapes).
 template <bool kCentered, typename T>
-inline void stepAttention(kiln_cuda_ctx *ctx, const char *call, const T *q,
-                          const T *k, const T *v, T *out, int64_t layer,
-                          int64_t format, int64_t heads, int64_t kvHeads,
-                          int64_t headDim, float scale, int64_t window,
-                          const float *kMean, int64_t rotDim, float theta) {
-  if (skip(ctx) || !stepArgsOk(ctx, call, layer) ||
-      !attentionArgsOk(ctx, call, heads, kvHeads, headDim, 1))
-    return;
+inline void stepAttentionSeq(kiln_cuda_ctx *ctx, const char *call, int32_t s,
+                             const T *q, const T *k, const T *v, T *out,
+                             int64_t layer, int64_t format, int64_t heads,
+                             int64_t kvHeads, int64_t headDim, float scale,
+                             int64_t window, const float *kMean,
+                             int64_t rotDim, float theta) {
   const kiln_cuda_batch &b = *ctx->batch;
   const kiln_cuda_paged_kv &c = ctx->kv_pages[layer];
   if (!KILN_CUDA_ARG(ctx, c.format == format && c.block_tokens >= 1, call,
@@ -57,54 +56,70 @@ inline void stepAttention(kiln_cuda_ctx *ctx, const char *call, const T *q,
   const int64_t qDim = heads * headDim, kvDim = kvHeads * headDim;
   // Positions a block table can address: the bound of the kernels' rows.
   const int64_t maxSeq = int64_t(b.max_blocks) * c.block_tokens;
-  for (int32_t s = 0; s < b.num_seqs; ++s) {
-    const int64_t r0 = b.row_start[s], n = b.row_count[s];
-    const int64_t *dPos = b.d_seq_pos + s;
-    const RowsPaged slot{b.d_block_tables + int64_t(s) * b.max_blocks,
-                         int(c.block_tokens)};
-    const T *qs = q + r0 * qDim, *ks = k + r0 * kvDim, *vs = v + r0 * kvDim;
-    T *os = out + r0 * qDim;
-    // The 8-bit pools: int8 or FP8 codes with per-(row, kv head) scales.
-    auto quantized = [&](auto trait, auto *kp, auto *vp, auto append,
-                         const char *appendName) {
-      using Kv = decltype(trait);
-      attentionQuantKv<kCentered>(
-          ctx, call, appendName, append,
-          KvPaged<Kv>{{kp, vp, c.k_scales, c.v_scales, int(kvHeads)}, slot,
-                      kvDim},
-          qs, ks, vs, kp, vp, c.k_scales, c.v_scales, kMean, os, n, heads,
-          kvHeads, headDim, rotDim, maxSeq, scale, theta, dPos, slot, window);
-    };
-    // Only the formats of KILN_CUDA_STEP_KV_FORMAT_MASK are instantiated
-    // (KilnCudaAttention.cuh); the plain pool never holds centered keys.
-    constexpr int kFormats = KILN_CUDA_STEP_KV_FORMAT_MASK;
-    switch (c.format) {
-    case KILN_CUDA_KV_INT8:
-      if constexpr ((kFormats >> KILN_CUDA_KV_INT8) & 1)
-        quantized(KvInt8{}, static_cast<int8_t *>(c.k_pool),
-                  static_cast<int8_t *>(c.v_pool),
-                  kvAppendInt8Kernel<T, RowsPaged>, "kvAppendInt8Kernel<<<>>>");
-      break;
-    case KILN_CUDA_KV_FP8:
-      if constexpr ((kFormats >> KILN_CUDA_KV_FP8) & 1)
-        quantized(KvFp8{}, static_cast<uint8_t *>(c.k_pool),
-                  static_cast<uint8_t *>(c.v_pool),
-                  kvAppendFp8Kernel<T, RowsPaged>, "kvAppendFp8Kernel<<<>>>");
-      break;
-    default:
-      if constexpr (!kCentered && ((kFormats >> KILN_CUDA_KV_PLAIN) & 1)) {
-        auto *kp = static_cast<T *>(c.k_pool);
-        auto *vp = static_cast<T *>(c.v_pool);
-        kvAppendKernel<T, RowsPaged>
-            <<<gridFor(ctx, n * kvDim, 256), 256, 0, streamOf(ctx)>>>(
-                ks, vs, kp, vp, n, kvDim, maxSeq, dPos, slot);
-        if (!KILN_CUDA_LAUNCHED(ctx, "kvAppendKernel<<<>>>"))
-          return;
-        attentionDispatch(ctx, qs, KvPaged<KvPlain<T>>{{kp, vp}, slot, kvDim},
-                          os, n, heads, kvHeads, headDim, maxSeq, scale,
-                          window, dPos);
-      }
+  const int64_t r0 = b.row_start[s], n = b.row_count[s];
+  const int64_t *dPos = b.d_seq_pos + s;
+  const RowsPaged slot{b.d_block_tables + int64_t(s) * b.max_blocks,
+                       int(c.block_tokens)};
+  const T *qs = q + r0 * qDim, *ks = k + r0 * kvDim, *vs = v + r0 * kvDim;
+  T *os = out + r0 * qDim;
+  // The 8-bit pools: int8 or FP8 codes with per-(row, kv head) scales.
+  auto quantized = [&](auto trait, auto *kp, auto *vp, auto append,
+                       const char *appendName) {
+    using Kv = decltype(trait);
+    attentionQuantKv<kCentered>(
+        ctx, call, appendName, append,
+        KvPaged<Kv>{{kp, vp, c.k_scales, c.v_scales, int(kvHeads)}, slot,
+                    kvDim},
+        qs, ks, vs, kp, vp, c.k_scales, c.v_scales, kMean, os, n, heads,
+        kvHeads, headDim, rotDim, maxSeq, scale, theta, dPos, slot, window);
+  };
+  // Only the formats of KILN_CUDA_STEP_KV_FORMAT_MASK are instantiated
+  // (KilnCudaAttention.cuh); the plain pool never holds centered keys.
+  constexpr int kFormats = KILN_CUDA_STEP_KV_FORMAT_MASK;
+  switch (c.format) {
+  case KILN_CUDA_KV_INT8:
+    if constexpr ((kFormats >> KILN_CUDA_KV_INT8) & 1)
+      quantized(KvInt8{}, static_cast<int8_t *>(c.k_pool),
+                static_cast<int8_t *>(c.v_pool),
+                kvAppendInt8Kernel<T, RowsPaged>, "kvAppendInt8Kernel<<<>>>");
+    break;
+  case KILN_CUDA_KV_FP8:
+    if constexpr ((kFormats >> KILN_CUDA_KV_FP8) & 1)
+      quantized(KvFp8{}, static_cast<uint8_t *>(c.k_pool),
+                static_cast<uint8_t *>(c.v_pool),
+                kvAppendFp8Kernel<T, RowsPaged>, "kvAppendFp8Kernel<<<>>>");
+    break;
+  default:
+    if constexpr (!kCentered && ((kFormats >> KILN_CUDA_KV_PLAIN) & 1)) {
+      auto *kp = static_cast<T *>(c.k_pool);
+      auto *vp = static_cast<T *>(c.v_pool);
+      kvAppendKernel<T, RowsPaged>
+          <<<gridFor(ctx, n * kvDim, 256), 256, 0, streamOf(ctx)>>>(
+              ks, vs, kp, vp, n, kvDim, maxSeq, dPos, slot);
+      if (!KILN_CUDA_LAUNCHED(ctx, "kvAppendKernel<<<>>>"))
+        return;
+      attentionDispatch(ctx, qs, KvPaged<KvPlain<T>>{{kp, vp}, slot, kvDim},
+                        os, n, heads, kvHeads, headDim, maxSeq, scale, window,
+                        dPos);
     }
+  }
+}
+
+/// Attention of every sequence of the step over layer `layer`'s paged pool
+/// (kiln_cuda_step_attention and its centered variant).
+template <bool kCentered, typename T>
+inline void stepAttention(kiln_cuda_ctx *ctx, const char *call, const T *q,
+                          const T *k, const T *v, T *out, int64_t layer,
+                          int64_t format, int64_t heads, int64_t kvHeads,
+                          int64_t headDim, float scale, int64_t window,
+                          const float *kMean, int64_t rotDim, float theta) {
+  if (skip(ctx) || !stepArgsOk(ctx, call, layer) ||
+      !attentionArgsOk(ctx, call, heads, kvHeads, headDim, 1))
+    return;
+  for (int32_t s = 0; s < ctx->batch->num_seqs; ++s) {
+    stepAttentionSeq<kCentered>(ctx, call, s, q, k, v, out, layer, format,
+                                heads, kvHeads, headDim, scale, window, kMean,
+                                rotDim, theta);
     if (skip(ctx))
       return;
   }

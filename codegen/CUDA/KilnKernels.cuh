@@ -7,7 +7,8 @@
 // W8A16, W8A8, W4A16; KilnCudaAttention.cuh; KilnCudaSampling.cuh;
 // KilnCudaBlocks.cuh: GGML block formats; KilnCudaHost.cuh: the host
 // wrappers; KilnCudaFused.cuh: the templates of generated fused kernels;
-// KilnCudaStep.cuh: the batched step's paged-cache kernels)
+// KilnCudaStep.cuh: the batched step's paged-cache kernels;
+// KilnCudaSparse.cuh: dynamic block-sparse prefill and Quest decode)
 // next to the emitted model.cu, which includes this one once; nvcc
 // compiles them for sm_80 and sm_90a into model.so. Self-contained: they
 // include only CUDA runtime, cuBLASLt and CCCL headers, the C++ standard
@@ -66,6 +67,6 @@
 #ifndef KILN_CODEGEN_CUDA_KILNKERNELS_CUH
 #define KILN_CODEGEN_CUDA_KILNKERNELS_CUH
 
-#include "KilnCudaStep.cuh"
+#include "KilnCudaSparse.cuh"
 
 #endif // KILN_CODEGEN_CUDA_KILNKERNELS_CUH

@@ -142,7 +142,7 @@ static cl::opt<std::string> sparseAttention(
              "scores in --calibration (kiln-calibrate --heads) keep only "
              "sink and local blocks; antidiag takes stride=16 too; "
              "decode=quest makes decode select pages too, from key "
-             "summaries kept with the KV cache); cpu target"),
+             "summaries kept with the KV cache; f32). Both targets"),
     cl::init("none"), cl::value_desc("none|flex|antidiag[:KEY=VALUE,...]"),
     cl::cat(category));
 
@@ -857,9 +857,6 @@ int main(int argc, char **argv) {
   if (actQuant == "int8" && target == "cuda")
     return fail("--act-quant=int8 has kernels for --target=cpu only so far");
   if (sparseOptions) {
-    if (target == "cuda")
-      return fail("--sparse-attention has kernels for --target=cpu only so "
-                  "far");
     if (sparseOptions->decode == "quest" && dtype != "f32")
       return fail("--sparse-attention: decode=quest has f32 kernels only so "
                   "far; compile with --dtype=f32");
@@ -1092,6 +1089,10 @@ int main(int argc, char **argv) {
   if (sparseReportText && emit != Emit::Artifact)
     return fail("--sparse-report runs the compiled artifact; it cannot be "
                 "combined with --emit");
+  if (sparseReportText && target == "cuda")
+    return fail("--sparse-report runs the CPU runtime's audit; compile a "
+                "--target=cpu artifact with the same --sparse-attention to "
+                "see the price (the CUDA kernels select the same blocks)");
   if (sparseReportText && (tensorParallel != "1" || pipelineParallel != "1"))
     return fail("--sparse-report runs the artifact in this process; compile "
                 "it without --tp / --pp");

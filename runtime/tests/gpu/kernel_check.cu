@@ -18,7 +18,11 @@
 // on their own cache read back through kernel_abi.h's formula (m_t from
 // double cos / sin here) and against the CPU centered kernels; that E4M3
 // reference is itself compared with cuda_fp8.h first (host only, so it also
-// runs without a GPU: a disagreement exits 1).
+// runs without a GPU: a disagreement exits 1). Dynamic sparse attention
+// (kiln_cuda_attention_sparse, Quest's kiln_cuda_attention_sparse_summary /
+// _decode) against the CPU sparse kernels on planted inputs whose block
+// lists have wide margins, and its dense fallbacks against the dense
+// kernel bit for bit.
 //
 //   kiln-gpu-kernel-check          correctness; one "PASS|FAIL kernel dtype
 //                                  shape relerr" line per case, then
@@ -34,6 +38,7 @@
 //===----------------------------------------------------------------------===//
 #include "KilnKernels.cuh"
 #include "cpu/WholeOpKernels.h"
+#include "kiln_rt/api.h"
 #include "kiln_rt/kernel_abi.h"
 
 #include <algorithm>
@@ -1529,6 +1534,255 @@ int32_t cpuSample(std::vector<float> logits, float temperature, int32_t topK,
   return n - 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Dynamic sparse attention (KilnCudaSparse.cuh)
+//===----------------------------------------------------------------------===//
+
+/// Planted attention for the sparse kernels (as kiln-attention-bench's
+/// synthetic prompts): every key is small noise except the "needle" blocks
+/// (1, 5, 9, ...), whose keys point along a direction u_g of their KV head
+/// that every query of the group shares, so the needles hold nearly all of
+/// each row's mass (logit ~ `peak` against ~0), every block list is decided
+/// with a wide margin (no float-vs-double tie at gamma) and the dropped
+/// background still moves the output measurably.
+struct PlantedAttention {
+  std::vector<float> q, k, v; // q [n, heads * hd]; k, v [T, kvHeads * hd]
+};
+PlantedAttention plantedAttention(int64_t n, int64_t T, int64_t heads,
+                                  int64_t kvHeads, int64_t hd, int64_t block,
+                                  float peak) {
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  const int64_t group = heads / kvHeads, kvDim = kvHeads * hd;
+  std::vector<float> u(static_cast<size_t>(kvDim));
+  for (int64_t g = 0; g < kvHeads; ++g) {
+    double norm = 0.0;
+    for (int64_t d = 0; d < hd; ++d) {
+      u[size_t(g * hd + d)] = noise(gRng);
+      norm += double(u[size_t(g * hd + d)]) * u[size_t(g * hd + d)];
+    }
+    for (int64_t d = 0; d < hd; ++d)
+      u[size_t(g * hd + d)] /= float(std::sqrt(norm));
+  }
+  // scale q . k = peak for a needle: |q| = |k| = sqrt(peak * sqrt(hd)).
+  const float amp = std::sqrt(peak * std::sqrt(float(hd)));
+  PlantedAttention a;
+  a.q.resize(size_t(n * heads * hd));
+  a.k.resize(size_t(T * kvDim));
+  a.v.resize(size_t(T * kvDim));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t d = 0; d < hd; ++d)
+        a.q[size_t((i * heads + h) * hd + d)] =
+            amp * u[size_t((h / group) * hd + d)] + 0.05f * noise(gRng);
+  for (int64_t t = 0; t < T; ++t) {
+    const bool needle = (t / block) % 4 == 1;
+    for (int64_t c = 0; c < kvDim; ++c) {
+      a.k[size_t(t * kvDim + c)] =
+          (needle ? amp * u[size_t(c)] : 0.0f) + 0.3f * noise(gRng);
+      a.v[size_t(t * kvDim + c)] = noise(gRng);
+    }
+  }
+  return a;
+}
+
+template <typename T> std::vector<float> roundedTo(std::vector<float> v) {
+  for (float &x : v)
+    x = Dtype<T>::to(Dtype<T>::from(x));
+  return v;
+}
+
+/// kiln_cuda_attention_sparse (block-sparse prefill, and its one-row path
+/// through sparse flash-decoding) against kiln_k_attention_sparse on the
+/// same planted inputs: a prefix of `pos` cached rows plus n new ones.
+/// Also: the CPU ran sparse (its counters), the sparse output differs from
+/// dense (f32: else the comparison says nothing about the selection), and
+/// gamma = 1 / a min_tokens above the context equal kiln_cuda_attention
+/// bit for bit.
+template <typename T> void checkAttentionSparse(Context &c) {
+  struct Shape {
+    int64_t n, pos, heads, kvHeads, hd, block, stride, streaming;
+    float gamma;
+  };
+  const Shape shapes[] = {
+      {300, 0, 4, 1, 64, 16, 0, 0, 0.9f},   // flex, GQA 4
+      {300, 0, 8, 2, 128, 32, 8, 0, 0.9f},  // antidiag, GQA 4
+      {77, 203, 6, 2, 64, 16, 4, 0, 0.9f},  // a chunk after a KV prefix
+      {250, 0, 3, 3, 64, 16, 7, 2, 0.9f},   // MHA, stride 7, streaming head 1
+      {1, 400, 4, 1, 64, 16, 4, 0, 0.9f},   // one row: sparse flash-decoding
+      {129, 0, 4, 2, 80, 16, 0, 0, 0.95f},  // head_dim 80, odd length
+  };
+  for (const Shape &s : shapes) {
+    const int64_t total = s.pos + s.n, maxSeq = total + 5;
+    const int64_t qDim = s.heads * s.hd, kvDim = s.kvHeads * s.hd;
+    PlantedAttention a =
+        plantedAttention(s.n, total, s.heads, s.kvHeads, s.hd, s.block, 6.0f);
+    const std::vector<float> q = roundedTo<T>(a.q), k = roundedTo<T>(a.k),
+                             v = roundedTo<T>(a.v);
+    const std::vector<float> kNew(k.begin() + s.pos * kvDim, k.end()),
+        vNew(v.begin() + s.pos * kvDim, v.end());
+    const float scale = 1.0f / std::sqrt(float(s.hd));
+    const int64_t sink = 1, local = 1;
+    std::string shape = fmt("n=%lld pos=%lld heads=%lld kv_heads=%lld "
+                            "head_dim=%lld block=%lld",
+                            s.n, s.pos, s.heads, s.kvHeads, s.hd, s.block) +
+                        fmt(" stride=%lld streaming=%lld", s.stride,
+                            s.streaming);
+    auto cpu = [&](float gamma, int64_t minTokens, bool sparse) {
+      std::vector<float> kc(size_t(maxSeq * kvDim), 0.0f), vc(kc.size(), 0.0f);
+      std::copy(k.begin(), k.begin() + s.pos * kvDim, kc.begin());
+      std::copy(v.begin(), v.begin() + s.pos * kvDim, vc.begin());
+      std::vector<float> out(q.size());
+      if (sparse)
+        kiln_k_attention_sparse(q.data(), kNew.data(), vNew.data(), kc.data(),
+                                vc.data(), out.data(), s.n, s.pos, s.heads,
+                                s.kvHeads, s.hd, maxSeq, scale, gamma,
+                                s.block, sink, local, 0, 0, minTokens, 0,
+                                s.streaming, s.stride);
+      else
+        kiln_k_attention(q.data(), kNew.data(), vNew.data(), kc.data(),
+                         vc.data(), out.data(), s.n, s.pos, s.heads,
+                         s.kvHeads, s.hd, maxSeq, scale);
+      return out;
+    };
+    auto gpu = [&](float gamma, int64_t minTokens, bool sparse,
+                   std::string &err) {
+      DevBuf<T> dq(q.size()), dk(kNew.size()), dv(vNew.size()),
+          dkc(size_t(maxSeq * kvDim)), dvc(size_t(maxSeq * kvDim)),
+          dOut(q.size());
+      dq.upload(q);
+      dk.upload(kNew);
+      dv.upload(vNew);
+      if (s.pos > 0) {
+        dkc.upload(std::vector<float>(k.begin(), k.begin() + s.pos * kvDim));
+        dvc.upload(std::vector<float>(v.begin(), v.begin() + s.pos * kvDim));
+      }
+      c.setPos(s.pos);
+      if (sparse)
+        kiln_cuda_attention_sparse(&c.ctx, dq.data(), dk.data(), dv.data(),
+                                   dkc.data(), dvc.data(), dOut.data(), s.n,
+                                   -1, s.heads, s.kvHeads, s.hd, maxSeq,
+                                   scale, gamma, s.block, sink, local, 0, 0,
+                                   minTokens, 0, s.streaming, s.stride);
+      else
+        kiln_cuda_attention(&c.ctx, dq.data(), dk.data(), dv.data(),
+                            dkc.data(), dvc.data(), dOut.data(), s.n, -1,
+                            s.heads, s.kvHeads, s.hd, maxSeq, scale);
+      err = c.finish();
+      return dOut.download(q.size());
+    };
+    int64_t stats[4];
+    kiln_rt_sparse_attention_stats(stats, 1);
+    const std::vector<float> ref = cpu(s.gamma, 32, true);
+    kiln_rt_sparse_attention_stats(stats, 1);
+    const bool cpuSparse = stats[3] == 0 && stats[0] < stats[1];
+    std::string err;
+    std::vector<float> got = gpu(s.gamma, 32, true, err);
+    if (!cpuSparse)
+      err += fmt("the CPU ran dense (kept %lld of %lld pairs, %lld dense "
+                 "calls): the case checks nothing",
+                 stats[0], stats[1], stats[3]);
+    const std::vector<float> dense = cpu(1.0f, 0, false);
+    if (Dtype<T>::tol < 1e-4) {
+      double diff = 0.0, mx = 0.0;
+      for (size_t i = 0; i < dense.size(); ++i) {
+        diff = std::max(diff, std::fabs(double(dense[i]) - ref[i]));
+        mx = std::max(mx, std::fabs(double(dense[i])));
+      }
+      if (diff <= 100.0 * Dtype<T>::tol * mx)
+        err += fmt(" sparse equals dense within 100 tol: the selection is "
+                   "not checked");
+    }
+    report("attention-sparse", Dtype<T>::name,
+           shape + fmt(" density=%lld/%lld", stats[0], stats[1]), got, ref,
+           Dtype<T>::tol, err);
+    // Dense fallbacks: bit for bit the dense CUDA kernel.
+    std::string errDense, errG1, errShort;
+    const std::vector<float> denseGpu = gpu(1.0f, 0, false, errDense);
+    const std::vector<float> g1 = gpu(1.0f, 32, true, errG1);
+    const std::vector<float> below = gpu(s.gamma, total + 1, true, errShort);
+    report("attention-sparse-gamma1=dense", Dtype<T>::name, shape, g1,
+           denseGpu, 0.0, errDense + errG1);
+    report("attention-sparse-short=dense", Dtype<T>::name, shape, below,
+           denseGpu, 0.0, errDense + errShort);
+  }
+}
+
+/// Quest decode on the device (kiln_cuda_attention_sparse_summary over a
+/// planted prompt, then kiln_cuda_attention_sparse_decode steps) against
+/// the CPU kernels: the key summaries bit for bit, the decode outputs
+/// within f32 rounding; the CPU's decode counters say it ran sparse.
+void checkQuestDecode(Context &c) {
+  const int64_t heads = 8, kvHeads = 2, hd = 64, B = 16, prompt = 500;
+  const int64_t steps = 3, T = prompt + steps, maxSeq = T + 7;
+  const int64_t qDim = heads * hd, kvDim = kvHeads * hd;
+  const int64_t pages = (maxSeq + B - 1) / B;
+  const float scale = 1.0f / std::sqrt(float(hd)), gamma = 0.9f;
+  PlantedAttention a = plantedAttention(T, T, heads, kvHeads, hd, B, 6.0f);
+  std::vector<float> kc(size_t(maxSeq * kvDim), 0.0f), vc(kc.size(), 0.0f);
+  std::vector<float> kMin(size_t(pages * kvDim), 0.0f), kMax(kMin);
+  DevBuf<float> dq(a.q.size()), dk(a.k.size()), dv(a.v.size()),
+      dkc(kc.size()), dvc(vc.size()), dMin(kMin.size()), dMax(kMax.size()),
+      dOut(a.q.size());
+  dq.upload(a.q);
+  dk.upload(a.k);
+  dv.upload(a.v);
+  std::vector<float> ref(a.q.size());
+  // The prompt: sparse prefill writing the summaries.
+  kiln_k_attention_sparse_summary(a.q.data(), a.k.data(), a.v.data(),
+                                  kc.data(), vc.data(), kMin.data(),
+                                  kMax.data(), ref.data(), prompt, 0, heads,
+                                  kvHeads, hd, maxSeq, scale, gamma, B, 1, 1,
+                                  0, 0, 32, 0, 0, 4);
+  c.setPos(0);
+  kiln_cuda_attention_sparse_summary(&c.ctx, dq.data(), dk.data(), dv.data(),
+                                     dkc.data(), dvc.data(), dMin.data(),
+                                     dMax.data(), dOut.data(), prompt, -1,
+                                     heads, kvHeads, hd, maxSeq, scale, gamma,
+                                     B, 1, 1, 0, 0, 32, 0, 0, 4);
+  std::string err = c.finish();
+  const size_t used = size_t(((prompt + B - 1) / B) * kvDim);
+  report("attention-sparse-summary", "f32",
+         fmt("prompt=%lld kv_heads=%lld head_dim=%lld page=%lld", prompt,
+             kvHeads, hd, B),
+         [&] {
+           std::vector<float> g = dMin.download(used), x = dMax.download(used);
+           g.insert(g.end(), x.begin(), x.end());
+           return g;
+         }(),
+         [&] {
+           std::vector<float> g(kMin.begin(), kMin.begin() + long(used));
+           g.insert(g.end(), kMax.begin(), kMax.begin() + long(used));
+           return g;
+         }(),
+         0.0, err);
+  int64_t stats[4];
+  kiln_rt_sparse_decode_stats(stats, 1);
+  for (int64_t i = prompt; i < T; ++i) {
+    kiln_k_attention_sparse_decode(
+        a.q.data() + i * qDim, a.k.data() + i * kvDim, a.v.data() + i * kvDim,
+        kc.data(), vc.data(), kMin.data(), kMax.data(), ref.data(), 1, i,
+        heads, kvHeads, hd, maxSeq, scale, gamma, B, 1, 1, 0, 0, 32, 0, 0, 4);
+    c.setPos(i);
+    kiln_cuda_attention_sparse_decode(
+        &c.ctx, dq.data() + i * qDim, dk.data() + i * kvDim,
+        dv.data() + i * kvDim, dkc.data(), dvc.data(), dMin.data(),
+        dMax.data(), dOut.data(), 1, -1, heads, kvHeads, hd, maxSeq, scale,
+        gamma, B, 1, 1, 0, 0, 32, 0, 0, 4);
+    err = c.finish();
+    std::vector<float> want(ref.begin(), ref.begin() + qDim);
+    kiln_rt_sparse_decode_stats(stats, 1);
+    if (!(stats[3] == 0 && stats[0] < stats[1]))
+      err += fmt("the CPU decode ran dense (kept %lld of %lld pages)",
+                 stats[0], stats[1]);
+    report("attention-sparse-decode", "f32",
+           fmt("pos=%lld heads=%lld kv_heads=%lld head_dim=%lld page=%lld", i,
+               heads, kvHeads, hd, B) +
+               fmt(" pages kept=%lld/%lld", stats[0], stats[1]),
+           dOut.download(size_t(qDim)), want, 1e-5, err);
+  }
+}
+
+
 void checkSampling(Context &c) {
   const int64_t vocab = 32003;
   std::normal_distribution<float> dist(0.0f, 3.0f);
@@ -2042,6 +2296,10 @@ int main(int argc, char **argv) {
   checkAttentionCentered<float, true>(c);
   checkAttentionCentered<__half, true>(c);
   checkAttentionCentered<__nv_bfloat16, true>(c);
+  checkAttentionSparse<float>(c);
+  checkAttentionSparse<__half>(c);
+  checkAttentionSparse<__nv_bfloat16>(c);
+  checkQuestDecode(c);
   for (Ew op : {Ew::Swiglu, Ew::Silu, Ew::Add, Ew::Mul}) {
     checkElementwise<float>(c, op);
     checkElementwise<__half>(c, op);

@@ -88,5 +88,5 @@ module attributes {kiln.model = {n_heads = 4 : i64, head_dim = 8 : i64, max_seq_
 // SYMS-DAG: kiln_cuda_detail::gemvW8A8Kernel<__nv_bfloat16>
 // SYMS-DAG: kiln_cuda_detail::linearW8A8TiledKernel<__nv_bfloat16>
 // SYMS-DAG: kiln_cuda_detail::kvAppendFp8Kernel<__nv_bfloat16, kiln_cuda_detail::RowsContiguous>
-// SYMS-DAG: kiln_cuda_detail::attnPrefillKernel<__nv_bfloat16, 32, kiln_cuda_detail::KvFp8>
-// SYMS-DAG: kiln_cuda_detail::attnDecodeSplitKernel<__nv_bfloat16, 32, kiln_cuda_detail::KvFp8>
+// SYMS-DAG: kiln_cuda_detail::attnPrefillKernel<__nv_bfloat16, 32, kiln_cuda_detail::KvFp8, false>
+// SYMS-DAG: kiln_cuda_detail::attnDecodeSplitKernel<__nv_bfloat16, 32, kiln_cuda_detail::KvFp8, false>
