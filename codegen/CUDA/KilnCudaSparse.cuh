@@ -360,6 +360,10 @@ __global__ void __launch_bounds__(kSelectThreads)
   for (int64_t i = tid; i < group * blocks; i += blockDim.x)
     s.mass[i] = 0.0f;
   __syncthreads();
+  // The mandatory blocks: sink [0, sinkEnd), local [localFirst, qb].
+  const int64_t sinkEnd = rule.sink < blocks ? rule.sink : blocks;
+  const int64_t localFirst =
+      qb - rule.local + 1 > sinkEnd ? qb - rule.local + 1 : sinkEnd;
   const bool streamingHead = rule.isStreaming(g);
   if (!streamingHead) {
     float *qw = s.qRow + warp * headDim;
@@ -390,21 +394,46 @@ __global__ void __launch_bounds__(kSelectThreads)
         for (int64_t kb = lane; kb < blocks; kb += 32)
           atomicAdd(m + kb, expf(logit(kb) - mx) / sum);
       } else {
-        // Antidiagonal (XAttention): the row's exact softmax over its
-        // sampled keys j <= pos with (pos + j) mod S = S - 1.
-        const int64_t S = rule.stride, c = pos % S, ec = S - 1 - c;
+        // Antidiagonal (XAttention) as a Horvitz-Thompson estimate of the
+        // row's softmax: the mandatory blocks' keys (sink [0, sinkEnd B),
+        // local [localFirst B, pos]) scored exactly with weight 1, the
+        // optional blocks' keys sampled (j <= pos with (pos + j) mod S =
+        // S - 1) with weight S; index i < mk walks the mandatory keys,
+        // then t = tA + (i - mk) the sampled ones.
+        const int64_t S = rule.stride, ec = S - 1 - pos % S;
+        const int64_t sinkKeys = sinkEnd * B < pos + 1 ? sinkEnd * B : pos + 1;
+        const int64_t localKeys =
+            pos + 1 - localFirst * B > 0 ? pos + 1 - localFirst * B : 0;
+        const int64_t mk = sinkKeys + localKeys;
         const int64_t count = pos >= ec ? (pos - ec) / S + 1 : 0;
-        if (count == 0)
-          continue;
+        const int64_t jA = sinkEnd * B, jB = localFirst * B;
+        const int64_t tA = jA > ec ? (jA - ec + S - 1) / S : 0;
+        int64_t tB = jB > ec ? (jB - ec + S - 1) / S : 0;
+        tB = tB < count ? tB : count;
+        const int64_t items = mk + (tB > tA ? tB - tA : 0);
+        auto keyOf = [&](int64_t i) {
+          return i < sinkKeys ? i
+                 : i < mk     ? localFirst * B + (i - sinkKeys)
+                              : ec + (tA + i - mk) * S;
+        };
         float mx = -INFINITY, sum = 0.0f;
-        for (int64_t t = lane; t < count; t += 32)
-          onlineAdd(mx, sum,
-                    scale * dotKey(qw, cache, ec + t * S, g, headDim, kvDim));
+        for (int64_t i = lane; i < items; i += 32) {
+          const float l =
+              scale * dotKey(qw, cache, keyOf(i), g, headDim, kvDim);
+          const float wt = i < mk ? 1.0f : float(S);
+          if (l > mx) {
+            sum = sum * expf(mx - l) + wt;
+            mx = l;
+          } else {
+            sum += wt * expf(l - mx);
+          }
+        }
         warpSoftmaxStats(mx, sum);
-        for (int64_t t = lane; t < count; t += 32) {
-          const int64_t j = ec + t * S;
+        for (int64_t i = lane; i < items; i += 32) {
+          const int64_t j = keyOf(i);
           const float l = scale * dotKey(qw, cache, j, g, headDim, kvDim);
-          atomicAdd(m + j / B, expf(l - mx) / sum);
+          const float wt = i < mk ? 1.0f : float(S);
+          atomicAdd(m + j / B, wt * expf(l - mx) / sum);
         }
       }
     }

@@ -5,7 +5,8 @@ against a float64 numpy implementation written from its definition
 (kernel_abi.h; docs/sparse-attention.md): each key block's attention mass
 per (KV head, query block) estimated per query head from every row's softmax
 over the blocks' mean keys (or, with a stride S, over every S-th key on
-antidiagonals), blocks taken by their largest mass over the group's heads
+antidiagonals of the optional blocks, each standing for S keys, with the
+sink and local blocks' keys scored exactly), blocks taken by their largest mass over the group's heads
 until every head's kept mass reaches gamma,
 sink and local blocks always kept, blocks added in order of estimated mass
 until gamma, the budget limits, then exact causal attention over the kept
@@ -198,7 +199,7 @@ def attend_pages(q, keys, values, pos, H, G, hd, scale, kept, B):
     return out
 
 
-def estimate_row(qv, keys_g, p_abs, nb, B, scale, stride):
+def estimate_row(qv, keys_g, p_abs, nb, B, scale, stride, mandatory):
     """One row's estimated mass per key block kb < nb (float64)."""
     if stride == 0:
         # Pooled: softmax over the blocks' mean keys, weighted by the keys
@@ -209,17 +210,24 @@ def estimate_row(qv, keys_g, p_abs, nb, B, scale, stride):
         logit = scale * kbar.dot(qv) + np.log(seen)
         e = np.exp(logit - logit.max())
         return e / e.sum()
-    # Antidiagonal: the exact softmax over the sampled keys j <= p with
-    # (p + j) mod S == S - 1, summed per block.
-    j = np.arange(0, p_abs + 1)
-    j = j[(p_abs + j) % stride == stride - 1]
+    # Antidiagonal, a Horvitz-Thompson estimate of the row's softmax: the
+    # keys of the mandatory (sink, local) blocks scored exactly, the other
+    # blocks' keys sampled (j <= p with (p + j) mod S == S - 1), each
+    # sampled key standing for S keys; shares summed per block.
+    mand = np.array([j for kb in sorted(mandatory)
+                     for j in range(kb * B, min(p_abs + 1, (kb + 1) * B))], dtype=np.int64)
+    js = np.arange(0, p_abs + 1)
+    js = js[(p_abs + js) % stride == stride - 1]
+    js = js[~np.isin(js // B, sorted(mandatory))]
+    s_m = scale * keys_g[mand].dot(qv)
+    s_o = scale * keys_g[js].dot(qv)
+    top = max(s_m.max() if len(s_m) else -np.inf, s_o.max() if len(s_o) else -np.inf)
+    w_m = np.exp(s_m - top)
+    w_o = stride * np.exp(s_o - top)
+    z = w_m.sum() + w_o.sum()
     m = np.zeros(nb)
-    if len(j) == 0:
-        return None
-    s = scale * keys_g[j].dot(qv)
-    e = np.exp(s - s.max())
-    e /= e.sum()
-    np.add.at(m, j // B, e)
+    np.add.at(m, mand // B, w_m / z)
+    np.add.at(m, js // B, w_o / z)
     return m
 
 
@@ -258,7 +266,8 @@ def select(q, keys, pos, H, G, hd, scale, p):
                 h = g * group + hi
                 for r in range(r0, r1):
                     e = estimate_row(q[r, h * hd:(h + 1) * hd].astype(np.float64),
-                                     K[:, g * hd:(g + 1) * hd], pos + r, nb, B, scale, stride)
+                                     K[:, g * hd:(g + 1) * hd], pos + r, nb, B, scale, stride,
+                                     chosen)
                     if e is not None:
                         m[hi] += e
                 m[hi] /= m[hi].sum()

@@ -303,12 +303,16 @@ void kiln_k_attention_window(const float *q, const float *k, const float *v,
 /// Xiao et al. 2024), which keep only the sink and local blocks and skip
 /// the estimate; 0: every head selects by mass. `stride`: 0 for the pooled
 /// estimate above; S in [1, block] for antidiagonal scoring (XAttention,
-/// Xu et al. 2025): each row's exact softmax over its sampled keys j <= p
-/// with (p + j) mod S = S - 1, summed per block, about 1/S of the dense
-/// QK^T work. Each head of the group estimates its own masses; the group
-/// keeps one block list, taking blocks by their largest mass over the
-/// heads until every head's kept mass reaches gamma. _f16 / _bf16: 16-bit
-/// activations and caches.
+/// Xu et al. 2025) as a Horvitz-Thompson estimate of each row's softmax:
+/// the keys of the mandatory (sink and local) blocks scored exactly
+/// (weight 1), the other blocks' keys sampled, j <= p with (p + j) mod S =
+/// S - 1 (weight S: each stands for S keys), the row's share of block kb =
+/// sum_{j in kb} w_j e^(s_j) / sum_j w_j e^(s_j), about 1/S of the dense
+/// QK^T work; gamma is then a fraction of the (estimated) true mass. Each
+/// head of the group estimates its own masses; the group keeps one block
+/// list, taking blocks by their largest mass over the heads until every
+/// head's kept mass reaches gamma. _f16 / _bf16: 16-bit activations and
+/// caches.
 void kiln_k_attention_sparse(const float *q, const float *k, const float *v,
                              float *k_cache, float *v_cache, float *out,
                              int64_t n, int64_t pos, int64_t heads,

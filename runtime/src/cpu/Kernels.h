@@ -250,8 +250,10 @@ void gemvRowsQ4(const float *x, const int8_t *q, const float *scales,
 /// Softmax of one attention row in place (SoftmaxHwy.cpp): s[t] for t in
 /// [first, last] becomes exp(s[t] - max) / sum over that range (Highway's
 /// Exp, at most 1 ulp; expf for a row with a NaN, which stays NaN), every
-/// other s[t] of [0, n) becomes 0.
-void softmaxRow(float *s, int64_t first, int64_t last, int64_t n);
+/// other s[t] of [0, n) becomes 0. maxOut / sumOut, when given, receive
+/// the range's max score and the sum of exp(s - max) (before dividing).
+void softmaxRow(float *s, int64_t first, int64_t last, int64_t n,
+                float *maxOut = nullptr, float *sumOut = nullptr);
 
 /// Whether amxGemmF32 may be called: x86-64 Linux with AMX-TILE, AMX-BF16
 /// and AVX512-BF16, the tile state enabled by the OS and granted to this

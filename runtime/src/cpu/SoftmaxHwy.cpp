@@ -35,7 +35,7 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 void SoftmaxRow(float *HWY_RESTRICT s, int64_t first, int64_t last,
-                int64_t n) {
+                int64_t n, float *maxOut, float *sumOut) {
   const DF df;
   const int64_t lanes = int64_t(hn::Lanes(df));
   float *p = s + first;
@@ -60,6 +60,8 @@ void SoftmaxRow(float *HWY_RESTRICT s, int64_t first, int64_t last,
     double sum = 0.0;
     for (int64_t t = 0; t < count; ++t)
       sum += (p[t] = expf(p[t] - maxScore));
+    if (sumOut)
+      *sumOut = float(sum);
     const float inv = float(1.0 / sum);
     for (int64_t t = 0; t < count; ++t)
       p[t] *= inv;
@@ -80,12 +82,17 @@ void SoftmaxRow(float *HWY_RESTRICT s, int64_t first, int64_t last,
       std::copy(tail, tail + (count - i), p + i);
       vsum = hn::Add(vsum, e);
     }
-    const auto inv = hn::Set(df, 1.0f / hn::GetLane(hn::SumOfLanes(df, vsum)));
+    const float sum = hn::GetLane(hn::SumOfLanes(df, vsum));
+    if (sumOut)
+      *sumOut = sum;
+    const auto inv = hn::Set(df, 1.0f / sum);
     for (i = 0; i + lanes <= count; i += lanes)
       hn::StoreU(hn::Mul(hn::LoadU(df, p + i), inv), df, p + i);
     for (; i < count; ++i)
       p[i] *= hn::GetLane(inv);
   }
+  if (maxOut)
+    *maxOut = maxScore;
   std::fill(s, s + first, 0.0f);
   std::fill(s + last + 1, s + n, 0.0f);
 }
@@ -99,8 +106,9 @@ namespace kiln::rt::cpu {
 
 HWY_EXPORT(SoftmaxRow);
 
-void softmaxRow(float *s, int64_t first, int64_t last, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(SoftmaxRow)(s, first, last, n);
+void softmaxRow(float *s, int64_t first, int64_t last, int64_t n,
+                float *maxOut, float *sumOut) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxRow)(s, first, last, n, maxOut, sumOut);
 }
 
 } // namespace kiln::rt::cpu
