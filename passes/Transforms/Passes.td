@@ -326,8 +326,10 @@ def SparseAttentionPass
     (KV head, query block of `block` positions) estimates, per query head,
     the attention mass of every earlier key block from the blocks' mean
     keys (`mode=flex`; FlexPrefill, Lai et al. 2025) or from every
-    `stride`-th key on antidiagonals (`mode=antidiag`; XAttention, Xu et
-    al. 2025), keeps the `sink` first and `local` last blocks, adds blocks
+    `stride`-th key on antidiagonals of the optional blocks, the sink and
+    local blocks' keys scored exactly (`mode=antidiag`; XAttention, Xu et
+    al. 2025; a Horvitz-Thompson estimate of the true mass, so its `gamma`
+    defaults to 0.98), keeps the `sink` first and `local` last blocks, adds blocks
     by their largest mass over the group's heads until every head's kept
     mass reaches `gamma` (one block list per GQA group), clamps to [`min-budget`,
     `max-budget`] keys, and runs exact attention over the kept keys with
@@ -370,7 +372,8 @@ def SparseAttentionPass
     Option<"stride", "stride", "int64_t", /*default=*/"0",
            "antidiag: the sampling stride in [1, block] (0 with flex)">,
     Option<"gamma", "gamma", "double", /*default=*/"0.95",
-           "Attention mass each query block's kept keys must cover, (0, 1]">,
+           "Attention mass each query block's kept keys must cover, (0, 1] "
+           "(default 0.95 with flex, 0.98 with antidiag)">,
     Option<"block", "block", "int64_t", /*default=*/"64",
            "Positions per query and key block">,
     Option<"sink", "sink", "int64_t", /*default=*/"1",

@@ -113,6 +113,11 @@ struct SparseAttentionPass final
     if (mode == "flex" && stride != 0)
       return fail("stride applies to mode=antidiag (flex pools whole "
                   "blocks)");
+    // antidiag's gamma is a fraction of the estimated true mass (exact
+    // sink and local blocks, Horvitz-Thompson sampling elsewhere): its
+    // default is 0.98, flex's 0.95 (docs/sparse-attention.md).
+    if (mode == "antidiag" && !gamma.hasValue())
+      gamma = 0.98;
     // The attribute holds an f32: a gamma that rounds to 0 is refused too.
     if (!(gamma >= double(FLT_MIN) && gamma <= 1.0))
       return fail("gamma " + std::to_string(double(gamma)) +

@@ -3,6 +3,7 @@
 // RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-sparse-attention,func.func(kiln-memory-plan),kiln-lower-to-plan)" | FileCheck %s --check-prefix=PLAN
 // RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-sparse-attention{mode=antidiag stride=8 block=32},func.func(kiln-memory-plan),kiln-lower-to-plan)" | FileCheck %s --check-prefix=ANTIDIAG
 // RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="mode=antidiag stride=8" | kiln-opt | FileCheck %s --check-prefix=ROUNDTRIP
+// RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --kiln-sparse-attention="mode=antidiag gamma=0.95" | FileCheck %s --check-prefix=ADGAMMA
 // RUN: kiln-opt %S/../Inputs/tiny-llama.mlir --pass-pipeline="builtin.module(kiln-sparse-attention,kiln-batch-step,func.func(kiln-memory-plan),kiln-lower-to-plan)" | FileCheck %s --check-prefix=STEPPLAN
 // kiln-sparse-attention (docs/sparse-attention.md): prefill's attention
 // gets the selection's parameters; decode (one row) and the batched step
@@ -34,7 +35,10 @@
 // layer, 0, and the streaming mask, 0).
 // ANTIDIAG-LABEL: func.func @prefill
 // ANTIDIAG: plan.call_kernel "kiln_k_attention_sparse"({{.*}}, %c0{{[_0-9]*}}, %c0{{[_0-9]*}}, %c8{{[_0-9]*}}) :
-// ROUNDTRIP: sparse = #kiln.sparse_attention<mode = "antidiag", gamma = 0.949999988 : f32, block = 64, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 1024, stride = 8>
+// antidiag's gamma (a fraction of the estimated true mass) defaults to
+// 0.98; a given one is kept.
+// ROUNDTRIP: sparse = #kiln.sparse_attention<mode = "antidiag", gamma = 9.800000e-01 : f32, block = 64, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 1024, stride = 8>
+// ADGAMMA: sparse = #kiln.sparse_attention<mode = "antidiag", gamma = 0.949999988 : f32, block = 64, sink = 1, local = 2, min_budget = 0, max_budget = 0, min_tokens = 1024, stride = 16>
 
 // The batched step's sparse chunks: the step kernel with the selection's
 // parameters after the window.

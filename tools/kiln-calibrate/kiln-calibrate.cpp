@@ -286,7 +286,6 @@ static std::vector<float> retrievalScores(const LayerAttention &l, int64_t T,
   const int64_t qDim = l.heads * d, kDim = l.kvHeads * d;
   std::vector<float> scores(size_t(l.heads), 0.0f);
   std::vector<float> s(size_t(P) * T);
-  std::vector<double> row(size_t(T));
   for (int64_t h = 0; h < l.heads; ++h) {
     const int64_t g = h / group;
     // S = scale Q2 K^T: the second copy's rows against every key.

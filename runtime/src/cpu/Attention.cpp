@@ -1143,12 +1143,16 @@ static bool sparseAttention(const typename E::T *q, const Kv &kv,
   if (sparseAuditOn.load())
     auditCapturedMass<E>(q, kv, kept, n, pos, heads, kvHeads, headDim, scale,
                          sp);
-  parallelFor(queryBlocks * heads, 1, parallel, [&](int64_t b, int64_t e) {
+  // Per (query block, KV head): the kept blocks' keys and values gathered
+  // once for the group's heads (GQA), whose rows then go through one
+  // S = scale Q K^T and one O = P V sgemm of group * tq rows.
+  parallelFor(queryBlocks * kvHeads, 1, parallel, [&](int64_t b, int64_t e) {
+    thread_local std::vector<float> qg, og;
     for (int64_t w = b; w < e; ++w) {
-      const int64_t qb = qb0 + w / heads, h = w % heads, g = h / group;
+      const int64_t qb = qb0 + w / kvHeads, g = w % kvHeads;
       const int64_t r0 = std::max(pos, qb * B) - pos;
       const int64_t r1 = std::min(T, (qb + 1) * B) - pos;
-      const int64_t tq = r1 - r0;
+      const int64_t tq = r1 - r0, rowsAll = group * tq;
       const std::vector<int32_t> &list =
           kept[size_t(g * queryBlocks + (qb - qb0))];
       // Kept keys in position order; the diagonal block (always kept) last.
@@ -1169,22 +1173,44 @@ static bool sparseAttention(const typename E::T *q, const Kv &kv,
         }
         return buf;
       };
-      int64_t qStride;
-      const float *qt = queryRows<E>(q, r0, tq, h, qDim, headDim, qStride);
-      float *sc = scratch(3, tq * keys);
+      // The group's query rows, head-major: [group][tq][headDim].
+      qg.resize(size_t(rowsAll * headDim));
+      for (int64_t hi = 0; hi < group; ++hi) {
+        int64_t qStride;
+        const float *qt = queryRows<E>(q, r0, tq, g * group + hi, qDim,
+                                       headDim, qStride);
+        for (int64_t r = 0; r < tq; ++r)
+          std::memcpy(qg.data() + (hi * tq + r) * headDim, qt + r * qStride,
+                      sizeof(float) * size_t(headDim));
+      }
+      float *sc = scratch(3, rowsAll * keys);
       const float *kr = gather(false);
-      sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(tq), int(keys),
-            int(headDim), scale, qt, int(qStride), kr, int(headDim), 0.0f, sc,
-            int(keys));
+      sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rowsAll), int(keys),
+            int(headDim), scale, qg.data(), int(headDim), kr, int(headDim),
+            0.0f, sc, int(keys));
       // Row r (position pos + r0 + r) sees the kept keys up to its own
       // position: all but the diagonal block's later rows.
       const int64_t diagonalStart = keys - std::min(B, T - qb * B);
-      for (int64_t r = 0; r < tq; ++r) {
-        const int64_t p = pos + r0 + r;
-        softmaxRow(sc + r * keys, 0, diagonalStart + (p - qb * B), keys);
-      }
+      for (int64_t hi = 0; hi < group; ++hi)
+        for (int64_t r = 0; r < tq; ++r) {
+          const int64_t p = pos + r0 + r;
+          softmaxRow(sc + (hi * tq + r) * keys, 0,
+                     diagonalStart + (p - qb * B), keys);
+        }
       const float *vr = gather(true);
-      attendRows<E>(sc, keys, vr, headDim, out, r0, tq, h, qDim, headDim);
+      og.resize(size_t(rowsAll * headDim));
+      sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rowsAll),
+            int(headDim), int(keys), 1.0f, sc, int(keys), vr, int(headDim),
+            0.0f, og.data(), int(headDim));
+      for (int64_t hi = 0; hi < group; ++hi)
+        for (int64_t r = 0; r < tq; ++r) {
+          auto *dst = out + (r0 + r) * qDim + (g * group + hi) * headDim;
+          const float *src = og.data() + (hi * tq + r) * headDim;
+          if constexpr (kIsF32<E>)
+            std::memcpy(dst, src, sizeof(float) * size_t(headDim));
+          else
+            E::narrow(src, dst, headDim);
+        }
     }
   });
   return true;
