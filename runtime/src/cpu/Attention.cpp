@@ -878,28 +878,32 @@ selectSparseBlocks(const typename E::T *q, const Kv &kv, int64_t n,
       // over the mandatory keys the row sees; blockSum: per mandatory block.
       auto mandatoryStats = [&](int64_t hr, double &mx, double &sum,
                                 std::vector<double> &blockSum) {
-        // hr = head * tq + row.
+        // hr = head * tq + row. The mandatory keys the row sees are a
+        // prefix of its scores (sink keys, then local keys up to p).
         const int64_t p = pos + r0 + hr % tq;
-        const float *row = mandS.data() + hr * mandKeys;
-        mx = -INFINITY;
-        int64_t at = 0;
+        float *row = mandS.data() + hr * mandKeys;
+        int64_t visible = 0;
         for (int32_t kb : mandBlocks) {
           const int64_t t0 = int64_t(kb) * B, count = std::min(B, T - t0);
-          for (int64_t t = 0; t < count && t0 + t <= p; ++t)
-            mx = std::max(mx, double(row[at + t]));
-          at += count;
+          visible += std::max<int64_t>(0, std::min(count, p + 1 - t0));
         }
-        sum = 0.0;
-        at = 0;
         blockSum.assign(mandBlocks.size(), 0.0);
+        mx = -INFINITY;
+        sum = 0.0;
+        if (visible == 0)
+          return;
+        float fMax = -INFINITY, fSum = 0.0f;
+        softmaxRow(row, 0, visible - 1, mandKeys, &fMax, &fSum);
+        mx = fMax;
+        sum = fSum;
+        int64_t at = 0;
         for (size_t i = 0; i < mandBlocks.size(); ++i) {
           const int64_t t0 = int64_t(mandBlocks[i]) * B;
           const int64_t count = std::min(B, T - t0);
           double bs = 0.0;
-          for (int64_t t = 0; t < count && t0 + t <= p; ++t)
-            bs += std::exp(double(row[at + t]) - mx);
-          blockSum[i] = bs;
-          sum += bs;
+          for (int64_t t = 0; t < count; ++t)
+            bs += row[at + t];
+          blockSum[i] = bs * sum;
           at += count;
         }
       };
