@@ -399,9 +399,13 @@ static llvm::Error writeArtifactFiles(const ArtifactInputs &in, StringRef tmp,
   // The batched step (kiln-batch-step) when the plan has one.
   llvm::json::Object entryPoints{{"prefill", "kiln_prefill"},
                                  {"decode", "kiln_decode"}};
-  for (auto f : planModule.getOps<func::FuncOp>())
+  // The verify step (kiln-verify-entry) likewise.
+  for (auto f : planModule.getOps<func::FuncOp>()) {
     if (f.getSymName() == "step")
       entryPoints["step"] = "kiln_step";
+    if (f.getSymName() == "verify")
+      entryPoints["verify"] = "kiln_verify";
+  }
   int64_t maxSeq = *model.getInteger("max_seq_len");
   // Per layer: keys and values, then (int8, fp8_e4m3) their per-(token,
   // head) f32 scales.

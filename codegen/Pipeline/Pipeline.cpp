@@ -78,6 +78,8 @@ LogicalResult compileModel(MLIRContext &context, const ModelDesc &desc,
       step.required = false;
       graphPm.addPass(createBatchStepPass(step));
     }
+    if (opts.verifyEntry)
+      graphPm.addPass(createVerifyEntryPass());
     // After the batched step exists (it shards too), before fusion (whose
     // regions must not span a collective).
     if (opts.tp > 1 && opts.spMinTokens >= 0) {

@@ -69,6 +69,9 @@ struct CompileOptions {
   /// passes, before kiln-fuse) where the model allows it; a model it does
   /// not cover gets a note and no step.
   bool batchStep = false;
+  /// Add speculative decoding's verify entry point (kiln-verify-entry,
+  /// after the batched step, before kiln-fuse; docs/speculative.md).
+  bool verifyEntry = false;
   /// The pass pipeline and recipe recorded in the manifest.
   std::string pipeline;
   std::string quant = "none";

@@ -441,6 +441,33 @@ def BatchStepPass : Pass<"kiln-batch-step", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::kiln::KilnDialect"];
 }
 
+def VerifyEntryPass : Pass<"kiln-verify-entry", "::mlir::ModuleOp"> {
+  let summary = "Add the speculative-decoding verify entry point @verify, derived from @prefill";
+  let description = [{
+    Speculative decoding (Leviathan et al. 2023, Chen et al. 2023) scores a
+    draft of k tokens, plus the last accepted one, against the KV cache in
+    one step and needs the logits of every row, not only of the last. This
+    pass clones `@prefill` into
+
+    ```mlir
+    func.func @verify(%tokens: tensor<?xi32>, %pos: index,
+                      %cache: !kiln.kv_cache<...>) -> tensor<?xVxf32>
+    ```
+
+    whose `kiln.logits` gets `all_rows`: logits row i is the next-token
+    distribution after token i (docs/speculative.md). Everything else is
+    prefill's (the same kernels, the same KV appends at [pos, pos + n), the
+    same `max_tokens`); rejected positions are rolled back by the runtime
+    (the session's position moves back; rows past it are overwritten by the
+    next step). Run after the quantization and sparse-attention passes
+    (the entry inherits their rewrites) and before `kiln-fuse`. Errors: no
+    `@prefill` or a symbol `@verify` already, a prefill that does not
+    return `kiln.logits` (a pipeline stage before the last; a
+    vocab-parallel classifier's all-gather is kept).
+  }];
+  let dependentDialects = ["::mlir::kiln::KilnDialect"];
+}
+
 def PartitionPass : Pass<"kiln-partition", "::mlir::ModuleOp"> {
   let summary = "Tensor and pipeline parallelism: one rank's shard of its stage's layers (Megatron-LM splits)";
   let description = [{

@@ -288,6 +288,13 @@ static cl::opt<bool> batchStep(
              "kiln-batch-step, docs/serving.md). Default true (cpu and cuda "
              "targets); models with scaled RoPE get a note and no step"),
     cl::init(true), cl::cat(category));
+static cl::opt<bool> speculative(
+    "speculative",
+    cl::desc("Add the verify entry point kiln_verify that speculative "
+             "decoding needs (kiln-run --speculative; prefill with every "
+             "row's logits; kiln-verify-entry, docs/speculative.md). cpu "
+             "target, not with --pp"),
+    cl::init(false), cl::cat(category));
 static cl::opt<bool> kvCentering(
     "kv-centering",
     cl::desc("With --kv=int8|fp8 and --calibration: store keys relative to "
@@ -782,6 +789,13 @@ int main(int argc, char **argv) {
                 std::to_string(pipelineStages) +
                 " is more than 64 ranks");
   const bool parallel = tensorParallelRanks > 1 || pipelineStages > 1;
+  if (speculative && pipelineStages > 1)
+    return fail("--speculative with --pp " + std::to_string(pipelineStages) +
+                ": the verify step of a pipeline is not built yet (its "
+                "stages before the last have no logits)");
+  if (speculative && target == "cuda")
+    return fail("--speculative has a runtime for --target=cpu only so far "
+                "(the CUDA executor runs no verify step yet)");
   // --sp: the threshold kiln-sequence-parallel gets (-1: off).
   int64_t spMinTokens = -1;
   {
@@ -1026,6 +1040,7 @@ int main(int argc, char **argv) {
     options.addGraphPasses = [&](OpPassManager &pm) { addGraphPasses(pm); };
   options.fuseFamilies = fuseFamilies;
   options.batchStep = batchStep;
+  options.verifyEntry = speculative;
   std::string fusePass =
       fuseFamilies.empty()
           ? std::string()
@@ -1083,6 +1098,7 @@ int main(int argc, char **argv) {
                      (quantPasses.empty() ? "" : quantPasses + ",") +
                      (options.batchStep ? "kiln-batch-step{required=false},"
                                         : "") +
+                     (options.verifyEntry ? "kiln-verify-entry," : "") +
                      spPass + fusePass +
                      (target == "cpu" ? "kiln-outline-kernels," : "") +
                      "kiln-memory-plan,kiln-lower-to-plan,canonicalize,"

@@ -234,6 +234,25 @@ kiln_rt_status_t kiln_rt_session_prefill(kiln_rt_session_t *session,
 kiln_rt_status_t kiln_rt_session_decode(kiln_rt_session_t *session,
                                         int32_t token);
 
+/// Speculative decoding's verify step (docs/speculative.md): appends `n` >= 1
+/// tokens at the current position as prefill does, through the artifact's
+/// verify entry point (kiln-compile --speculative), and writes the logits
+/// of every one of them to `logits` (caller-owned float32[n, vocab_size];
+/// row i is the next-token distribution after tokens[i]).
+/// kiln_rt_session_logits then returns the last row. Errors: those of
+/// prefill, an artifact without the entry point (KILN_RT_UNIMPLEMENTED,
+/// naming the flag), a null buffer, a cuda artifact (not yet).
+kiln_rt_status_t kiln_rt_session_verify(kiln_rt_session_t *session,
+                                        const int32_t *tokens, int64_t n,
+                                        float *logits);
+
+/// Forgets the tokens after `position` (rejected draft tokens):
+/// 0 <= position <= kiln_rt_session_position. The KV rows past it are
+/// overwritten by the next step (attention never reads past the position);
+/// the logits are cleared. Errors: a position outside that range.
+kiln_rt_status_t kiln_rt_session_rollback(kiln_rt_session_t *session,
+                                          int64_t position);
+
 /// Logits of the last consumed token: float32[vocab_size], owned by the
 /// session, overwritten by the next prefill/decode. NULL before any (and on a
 /// device error while copying them back from a "cuda" session).

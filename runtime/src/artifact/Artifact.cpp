@@ -255,6 +255,12 @@ Status parseManifest(const std::string &text, const std::string &dir,
     if (out.stepEntry.empty())
       return r.error("runtime.entry_points.step must not be empty");
   }
+  if (root["runtime"]["entry_points"].contains("verify")) {
+    KILN_RT_RETURN_IF_ERROR(
+        r.getString("runtime.entry_points.verify", out.verifyEntry));
+    if (out.verifyEntry.empty())
+      return r.error("runtime.entry_points.verify must not be empty");
+  }
   KILN_RT_RETURN_IF_ERROR(
       r.getInt("runtime.kv_cache.layers", 1, 1 << 20, out.kvLayers));
   KILN_RT_RETURN_IF_ERROR(
@@ -928,6 +934,8 @@ Status Artifact::enterStage(int32_t stage, const OpenOptions &options) {
   same("target", m.targetName, manifest_.targetName);
   same("runtime.entry_points.step", m.stepEntry.empty(),
        manifest_.stepEntry.empty());
+  same("runtime.entry_points.verify", m.verifyEntry.empty(),
+       manifest_.verifyEntry.empty());
   same("runtime.kv_cache.kv_heads", m.kvHeads, manifest_.kvHeads);
   same("runtime.kv_cache.head_dim", m.kvHeadDim, manifest_.kvHeadDim);
   if (!differs.empty())
@@ -1173,6 +1181,9 @@ Status Artifact::loadModelLibrary() {
   if (!manifest_.stepEntry.empty())
     KILN_RT_RETURN_IF_ERROR(
         resolve(manifest_.stepEntry, "runtime.entry_points.step", step_));
+  if (!manifest_.verifyEntry.empty())
+    KILN_RT_RETURN_IF_ERROR(resolve(manifest_.verifyEntry,
+                                    "runtime.entry_points.verify", verify_));
   return Status::ok();
 }
 

@@ -60,6 +60,10 @@ struct Manifest {
   std::string prefillEntry, decodeEntry;
   /// runtime.entry_points.step (optional): the batched step; empty if none.
   std::string stepEntry;
+  /// runtime.entry_points.verify (optional): speculative decoding's verify
+  /// step (kiln-verify-entry: prefill with every row's logits); empty if
+  /// none.
+  std::string verifyEntry;
   int64_t kvLayers = 0, kvHeads = 0, kvHeadDim = 0, kvMaxSeq = 0;
   uint64_t kvBytes = 0;
   std::string weightsFile, tokenizerFile;
@@ -133,6 +137,10 @@ public:
   int64_t stepMaxTokens() const { return stepMaxTokens_; }
   /// Whether the plan has the batched step (either target).
   bool hasStep() const { return !manifest_.stepEntry.empty(); }
+  /// CPU target: the verify entry point kiln_verify (nullptr when the
+  /// artifact has none): prefill's step writing float32[n, vocab] logits.
+  EntryPoint verify() const { return verify_; }
+  bool hasVerify() const { return !manifest_.verifyEntry.empty(); }
   /// CUDA target: the device model (nullptr for cpu artifacts).
   const CudaBackend *cudaBackend() const { return cuda_.get(); }
   /// The device the model runs on ("cpu" or the CUDA device's name).
@@ -199,7 +207,8 @@ private:
   void *mapping_ = nullptr;
   uint64_t mappingBytes_ = 0;
   void *library_ = nullptr;
-  EntryPoint prefill_ = nullptr, decode_ = nullptr, step_ = nullptr;
+  EntryPoint prefill_ = nullptr, decode_ = nullptr, step_ = nullptr,
+             verify_ = nullptr;
   int64_t stepMaxTokens_ = 0;
   std::string deviceName_ = "cpu";
   std::unique_ptr<CudaBackend> cuda_; ///< released before model.so

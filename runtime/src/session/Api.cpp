@@ -266,6 +266,25 @@ kiln_rt_status_t kiln_rt_session_decode(kiln_rt_session_t *session,
   });
 }
 
+kiln_rt_status_t kiln_rt_session_verify(kiln_rt_session_t *session,
+                                        const int32_t *tokens, int64_t n,
+                                        float *logits) {
+  return guarded([&]() -> Status {
+    if (!session)
+      return invalidArgument("kiln_rt_session_verify: null session");
+    return session->impl->verify(tokens, n, logits);
+  });
+}
+
+kiln_rt_status_t kiln_rt_session_rollback(kiln_rt_session_t *session,
+                                          int64_t position) {
+  return guarded([&]() -> Status {
+    if (!session)
+      return invalidArgument("kiln_rt_session_rollback: null session");
+    return session->impl->rollback(position);
+  });
+}
+
 const float *kiln_rt_session_logits(const kiln_rt_session_t *session) {
   return session->impl->logits();
 }

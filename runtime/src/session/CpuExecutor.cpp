@@ -72,6 +72,17 @@ public:
     return Status::ok();
   }
 
+  Status verify(const int32_t *tokens, int64_t n, int64_t pos,
+                float *rows) override {
+    const int64_t chunk = artifact_.manifest().maxPrefillTokens;
+    const int64_t vocab = artifact_.manifest().vocabSize;
+    for (int64_t i = 0; i < n; i += chunk)
+      run(artifact_.verify(), tokens + i, std::min(chunk, n - i), pos + i,
+          rows + i * vocab);
+    std::copy(rows + (n - 1) * vocab, rows + n * vocab, logits_.begin());
+    return Status::ok();
+  }
+
   const float *logits() override { return logits_.data(); }
 
   void setTrace(TraceRecorder *recorder) override { trace_ = recorder; }
@@ -83,14 +94,17 @@ public:
   }
 
 private:
-  void run(EntryPoint fn, const int32_t *tokens, int64_t n, int64_t pos) {
+  /// One entry point call; `logits` (default: the session's row) receives
+  /// its logits ([n, vocab] for kiln_verify).
+  void run(EntryPoint fn, const int32_t *tokens, int64_t n, int64_t pos,
+           float *logits = nullptr) {
     cpu::StepScope step; // the pool's workers stay awake between kernels
     kiln_exec_ctx ctx{};
     ctx.arena = arena_;
     ctx.weights = artifact_.weights();
     ctx.kv = static_cast<float *>(kv_);
     ctx.tokens = tokens;
-    ctx.logits = logits_.data();
+    ctx.logits = logits ? logits : logits_.data();
     ctx.runtime = &observer_; // read by kiln_k_observe (cpu/Observe.cpp)
     ctx.trace = trace_;       // read by KILN_TRACE_* (kernel_abi.h)
     ctx.comm = artifact_.group(); // read by kiln_k_all_reduce (comm/Comm.cpp)

@@ -14,6 +14,11 @@ Status Executor::sample(float, int32_t, float, float, int32_t &) {
   return unimplemented("this executor does not sample on the device");
 }
 
+Status Executor::verify(const int32_t *, int64_t, int64_t, float *) {
+  return unimplemented("the verify step (speculative decoding) runs on the "
+                       "cpu target only so far");
+}
+
 Status Executor::setObserver(kiln_rt_observer_fn, void *) {
   return unimplemented("calibration observers run on the cpu target only");
 }

@@ -34,6 +34,12 @@ public:
   virtual Status prefill(const int32_t *tokens, int64_t n, int64_t pos) = 0;
   /// One token at `pos` through the decode entry point (n = 1).
   virtual Status decode(int32_t token, int64_t pos) = 0;
+  /// tokens[0, n) at [pos, pos + n) through the verify entry point (in
+  /// chunks of at most runtime.max_prefill_tokens), every row's logits to
+  /// `rows` (host float32[n, vocab]); logits() then holds the last row's.
+  /// Default: unimplemented (the CPU executor has it).
+  virtual Status verify(const int32_t *tokens, int64_t n, int64_t pos,
+                        float *rows);
   /// Host float32[vocab] logits of the last step; nullptr if they cannot be
   /// read (device error). Valid until the next call.
   virtual const float *logits() = 0;

@@ -115,6 +115,33 @@ Status Session::prefill(const int32_t *tokens, int64_t n) {
               n);
 }
 
+Status Session::verify(const int32_t *tokens, int64_t n, float *rows) {
+  if (!artifact_.hasVerify())
+    return unimplemented("the artifact has no verify entry point "
+                         "(runtime.entry_points.verify): recompile it with "
+                         "kiln-compile --speculative");
+  if (!rows)
+    return invalidArgument("verify: the logits buffer is null");
+  KILN_RT_RETURN_IF_ERROR(check(tokens, n));
+  return step(traced(trace_.get(), "verify", n, pos_,
+                     [&] { return executor_->verify(tokens, n, pos_, rows); }),
+              n);
+}
+
+Status Session::rollback(int64_t position) {
+  if (!failed_.isOk())
+    return Status(failed_.code(),
+                  "session is unusable after an earlier error (reset it): " +
+                      failed_.message());
+  if (position < 0 || position > pos_)
+    return invalidArgument("rollback to position " + std::to_string(position) +
+                           ": expected 0 to the current position " +
+                           std::to_string(pos_));
+  pos_ = position;
+  hasLogits_ = false;
+  return Status::ok();
+}
+
 Status Session::decode(int32_t token) {
   KILN_RT_RETURN_IF_ERROR(check(&token, 1));
   return step(traced(trace_.get(), "decode", 1, pos_,

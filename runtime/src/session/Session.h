@@ -43,6 +43,17 @@ public:
   Status prefill(const int32_t *tokens, int64_t n);
   /// Appends one token through the decode entry point (n = 1).
   Status decode(int32_t token);
+  /// Speculative decoding's verify step: appends tokens[0, n) like prefill
+  /// through the verify entry point and writes every row's logits to
+  /// `rows` (host float32[n, vocab]; row i: the distribution after token
+  /// i); logits() then holds the last row's. Errors as prefill, plus an
+  /// artifact without the entry point (KILN_RT_UNIMPLEMENTED, naming
+  /// kiln-compile --speculative) or a null `rows`.
+  Status verify(const int32_t *tokens, int64_t n, float *rows);
+  /// Moves the position back to `position` (0 <= position <= position()):
+  /// the tokens after it are forgotten (rejected draft tokens); their KV
+  /// rows are overwritten by the next step. Clears the logits.
+  Status rollback(int64_t position);
 
   int64_t position() const { return pos_; }
   /// float32[vocab] logits of the last consumed token (host memory; copied
