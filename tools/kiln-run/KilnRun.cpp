@@ -154,7 +154,49 @@ static cl::opt<bool> noEngine(
              "and runs that would fill the context"),
     cl::cat(runCategory));
 
+static cl::opt<std::string> speculativeMode(
+    "speculative",
+    cl::desc("Speculative decoding (docs/speculative.md): ngram drafts up "
+             "to --draft-max tokens by prompt lookup (the continuation of "
+             "the latest earlier occurrence of the last 3, 2 or 1 tokens in "
+             "the prompt and the output so far), the artifact's verify step "
+             "(kiln-compile --speculative) scores them with the last token "
+             "in one call, the longest prefix greedy decoding agrees with is "
+             "kept and the rest rolled back. Greedy (--temperature 0) on "
+             "the session"),
+    cl::value_desc("ngram"), cl::cat(runCategory));
+static cl::opt<int64_t> draftMax(
+    "draft-max",
+    cl::desc("Most draft tokens per verify step with --speculative, 1 to "
+             "32 (default 5)"),
+    cl::init(5), cl::value_desc("K"), cl::cat(runCategory));
+
 namespace {
+
+/// Prompt lookup (n-gram drafting; Saxena 2023, the "prompt lookup
+/// decoding" of vLLM and transformers): the tokens that followed the
+/// latest earlier occurrence of the last n tokens of `history`, n = 3, 2,
+/// 1 (the longest match first), at most `k` of them; empty when no suffix
+/// recurs.
+std::vector<int32_t> ngramDraft(const std::vector<int32_t> &history,
+                                int64_t k) {
+  const int64_t h = int64_t(history.size());
+  for (int64_t n = std::min<int64_t>(3, h - 1); n >= 1; --n) {
+    // Occurrences ending before the suffix itself, latest first.
+    for (int64_t start = h - n - 1; start >= 0; --start) {
+      if (!std::equal(history.begin() + start, history.begin() + start + n,
+                      history.end() - n))
+        continue;
+      const int64_t from = start + n;
+      const int64_t count = std::min(k, h - from);
+      if (count <= 0)
+        continue;
+      return std::vector<int32_t>(history.begin() + from,
+                                  history.begin() + from + count);
+    }
+  }
+  return {};
+}
 
 /// Most bytes kiln-run reads for --chat-template (the artifact loader's
 /// limit for a stored template too) and for --prompt-file (far more text
@@ -633,6 +675,21 @@ int main(int argc, char **argv) {
          "Hugging Face and llama.cpp do");
   if (promptFile.getNumOccurrences())
     prompt = readTextFile("--prompt-file", promptFile, kMaxPromptBytes);
+  const bool speculate = speculativeMode.getNumOccurrences() > 0;
+  if (speculate && speculativeMode != "ngram")
+    fail("unsupported --speculative='" + speculativeMode +
+         "' (expected ngram; suffix, self and draft:ART are not built yet)");
+  if (draftMax.getNumOccurrences() && !speculate)
+    fail("--draft-max needs --speculative");
+  if (draftMax < 1 || draftMax > 32)
+    fail("--draft-max must be in [1, 32] draft tokens, got " +
+         std::to_string(draftMax));
+  if (speculate && temperature != 0.0f)
+    fail("--speculative decodes greedily so far: add --temperature 0 (the "
+         "speculative-sampling rule for temperature > 0 is not built yet)");
+  if (speculate && (chatMode || !dumpLogits.empty()))
+    fail("--speculative applies to plain generation, not --chat or "
+         "--dump-logits");
 
   if (trustedKeys.getNumOccurrences() && trustedKeys.empty())
     fail("--trusted-keys needs a directory of *.pub keys or a key file; an "
@@ -783,7 +840,7 @@ int main(int argc, char **argv) {
   bool done = false;
   const bool cudaArtifact = info.target && std::string(info.target) == "cuda";
   if (maxTokens > 0 && !noEngine && traceFile.empty() && !cudaArtifact &&
-      promptLen + maxTokens <= ctx)
+      !speculate && promptLen + maxTokens <= ctx)
     done = generateWithEngine(
         rt, info, tokens, ctx, params,
         threadCount.getNumOccurrences() ? int32_t(threadCount)
@@ -791,6 +848,87 @@ int main(int argc, char **argv) {
                                         : 0,
         generated,
         start, ttft, decodeStart, decodeEnd);
+  // Speculative decoding (greedy): each step feeds the last token and an
+  // n-gram draft through the verify entry point, keeps the draft tokens
+  // greedy decoding agrees with plus the token after them, and rolls the
+  // rest back.
+  int64_t specSteps = 0, specDrafted = 0, specAccepted = 0;
+  if (!done && maxTokens > 0 && speculate) {
+    done = true;
+    openSession();
+    check(kiln_rt_session_prefill(rt.session, tokens.data(), promptLen));
+    std::vector<int32_t> history = tokens;
+    std::vector<float> rows;
+    const int64_t vocab = info.vocab_size;
+    int32_t prev = tokens.back();
+    int32_t next = 0;
+    {
+      kiln::tool::Trace::Scope span(rt.trace, "sample");
+      check(kiln_rt_session_sample(rt.session, rt.sampler, &next));
+    }
+    ttft = nowMs() - start;
+    decodeStart = decodeEnd = nowMs();
+    // Emits `t` unless it ends the generation; false when it does.
+    auto emit = [&](int32_t t) {
+      if (t == info.bos_id || t == info.eos_id)
+        return false;
+      generated.push_back(t);
+      history.push_back(t);
+      check(kiln_rt_detokenize(rt.artifact, prev, t, &piece, &len));
+      printPiece(piece, len);
+      decodeEnd = nowMs();
+      prev = t;
+      return int64_t(generated.size()) < maxTokens;
+    };
+    bool going = emit(next);
+    while (going) {
+      const int64_t position = kiln_rt_session_position(rt.session);
+      if (position >= ctx) {
+        contextFullNote(ctx, ctxSize != 0);
+        break;
+      }
+      // Room for the last token and the draft in the context and the
+      // token budget (every accepted draft token is generated output).
+      int64_t room = std::min<int64_t>(
+          {int64_t(draftMax), ctx - position - 1,
+           maxTokens - int64_t(generated.size()) - 1});
+      std::vector<int32_t> draft =
+          room > 0 ? ngramDraft(history, room) : std::vector<int32_t>();
+      if (draft.empty()) {
+        check(kiln_rt_session_decode(rt.session, next));
+        check(kiln_rt_session_sample(rt.session, rt.sampler, &next));
+        going = emit(next);
+        continue;
+      }
+      std::vector<int32_t> feed{next};
+      feed.insert(feed.end(), draft.begin(), draft.end());
+      rows.resize(size_t(int64_t(feed.size()) * vocab));
+      check(kiln_rt_session_verify(rt.session, feed.data(),
+                                   int64_t(feed.size()), rows.data()));
+      ++specSteps;
+      specDrafted += int64_t(draft.size());
+      // Row i predicts the token after feed[i]; draft token i stands if
+      // it is that prediction.
+      size_t accepted = 0;
+      for (;;) {
+        next = kiln_rt_sampler_sample(
+            rt.sampler, rows.data() + int64_t(accepted) * vocab);
+        if (accepted < draft.size() && next == draft[accepted]) {
+          ++accepted;
+          ++specAccepted;
+          if (!(going = emit(next)))
+            break;
+          continue;
+        }
+        break;
+      }
+      // Keep the last token and the accepted drafts; forget the rest.
+      check(kiln_rt_session_rollback(
+          rt.session, position + 1 + int64_t(accepted)));
+      if (going)
+        going = emit(next);
+    }
+  }
   if (!done && maxTokens > 0) {
     openSession();
     check(kiln_rt_session_prefill(rt.session, tokens.data(), promptLen));
@@ -841,6 +979,15 @@ int main(int argc, char **argv) {
   std::fprintf(stderr, "decode: %.1f tokens/s (%lld tokens)\n",
                decodeMs > 0 ? double(decoded) * 1000.0 / decodeMs : 0.0,
                (long long)decoded);
+  if (speculate)
+    std::fprintf(stderr,
+                 "speculative: ngram, %lld verify steps, %lld draft tokens, "
+                 "%lld accepted (acceptance %.1f%%)\n",
+                 (long long)specSteps, (long long)specDrafted,
+                 (long long)specAccepted,
+                 specDrafted > 0 ? 100.0 * double(specAccepted) /
+                                       double(specDrafted)
+                                 : 0.0);
   if (rt.session)
     rt.writeTrace();
   return 0;
