@@ -24,25 +24,42 @@ def tokens(args):
     if out.returncode != 0:
         sys.exit("ngram_identity: kiln-run failed: " + out.stderr)
     lines = [l for l in out.stderr.splitlines() if re.fullmatch(r"[0-9 ]+", l)]
-    m = re.search(r"(\d+) draft tokens, (\d+) accepted", out.stderr)
-    return (lines[0] if lines else ""), m
+    m = re.search(r"(\d+) verify steps, (\d+) draft tokens, (\d+) accepted",
+                  out.stderr)
+    plain = re.search(r"adaptive, (\d+) plain decode steps", out.stderr)
+    return (lines[0] if lines else ""), m, plain
 
 
 def main():
     art = sys.argv[1]
     drafted = accepted = 0
+    wrong_verify = wrong_plain = 0
     for p in PROMPTS:
         base = ["--prompt", p, "--temperature", "0", "--max-tokens", "100",
                 "--print-tokens"]
-        plain, _ = tokens([art] + base + ["--no-engine"])
-        spec, m = tokens([art] + base + ["--speculative=ngram"])
-        if not plain or plain != spec:
-            sys.exit(f"ngram_identity: FAIL on {p!r}:\n plain {plain}\n spec  {spec}")
-        drafted += int(m.group(1))
-        accepted += int(m.group(2))
+        plain, _, _ = tokens([art] + base + ["--no-engine"])
+        for extra in ([], ["--draft-adaptive=false"], ["--draft-test-wrong"]):
+            spec, m, steps = tokens([art] + base + ["--speculative=ngram"] + extra)
+            if not plain or plain != spec:
+                sys.exit(f"ngram_identity: FAIL on {p!r} {extra}:\n"
+                         f" plain {plain}\n spec  {spec}")
+            if extra == ["--draft-test-wrong"]:
+                # Drafts that are always wrong: the controller falls back
+                # to plain decode steps after a few verify steps.
+                wrong_verify += int(m.group(1))
+                wrong_plain += int(steps.group(1))
+            elif not extra:
+                drafted += int(m.group(2))
+                accepted += int(m.group(3))
     print(f"ngram_identity: {len(PROMPTS)} prompts, greedy tokens identical "
-          "with and without --speculative=ngram")
+          "with and without --speculative=ngram (adaptive, fixed, wrong drafts)")
     print(f"ngram_identity: accepted {accepted} of {drafted} draft tokens")
+    share = wrong_plain / max(1, wrong_plain + wrong_verify)
+    print(f"ngram_identity: always-wrong drafts: {wrong_verify} verify steps, "
+          f"{wrong_plain} plain decode steps ({100 * share:.0f}% plain)")
+    if share < 0.8:
+        sys.exit("ngram_identity: FAIL: the adaptive controller kept "
+                 "drafting although every draft was wrong")
 
 
 if __name__ == "__main__":

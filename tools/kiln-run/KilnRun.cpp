@@ -171,7 +171,67 @@ static cl::opt<int64_t> draftMax(
              "32 (default 5)"),
     cl::init(5), cl::value_desc("K"), cl::cat(runCategory));
 
+static cl::opt<bool> draftAdaptive(
+    "draft-adaptive",
+    cl::desc("With --speculative: choose each step's draft length k in [0, "
+             "--draft-max] that maximises expected tokens per second, from "
+             "the decayed acceptance rate and the step costs measured at "
+             "start (k = 0: a plain decode step). Default true; false "
+             "always drafts --draft-max"),
+    cl::init(true), cl::cat(runCategory));
+static cl::opt<bool> draftTestWrong(
+    "draft-test-wrong", cl::Hidden,
+    cl::desc("Test hook: every draft token is wrong (acceptance forced to "
+             "zero)"),
+    cl::cat(runCategory));
+
 namespace {
+
+/// The adaptive draft length (docs/speculative.md): with per-token
+/// acceptance probability a (tokens accepted before a mismatch, decayed
+/// counts with a Jeffreys-like prior of half a token each), a draft of k tokens yields on average
+/// E(k) = 1 + a + ... + a^k tokens (the draft prefix kept plus the model's
+/// own next token; Leviathan et al. 2023, eq. 1) for the cost C(k) of
+/// verifying k + 1 rows (C(0): a decode step); each step takes the k that
+/// maximises E(k) / C(k) (a longer draft by at least kMargin). Draft
+/// tokens checked against plain decode steps'
+/// tokens update the counts too, so a controller at k = 0 notices when
+/// drafting starts to pay again.
+struct DraftController {
+  std::vector<double> costMs; ///< C(k), k = 0 .. K
+  double accepted = 0.0, rejected = 0.0;
+  /// Per observation: an effective window of about 30 steps.
+  static constexpr double kDecay = 0.97;
+  /// A longer draft must promise this much more throughput than the best
+  /// shorter one (rollbacks and timing noise are not in C(k)).
+  static constexpr double kMargin = 1.05;
+
+  double acceptance() const {
+    return (accepted + 0.5) / (accepted + rejected + 1.0);
+  }
+  /// Records a draft prefix of `ok` tokens kept, then a mismatch (or not,
+  /// when the whole draft stood).
+  void observe(int64_t ok, bool mismatch) {
+    accepted = kDecay * accepted + double(ok);
+    rejected = kDecay * rejected + (mismatch ? 1.0 : 0.0);
+  }
+  /// The best k <= available.
+  int64_t choose(int64_t available) const {
+    const double a = acceptance();
+    int64_t best = 0;
+    double bestRate = 1.0 / costMs[0], expected = 1.0, term = 1.0;
+    for (int64_t k = 1; k <= available && k < int64_t(costMs.size()); ++k) {
+      term *= a;
+      expected += term;
+      const double rate = expected / costMs[size_t(k)];
+      if (rate > kMargin * bestRate) {
+        bestRate = rate;
+        best = k;
+      }
+    }
+    return best;
+  }
+};
 
 /// Prompt lookup (n-gram drafting; Saxena 2023, the "prompt lookup
 /// decoding" of vLLM and transformers): the tokens that followed the
@@ -852,7 +912,8 @@ int main(int argc, char **argv) {
   // n-gram draft through the verify entry point, keeps the draft tokens
   // greedy decoding agrees with plus the token after them, and rolls the
   // rest back.
-  int64_t specSteps = 0, specDrafted = 0, specAccepted = 0;
+  int64_t specSteps = 0, specDrafted = 0, specAccepted = 0, specPlain = 0;
+  DraftController controller;
   if (!done && maxTokens > 0 && speculate) {
     done = true;
     openSession();
@@ -867,6 +928,37 @@ int main(int argc, char **argv) {
       check(kiln_rt_session_sample(rt.session, rt.sampler, &next));
     }
     ttft = nowMs() - start;
+    // The step costs C(k): a decode step and verify steps of 2 .. K + 1
+    // rows, timed here (best of 3, after a warm-up) and rolled back.
+    if (draftAdaptive) {
+      const int64_t base = kiln_rt_session_position(rt.session);
+      const int64_t most =
+          std::min<int64_t>(int64_t(draftMax), ctx - base - 1);
+      std::vector<int32_t> probe(size_t(std::max<int64_t>(most, 0) + 1), next);
+      rows.resize(probe.size() * size_t(vocab));
+      auto timeStep = [&](int64_t n) {
+        double best = 1e300;
+        for (int rep = 0; rep < 3; ++rep) {
+          const double t0 = nowMs();
+          if (n == 1)
+            check(kiln_rt_session_decode(rt.session, next));
+          else
+            check(kiln_rt_session_verify(rt.session, probe.data(), n,
+                                         rows.data()));
+          best = std::min(best, nowMs() - t0);
+          check(kiln_rt_session_rollback(rt.session, base));
+        }
+        return std::max(best, 1e-3);
+      };
+      if (base < ctx) {
+        (void)timeStep(1); // warm-up
+        // More rows never cost less (monotone: sub-millisecond steps of a
+        // small model time within noise of each other).
+        for (int64_t n = 1; n <= most + 1; ++n)
+          controller.costMs.push_back(
+              std::max(timeStep(n), n > 1 ? controller.costMs.back() : 0.0));
+      }
+    }
     decodeStart = decodeEnd = nowMs();
     // Emits `t` unless it ends the generation; false when it does.
     auto emit = [&](int32_t t) {
@@ -894,12 +986,24 @@ int main(int argc, char **argv) {
            maxTokens - int64_t(generated.size()) - 1});
       std::vector<int32_t> draft =
           room > 0 ? ngramDraft(history, room) : std::vector<int32_t>();
-      if (draft.empty()) {
+      if (draftTestWrong)
+        for (int32_t &t : draft)
+          t = int32_t((int64_t(t) + 1) % vocab);
+      const int64_t k =
+          draftAdaptive && !controller.costMs.empty()
+              ? controller.choose(int64_t(draft.size()))
+              : int64_t(draft.size());
+      if (k == 0) {
         check(kiln_rt_session_decode(rt.session, next));
         check(kiln_rt_session_sample(rt.session, rt.sampler, &next));
+        // The draft's first token against the decoded one: free evidence.
+        if (!draft.empty())
+          controller.observe(next == draft[0] ? 1 : 0, next != draft[0]);
+        ++specPlain;
         going = emit(next);
         continue;
       }
+      draft.resize(size_t(k));
       std::vector<int32_t> feed{next};
       feed.insert(feed.end(), draft.begin(), draft.end());
       rows.resize(size_t(int64_t(feed.size()) * vocab));
@@ -922,6 +1026,7 @@ int main(int argc, char **argv) {
         }
         break;
       }
+      controller.observe(int64_t(accepted), accepted < draft.size());
       // Keep the last token and the accepted drafts; forget the rest.
       check(kiln_rt_session_rollback(
           rt.session, position + 1 + int64_t(accepted)));
@@ -979,7 +1084,7 @@ int main(int argc, char **argv) {
   std::fprintf(stderr, "decode: %.1f tokens/s (%lld tokens)\n",
                decodeMs > 0 ? double(decoded) * 1000.0 / decodeMs : 0.0,
                (long long)decoded);
-  if (speculate)
+  if (speculate) {
     std::fprintf(stderr,
                  "speculative: ngram, %lld verify steps, %lld draft tokens, "
                  "%lld accepted (acceptance %.1f%%)\n",
@@ -988,6 +1093,22 @@ int main(int argc, char **argv) {
                  specDrafted > 0 ? 100.0 * double(specAccepted) /
                                        double(specDrafted)
                                  : 0.0);
+    if (draftAdaptive && !controller.costMs.empty()) {
+      std::string costs;
+      for (size_t k = 0; k < controller.costMs.size(); ++k)
+      {
+        char buf[32];
+        std::snprintf(buf, sizeof(buf), "%s%.2f", k ? " " : "",
+                      controller.costMs[k]);
+        costs += buf;
+      }
+      std::fprintf(stderr,
+                   "speculative: adaptive, %lld plain decode steps, "
+                   "acceptance estimate %.2f, step cost by k (ms): %s\n",
+                   (long long)specPlain, controller.acceptance(),
+                   costs.c_str());
+    }
+  }
   if (rt.session)
     rt.writeTrace();
   return 0;
