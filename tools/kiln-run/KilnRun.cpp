@@ -161,9 +161,10 @@ static cl::opt<std::string> speculativeMode(
              "the latest earlier occurrence of the last 3, 2 or 1 tokens in "
              "the prompt and the output so far), the artifact's verify step "
              "(kiln-compile --speculative) scores them with the last token "
-             "in one call, the longest prefix greedy decoding agrees with is "
-             "kept and the rest rolled back. Greedy (--temperature 0) on "
-             "the session"),
+             "in one call, the draft tokens the model accepts are kept "
+             "(greedy: its argmax; sampling: the speculative-sampling rule, "
+             "same output distribution) and the rest rolled back. On the "
+             "session"),
     cl::value_desc("ngram"), cl::cat(runCategory));
 static cl::opt<int64_t> draftMax(
     "draft-max",
@@ -744,9 +745,6 @@ int main(int argc, char **argv) {
   if (draftMax < 1 || draftMax > 32)
     fail("--draft-max must be in [1, 32] draft tokens, got " +
          std::to_string(draftMax));
-  if (speculate && temperature != 0.0f)
-    fail("--speculative decodes greedily so far: add --temperature 0 (the "
-         "speculative-sampling rule for temperature > 0 is not built yet)");
   if (speculate && (chatMode || !dumpLogits.empty()))
     fail("--speculative applies to plain generation, not --chat or "
          "--dump-logits");
@@ -1013,18 +1011,24 @@ int main(int argc, char **argv) {
       specDrafted += int64_t(draft.size());
       // Row i predicts the token after feed[i]; draft token i stands if
       // it is that prediction.
+      // Greedy: the row's argmax must be the draft token; sampling: the
+      // speculative-sampling rule keeps it with probability p(draft), else
+      // draws from the rest of p (kiln_rt_sampler_verify).
       size_t accepted = 0;
       for (;;) {
-        next = kiln_rt_sampler_sample(
-            rt.sampler, rows.data() + int64_t(accepted) * vocab);
-        if (accepted < draft.size() && next == draft[accepted]) {
-          ++accepted;
-          ++specAccepted;
-          if (!(going = emit(next)))
-            break;
-          continue;
+        const float *row = rows.data() + int64_t(accepted) * vocab;
+        if (accepted == draft.size()) {
+          next = kiln_rt_sampler_sample(rt.sampler, row);
+          break;
         }
-        break;
+        int32_t kept = 0;
+        next = kiln_rt_sampler_verify(rt.sampler, row, draft[accepted], &kept);
+        if (!kept)
+          break;
+        ++accepted;
+        ++specAccepted;
+        if (!(going = emit(next)))
+          break;
       }
       controller.observe(int64_t(accepted), accepted < draft.size());
       // Keep the last token and the accepted drafts; forget the rest.

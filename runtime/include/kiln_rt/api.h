@@ -456,6 +456,17 @@ void kiln_rt_sampler_release(kiln_rt_sampler_t *sampler);
 /// Picks the next token from float32 `logits[vocab_size]` (not modified).
 int32_t kiln_rt_sampler_sample(kiln_rt_sampler_t *sampler,
                                const float *logits);
+/// Speculative sampling of one draft position (docs/speculative.md;
+/// Leviathan et al. 2023, Chen et al. 2023) for a deterministic draft
+/// token: with p the distribution kiln_rt_sampler_sample draws from
+/// `logits` (temperature, top-k, top-p), keeps `draft` with probability
+/// p(draft) (*accepted = 1) or else draws from p without the draft,
+/// renormalised (*accepted = 0): the returned token is distributed as p.
+/// Greedy samplers return the argmax, accepted iff it is the draft.
+/// `logits` are not modified.
+int32_t kiln_rt_sampler_verify(kiln_rt_sampler_t *sampler,
+                               const float *logits, int32_t draft,
+                               int32_t *accepted);
 
 /// Picks the next token from the session's logits with `sampler` where the
 /// logits live: on the host for "cpu" (exactly kiln_rt_sampler_sample), on

@@ -429,6 +429,19 @@ int32_t kiln_rt_sampler_sample(kiln_rt_sampler_t *sampler,
   return sampler->impl.sample(sampler->scratch.data());
 }
 
+int32_t kiln_rt_sampler_verify(kiln_rt_sampler_t *sampler,
+                               const float *logits, int32_t draft,
+                               int32_t *accepted) {
+  std::memcpy(sampler->scratch.data(), logits,
+              sampler->scratch.size() * sizeof(float));
+  bool kept = false;
+  const int32_t t = sampler->impl.verifyDraft(sampler->scratch.data(), draft,
+                                              kept);
+  if (accepted)
+    *accepted = kept ? 1 : 0;
+  return t;
+}
+
 kiln_rt_status_t kiln_rt_session_sample(kiln_rt_session_t *session,
                                         kiln_rt_sampler_t *sampler,
                                         int32_t *out_token) {

@@ -96,6 +96,96 @@ int32_t Sampler::sampleTopP(const float *probs, float coin) {
   return scratch_[last].index;
 }
 
+void Sampler::distribution(float *logits) {
+  const int32_t n = vocabSize_;
+  for (int32_t i = 0; i < n; ++i)
+    logits[i] /= temperature_;
+  softmax(logits, n);
+  const bool topK = topK_ > 0 && topK_ < n;
+  const bool topP = topP_ > 0.0f && topP_ < 1.0f;
+  if (!topK && !topP)
+    return;
+  // The kept set as sampleTopK / sampleTopP choose it.
+  scratch_.clear();
+  if (topK) {
+    for (int32_t i = 0; i < n; ++i)
+      scratch_.push_back({logits[i], i});
+    auto order = [](const ProbIndex &a, const ProbIndex &b) {
+      return a.prob > b.prob || (a.prob == b.prob && a.index < b.index);
+    };
+    std::partial_sort(scratch_.begin(), scratch_.begin() + topK_,
+                      scratch_.end(), order);
+    scratch_.resize(size_t(topK_));
+  } else {
+    const float cutoff = (1.0f - topP_) / static_cast<float>(n - 1);
+    for (int32_t i = 0; i < n; ++i)
+      if (logits[i] >= cutoff)
+        scratch_.push_back({logits[i], i});
+    std::stable_sort(
+        scratch_.begin(), scratch_.end(),
+        [](const ProbIndex &a, const ProbIndex &b) { return a.prob > b.prob; });
+  }
+  float total = 0.0f;
+  for (const ProbIndex &p : scratch_)
+    total += p.prob;
+  size_t kept = scratch_.size();
+  if (topP) {
+    const float limit = topK ? topP_ * total : topP_;
+    float cumulative = 0.0f;
+    for (size_t i = 0; i < scratch_.size(); ++i) {
+      cumulative += scratch_[i].prob;
+      if (cumulative > limit) {
+        kept = i + 1;
+        break;
+      }
+    }
+    total = 0.0f;
+    for (size_t i = 0; i < kept; ++i)
+      total += scratch_[i].prob;
+  }
+  std::fill(logits, logits + n, 0.0f);
+  for (size_t i = 0; i < kept; ++i)
+    logits[scratch_[i].index] = scratch_[i].prob / total;
+}
+
+int32_t Sampler::verifyDraft(float *logits, int32_t draft, bool &accepted) {
+  const int32_t n = vocabSize_;
+  accepted = false;
+  if (n <= 0)
+    return 0;
+  if (temperature_ == 0.0f) {
+    const int32_t t = argmax(logits, n);
+    accepted = t == draft;
+    return t;
+  }
+  distribution(logits);
+  const bool valid = draft >= 0 && draft < n;
+  if (valid && rng_.nextF32() < logits[draft]) {
+    accepted = true;
+    return draft;
+  }
+  // The residual: p without the draft token, renormalised.
+  float total = 0.0f;
+  int32_t last = -1;
+  for (int32_t i = 0; i < n; ++i)
+    if (i != draft && logits[i] > 0.0f) {
+      total += logits[i];
+      last = i;
+    }
+  if (last < 0) // p is the draft's point mass: kept above
+    return valid ? draft : 0;
+  const float r = rng_.nextF32() * total;
+  float cdf = 0.0f;
+  for (int32_t i = 0; i < n; ++i) {
+    if (i == draft)
+      continue;
+    cdf += logits[i];
+    if (r < cdf && logits[i] > 0.0f)
+      return i;
+  }
+  return last;
+}
+
 int32_t Sampler::sampleTopK(const float *probs, float coin) {
   int32_t n = vocabSize_;
   scratch_.resize(static_cast<size_t>(n));

@@ -48,6 +48,21 @@ public:
   /// turned into probabilities). Draws exactly one RNG value unless greedy.
   int32_t sample(float *logits);
 
+  /// Speculative sampling of one draft position (Leviathan et al. 2023,
+  /// Chen et al. 2023) for a deterministic draft (n-gram lookups propose
+  /// one token, q = its point mass): with p the distribution sample() draws
+  /// from (temperature, top-k, top-p), `draft` is kept with probability
+  /// min(1, p(draft) / q(draft)) = p(draft); otherwise the token is drawn
+  /// from the residual max(0, p - q) normalised, i.e. p without the draft.
+  /// Either way the returned token is distributed as p. Greedy: the argmax,
+  /// kept iff it is the draft. `logits` are overwritten; draws one RNG
+  /// value, two on a rejection (none when greedy).
+  int32_t verifyDraft(float *logits, int32_t draft, bool &accepted);
+  /// Turns `logits` into the distribution sample() draws from (after
+  /// temperature, softmax, top-k and top-p; tokens outside the kept set
+  /// get 0). Not for temperature 0.
+  void distribution(float *logits);
+
   int32_t vocabSize() const { return vocabSize_; }
   float temperature() const { return temperature_; }
   int32_t topK() const { return topK_; }

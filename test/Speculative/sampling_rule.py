@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""The speculative-sampling rule (api.h kiln_rt_sampler_verify; Leviathan et
+al. 2023, Chen et al. 2023) keeps the output distribution: on a vocabulary
+of 8 with fixed logits, N = 40,000 verifications of a fixed draft token
+return tokens whose counts pass a chi-square test against p, the
+distribution kiln_rt_sampler_sample draws from (numpy: softmax of logits /
+temperature, then top-k or the top-p nucleus, renormalised), at a
+false-alarm rate of 0.1% per case (fixed seeds: the result is
+reproducible); the acceptance rate is p(draft) within 4 standard errors;
+greedy samplers return the argmax, accepted iff it is the draft.
+
+usage: sampling_rule.py LIBKILN_RUNTIME.so
+"""
+import ctypes as C
+import sys
+
+import numpy as np
+
+# chi-square quantiles at 0.999 for 1..10 degrees of freedom.
+CHI2_999 = [10.828, 13.816, 16.266, 18.467, 20.515, 22.458, 24.322, 26.124,
+            27.877, 29.588]
+
+
+class Params(C.Structure):
+    _fields_ = [("temperature", C.c_float), ("top_k", C.c_int32),
+                ("top_p", C.c_float), ("seed", C.c_uint64)]
+
+
+def reference(logits, t, top_k, top_p):
+    p = np.exp((logits / t) - (logits / t).max())
+    p /= p.sum()
+    order = sorted(range(len(p)), key=lambda i: (-p[i], i))
+    keep = order
+    if 0 < top_k < len(p):
+        keep = order[:top_k]
+    if 0 < top_p < 1:
+        total = sum(p[i] for i in keep)
+        cum, nucleus = 0.0, []
+        for i in keep:
+            cum += p[i]
+            nucleus.append(i)
+            if cum > top_p * (total if 0 < top_k < len(p) else 1.0):
+                break
+        keep = nucleus
+    q = np.zeros_like(p)
+    q[keep] = p[keep]
+    return q / q.sum()
+
+
+def main():
+    L = C.CDLL(sys.argv[1], mode=C.RTLD_GLOBAL)
+    L.kiln_rt_sampler_create.restype = C.c_void_p
+    L.kiln_rt_sampler_verify.restype = C.c_int32
+    L.kiln_rt_sampler_verify.argtypes = [C.c_void_p, C.POINTER(C.c_float),
+                                         C.c_int32, C.POINTER(C.c_int32)]
+    logits = np.array([1.2, 0.3, 2.0, 1.9, -0.5, 0.8, 1.5, -1.0])
+    V, N = len(logits), 40000
+    arr = (C.c_float * V)(*logits.astype(np.float32))
+    worst = 0.0
+    for temp, top_k, top_p, draft in ((1.0, 0, 1.0, 3), (0.7, 0, 1.0, 0),
+                                      (1.0, 4, 1.0, 6), (1.3, 0, 0.8, 2),
+                                      (1.0, 5, 0.9, 1), (1.0, 0, 1.0, 7)):
+        params = Params(temp, top_k, top_p, 12345 + draft)
+        sampler = C.c_void_p()
+        st = L.kiln_rt_sampler_create(C.byref(params), V, C.byref(sampler))
+        if st:
+            sys.exit("sampling_rule: FAIL: kiln_rt_sampler_create")
+        counts = np.zeros(V)
+        kept = 0
+        acc = C.c_int32()
+        for _ in range(N):
+            t = L.kiln_rt_sampler_verify(sampler, arr, draft, C.byref(acc))
+            counts[t] += 1
+            kept += acc.value
+        L.kiln_rt_sampler_release(sampler)
+        p = reference(logits, temp, top_k, top_p)
+        support = p > 0
+        if counts[~support].sum() > 0:
+            sys.exit(f"sampling_rule: FAIL: tokens outside p's support {counts}")
+        expected = N * p[support]
+        chi2 = float(((counts[support] - expected) ** 2 / expected).sum())
+        df = int(support.sum()) - 1
+        limit = CHI2_999[df - 1] if df >= 1 else 0.0
+        rate = kept / N
+        se = (p[draft] * (1 - p[draft]) / N) ** 0.5
+        case = f"T={temp} top_k={top_k} top_p={top_p} draft={draft}"
+        if df >= 1 and chi2 > limit:
+            sys.exit(f"sampling_rule: FAIL {case}: chi2 {chi2:.2f} > {limit} (df {df})")
+        if abs(rate - p[draft]) > 4 * se + 1e-12:
+            sys.exit(f"sampling_rule: FAIL {case}: acceptance {rate:.4f} vs p(draft) {p[draft]:.4f}")
+        worst = max(worst, chi2 / limit if limit else 0.0)
+        print(f"sampling_rule: {case}: chi2 {chi2:.2f} (df {df}, limit {limit}), "
+              f"acceptance {rate:.4f} = p(draft) {p[draft]:.4f}: ok")
+    # Greedy.
+    params = Params(0.0, 0, 1.0, 1)
+    sampler = C.c_void_p()
+    L.kiln_rt_sampler_create(C.byref(params), V, C.byref(sampler))
+    acc = C.c_int32()
+    t = L.kiln_rt_sampler_verify(sampler, arr, 3, C.byref(acc))
+    if t != 2 or acc.value != 0:
+        sys.exit("sampling_rule: FAIL: greedy with a wrong draft")
+    t = L.kiln_rt_sampler_verify(sampler, arr, 2, C.byref(acc))
+    if t != 2 or acc.value != 1:
+        sys.exit("sampling_rule: FAIL: greedy with the argmax as draft")
+    print("sampling_rule: greedy: ok")
+    print("sampling_rule: PASS")
+
+
+if __name__ == "__main__":
+    main()
