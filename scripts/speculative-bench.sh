@@ -2,20 +2,20 @@
 # Speculative decoding against plain greedy decoding (docs/speculative.md):
 # decode tokens/s of kiln-run on the session with and without
 # --speculative=ngram (adaptive and fixed draft length), median of REPS
-# runs each, on the templated workload of scripts/speculative-workload/
+# runs each (interleaved), on the templated workload of scripts/speculative-workload/
 # (answers that copy from the prompt) and on open text taken at run time
 # from ../shared/data (a wiki paragraph, a story opening). Not a CI step.
 #
 # usage: scripts/speculative-bench.sh [MODEL ...]
 #   default MODEL: SmolLM2-135M-Instruct Q4_1 and stories260K
-# environment: TOKENS (generated per run, default 96), REPS (default 3),
+# environment: TOKENS (generated per run, default 96), REPS (default 5),
 #   OUT (work directory)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$ROOT/build/bin
 SHARED=${KILN_SHARED_DIR:-$ROOT/../shared}
 TOKENS=${TOKENS:-96}
-REPS=${REPS:-3}
+REPS=${REPS:-5}
 OUT=${OUT:-$(mktemp -d /tmp/kiln-spec-bench.XXXXXX)}
 MODELS=("$@")
 [ ${#MODELS[@]} -gt 0 ] || MODELS=(
@@ -35,18 +35,14 @@ t = open(shared + "/data/tinystories_sample.txt", encoding="utf-8").read()
 open(out + "/open-story.txt", "w").write(t[:700].rsplit(".", 1)[0] + ". ")
 PY
 
-rate() { # rate ART PROMPT ARGS...: median decode tokens/s, and the last
-         # run's speculative summary
+run1() { # run1 ART PROMPT ARGS...: one kiln-run; prints its stderr
   local art=$1 prompt=$2; shift 2
-  local rates=() log
-  for _ in $(seq "$REPS"); do
-    log=$("$BIN/kiln-run" "$art" --prompt-file "$prompt" --temperature 0 \
-      --max-tokens "$TOKENS" --no-engine "$@" 2>&1 >/dev/null)
-    rates+=("$(echo "$log" | sed -n 's/^decode: \([0-9.]*\) tokens.*/\1/p')")
-    summary=$(echo "$log" | sed -n 's/.* accepted (acceptance \([0-9.]*%\)).*/\1/p')
-  done
-  printf '%s\n' "${rates[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
+  "$BIN/kiln-run" "$art" --prompt-file "$prompt" --temperature 0 \
+    --max-tokens "$TOKENS" --no-engine "$@" 2>&1 >/dev/null
 }
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+tps() { sed -n 's/^decode: \([0-9.]*\) tokens.*/\1/p'; }
+accept() { sed -n 's/.* accepted (acceptance \([0-9.]*%\)).*/\1/p'; }
 
 printf '| model | prompt | plain (tokens/s) | ngram adaptive | ratio | acceptance | ngram fixed K=5 | ratio | acceptance |\n'
 printf '|---|---|---|---|---|---|---|---|---|\n'
@@ -56,9 +52,27 @@ for model in "${MODELS[@]}"; do
   "$BIN/kiln-compile" "$model" -o "$art" --speculative > /dev/null 2>&1
   for prompt in templated-contract templated-support open-wiki open-story; do
     p="$OUT/$prompt.txt"
-    base=$(rate "$art" "$p")
-    ad=$(rate "$art" "$p" --speculative=ngram); adacc=$summary
-    fx=$(rate "$art" "$p" --speculative=ngram --draft-adaptive=false); fxacc=$summary
+    # A prompt the model cannot take (longer than its context): skipped.
+    if ! "$BIN/kiln-run" "$art" --prompt-file "$p" --max-tokens 1 \
+         --no-engine > /dev/null 2>&1; then
+      printf '| %s | %s | (prompt longer than the context) | | | | | | |\n' \
+        "$name" "$prompt"
+      continue
+    fi
+    # The three configurations interleaved, REPS rounds (this VM drifts).
+    b=() a=() f=() adacc=- fxacc=- costs=-
+    for _ in $(seq "$REPS"); do
+      b+=("$(run1 "$art" "$p" | tps)")
+      log=$(run1 "$art" "$p" --speculative=ngram)
+      a+=("$(echo "$log" | tps)"); adacc=$(echo "$log" | accept)
+      costs=$(echo "$log" | sed -n 's/.*step cost by k (ms): //p')
+      log=$(run1 "$art" "$p" --speculative=ngram --draft-adaptive=false)
+      f+=("$(echo "$log" | tps)"); fxacc=$(echo "$log" | accept)
+    done
+    base=$(printf '%s\n' "${b[@]}" | median)
+    ad=$(printf '%s\n' "${a[@]}" | median)
+    fx=$(printf '%s\n' "${f[@]}" | median)
+    echo "$name $prompt: step cost by k (ms): $costs" >&2
     printf '| %s | %s | %s | %s | %.2fx | %s | %s | %.2fx | %s |\n' \
       "$name" "$prompt" "$base" "$ad" "$(echo "$ad / $base" | bc -l)" "$adacc" \
       "$fx" "$(echo "$fx / $base" | bc -l)" "$fxacc"
