@@ -463,7 +463,9 @@ def VerifyEntryPass : Pass<"kiln-verify-entry", "::mlir::ModuleOp"> {
     (the entry inherits their rewrites) and before `kiln-fuse`. Errors: no
     `@prefill` or a symbol `@verify` already, a prefill that does not
     return `kiln.logits` (a pipeline stage before the last; a
-    vocab-parallel classifier's all-gather is kept).
+    vocab-parallel classifier's all-gather is kept), sparse attention
+    (its selection over the verify rows would differ from decode's, so
+    speculation would change the output).
   }];
   let dependentDialects = ["::mlir::kiln::KilnDialect"];
 }

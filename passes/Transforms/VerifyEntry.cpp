@@ -56,6 +56,21 @@ void VerifyEntryPass::runOnOperation() {
                        "of kiln.logits";
     return signalPassFailure();
   }
+  // Verify rows must be the logits decode would give: a sparse selection
+  // over the verify chunk (or Quest's pages) would change them.
+  AttentionOp sparse;
+  prefill.walk([&](AttentionOp a) {
+    if (a.getSparseAttr() && !sparse)
+      sparse = a;
+  });
+  if (sparse) {
+    sparse.emitError() << "kiln-verify-entry: @prefill's attention is "
+                          "sparse (kiln-sparse-attention); the verify step "
+                          "would select blocks where decode does not, and "
+                          "speculation would change the output: not built "
+                          "yet";
+    return signalPassFailure();
+  }
   if (logits.getAllRows()) {
     logits.emitError() << "kiln-verify-entry: @prefill's kiln.logits "
                           "already classifies every row";

@@ -793,6 +793,10 @@ int main(int argc, char **argv) {
     return fail("--speculative with --pp " + std::to_string(pipelineStages) +
                 ": the verify step of a pipeline is not built yet (its "
                 "stages before the last have no logits)");
+  if (speculative && sparseAttention != "none")
+    return fail("--speculative with --sparse-attention: verify rows would "
+                "select key blocks where decode does not, changing the "
+                "output; not built yet");
   if (speculative && target == "cuda")
     return fail("--speculative has a runtime for --target=cpu only so far "
                 "(the CUDA executor runs no verify step yet)");
