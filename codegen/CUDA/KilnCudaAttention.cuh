@@ -72,6 +72,19 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+/// kvAppendKernel over contiguous caches at ctx->d_pos, launched on the
+/// context's stream; false (error recorded) when the launch failed.
+template <typename T>
+inline bool appendContiguous(kiln_cuda_ctx *ctx, const T *k, const T *v,
+                             T *kCache, T *vCache, int64_t n, int64_t kvDim,
+                             int64_t maxSeq) {
+  kvAppendKernel<T, RowsContiguous>
+      <<<gridFor(ctx, n * kvDim, 256), 256, 0, streamOf(ctx)>>>(
+          k, v, kCache, vCache, n, kvDim, maxSeq, ctx->d_pos,
+          RowsContiguous());
+  return KILN_CUDA_LAUNCHED(ctx, "kvAppendKernel<<<>>>");
+}
+
 /// How the attention kernels read the KV cache: element `off` of the K / V
 /// cache (row `row`, kv head `kvh`) is kScale(row, kvh) * kAt(off) (V alike),
 /// plus m_t[kvh, d] for the keys of a trait with kCentered (KvCentered).

@@ -500,11 +500,7 @@ inline void kiln_cuda_attention(kiln_cuda_ctx *ctx, const T *q, const T *k,
                        max_seq))
     return;
   const int64_t kvDim = kv_heads * head_dim;
-  kvAppendKernel<T, RowsContiguous>
-      <<<gridFor(ctx, n * kvDim, 256), 256, 0, streamOf(ctx)>>>(
-          k, v, k_cache, v_cache, n, kvDim, max_seq, ctx->d_pos,
-          RowsContiguous());
-  if (!KILN_CUDA_LAUNCHED(ctx, "kvAppendKernel<<<>>>"))
+  if (!appendContiguous(ctx, k, v, k_cache, v_cache, n, kvDim, max_seq))
     return;
   attentionDispatch(ctx, q, KvPlain<T>{k_cache, v_cache}, out, n, heads,
                     kv_heads, head_dim, max_seq, scale);
@@ -532,11 +528,7 @@ inline void kiln_cuda_attention_window(kiln_cuda_ctx *ctx, const T *q,
                      "window must be positive"))
     return;
   const int64_t kvDim = kv_heads * head_dim;
-  kvAppendKernel<T, RowsContiguous>
-      <<<gridFor(ctx, n * kvDim, 256), 256, 0, streamOf(ctx)>>>(
-          k, v, k_cache, v_cache, n, kvDim, max_seq, ctx->d_pos,
-          RowsContiguous());
-  if (!KILN_CUDA_LAUNCHED(ctx, "kvAppendKernel<<<>>>"))
+  if (!appendContiguous(ctx, k, v, k_cache, v_cache, n, kvDim, max_seq))
     return;
   attentionDispatch(ctx, q, KvPlain<T>{k_cache, v_cache}, out, n, heads,
                     kv_heads, head_dim, max_seq, scale, window);

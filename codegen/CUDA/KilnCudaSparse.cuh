@@ -738,11 +738,7 @@ inline void kiln_cuda_attention_sparse(
                        head_dim, max_seq))
     return;
   const int64_t kvDim = kv_heads * head_dim;
-  kvAppendKernel<T, RowsContiguous>
-      <<<gridFor(ctx, n * kvDim, 256), 256, 0, streamOf(ctx)>>>(
-          k, v, k_cache, v_cache, n, kvDim, max_seq, ctx->d_pos,
-          RowsContiguous());
-  if (!KILN_CUDA_LAUNCHED(ctx, "kvAppendKernel<<<>>>"))
+  if (!appendContiguous(ctx, k, v, k_cache, v_cache, n, kvDim, max_seq))
     return;
   sparseAttentionLaunch<false>(ctx, "kiln_cuda_attention_sparse", q,
                                KvPlain<T>{k_cache, v_cache}, nullptr, nullptr,
@@ -811,11 +807,7 @@ inline void kiln_cuda_attention_sparse_decode(
     return;
   const int64_t kvDim = kv_heads * head_dim;
   cudaStream_t stream = streamOf(ctx);
-  kvAppendKernel<T, RowsContiguous><<<gridFor(ctx, n * kvDim, 256), 256, 0,
-                                      stream>>>(k, v, k_cache, v_cache, n,
-                                                kvDim, max_seq, ctx->d_pos,
-                                                RowsContiguous());
-  if (!KILN_CUDA_LAUNCHED(ctx, "kvAppendKernel<<<>>>"))
+  if (!appendContiguous(ctx, k, v, k_cache, v_cache, n, kvDim, max_seq))
     return;
   const int64_t capPages = (n + block - 1) / block + 1;
   keySummaryKernel<<<gridFor(ctx, capPages * kvDim, 256), 256, 0, stream>>>(

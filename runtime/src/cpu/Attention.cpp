@@ -761,6 +761,25 @@ static void chooseSparseBlocks(const std::vector<double> &mass, int64_t heads,
       list.push_back(int32_t(kb));
 }
 
+/// The rows of key blocks `list` (of B positions, the keys < T) of KV head
+/// g, keys or values, gathered in list order into `buf` ([keys][headDim],
+/// sized by the caller).
+template <class Kv>
+static void gatherBlocks(const Kv &kv, bool isV, const std::vector<int32_t> &list,
+                         int64_t B, int64_t T, int64_t g, int64_t headDim,
+                         float *buf) {
+  int64_t at = 0;
+  for (int32_t kb : list) {
+    const int64_t t0 = int64_t(kb) * B, count = std::min(B, T - t0);
+    int64_t stride;
+    const float *rows = kv.rows(isV, t0, count, g, stride);
+    for (int64_t t = 0; t < count; ++t)
+      std::memcpy(buf + (at + t) * headDim, rows + t * stride,
+                  sizeof(float) * size_t(headDim));
+    at += count;
+  }
+}
+
 /// The key blocks each (kv head g, query block) keeps (chooseSparseBlocks),
 /// indexed g * queryBlocks + (qb - qb0). Query block qb covers the absolute
 /// positions [qb B, (qb + 1) B); each head h of the group estimates the
@@ -860,18 +879,9 @@ selectSparseBlocks(const typename E::T *q, const Kv &kv, int64_t n,
       int64_t mandKeys = 0;
       for (int32_t kb : mandBlocks)
         mandKeys += std::min(B, T - int64_t(kb) * B);
-      mandK.resize(size_t(mandKeys * headDim));
       if (S > 0) {
-        int64_t at = 0;
-        for (int32_t kb : mandBlocks) {
-          const int64_t t0 = int64_t(kb) * B, count = std::min(B, T - t0);
-          int64_t stride;
-          const float *rows = kv.rows(false, t0, count, g, stride);
-          for (int64_t t = 0; t < count; ++t)
-            std::memcpy(mandK.data() + (at + t) * headDim, rows + t * stride,
-                        sizeof(float) * size_t(headDim));
-          at += count;
-        }
+        mandK.resize(size_t(mandKeys * headDim));
+        gatherBlocks(kv, false, mandBlocks, B, T, g, headDim, mandK.data());
       }
       // Row r's exact mandatory share: softmax-normalised later with the
       // optional estimate. mandMax / mandSum: max and sum of exp(s - max)
@@ -1165,16 +1175,7 @@ static bool sparseAttention(const typename E::T *q, const Kv &kv,
         keys += std::min(B, T - int64_t(kb) * B);
       auto gather = [&](bool isV) {
         float *buf = scratch(0, keys * headDim);
-        int64_t at = 0;
-        for (int32_t kb : list) {
-          const int64_t t0 = int64_t(kb) * B, count = std::min(B, T - t0);
-          int64_t stride;
-          const float *rows = kv.rows(isV, t0, count, g, stride);
-          for (int64_t t = 0; t < count; ++t)
-            std::memcpy(buf + (at + t) * headDim, rows + t * stride,
-                        sizeof(float) * size_t(headDim));
-          at += count;
-        }
+        gatherBlocks(kv, isV, list, B, T, g, headDim, buf);
         return buf;
       };
       // The group's query rows, head-major: [group][tq][headDim].
