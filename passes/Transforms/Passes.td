@@ -470,6 +470,33 @@ def VerifyEntryPass : Pass<"kiln-verify-entry", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::kiln::KilnDialect"];
 }
 
+def SkipLayersPass : Pass<"kiln-skip-layers", "::mlir::ModuleOp"> {
+  let summary = "Drop transformer layers: the self-draft of speculative decoding";
+  let description = [{
+    Removes the decoder layers listed in `layers` from every entry point:
+    the layer's output (the residual stream after its attention and FFN
+    blocks) is replaced by its input, so the stream skips it (the
+    self-speculative draft of Zhang et al. 2023, "Draft & Verify: Lossless
+    Large Language Model Acceleration via Self-Speculative Decoding", and
+    Elhoushi et al. 2024, "LayerSkip"). The layer's ops and the weights
+    only they read go; its KV-cache rows are never written (the cache type
+    keeps every layer, so the artifact's cache layout is the model's).
+    `kiln-compile --self-draft=LAYERS` runs it on the draft it writes
+    beside the artifact (docs/speculative.md). A layer is found from its
+    `kiln.attention` (attribute `layer`): the query's rms_norm gives the
+    layer input x, x + attention-output is the mid-layer residual h, and
+    h + FFN-output (the add that uses h beside its rms_norm) the output.
+    Run on the imported graph, before quantization and fusion. Errors: an
+    index that is not a layer of the model, every layer listed, a layer
+    whose residual structure is not that pre-norm shape.
+  }];
+  let options = [
+    ListOption<"layers", "layers", "int64_t",
+               "Indices of the layers to remove">,
+  ];
+  let dependentDialects = ["::mlir::kiln::KilnDialect"];
+}
+
 def PartitionPass : Pass<"kiln-partition", "::mlir::ModuleOp"> {
   let summary = "Tensor and pipeline parallelism: one rank's shard of its stage's layers (Megatron-LM splits)";
   let description = [{

@@ -3,7 +3,8 @@
 artifact: the generated token ids (--print-tokens) must be identical for
 every prompt; prints the prompts checked and the draft tokens accepted.
 
-usage: ngram_identity.py ARTIFACT   (kiln-run on PATH)
+usage: ngram_identity.py ARTIFACT [MODE]   (kiln-run on PATH; MODE: the
+--speculative value, default ngram)
 """
 import re
 import subprocess
@@ -32,6 +33,7 @@ def tokens(args):
 
 def main():
     art = sys.argv[1]
+    mode = sys.argv[2] if len(sys.argv) > 2 else "ngram"
     drafted = accepted = 0
     wrong_verify = wrong_plain = 0
     for p in PROMPTS:
@@ -39,7 +41,7 @@ def main():
                 "--print-tokens"]
         plain, _, _ = tokens([art] + base + ["--no-engine"])
         for extra in ([], ["--draft-adaptive=false"], ["--draft-test-wrong"]):
-            spec, m, steps = tokens([art] + base + ["--speculative=ngram"] + extra)
+            spec, m, steps = tokens([art] + base + ["--speculative=" + mode] + extra)
             if not plain or plain != spec:
                 sys.exit(f"ngram_identity: FAIL on {p!r} {extra}:\n"
                          f" plain {plain}\n spec  {spec}")
@@ -48,11 +50,11 @@ def main():
                 # to plain decode steps after a few verify steps.
                 wrong_verify += int(m.group(1))
                 wrong_plain += int(steps.group(1))
-            elif not extra:
+            else:  # adaptive and fixed draft lengths
                 drafted += int(m.group(2))
                 accepted += int(m.group(3))
     print(f"ngram_identity: {len(PROMPTS)} prompts, greedy tokens identical "
-          "with and without --speculative=ngram (adaptive, fixed, wrong drafts)")
+          f"with and without --speculative={mode} (adaptive, fixed, wrong drafts)")
     print(f"ngram_identity: accepted {accepted} of {drafted} draft tokens")
     share = wrong_plain / max(1, wrong_plain + wrong_verify)
     print(f"ngram_identity: always-wrong drafts: {wrong_verify} verify steps, "

@@ -8,6 +8,12 @@ temperature, then top-k or the top-p nucleus, renormalised), at a
 false-alarm rate of 0.1% per case (fixed seeds: the result is
 reproducible); the acceptance rate is p(draft) within 4 standard errors;
 greedy samplers return the argmax, accepted iff it is the draft.
+For a draft model (kiln_rt_sampler_draft draws the draft token from q, the
+distribution of the draft's logits, and returns q; kiln_rt_sampler_verify_q
+keeps it with probability min(1, p/q), else draws from max(0, p - q)
+normalised; Leviathan et al. 2023, Algorithm 1): q equals the reference,
+the tokens pass the same chi-square test against p, and the acceptance rate
+is sum_x min(p(x), q(x)) (their eq. 3's beta) within 4 standard errors.
 
 usage: sampling_rule.py LIBKILN_RUNTIME.so
 """
@@ -91,6 +97,56 @@ def main():
         worst = max(worst, chi2 / limit if limit else 0.0)
         print(f"sampling_rule: {case}: chi2 {chi2:.2f} (df {df}, limit {limit}), "
               f"acceptance {rate:.4f} = p(draft) {p[draft]:.4f}: ok")
+    # A draft model's q.
+    L.kiln_rt_sampler_draft.restype = C.c_int32
+    L.kiln_rt_sampler_draft.argtypes = [C.c_void_p, C.POINTER(C.c_float),
+                                        C.POINTER(C.c_float)]
+    L.kiln_rt_sampler_verify_q.restype = C.c_int32
+    L.kiln_rt_sampler_verify_q.argtypes = [
+        C.c_void_p, C.POINTER(C.c_float), C.POINTER(C.c_float), C.c_int32,
+        C.POINTER(C.c_int32)]
+    qlogits = np.array([0.2, 1.1, 1.0, 2.2, 0.0, 0.9, 0.4, 0.5])
+    qarr = (C.c_float * V)(*qlogits.astype(np.float32))
+    qbuf = (C.c_float * V)()
+    for temp, top_k, top_p in ((1.0, 0, 1.0), (0.7, 0, 1.0), (1.0, 4, 1.0),
+                               (1.3, 0, 0.8)):
+        params = Params(temp, top_k, top_p, 777)
+        dparams = Params(temp, top_k, top_p, 999)
+        sampler, dsampler = C.c_void_p(), C.c_void_p()
+        if (L.kiln_rt_sampler_create(C.byref(params), V, C.byref(sampler)) or
+                L.kiln_rt_sampler_create(C.byref(dparams), V, C.byref(dsampler))):
+            sys.exit("sampling_rule: FAIL: kiln_rt_sampler_create")
+        p = reference(logits, temp, top_k, top_p)
+        qref = reference(qlogits, temp, top_k, top_p)
+        counts = np.zeros(V)
+        kept = 0
+        acc = C.c_int32()
+        for i in range(N):
+            d = L.kiln_rt_sampler_draft(dsampler, qarr, qbuf)
+            if i == 0 and np.abs(np.array(qbuf[:]) - qref).max() > 1e-5:
+                sys.exit(f"sampling_rule: FAIL: q {qbuf[:]} vs {qref}")
+            t = L.kiln_rt_sampler_verify_q(sampler, arr, qbuf, d, C.byref(acc))
+            counts[t] += 1
+            kept += acc.value
+        L.kiln_rt_sampler_release(sampler)
+        L.kiln_rt_sampler_release(dsampler)
+        support = p > 0
+        if counts[~support].sum() > 0:
+            sys.exit(f"sampling_rule: FAIL: tokens outside p's support {counts}")
+        expected = N * p[support]
+        chi2 = float(((counts[support] - expected) ** 2 / expected).sum())
+        df = int(support.sum()) - 1
+        limit = CHI2_999[df - 1]
+        beta = float(np.minimum(p, qref).sum())
+        rate = kept / N
+        se = (beta * (1 - beta) / N) ** 0.5
+        case = f"draft model T={temp} top_k={top_k} top_p={top_p}"
+        if chi2 > limit:
+            sys.exit(f"sampling_rule: FAIL {case}: chi2 {chi2:.2f} > {limit} (df {df})")
+        if abs(rate - beta) > 4 * se + 1e-12:
+            sys.exit(f"sampling_rule: FAIL {case}: acceptance {rate:.4f} vs beta {beta:.4f}")
+        print(f"sampling_rule: {case}: chi2 {chi2:.2f} (df {df}, limit {limit}), "
+              f"acceptance {rate:.4f} = sum min(p, q) {beta:.4f}: ok")
     # Greedy.
     params = Params(0.0, 0, 1.0, 1)
     sampler = C.c_void_p()

@@ -34,6 +34,7 @@
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -295,6 +296,16 @@ static cl::opt<bool> speculative(
              "row's logits; kiln-verify-entry, docs/speculative.md). cpu "
              "target, not with --pp"),
     cl::init(false), cl::cat(category));
+static cl::opt<std::string> selfDraft(
+    "self-draft",
+    cl::desc("With --speculative: also write a self-draft (kiln-run "
+             "--speculative=self) to ARTIFACT/self-draft, compiled from the "
+             "same checkpoint with a cheaper recipe: 4-bit weights "
+             "(w4a16-rtn) where the linears are float and no --quant is "
+             "given, otherwise the artifact's; LAYERS (e.g. 8-21 or "
+             "3,5,7): decoder layers left out (kiln-skip-layers; "
+             "docs/speculative.md)"),
+    cl::ValueOptional, cl::value_desc("LAYERS"), cl::cat(category));
 static cl::opt<bool> kvCentering(
     "kv-centering",
     cl::desc("With --kv=int8|fp8 and --calibration: store keys relative to "
@@ -797,6 +808,28 @@ int main(int argc, char **argv) {
     return fail("--speculative with --sparse-attention: verify rows would "
                 "select key blocks where decode does not, changing the "
                 "output; not built yet");
+  // --self-draft's layers to skip.
+  std::vector<int64_t> draftSkip;
+  if (selfDraft.getNumOccurrences()) {
+    if (!speculative)
+      return fail("--self-draft needs --speculative (the self-draft is "
+                  "only run by speculative decoding)");
+    if (parallel)
+      return fail("--self-draft with --tp / --pp is not built yet (the "
+                  "draft runs on one rank)");
+    llvm::SmallVector<llvm::StringRef> items;
+    llvm::StringRef(selfDraft).split(items, ',', -1, false);
+    for (llvm::StringRef item : items) {
+      auto [lo, hi] = item.trim().split('-');
+      int64_t a = -1, b = -1;
+      if (lo.getAsInteger(10, a) || a < 0 ||
+          (hi.empty() ? (b = a, false) : hi.getAsInteger(10, b)) || b < a)
+        return fail("--self-draft=" + selfDraft + ": '" + item.str() +
+                    "' is not a layer index or range (e.g. 8-21 or 3,5,7)");
+      for (int64_t l = a; l <= b; ++l)
+        draftSkip.push_back(l);
+    }
+  }
   if (speculative && target == "cuda")
     return fail("--speculative has a runtime for --target=cpu only so far "
                 "(the CUDA executor runs no verify step yet)");
@@ -1178,6 +1211,64 @@ int main(int argc, char **argv) {
     return 1;
   noteInt8Gather();
   llvm::errs() << "kiln-compile: wrote " << outputDir << "\n";
+  if (selfDraft.getNumOccurrences()) {
+    // The self-draft: the same checkpoint and options, fewer layers and
+    // (float linears without --quant) 4-bit weights; no verify step.
+    bool storedQuantized = false;
+    for (const WeightDesc &w : desc->weights) {
+      const WeightTransform *r = repackStep(w);
+      if (w.quantized || (r && r->part == WeightTransform::QuantPart::Blocks &&
+                          w.name != "tok_embeddings" && w.name != "output"))
+        storedQuantized = true;
+    }
+    const bool draft4Bit = quant == "none" && !storedQuantized;
+    CompileOptions draft = options;
+    draft.verifyEntry = false;
+    draft.batchStep = false;
+    // Written beside the artifact, then moved into it (the writer refuses
+    // to write inside another artifact).
+    const std::string draftDir = outputDir + "/self-draft";
+    const std::string staging = outputDir + ".self-draft.tmp";
+    (void)llvm::sys::fs::remove_directories(staging);
+    draft.outputDir = staging;
+    draft.addGraphPasses = [&](OpPassManager &pm) {
+      if (!draftSkip.empty()) {
+        SkipLayersPassOptions o;
+        o.layers.assign(draftSkip.begin(), draftSkip.end());
+        pm.addPass(createSkipLayersPass(o));
+      }
+      if (draft4Bit) {
+        QuantizeWeightsPassOptions o;
+        o.scheme = "w4a16-rtn";
+        o.groupSize = groupSize;
+        pm.addPass(createQuantizeWeightsPass(o));
+      } else if (!quantPasses.empty()) {
+        addGraphPasses(pm);
+      }
+    };
+    std::string skipText;
+    for (int64_t l : draftSkip)
+      skipText += (skipText.empty() ? "" : ",") + std::to_string(l);
+    draft.pipeline =
+        (draftSkip.empty() ? std::string()
+                           : "kiln-skip-layers{layers=" + skipText + "},") +
+        (draft4Bit ? "kiln-quantize-weights{scheme=w4a16-rtn group-size=" +
+                         std::to_string(groupSize) + "}," : "") +
+        options.pipeline;
+    draft.quant = draft4Bit ? std::string("w4a16-rtn") : options.quant;
+    if (failed(compileModel(context, *desc, draft))) {
+      (void)llvm::sys::fs::remove_directories(staging);
+      return 1;
+    }
+    if (std::error_code ec = llvm::sys::fs::rename(staging, draftDir)) {
+      (void)llvm::sys::fs::remove_directories(staging);
+      return fail("cannot move the self-draft to " + draftDir + ": " +
+                  ec.message());
+    }
+    llvm::errs() << "kiln-compile: wrote the self-draft " << draftDir
+                 << " (" << (draft4Bit ? "4-bit weights" : "the same weights")
+                 << ", " << draftSkip.size() << " layers skipped)\n";
+  }
   if (sparseReportText)
     if (llvm::Error e = printSparseReport(
             outputDir, sparseReportText->getBuffer(), sparseReportTokens,

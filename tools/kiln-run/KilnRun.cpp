@@ -17,11 +17,13 @@
 #include "chat/ChatTemplate.h"
 #include "kiln_rt/api.h"
 #include "codegen/Artifact/SafeOutput.h"
+#include "tools/common/Speculative.h"
 #include "tools/common/Threads.h"
 #include "tools/common/ToolSupport.h"
 #include "tools/common/Trace.h"
 
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
@@ -156,16 +158,19 @@ static cl::opt<bool> noEngine(
 
 static cl::opt<std::string> speculativeMode(
     "speculative",
-    cl::desc("Speculative decoding (docs/speculative.md): ngram drafts up "
-             "to --draft-max tokens by prompt lookup (the continuation of "
-             "the latest earlier occurrence of the last 3, 2 or 1 tokens in "
-             "the prompt and the output so far), the artifact's verify step "
-             "(kiln-compile --speculative) scores them with the last token "
-             "in one call, the draft tokens the model accepts are kept "
-             "(greedy: its argmax; sampling: the speculative-sampling rule, "
-             "same output distribution) and the rest rolled back. On the "
-             "session"),
-    cl::value_desc("ngram"), cl::cat(runCategory));
+    cl::desc("Speculative decoding (docs/speculative.md): drafts of up to "
+             "--draft-max tokens, scored with the last token in one call of "
+             "the artifact's verify step (kiln-compile --speculative); the "
+             "draft tokens the model accepts are kept (greedy: its argmax; "
+             "sampling: the speculative-sampling rule, same output "
+             "distribution) and the rest rolled back. ngram: prompt lookup "
+             "(the continuation of the latest earlier occurrence of the last "
+             "3, 2 or 1 tokens); suffix: the most frequent continuation of "
+             "the longest earlier-occurring suffix (SuffixDecoding); self: "
+             "the artifact's self-draft (kiln-compile --self-draft); "
+             "draft:ART: a draft model artifact with the same tokenizer. On "
+             "the session"),
+    cl::value_desc("ngram|suffix|self|draft:ART"), cl::cat(runCategory));
 static cl::opt<int64_t> draftMax(
     "draft-max",
     cl::desc("Most draft tokens per verify step with --speculative, 1 to "
@@ -188,76 +193,8 @@ static cl::opt<bool> draftTestWrong(
 
 namespace {
 
-/// The adaptive draft length (docs/speculative.md): with per-token
-/// acceptance probability a (tokens accepted before a mismatch, decayed
-/// counts with a Jeffreys-like prior of half a token each), a draft of k tokens yields on average
-/// E(k) = 1 + a + ... + a^k tokens (the draft prefix kept plus the model's
-/// own next token; Leviathan et al. 2023, eq. 1) for the cost C(k) of
-/// verifying k + 1 rows (C(0): a decode step); each step takes the k that
-/// maximises E(k) / C(k) (a longer draft by at least kMargin). Draft
-/// tokens checked against plain decode steps'
-/// tokens update the counts too, so a controller at k = 0 notices when
-/// drafting starts to pay again.
-struct DraftController {
-  std::vector<double> costMs; ///< C(k), k = 0 .. K
-  double accepted = 0.0, rejected = 0.0;
-  /// Per observation: an effective window of about 30 steps.
-  static constexpr double kDecay = 0.97;
-  /// A longer draft must promise this much more throughput than the best
-  /// shorter one (rollbacks and timing noise are not in C(k)).
-  static constexpr double kMargin = 1.05;
-
-  double acceptance() const {
-    return (accepted + 0.5) / (accepted + rejected + 1.0);
-  }
-  /// Records a draft prefix of `ok` tokens kept, then a mismatch (or not,
-  /// when the whole draft stood).
-  void observe(int64_t ok, bool mismatch) {
-    accepted = kDecay * accepted + double(ok);
-    rejected = kDecay * rejected + (mismatch ? 1.0 : 0.0);
-  }
-  /// The best k <= available.
-  int64_t choose(int64_t available) const {
-    const double a = acceptance();
-    int64_t best = 0;
-    double bestRate = 1.0 / costMs[0], expected = 1.0, term = 1.0;
-    for (int64_t k = 1; k <= available && k < int64_t(costMs.size()); ++k) {
-      term *= a;
-      expected += term;
-      const double rate = expected / costMs[size_t(k)];
-      if (rate > kMargin * bestRate) {
-        bestRate = rate;
-        best = k;
-      }
-    }
-    return best;
-  }
-};
-
-/// Prompt lookup (n-gram drafting; Saxena 2023, the "prompt lookup
-/// decoding" of vLLM and transformers): the tokens that followed the
-/// latest earlier occurrence of the last n tokens of `history`, n = 3, 2,
-/// 1 (the longest match first), at most `k` of them; empty when no suffix
-/// recurs.
-std::vector<int32_t> ngramDraft(const std::vector<int32_t> &history,
-                                int64_t k) {
-  const int64_t h = int64_t(history.size());
-  for (int64_t n = std::min<int64_t>(3, h - 1); n >= 1; --n) {
-    // Occurrences ending before the suffix itself, latest first.
-    for (int64_t start = h - n - 1; start >= 0; --start) {
-      if (!std::equal(history.begin() + start, history.begin() + start + n,
-                      history.end() - n))
-        continue;
-      const int64_t from = start + n;
-      const int64_t count = std::min(k, h - from);
-      if (count <= 0)
-        continue;
-      return std::vector<int32_t>(history.begin() + from,
-                                  history.begin() + from + count);
-    }
-  }
-  return {};
-}
+using kiln::tool::DraftController;
+using kiln::tool::ngramDraft;
 
 /// Most bytes kiln-run reads for --chat-template (the artifact loader's
 /// limit for a stored template too) and for --prompt-file (far more text
@@ -737,9 +674,26 @@ int main(int argc, char **argv) {
   if (promptFile.getNumOccurrences())
     prompt = readTextFile("--prompt-file", promptFile, kMaxPromptBytes);
   const bool speculate = speculativeMode.getNumOccurrences() > 0;
-  if (speculate && speculativeMode != "ngram")
-    fail("unsupported --speculative='" + speculativeMode +
-         "' (expected ngram; suffix, self and draft:ART are not built yet)");
+  // The draft kind, and the draft model's artifact for self / draft:ART.
+  std::string draftKind = speculativeMode, draftPath;
+  if (speculate) {
+    if (speculativeMode.rfind("draft:", 0) == 0) {
+      draftKind = "draft";
+      draftPath = speculativeMode.substr(6);
+      if (draftPath.empty())
+        fail("--speculative=draft:ART needs the draft artifact's directory "
+             "after 'draft:'");
+    } else if (speculativeMode == "self") {
+      draftPath = std::string(artifactDir) + "/self-draft";
+      if (!llvm::sys::fs::is_directory(draftPath))
+        fail("--speculative=self: " + std::string(artifactDir) +
+             " has no self-draft (" + draftPath +
+             "); compile it with kiln-compile --speculative --self-draft");
+    } else if (speculativeMode != "ngram" && speculativeMode != "suffix") {
+      fail("unsupported --speculative='" + speculativeMode +
+           "' (expected ngram, suffix, self or draft:ART)");
+    }
+  }
   if (draftMax.getNumOccurrences() && !speculate)
     fail("--draft-max needs --speculative");
   if (draftMax < 1 || draftMax > 32)
@@ -906,19 +860,38 @@ int main(int argc, char **argv) {
                                         : 0,
         generated,
         start, ttft, decodeStart, decodeEnd);
-  // Speculative decoding (greedy): each step feeds the last token and an
-  // n-gram draft through the verify entry point, keeps the draft tokens
-  // greedy decoding agrees with plus the token after them, and rolls the
-  // rest back.
+  // Speculative decoding: each step drafts up to --draft-max tokens (the
+  // adaptive controller picks how many), feeds the last token and the
+  // draft through the verify entry point, keeps the draft tokens the model
+  // accepts plus the token after them, and rolls the rest back.
   int64_t specSteps = 0, specDrafted = 0, specAccepted = 0, specPlain = 0;
   DraftController controller;
+  double draftStepMs = 0.0;
   if (!done && maxTokens > 0 && speculate) {
     done = true;
     openSession();
     check(kiln_rt_session_prefill(rt.session, tokens.data(), promptLen));
     std::vector<int32_t> history = tokens;
-    std::vector<float> rows;
+    std::vector<float> rows, qRows;
     const int64_t vocab = info.vocab_size;
+    kiln::tool::SuffixIndex suffix;
+    if (draftKind == "suffix")
+      suffix.beginRequest(tokens);
+    std::unique_ptr<kiln::tool::DraftModel> draftModel;
+    if (!draftPath.empty()) {
+      draftModel = std::make_unique<kiln::tool::DraftModel>();
+      kiln_rt_sampler_params_t sampling{};
+      sampling.temperature = temperature;
+      sampling.top_k = topK;
+      sampling.top_p = topP;
+      sampling.seed = params.seed;
+      std::string err =
+          draftModel->open(draftPath, rt.artifact, sampling, !noVerify);
+      if (!err.empty())
+        fail("--speculative=" + speculativeMode + ": " + err);
+    }
+    const bool modelDraft = draftModel != nullptr;
+    const bool sampling = temperature != 0.0f;
     int32_t prev = tokens.back();
     int32_t next = 0;
     {
@@ -927,7 +900,8 @@ int main(int argc, char **argv) {
     }
     ttft = nowMs() - start;
     // The step costs C(k): a decode step and verify steps of 2 .. K + 1
-    // rows, timed here (best of 3, after a warm-up) and rolled back.
+    // rows, timed here (best of 3, after a warm-up) and rolled back, plus
+    // k draft-model decode steps for model drafts.
     if (draftAdaptive) {
       const int64_t base = kiln_rt_session_position(rt.session);
       const int64_t most =
@@ -948,13 +922,19 @@ int main(int argc, char **argv) {
         }
         return std::max(best, 1e-3);
       };
+      if (modelDraft) {
+        std::vector<int32_t> h = history;
+        h.push_back(next);
+        draftStepMs = draftModel->stepCostMs(h);
+      }
       if (base < ctx) {
         (void)timeStep(1); // warm-up
         // More rows never cost less (monotone: sub-millisecond steps of a
         // small model time within noise of each other).
         for (int64_t n = 1; n <= most + 1; ++n)
           controller.costMs.push_back(
-              std::max(timeStep(n), n > 1 ? controller.costMs.back() : 0.0));
+              std::max(timeStep(n) + double(n - 1) * draftStepMs,
+                       n > 1 ? controller.costMs.back() : 0.0));
       }
     }
     decodeStart = decodeEnd = nowMs();
@@ -964,6 +944,8 @@ int main(int argc, char **argv) {
         return false;
       generated.push_back(t);
       history.push_back(t);
+      if (draftKind == "suffix")
+        suffix.append(t);
       check(kiln_rt_detokenize(rt.artifact, prev, t, &piece, &len));
       printPiece(piece, len);
       decodeEnd = nowMs();
@@ -971,6 +953,13 @@ int main(int argc, char **argv) {
       return int64_t(generated.size()) < maxTokens;
     };
     bool going = emit(next);
+    // Plain steps since a model draft was last tried (probes keep the
+    // acceptance estimate current while the controller decodes plainly).
+    int64_t sinceProbe = 0;
+    const bool probing = !draftAdaptive || controller.canPay();
+    int64_t probeEvery = 16;
+    bool probed = false;
+    std::vector<int32_t> draft;
     while (going) {
       const int64_t position = kiln_rt_session_position(rt.session);
       if (position >= ctx) {
@@ -982,21 +971,53 @@ int main(int argc, char **argv) {
       int64_t room = std::min<int64_t>(
           {int64_t(draftMax), ctx - position - 1,
            maxTokens - int64_t(generated.size()) - 1});
-      std::vector<int32_t> draft =
-          room > 0 ? ngramDraft(history, room) : std::vector<int32_t>();
+      int64_t k = 0;
+      if (modelDraft) {
+        // A draft model's tokens cost draft steps: choose k first.
+        k = draftAdaptive && !controller.costMs.empty()
+                ? controller.choose(room)
+                : std::max<int64_t>(room, 0);
+        // While the controller decodes plainly, one draft token every
+        // probeEvery steps keeps the acceptance estimate current (a probe
+        // costs the draft's catch-up prefill and a draft step): 16 steps,
+        // doubled after each failed probe up to 1024, back to 16 after a
+        // kept one; none when no draft length could pay at all.
+        int64_t want = k;
+        if (k == 0 && room > 0 && probing && ++sinceProbe >= probeEvery) {
+          want = 1; // a one-token probe for the acceptance estimate
+          sinceProbe = 0;
+          probed = true;
+        }
+        if (want > 0)
+          check(draftModel->draft(history, want, draft,
+                                  sampling ? &qRows : nullptr));
+        else
+          draft.clear();
+        if (want == k) // a probe stays a plain step, compared below
+          k = int64_t(draft.size());
+      } else {
+        if (room > 0)
+          draft = draftKind == "suffix" ? suffix.draft(room)
+                                        : ngramDraft(history, room);
+        else
+          draft.clear();
+        k = draftAdaptive && !controller.costMs.empty()
+                ? controller.choose(int64_t(draft.size()))
+                : int64_t(draft.size());
+      }
       if (draftTestWrong)
         for (int32_t &t : draft)
           t = int32_t((int64_t(t) + 1) % vocab);
-      const int64_t k =
-          draftAdaptive && !controller.costMs.empty()
-              ? controller.choose(int64_t(draft.size()))
-              : int64_t(draft.size());
       if (k == 0) {
         check(kiln_rt_session_decode(rt.session, next));
         check(kiln_rt_session_sample(rt.session, rt.sampler, &next));
         // The draft's first token against the decoded one: free evidence.
         if (!draft.empty())
           controller.observe(next == draft[0] ? 1 : 0, next != draft[0]);
+        if (probed && !draft.empty())
+          probeEvery = next == draft[0] ? 16 : std::min<int64_t>(
+                                                   2 * probeEvery, 1024);
+        probed = false;
         ++specPlain;
         going = emit(next);
         continue;
@@ -1010,11 +1031,13 @@ int main(int argc, char **argv) {
       ++specSteps;
       specDrafted += int64_t(draft.size());
       // Row i predicts the token after feed[i]; draft token i stands if
-      // it is that prediction.
-      // Greedy: the row's argmax must be the draft token; sampling: the
-      // speculative-sampling rule keeps it with probability p(draft), else
-      // draws from the rest of p (kiln_rt_sampler_verify).
+      // it is that prediction. Greedy: the row's argmax must be the draft
+      // token; sampling: the speculative-sampling rule, for a point-mass
+      // draft (kiln_rt_sampler_verify) or one drawn from the draft
+      // model's q (kiln_rt_sampler_verify_q).
       size_t accepted = 0;
+      const bool useQ = modelDraft && sampling && !draftTestWrong &&
+                        qRows.size() >= draft.size() * size_t(vocab);
       for (;;) {
         const float *row = rows.data() + int64_t(accepted) * vocab;
         if (accepted == draft.size()) {
@@ -1022,7 +1045,12 @@ int main(int argc, char **argv) {
           break;
         }
         int32_t kept = 0;
-        next = kiln_rt_sampler_verify(rt.sampler, row, draft[accepted], &kept);
+        next = useQ ? kiln_rt_sampler_verify_q(
+                          rt.sampler, row,
+                          qRows.data() + int64_t(accepted) * vocab,
+                          draft[accepted], &kept)
+                    : kiln_rt_sampler_verify(rt.sampler, row,
+                                             draft[accepted], &kept);
         if (!kept)
           break;
         ++accepted;
@@ -1090,9 +1118,9 @@ int main(int argc, char **argv) {
                (long long)decoded);
   if (speculate) {
     std::fprintf(stderr,
-                 "speculative: ngram, %lld verify steps, %lld draft tokens, "
+                 "speculative: %s, %lld verify steps, %lld draft tokens, "
                  "%lld accepted (acceptance %.1f%%)\n",
-                 (long long)specSteps, (long long)specDrafted,
+                 draftKind.c_str(), (long long)specSteps, (long long)specDrafted,
                  (long long)specAccepted,
                  specDrafted > 0 ? 100.0 * double(specAccepted) /
                                        double(specDrafted)
@@ -1111,6 +1139,10 @@ int main(int argc, char **argv) {
                    "acceptance estimate %.2f, step cost by k (ms): %s\n",
                    (long long)specPlain, controller.acceptance(),
                    costs.c_str());
+    if (draftStepMs > 0.0)
+      std::fprintf(stderr,
+                   "speculative: draft model step %.2f ms (in the costs)\n",
+                   draftStepMs);
     }
   }
   if (rt.session)

@@ -468,6 +468,23 @@ int32_t kiln_rt_sampler_verify(kiln_rt_sampler_t *sampler,
                                const float *logits, int32_t draft,
                                int32_t *accepted);
 
+/// A draft model's token for speculative sampling with a draft model
+/// (docs/speculative.md): writes q, the distribution
+/// kiln_rt_sampler_sample draws from `logits` (temperature, top-k, top-p;
+/// greedy: the argmax's point mass), to `q[vocab_size]` and returns a token
+/// drawn from it. `logits` are not modified.
+int32_t kiln_rt_sampler_draft(kiln_rt_sampler_t *sampler, const float *logits,
+                              float *q);
+/// Speculative sampling of one draft position whose token was drawn from q
+/// (kiln_rt_sampler_draft on the draft model's logits; Leviathan et al.
+/// 2023, Algorithm 1): with p the distribution kiln_rt_sampler_sample draws
+/// from `logits`, keeps `draft` with probability min(1, p(draft) /
+/// q(draft)) (*accepted = 1), or else draws from max(0, p - q) normalised
+/// (*accepted = 0): the returned token is distributed as p. Greedy: the
+/// argmax, accepted iff it is the draft. Inputs are not modified.
+int32_t kiln_rt_sampler_verify_q(kiln_rt_sampler_t *sampler,
+                                 const float *logits, const float *q,
+                                 int32_t draft, int32_t *accepted);
 /// Picks the next token from the session's logits with `sampler` where the
 /// logits live: on the host for "cpu" (exactly kiln_rt_sampler_sample), on
 /// the device for "cuda" (cuda_abi.h kiln_cuda_sample with a uniform coin

@@ -519,6 +519,189 @@ HWY_INLINE void GemvLegacyRows(const float *x, const float *xs16,
     GemvLegacy<F, 1>(x, xs16, w + r * rowBytes, y + r, in);
 }
 
+/// R rows of Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 against T token rows (x[t *
+/// in], y[t * ldy + r]): the few-row steps of speculative verification and
+/// of the serving engine. Each block's codes are widened once and
+/// dequantized in registers (w = d q + m, d (q - 8), d (q - 16): the
+/// formulas of block_formats.h, rounded once by the FMA), then dotted with
+/// every token's x, so a token costs two FMAs per block and row instead of
+/// GemvLegacy's whole widening; no per-token input sums. Equal to
+/// GemvLegacy up to float summation order.
+template <int64_t F, int R, int T>
+HWY_INLINE void GemvLegacyTokens(const float *HWY_RESTRICT x,
+                                 const uint8_t *HWY_RESTRICT w,
+                                 float *HWY_RESTRICT y, int64_t in,
+                                 int64_t ldy) {
+  const DF df;
+  const DI di;
+  constexpr int64_t N = kLanes;
+  constexpr int64_t kBytes = kiln_block_bytes(F);
+  const int64_t blocks = in / 32, rowBytes = blocks * kBytes;
+  constexpr int64_t kPrefetchEvery = 64 / kBytes; // as GemvLegacy
+  constexpr int kPrefetchAhead = F == KILN_BLOCK_Q8_0 ? 1 : 3;
+  hn::Vec<DF> acc[R][T];
+  HWY_UNROLL(4)
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t)
+      acc[r][t] = hn::Zero(df);
+  const auto low = hn::Set(di, 0x0f);
+  constexpr bool kNibbleTable =
+      kHasNibbleTable && (F == KILN_BLOCK_Q4_0 || F == KILN_BLOCK_Q4_1);
+  const auto table = hn::Add(hn::Iota(df, 0.0f),
+                             hn::Set(df, F == KILN_BLOCK_Q4_0 ? -8.0f : 0.0f));
+  constexpr bool kHasMin = F == KILN_BLOCK_Q4_1 || F == KILN_BLOCK_Q5_1;
+  // The code offset folded into the dequantization: -8 for Q4_0 (unless
+  // the table holds q - 8), -16 for Q5_0.
+  constexpr float kCodeOffset = F == KILN_BLOCK_Q5_0 ? -16.0f
+                                : F == KILN_BLOCK_Q4_0 && !kNibbleTable
+                                    ? -8.0f
+                                    : 0.0f;
+  HWY_ALIGN float scale[R][kScaleStage];
+  HWY_ALIGN float minimum[kHasMin ? R : 1][kScaleStage];
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t j = b % kScaleStage;
+    if (j == 0) {
+      const int64_t nb = std::min(kScaleStage, blocks - b);
+      StageScales<R, kBytes>(w + b * kBytes, rowBytes, 0, nb, scale);
+      if constexpr (kHasMin)
+        StageScales<R, kBytes>(w + b * kBytes, rowBytes, 2, nb, minimum);
+    }
+    const float *xb = x + 32 * b; // token t's block at xb + t * in
+    if (b % kPrefetchEvery == 0)
+      PrefetchNextRows<R, kPrefetchAhead>(w, rowBytes, b * kBytes, 1);
+    // The R rows' dequantized codes of columns [k, k + N) of the block
+    // (and of [16 + k, 16 + k + N) for the nibble and 5-bit formats), then
+    // every token's x loaded once for the R rows.
+    auto dequant = [&](int r, hn::Vec<DF> q) HWY_ATTR {
+      const auto d = hn::Set(df, scale[r][j]);
+      if constexpr (kHasMin)
+        return hn::MulAdd(q, d, hn::Set(df, minimum[r][j]));
+      else if constexpr (kCodeOffset != 0.0f)
+        return hn::MulAdd(q, d, hn::Set(df, kCodeOffset * scale[r][j]));
+      else
+        return hn::Mul(q, d);
+    };
+    auto dot = [&](const hn::Vec<DF> *wv, int64_t k) HWY_ATTR {
+      HWY_UNROLL(8)
+      for (int t = 0; t < T; ++t) {
+        const auto xv = hn::LoadU(df, xb + t * in + k);
+        HWY_UNROLL(4)
+        for (int r = 0; r < R; ++r)
+          acc[r][t] = hn::MulAdd(wv[r], xv, acc[r][t]);
+      }
+    };
+    hn::Vec<DF> lo[R], hi[R];
+    if constexpr (F == KILN_BLOCK_Q8_0) {
+      for (int64_t k = 0; k < 32; k += N) {
+        HWY_UNROLL(4)
+        for (int r = 0; r < R; ++r)
+          lo[r] = dequant(r, LoadI8AsF32(reinterpret_cast<const int8_t *>(
+                                 w + r * rowBytes + b * kBytes + 2 + k)));
+        dot(lo, k);
+      }
+    } else {
+      for (int64_t k = 0; k < 16; k += N) {
+        HWY_UNROLL(4)
+        for (int r = 0; r < R; ++r) {
+          const uint8_t *blk = w + r * rowBytes + b * kBytes;
+          if constexpr (F == KILN_BLOCK_Q5_0 || F == KILN_BLOCK_Q5_1) {
+            // Fifth bit of element i: bit i of the little-endian 32-bit qh.
+            constexpr int64_t kQh = F == KILN_BLOCK_Q5_1 ? 4 : 2,
+                              kQs = kQh + 4;
+            using DU = hn::RebindToUnsigned<DI>;
+            const DU du;
+            uint32_t qh;
+            std::memcpy(&qh, blk + kQh, 4);
+            const auto bits = hn::Set(du, qh);
+            const auto one = hn::Set(du, 1u);
+            const auto lanes = hn::BitCast(du, hn::Iota(di, 0));
+            const auto hiL = hn::ShiftLeft<4>(hn::And(
+                hn::Shr(bits, hn::Add(lanes, hn::Set(du, uint32_t(k)))), one));
+            const auto hiH = hn::ShiftLeft<4>(hn::And(
+                hn::Shr(bits, hn::Add(lanes, hn::Set(du, uint32_t(k + 16)))),
+                one));
+            const auto bytes = LoadU8AsI32(blk + kQs + k);
+            lo[r] = dequant(r, hn::ConvertTo(df, hn::Or(hn::And(bytes, low),
+                                                        hn::BitCast(di, hiL))));
+            hi[r] = dequant(r, hn::ConvertTo(df, hn::Or(hn::ShiftRight<4>(bytes),
+                                                        hn::BitCast(di, hiH))));
+          } else {
+            constexpr int64_t kQs = F == KILN_BLOCK_Q4_1 ? 4 : 2;
+            const auto bytes = LoadU8AsI32(blk + kQs + k);
+            if constexpr (kNibbleTable) {
+              lo[r] = dequant(r, NibbleTable(table, bytes));
+              hi[r] = dequant(r, NibbleTable(table, hn::ShiftRight<4>(bytes)));
+            } else {
+              lo[r] = dequant(r, hn::ConvertTo(df, hn::And(bytes, low)));
+              hi[r] = dequant(r, hn::ConvertTo(df, hn::ShiftRight<4>(bytes)));
+            }
+          }
+        }
+        dot(lo, k);
+        dot(hi, 16 + k);
+      }
+    }
+  }
+  HWY_UNROLL(4)
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t)
+      y[t * ldy + r] = SumLanes(acc[r][t]);
+}
+
+/// Rows of a legacy-format matrix for n tokens (GemvLegacyTokens): kRows
+/// rows against up to kTokens tokens at a time, a next token group
+/// re-reading the rows from L1. A pass over the rows costs about one
+/// decode GEMV (reading and widening the codes) plus two FMAs per block
+/// and token, so the groups are as wide as the registers allow.
+template <int64_t F>
+HWY_INLINE void GemvLegacyTokenRows(const float *x, const uint8_t *w,
+                                    float *y, int64_t ldy, int64_t in,
+                                    int64_t rows, int64_t n) {
+  // Accumulators: 2 rows x 8 tokens (16 vectors) on AVX-512's 32
+  // registers, 2 x 4 on AVX2's 16.
+  constexpr int kRows = 2;
+  constexpr int64_t kTokens = kLanes >= 16 ? 8 : 4;
+  const int64_t rowBytes = in / 32 * kiln_block_bytes(F);
+  auto group = [&](auto r, const uint8_t *rw, float *ry) HWY_ATTR {
+    constexpr int R = decltype(r)::value;
+    for (int64_t t0 = 0; t0 < n; t0 += kTokens) {
+      const float *xt = x + t0 * in;
+      float *yt = ry + t0 * ldy;
+      switch (std::min<int64_t>(kTokens, n - t0)) {
+      case 1:
+        GemvLegacyTokens<F, R, 1>(xt, rw, yt, in, ldy);
+        break;
+      case 2:
+        GemvLegacyTokens<F, R, 2>(xt, rw, yt, in, ldy);
+        break;
+      case 3:
+        GemvLegacyTokens<F, R, 3>(xt, rw, yt, in, ldy);
+        break;
+      case 4:
+        GemvLegacyTokens<F, R, 4>(xt, rw, yt, in, ldy);
+        break;
+      case 5:
+        GemvLegacyTokens<F, R, (kTokens >= 5 ? 5 : 1)>(xt, rw, yt, in, ldy);
+        break;
+      case 6:
+        GemvLegacyTokens<F, R, (kTokens >= 6 ? 6 : 1)>(xt, rw, yt, in, ldy);
+        break;
+      case 7:
+        GemvLegacyTokens<F, R, (kTokens >= 7 ? 7 : 1)>(xt, rw, yt, in, ldy);
+        break;
+      default:
+        GemvLegacyTokens<F, R, kTokens>(xt, rw, yt, in, ldy);
+        break;
+      }
+    }
+  };
+  int64_t r = 0;
+  for (; r + kRows <= rows; r += kRows)
+    group(std::integral_constant<int, kRows>(), w + r * rowBytes, y + r);
+  for (; r < rows; ++r)
+    group(std::integral_constant<int, 1>(), w + r * rowBytes, y + r);
+}
+
 /// y[r] = dot(row r) for the rows of a K-quant matrix (256-element
 /// super-blocks, kiln_block_bytes(F) bytes each).
 template <int64_t F, class RowDot>
@@ -604,6 +787,32 @@ void GemvBlocks(int64_t format, const float *HWY_RESTRICT x,
   }
 }
 
+/// GemvBlocks for n tokens (x[t * in], xs16[t * (in / 16)], y[t * ldy +
+/// r]): the legacy formats through GemvLegacyTokenRows, the K-quants one
+/// token at a time.
+void GemvBlocksTokens(int64_t format, const float *HWY_RESTRICT x,
+                      const float *HWY_RESTRICT xs16,
+                      const uint8_t *HWY_RESTRICT w, float *HWY_RESTRICT y,
+                      int64_t ldy, int64_t in, int64_t rows, int64_t n) {
+  switch (format) {
+  case KILN_BLOCK_Q8_0:
+    return GemvLegacyTokenRows<KILN_BLOCK_Q8_0>(x, w, y, ldy, in, rows, n);
+  case KILN_BLOCK_Q4_0:
+    return GemvLegacyTokenRows<KILN_BLOCK_Q4_0>(x, w, y, ldy, in, rows, n);
+  case KILN_BLOCK_Q4_1:
+    return GemvLegacyTokenRows<KILN_BLOCK_Q4_1>(x, w, y, ldy, in, rows, n);
+  case KILN_BLOCK_Q5_0:
+    return GemvLegacyTokenRows<KILN_BLOCK_Q5_0>(x, w, y, ldy, in, rows, n);
+  case KILN_BLOCK_Q5_1:
+    return GemvLegacyTokenRows<KILN_BLOCK_Q5_1>(x, w, y, ldy, in, rows, n);
+  default:
+    for (int64_t t = 0; t < n; ++t)
+      GemvBlocks(format, x + t * in, xs16 + t * (in / 16), w, y + t * ldy, in,
+                 rows);
+    return;
+  }
+}
+
 } // namespace HWY_NAMESPACE
 } // namespace kiln::rt::cpu
 HWY_AFTER_NAMESPACE();
@@ -612,6 +821,7 @@ HWY_AFTER_NAMESPACE();
 namespace kiln::rt::cpu {
 
 HWY_EXPORT(GemvBlocks);
+HWY_EXPORT(GemvBlocksTokens);
 
 void blockXSums16(const float *x, int64_t in, float *sums) {
   for (int64_t g = 0; g < in / 16; ++g) {
@@ -625,6 +835,19 @@ void blockXSums16(const float *x, int64_t in, float *sums) {
 void gemvRowsBlocksSimd(int64_t format, const float *x, const float *xsum16,
                         const uint8_t *w, float *y, int64_t in, int64_t rows) {
   HWY_DYNAMIC_DISPATCH(GemvBlocks)(format, x, xsum16, w, y, in, rows);
+}
+
+void gemvTokensBlocksSimd(int64_t format, const float *x, const float *xsum16,
+                          const uint8_t *w, float *y, int64_t ldy, int64_t in,
+                          int64_t rows, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(GemvBlocksTokens)(format, x, xsum16, w, y, ldy, in,
+                                         rows, n);
+}
+
+bool hasMultiTokenBlockGemv(int64_t format) {
+  return format == KILN_BLOCK_Q8_0 || format == KILN_BLOCK_Q4_0 ||
+         format == KILN_BLOCK_Q4_1 || format == KILN_BLOCK_Q5_0 ||
+         format == KILN_BLOCK_Q5_1;
 }
 
 } // namespace kiln::rt::cpu

@@ -311,6 +311,23 @@ void blockXSums16(const float *x, int64_t in, float *sums);
 void gemvRowsBlocksSimd(int64_t format, const float *x, const float *xsum16,
                         const uint8_t *w, float *y, int64_t in, int64_t rows);
 
+/// gemvRowsBlocksSimd for n tokens: x[t * in], xsum16[t * (in / 16)] (from
+/// blockXSums16 of each token's row), y[t * ldy + r] for t < n, r < rows.
+/// Where hasMultiTokenBlockGemv(format) (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) each
+/// block's codes are widened and dequantized (block_formats.h's formula)
+/// in registers once for up to 8 tokens (4 on AVX2) and dotted with each
+/// token's x, so n tokens cost far less than n GEMVs (xsum16 is not read);
+/// equal to gemvRowsBlocksSimd up to float summation order, and a token's
+/// result does not depend on the others. Other formats: one
+/// gemvRowsBlocksSimd per token. Single-threaded.
+void gemvTokensBlocksSimd(int64_t format, const float *x, const float *xsum16,
+                          const uint8_t *w, float *y, int64_t ldy, int64_t in,
+                          int64_t rows, int64_t n);
+
+/// Whether gemvTokensBlocksSimd shares the code widening between tokens
+/// for `format`.
+bool hasMultiTokenBlockGemv(int64_t format);
+
 // GGML block formats with int8 activations (BlockA8Kernels.cpp).
 
 /// One input row quantized per 32 elements (kiln_k_linear_blocks_a8): q[in]

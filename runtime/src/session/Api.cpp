@@ -442,6 +442,25 @@ int32_t kiln_rt_sampler_verify(kiln_rt_sampler_t *sampler,
   return t;
 }
 
+int32_t kiln_rt_sampler_draft(kiln_rt_sampler_t *sampler, const float *logits,
+                              float *q) {
+  std::memcpy(q, logits, sampler->scratch.size() * sizeof(float));
+  return sampler->impl.drawDraft(q);
+}
+
+int32_t kiln_rt_sampler_verify_q(kiln_rt_sampler_t *sampler,
+                                 const float *logits, const float *q,
+                                 int32_t draft, int32_t *accepted) {
+  std::memcpy(sampler->scratch.data(), logits,
+              sampler->scratch.size() * sizeof(float));
+  bool kept = false;
+  const int32_t t =
+      sampler->impl.verifyDraftQ(sampler->scratch.data(), q, draft, kept);
+  if (accepted)
+    *accepted = kept ? 1 : 0;
+  return t;
+}
+
 kiln_rt_status_t kiln_rt_session_sample(kiln_rt_session_t *session,
                                         kiln_rt_sampler_t *sampler,
                                         int32_t *out_token) {

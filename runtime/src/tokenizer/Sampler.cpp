@@ -3,6 +3,7 @@
 #include "Sampler.h"
 
 #include <algorithm>
+#include <vector>
 #include <cmath>
 
 namespace kiln::rt {
@@ -184,6 +185,82 @@ int32_t Sampler::verifyDraft(float *logits, int32_t draft, bool &accepted) {
       return i;
   }
   return last;
+}
+
+namespace {
+/// The index i with cdf(i - 1) <= r < cdf(i) over weights w[0, n) (total
+/// `total`), skipping zero weights; the last positive one for rounding.
+int32_t drawWeighted(const float *w, int32_t n, float total, float coin) {
+  const float r = coin * total;
+  float cdf = 0.0f;
+  int32_t last = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    if (!(w[i] > 0.0f))
+      continue;
+    cdf += w[i];
+    last = i;
+    if (r < cdf)
+      return i;
+  }
+  return last;
+}
+} // namespace
+
+int32_t Sampler::drawDraft(float *logits) {
+  const int32_t n = vocabSize_;
+  if (n <= 0)
+    return 0;
+  if (temperature_ == 0.0f) {
+    const int32_t t = argmax(logits, n);
+    std::fill(logits, logits + n, 0.0f);
+    logits[t] = 1.0f;
+    return t;
+  }
+  distribution(logits);
+  float total = 0.0f;
+  for (int32_t i = 0; i < n; ++i)
+    total += logits[i];
+  return drawWeighted(logits, n, total, rng_.nextF32());
+}
+
+int32_t Sampler::verifyDraftQ(float *logits, const float *q, int32_t draft,
+                              bool &accepted) {
+  const int32_t n = vocabSize_;
+  accepted = false;
+  if (n <= 0)
+    return 0;
+  if (temperature_ == 0.0f) {
+    const int32_t t = argmax(logits, n);
+    accepted = t == draft;
+    return t;
+  }
+  distribution(logits);
+  const bool valid = draft >= 0 && draft < n;
+  if (valid) {
+    const float p = logits[draft], qd = q[draft];
+    // qd > 0 for a token drawn from q; a zero q (a caller's bug) keeps
+    // the token with probability p.
+    const float ratio = qd > 0.0f ? p / qd : p;
+    if (rng_.nextF32() < ratio) {
+      accepted = true;
+      return draft;
+    }
+  }
+  // The residual max(0, p - q), normalised, written over p.
+  std::vector<float> residual(static_cast<size_t>(n));
+  float total = 0.0f;
+  for (int32_t i = 0; i < n; ++i) {
+    residual[size_t(i)] = std::max(0.0f, logits[i] - q[i]);
+    total += residual[size_t(i)];
+  }
+  const float coin = rng_.nextF32();
+  if (!(total > 0.0f)) { // p = q: the residual is empty, draw from p
+    float pt = 0.0f;
+    for (int32_t i = 0; i < n; ++i)
+      pt += logits[i];
+    return drawWeighted(logits, n, pt, coin);
+  }
+  return drawWeighted(residual.data(), n, total, coin);
 }
 
 int32_t Sampler::sampleTopK(const float *probs, float coin) {

@@ -58,6 +58,21 @@ public:
   /// kept iff it is the draft. `logits` are overwritten; draws one RNG
   /// value, two on a rejection (none when greedy).
   int32_t verifyDraft(float *logits, int32_t draft, bool &accepted);
+  /// A draft model's token (speculative sampling with a draft model): turns
+  /// `logits` into q, the distribution sample() draws from (distribution();
+  /// greedy: the argmax's point mass), and draws the token from q. One RNG
+  /// value unless greedy.
+  int32_t drawDraft(float *logits);
+  /// Speculative sampling of one draft position for a draft token drawn
+  /// from q (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023): with p
+  /// the distribution sample() draws from `logits`, keeps `draft` with
+  /// probability min(1, p(draft) / q(draft)), otherwise draws from the
+  /// residual max(0, p - q) normalised (p itself where that is 0
+  /// everywhere, i.e. p = q up to rounding). The returned token is
+  /// distributed as p. Greedy: the argmax, kept iff it is the draft.
+  /// `logits` are overwritten; draws one RNG value, two on a rejection.
+  int32_t verifyDraftQ(float *logits, const float *q, int32_t draft,
+                       bool &accepted);
   /// Turns `logits` into the distribution sample() draws from (after
   /// temperature, softmax, top-k and top-p; tokens outside the kept set
   /// get 0). Not for temperature 0.
