@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Speculative decoding against plain greedy decoding (docs/speculative.md):
 # decode tokens/s of kiln-run on the session with and without
-# --speculative=ngram (adaptive and fixed draft length), median of REPS
+# --speculative=ngram and suffix (adaptive) and ngram with a fixed draft length, median of REPS
 # runs each (interleaved), on the templated workload of scripts/speculative-workload/
 # (answers that copy from the prompt) and on open text taken at run time
 # from ../shared/data (a wiki paragraph, a story opening). Not a CI step.
@@ -44,8 +44,8 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 tps() { sed -n 's/^decode: \([0-9.]*\) tokens.*/\1/p'; }
 accept() { sed -n 's/.* accepted (acceptance \([0-9.]*%\)).*/\1/p'; }
 
-printf '| model | prompt | plain (tokens/s) | ngram adaptive | ratio | acceptance | ngram fixed K=5 | ratio | acceptance |\n'
-printf '|---|---|---|---|---|---|---|---|---|\n'
+printf '| model | prompt | plain (tokens/s) | ngram adaptive | ratio | acceptance | suffix adaptive | ratio | acceptance | ngram fixed K=5 | ratio | acceptance |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|---|---|\n'
 for model in "${MODELS[@]}"; do
   name=$(basename "$model" | sed 's/\..*//')
   art="$OUT/$name.art"
@@ -60,21 +60,25 @@ for model in "${MODELS[@]}"; do
       continue
     fi
     # The three configurations interleaved, REPS rounds (this VM drifts).
-    b=() a=() f=() adacc=- fxacc=- costs=-
+    b=() a=() x=() f=() adacc=- sxacc=- fxacc=- costs=-
     for _ in $(seq "$REPS"); do
       b+=("$(run1 "$art" "$p" | tps)")
       log=$(run1 "$art" "$p" --speculative=ngram)
       a+=("$(echo "$log" | tps)"); adacc=$(echo "$log" | accept)
       costs=$(echo "$log" | sed -n 's/.*step cost by k (ms): //p')
+      log=$(run1 "$art" "$p" --speculative=suffix)
+      x+=("$(echo "$log" | tps)"); sxacc=$(echo "$log" | accept)
       log=$(run1 "$art" "$p" --speculative=ngram --draft-adaptive=false)
       f+=("$(echo "$log" | tps)"); fxacc=$(echo "$log" | accept)
     done
     base=$(printf '%s\n' "${b[@]}" | median)
     ad=$(printf '%s\n' "${a[@]}" | median)
     fx=$(printf '%s\n' "${f[@]}" | median)
+    sx=$(printf '%s\n' "${x[@]}" | median)
     echo "$name $prompt: step cost by k (ms): $costs" >&2
-    printf '| %s | %s | %s | %s | %.2fx | %s | %s | %.2fx | %s |\n' \
+    printf '| %s | %s | %s | %s | %.2fx | %s | %s | %.2fx | %s | %s | %.2fx | %s |\n' \
       "$name" "$prompt" "$base" "$ad" "$(echo "$ad / $base" | bc -l)" "$adacc" \
+      "$sx" "$(echo "$sx / $base" | bc -l)" "$sxacc" \
       "$fx" "$(echo "$fx / $base" | bc -l)" "$fxacc"
   done
 done
