@@ -787,6 +787,132 @@ void GemvBlocks(int64_t format, const float *HWY_RESTRICT x,
   }
 }
 
+/// One row of Q4_K / Q5_K (F) or Q6_K against T token rows (x[t * in],
+/// y[t * ldy]), the K-quant counterpart of GemvLegacyTokens: per super-block
+/// the scales (and mins) are unpacked once, each 16-lane chunk of codes is
+/// widened and dequantized in registers (Q4_K / Q5_K: d sc_j q - dmin m_j;
+/// Q6_K: d sc_g (q - 32)) and dotted with every token's x, two FMAs' worth
+/// per token instead of a whole GEMV. Equal to GemvQ45K / GemvQ6K up to
+/// float summation order.
+template <int64_t F, int T>
+HWY_INLINE void GemvKTokens(const float *HWY_RESTRICT x,
+                            const uint8_t *HWY_RESTRICT w,
+                            float *HWY_RESTRICT y, int64_t in, int64_t ldy) {
+  const DF df;
+  const DI di;
+  constexpr int64_t N = kLanes;
+  constexpr int64_t kBytes = kiln_block_bytes(F);
+  hn::Vec<DF> acc[T];
+  for (int t = 0; t < T; ++t)
+    acc[t] = hn::Zero(df);
+  const auto low = hn::Set(di, 0x0f);
+  auto dot = [&](hn::Vec<DF> wv, const float *xp) HWY_ATTR {
+    HWY_UNROLL(8)
+    for (int t = 0; t < T; ++t)
+      acc[t] = hn::MulAdd(wv, hn::LoadU(df, xp + t * in), acc[t]);
+  };
+  for (int64_t b = 0; b < in / 256; ++b) {
+    const uint8_t *blk = w + b * kBytes;
+    PrefetchNextRows<1>(w, 0, b * kBytes + 4 * kBytes, kBytes);
+    const float *xb = x + 256 * b;
+    if constexpr (F == KILN_BLOCK_Q6_K) {
+      const float d = F16(blk + 208);
+      const auto top = hn::Set(di, 0x30);
+      const int8_t *sc = reinterpret_cast<const int8_t *>(blk + 192);
+      for (int h = 0; h < 2; ++h)
+        for (int64_t l = 0; l < 32; l += N) {
+          const auto ql0 = LoadU8AsI32(blk + 64 * h + l);
+          const auto ql1 = LoadU8AsI32(blk + 64 * h + 32 + l);
+          const auto qh = LoadU8AsI32(blk + 128 + 32 * h + l);
+          const hn::Vec<DI> q[4] = {
+              hn::OrAnd(hn::And(ql0, low), hn::ShiftLeft<4>(qh), top),
+              hn::OrAnd(hn::And(ql1, low), hn::ShiftLeft<2>(qh), top),
+              hn::OrAnd(hn::ShiftRight<4>(ql0), qh, top),
+              hn::OrAnd(hn::ShiftRight<4>(ql1), hn::ShiftRight<2>(qh), top)};
+          for (int s4 = 0; s4 < 4; ++s4) {
+            // Element 128h + 32 s4 + l: group 8h + 2 s4 + l / 16 (lanes of
+            // one chunk never straddle a group: N <= 16).
+            const float ds = d * float(sc[8 * h + 2 * s4 + l / 16]);
+            dot(hn::MulAdd(hn::ConvertTo(df, q[s4]), hn::Set(df, ds),
+                           hn::Set(df, -32.0f * ds)),
+                xb + 128 * h + 32 * s4 + l);
+          }
+        }
+    } else {
+      constexpr bool kQ5 = F == KILN_BLOCK_Q5_K;
+      constexpr int64_t kQs = kQ5 ? 48 : 16;
+      const auto bit4 = hn::Set(di, 0x10);
+      HWY_ALIGN uint8_t sm[16];
+      K4ScalesMins(blk + 4, sm);
+      const float d = F16(blk), dmin = F16(blk + 2);
+      for (int c = 0; c < 4; ++c) {
+        const auto slo = hn::Set(df, d * float(sm[2 * c])),
+                   shi = hn::Set(df, d * float(sm[2 * c + 1]));
+        const auto mlo = hn::Set(df, -dmin * float(sm[8 + 2 * c])),
+                   mhi = hn::Set(df, -dmin * float(sm[8 + 2 * c + 1]));
+        for (int64_t l = 0; l < 32; l += N) {
+          const auto bytes = LoadU8AsI32(blk + kQs + 32 * c + l);
+          auto lo = hn::And(bytes, low);
+          auto hi = hn::ShiftRight<4>(bytes);
+          if constexpr (kQ5) { // bits 2c and 2c + 1 of qh[l]
+            const auto t = hn::ShiftRightSame(LoadU8AsI32(blk + 16 + l), 2 * c);
+            lo = hn::OrAnd(lo, hn::ShiftLeft<4>(t), bit4);
+            hi = hn::OrAnd(hi, hn::ShiftLeft<3>(t), bit4);
+          }
+          dot(hn::MulAdd(hn::ConvertTo(df, lo), slo, mlo), xb + 64 * c + l);
+          dot(hn::MulAdd(hn::ConvertTo(df, hi), shi, mhi),
+              xb + 64 * c + 32 + l);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    y[t * ldy] = SumLanes(acc[t]);
+}
+
+/// Rows of a Q4_K / Q5_K / Q6_K matrix for n tokens (GemvKTokens), up to 8
+/// tokens per pass over a row.
+template <int64_t F>
+HWY_INLINE void GemvKTokenRows(const float *x, const uint8_t *w, float *y,
+                               int64_t ldy, int64_t in, int64_t rows,
+                               int64_t n) {
+  constexpr int64_t kTokens = kLanes >= 16 ? 8 : 4;
+  const int64_t rowBytes = in / 256 * kiln_block_bytes(F);
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t *rw = w + r * rowBytes;
+    for (int64_t t0 = 0; t0 < n; t0 += kTokens) {
+      const float *xt = x + t0 * in;
+      float *yt = y + t0 * ldy + r;
+      switch (std::min<int64_t>(kTokens, n - t0)) {
+      case 1:
+        GemvKTokens<F, 1>(xt, rw, yt, in, ldy);
+        break;
+      case 2:
+        GemvKTokens<F, 2>(xt, rw, yt, in, ldy);
+        break;
+      case 3:
+        GemvKTokens<F, 3>(xt, rw, yt, in, ldy);
+        break;
+      case 4:
+        GemvKTokens<F, 4>(xt, rw, yt, in, ldy);
+        break;
+      case 5:
+        GemvKTokens<F, (kTokens >= 5 ? 5 : 1)>(xt, rw, yt, in, ldy);
+        break;
+      case 6:
+        GemvKTokens<F, (kTokens >= 6 ? 6 : 1)>(xt, rw, yt, in, ldy);
+        break;
+      case 7:
+        GemvKTokens<F, (kTokens >= 7 ? 7 : 1)>(xt, rw, yt, in, ldy);
+        break;
+      default:
+        GemvKTokens<F, kTokens>(xt, rw, yt, in, ldy);
+        break;
+      }
+    }
+  }
+}
+
 /// GemvBlocks for n tokens (x[t * in], xs16[t * (in / 16)], y[t * ldy +
 /// r]): the legacy formats through GemvLegacyTokenRows, the K-quants one
 /// token at a time.
@@ -805,6 +931,12 @@ void GemvBlocksTokens(int64_t format, const float *HWY_RESTRICT x,
     return GemvLegacyTokenRows<KILN_BLOCK_Q5_0>(x, w, y, ldy, in, rows, n);
   case KILN_BLOCK_Q5_1:
     return GemvLegacyTokenRows<KILN_BLOCK_Q5_1>(x, w, y, ldy, in, rows, n);
+  case KILN_BLOCK_Q4_K:
+    return GemvKTokenRows<KILN_BLOCK_Q4_K>(x, w, y, ldy, in, rows, n);
+  case KILN_BLOCK_Q5_K:
+    return GemvKTokenRows<KILN_BLOCK_Q5_K>(x, w, y, ldy, in, rows, n);
+  case KILN_BLOCK_Q6_K:
+    return GemvKTokenRows<KILN_BLOCK_Q6_K>(x, w, y, ldy, in, rows, n);
   default:
     for (int64_t t = 0; t < n; ++t)
       GemvBlocks(format, x + t * in, xs16 + t * (in / 16), w, y + t * ldy, in,
@@ -847,7 +979,8 @@ void gemvTokensBlocksSimd(int64_t format, const float *x, const float *xsum16,
 bool hasMultiTokenBlockGemv(int64_t format) {
   return format == KILN_BLOCK_Q8_0 || format == KILN_BLOCK_Q4_0 ||
          format == KILN_BLOCK_Q4_1 || format == KILN_BLOCK_Q5_0 ||
-         format == KILN_BLOCK_Q5_1;
+         format == KILN_BLOCK_Q5_1 || format == KILN_BLOCK_Q4_K ||
+         format == KILN_BLOCK_Q5_K || format == KILN_BLOCK_Q6_K;
 }
 
 } // namespace kiln::rt::cpu

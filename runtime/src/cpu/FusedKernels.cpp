@@ -496,11 +496,14 @@ void batchedGemvTile(const kiln_linear_weight &w, const float *x, int64_t n,
 /// Q4_1 576x1536 linear, one thread of a 2-core AMD EPYC (AVX-512), in ms,
 /// multiTokenGemvTile / batchedGemvTile: 1 token (the GEMV) 0.080, 2: 0.115
 /// / 0.214, 4: 0.152 / 0.232, 8: 0.236 / 0.372, 16: 0.460 / 0.619, 32:
-/// 0.927 / 1.149 (the sgemm path: 1.08 at 32, above).
+/// 0.927 / 1.149 (the sgemm path: 1.08 at 32, above); Q4_K 1536x576: 1
+/// token 0.049, 2: 0.093 / 0.302, 4: 0.136 / 0.341, 8: 0.287 / 0.475, 32:
+/// 1.159 / 1.284.
 constexpr int64_t kMultiTokenGemvTokens = 32;
 
-/// Few-row steps of the legacy GGML block formats without activation
-/// quantization (hasMultiTokenBlockGemv): rows [o0, o1) for 2 <= n <=
+/// Few-row steps of the GGML block formats without activation quantization
+/// (hasMultiTokenBlockGemv: the legacy formats, Q4_K, Q5_K, Q6_K): rows
+/// [o0, o1) for 2 <= n <=
 /// kMultiTokenGemvTokens tokens by gemvTokensBlocksSimd, the decode GEMV
 /// with each block's codes widened and dequantized in registers once for up
 /// to 8 tokens (speculative verification, the engine's batched decode). A

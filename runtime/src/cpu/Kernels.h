@@ -313,7 +313,8 @@ void gemvRowsBlocksSimd(int64_t format, const float *x, const float *xsum16,
 
 /// gemvRowsBlocksSimd for n tokens: x[t * in], xsum16[t * (in / 16)] (from
 /// blockXSums16 of each token's row), y[t * ldy + r] for t < n, r < rows.
-/// Where hasMultiTokenBlockGemv(format) (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) each
+/// Where hasMultiTokenBlockGemv(format) (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+/// Q5_K, Q6_K) each
 /// block's codes are widened and dequantized (block_formats.h's formula)
 /// in registers once for up to 8 tokens (4 on AVX2) and dotted with each
 /// token's x, so n tokens cost far less than n GEMVs (xsum16 is not read);
