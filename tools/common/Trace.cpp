@@ -96,7 +96,8 @@ void Trace::collect(kiln_rt_session_t *session) {
   kiln_rt_session_trace_clear(session);
 }
 
-void Trace::span(llvm::StringRef name, uint64_t startNs, uint64_t endNs) {
+void Trace::span(llvm::StringRef name, uint64_t startNs, uint64_t endNs,
+                 int64_t tokens) {
   if (!enabled())
     return;
   if (records_.size() >= kMaxRecords) {
@@ -109,6 +110,7 @@ void Trace::span(llvm::StringRef name, uint64_t startNs, uint64_t endNs) {
   r.category = "tool";
   r.startNs = startNs;
   r.durNs = endNs > startNs ? endNs - startNs : 0;
+  r.tokens = tokens;
   r.tid = kiln_rt_thread_id();
   records_.push_back(std::move(r));
 }
@@ -178,6 +180,8 @@ void Trace::writeJson(llvm::raw_ostream &os, llvm::StringRef tool) const {
             if (r.category != "tool") {
               j.attribute("tokens", r.tokens);
               j.attribute("pos", r.pos);
+            } else if (r.tokens != 0) {
+              j.attribute("tokens", r.tokens);
             }
           });
         });

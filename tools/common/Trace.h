@@ -74,8 +74,11 @@ public:
   /// to time in long runs to keep the runtime's buffer small).
   void collect(kiln_rt_session_t *session);
 
-  /// Records a span of the tool's own work ("sample", "detokenize").
-  void span(llvm::StringRef name, uint64_t startNs, uint64_t endNs);
+  /// Records a span of the tool's own work ("sample", "detokenize";
+  /// kiln-run --speculative: "draft" with the draft tokens made, "accept"
+  /// with the draft tokens kept), with `tokens` in its args when nonzero.
+  void span(llvm::StringRef name, uint64_t startNs, uint64_t endNs,
+            int64_t tokens = 0);
 
   /// A span from construction to destruction (nothing when tracing is off).
   class Scope {

@@ -988,19 +988,29 @@ int main(int argc, char **argv) {
           sinceProbe = 0;
           probed = true;
         }
-        if (want > 0)
+        if (want > 0) {
+          const uint64_t t0 = kiln_rt_clock_ns();
           check(draftModel->draft(history, want, draft,
                                   sampling ? &qRows : nullptr));
-        else
+          if (rt.trace.enabled())
+            rt.trace.span("draft", t0, kiln_rt_clock_ns(),
+                          int64_t(draft.size()));
+        } else {
           draft.clear();
+        }
         if (want == k) // a probe stays a plain step, compared below
           k = int64_t(draft.size());
       } else {
-        if (room > 0)
+        if (room > 0) {
+          const uint64_t t0 = kiln_rt_clock_ns();
           draft = draftKind == "suffix" ? suffix.draft(room)
                                         : ngramDraft(history, room);
-        else
+          if (rt.trace.enabled())
+            rt.trace.span("draft", t0, kiln_rt_clock_ns(),
+                          int64_t(draft.size()));
+        } else {
           draft.clear();
+        }
         k = draftAdaptive && !controller.costMs.empty()
                 ? controller.choose(int64_t(draft.size()))
                 : int64_t(draft.size());
@@ -1057,6 +1067,10 @@ int main(int argc, char **argv) {
         ++specAccepted;
         if (!(going = emit(next)))
           break;
+      }
+      if (rt.trace.enabled()) {
+        const uint64_t now = kiln_rt_clock_ns();
+        rt.trace.span("accept", now, now, int64_t(accepted));
       }
       controller.observe(int64_t(accepted), accepted < draft.size());
       // Keep the last token and the accepted drafts; forget the rest.
@@ -1139,6 +1153,16 @@ int main(int argc, char **argv) {
                    "acceptance estimate %.2f, step cost by k (ms): %s\n",
                    (long long)specPlain, controller.acceptance(),
                    costs.c_str());
+    // The speed-up against plain decoding, estimated from this run's
+    // decode rate and the decode step's cost C(0) measured at start.
+    if (draftAdaptive && !controller.costMs.empty() && decodeMs > 0 &&
+        decoded > 0)
+      std::fprintf(stderr,
+                   "speculative: %.2fx the plain decode rate (%.1f tokens/s "
+                   "against 1 / C(0) = %.1f tokens/s)\n",
+                   double(decoded) * controller.costMs[0] / decodeMs,
+                   double(decoded) * 1000.0 / decodeMs,
+                   1000.0 / controller.costMs[0]);
     if (draftStepMs > 0.0)
       std::fprintf(stderr,
                    "speculative: draft model step %.2f ms (in the costs)\n",
