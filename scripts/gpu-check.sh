@@ -26,6 +26,9 @@
 #   2g. dynamic sparse attention (block-sparse prefill, Quest decode):
 #      stories260K CUDA session and engine vs the CPU, 64 greedy tokens
 #      after a 300-token prompt;
+#   2h. speculative decoding's verify step on CUDA (verify_check.py:
+#      rows = decode, rollback = fresh prefill, errors) and greedy
+#      --speculative=ngram tokens = plain greedy tokens;
 #   3. synthetic:llama-2-7b in bf16: decode tokens/s at batch 1 (median after
 #      warm-up) next to the HBM roofline (weight bytes per token / measured
 #      device copy bandwidth) and PyTorch eager; prefill tokens/s for a
@@ -354,6 +357,37 @@ sparse_case antidiag --sparse-attention=antidiag:gamma=0.9,block=16,stride=4,loc
 sparse_case flex --sparse-attention=flex:gamma=0.9,block=16,local=1,min-tokens=32
 sparse_case quest --sparse-attention=antidiag:gamma=0.9,block=16,stride=4,local=1,min-tokens=32,decode=quest
 
+section "2h. speculative decoding on CUDA: the verify step"
+# kiln_verify on the device (CudaExecutor.cpp sessionVerify): verify rows
+# against decode's logits, rollback against a fresh prefill, a verify
+# longer than the chunk limit, the errors (test/Speculative/verify_check.py,
+# as on the CPU); then greedy tokens with --speculative=ngram equal plain
+# greedy decoding on the CUDA session.
+if run kiln-compile "$model" --target=cuda --speculative --max-prefill-tokens 32 \
+     -o "$work/spec-cuda" > /dev/null && \
+   run kiln-compile "$model" --target=cuda -o "$work/spec-cuda-plain" > /dev/null; then
+  if run python3 "$root/test/Speculative/verify_check.py" \
+       "$build/lib/libkiln_runtime.so" "$work/spec-cuda" "$work/spec-cuda-plain"; then
+    result[spec-verify]="PASS"
+  else
+    result[spec-verify]="FAIL: see details"; status=1
+  fi
+  spec_prompt="Tom had a red ball. Tom had a red"
+  run kiln-run "$work/spec-cuda" --prompt "$spec_prompt" --temperature 0 \
+    --max-tokens 100 --print-tokens --no-engine > "$work/spec-plain.tok"
+  run kiln-run "$work/spec-cuda" --prompt "$spec_prompt" --temperature 0 \
+    --max-tokens 100 --print-tokens --speculative=ngram > "$work/spec-ngram.tok"
+  a="$(grep -E '^[0-9 ]+$' "$work/spec-plain.tok" | head -1)"
+  b="$(grep -E '^[0-9 ]+$' "$work/spec-ngram.tok" | head -1)"
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then
+    result[spec-ngram]="PASS: $(echo "$a" | wc -w) tokens identical, $(grep -o 'acceptance [0-9.]*%' "$work/spec-ngram.tok" | head -1)"
+  else
+    result[spec-ngram]="FAIL: tokens differ (see details)"; status=1
+  fi
+else
+  result[spec-verify]="FAIL: compile failed (see details)"; status=1
+fi
+
 section "3. synthetic:llama-2-7b bf16"
 art7b="$work/llama-2-7b-bf16"
 run /usr/bin/time -v kiln-compile synthetic:llama-2-7b --target=cuda --dtype=bf16 \
@@ -408,6 +442,8 @@ section "summary"
   for sp in "${sparse_names[@]}"; do
     printf '%-34s %s\n' "sparse attention CUDA == CPU: $sp" "${result[sp-$sp]:-n/a}"
   done
+  printf '%-34s %s\n' "verify step on CUDA" "${result[spec-verify]:-n/a}"
+  printf '%-34s %s\n' "  --speculative=ngram == plain" "${result[spec-ngram]:-n/a}"
   printf '%-34s %s\n' "TP=2 on CUDA (NCCL) == CPU" "${result[tp2]:-n/a}"
   printf '%-34s %s\n' "PP=2 on CUDA (NCCL) == CPU" "${result[pp2]:-n/a}"
   printf '%-34s %s\n' "  kiln-serve, TP=2 on CUDA" "${result[tp2-serve]:-n/a}"

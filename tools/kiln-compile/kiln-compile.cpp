@@ -293,8 +293,8 @@ static cl::opt<bool> speculative(
     "speculative",
     cl::desc("Add the verify entry point kiln_verify that speculative "
              "decoding needs (kiln-run --speculative; prefill with every "
-             "row's logits; kiln-verify-entry, docs/speculative.md). cpu "
-             "target, not with --pp"),
+             "row's logits; kiln-verify-entry, docs/speculative.md); cpu "
+             "and cuda targets, not with --pp"),
     cl::init(false), cl::cat(category));
 static cl::opt<std::string> selfDraft(
     "self-draft",
@@ -830,9 +830,6 @@ int main(int argc, char **argv) {
         draftSkip.push_back(l);
     }
   }
-  if (speculative && target == "cuda")
-    return fail("--speculative has a runtime for --target=cpu only so far "
-                "(the CUDA executor runs no verify step yet)");
   // --sp: the threshold kiln-sequence-parallel gets (-1: off).
   int64_t spMinTokens = -1;
   {

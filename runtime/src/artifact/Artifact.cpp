@@ -1287,6 +1287,10 @@ Status Artifact::loadCuda() {
   if (!manifest_.stepEntry.empty())
     KILN_RT_RETURN_IF_ERROR(resolveSymbol(
         manifest_.stepEntry, "runtime.entry_points.step", step));
+  void *verify = nullptr;
+  if (!manifest_.verifyEntry.empty())
+    KILN_RT_RETURN_IF_ERROR(resolveSymbol(
+        manifest_.verifyEntry, "runtime.entry_points.verify", verify));
   KILN_RT_RETURN_IF_ERROR(resolveSymbol("kiln_cuda_sample", nullptr, sample));
   KILN_RT_RETURN_IF_ERROR(
       resolveSymbol("kiln_cuda_workspace_bytes", nullptr, workspace));
@@ -1309,6 +1313,7 @@ Status Artifact::loadCuda() {
   desc.prefill = reinterpret_cast<kiln_cuda_entry_fn>(prefill);
   desc.decode = reinterpret_cast<kiln_cuda_entry_fn>(decode);
   desc.step = reinterpret_cast<kiln_cuda_entry_fn>(step);
+  desc.verify = reinterpret_cast<kiln_cuda_entry_fn>(verify);
   desc.sample = reinterpret_cast<kiln_cuda_sample_fn>(sample);
   desc.workspace_bytes = reinterpret_cast<kiln_cuda_workspace_bytes_fn>(workspace);
   desc.abi_version = abiFn;

@@ -90,6 +90,12 @@ public:
     kiln_cudaexec_error_t err{};
     return cudaStatus(api_->session_decode(session_, token, pos, &err), err);
   }
+  Status verify(const int32_t *tokens, int64_t n, int64_t pos,
+                float *rows) override {
+    kiln_cudaexec_error_t err{};
+    return cudaStatus(
+        api_->session_verify(session_, tokens, n, pos, rows, &err), err);
+  }
   const float *logits() override {
     kiln_cudaexec_error_t err{};
     const float *out = nullptr;

@@ -176,10 +176,15 @@ struct kiln_cudaexec_session_s : RunBuffers {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t graphExec = nullptr;
   bool useGraph = true;
+  /// The verify step's logits, float[max_prefill_tokens, vocab] (allocated
+  /// at the first verify).
+  float *dVerifyLogits = nullptr;
 
   ~kiln_cudaexec_session_s() {
     if (stream)
       cudaStreamSynchronize(stream);
+    if (dVerifyLogits)
+      cudaFree(dVerifyLogits);
     if (graphExec)
       cudaGraphExecDestroy(graphExec);
     if (graph)
@@ -687,6 +692,49 @@ int32_t sessionDecode(kiln_cudaexec_session_t *s, int32_t token, int64_t pos,
   return 0;
 }
 
+int32_t sessionVerify(kiln_cudaexec_session_t *s, const int32_t *tokens,
+                      int64_t n, int64_t pos, float *rows,
+                      kiln_cudaexec_error_t *err) {
+  const kiln_cudaexec_model_desc_t &d = s->model->desc;
+  if (!d.verify)
+    return setError(err, KILN_RT_UNIMPLEMENTED,
+                    "the artifact has no verify entry point (recompile it "
+                    "with kiln-compile --speculative)");
+  if (!rows || n < 1)
+    return setError(err, KILN_RT_INVALID_ARGUMENT,
+                    "session_verify: null rows or no tokens");
+  const int64_t chunk = d.max_prefill_tokens, vocab = d.vocab_size;
+  const uint64_t rowBytes = uint64_t(vocab) * sizeof(float);
+  if (!s->dVerifyLogits)
+    KILN_RETURN_IF_FAILED(deviceAlloc(&s->dVerifyLogits,
+                                      uint64_t(chunk) * rowBytes,
+                                      "verify logits", err));
+  s->logitsOnHost = false;
+  float *sessionLogits = s->ctx.logits;
+  int64_t last = 0;
+  for (int64_t i = 0; i < n; i += chunk) {
+    const int64_t m = std::min(chunk, n - i);
+    KILN_RETURN_IF_FAILED(uploadStep(*s, tokens + i, m, pos + i, err));
+    clearModelStatus(*s);
+    s->ctx.logits = s->dVerifyLogits;
+    d.verify(&s->ctx, m, pos + i);
+    s->ctx.logits = sessionLogits;
+    KILN_RETURN_IF_FAILED(checkModelCall(*s, "kiln_verify", err));
+    KILN_CUDA_CHECK(cudaMemcpyAsync(rows + i * vocab, s->dVerifyLogits,
+                                    uint64_t(m) * rowBytes,
+                                    cudaMemcpyDeviceToHost, s->stream));
+    // The next chunk overwrites the device rows: wait for the copy.
+    KILN_RETURN_IF_FAILED(synchronize(*s, "copying the verify logits", err));
+    last = m;
+  }
+  KILN_CUDA_CHECK(cudaMemcpyAsync(s->dLogits,
+                                  s->dVerifyLogits + (last - 1) * vocab,
+                                  rowBytes, cudaMemcpyDeviceToDevice,
+                                  s->stream));
+  KILN_RETURN_IF_FAILED(synchronize(*s, "kiln_verify", err));
+  return checkModelCall(*s, "kiln_verify", err);
+}
+
 int32_t sessionLogits(kiln_cudaexec_session_t *s, const float **out,
                       kiln_cudaexec_error_t *err) {
   if (!s->logitsOnHost) {
@@ -955,6 +1003,7 @@ const kiln_cudaexec_api_t kApi = {
     stepperRun,
     memcpyBandwidth,
     ncclUniqueIdOf,
+    sessionVerify,
 };
 
 } // namespace

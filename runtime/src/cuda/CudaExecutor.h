@@ -37,7 +37,7 @@ extern "C" {
 #endif
 
 /* Bump when the table or a descriptor changes layout or meaning. */
-#define KILN_CUDAEXEC_INTERFACE_VERSION 3
+#define KILN_CUDAEXEC_INTERFACE_VERSION 4
 
 typedef struct kiln_cudaexec_error_t {
   int32_t code;       /* kiln_rt_status_code_t */
@@ -80,6 +80,7 @@ typedef struct kiln_cudaexec_model_desc_t {
   int32_t pp_size, stage;
   uint8_t nccl_id[128];
   int64_t timeout_ms;
+  kiln_cuda_entry_fn verify;   /* runtime.entry_points.verify, or NULL */
 } kiln_cudaexec_model_desc_t;
 
 /* Where layer l's K and V pools (and the 8-bit formats' scales) lie in the
@@ -193,6 +194,16 @@ typedef struct kiln_cudaexec_api_t {
    * ranks before model_create. KILN_RT_UNIMPLEMENTED when the executor was
    * built without NCCL. */
   int32_t (*nccl_unique_id)(uint8_t *out, kiln_cudaexec_error_t *err);
+
+  /* Speculative decoding's verify step (model_desc.verify must be set):
+   * tokens[0, n) at positions [pos, pos + n) through kiln_verify in chunks
+   * of at most max_prefill_tokens, every row's logits copied to the host
+   * buffer `rows` (float32[n, vocab]); the last row also becomes the
+   * session's logits (session_logits / session_sample). Returns after the
+   * stream is synchronized. The caller validated ids and positions. */
+  int32_t (*session_verify)(kiln_cudaexec_session_t *session,
+                            const int32_t *tokens, int64_t n, int64_t pos,
+                            float *rows, kiln_cudaexec_error_t *err);
 } kiln_cudaexec_api_t;
 
 /* The one exported symbol of libkiln_runtime_cuda.so. */

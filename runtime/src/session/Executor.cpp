@@ -15,8 +15,8 @@ Status Executor::sample(float, int32_t, float, float, int32_t &) {
 }
 
 Status Executor::verify(const int32_t *, int64_t, int64_t, float *) {
-  return unimplemented("the verify step (speculative decoding) runs on the "
-                       "cpu target only so far");
+  return unimplemented("this executor has no verify step (speculative "
+                       "decoding)");
 }
 
 Status Executor::setObserver(kiln_rt_observer_fn, void *) {
