@@ -42,7 +42,7 @@ static constexpr const char *kPointerMacros = R"(
 #define KILN_KV(ctx, off, T) ((T *)((uint8_t *)(ctx)->kv + (off)))
 #define KILN_TOKENS(ctx) ((int32_t *)(ctx)->tokens)
 #define KILN_LOGITS(ctx) ((ctx)->logits)
-#define KILN_BATCH_SIZE(ctx) ((int64_t)(ctx)->batch->num_seqs)
+#define KILN_BATCH_SIZE(ctx) ((int64_t)((ctx)->batch->logit_count ? (ctx)->batch->num_logit_rows : (ctx)->batch->num_seqs))
 #define KILN_ROW(p, row, width) ((p) + (row) * (width)))";
 
 static constexpr const char *kCpuPrologue =

@@ -209,14 +209,18 @@ inline void kiln_cuda_step_last_rows(kiln_cuda_ctx *ctx, const T *x, T *y,
                                   "no batch (kiln_step only)"))
     return;
   const kiln_cuda_batch &b = *ctx->batch;
-  const size_t bytes = sizeof(T) * size_t(width);
+  // The last logit_count[s] rows of each sequence (1 without counts).
+  int64_t out = 0;
   for (int32_t s = 0; s < b.num_seqs; ++s) {
-    const int64_t last = int64_t(b.row_start[s]) + b.row_count[s] - 1;
-    if (!KILN_CUDA_CHECK(ctx, cudaMemcpyAsync(y + int64_t(s) * width,
-                                              x + last * width, bytes,
+    const int64_t count = b.logit_count ? b.logit_count[s] : 1;
+    const int64_t first = int64_t(b.row_start[s]) + b.row_count[s] - count;
+    if (!KILN_CUDA_CHECK(ctx, cudaMemcpyAsync(y + out * width,
+                                              x + first * width,
+                                              sizeof(T) * size_t(width * count),
                                               cudaMemcpyDeviceToDevice,
                                               streamOf(ctx))))
       return;
+    out += count;
   }
 }
 

@@ -75,6 +75,35 @@ TEST(BlockManager, AllocateAppendRelease) {
   m.release(1); // unknown ids are ignored
 }
 
+// Speculative decoding's rejected draft positions: truncate cuts the
+// tokens and frees the blocks past the last one needed; never below the
+// committed rows.
+TEST(BlockManager, TruncateReleasesDraftBlocks) {
+  kv::BlockManager m(8, 4, /*prefixCaching=*/true);
+  auto p = ids(5);
+  int64_t cached = -1;
+  ASSERT_TRUE(m.allocate(1, p.data(), 5, &cached).isOk());
+  ASSERT_TRUE(m.commit(1, 5).isOk());
+  for (int32_t t = 100; t < 106; ++t) // a draft of 6: blocks 2 and 3
+    ASSERT_TRUE(m.append(1, t, nullptr).isOk());
+  EXPECT_EQ(m.tokens(1), 11);
+  EXPECT_EQ(m.blockTable(1).size(), 3u);
+  const int32_t before = m.numAvailable();
+  ASSERT_TRUE(m.truncate(1, 7).isOk()); // two draft tokens kept
+  EXPECT_EQ(m.tokens(1), 7);
+  EXPECT_EQ(m.blockTable(1).size(), 2u);
+  EXPECT_EQ(m.numAvailable(), before + 1);
+  checkRefCounts(m, {1});
+  kiln::rt::Status below = m.truncate(1, 4); // under the 5 committed rows
+  EXPECT_EQ(below.code(), KILN_RT_INVALID_ARGUMENT);
+  EXPECT_NE(below.message().find("cannot truncate to 4"), std::string::npos);
+  EXPECT_EQ(m.truncate(1, 8).code(), KILN_RT_INVALID_ARGUMENT); // above
+  EXPECT_EQ(m.truncate(2, 1).code(), KILN_RT_NOT_FOUND);
+  EXPECT_EQ(m.tokens(1), 7); // errors change nothing
+  m.release(1);
+  EXPECT_EQ(m.numAvailable(), 8);
+}
+
 TEST(BlockManager, ErrorsChangeNothing) {
   kv::BlockManager m(3, 4, true);
   auto p = ids(9); // 3 blocks

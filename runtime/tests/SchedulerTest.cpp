@@ -31,11 +31,43 @@ struct FakeEngine {
   serve::Scheduler scheduler;
   std::vector<int32_t> pool;
   int64_t steps = 0, maxStepTokens = 0;
+  /// Speculative decoding: before each step every known sequence gets a
+  /// draft of up to `draftMax` tokens, the model's true continuation (the
+  /// hash of its tokens) with each token corrupted with probability 0.3.
+  int64_t draftMax = 0;
+  std::vector<serve::SequenceId> ids;
+  std::mt19937 draftRng{17};
+  int64_t drafted = 0, acceptedDrafts = 0;
 
   FakeEngine(int32_t numBlocks, int32_t blockTokens, bool caching,
              serve::SchedulerConfig config)
       : blocks(numBlocks, blockTokens, caching), scheduler(blocks, config),
         pool(size_t(numBlocks) * size_t(blockTokens), -1) {}
+
+  static int32_t next(const std::vector<int32_t> &tokens) {
+    uint64_t h = 1469598103934665603ull;
+    for (int32_t t : tokens)
+      h = (h ^ uint64_t(uint32_t(t))) * 1099511628211ull;
+    return int32_t(h % 1000);
+  }
+
+  void proposeDrafts() {
+    for (serve::SequenceId id : ids) {
+      std::vector<int32_t> toks = scheduler.tokens(id);
+      if (toks.empty())
+        continue;
+      std::vector<int32_t> draft;
+      const int64_t k = int64_t(draftRng() % uint32_t(draftMax + 1));
+      for (int64_t i = 0; i < k; ++i) {
+        int32_t t = next(toks);
+        toks.push_back(t);
+        if (draftRng() % 10 < 3)
+          t = (t + 1) % 1000; // a wrong draft token
+        draft.push_back(t);
+      }
+      scheduler.setDraft(id, draft);
+    }
+  }
 
   int64_t slot(serve::SequenceId id, int64_t p) const {
     const auto &t = blocks.blockTable(id);
@@ -45,28 +77,54 @@ struct FakeEngine {
 
   /// One step; returns the finished sequences.
   std::vector<serve::Finished> step() {
+    if (draftMax > 0)
+      proposeDrafts();
     serve::StepPlan plan = scheduler.schedule();
     maxStepTokens = std::max(maxStepTokens, plan.tokens());
     const int64_t B = blocks.blockTokens();
     std::vector<int32_t> sampled;
+    std::vector<std::vector<int32_t>> accepted;
     for (const serve::Chunk &c : plan.chunks) {
       if (c.copy.needed())
         std::copy_n(pool.begin() + c.copy.src * B, B,
                     pool.begin() + c.copy.dst * B);
       const auto &toks = scheduler.tokens(c.id);
+      const int64_t known = c.count - int64_t(c.draft.size());
       for (int64_t p = c.start; p < c.start + c.count; ++p)
-        pool[size_t(slot(c.id, p))] = toks[size_t(p)];
+        pool[size_t(slot(c.id, p))] =
+            p - c.start < known ? toks[size_t(p)]
+                                : c.draft[size_t(p - c.start - known)];
       if (!c.samples)
         continue;
-      // The next token from the rows the cache holds for [0, end).
-      uint64_t h = 1469598103934665603ull;
-      for (int64_t p = 0; p < c.start + c.count; ++p)
-        h = (h ^ uint64_t(uint32_t(pool[size_t(slot(c.id, p))]))) *
-            1099511628211ull;
-      sampled.push_back(int32_t(h % 1000));
+      // The next token after rows [0, end) from what the cache holds; a
+      // draft token stands if it is that token for its row.
+      auto predict = [&](int64_t end) {
+        std::vector<int32_t> rows;
+        for (int64_t p = 0; p < end; ++p)
+          rows.push_back(pool[size_t(slot(c.id, p))]);
+        return next(rows);
+      };
+      accepted.emplace_back();
+      int64_t end = c.start + known;
+      size_t i = 0;
+      for (; i < c.draft.size(); ++i, ++end) {
+        if (c.draft[i] != predict(end))
+          break;
+        accepted.back().push_back(c.draft[i]);
+      }
+      drafted += int64_t(c.draft.size());
+      acceptedDrafts += int64_t(i);
+      sampled.push_back(predict(end));
     }
     ++steps;
-    std::vector<serve::Finished> done = scheduler.complete(plan, sampled);
+    std::vector<serve::Finished> done =
+        scheduler.complete(plan, sampled, &accepted);
+    // A sequence holds slots for its known tokens at most: a rejected
+    // draft's slots (and blocks) are gone.
+    for (serve::SequenceId id : ids)
+      if (blocks.contains(id))
+        EXPECT_LE(blocks.tokens(id), int64_t(scheduler.tokens(id).size()))
+            << "sequence " << id << " keeps rejected draft slots";
     // Rows of blocks nobody holds and the prefix cache does not name are
     // garbage: poison them, so that reading them changes the tokens.
     for (int32_t b = 0; b < blocks.numBlocks(); ++b)
@@ -108,10 +166,13 @@ std::vector<serve::Request> workload(std::mt19937 &rng, int count,
 std::map<serve::SequenceId, serve::Finished>
 run(const std::vector<serve::Request> &rs, int32_t numBlocks, int32_t B,
     bool caching, serve::SchedulerConfig config, int64_t *preemptions,
-    int64_t *hitTokens) {
+    int64_t *hitTokens, int64_t draftMax = 0, int64_t *accepted = nullptr) {
   FakeEngine e(numBlocks, B, caching, config);
-  for (const serve::Request &r : rs)
+  e.draftMax = draftMax;
+  for (const serve::Request &r : rs) {
     EXPECT_TRUE(e.scheduler.add(r).isOk());
+    e.ids.push_back(r.id);
+  }
   auto out = e.drain();
   EXPECT_EQ(e.blocks.numAvailable(), e.blocks.numBlocks()) << "blocks leaked";
   EXPECT_LE(e.maxStepTokens, config.tokenBudget);
@@ -119,6 +180,8 @@ run(const std::vector<serve::Request> &rs, int32_t numBlocks, int32_t B,
     *preemptions = e.scheduler.numPreemptions();
   if (hitTokens)
     *hitTokens = e.blocks.stats().hitTokens;
+  if (accepted)
+    *accepted = e.acceptedDrafts;
   return out;
 }
 
@@ -160,6 +223,38 @@ TEST(Scheduler, ConstrainedRunsGiveTheUnconstrainedTokens) {
           expectSameOutputs(reference, out);
           if (caching && shared && B == 16)
             EXPECT_GT(hits, 0);
+        }
+  }
+}
+
+// Speculative decoding: drafts (right or wrong) ride on the decode rows,
+// the accepted prefix is kept and the rest's blocks released; the tokens
+// equal the plain run's under small caches (preemption), small budgets,
+// block sizes 1 / 4 / 16 and prefix caching, stop tokens included, and no
+// block leaks (run() checks).
+TEST(Scheduler, SpeculativeDraftsGiveThePlainTokens) {
+  std::mt19937 rng(9);
+  for (bool shared : {false, true}) {
+    auto rs = workload(rng, 16, shared);
+    for (size_t i = 0; i < rs.size(); i += 3)
+      rs[i].stopTokens = {int32_t(i % 1000), 7, 11, 13}; // some stop early
+    serve::SchedulerConfig big{64, 4096, 256};
+    auto reference = run(rs, 4096, 16, false, big, nullptr, nullptr);
+    for (int32_t B : {1, 4, 16})
+      for (bool caching : {false, true})
+        for (auto [blocks, budget, batch] :
+             {std::tuple<int32_t, int64_t, int64_t>{1024, 9, 4},
+              {14 * 16 / B + 3, 64, 8},
+              {4096, 4096, 64}}) {
+          int64_t accepted = 0;
+          SCOPED_TRACE("B " + std::to_string(B) + " blocks " +
+                       std::to_string(blocks) + " budget " +
+                       std::to_string(budget));
+          auto out = run(rs, blocks, B, caching,
+                         serve::SchedulerConfig{batch, budget, 256}, nullptr,
+                         nullptr, 5, &accepted);
+          expectSameOutputs(reference, out);
+          EXPECT_GT(accepted, 0);
         }
   }
 }

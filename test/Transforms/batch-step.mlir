@@ -39,7 +39,7 @@
 // PLAN: %[[OUT:.*]] = plan.logits : memref<?x32xf32>
 // PLAN: plan.call_fused @kiln_logits_step_{{[0-9]+}}(%[[NORM]], %{{.*}}, %[[OUT]], %[[S]])
 
-// CPP: #define KILN_BATCH_SIZE(ctx) ((int64_t)(ctx)->batch->num_seqs)
+// CPP: #define KILN_BATCH_SIZE(ctx) ((int64_t)((ctx)->batch->logit_count ? (ctx)->batch->num_logit_rows : (ctx)->batch->num_seqs))
 // CPP-LABEL: extern "C" void kiln_step(
 // CPP-SAME: kiln_exec_ctx* [[CTX:v[0-9]+]], int64_t {{v[0-9]+}}, int64_t {{v[0-9]+}})
 // CPP: int64_t [[S:v[0-9]+]] = KILN_BATCH_SIZE([[CTX]]);

@@ -135,6 +135,23 @@ static cl::opt<bool> noPrefixCaching("no-prefix-caching",
                                      cl::desc("Turn automatic prefix caching "
                                               "off"),
                                      cl::cat(serveCategory));
+static cl::opt<std::string> speculativeMode(
+    "speculative",
+    cl::desc("Speculative decoding for every request (docs/speculative.md): "
+             "off (default), ngram (prompt lookup) or suffix (the suffix "
+             "index); each decode row may carry a draft of up to "
+             "--draft-max tokens, verified in the same batched step, its "
+             "length adapted per request to the measured acceptance and "
+             "step cost. A request overrides it with the extension field "
+             "\"speculative\": \"off\" | \"ngram\" | \"suffix\". cpu "
+             "artifacts without --tp / --pp"),
+    cl::value_desc("off|ngram|suffix"), cl::init("off"),
+    cl::cat(serveCategory));
+static cl::opt<int> draftMax(
+    "draft-max",
+    cl::desc("Most draft tokens per step with speculative decoding, 1 to 32 "
+             "(default 5)"),
+    cl::value_desc("K"), cl::init(5), cl::cat(serveCategory));
 static cl::opt<bool> batchInvariant(
     "batch-invariant",
     cl::desc("Batch-invariant steps: a request's logits, logprobs and greedy "
@@ -794,6 +811,8 @@ struct GenParams {
   /// 0`, chat `logprobs: true`).
   bool logprobs = false;
   std::string echoText;
+  /// Speculative decoding (--speculative, or the request's "speculative").
+  kiln_rt_speculative_params_t spec{};
 };
 
 /// An output token with its text and log probability (api.h: log
@@ -872,9 +891,9 @@ public:
     if (s_.stopping)
       return HttpError{503, "the server is shutting down", "server_error", "",
                        "service_unavailable"};
-    kiln_rt_status_t st = kiln_rt_engine_submit(
+    kiln_rt_status_t st = kiln_rt_engine_submit_speculative(
         s_.engine, p_.prompt.data(), int64_t(p_.prompt.size()), &rp,
-        onEngineEvent, &q_, &engineId_);
+        &p_.spec, onEngineEvent, &q_, &engineId_);
     kiln_rt_status_code_t code;
     std::string msg = takeMessage(st, &code);
     switch (code) {
@@ -1143,6 +1162,19 @@ HttpError readGenFields(Server &s, const Json &body, bool chat, GenParams &p) {
   bool seedGiven = false;
   if ((e = getInt(body, "seed", seed, seedGiven)))
     return e;
+  // Speculative decoding: the server's --speculative unless the request's
+  // extension field says otherwise.
+  std::string specMode = speculativeMode;
+  if ((e = getString(body, "speculative", specMode, given)))
+    return e;
+  if (specMode != "off" && specMode != "ngram" && specMode != "suffix")
+    return badRequest("'speculative' must be \"off\", \"ngram\" or "
+                      "\"suffix\", got \"" + specMode + "\"",
+                      "speculative");
+  p.spec.mode = specMode == "ngram"    ? KILN_RT_SPECULATIVE_NGRAM
+                : specMode == "suffix" ? KILN_RT_SPECULATIVE_SUFFIX
+                                       : KILN_RT_SPECULATIVE_OFF;
+  p.spec.draft_max = int32_t(draftMax);
   for (const char *penalty : {"presence_penalty", "frequency_penalty"}) {
     double v = 0;
     if ((e = getNumber(body, penalty, v, given)))
@@ -1742,6 +1774,15 @@ std::string renderMetrics(Server &s) {
           "recomputation after preemption included).");
   counter("kiln:engine_steps_total", double(st.steps),
           "Batched model steps run by the engine.");
+  kiln_rt_speculative_stats_t spec{};
+  kiln_rt_engine_speculative_stats(s.engine, &spec);
+  counter("vllm:spec_decode_num_draft_tokens_total", double(spec.draft_tokens),
+          "Speculative decoding: draft tokens verified.");
+  counter("vllm:spec_decode_num_accepted_tokens_total",
+          double(spec.accepted_tokens),
+          "Speculative decoding: draft tokens accepted.");
+  counter("kiln:spec_decode_verify_rows_total", double(spec.verify_rows),
+          "Speculative decoding: decode rows that carried a draft.");
   Metrics &m = s.metrics;
   std::lock_guard<std::mutex> lock(m.mu);
   counter("vllm:prompt_tokens_total", double(m.promptTokens),
@@ -1949,6 +1990,13 @@ int main(int argc, char **argv) {
          std::to_string(maxNumBatchedTokens));
   if (maxQueue < 1 || maxQueue > (1 << 20))
     fail("--max-queue must be in [1, 1048576], got " + std::to_string(maxQueue));
+  if (speculativeMode != "off" && speculativeMode != "ngram" &&
+      speculativeMode != "suffix")
+    fail("--speculative must be off, ngram or suffix, got '" +
+         speculativeMode + "'");
+  if (draftMax < 1 || draftMax > 32)
+    fail("--draft-max must be in [1, 32] draft tokens, got " +
+         std::to_string(draftMax));
   if (maxModelLen < 0)
     fail("--max-model-len must be >= 2 (or 0 for the compiled maximum), got " +
          std::to_string(maxModelLen));
@@ -2091,6 +2139,11 @@ int main(int argc, char **argv) {
       (batchInvariant ? uint32_t(KILN_RT_ENGINE_BATCH_INVARIANT) : 0u);
   options.pp_micro_batches = int32_t(ppMicroBatches);
   check(kiln_rt_engine_create(s.artifact, &options, &s.engine));
+  if (speculativeMode != "off" &&
+      (std::string(s.info.target) != "cpu" || ranks > 1))
+    fail("--speculative runs on single-process cpu artifacts so far (the "
+         "CUDA and tensor / pipeline parallel steps score no draft rows "
+         "yet)");
   kiln_rt_engine_stats_t stats{};
   kiln_rt_engine_stats(s.engine, &stats);
   s.context = stats.context_length;

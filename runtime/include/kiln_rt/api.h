@@ -608,6 +608,45 @@ kiln_rt_status_t kiln_rt_engine_submit(kiln_rt_engine_t *engine,
                                        kiln_rt_engine_callback_fn callback,
                                        void *user, uint64_t *out_id);
 
+/// Speculative decoding of one engine request (docs/speculative.md): each
+/// decode step of the request may carry a draft of up to draft_max tokens,
+/// verified in the same batched step (every draft row's logits), the
+/// accepted ones kept (greedy: the argmax; sampling: the
+/// speculative-sampling rule, same output distribution), the rest's KV
+/// blocks released. The draft length adapts per request (0: a plain decode
+/// row) to the measured acceptance and the engine's measured step cost.
+typedef enum kiln_rt_speculative_mode_e {
+  KILN_RT_SPECULATIVE_OFF = 0,
+  KILN_RT_SPECULATIVE_NGRAM = 1,  /* prompt lookup: last 3 / 2 / 1 tokens */
+  KILN_RT_SPECULATIVE_SUFFIX = 2, /* the suffix index (SuffixDecoding) */
+} kiln_rt_speculative_mode_t;
+
+typedef struct kiln_rt_speculative_params_t {
+  int32_t mode;      /* kiln_rt_speculative_mode_t */
+  int32_t draft_max; /* most draft tokens per step, 1 to 32 */
+} kiln_rt_speculative_params_t;
+
+/// kiln_rt_engine_submit with speculative decoding (`spec` NULL or mode OFF:
+/// exactly kiln_rt_engine_submit). Errors, besides submit's: an unknown
+/// mode or draft_max outside [1, 32] (KILN_RT_INVALID_ARGUMENT), an engine
+/// whose steps cannot score draft rows: cuda artifacts and tensor / pipeline
+/// parallel groups, not built yet (KILN_RT_UNIMPLEMENTED).
+kiln_rt_status_t kiln_rt_engine_submit_speculative(
+    kiln_rt_engine_t *engine, const int32_t *prompt, int64_t n,
+    const kiln_rt_request_params_t *params,
+    const kiln_rt_speculative_params_t *spec,
+    kiln_rt_engine_callback_fn callback, void *user, uint64_t *out_id);
+
+/// The engine's speculative-decoding counters since creation: draft tokens
+/// verified, accepted, and the decode rows that carried a draft.
+typedef struct kiln_rt_speculative_stats_t {
+  int64_t draft_tokens;
+  int64_t accepted_tokens;
+  int64_t verify_rows;
+} kiln_rt_speculative_stats_t;
+void kiln_rt_engine_speculative_stats(kiln_rt_engine_t *engine,
+                                      kiln_rt_speculative_stats_t *out);
+
 /// Ends request `id` before the engine's next step: its KV blocks are freed
 /// and its callback gets KILN_RT_FINISH_CANCELLED. Unknown or finished ids
 /// are ignored. Callable from any thread, including inside a callback.

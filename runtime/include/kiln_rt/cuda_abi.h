@@ -59,6 +59,10 @@ typedef struct kiln_cuda_batch {
   const int64_t *d_seq_pos;   /* device [S]: pos as int64 (the d_pos of the
                                  sequence's attention launches) */
   const int32_t *d_block_tables; /* device [S, max_blocks] */
+  /* kernel_abi.h kiln_batch's logit rows: host [S] or NULL (one each),
+   * and their sum. */
+  const int32_t *logit_count;
+  int32_t num_logit_rows;
 } kiln_cuda_batch;
 
 /// One layer's paged KV cache on the device (kernel_abi.h kiln_paged_kv):

@@ -56,7 +56,8 @@ typedef struct kiln_exec_ctx {
   /// kiln_step only (NULL otherwise): the step's sequences, and the paged
   /// KV cache, one descriptor per layer (block_table unused: each sequence
   /// uses its row of batch->block_tables). kiln_step writes one logits row
-  /// per sequence, float32[batch->num_seqs, vocab], to `logits`.
+  /// per sequence, float32[batch->num_seqs, vocab], to `logits` (with
+  /// batch->logit_count: float32[batch->num_logit_rows, vocab]).
   const struct kiln_batch *batch;
   const struct kiln_paged_kv *kv_pages;
   /// opaque, runtime-private: the tensor-parallel group this rank belongs
@@ -1018,6 +1019,13 @@ typedef struct kiln_batch {
   const int32_t *pos;          ///< [num_seqs] position of the first row
   const int32_t *block_tables; ///< [num_seqs, max_blocks]
   const int32_t *positions;    ///< [T] each row's position
+  /// Rows that get logits (speculative decoding's verify chunks in a
+  /// batched step): NULL, one per sequence (its last row); else
+  /// logit_count[s] >= 1, the last logit_count[s] rows of sequence s, in
+  /// order, num_logit_rows of them in all (kiln_k_step_last_rows, and the
+  /// rows of the logits kiln_step writes).
+  const int32_t *logit_count;  ///< [num_seqs] or NULL
+  int32_t num_logit_rows;      ///< sum of logit_count (when set)
 } kiln_batch;
 
 /// kiln_k_rope (adjacent pairs, theta^(-2i / head_dim)) of `rows` rows of
@@ -1091,7 +1099,9 @@ void kiln_k_step_attention_centered(kiln_exec_ctx *ctx, const void *q,
                                     const float *k_mean, int64_t rot_dim,
                                     float theta);
 /// y[s, :] = x[row_start[s] + row_count[s] - 1, :] for every sequence s of
-/// ctx->batch; rows of `width` elements of `elem`.
+/// ctx->batch; with batch->logit_count, the last logit_count[s] rows of
+/// each sequence in order (num_logit_rows rows); rows of `width` elements
+/// of `elem`.
 void kiln_k_step_last_rows(kiln_exec_ctx *ctx, const void *x, void *y,
                            int64_t width, int64_t elem);
 

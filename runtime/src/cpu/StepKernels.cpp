@@ -93,11 +93,17 @@ void kiln_k_step_last_rows(kiln_exec_ctx *ctx, const void *x, void *y,
                            int64_t width, int64_t elem) {
   const size_t row = size_t(width) * (elem == KILN_ELEM_F32 ? 4 : 2);
   const kiln_batch *b = ctx->batch;
-  for (int32_t s = 0; s < b->num_seqs; ++s)
-    std::memcpy(static_cast<uint8_t *>(y) + size_t(s) * row,
-                static_cast<const uint8_t *>(x) +
-                    size_t(b->row_start[s] + b->row_count[s] - 1) * row,
-                row);
+  // The last logit_count[s] rows of each sequence (1 without counts), in
+  // order.
+  size_t out = 0;
+  for (int32_t s = 0; s < b->num_seqs; ++s) {
+    const int32_t count = b->logit_count ? b->logit_count[s] : 1;
+    const int32_t first = b->row_start[s] + b->row_count[s] - count;
+    std::memcpy(static_cast<uint8_t *>(y) + out * row,
+                static_cast<const uint8_t *>(x) + size_t(first) * row,
+                size_t(count) * row);
+    out += size_t(count);
+  }
 }
 
 } // extern "C"

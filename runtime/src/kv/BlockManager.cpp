@@ -214,6 +214,26 @@ Status BlockManager::fork(SequenceId parent, SequenceId child) {
   return Status::ok();
 }
 
+Status BlockManager::truncate(SequenceId id, int64_t count) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end())
+    return notFound("no KV-cache blocks for sequence " + std::to_string(id));
+  Sequence &seq = it->second;
+  if (count < seq.computed || count > int64_t(seq.tokens.size()))
+    return invalidArgument("sequence " + std::to_string(id) + " holds " +
+                           std::to_string(seq.tokens.size()) + " tokens with " +
+                           std::to_string(seq.computed) +
+                           " committed; cannot truncate to " +
+                           std::to_string(count));
+  seq.tokens.resize(size_t(count));
+  const size_t keep = size_t((count + blockTokens_ - 1) / blockTokens_);
+  while (seq.table.size() > keep) {
+    drop(seq.table.back());
+    seq.table.pop_back();
+  }
+  return Status::ok();
+}
+
 void BlockManager::release(SequenceId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end())

@@ -103,6 +103,13 @@ public:
   /// already declared or above tokens(id) (INVALID_ARGUMENT).
   Status commit(SequenceId id, int64_t computedTokens);
 
+  /// Forgets the positions of `id` from `count` on (speculative decoding's
+  /// rejected draft tokens): its tokens are cut to `count` and the blocks
+  /// past the last one still needed lose their reference. Errors: unknown
+  /// `id` (NOT_FOUND); count below the committed tokens or above tokens(id)
+  /// (INVALID_ARGUMENT).
+  Status truncate(SequenceId id, int64_t count);
+
   /// Registers `child` sharing every block of `parent` (same tokens, no
   /// copy). Errors: unknown parent (NOT_FOUND), child exists
   /// (INVALID_ARGUMENT).

@@ -162,6 +162,8 @@ void CpuStepper::run(const StepArrays &step, float *logits, void *comm) {
   batch.pos = step.pos;
   batch.block_tables = step.blockTables;
   batch.positions = step.positions;
+  batch.logit_count = step.logitCount;
+  batch.num_logit_rows = step.numLogitRows;
   kiln_exec_ctx ctx{};
   ctx.arena = arena_;
   ctx.weights = artifact_.weights();

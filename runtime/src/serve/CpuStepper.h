@@ -36,6 +36,10 @@ struct StepArrays {
   const int32_t *blockTables = nullptr; ///< [numSeqs * maxBlocks]
   const int32_t *tokens = nullptr, *positions = nullptr; ///< [numTokens]
   const int32_t *copySrc = nullptr, *copyDst = nullptr;  ///< [numCopies]
+  /// Rows with logits per sequence (kiln_batch.logit_count; null: one,
+  /// the last) and their sum.
+  const int32_t *logitCount = nullptr;
+  int32_t numLogitRows = 0;
 };
 
 /// One pipeline micro-batch of a step (GPipe, Huang et al. 2019): the

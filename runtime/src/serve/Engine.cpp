@@ -5,6 +5,8 @@
 //===----------------------------------------------------------------------===//
 #include "serve/Engine.h"
 
+#include <chrono>
+
 #include "base/FiniteLogits.h"
 
 #include "artifact/Artifact.h"
@@ -211,7 +213,22 @@ Engine::~Engine() {
 Status Engine::submit(const int32_t *prompt, int64_t n,
                       const kiln_rt_request_params_t &params,
                       kiln_rt_engine_callback_fn callback, void *user,
-                      uint64_t &outId) {
+                      uint64_t &outId,
+                      const kiln_rt_speculative_params_t &spec) {
+  if (spec.mode != KILN_RT_SPECULATIVE_OFF) {
+    if (spec.mode != KILN_RT_SPECULATIVE_NGRAM &&
+        spec.mode != KILN_RT_SPECULATIVE_SUFFIX)
+      return invalidArgument("speculative mode " + std::to_string(spec.mode) +
+                             " is not one of off (0), ngram (1), suffix (2)");
+    if (spec.draft_max < 1 || spec.draft_max > 32)
+      return invalidArgument("speculative draft_max must be in [1, 32], got " +
+                             std::to_string(spec.draft_max));
+    if (cudaStepper_ || artifact_.group())
+      return unimplemented("speculative decoding in the engine runs on "
+                           "single-process cpu artifacts so far (the CUDA "
+                           "and tensor / pipeline parallel steps score no "
+                           "draft rows yet)");
+  }
   if (!callback)
     return invalidArgument("kiln_rt_engine_submit: null callback");
   if (n < 1 || !prompt)
@@ -246,6 +263,7 @@ Status Engine::submit(const int32_t *prompt, int64_t n,
   p.sampling = s;
   p.callback = callback;
   p.user = user;
+  p.spec = spec;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (failed_)
@@ -325,13 +343,28 @@ Status Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled,
     rowCount_[s] = int32_t(c.count);
     pos_[s] = int32_t(c.start);
     std::copy(table.begin(), table.end(), tables_.begin() + s * maxBlocks);
+    // A decode chunk with a draft: the decode token, then the draft.
+    const int64_t known = c.count - int64_t(c.draft.size());
     for (int64_t i = 0; i < c.count; ++i, ++row) {
-      tokens_[size_t(row)] = ids[size_t(c.start + i)];
+      tokens_[size_t(row)] = i < known ? ids[size_t(c.start + i)]
+                                       : c.draft[size_t(i - known)];
       positions_[size_t(row)] = int32_t(c.start + i);
     }
   }
-  if (logits_.size() < S * size_t(vocab_))
-    logits_.resize(S * size_t(vocab_));
+  // Logit rows: every row of a chunk with a draft (speculative verify),
+  // one (the last) for the others.
+  bool anyDraft = false;
+  logitCount_.assign(S, 1);
+  int64_t logitRows = 0;
+  for (size_t s = 0; s < S; ++s) {
+    if (!plan.chunks[s].draft.empty()) {
+      logitCount_[s] = int32_t(1 + plan.chunks[s].draft.size());
+      anyDraft = true;
+    }
+    logitRows += logitCount_[s];
+  }
+  if (logits_.size() < size_t(logitRows) * size_t(vocab_))
+    logits_.resize(size_t(logitRows) * size_t(vocab_));
   StepArrays arrays;
   arrays.numSeqs = int32_t(S);
   arrays.numTokens = int32_t(T);
@@ -345,6 +378,10 @@ Status Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled,
   arrays.positions = positions_.data();
   arrays.copySrc = copySrc_.data();
   arrays.copyDst = copyDst_.data();
+  if (anyDraft) { // only single-process cpu engines (submit refuses others)
+    arrays.logitCount = logitCount_.data();
+    arrays.numLogitRows = int32_t(logitRows);
+  }
   // One micro-batch (or the whole step) on this rank's stepper.
   auto runOn = [&](const StepArrays &part, float *rows,
                    Communicator *group) -> Status {
@@ -394,12 +431,56 @@ Status Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled,
 
   sampled.clear();
   logprobs.clear();
+  accepted_.clear();
+  acceptedLogprobs_.clear();
+  int64_t firstRow = 0; // the chunk's first logits row
   for (size_t s = 0; s < S; ++s) {
     const Chunk &c = plan.chunks[s];
+    const int64_t chunkRow = firstRow;
+    firstRow += logitCount_[s];
     if (!c.samples)
       continue;
     auto it = live_.find(uint64_t(c.id));
-    float *row = logits_.data() + s * size_t(vocab_);
+    accepted_.emplace_back();
+    acceptedLogprobs_.emplace_back();
+    // Verify: row i of the chunk scores draft token i (greedy: the argmax;
+    // sampling: the speculative-sampling rule, Sampler::verifyDraft); the
+    // first rejected row gives the next token, or the last row after a
+    // fully accepted draft.
+    size_t kept = 0;
+    bool rowsFinite = true, rejected = false;
+    for (; kept < c.draft.size() && it != live_.end(); ++kept) {
+      float *vrow = logits_.data() + size_t(chunkRow + int64_t(kept)) *
+                                         size_t(vocab_);
+      if (!checkFiniteLogits(vrow, vocab_, c.start + int64_t(kept), "").isOk()) {
+        rowsFinite = false;
+        break;
+      }
+      logRow_.assign(vrow, vrow + vocab_);
+      bool ok = false;
+      const int32_t t = it->second.sampler->verifyDraft(vrow, c.draft[kept], ok);
+      const float lp = logProbability(logRow_.data(), vocab_, t);
+      if (!ok) { // the rejected row's own token ends the step's output
+        sampled.push_back(t);
+        logprobs.push_back(lp);
+        rejected = true;
+        break;
+      }
+      accepted_.back().push_back(t);
+      acceptedLogprobs_.back().push_back(lp);
+    }
+    if (rejected)
+      continue;
+    if (!rowsFinite) {
+      bad.emplace_back(uint64_t(c.id),
+                       "request " + std::to_string(c.id) +
+                           ": the logits of a draft row are not finite");
+      sampled.push_back(-1);
+      logprobs.push_back(0.0f);
+      continue;
+    }
+    float *row = logits_.data() + size_t(chunkRow + int64_t(kept)) *
+                                      size_t(vocab_);
     // As the session: sampling a NaN or infinite row would print garbage
     // silently.
     Status finite = checkFiniteLogits(row, vocab_, c.start + c.count - 1,
@@ -418,6 +499,74 @@ Status Engine::step(const StepPlan &plan, std::vector<int32_t> &sampled,
     logprobs.push_back(logProbability(logRow_.data(), vocab_, token));
   }
   return Status::ok();
+}
+
+kiln_rt_speculative_stats_t Engine::speculativeStats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return specStats_;
+}
+
+void Engine::observeStep(int64_t rows, double ms) {
+  if (rows < 1 || rows > 64 || !(ms > 0.0))
+    return;
+  // Decayed sums: the recent steps weigh most (about 100 steps).
+  constexpr double kDecay = 0.99;
+  const double x = double(rows);
+  fitN_ = kDecay * fitN_ + 1.0;
+  fitX_ = kDecay * fitX_ + x;
+  fitY_ = kDecay * fitY_ + ms;
+  fitXX_ = kDecay * fitXX_ + x * x;
+  fitXY_ = kDecay * fitXY_ + x * ms;
+}
+
+double Engine::predictStepMs(int64_t rows) const {
+  if (fitN_ <= 0.0)
+    return 1.0 + 0.4 * double(rows - 1); // no step yet: the shape only
+  const double meanX = fitX_ / fitN_, meanY = fitY_ / fitN_;
+  const double varX = fitXX_ / fitN_ - meanX * meanX;
+  // One row count seen so far: assume a row costs 0.4 of a one-row step
+  // (the multi-token GEMV's float32 arithmetic on this class of CPU,
+  // docs/speculative.md), until steps of other sizes are measured.
+  double b = varX > 1e-9 ? (fitXY_ / fitN_ - meanX * meanY) / varX
+                         : 0.4 * meanY / std::max(meanX, 1.0);
+  b = std::max(b, 1e-6);
+  const double a = std::max(meanY - b * meanX, 1e-6);
+  return a + b * double(rows);
+}
+
+void Engine::proposeDrafts() {
+  // Rows the step would have without drafts: one per running sequence.
+  const int64_t base = std::max<int64_t>(1, scheduler_->numRunning());
+  for (auto &[id, l] : live_) {
+    if (l.spec.mode == KILN_RT_SPECULATIVE_OFF)
+      continue;
+    const std::vector<int32_t> &tokens = scheduler_->tokens(kv::SequenceId(id));
+    if (tokens.empty())
+      continue;
+    const int64_t want = l.spec.draft_max;
+    std::vector<int32_t> draft;
+    if (l.suffix) {
+      // The index follows the sequence's tokens (a preempted and
+      // recomputed sequence keeps its tokens).
+      for (; l.suffixFed < int64_t(tokens.size()); ++l.suffixFed)
+        l.suffix->append(tokens[size_t(l.suffixFed)]);
+      draft = l.suffix->draft(want);
+    } else {
+      draft = spec::ngramDraft(tokens, want);
+    }
+    l.proposed = draft;
+    if (draft.empty())
+      continue;
+    // C(k): this step with k more rows, for this request's draft length.
+    l.controller.costMs.assign(size_t(want) + 1, 0.0);
+    for (int64_t k = 0; k <= want; ++k)
+      l.controller.costMs[size_t(k)] = predictStepMs(base + k);
+    const int64_t k = l.controller.choose(int64_t(draft.size()));
+    if (k == 0)
+      continue;
+    draft.resize(size_t(k));
+    scheduler_->setDraft(kv::SequenceId(id), std::move(draft));
+  }
 }
 
 Status Engine::requestError(uint64_t id) {
@@ -454,6 +603,12 @@ void Engine::run() {
       live.callback = p.callback;
       live.user = p.user;
       live.promptLen = int64_t(p.request.prompt.size());
+      live.spec = p.spec;
+      if (p.spec.mode == KILN_RT_SPECULATIVE_SUFFIX) {
+        live.suffix = std::make_unique<spec::SuffixIndex>();
+        live.suffix->beginRequest(p.request.prompt);
+        live.suffixFed = int64_t(p.request.prompt.size());
+      }
       live_.emplace(id, std::move(live));
       if (!scheduler_->add(std::move(p.request)).isOk())
         finish(id, KILN_RT_FINISH_ERROR); // submit() checked the same limits
@@ -461,13 +616,21 @@ void Engine::run() {
     for (uint64_t id : cancels)
       scheduler_->cancel(kv::SequenceId(id));
 
+    proposeDrafts();
     StepPlan plan = scheduler_->schedule();
     std::vector<int32_t> sampled;
     std::vector<float> logprobs;
     std::vector<std::pair<uint64_t, std::string>> bad;
     std::set<uint64_t> failed;
+    accepted_.clear();
+    acceptedLogprobs_.clear();
     if (!plan.chunks.empty()) {
+      const auto t0 = std::chrono::steady_clock::now();
       Status st = step(plan, sampled, logprobs, bad);
+      observeStep(plan.tokens(),
+                  std::chrono::duration<double, std::milli>(
+                      std::chrono::steady_clock::now() - t0)
+                      .count());
       ++steps;
       if (!st.isOk()) {
         // A failed step (a device error) leaves the pool in an unknown
@@ -515,10 +678,48 @@ void Engine::run() {
       if (auto it = live_.find(uint64_t(c.id)); it != live_.end())
         promptTokens += std::max<int64_t>(
             0, std::min(c.start + c.count, it->second.promptLen) - c.start);
-    std::vector<Finished> done = scheduler_->complete(plan, sampled);
-    for (const Chunk &c : plan.chunks)
-      if (c.samples && live_.count(uint64_t(c.id)))
-        ++generated;
+    // Draft statistics and each request's acceptance estimate, before
+    // complete() drops finished sequences from the plan's view.
+    {
+      size_t k = 0;
+      for (const Chunk &c : plan.chunks) {
+        if (!c.samples)
+          continue;
+        const size_t index = k++;
+        auto it = live_.find(uint64_t(c.id));
+        if (it == live_.end() || it->second.spec.mode == 0)
+          continue;
+        Live &l = it->second;
+        const int64_t a = index < accepted_.size()
+                              ? int64_t(accepted_[index].size())
+                              : 0;
+        if (!c.draft.empty()) {
+          l.controller.observe(a, a < int64_t(c.draft.size()));
+          std::lock_guard<std::mutex> lock(mu_);
+          specStats_.draft_tokens += int64_t(c.draft.size());
+          specStats_.accepted_tokens += a;
+          ++specStats_.verify_rows;
+        } else if (!l.proposed.empty() && index < sampled.size()) {
+          // A plain decode row: the draft's first token against the
+          // decoded one is free evidence.
+          const bool hit = sampled[index] == l.proposed[0];
+          l.controller.observe(hit ? 1 : 0, !hit);
+        }
+        l.proposed.clear();
+      }
+    }
+    std::vector<int32_t> emitted;
+    std::vector<Finished> done =
+        scheduler_->complete(plan, sampled, &accepted_, &emitted);
+    {
+      size_t k = 0;
+      for (const Chunk &c : plan.chunks)
+        if (c.samples) {
+          if (live_.count(uint64_t(c.id)) && k < emitted.size())
+            generated += emitted[k];
+          ++k;
+        }
+    }
     finishedCount += int64_t(done.size());
     bool idleWait;
     {
@@ -544,13 +745,28 @@ void Engine::run() {
     for (const Chunk &c : plan.chunks) {
       if (!c.samples)
         continue;
-      const int32_t token = sampled[next];
-      const float logprob = logprobs[next++];
+      const size_t index = next++;
       auto it = live_.find(uint64_t(c.id));
       if (it == live_.end() || failed.count(uint64_t(c.id)))
         continue;
-      it->second.callback(it->second.user, uint64_t(c.id), token, logprob,
-                          KILN_RT_FINISH_NONE);
+      // The accepted draft tokens, then the sampled one, as far as the
+      // scheduler appended them (a stop token or max_tokens ends earlier).
+      std::vector<int32_t> tokens;
+      std::vector<float> lps;
+      if (index < accepted_.size()) {
+        tokens = accepted_[index];
+        lps = acceptedLogprobs_[index];
+      }
+      tokens.push_back(sampled[index]);
+      lps.push_back(logprobs[index]);
+      const size_t n = index < emitted.size()
+                           ? std::min(size_t(emitted[index]), tokens.size())
+                           : tokens.size();
+      Live &l = it->second;
+      for (size_t i = 0; i < n; ++i) {
+        l.callback(l.user, uint64_t(c.id), tokens[i], lps[i],
+                   KILN_RT_FINISH_NONE);
+      }
     }
     for (const Finished &f : done) {
       finish(uint64_t(f.id), failed.count(uint64_t(f.id))

@@ -20,6 +20,7 @@
 #include "cuda/CudaBackend.h"
 #include "serve/CpuStepper.h"
 #include "serve/Scheduler.h"
+#include "spec/Drafts.h"
 #include "tokenizer/Sampler.h"
 
 #include <condition_variable>
@@ -57,7 +58,9 @@ public:
   Status submit(const int32_t *prompt, int64_t n,
                 const kiln_rt_request_params_t &params,
                 kiln_rt_engine_callback_fn callback, void *user,
-                uint64_t &outId);
+                uint64_t &outId,
+                const kiln_rt_speculative_params_t &spec = {});
+  kiln_rt_speculative_stats_t speculativeStats();
   void cancel(uint64_t id);
   kiln_rt_engine_stats_t stats();
   /// The error of request `id` if it finished with KILN_RT_FINISH_ERROR
@@ -71,13 +74,27 @@ private:
     kiln_rt_sampler_params_t sampling;
     kiln_rt_engine_callback_fn callback;
     void *user;
+    kiln_rt_speculative_params_t spec{};
   };
   struct Live {
     std::unique_ptr<Sampler> sampler;
     kiln_rt_engine_callback_fn callback;
     void *user;
     int64_t promptLen = 0;
+    // Speculative decoding (kiln_rt_engine_submit_speculative).
+    kiln_rt_speculative_params_t spec{};
+    spec::DraftController controller;
+    std::unique_ptr<spec::SuffixIndex> suffix; ///< mode SUFFIX
+    int64_t suffixFed = 0; ///< tokens of the sequence the index holds
+    std::vector<int32_t> proposed; ///< this step's whole draft (evidence)
   };
+  /// Chooses and hands the scheduler this step's drafts.
+  void proposeDrafts();
+  /// The step-time model the drafts are priced with: ms = a + b * rows,
+  /// a decayed least-squares fit over the steps of at most 64 rows.
+  void observeStep(int64_t rows, double ms);
+  double predictStepMs(int64_t rows) const;
+  double fitN_ = 0, fitX_ = 0, fitY_ = 0, fitXX_ = 0, fitXY_ = 0;
 
   void run();
   /// One model step over `plan`: the sampled token of every chunk that
@@ -108,6 +125,11 @@ private:
 
   // Step buffers (engine thread only).
   std::vector<float> logits_;
+  std::vector<int32_t> logitCount_; ///< the step's logit rows per sequence
+  /// Per sampling chunk of the step: its draft tokens kept (speculative).
+  std::vector<std::vector<int32_t>> accepted_;
+  std::vector<std::vector<float>> acceptedLogprobs_;
+  kiln_rt_speculative_stats_t specStats_{}; ///< under mu_
   std::vector<float> logRow_; ///< a sampled row's raw logits (logprobs)
   std::vector<int32_t> tokens_, rowStart_, rowCount_, pos_, tables_,
       positions_;

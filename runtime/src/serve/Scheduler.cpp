@@ -131,8 +131,32 @@ StepPlan Scheduler::schedule() {
     c.count = 1;
     c.samples = true;
     c.copy = copy;
-    plan.chunks.push_back(c);
     --budget;
+    // Draft tokens: the positions after the decode token, while the
+    // budget, the context, max_tokens (every kept draft token is output,
+    // and the step adds one more) and free blocks allow.
+    std::vector<int32_t> draft = std::move(seq.draft);
+    seq.draft.clear();
+    const int64_t room = std::min<int64_t>(
+        {budget, config_.maxSeqLen - int64_t(seq.tokens.size()),
+         seq.request.maxTokens - seq.generated - 1});
+    if (int64_t(draft.size()) > room)
+      draft.resize(size_t(std::max<int64_t>(room, 0)));
+    size_t kept = 0;
+    for (; kept < draft.size(); ++kept) {
+      kv::BlockCopy more;
+      if (!blocks_.append(id, draft[kept], &more).isOk())
+        break;
+      if (more.needed()) { // never after the decode token's append; undo
+        (void)blocks_.truncate(id, blocks_.tokens(id) - 1);
+        break;
+      }
+    }
+    draft.resize(kept);
+    c.count += int64_t(kept);
+    budget -= int64_t(kept);
+    c.draft = std::move(draft);
+    plan.chunks.push_back(std::move(c));
   }
   // 2. Prefill chunks of admitted sequences, then admissions.
   auto prefillChunk = [&](SequenceId id, Sequence &seq) {
@@ -172,34 +196,78 @@ StepPlan Scheduler::schedule() {
     running_.push_back(id);
     prefillChunk(id, seq);
   }
+  // Drafts are for this step only.
+  for (SequenceId id : running_)
+    seqs_.at(id).draft.clear();
   return plan;
 }
 
-std::vector<Finished> Scheduler::complete(const StepPlan &plan,
-                                          const std::vector<int32_t> &sampled) {
+void Scheduler::setDraft(SequenceId id, std::vector<int32_t> draft) {
+  auto it = seqs_.find(id);
+  if (it != seqs_.end() && it->second.admitted)
+    it->second.draft = std::move(draft);
+}
+
+std::vector<Finished>
+Scheduler::complete(const StepPlan &plan, const std::vector<int32_t> &sampled,
+                    const std::vector<std::vector<int32_t>> *accepted,
+                    std::vector<int32_t> *emitted) {
   std::vector<Finished> done = std::move(cancelled_);
   cancelled_.clear();
+  if (emitted)
+    emitted->clear();
   size_t next = 0;
   for (const Chunk &c : plan.chunks) {
+    const size_t index = next;
     const int32_t token =
         c.samples && next < sampled.size() ? sampled[next] : -1;
-    if (c.samples)
+    if (c.samples) {
       ++next;
+      if (emitted)
+        emitted->push_back(0);
+    }
     auto it = seqs_.find(c.id);
     if (it == seqs_.end() || !it->second.admitted)
       continue; // cancelled after schedule()
     Sequence &seq = it->second;
-    seq.computed = c.start + c.count;
+    // The draft tokens kept (a prefix of c.draft): their rows and the
+    // decode token's are computed; the rest are forgotten.
+    std::vector<int32_t> out;
+    if (c.samples && !c.draft.empty() && accepted && index < accepted->size())
+      out = (*accepted)[index];
+    if (out.size() > c.draft.size())
+      out.resize(c.draft.size());
+    if (!c.draft.empty()) {
+      seq.computed = c.start + 1 + int64_t(out.size());
+      (void)blocks_.truncate(c.id, seq.computed);
+    } else {
+      seq.computed = c.start + c.count;
+    }
     (void)blocks_.commit(c.id, seq.computed); // rows written: name blocks
     if (!c.samples)
       continue;
-    seq.tokens.push_back(token);
-    ++seq.generated;
+    out.push_back(token);
     const Request &r = seq.request;
-    const bool stop = std::find(r.stopTokens.begin(), r.stopTokens.end(),
-                                token) != r.stopTokens.end();
-    if (!stop && seq.generated < r.maxTokens)
+    bool stop = false;
+    int32_t appended = 0;
+    for (int32_t t : out) {
+      seq.tokens.push_back(t);
+      ++seq.generated;
+      ++appended;
+      stop = std::find(r.stopTokens.begin(), r.stopTokens.end(), t) !=
+             r.stopTokens.end();
+      if (stop || seq.generated >= r.maxTokens)
+        break;
+    }
+    if (emitted)
+      emitted->back() = appended;
+    if (!stop && seq.generated < r.maxTokens) {
+      // Accepted draft tokens past a stop never happen here (the loop
+      // ends the sequence); the KV rows of the kept tokens but the last
+      // are computed, the last is the next decode token.
+      seq.computed = int64_t(seq.tokens.size()) - 1;
       continue;
+    }
     done.push_back(Finished{
         c.id, stop ? FinishReason::Stop : FinishReason::Length,
         std::vector<int32_t>(seq.tokens.end() - seq.generated,

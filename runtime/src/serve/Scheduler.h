@@ -65,6 +65,10 @@ struct Chunk {
   bool samples = false;
   /// Rows to copy before the step (a shared block the sequence now writes).
   kv::BlockCopy copy;
+  /// Speculative decoding: draft tokens after the decode token (count is
+  /// 1 + draft.size(); rows [start + 1, start + count) hold them). The
+  /// step scores every row; complete() keeps the accepted prefix.
+  std::vector<int32_t> draft;
 };
 
 /// One step's work.
@@ -100,13 +104,27 @@ public:
   /// reported by the next complete() as Cancelled. Unknown ids are ignored.
   void cancel(SequenceId id);
 
+  /// Proposes `draft` tokens to follow the last token of running sequence
+  /// `id` in the next schedule() (speculative decoding): its decode chunk
+  /// then also holds as many of them as the budget, the context, its
+  /// max_tokens and free blocks allow (no sequence is preempted for a
+  /// draft). Used once; unknown ids are ignored.
+  void setDraft(SequenceId id, std::vector<int32_t> draft);
+
   /// The next step; empty when nothing can run.
   StepPlan schedule();
   /// After the step of `plan` ran: `sampled[i]` is the token sampled for
-  /// the i-th chunk with `samples` set, in order. Returns the sequences that
+  /// the i-th chunk with `samples` set, in order; for a chunk with a draft,
+  /// `(*accepted)[i]` are the draft tokens the model kept (a prefix of the
+  /// draft; `sampled[i]` follows them), the rest are forgotten (their
+  /// blocks released). `emitted[i]` (when given) receives how many of
+  /// accepted[i] + sampled[i] were appended: fewer when a stop token or
+  /// max_tokens ends the sequence among them. Returns the sequences that
   /// finished (and the cancelled ones).
-  std::vector<Finished> complete(const StepPlan &plan,
-                                 const std::vector<int32_t> &sampled);
+  std::vector<Finished>
+  complete(const StepPlan &plan, const std::vector<int32_t> &sampled,
+           const std::vector<std::vector<int32_t>> *accepted = nullptr,
+           std::vector<int32_t> *emitted = nullptr);
 
   bool idle() const { return waiting_.empty() && running_.empty(); }
   int64_t numWaiting() const { return int64_t(waiting_.size()); }
@@ -122,6 +140,7 @@ private:
     int64_t computed = 0;        ///< leading tokens with KV rows
     int64_t generated = 0;
     bool admitted = false;       ///< holds blocks
+    std::vector<int32_t> draft;  ///< setDraft's, for the next schedule()
   };
 
   /// Releases the most recently admitted running sequence other than

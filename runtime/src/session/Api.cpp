@@ -542,6 +542,29 @@ kiln_rt_status_t kiln_rt_engine_submit(kiln_rt_engine_t *engine,
   });
 }
 
+kiln_rt_status_t kiln_rt_engine_submit_speculative(
+    kiln_rt_engine_t *engine, const int32_t *prompt, int64_t n,
+    const kiln_rt_request_params_t *params,
+    const kiln_rt_speculative_params_t *spec,
+    kiln_rt_engine_callback_fn callback, void *user, uint64_t *out_id) {
+  return guarded([&]() -> Status {
+    if (!engine || !params || !out_id)
+      return invalidArgument("kiln_rt_engine_submit_speculative: null argument");
+    uint64_t id = 0;
+    kiln_rt_speculative_params_t off{};
+    KILN_RT_RETURN_IF_ERROR(engine->impl->submit(
+        prompt, n, *params, callback, user, id, spec ? *spec : off));
+    *out_id = id;
+    return Status::ok();
+  });
+}
+
+void kiln_rt_engine_speculative_stats(kiln_rt_engine_t *engine,
+                                      kiln_rt_speculative_stats_t *out) {
+  if (engine && out)
+    *out = engine->impl->speculativeStats();
+}
+
 void kiln_rt_engine_cancel(kiln_rt_engine_t *engine, uint64_t id) {
   if (engine)
     engine->impl->cancel(id);
