@@ -69,9 +69,13 @@ LogicalResult skipLayer(AttentionOp attention) {
                 "pre-norm decoder layer)");
   Value x = norm.getInput();
   // h = x + (attention block); out = h + (FFN block of rms_norm(h)).
+  // `from`: the ops computed from `op` (itself included).
+  auto addFrom = [](Operation *op, llvm::SetVector<Operation *> &from) {
+    getForwardSlice(op, &from);
+    from.insert(op);
+  };
   llvm::SetVector<Operation *> afterAttention;
-  getForwardSlice(attention.getOperation(), &afterAttention);
-  afterAttention.insert(attention);
+  addFrom(attention.getOperation(), afterAttention);
   AddOp mid = residualAdd(x, afterAttention);
   if (!mid)
     return fail("no residual add of the layer input and the attention "
@@ -79,10 +83,8 @@ LogicalResult skipLayer(AttentionOp attention) {
   Value h = mid.getResult();
   llvm::SetVector<Operation *> fromNorm;
   for (Operation *user : h.getUsers())
-    if (isa<RmsNormOp>(user)) {
-      getForwardSlice(user, &fromNorm);
-      fromNorm.insert(user);
-    }
+    if (isa<RmsNormOp>(user))
+      addFrom(user, fromNorm);
   AddOp last = residualAdd(h, fromNorm);
   if (!last)
     return fail("no residual add of the mid-layer stream and the FFN "

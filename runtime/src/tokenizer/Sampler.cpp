@@ -149,44 +149,6 @@ void Sampler::distribution(float *logits) {
     logits[scratch_[i].index] = scratch_[i].prob / total;
 }
 
-int32_t Sampler::verifyDraft(float *logits, int32_t draft, bool &accepted) {
-  const int32_t n = vocabSize_;
-  accepted = false;
-  if (n <= 0)
-    return 0;
-  if (temperature_ == 0.0f) {
-    const int32_t t = argmax(logits, n);
-    accepted = t == draft;
-    return t;
-  }
-  distribution(logits);
-  const bool valid = draft >= 0 && draft < n;
-  if (valid && rng_.nextF32() < logits[draft]) {
-    accepted = true;
-    return draft;
-  }
-  // The residual: p without the draft token, renormalised.
-  float total = 0.0f;
-  int32_t last = -1;
-  for (int32_t i = 0; i < n; ++i)
-    if (i != draft && logits[i] > 0.0f) {
-      total += logits[i];
-      last = i;
-    }
-  if (last < 0) // p is the draft's point mass: kept above
-    return valid ? draft : 0;
-  const float r = rng_.nextF32() * total;
-  float cdf = 0.0f;
-  for (int32_t i = 0; i < n; ++i) {
-    if (i == draft)
-      continue;
-    cdf += logits[i];
-    if (r < cdf && logits[i] > 0.0f)
-      return i;
-  }
-  return last;
-}
-
 namespace {
 /// The index i with cdf(i - 1) <= r < cdf(i) over weights w[0, n) (total
 /// `total`), skipping zero weights; the last positive one for rounding.
@@ -223,8 +185,17 @@ int32_t Sampler::drawDraft(float *logits) {
   return drawWeighted(logits, n, total, rng_.nextF32());
 }
 
+int32_t Sampler::verifyDraft(float *logits, int32_t draft, bool &accepted) {
+  return verifyAgainst(logits, nullptr, draft, accepted);
+}
+
 int32_t Sampler::verifyDraftQ(float *logits, const float *q, int32_t draft,
                               bool &accepted) {
+  return verifyAgainst(logits, q, draft, accepted);
+}
+
+int32_t Sampler::verifyAgainst(float *logits, const float *q, int32_t draft,
+                               bool &accepted) {
   const int32_t n = vocabSize_;
   accepted = false;
   if (n <= 0)
@@ -236,31 +207,35 @@ int32_t Sampler::verifyDraftQ(float *logits, const float *q, int32_t draft,
   }
   distribution(logits);
   const bool valid = draft >= 0 && draft < n;
+  // q(i): the draft model's row, or the point mass at the draft token.
+  auto qAt = [&](int32_t i) {
+    return q ? q[i] : (i == draft ? 1.0f : 0.0f);
+  };
   if (valid) {
-    const float p = logits[draft], qd = q[draft];
+    const float p = logits[draft], qd = qAt(draft);
     // qd > 0 for a token drawn from q; a zero q (a caller's bug) keeps
     // the token with probability p.
-    const float ratio = qd > 0.0f ? p / qd : p;
-    if (rng_.nextF32() < ratio) {
+    if (rng_.nextF32() < (qd > 0.0f ? p / qd : p)) {
       accepted = true;
       return draft;
     }
   }
   // The residual max(0, p - q), normalised, written over p.
-  std::vector<float> residual(static_cast<size_t>(n));
   float total = 0.0f;
   for (int32_t i = 0; i < n; ++i) {
-    residual[size_t(i)] = std::max(0.0f, logits[i] - q[i]);
-    total += residual[size_t(i)];
+    logits[i] = std::max(0.0f, logits[i] - qAt(i));
+    total += logits[i];
   }
   const float coin = rng_.nextF32();
-  if (!(total > 0.0f)) { // p = q: the residual is empty, draw from p
-    float pt = 0.0f;
+  if (!(total > 0.0f)) { // p = q (up to rounding): draw from q
+    if (!q)
+      return valid ? draft : 0;
+    float qt = 0.0f;
     for (int32_t i = 0; i < n; ++i)
-      pt += logits[i];
-    return drawWeighted(logits, n, pt, coin);
+      qt += q[i];
+    return drawWeighted(q, n, qt, coin);
   }
-  return drawWeighted(residual.data(), n, total, coin);
+  return drawWeighted(logits, n, total, coin);
 }
 
 int32_t Sampler::sampleTopK(const float *probs, float coin) {

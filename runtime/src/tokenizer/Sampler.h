@@ -88,6 +88,9 @@ private:
     float prob;
     int32_t index;
   };
+  /// verifyDraft (q null: the draft token's point mass) and verifyDraftQ.
+  int32_t verifyAgainst(float *logits, const float *q, int32_t draft,
+                        bool &accepted);
   int32_t sampleTopK(const float *probs, float coin);
   int32_t sampleTopP(const float *probs, float coin);
 
