@@ -112,6 +112,10 @@ INSTANTIATE_TEST_SUITE_P(
                       LinearShape{1, 64, 512}, LinearShape{1, 13, 7},
                       LinearShape{1, 4096, 1000}, LinearShape{1, 11008, 300},
                       LinearShape{2, 64, 32}, LinearShape{5, 172, 64},
+                      // The few-row float32 GEMV (2 to 8 tokens, odd row
+                      // counts, columns past the vector width).
+                      LinearShape{3, 13, 7}, LinearShape{8, 300, 129},
+                      LinearShape{7, 1000, 33},
                       LinearShape{17, 288, 770}, LinearShape{64, 512, 1024}));
 
 struct RopeShape {

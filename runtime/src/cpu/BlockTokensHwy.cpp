@@ -36,6 +36,56 @@ namespace kiln::rt::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+/// Tokens per pass over the weights: 8 on AVX-512 (2 rows x 8 tokens of
+/// accumulators in its 32 registers), 4 elsewhere (AVX2's 16).
+constexpr int64_t kTokensPerPass = kLanes >= 16 ? 8 : 4;
+
+/// Calls f(std::integral_constant<int, T>(), t0) for consecutive token
+/// groups [t0, t0 + T) covering n tokens, T <= kTokensPerPass: the kernels'
+/// token count is a compile-time constant, so their accumulators stay in
+/// registers.
+template <class F> HWY_INLINE void ForTokenGroups(int64_t n, F f) {
+  constexpr int64_t K = kTokensPerPass;
+  for (int64_t t0 = 0; t0 < n; t0 += K) {
+    switch (std::min<int64_t>(K, n - t0)) {
+    case 1:
+      f(std::integral_constant<int, 1>(), t0);
+      break;
+    case 2:
+      f(std::integral_constant<int, 2>(), t0);
+      break;
+    case 3:
+      f(std::integral_constant<int, 3>(), t0);
+      break;
+    case 4:
+      f(std::integral_constant<int, 4>(), t0);
+      break;
+    case 5:
+      f(std::integral_constant<int, (K >= 5 ? 5 : 1)>(), t0);
+      break;
+    case 6:
+      f(std::integral_constant<int, (K >= 6 ? 6 : 1)>(), t0);
+      break;
+    case 7:
+      f(std::integral_constant<int, (K >= 7 ? 7 : 1)>(), t0);
+      break;
+    default:
+      f(std::integral_constant<int, int(K)>(), t0);
+      break;
+    }
+  }
+}
+
+/// Rows of a matrix kRows at a time (the last one alone):
+/// f(std::integral_constant<int, R>(), r) for rows [r, r + R).
+template <class F> HWY_INLINE void ForRowPairs(int64_t rows, F f) {
+  int64_t r = 0;
+  for (; r + 2 <= rows; r += 2)
+    f(std::integral_constant<int, 2>(), r);
+  for (; r < rows; ++r)
+    f(std::integral_constant<int, 1>(), r);
+}
+
 /// R rows of Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 against T token rows (x[t *
 /// in], y[t * ldy + r]): the few-row steps of speculative verification and
 /// of the serving engine. Each block's codes are widened once and
@@ -165,8 +215,8 @@ HWY_INLINE void GemvLegacyTokens(const float *HWY_RESTRICT x,
       y[t * ldy + r] = SumLanes(acc[r][t]);
 }
 
-/// Rows of a legacy-format matrix for n tokens (GemvLegacyTokens): kRows
-/// rows against up to kTokens tokens at a time, a next token group
+/// Rows of a legacy-format matrix for n tokens (GemvLegacyTokens), two
+/// rows against up to kTokensPerPass tokens at a time, a next token group
 /// re-reading the rows from L1. A pass over the rows costs about one
 /// decode GEMV (reading and widening the codes) plus two FMAs per block
 /// and token, so the groups are as wide as the registers allow.
@@ -174,49 +224,13 @@ template <int64_t F>
 HWY_INLINE void GemvLegacyTokenRows(const float *x, const uint8_t *w,
                                     float *y, int64_t ldy, int64_t in,
                                     int64_t rows, int64_t n) {
-  // Accumulators: 2 rows x 8 tokens (16 vectors) on AVX-512's 32
-  // registers, 2 x 4 on AVX2's 16.
-  constexpr int kRows = 2;
-  constexpr int64_t kTokens = kLanes >= 16 ? 8 : 4;
   const int64_t rowBytes = in / 32 * kiln_block_bytes(F);
-  auto group = [&](auto r, const uint8_t *rw, float *ry) HWY_ATTR {
-    constexpr int R = decltype(r)::value;
-    for (int64_t t0 = 0; t0 < n; t0 += kTokens) {
-      const float *xt = x + t0 * in;
-      float *yt = ry + t0 * ldy;
-      switch (std::min<int64_t>(kTokens, n - t0)) {
-      case 1:
-        GemvLegacyTokens<F, R, 1>(xt, rw, yt, in, ldy);
-        break;
-      case 2:
-        GemvLegacyTokens<F, R, 2>(xt, rw, yt, in, ldy);
-        break;
-      case 3:
-        GemvLegacyTokens<F, R, 3>(xt, rw, yt, in, ldy);
-        break;
-      case 4:
-        GemvLegacyTokens<F, R, 4>(xt, rw, yt, in, ldy);
-        break;
-      case 5:
-        GemvLegacyTokens<F, R, (kTokens >= 5 ? 5 : 1)>(xt, rw, yt, in, ldy);
-        break;
-      case 6:
-        GemvLegacyTokens<F, R, (kTokens >= 6 ? 6 : 1)>(xt, rw, yt, in, ldy);
-        break;
-      case 7:
-        GemvLegacyTokens<F, R, (kTokens >= 7 ? 7 : 1)>(xt, rw, yt, in, ldy);
-        break;
-      default:
-        GemvLegacyTokens<F, R, kTokens>(xt, rw, yt, in, ldy);
-        break;
-      }
-    }
-  };
-  int64_t r = 0;
-  for (; r + kRows <= rows; r += kRows)
-    group(std::integral_constant<int, kRows>(), w + r * rowBytes, y + r);
-  for (; r < rows; ++r)
-    group(std::integral_constant<int, 1>(), w + r * rowBytes, y + r);
+  ForRowPairs(rows, [&](auto r, int64_t r0) HWY_ATTR {
+    ForTokenGroups(n, [&](auto t, int64_t t0) HWY_ATTR {
+      GemvLegacyTokens<F, decltype(r)::value, decltype(t)::value>(
+          x + t0 * in, w + r0 * rowBytes, y + t0 * ldy + r0, in, ldy);
+    });
+  });
 }
 
 /// One row of Q4_K / Q5_K (F) or Q6_K against T token rows (x[t * in],
@@ -302,47 +316,18 @@ HWY_INLINE void GemvKTokens(const float *HWY_RESTRICT x,
     y[t * ldy] = SumLanes(acc[t]);
 }
 
-/// Rows of a Q4_K / Q5_K / Q6_K matrix for n tokens (GemvKTokens), up to 8
-/// tokens per pass over a row.
+/// Rows of a Q4_K / Q5_K / Q6_K matrix for n tokens (GemvKTokens), up to
+/// kTokensPerPass tokens per pass over a row.
 template <int64_t F>
 HWY_INLINE void GemvKTokenRows(const float *x, const uint8_t *w, float *y,
                                int64_t ldy, int64_t in, int64_t rows,
                                int64_t n) {
-  constexpr int64_t kTokens = kLanes >= 16 ? 8 : 4;
   const int64_t rowBytes = in / 256 * kiln_block_bytes(F);
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t *rw = w + r * rowBytes;
-    for (int64_t t0 = 0; t0 < n; t0 += kTokens) {
-      const float *xt = x + t0 * in;
-      float *yt = y + t0 * ldy + r;
-      switch (std::min<int64_t>(kTokens, n - t0)) {
-      case 1:
-        GemvKTokens<F, 1>(xt, rw, yt, in, ldy);
-        break;
-      case 2:
-        GemvKTokens<F, 2>(xt, rw, yt, in, ldy);
-        break;
-      case 3:
-        GemvKTokens<F, 3>(xt, rw, yt, in, ldy);
-        break;
-      case 4:
-        GemvKTokens<F, 4>(xt, rw, yt, in, ldy);
-        break;
-      case 5:
-        GemvKTokens<F, (kTokens >= 5 ? 5 : 1)>(xt, rw, yt, in, ldy);
-        break;
-      case 6:
-        GemvKTokens<F, (kTokens >= 6 ? 6 : 1)>(xt, rw, yt, in, ldy);
-        break;
-      case 7:
-        GemvKTokens<F, (kTokens >= 7 ? 7 : 1)>(xt, rw, yt, in, ldy);
-        break;
-      default:
-        GemvKTokens<F, kTokens>(xt, rw, yt, in, ldy);
-        break;
-      }
-    }
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    ForTokenGroups(n, [&](auto t, int64_t t0) HWY_ATTR {
+      GemvKTokens<F, decltype(t)::value>(x + t0 * in, w + r * rowBytes,
+                                         y + t0 * ldy + r, in, ldy);
+    });
 }
 
 /// y[t * ldy + r] for the formats hasMultiTokenBlockGemv names (the
