@@ -891,6 +891,8 @@ int main(int argc, char **argv) {
         fail("--speculative=" + speculativeMode + ": " + err);
     }
     const bool modelDraft = draftModel != nullptr;
+    if (modelDraft)
+      controller.optimistic();
     const bool sampling = temperature != 0.0f;
     int32_t prev = tokens.back();
     int32_t next = 0;

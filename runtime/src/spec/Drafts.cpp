@@ -51,12 +51,16 @@ std::vector<int32_t> ngramDraft(const std::vector<int32_t> &history,
       if (!std::equal(history.begin() + start, history.begin() + start + n,
                       history.end() - n))
         continue;
+      // The continuation, copied as LZ77 copies overlap: past the end of
+      // the history it repeats itself with the period h - from, so a
+      // repetition drafts k tokens, not the one that separates it from
+      // its own latest occurrence.
       const int64_t from = start + n;
-      const int64_t count = std::min(k, h - from);
-      if (count <= 0)
-        continue;
-      return std::vector<int32_t>(history.begin() + from,
-                                  history.begin() + from + count);
+      std::vector<int32_t> draft;
+      for (int64_t i = 0; i < k; ++i)
+        draft.push_back(from + i < h ? history[size_t(from + i)]
+                                     : draft[size_t(from + i - h)]);
+      return draft;
     }
   }
   return {};

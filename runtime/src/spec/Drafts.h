@@ -16,8 +16,8 @@
 namespace kiln::rt::spec {
 
 /// The adaptive draft length: with per-token acceptance probability a
-/// (tokens accepted before a mismatch, decayed counts with a prior of half a
-/// token each way), a draft of k tokens yields on average E(k) = 1 + a + ...
+/// (tokens accepted before a mismatch, decayed counts with a prior: half a
+/// token each way, or optimistic()), a draft of k tokens yields on average E(k) = 1 + a + ...
 /// + a^k tokens (the draft prefix kept plus the model's own next token;
 /// Leviathan et al. 2023, eq. 1) for the cost C(k) of verifying k + 1 rows
 /// plus drafting k tokens (C(0): a decode step); each step takes the k that
@@ -34,8 +34,23 @@ struct DraftController {
   static constexpr double kMargin = 1.05;
 
   /// The decayed per-token acceptance estimate a in (0, 1).
+  /// Pseudo-counts of the prior: half a token each way (a = 0.5), or
+  /// optimistic() for drafts that give no free evidence.
+  double priorAccepted = 0.5, priorRejected = 0.5;
+
+  /// A prior of a = 0.9 worth 5 observations, for draft models: their
+  /// tokens cost draft steps, so a controller that starts at a = 0.5 on an
+  /// expensive draft never drafts and never learns that the draft is good;
+  /// this one drafts first and stops within a few verify steps if it is
+  /// not (decay 0.97: the prior fades as observations come in).
+  void optimistic() {
+    priorAccepted = 4.5;
+    priorRejected = 0.5;
+  }
+
   double acceptance() const {
-    return (accepted + 0.5) / (accepted + rejected + 1.0);
+    return (accepted + priorAccepted) /
+           (accepted + rejected + priorAccepted + priorRejected);
   }
   /// Records a draft prefix of `ok` tokens kept, then a mismatch (or not,
   /// when the whole draft stood).
@@ -50,9 +65,10 @@ struct DraftController {
 };
 
 /// Prompt lookup (n-gram drafting; Saxena 2023, the "prompt lookup
-/// decoding" of vLLM and transformers): the tokens that followed the
+/// decoding" of vLLM and transformers): the k tokens that followed the
 /// latest earlier occurrence of the last n tokens of `history`, n = 3, 2,
-/// 1 (the longest match first), at most `k` of them; empty when no suffix
+/// 1 (the longest match first), the continuation repeating itself past the
+/// end of the history (a repetition drafts k tokens); empty when no suffix
 /// recurs.
 std::vector<int32_t> ngramDraft(const std::vector<int32_t> &history,
                                 int64_t k);
