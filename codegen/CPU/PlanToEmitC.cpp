@@ -47,7 +47,7 @@ static constexpr const char *kPointerMacros = R"(
 
 static constexpr const char *kCpuPrologue =
     R"(// Emitted by kiln-compile (CPU target). Do not edit.
-#if KILN_ABI_VERSION != 15
+#if KILN_ABI_VERSION != 16
 #error "emitted for kernel ABI version 15"
 #endif
 #define KILN_SEQUENCE_ROWS(ctx, n, min_tokens) \
@@ -55,7 +55,7 @@ static constexpr const char *kCpuPrologue =
 
 static constexpr const char *kCudaPrologue =
     R"(// Emitted by kiln-compile (CUDA target). Do not edit.
-#if KILN_CUDA_ABI_VERSION != 7
+#if KILN_CUDA_ABI_VERSION != 8
 #error "emitted for CUDA ABI version 7"
 #endif
 #define KILN_SEQUENCE_ROWS(ctx, n, min_tokens) \

@@ -44,7 +44,7 @@
 extern "C" {
 #endif
 
-#define KILN_CUDA_ABI_VERSION 7
+#define KILN_CUDA_ABI_VERSION 8
 
 /// The sequences of one kiln_step call (kernel_abi.h kiln_batch, split into
 /// the host copy the launches are planned from and the device copy the

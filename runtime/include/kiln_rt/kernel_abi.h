@@ -39,7 +39,7 @@
 extern "C" {
 #endif
 
-#define KILN_ABI_VERSION 15
+#define KILN_ABI_VERSION 16
 
 struct kiln_batch;
 struct kiln_paged_kv;

@@ -535,8 +535,10 @@ double Engine::predictStepMs(int64_t rows) const {
 }
 
 void Engine::proposeDrafts() {
-  // Rows the step would have without drafts: one per running sequence.
+  // Rows the step would have without drafts: one per running sequence; the
+  // drafts chosen so far this step add theirs.
   const int64_t base = std::max<int64_t>(1, scheduler_->numRunning());
+  int64_t drafted = 0;
   for (auto &[id, l] : live_) {
     if (l.spec.mode == KILN_RT_SPECULATIVE_OFF)
       continue;
@@ -557,13 +559,28 @@ void Engine::proposeDrafts() {
     l.proposed = draft;
     if (draft.empty())
       continue;
-    // C(k): this step with k more rows, for this request's draft length.
-    l.controller.costMs.assign(size_t(want) + 1, 0.0);
-    for (int64_t k = 0; k <= want; ++k)
-      l.controller.costMs[size_t(k)] = predictStepMs(base + k);
-    const int64_t k = l.controller.choose(int64_t(draft.size()));
+    // The step's throughput: its `base` sequences yield one token each, a
+    // draft of k yields E(k) - 1 more (E(k) = 1 + a + ... + a^k, Leviathan
+    // et al. 2023, eq. 1) for k more rows, which every sequence of the step
+    // waits for. So k maximises (base + E(k) - 1) / C(rows + k), and a
+    // loaded step (large base) drafts only what pays for all of it.
+    const double a = l.controller.acceptance();
+    const double c0 = predictStepMs(base + drafted);
+    double best = double(base) / c0, expected = 1.0, term = 1.0;
+    int64_t k = 0;
+    for (int64_t j = 1; j <= int64_t(draft.size()); ++j) {
+      term *= a;
+      expected += term;
+      const double rate =
+          (double(base) + expected - 1.0) / predictStepMs(base + drafted + j);
+      if (rate > spec::DraftController::kMargin * best) {
+        best = rate;
+        k = j;
+      }
+    }
     if (k == 0)
       continue;
+    drafted += k;
     draft.resize(size_t(k));
     scheduler_->setDraft(kv::SequenceId(id), std::move(draft));
   }
@@ -627,10 +644,17 @@ void Engine::run() {
     if (!plan.chunks.empty()) {
       const auto t0 = std::chrono::steady_clock::now();
       Status st = step(plan, sampled, logprobs, bad);
-      observeStep(plan.tokens(),
-                  std::chrono::duration<double, std::milli>(
-                      std::chrono::steady_clock::now() - t0)
-                      .count());
+      // The step-time model prices decode and verify rows: steps with a
+      // prefill chunk (the GEMM path, attention over a prompt) are left out.
+      const bool decodeOnly = std::all_of(
+          plan.chunks.begin(), plan.chunks.end(), [](const Chunk &c) {
+            return c.samples && c.count == 1 + int64_t(c.draft.size());
+          });
+      if (decodeOnly)
+        observeStep(plan.tokens(),
+                    std::chrono::duration<double, std::milli>(
+                        std::chrono::steady_clock::now() - t0)
+                        .count());
       ++steps;
       if (!st.isOk()) {
         // A failed step (a device error) leaves the pool in an unknown
