@@ -908,6 +908,10 @@ public:
     case KILN_RT_INVALID_ARGUMENT:
     case KILN_RT_OUT_OF_RANGE:
       return badRequest(msg);
+    case KILN_RT_UNIMPLEMENTED: // a feature this artifact's engine lacks
+      return badRequest(msg, p_.spec.mode != KILN_RT_SPECULATIVE_OFF
+                                 ? "speculative"
+                                 : "");
     default:
       return HttpError{500, "the engine refused the request: " + msg,
                        "server_error", "", ""};
@@ -2073,6 +2077,16 @@ int main(int argc, char **argv) {
   openOptions.trusted_keys = trustedKeys.empty() ? nullptr : trustedKeys.c_str();
   check(kiln_rt_artifact_open_with_options(artifactDir.c_str(), &openOptions,
                                            &s.artifact));
+  // Every rank refuses what the artifact's engine cannot do.
+  {
+    kiln_rt_model_info_t info{};
+    kiln_rt_artifact_info(s.artifact, &info);
+    if (speculativeMode != "off" &&
+        (std::string(info.target) != "cpu" || ranks > 1))
+      fail("--speculative runs on single-process cpu artifacts so far (the "
+           "CUDA and tensor / pipeline parallel steps score no draft rows "
+           "yet)");
+  }
   // Ranks on one node share its cores (tools/common/Threads.h).
   const int rankThreads = ranks > 1 ? kiln::tool::applyThreads(
                                           threadCount,
@@ -2139,11 +2153,7 @@ int main(int argc, char **argv) {
       (batchInvariant ? uint32_t(KILN_RT_ENGINE_BATCH_INVARIANT) : 0u);
   options.pp_micro_batches = int32_t(ppMicroBatches);
   check(kiln_rt_engine_create(s.artifact, &options, &s.engine));
-  if (speculativeMode != "off" &&
-      (std::string(s.info.target) != "cpu" || ranks > 1))
-    fail("--speculative runs on single-process cpu artifacts so far (the "
-         "CUDA and tensor / pipeline parallel steps score no draft rows "
-         "yet)");
+
   kiln_rt_engine_stats_t stats{};
   kiln_rt_engine_stats(s.engine, &stats);
   s.context = stats.context_length;
