@@ -379,6 +379,24 @@ def main():
                 fail(f"submit({prompt[:4]}, {mt}) gave {code} {msg!r}, "
                      f"expected an error containing {want!r}")
             print(f"errors: {msg}")
+        # kiln_rt_engine_submit_speculative: an unknown mode, draft_max
+        # outside [1, 32].
+        rt.lib.kiln_rt_engine_submit_speculative.restype = C.c_void_p
+        for mode, kmax, want in ((7, 4, "is not one of off (0), ngram (1), suffix (2)"),
+                                 (1, 0, "draft_max must be in [1, 32], got 0"),
+                                 (2, 33, "draft_max must be in [1, 32], got 33")):
+            p = RequestParams()
+            p.sampling.top_p = 1.0
+            p.max_tokens = 4
+            spec = (C.c_int32 * 2)(mode, kmax)
+            arr = (C.c_int32 * 2)(1, 2)
+            rid = C.c_uint64()
+            code, msg = rt.status(rt.lib.kiln_rt_engine_submit_speculative(
+                eng.handle, arr, 2, C.byref(p), spec, eng.cb, None,
+                C.byref(rid)))
+            if code == 0 or want not in msg:
+                fail(f"speculative mode {mode} draft_max {kmax} gave {code} {msg!r}")
+            print(f"errors: {msg}")
         o = EngineOptions()
         o.flags = 1 << 7
         h = C.c_void_p()
