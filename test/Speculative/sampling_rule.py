@@ -53,6 +53,22 @@ def reference(logits, t, top_k, top_p):
     return q / q.sum()
 
 
+def check_distribution(counts, p, case):
+    """Fails unless the token counts fit p: none outside its support, and a
+    chi-square statistic under the 0.999 quantile. Returns (chi2, df,
+    limit)."""
+    support = p > 0
+    if counts[~support].sum() > 0:
+        sys.exit(f"sampling_rule: FAIL: tokens outside p's support {counts}")
+    expected = counts.sum() * p[support]
+    chi2 = float(((counts[support] - expected) ** 2 / expected).sum())
+    df = int(support.sum()) - 1
+    limit = CHI2_999[df - 1] if df >= 1 else 0.0
+    if df >= 1 and chi2 > limit:
+        sys.exit(f"sampling_rule: FAIL {case}: chi2 {chi2:.2f} > {limit} (df {df})")
+    return chi2, df, limit
+
+
 def main():
     L = C.CDLL(sys.argv[1], mode=C.RTLD_GLOBAL)
     L.kiln_rt_sampler_create.restype = C.c_void_p
@@ -80,18 +96,10 @@ def main():
             kept += acc.value
         L.kiln_rt_sampler_release(sampler)
         p = reference(logits, temp, top_k, top_p)
-        support = p > 0
-        if counts[~support].sum() > 0:
-            sys.exit(f"sampling_rule: FAIL: tokens outside p's support {counts}")
-        expected = N * p[support]
-        chi2 = float(((counts[support] - expected) ** 2 / expected).sum())
-        df = int(support.sum()) - 1
-        limit = CHI2_999[df - 1] if df >= 1 else 0.0
+        case = f"T={temp} top_k={top_k} top_p={top_p} draft={draft}"
+        chi2, df, limit = check_distribution(counts, p, case)
         rate = kept / N
         se = (p[draft] * (1 - p[draft]) / N) ** 0.5
-        case = f"T={temp} top_k={top_k} top_p={top_p} draft={draft}"
-        if df >= 1 and chi2 > limit:
-            sys.exit(f"sampling_rule: FAIL {case}: chi2 {chi2:.2f} > {limit} (df {df})")
         if abs(rate - p[draft]) > 4 * se + 1e-12:
             sys.exit(f"sampling_rule: FAIL {case}: acceptance {rate:.4f} vs p(draft) {p[draft]:.4f}")
         worst = max(worst, chi2 / limit if limit else 0.0)
@@ -130,19 +138,11 @@ def main():
             kept += acc.value
         L.kiln_rt_sampler_release(sampler)
         L.kiln_rt_sampler_release(dsampler)
-        support = p > 0
-        if counts[~support].sum() > 0:
-            sys.exit(f"sampling_rule: FAIL: tokens outside p's support {counts}")
-        expected = N * p[support]
-        chi2 = float(((counts[support] - expected) ** 2 / expected).sum())
-        df = int(support.sum()) - 1
-        limit = CHI2_999[df - 1]
+        case = f"draft model T={temp} top_k={top_k} top_p={top_p}"
+        chi2, df, limit = check_distribution(counts, p, case)
         beta = float(np.minimum(p, qref).sum())
         rate = kept / N
         se = (beta * (1 - beta) / N) ** 0.5
-        case = f"draft model T={temp} top_k={top_k} top_p={top_p}"
-        if chi2 > limit:
-            sys.exit(f"sampling_rule: FAIL {case}: chi2 {chi2:.2f} > {limit} (df {df})")
         if abs(rate - beta) > 4 * se + 1e-12:
             sys.exit(f"sampling_rule: FAIL {case}: acceptance {rate:.4f} vs beta {beta:.4f}")
         print(f"sampling_rule: {case}: chi2 {chi2:.2f} (df {df}, limit {limit}), "
