@@ -564,20 +564,11 @@ void Engine::proposeDrafts() {
     // et al. 2023, eq. 1) for k more rows, which every sequence of the step
     // waits for. So k maximises (base + E(k) - 1) / C(rows + k), and a
     // loaded step (large base) drafts only what pays for all of it.
-    const double a = l.controller.acceptance();
-    const double c0 = predictStepMs(base + drafted);
-    double best = double(base) / c0, expected = 1.0, term = 1.0;
-    int64_t k = 0;
-    for (int64_t j = 1; j <= int64_t(draft.size()); ++j) {
-      term *= a;
-      expected += term;
-      const double rate =
-          (double(base) + expected - 1.0) / predictStepMs(base + drafted + j);
-      if (rate > spec::DraftController::kMargin * best) {
-        best = rate;
-        k = j;
-      }
-    }
+    const int64_t k = l.controller.chooseBy(
+        int64_t(draft.size()), [&](int64_t j, double expected) {
+          return (double(base) + expected - 1.0) /
+                 predictStepMs(base + drafted + j);
+        });
     if (k == 0)
       continue;
     drafted += k;

@@ -20,19 +20,10 @@ void DraftController::observe(int64_t ok, bool mismatch) {
 int64_t DraftController::choose(int64_t available) const {
   if (costMs.empty())
     return 0;
-  const double a = acceptance();
-  int64_t best = 0;
-  double bestRate = 1.0 / costMs[0], expected = 1.0, term = 1.0;
-  for (int64_t k = 1; k <= available && k < int64_t(costMs.size()); ++k) {
-    term *= a;
-    expected += term;
-    const double rate = expected / costMs[size_t(k)];
-    if (rate > kMargin * bestRate) {
-      bestRate = rate;
-      best = k;
-    }
-  }
-  return best;
+  return chooseBy(std::min<int64_t>(available, int64_t(costMs.size()) - 1),
+                  [&](int64_t k, double expected) {
+                    return expected / costMs[size_t(k)];
+                  });
 }
 
 bool DraftController::canPay() const {

@@ -55,8 +55,27 @@ struct DraftController {
   /// Records a draft prefix of `ok` tokens kept, then a mismatch (or not,
   /// when the whole draft stood).
   void observe(int64_t ok, bool mismatch);
-  /// The best k <= available (0 when costMs is empty).
+  /// The best k <= available (0 when costMs is empty): the largest rate
+  /// E(k) / C(k), a longer draft winning by kMargin.
   int64_t choose(int64_t available) const;
+  /// choose() with another objective: `rate(k, E(k))` for k = 0 ..
+  /// available (E(0) = 1), the best k by kMargin (the serving engine prices
+  /// a draft by its whole step's throughput).
+  template <class Rate> int64_t chooseBy(int64_t available, Rate rate) const {
+    const double a = acceptance();
+    int64_t best = 0;
+    double bestRate = rate(int64_t(0), 1.0), expected = 1.0, term = 1.0;
+    for (int64_t k = 1; k <= available; ++k) {
+      term *= a;
+      expected += term;
+      const double r = rate(k, expected);
+      if (r > kMargin * bestRate) {
+        bestRate = r;
+        best = k;
+      }
+    }
+    return best;
+  }
   /// Whether some draft length could pay even if every draft token were
   /// accepted: (k + 1) / C(k) > kMargin / C(0) for some k >= 1. When not
   /// (a draft model as slow as the target), drafting never pays and a
