@@ -23,7 +23,7 @@ using kiln::rt::spec::ngramDraft;
 using kiln::rt::spec::SuffixIndex;
 
 /// A draft model: a second artifact with the target's vocabulary (a
-/// separate small model, `--draft ART`, or the target's self-draft compiled
+/// separate small model, `--speculative=draft:ART`, or the target's self-draft compiled
 /// from the same checkpoint with a cheaper recipe) run on its own session.
 /// Each draft decodes k tokens autoregressively after catching its KV cache
 /// up with the accepted tokens (rolling back its own rejected ones); with
@@ -46,10 +46,10 @@ public:
   kiln_rt_status_t draft(const std::vector<int32_t> &history, int64_t k,
                          std::vector<int32_t> &tokens,
                          std::vector<float> *qRows);
-  /// Milliseconds of one draft decode step (median of a few, measured on
-  /// a scratch position and rolled back); for the controller's C(k).
+  /// Milliseconds of one draft decode step (best of 3 after a warm-up,
+  /// each rolled back); for the controller's C(k). 0 when it cannot be
+  /// timed (the context is full, or a step fails).
   double stepCostMs(const std::vector<int32_t> &history);
-  int64_t contextLength() const { return ctx_; }
 
 private:
   kiln_rt_status_t catchUp(const std::vector<int32_t> &history);
